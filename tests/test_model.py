@@ -1,0 +1,409 @@
+"""Tests for model.py: spec §7.2 accounting, CLI, init, boundary operator, growth, logit lens, checkpoints."""
+import csv
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import model
+from model import GPT, config_for, describe, executed_blocks
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC_ROWS = list(csv.DictReader(open(os.path.join(ROOT, "tests", "data", "spec_plans.csv"))))
+TINY = dict(width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
+
+
+def tiny(arch, depth=3, **overrides):
+    return config_for(arch, depth, **{**TINY, **overrides})
+
+
+def build(cfg, seed=0, randomize=True):
+    """A model whose every weight (incl. the zero-initialized c_proj/lm_head) is random, so no path is trivially 0."""
+    torch.manual_seed(seed)
+    net = GPT(cfg)
+    if randomize:
+        with torch.no_grad():
+            for p in net.parameters():
+                p.normal_(0, 0.3)
+    return net
+
+
+def tokens(cfg, batch=2, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len), generator=g)
+
+
+def run_blocks(net, blocks, x):
+    T = x.size(1)
+    for block in blocks:
+        x = block(x, net.rope_cos[:T], net.rope_sin[:T])
+    return x
+
+
+def reference_forward(net, idx, passes, alpha, recurrence_norm, coda_inject):
+    """The boundary operator of spec §1.6 written out by hand from the model's own blocks."""
+    x = F.rms_norm(net.transformer.wte(idx), (net.cfg.width,))
+    e = run_blocks(net, net.prelude_blocks(), x)
+    h = e
+    for r in range(passes):
+        h = run_blocks(net, net.core_blocks(r), h)
+        if recurrence_norm:
+            h = F.rms_norm(h, (net.cfg.width,))
+        if alpha and (r < passes - 1 or coda_inject):
+            h = h + alpha * e
+    h = run_blocks(net, net.coda_blocks(), h)
+    logits = net.lm_head(F.rms_norm(h, (net.cfg.width,)))[..., :net.cfg.vocab_size]
+    return logits * net.cfg.output_multiplier
+
+
+def copy_block(dst, src):
+    dst.load_state_dict(src.state_dict())
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Accounting against the spec's 52 ladder plans
+
+@pytest.mark.parametrize("row", SPEC_ROWS, ids=[f"{r['arch']}-d{r['depth']}" for r in SPEC_ROWS])
+def test_accounting_matches_spec_plans(row):
+    info = describe(config_for(row["arch"], int(row["depth"])))
+    for key in ("n_layer", "width", "heads", "mlp_hidden", "params_tpp", "params_stored", "flops_per_token_final"):
+        assert info[key] == int(row[key]), key
+    if row["prelude_core_coda"]:
+        assert f"{info['prelude']}/{info['core']}/{info['coda']}" == row["prelude_core_coda"]
+
+
+def test_spec_table_is_complete():
+    assert len(SPEC_ROWS) == 52
+    assert {r["arch"] for r in SPEC_ROWS} == set(model.ARCHS) - {"deep_vanilla_grow"}
+
+
+def test_worked_examples_and_growth_accounting():
+    ug = describe(config_for("untied_grow", 8))  # spec §4.2 / §4.4 cross-checks
+    assert ug["params_compute_active_initial"] == 192_806_912 and ug["params_compute_active"] == 269_877_248
+    assert ug["matrix_flops_per_token_final"] == 1_619_263_488
+    assert ug["flops_per_token_initial"] == describe(config_for("untied_2", 8))["flops_per_token_final"] == 1_295_321_088
+    lg = describe(config_for("loop_grow", 8))
+    assert lg["params_tpp"] == lg["params_stored"] == 205_783_040 and lg["executed_blocks_final"] == 14 + 3
+    dvg, dv = describe(config_for("deep_vanilla_grow", 8)), describe(config_for("deep_vanilla", 8))
+    assert dvg["params_tpp"] == dv["params_tpp"] == 244_318_208   # N = Deep Vanilla's (K = 2 stored count)
+    assert dvg["flops_per_token_initial"] == dv["flops_per_token_final"]
+    assert dvg["stored_blocks"] == 17 and (dvg["alpha"], dvg["recurrence_norm"], dvg["coda_inject"]) == (0.0, False, False)
+
+
+def test_fixed_allocation_and_split_errors():
+    cfg = config_for("loop_2", 12, prelude=2, coda=3)
+    assert (cfg.n_prelude, cfg.n_core, cfg.n_coda) == (2, 7, 3)
+    for kwargs in (dict(arch="nope", depth=8), dict(arch="loop_2", depth=0), dict(arch="loop_2", depth=5, prelude=2, coda=3),
+                   dict(arch="vanilla", depth=8, prelude=1), dict(arch="loop_2", depth=3, head_dim=7)):
+        with pytest.raises(ValueError):
+            config_for(**kwargs)
+
+
+def test_config_roundtrip_and_small_shapes():
+    cfg = config_for("loop_2", 2, width_per_depth=64, head_dim=64, vocab_size=257, mlp_multiple=64)
+    assert (cfg.width, cfg.n_head, cfg.mlp_hidden, cfg.padded_vocab) == (128, 2, 384, 320)
+    assert model.ModelConfig(**dataclasses.asdict(cfg)) == cfg
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# CLI
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "model.py"), *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_json_and_table():
+    out = run_cli("--arch", "untied_grow", "--depth", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info == describe(config_for("untied_grow", 8))
+    for key in ("arch", "depth", "width", "heads", "head_dim", "mlp_hidden", "prelude", "core", "coda", "passes_initial",
+                "passes_final", "stored_blocks", "executed_blocks_initial", "executed_blocks_final", "params_tpp",
+                "params_stored", "params_compute_active", "flops_per_token_initial", "flops_per_token_final"):
+        assert key in info
+    out = run_cli("--arch", "loop_2", "--depth", "2", "--width-per-depth", "128", "--vocab-size", "257",
+                  "--boundary", "norm_only", "--no-coda-inject")
+    assert out.returncode == 0, out.stderr
+    assert "params_stored" in out.stdout and "alpha                            0.0" in out.stdout
+
+
+@pytest.mark.parametrize("args", [("--arch", "nope", "--depth", "8"), ("--arch", "loop_2", "--depth", "0"),
+                                  ("--arch", "loop_2", "--depth", "6", "--prelude", "3", "--coda", "3")])
+def test_cli_errors_exit_2_with_one_line(args):
+    out = run_cli(*args, "--json")
+    assert out.returncode == 2 and out.stdout == ""
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("model.py: error:")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Forward, init, boundary operator
+
+@pytest.mark.parametrize("arch", list(model.ARCHS))
+def test_initial_loss_is_ln_vocab(arch):
+    cfg = tiny(arch)
+    net = build(cfg, randomize=False)
+    idx = tokens(cfg)
+    logits = net(idx)
+    assert logits.shape == (2, cfg.seq_len, 257) and logits.dtype == torch.float32
+    assert torch.all(logits == 0)
+    assert abs(net(idx, targets=idx).item() - math.log(257)) < 1e-6
+    assert net.lm_head.weight.shape[0] == 320 and net.transformer.wte.weight.shape[0] == 320
+    s = cfg.uniform_init_scale / math.sqrt(cfg.width)
+    c_q = net.transformer.h[0].attn.c_q.weight
+    assert c_q.abs().max() <= s and c_q.abs().max() > 0.9 * s
+    assert torch.all(net.transformer.h[0].mlp.c_proj.weight == 0)
+
+
+def test_only_lm_head_gets_gradient_at_init():
+    cfg = tiny("operator_1")
+    net = build(cfg, randomize=False)
+    net(tokens(cfg), targets=tokens(cfg, seed=2)).backward()
+    assert net.lm_head.weight.grad.abs().sum() > 0
+    assert all(p.grad is None or torch.all(p.grad == 0) for n, p in net.named_parameters() if n != "lm_head.weight")
+
+
+def test_rotary_convention_half_split():
+    x = torch.zeros(1, 2, 1, 8)
+    x[0, :, 0, 0] = 1.0                           # x1 of the first pair (dims 0 and 4)
+    angles = torch.outer(torch.arange(2.0), 10_000 ** (-torch.arange(4.0) * 2 / 8))
+    y = model.apply_rotary(x, angles.cos(), angles.sin())
+    assert torch.allclose(y[0, 1, 0, 0], torch.cos(torch.tensor(1.0)))
+    assert torch.allclose(y[0, 1, 0, 4], -torch.sin(torch.tensor(1.0)))  # y2 = -x1 sin + x2 cos
+    assert torch.equal(y[0, 0, 0], x[0, 0, 0])
+
+
+def test_block_matches_hand_written_math():
+    cfg = tiny("vanilla", depth=2)
+    net = build(cfg)
+    block, T, H, D = net.transformer.h[0], cfg.seq_len, cfg.n_head, cfg.head_dim
+    x = torch.randn(2, T, cfg.width)
+
+    def rms(t):
+        return t / torch.sqrt(t.pow(2).mean(-1, keepdim=True) + torch.finfo(t.dtype).eps)
+
+    angles = torch.outer(torch.arange(T, dtype=torch.float32), 10_000 ** (-torch.arange(D // 2) * 2 / D))
+    cos, sin = angles.cos()[None, :, None], angles.sin()[None, :, None]
+
+    def rope(t):
+        t1, t2 = t[..., :D // 2], t[..., D // 2:]
+        return torch.cat((t1 * cos + t2 * sin, -t1 * sin + t2 * cos), -1)
+
+    a = block.attn
+    xn = rms(x)
+    q, k, v = (m(xn).view(2, T, H, D).transpose(1, 2) for m in (a.c_q, a.c_k, a.c_v))
+    q, k = rms(rope(q.transpose(1, 2)).transpose(1, 2)), rms(rope(k.transpose(1, 2)).transpose(1, 2))
+    scores = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+    scores = scores.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(2, T, cfg.width)
+    x1 = x + cfg.residual_multiplier * a.c_proj(y)
+    m = block.mlp
+    x2 = x1 + cfg.residual_multiplier * m.c_proj(F.silu(m.c_gate(rms(x1))) * m.c_fc(rms(x1)))
+    assert torch.allclose(block(x, net.rope_cos[:T], net.rope_sin[:T]), x2, atol=1e-4, rtol=1e-4)
+
+
+def test_operator_1_is_coda_of_norm_core_plus_e():
+    cfg = tiny("operator_1")
+    net = build(cfg)
+    idx = tokens(cfg)
+    x = F.rms_norm(net.transformer.wte(idx), (cfg.width,))
+    e = run_blocks(net, net.prelude_blocks(), x)
+    h = F.rms_norm(run_blocks(net, net.core_blocks(0), e), (cfg.width,)) + e
+    logits = net.lm_head(F.rms_norm(run_blocks(net, net.coda_blocks(), h), (cfg.width,)))[..., :257] * 1.0
+    assert torch.allclose(net(idx), logits, atol=1e-5, rtol=1e-5)
+
+
+def test_untied_2_with_equal_cores_equals_loop_2():
+    loop_cfg = tiny("loop_2")
+    loop = build(loop_cfg)
+    arm = {k: getattr(loop_cfg, k) for k in ("alpha", "residual_multiplier", "output_multiplier")}
+    untied = build(tiny("untied_2", **arm), seed=5)
+    p, c = loop_cfg.n_prelude, loop_cfg.n_core
+    untied.transformer.wte.load_state_dict(loop.transformer.wte.state_dict())
+    untied.lm_head.load_state_dict(loop.lm_head.state_dict())
+    for a, b in zip(list(untied.prelude_blocks()) + list(untied.coda_blocks()),
+                    list(loop.prelude_blocks()) + list(loop.coda_blocks())):
+        copy_block(a, b)
+    idx = tokens(loop_cfg)
+    assert not torch.allclose(untied(idx), loop(idx))  # cores still differ
+    for r in range(2):
+        for a, b in zip(untied.core_blocks(r), loop.core_blocks(0)):
+            copy_block(a, b)
+    assert torch.allclose(untied(idx), loop(idx), atol=1e-6, rtol=1e-6)
+    assert len(untied.transformer.h) == p + 2 * c + loop_cfg.n_coda and len(loop.transformer.h) == 3
+
+
+@pytest.mark.parametrize("boundary,coda_inject", [("full", True), ("full", False), ("norm_only", True),
+                                                  ("inject_only", True), ("inject_only", False), ("none", True)])
+def test_boundary_ablations_change_only_what_they_name(boundary, coda_inject):
+    base = tiny("loop_2")
+    cfg = tiny("loop_2", boundary=boundary, coda_inject=coda_inject)
+    changed = {f.name for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(base, f.name)}
+    expected = set()
+    if boundary in ("norm_only", "none"):
+        expected |= {"alpha", "coda_inject"}
+    if boundary in ("inject_only", "none"):
+        expected |= {"recurrence_norm"}
+    if not coda_inject:
+        expected |= {"coda_inject"}
+    assert changed == expected
+    full, ablated = build(base), GPT(cfg)
+    ablated.load_state_dict(full.state_dict())
+    idx = tokens(cfg)
+    want = reference_forward(full, idx, 2, alpha=base.alpha if boundary in ("full", "inject_only") else 0,
+                             recurrence_norm=boundary in ("full", "norm_only"), coda_inject=coda_inject)
+    assert torch.allclose(ablated(idx), want, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(full(idx), reference_forward(full, idx, 2, base.alpha, True, True), atol=1e-5, rtol=1e-5)
+    if expected:
+        assert not torch.allclose(ablated(idx), full(idx), atol=1e-4)
+
+
+def test_gradients_reach_every_pass():
+    for arch in ("loop_2", "untied_grow"):
+        cfg = tiny(arch)
+        net = build(cfg)
+        net.set_passes(cfg.passes)
+        idx = tokens(cfg)
+        loss, hidden = net(idx, targets=tokens(cfg, seed=3), return_hidden=True)
+        for h in hidden:
+            h.retain_grad()
+        loss.backward()
+        assert all(h.grad.abs().sum() > 0 for h in hidden)
+        assert all(p.grad.abs().sum() > 0 for p in net.parameters())  # dep: every core's weights
+
+
+def test_passes_override_and_logit_lens():
+    cfg = tiny("loop_grow")
+    net = build(cfg)
+    idx = tokens(cfg)
+    assert net.active_passes == 2
+    for k in (1, 2, 3, 5):  # test-time k != K for a tied model
+        logits, hidden = net(idx, passes=k, return_hidden=True)
+        assert len(hidden) == executed_blocks(cfg, k) + 1 and all(h.dtype == torch.float32 for h in hidden)
+        assert torch.allclose(net.decode(hidden[-1]), logits)
+        assert torch.allclose(logits, reference_forward(net, idx, k, cfg.alpha, True, True), atol=1e-5, rtol=1e-5)
+    assert net.active_passes == 2
+    net.set_passes(3)
+    assert torch.allclose(net(idx), net(idx, passes=3))
+    untied = build(tiny("untied_2"))
+    with pytest.raises(ValueError):
+        untied(idx, passes=3)
+    assert len(untied(idx, return_hidden=True)[1]) == executed_blocks(untied.cfg, 2) + 1
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Growth
+
+def test_untied_growth_copies_and_matches_tied_four_passes():
+    cfg = tiny("untied_grow")
+    net = build(cfg)
+    idx = tokens(cfg)
+    before = {n: p.detach().clone() for n, p in net.named_parameters()}
+    out_k2 = net(idx)
+    with torch.no_grad():  # dormant cores do not take part before growth
+        for block in (*net.core_blocks(2), *net.core_blocks(3)):
+            for p in block.parameters():
+                p.add_(1.0)
+    assert torch.equal(net(idx), out_k2)
+    overwritten = net.grow(4)
+    assert net.active_passes == 4
+    new_ids = {id(p) for r in (2, 3) for b in net.core_blocks(r) for p in b.parameters()}
+    assert {id(p) for p in overwritten} == new_ids and len(overwritten) == len(new_ids)
+    for r in (2, 3):
+        for dst, src in zip(net.core_blocks(r), net.core_blocks(r - 2)):
+            assert all(torch.equal(a, b) for a, b in zip(dst.parameters(), src.parameters()))
+    grown_names = {n for n, p in net.named_parameters() if id(p) in new_ids}
+    assert all(torch.equal(p, before[n]) for n, p in net.named_parameters() if n not in grown_names)
+
+    # with equal weights the grown untied model equals the tied model at 4 passes
+    loop = build(tiny("loop_grow", alpha=cfg.alpha, residual_multiplier=cfg.residual_multiplier), seed=9)
+    for r in range(2):
+        for a, b in zip(net.core_blocks(r), loop.core_blocks(0)):
+            copy_block(a, b)
+    net.set_passes(2)
+    net.grow(4)
+    for a, b in zip(list(net.prelude_blocks()) + list(net.coda_blocks()), list(loop.prelude_blocks()) + list(loop.coda_blocks())):
+        copy_block(a, b)
+    net.transformer.wte.load_state_dict(loop.transformer.wte.state_dict())
+    net.lm_head.load_state_dict(loop.lm_head.state_dict())
+    assert loop.grow(4) == []
+    assert torch.allclose(net(idx), loop(idx), atol=1e-6, rtol=1e-6)
+
+
+def test_staged_growth_2_4_6():
+    cfg = tiny("untied_grow", passes=6)
+    assert (cfg.passes_initial, cfg.passes, len(GPT(cfg).transformer.h)) == (2, 6, cfg.n_prelude + 6 * cfg.n_core + cfg.n_coda)
+    net = build(cfg)
+    assert len(net.grow(4)) == 2 * cfg.n_core * 7
+    with torch.no_grad():  # make cores 3 and 4 distinct from 1 and 2 so the second copy's source is visible
+        for b in net.core_blocks(2):
+            b.attn.c_q.weight.add_(1.0)
+    assert len(net.grow(6)) == 2 * cfg.n_core * 7
+    for dst, src in ((4, 0), (5, 1)):
+        for a, b in zip(net.core_blocks(dst), net.core_blocks(src)):
+            assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
+    assert len(net(tokens(cfg), return_hidden=True)[1]) == executed_blocks(cfg, 6) + 1
+    with pytest.raises(ValueError):
+        net.grow(8)
+    loop = build(tiny("loop_grow", passes=6))
+    assert loop.grow(4) == [] and loop.grow(6) == [] and loop.active_passes == 6
+
+
+def test_deep_vanilla_grow_stacks_a_plain_stack():
+    cfg = tiny("deep_vanilla_grow", depth=4)          # p/c/q = 1/2/1 -> 1 + 2*2 + 1 = 6 blocks before growth
+    net = build(cfg)
+    idx = tokens(cfg)
+    h = net.transformer.h
+    p, c = cfg.n_prelude, cfg.n_core
+
+    def plain(order):
+        x = run_blocks(net, [h[i] for i in order], F.rms_norm(net.transformer.wte(idx), (cfg.width,)))
+        return net.decode(x)
+
+    core1, core2, coda = list(range(p, p + c)), list(range(p + c, p + 2 * c)), list(range(len(h) - cfg.n_coda, len(h)))
+    assert torch.allclose(net(idx), plain([*range(p), *core1, *core2, *coda]), atol=1e-5, rtol=1e-5)
+    assert executed_blocks(cfg, 2) == len(GPT(tiny("deep_vanilla", depth=4)).transformer.h)
+    net.grow(4)
+    # after growth: C1 C2 C1' C2' with C1' = C1, C2' = C2
+    assert torch.allclose(net(idx), plain([*range(p), *core1, *core2, *core1, *core2, *coda]), atol=1e-5, rtol=1e-5)
+
+
+def test_param_groups_cover_every_parameter_once():
+    net = GPT(tiny("untied_grow"))
+    groups = net.param_groups()
+    ids = [id(p) for g in groups.values() for p in g]
+    assert len(ids) == len(set(ids)) == len(list(net.parameters()))
+    assert groups["embedding"] == [net.transformer.wte.weight] and groups["unembedding"] == [net.lm_head.weight]
+    assert sum(p.numel() for p in groups["matrix"]) == model.stored_blocks(net.cfg) * model.params_per_block(net.cfg)
+    names = {n for n, _ in net.named_parameters()}
+    assert {"transformer.h.0.attn.c_q.weight", "transformer.h.0.mlp.c_gate.weight", "lm_head.weight"} <= names
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Checkpoints
+
+def test_load_checkpoint_model_roundtrip(tmp_path):
+    cfg = tiny("loop_grow")
+    net = build(cfg)
+    path = tmp_path / "final.pt"
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=4, tokenizer="bytes", step=7),
+               path)
+    loaded, ckpt = model.load_checkpoint_model(str(path))
+    assert ckpt["step"] == 7 and loaded.active_passes == 4 and not loaded.training
+    idx = tokens(cfg)
+    assert torch.equal(loaded(idx), net(idx, passes=4))
+    with pytest.raises(ValueError, match="not found"):
+        model.load_checkpoint_model(str(tmp_path / "missing.pt"))
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError):
+        model.load_checkpoint_model(str(tmp_path / "bad.pt"))
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model={}, passes=4), tmp_path / "empty.pt")
+    with pytest.raises(ValueError):
+        model.load_checkpoint_model(str(tmp_path / "empty.pt"))
