@@ -1,0 +1,312 @@
+"""Tests for fit.py: the spec B.7 reproduction on the release data, synthetic laws with known answers, edge cases, CLI."""
+import csv
+import json
+import math
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as fit.py does: tiny fits, threaded BLAS only adds contention
+import numpy as np
+import pytest
+
+import fit
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE = os.path.join(REPO, "reference", "fineweb_ladders.csv")
+
+# spec B.7: arm -> (gamma, ln A at C0, multipliers at d8..d20)
+B7 = {
+    "vanilla": (0.111249, 0.48585, [1.0] * 7),
+    "deep_vanilla": (0.111394, 0.47654, [1.0543, 1.0771, 1.0928, 1.0894, 1.0781, 1.0787, 1.0841]),
+    "deep_vanilla_grow": (0.113764, 0.46834, [1.1376, 1.1849, 1.2131, 1.2194, 1.2282, 1.2493, 1.2789]),
+    "operator_1": (0.114274, 0.47187, [1.1207, 1.1599, 1.1734, 1.2098, 1.2302, 1.2337, 1.2507]),
+    "loop_2": (0.114110, 0.47319, [1.0982, 1.1267, 1.1391, 1.1796, 1.2171, 1.2263, 1.2561]),
+    "loop_grow": (0.115935, 0.47060, [1.1214, 1.1788, 1.1986, 1.2466, 1.2989, 1.3180, 1.3556]),
+    "untied_2": (0.114115, 0.46372, [1.1854, 1.2356, 1.2561, 1.2786, 1.3032, 1.3238, 1.3440]),
+    "untied_grow": (0.116787, 0.45589, [1.3044, 1.3347, 1.3646, 1.4336, 1.4846, 1.5201, 1.5526]),
+}
+
+
+def run(capsys, *argv):
+    fit.main([str(a) for a in argv])
+    return capsys.readouterr()
+
+
+def run_json(capsys, *argv):
+    return json.loads(run(capsys, *argv, "--json").out)
+
+
+def cli_error(capsys, *argv):
+    with pytest.raises(SystemExit) as e:
+        fit.main([str(a) for a in argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and err.startswith("fit.py: error:"), err
+    return err
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def synthetic_ladders(tmp_path, arms=None, noise=0.0, seed=0, extra_col=False):
+    """Ladders from known shared-E laws: arm -> (A, gamma); depths 6..20 at C = 1e18 * (d/8)^4.5."""
+    arms = arms or {"vanilla": (1.6, 0.11), "better": (1.55, 0.12)}
+    rng, rows = np.random.default_rng(seed), []
+    for arm, (A, g) in arms.items():
+        for d in range(6, 22, 2):
+            C = 1e18 * (d / 8) ** 4.5
+            L = 1.7 + A * (C / 1e18) ** -g + noise * rng.standard_normal()
+            rows.append([arm, d, C, L] + ([C / 1e15] if extra_col else []))
+    header = ["arm", "depth", "compute_flops", "val_loss"] + (["training_seconds"] if extra_col else [])
+    return write_csv(tmp_path / "ladders.csv", header, rows), rows
+
+
+# ------------------------------------------------------------------------------------------------ ladders
+def test_reproduces_spec_b7(capsys):
+    out = run_json(capsys, "ladders", RELEASE)
+    assert out["E"] == pytest.approx(1.706433, abs=1e-5)
+    assert out["C0"] == pytest.approx(1.055751e18, rel=1e-6)
+    assert set(out["arms"]) == set(B7)
+    for arm, (gamma, logA, mults) in B7.items():
+        r = out["arms"][arm]
+        assert r["gamma"] == pytest.approx(gamma, abs=5e-5), arm
+        assert r["logA_C0"] == pytest.approx(logA, abs=5e-4), arm
+        assert [m["multiplier"] for m in r["multipliers"]] == pytest.approx(mults, abs=0.002), arm
+        assert r["final_multiplier"] == pytest.approx(mults[-1], abs=0.002)
+    assert out["arms"]["vanilla"]["gamma_se"] == pytest.approx(0.000298, abs=2e-6)
+    assert out["arms"]["untied_grow"]["gamma_se"] == pytest.approx(0.000828, abs=2e-6)
+    # spec B.7 caution: the per-arm free-E fits are very different; only Untied-Grow's own data reject the shared E
+    ug = out["arms"]["untied_grow"]
+    assert ug["free_gamma"] == pytest.approx(0.0977, abs=1e-3) and ug["free_E"] == pytest.approx(1.474, abs=2e-3)
+    assert ug["free_disagrees"] and not out["arms"]["vanilla"]["free_disagrees"]
+
+
+def test_synthetic_ladders_recover_exponents_and_fitted_multiplier(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path)
+    out = run_json(capsys, "ladders", path)
+    assert out["E"] == pytest.approx(1.7, abs=1e-4)
+    assert out["arms"]["better"]["gamma"] == pytest.approx(0.12, abs=1e-4)
+    assert out["arms"]["vanilla"]["A"] == pytest.approx(1.6, abs=1e-3)
+    # pi(C) from the two exact laws, in closed form
+    c = out["arms"]["vanilla"]["multipliers"][-1]["compute"] / 1e18
+    lo = math.log(1.6) - 0.11 * math.log(c)  # ln(L_ref - E)
+    c_arm = math.exp((math.log(1.55) - lo) / 0.12)
+    assert out["arms"]["better"]["fitted_final_multiplier"] == pytest.approx(c / c_arm, rel=1e-3)
+
+
+def test_compute_at_loss_edge_cases():
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    # no bracket: target below every loss -> missing, never extrapolated
+    assert math.isnan(fit.compute_at_loss(x, np.array([3.0, 2.9, 2.8, 2.7]), 2.5))
+    # linear in loss, log in compute
+    assert fit.compute_at_loss(x, np.array([3.0, 2.0, 1.5, 1.0]), 2.5) == pytest.approx(math.sqrt(2))
+    # a non-monotone (worsening) segment is skipped even if it brackets the target; the minimum compute wins
+    loss = np.array([3.0, 2.0, 2.6, 2.2])
+    assert fit.compute_at_loss(x, loss, 2.4) == pytest.approx(2 ** 0.6)  # from the first segment only
+    assert fit.compute_at_loss(x, np.array([3.0, 3.0, 2.0, 1.0]), 2.99) == pytest.approx(4 * 2 ** -0.99)
+    assert math.isnan(fit.compute_at_loss(x, np.array([2.0, 2.5, 3.0, 3.5]), 2.2))
+
+
+def test_bad_arms_do_not_stop_others(tmp_path, capsys):
+    path, rows = synthetic_ladders(tmp_path)
+    rows += [["tiny", 8, 1e18, 3.0], ["tiny", 10, 3e18, 2.9]]  # fewer than 3 points
+    rows += [["below_floor", d, 1e18 * d, 1.69 - 0.01 * d] for d in (6, 8, 10)]  # loss <= E
+    rows += [["never_reaches", d, 1e18 * (d / 8) ** 4.5, 3.6 - 0.01 * d] for d in (6, 8, 10, 12)]  # no bracket
+    write_csv(path, ["arm", "depth", "compute_flops", "val_loss"], rows)
+    res = run(capsys, "ladders", path, "--json")
+    out = json.loads(res.out)
+    assert set(out["arms"]) == {"vanilla", "better", "never_reaches"}
+    assert "fewer than 3" in out["errors"]["tiny"] and "<= E" in out["errors"]["below_floor"]
+    assert out["arms"]["never_reaches"]["multipliers"] == [] and out["arms"]["never_reaches"]["final_multiplier"] is None
+    assert "arm tiny:" in res.err and "arm below_floor:" in res.err and "arm never_reaches: no improving bracket" in res.err
+
+
+def test_bootstrap_reproducible_with_seed(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path, noise=0.003)
+    a = run_json(capsys, "ladders", path, "--bootstrap", 20, "--seed", 3)
+    b = run_json(capsys, "ladders", path, "--bootstrap", 20, "--seed", 3)
+    c = run_json(capsys, "ladders", path, "--bootstrap", 20, "--seed", 4)
+    assert a == b and a["arms"]["better"]["gamma_ci"] != c["arms"]["better"]["gamma_ci"]
+    r = a["arms"]["better"]
+    assert r["gamma_ci"][0] <= r["gamma_ci"][1] and r["bootstrap_valid"] > 15
+    assert r["final_multiplier_ci"][0] <= r["final_multiplier_ci"][1] and len(a["E_ci"]) == 2
+
+
+def test_extrapolate_warns_and_gives_ci(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path, noise=0.002)
+    res = run(capsys, "ladders", path, "--extrapolate", 1e25, "--bootstrap", 10, "--json")
+    e = json.loads(res.out)["arms"]["better"]["extrapolate"]
+    assert e["compute"] == 1e25 and e["multiplier"] > 1 and e["ci"][0] <= e["ci"][1]
+    assert "warning: extrapolating" in res.err
+    assert "warning" not in run(capsys, "ladders", path, "--extrapolate", 1e20, "--bootstrap", 2, "--json").err
+
+
+def test_result_json_runs_and_time_axis(tmp_path, capsys):
+    path, rows = synthetic_ladders(tmp_path)
+    runs = tmp_path / "runs"
+    for arm, d, C, L in rows:
+        os.makedirs(runs / f"{arm}_d{d:02d}")
+        with open(runs / f"{arm}_d{d:02d}" / "result.json", "w") as f:
+            json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
+                           total_training_time_seconds=C / 1e15), f)
+    os.makedirs(runs / "vanilla_d22")
+    with open(runs / "vanilla_d22" / "result.json", "w") as f:
+        json.dump(dict(status="running", arch="vanilla", depth=22), f)
+    from_csv = run_json(capsys, "ladders", path)
+    res = run(capsys, "ladders", runs, "--json")
+    assert json.loads(res.out)["arms"] == from_csv["arms"] and "status 'running'" in res.err
+    # a glob and a single run dir work too
+    glob_out = run_json(capsys, "ladders", str(runs / "*" / "result.json"))
+    assert glob_out["arms"]["better"]["gamma"] == from_csv["arms"]["better"]["gamma"]
+    # --time: the same laws on training seconds give the same exponents (time is proportional to FLOPs here)
+    t = run_json(capsys, "ladders", runs, "--time")
+    assert t["x_unit"] == "s" and t["arms"]["better"]["gamma"] == pytest.approx(0.12, abs=1e-4)
+    csv_t, _ = synthetic_ladders(tmp_path, extra_col=True)
+    assert run_json(capsys, "ladders", csv_t, "--time")["arms"]["better"]["multipliers"] == t["arms"]["better"]["multipliers"]
+
+
+def test_figures_written(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path)
+    res = run(capsys, "ladders", path, "--out", tmp_path / "figs")
+    for name in ("fig3_ladders", "fig2_left"):
+        for ext in ("png", "pdf"):
+            assert os.path.getsize(tmp_path / "figs" / f"{name}.{ext}") > 1000
+    assert "gamma ± se" in res.out and "mult last" in res.out
+
+
+def test_cli_errors(tmp_path, capsys):
+    cli_error(capsys, "ladders", tmp_path / "missing.csv")
+    bad = write_csv(tmp_path / "bad.csv", ["arm", "depth", "val_loss"], [["vanilla", 8, 3.0]])
+    assert "missing column(s) compute_flops" in cli_error(capsys, "ladders", bad)
+    path, _ = synthetic_ladders(tmp_path)
+    assert "reference arm 'nope'" in cli_error(capsys, "ladders", path, "--reference-arm", "nope")
+    assert "training_seconds" in cli_error(capsys, "ladders", path, "--time")
+    cli_error(capsys, "ladders", tmp_path / "nothing_here")
+    cli_error(capsys, "frobnicate")
+    cli_error(capsys, "ladders", path, "--bootstrap", "many")
+    cli_error(capsys, "surface", bad)
+    few = write_csv(tmp_path / "few.csv", ["arm", "depth", "compute_flops", "val_loss"],
+                    [["vanilla", 8, 1e18, 3.0], ["vanilla", 10, 2e18, 2.9]])
+    assert "reference arm vanilla: fewer than 3 points" in cli_error(capsys, "ladders", few)
+
+
+# ------------------------------------------------------------------------------------------------ surface
+def surface_grid(k, noise, seed=0, A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.5):
+    N, D = np.meshgrid(np.geomspace(5e7, 2e9, 6), np.geomspace(1e9, 1e11, 6))
+    N, D = N.ravel(), D.ravel()
+    L = (A / N ** alpha + B / D ** beta) ** k + E
+    return N, D, L * np.exp(noise * np.random.default_rng(seed).standard_normal(len(L)))
+
+
+@pytest.mark.parametrize("form,k", [("chinchilla", 1.0), ("skaling", 0.5), ("skaling", 1.0)])
+def test_surface_recovers_parameters(form, k):
+    N, D, L = surface_grid(k, noise=5e-4)
+    p = fit.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
+    assert p["k"] == pytest.approx(k, abs=0.1)  # k = 1 data gives k ~ 1 under the Skaling form
+    assert p["alpha"] == pytest.approx(0.4, abs=0.05) and p["beta"] == pytest.approx(0.3, abs=0.05)
+    assert p["E"] == pytest.approx(1.5, abs=0.1)
+    assert fit.mape(p, N, D, L) < 0.1
+
+
+def test_compute_optimal_closed_form():
+    p = dict(A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.5, k=0.5)
+    o = fit.compute_optimal(p, 1e21)
+    Ns = np.geomspace(o["N"] / 3, o["N"] * 3, 2001)  # brute force along 6 N D = C
+    assert Ns[np.argmin(fit.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
+    assert 6 * o["N"] * o["D"] == pytest.approx(1e21) and o["ratio"] == pytest.approx(o["D"] / o["N"])
+
+
+def test_regime_split_as_documented():
+    N, D, _ = surface_grid(1.0, 0.0)  # 6 x 6 grid; frac 0.25 -> the largest ceil(1.5) = 2 N and 2 D values are 'large'
+    r = fit.split_regimes(N, D, 0.25)
+    assert {k: int(v.sum()) for k, v in r.items()} == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
+    big_n, big_d = np.unique(N)[-2:], np.unique(D)[-2:]
+    assert np.array_equal(r["far"], np.isin(N, big_n) & np.isin(D, big_d))
+    assert np.array_equal(r["extrapolate_N"], np.isin(N, big_n) & ~np.isin(D, big_d))
+    assert sum(r.values()).max() == 1  # a partition
+
+
+def test_surface_cli(tmp_path, capsys):
+    N, D, L = surface_grid(0.5, 5e-4)
+    path = write_csv(tmp_path / "grid.csv", ["N", "compute", "loss"], zip(N, 6 * N * D, L))
+    out = run_json(capsys, "surface", path, "--form", "both", "--hops", 0, "--folds", 2, "--sparse-l", "--budgets", 1e21)
+    assert out["regimes"] == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
+    sk, ch = out["forms"]["skaling"], out["forms"]["chinchilla"]
+    assert sk["params"]["k"] == pytest.approx(0.5, abs=0.1)
+    assert sk["cv_mape"]["far"]["mean"] < ch["cv_mape"]["far"]["mean"]  # the coupled form extrapolates better here
+    assert sk["sparse_l"]["n_fit"] == 11 and sk["sparse_l"]["mape_rest"] < 3.0
+    assert sk["optimal"][0]["compute"] == 1e21
+
+
+# ------------------------------------------------------------------------------------------------ other fits
+def test_downstream_forecast(tmp_path, capsys):
+    tasks = {"t1": (0.6, 1.0, 0.3, 4.0, 5.0), "t2": (0.8, 1.5, 0.25, 3.0, 4.0), "t3": (0.5, 0.8, 0.35, 5.0, 4.5)}
+    arms = {"vanilla": 1.0, "better": 0.9}  # the better arm's reducible NLL is scaled down
+    r_true, rows = 0.9, []
+    for arm, s in arms.items():
+        for C in np.geomspace(3e17, 1e20, 7):
+            nll = {t: E + s * A * (C / 1e18) ** -al for t, (E, A, al, a, b) in tasks.items()}
+            acc = {t: 1 / (1 + math.exp(tasks[t][3] * nll[t] - tasks[t][4])) for t in tasks}
+            rows.append([arm, C, r_true * np.mean(list(acc.values()))] + list(nll.values()) + list(acc.values()))
+    path = write_csv(tmp_path / "down.csv", ["arm", "compute_flops", "core"] + [f"nll:{t}" for t in tasks]
+                     + [f"acc:{t}" for t in tasks], rows)
+    out = run_json(capsys, "downstream", path, "--targets", 0.3, "--at", 1e21)
+    assert out["ratio"] == pytest.approx(r_true, abs=1e-6)
+    for t, (E, A, al, a, b) in tasks.items():
+        assert out["sigmoids"][t]["a"] == pytest.approx(a, abs=1e-3) and out["sigmoids"][t]["b"] == pytest.approx(b, abs=1e-3)
+        assert out["arms"]["vanilla"]["nll_laws"][t]["alpha"] == pytest.approx(al, abs=1e-3)
+
+    def true_core(C, s):
+        return r_true * np.mean([1 / (1 + math.exp(a * (E + s * A * (C / 1e18) ** -al) - b)) for E, A, al, a, b in tasks.values()])
+    for arm, s in arms.items():
+        C = out["arms"][arm]["compute_for_target"]["0.3"]
+        assert true_core(C, s) == pytest.approx(0.3, abs=1e-4)
+        assert out["arms"][arm]["core_at"]["1e+21"] == pytest.approx(true_core(1e21, s), abs=1e-4)
+
+
+def test_tpp_growth_lr_vertices(tmp_path, capsys):
+    rows = [[C, t, math.exp(0.05 * (math.log(t) - math.log(opt)) ** 2 + 1.1)]
+            for C, opt in ((1e18, 5.0), (3e18, 5.5), (1e19, 6.0)) for t in (2, 3.5, 5, 8, 13)]
+    out = run_json(capsys, "tpp", write_csv(tmp_path / "tpp.csv", ["compute_flops", "tpp", "val_loss"], rows))
+    assert [b["tpp"] for b in out["budgets"]] == pytest.approx([5.0, 5.5, 6.0], rel=1e-6)
+    assert out["mean_tpp"] == pytest.approx(5.5, rel=1e-6) and out["scale_shift"]["beta"] > 0
+    rows = [[d, 1e18 * d, r, 3.0 + 0.1 * (r - opt) ** 2] for d, opt in ((8, 0.52), (9, 0.56), (10, 0.55))
+            for r in (0.2, 0.4, 0.6, 0.8)]
+    out = run_json(capsys, "growth", write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows))
+    assert [g["rho"] for g in out["groups"]] == pytest.approx([0.52, 0.56, 0.55]) and out["rho"] == 0.5
+    rows = [[n, v, math.exp(0.02 * (math.log(v) - math.log(0.04 * (n / 1e8) ** -0.7)) ** 2 + 1.2)]
+            for n in (1e8, 2e8, 4e8) for v in (0.01, 0.02, 0.04, 0.08, 0.16)]
+    out = run_json(capsys, "lr", write_csv(tmp_path / "lr.csv", ["params", "value", "val_loss"], rows))
+    assert out["lr"]["beta"] == pytest.approx(-0.7, abs=1e-6) and out["lr"]["anchor"]["value"] == pytest.approx(0.04)
+    # no interior minimum: one line naming the group, the others still fitted
+    rows += [[8e8, v, 2.0 - 0.01 * math.log(v) ** 2] for v in (0.01, 0.02, 0.04)]
+    res = run(capsys, "lr", write_csv(tmp_path / "lr2.csv", ["params", "value", "val_loss"], rows), "--json")
+    assert "lr size 800000000.0: no interior minimum" in res.err and len(json.loads(res.out)["lr"]["optima"]) == 3
+
+
+def test_loops(tmp_path, capsys):
+    # log L = base(C) + 0.02 (ln K - ln K*(C))^2 with K*(C) = 2 (C / 1e18)^0.5; compute = d^2 K 1e16 (linear grid in C)
+    rows = []
+    for d in range(4, 20):
+        for K in (1, 2, 3, 4, 6, 8, 12):
+            C = d ** 2 * K * 1e16
+            kstar = 2 * (C / 1e18) ** 0.5
+            for wd in (0.4, 0.8):
+                rows.append([d, K, wd, C, math.exp(1.2 - 0.05 * math.log(C / 1e18) + 0.02 * (math.log(K / kstar)) ** 2
+                                                   + (0.01 if wd == 0.4 else 0.0))])
+    path = write_csv(tmp_path / "grid.csv", ["depth", "loops", "weight_decay", "compute_flops", "val_loss"], rows)
+    out = run_json(capsys, "loops", path, "--budgets", 5e17, 2e18)
+    assert [b["best_loops"] for b in out["budgets"]] == pytest.approx([2 ** 0.5, 2 ** 1.5], rel=0.05)
+    assert out["budgets"][1]["gap_to_k1"] > 0
+    assert out["gain_fixed_wd"] > 1 and out["gain_all_wd"] >= out["gain_fixed_wd"] - 1e-9
+
+
+def test_loops_gain_exact():
+    # a frontier that reaches every Operator-1 loss with 2.2x less compute
+    op = [(1e18 * 2 ** i, 3.0 - 0.1 * i) for i in range(5)]
+    env = fit.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
+    assert op[-1][0] / fit.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
+    assert math.isnan(fit.compute_at_loss_linear(env, 2.0))
