@@ -1,0 +1,777 @@
+"""Token pools and the training/validation loaders (spec §5).
+
+    python data.py prepare --corpus stdlib --tokenizer bytes --out data/stdlib   # offline, < 1 min
+    python data.py prepare ... --if-missing    # no-op when --out already holds a complete pool
+    python data.py prepare --corpus fineweb --out data/fineweb                   # GPT-2 tokens, downloads FineWeb
+    python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
+    python data.py verify data/stdlib          # check sizes and sha256 of a pool
+    python data.py bench                       # tokenizer throughput, loader cost vs a tiny model step
+
+A pool directory holds, per split ("train", "val"): `<split>.bin` (flat uint16 tokens, memory-mappable),
+`<split>.docs.bin` (int64 offset of each document's BOS; the first is 0) and one `corpus.json` manifest
+(corpus, revision, tokenizer, counts, sha256, sources, status). Every document is [BOS] + tokens, no EOS.
+Pools are written incrementally with a checkpoint in corpus.json after each finished source, so a prepare
+that was interrupted anywhere resumes from the last checkpoint when re-run; "status": "complete" is written last.
+
+Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (endpoint from $HF_ENDPOINT, token from
+$HF_TOKEN); "stdlib", the running interpreter's standard-library .py files (validation = files with
+sha1(relative path) mod 50 == 0); "files", local .txt / .jsonl ("text" field) / .parquet ("text" column)
+files (validation = documents with sha1(text) mod 50 == 0).
+
+TrainLoader reproduces the packing of spec §5.3: what optimizer step s sees depends only on (seed, s), never on
+the world size or micro-batch size, so resuming is just continuing at the step.
+"""
+import argparse
+import glob
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import sysconfig
+import tempfile
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.parquet as pq
+import requests
+import tiktoken
+import torch
+
+HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+
+# Corpus recipes (spec §5.2). Budgets are in tokens (BOS included); None = everything the sources hold.
+CORPORA = {
+    "fineweb": dict(repo="HuggingFaceFW/fineweb", revision="9bb295ddab0e05d785b879661af7260fed5140fc",
+                    val_dir="sample/10BT", train_dir="sample/100BT", dedup=True,
+                    val_tokens=10_000_000, train_tokens=30_000_000_000),
+    "fineweb-edu": dict(repo="HuggingFaceFW/fineweb-edu", revision="87f09149ef4734204d70ed1d046ddc9ca3f2b8f9",
+                        val_dir=None, train_dir="sample/100BT", dedup=False,  # val = shard 0 of train_dir
+                        val_tokens=10_200_000, train_tokens=40_000_000_000),
+    "stdlib": dict(val_every=50, val_tokens=None, train_tokens=None),
+    "files": dict(val_every=50, val_tokens=None, train_tokens=None),
+}
+# A cut connection loses less than one chunk of what was received.
+DOWNLOAD = dict(retries=8, backoff_s=2.0, max_backoff_s=60.0, timeout_s=60, chunk_bytes=1 << 16)
+BATCH_DOCS = 4096                  # documents tokenised per round of the worker pool
+BATCH_CHARS = 64 << 20             # ... or fewer, if their text is longer than this
+CHECKPOINT_EVERY_S = 10.0          # min seconds between manifest checkpoints (remote shards always checkpoint)
+SIGNATURE_TOKENS = 64              # FineWeb de-dup: SHA-1 of the first <= 64 body tokens, uint32 LE
+EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + epoch*1,000,003 + stage*101
+SPLITS = ("train", "val")
+
+
+class DataError(Exception):
+    """A problem with the inputs or a pool; the message is one line that says what to do."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Tokenizers
+
+def get_tokenizer(name):
+    """tiktoken Encoding: "gpt2" (downloads its vocab on first use) or "bytes" (offline, 256 bytes + BOS)."""
+    if name == "gpt2":
+        try:
+            return tiktoken.get_encoding("gpt2")
+        except Exception as e:  # tiktoken fetches the vocab over the network; any failure means "not available"
+            raise DataError(f"cannot load tiktoken's gpt2 vocabulary ({type(e).__name__}); it is downloaded on "
+                            f"first use, so run once with internet access or use --tokenizer bytes") from None
+    if name == "bytes":
+        # No merges, so every UTF-8 byte is its own token; the pattern only cuts text into pieces and matches
+        # every character (tiktoken drops unmatched text), so encoding is lossless.
+        return tiktoken.Encoding(name="bytes", pat_str=r"(?s:.{1,4096})",
+                                 mergeable_ranks={bytes([i]): i for i in range(256)},
+                                 special_tokens={"<|endoftext|>": 256})
+    raise DataError(f"unknown tokenizer {name!r}; choose gpt2 or bytes")
+
+
+def token_byte_lengths(enc):
+    """Bytes of each token id (0 for BOS/<|endoftext|>), for bits-per-byte."""
+    lengths = np.zeros(enc.n_vocab, dtype=np.int64)
+    for i in range(enc.n_vocab):
+        if i != enc.eot_token:
+            lengths[i] = len(enc.decode_single_token_bytes(i))
+    return lengths
+
+
+_worker_enc = None
+
+
+def _init_worker(tokenizer):
+    global _worker_enc
+    _worker_enc = get_tokenizer(tokenizer)
+
+
+def _encode_docs(texts):
+    """Worker: [BOS] + encode_ordinary(text) for each text, as uint16 arrays."""
+    bos = _worker_enc.eot_token
+    return [np.array([bos] + _worker_enc.encode_ordinary(t), dtype=np.uint16) for t in texts]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Hugging Face listing and resumable downloads
+
+def _auth_headers():
+    token = os.environ.get("HF_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def hf_list(repo, revision, path):
+    """Files directly under `path` of a dataset repo at `revision`: sorted [{path, size, sha256}]."""
+    url = f"{HF_ENDPOINT}/api/datasets/{repo}/tree/{revision}/{path}"
+    entries = []
+    while url:
+        try:
+            r = requests.get(url, headers=_auth_headers(), timeout=DOWNLOAD["timeout_s"])
+            r.raise_for_status()
+        except requests.RequestException as e:
+            raise DataError(f"cannot list {repo}@{revision}/{path}: {e}") from None
+        entries += r.json()
+        url = r.links.get("next", {}).get("url")  # the Hub paginates large folders with a Link header
+    files = [dict(path=e["path"], size=e.get("size"), sha256=(e.get("lfs") or {}).get("oid"))
+             for e in entries if e.get("type") == "file" and e["path"].endswith(".parquet")]
+    if not files:
+        raise DataError(f"no parquet files under {repo}@{revision}/{path}")
+    return sorted(files, key=lambda f: f["path"])
+
+
+def hf_url(repo, revision, path):
+    return f"{HF_ENDPOINT}/datasets/{repo}/resolve/{revision}/{path}"
+
+
+def _progress(name, done, total, start_bytes, t0):
+    rate = (done - start_bytes) / max(time.time() - t0, 1e-9)
+    eta = f"{(total - done) / rate:.0f}s" if total and rate > 0 else "?"
+    of = f"/{total / 1e6:.1f}" if total else ""
+    print(f"\r  {name}: {done / 1e6:.1f}{of} MB  {rate / 1e6:.1f} MB/s  ETA {eta}   ", end="", file=sys.stderr,
+          flush=True)
+
+
+def download(url, dest, expected_size=None, expected_sha256=None):
+    """Stream `url` to dest + ".part", resuming with HTTP Range and retrying with backoff; the file appears
+    under `dest` only when its size (announced by the server and the listing) and sha256 (if known) match."""
+    part = dest + ".part"
+    name = os.path.basename(dest)
+    last_error = None
+    for attempt in range(DOWNLOAD["retries"]):
+        if attempt:
+            time.sleep(min(DOWNLOAD["backoff_s"] * 2 ** (attempt - 1), DOWNLOAD["max_backoff_s"]))
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        headers = dict(_auth_headers(), **({"Range": f"bytes={have}-"} if have else {}))
+        try:
+            with requests.get(url, headers=headers, stream=True, timeout=DOWNLOAD["timeout_s"]) as r:
+                if r.status_code == 416 and have:  # nothing left to send: the .part may already be whole
+                    total = r.headers.get("Content-Range", "*/*").rsplit("/", 1)[1]
+                    total = int(total) if total.isdigit() else None
+                elif r.status_code in (401, 403, 404):
+                    raise DataError(f"{url} answered HTTP {r.status_code}"
+                                    + ("; set HF_TOKEN if the dataset needs a login" if r.status_code != 404 else ""))
+                else:
+                    r.raise_for_status()
+                    if r.status_code == 206:
+                        first, total = r.headers["Content-Range"].split(" ")[1].split("/")
+                        if int(first.split("-")[0]) != have:
+                            raise DataError(f"{url}: server resumed at the wrong offset ({first}, wanted {have})")
+                        total = int(total)
+                    else:  # a plain 200 restarts from byte 0
+                        have, total = 0, int(r.headers["Content-Length"]) if "Content-Length" in r.headers else None
+                    if expected_size is not None and total is not None and total != expected_size:
+                        raise DataError(f"size mismatch for {url}: server announces {total} bytes, the listing "
+                                        f"says {expected_size}; delete {part} and retry, or check the revision")
+                    t0, start, shown = time.time(), have, 0.0
+                    with open(part, "ab" if have else "wb") as f:
+                        for chunk in r.iter_content(DOWNLOAD["chunk_bytes"]):
+                            f.write(chunk)
+                            have += len(chunk)
+                            if time.time() - shown > 1.0 or have == total:
+                                _progress(name, have, total, start, t0)
+                                shown = time.time()
+                    print(file=sys.stderr)
+        except requests.RequestException as e:  # cut connections, timeouts, 5xx: resume on the next attempt
+            last_error = f"{type(e).__name__}: {e}"
+            continue
+        size = os.path.getsize(part)
+        want = expected_size if expected_size is not None else total
+        if want is not None and size < want:
+            last_error = f"got {size} of {want} bytes"
+            continue
+        if want is not None and size > want:
+            os.remove(part)
+            raise DataError(f"size mismatch for {url}: received {size} bytes, expected {want}")
+        if expected_sha256 and _sha256(part) != expected_sha256:
+            os.remove(part)
+            raise DataError(f"sha256 mismatch for {url}; the partial file was removed, re-run to download again")
+        os.replace(part, dest)
+        return dest
+    raise DataError(f"download of {url} failed after {DOWNLOAD['retries']} attempts ({last_error}); "
+                    f"re-run to resume from {part}")
+
+
+def _sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(16 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sources: an ordered list of files, each feeding "train", "val" or (split="by-doc") both by document hash
+
+def _hash_mod(key, every):
+    return int.from_bytes(hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()[:8], "big") % every
+
+
+def corpus_settings(corpus, files_glob=None):
+    """What identifies a pool's content besides tokenizer and budgets (compared when re-running prepare)."""
+    if corpus not in CORPORA:
+        raise DataError(f"unknown corpus {corpus!r}; choose one of {', '.join(CORPORA)}")
+    if (corpus == "files") != bool(files_glob):
+        raise DataError("--files GLOB is required with --corpus files and only allowed there "
+                        "(e.g. --files 'texts/**/*.jsonl')")
+    recipe = CORPORA[corpus]
+    if corpus in ("fineweb", "fineweb-edu"):
+        return dict(corpus=corpus, repo=recipe["repo"], revision=recipe["revision"])
+    if corpus == "stdlib":
+        return dict(corpus=corpus, root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0])
+    return dict(corpus=corpus, files=files_glob)
+
+
+def list_sources(corpus, files_glob=None):
+    """Ordered list of sources: dicts with name, split and either path (local) or url, size, sha256."""
+    recipe = CORPORA[corpus]
+    if corpus in ("fineweb", "fineweb-edu"):
+        repo, rev = recipe["repo"], recipe["revision"]
+        train = hf_list(repo, rev, recipe["train_dir"])
+        if recipe["val_dir"]:
+            val = hf_list(repo, rev, recipe["val_dir"])
+        else:
+            val, train = train[:1], train[1:]
+        return [dict(name=f["path"], url=hf_url(repo, rev, f["path"]), size=f["size"], sha256=f["sha256"],
+                     split=split) for split, group in (("val", val), ("train", train)) for f in group]
+    if corpus == "stdlib":
+        root = sysconfig.get_paths()["stdlib"]
+        names = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__")]
+            names += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames if f.endswith(".py")]
+        return [dict(name=n, path=os.path.join(root, n),
+                     split="val" if _hash_mod(n, recipe["val_every"]) == 0 else "train") for n in sorted(names)]
+    paths = sorted(p for p in glob.glob(files_glob, recursive=True) if os.path.isfile(p))
+    bad = [p for p in paths if not p.endswith((".txt", ".jsonl", ".parquet"))]
+    if bad:
+        raise DataError(f"unsupported file {bad[0]}; --files must match only .txt, .jsonl or .parquet files")
+    if not paths:
+        raise DataError(f"--files {files_glob!r} matches no files")
+    return [dict(name=os.path.abspath(p), path=os.path.abspath(p), split="by-doc") for p in paths]
+
+
+def read_texts(path):
+    """Documents of a local file, in file order: .txt/.py = one document, .jsonl = "text" field per line,
+    .parquet = "text" column."""
+    if path.endswith(".parquet"):
+        try:
+            pf = pq.ParquetFile(path)
+            for batch in pf.iter_batches(columns=["text"], batch_size=1024):
+                yield from batch.column(0).to_pylist()
+        except (KeyError, ValueError, OSError) as e:  # pyarrow reports a missing column / bad file this way
+            raise DataError(f"cannot read a 'text' column from {path}: {e}".splitlines()[0]) from None
+    elif path.endswith(".jsonl"):
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        yield json.loads(line)["text"]
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise DataError(f"{path}:{line_no}: not a JSON object with a 'text' field") from None
+    else:
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:  # the stdlib ships a few deliberately non-UTF-8 test files; skip them
+            if not path.endswith(".py"):
+                raise DataError(f"{path} is not UTF-8 text") from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pool writing (incremental, checkpointed, resumable)
+
+def _token_path(out, split):
+    return os.path.join(out, f"{split}.bin")
+
+
+def _docs_path(out, split):
+    return os.path.join(out, f"{split}.docs.bin")
+
+
+def _write_manifest(out, manifest):
+    tmp = os.path.join(out, "corpus.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(manifest, f, indent=1)
+    os.replace(tmp, os.path.join(out, "corpus.json"))
+
+
+class PoolWriter:
+    """Appends documents to both splits with token budgets and (optionally) FineWeb signature de-dup."""
+
+    def __init__(self, out, manifest, resume):
+        self.out, self.manifest = out, manifest
+        self.budget = manifest["budgets"]
+        self.count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
+        self.docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
+        self.files = {}
+        for s in SPLITS:
+            for path, size in ((_token_path(out, s), 2 * self.count[s]), (_docs_path(out, s), 8 * self.docs[s])):
+                f = open(path, "r+b" if resume else "w+b")
+                f.truncate(size)  # drop anything written after the last checkpoint
+                f.seek(size)
+                self.files[path] = f
+        self.buffered = {s: ([], []) for s in SPLITS}  # (token arrays, doc starts) not yet written
+        self.val_signatures = None
+
+    def wants(self, split):
+        return self.budget[split] is None or self.count[split] < self.budget[split]
+
+    def add(self, split, tokens):
+        if not self.wants(split):
+            return
+        if split == "train" and self.manifest["dedup"]:
+            if self.val_signatures is None:
+                self.val_signatures = self._signatures("val")
+            if _signature(tokens) in self.val_signatures:
+                self.manifest["dedup_skipped_docs"] += 1
+                return
+        if self.budget[split] is not None:
+            tokens = tokens[:self.budget[split] - self.count[split]]  # the last document is truncated
+        self.buffered[split][0].append(tokens)
+        self.buffered[split][1].append(self.count[split])
+        self.count[split] += len(tokens)
+        self.docs[split] += 1
+
+    def _signatures(self, split):
+        self.flush()
+        pool = _open_arrays(self.out, split, self.count[split], self.docs[split])
+        ends = np.append(pool[1][1:], len(pool[0]))
+        return {_signature(pool[0][a:b]) for a, b in zip(pool[1], ends)}
+
+    def flush(self):
+        for s, (token_arrays, starts) in self.buffered.items():
+            if starts:
+                self.files[_token_path(self.out, s)].write(np.concatenate(token_arrays).tobytes())
+                self.files[_docs_path(self.out, s)].write(np.array(starts, dtype=np.int64).tobytes())
+                token_arrays.clear()
+                starts.clear()
+        for f in self.files.values():
+            f.flush()
+
+    def checkpoint(self, sources_done):
+        self.flush()
+        for s in SPLITS:
+            self.manifest["splits"][s].update(token_count=self.count[s], doc_count=self.docs[s])
+        self.manifest["sources_done"] = sources_done
+        _write_manifest(self.out, self.manifest)
+
+    def finish(self):
+        self.checkpoint(len(self.manifest["sources"]))
+        for f in self.files.values():
+            os.fsync(f.fileno())
+            f.close()
+        for s in SPLITS:
+            self.manifest["splits"][s]["sha256"] = _sha256(_token_path(self.out, s))
+        self.manifest.update(status="complete", finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+        _write_manifest(self.out, self.manifest)
+
+
+def _signature(tokens):
+    return hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
+
+
+_END_OF_SOURCE = object()   # stream markers: a source's documents are all yielded ...
+_FLUSH = object()           # ... / write everything pending before the next download
+
+
+def _documents(sources, first, writer, workdir, val_every):
+    """(source index, split, text) in pool order, plus markers; skips sources whose splits are full."""
+    for k in range(first, len(sources)):
+        src = sources[k]
+        splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
+        if "url" in src:
+            yield _FLUSH  # so that writer.wants() below is exact and no needless shard is downloaded
+        if any(writer.wants(s) for s in splits):
+            if "url" in src:
+                print(f"source {k + 1}/{len(sources)}: {src['name']}", file=sys.stderr)
+                path = download(src["url"], os.path.join(workdir, src["name"].replace("/", "__")),
+                                src["size"], src["sha256"])
+            else:
+                path = src["path"]
+            for text in read_texts(path):
+                split = src["split"] if src["split"] != "by-doc" else \
+                    ("val" if _hash_mod(text, val_every) == 0 else "train")
+                if writer.wants(split):
+                    yield k, split, text
+        yield k, _END_OF_SOURCE, None
+
+
+def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
+    """Build, resume or confirm the pool in `out`. Returns its finished manifest."""
+    settings = corpus_settings(corpus, files_glob)
+    enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
+    if enc.n_vocab > 1 << 16:
+        raise DataError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; pools store uint16")
+    try:
+        os.makedirs(out, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+    recipe = CORPORA[corpus]
+    budgets = dict(train=train_tokens if train_tokens is not None else recipe["train_tokens"],
+                   val=val_tokens if val_tokens is not None else recipe["val_tokens"])
+    settings.update(tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token, budgets=budgets,
+                    dedup=recipe.get("dedup", False))
+
+    old = _read_manifest(out)
+    same = old is not None and all(old.get(k) == v for k, v in settings.items())
+    if old is not None and old.get("status") == "complete":
+        if not same:
+            raise DataError(f"{out} already holds a complete {old.get('corpus')} pool with other settings; "
+                            f"use another --out or delete it first")
+        for split in SPLITS:
+            load_pool(out, split, verify_hash=True)
+        print(f"{out}: pool already complete and verified", file=sys.stderr)
+        return old
+    sources = list_sources(corpus, files_glob)
+    names = [s["name"] for s in sources]
+    workdir = os.path.join(out, "downloads")
+    resume = same and old.get("sources") == names and all(
+        os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
+            (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
+            (_docs_path(out, s), 8 * old["splits"][s]["doc_count"])))
+    if old is not None:
+        print(f"{out}: {'resuming' if resume else 'restarting'} an interrupted prepare", file=sys.stderr)
+    if resume:
+        manifest = old
+    else:
+        manifest = dict(schema_version=1, status="running", **settings, dtype="uint16", sources=names,
+                        sources_done=0, dedup_skipped_docs=0, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        splits={s: dict(tokens_file=f"{s}.bin", docs_file=f"{s}.docs.bin", token_count=0,
+                                        doc_count=0) for s in SPLITS})
+        _write_manifest(out, manifest)  # "running" before any pool file is (re)created
+        if os.path.isdir(workdir):      # partial downloads may belong to other settings
+            for name in os.listdir(workdir):
+                os.remove(os.path.join(workdir, name))
+    os.makedirs(workdir, exist_ok=True)
+    writer = PoolWriter(out, manifest, resume)
+    workers = workers or os.cpu_count() or 1
+    n_groups = 4 * workers
+    t0 = last_checkpoint = time.time()
+    tokenized = 0
+    pending, pending_chars = [], dict(train=0, val=0)
+
+    def write_pending():
+        nonlocal tokenized, last_checkpoint
+        texts = [text for _, split, text in pending if split is not _END_OF_SOURCE]
+        encoded = pool.map(_encode_docs, [texts[g::n_groups] for g in range(n_groups)])  # strided: balanced
+        docs = iter([encoded[i % n_groups][i // n_groups] for i in range(len(texts))])
+        for k, split, _ in pending:
+            if split is not _END_OF_SOURCE:
+                doc = next(docs)
+                tokenized += len(doc)
+                writer.add(split, doc)
+            elif "url" in sources[k] or time.time() - last_checkpoint > CHECKPOINT_EVERY_S:
+                writer.checkpoint(k + 1)
+                last_checkpoint = time.time()
+                shard = os.path.join(workdir, sources[k]["name"].replace("/", "__"))
+                if os.path.exists(shard):  # consumed and checkpointed: not needed any more
+                    os.remove(shard)
+        pending.clear()
+        pending_chars.update(train=0, val=0)
+
+    def batch_full():
+        # Flush early once a split's pending text could roughly fill its remaining budget, so that little text
+        # is tokenised only to be dropped (efficiency only: the writer enforces the budgets exactly).
+        near_budget = any(writer.wants(s) and budgets[s] is not None
+                          and pending_chars[s] >= budgets[s] - writer.count[s] for s in SPLITS)
+        return len(pending) >= BATCH_DOCS or sum(pending_chars.values()) >= BATCH_CHARS or near_budget
+
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (tokenizer,)) as pool:
+        for item in _documents(sources, manifest["sources_done"], writer, workdir, recipe.get("val_every", 1)):
+            if item is not _FLUSH:
+                pending.append(item)
+                if item[1] is not _END_OF_SOURCE:
+                    pending_chars[item[1]] += len(item[2])
+            if item is _FLUSH or batch_full():
+                write_pending()
+                if not any(writer.wants(s) for s in SPLITS):
+                    break
+        write_pending()
+    writer.finish()
+    for name in os.listdir(workdir):  # e.g. the shard in which the budget ran out
+        os.remove(os.path.join(workdir, name))
+    os.rmdir(workdir)
+    dt = time.time() - t0
+    print(f"{out}: {corpus} complete: train {writer.count['train']:,} tokens / {writer.docs['train']:,} docs, "
+          f"val {writer.count['val']:,} tokens / {writer.docs['val']:,} docs, {manifest['dedup_skipped_docs']} "
+          f"duplicates skipped; {dt:.1f}s ({tokenized / max(dt, 1e-9) / 1e6:.1f}M tokens/s tokenised)",
+          file=sys.stderr)
+    return manifest
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Pool loading
+
+@dataclass
+class Pool:
+    tokens: np.ndarray       # uint16, memory-mapped
+    doc_starts: np.ndarray   # int64 offset of each document's BOS, first = 0
+    manifest: dict
+    split: str
+
+
+def _read_manifest(data_dir):
+    path = os.path.join(data_dir, "corpus.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise DataError(f"{path} is unreadable ({e}); delete the pool and prepare it again") from None
+
+
+def _open_arrays(data_dir, split, token_count, doc_count):
+    def mm(path, dtype, n):
+        return np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
+    return mm(_token_path(data_dir, split), np.uint16, token_count), mm(_docs_path(data_dir, split), np.int64,
+                                                                        doc_count)
+
+
+def load_pool(data_dir, split, verify_hash=False):
+    """Memory-map one split of a complete pool; any inconsistency is a DataError."""
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; choose train or val")
+    manifest = _read_manifest(data_dir)
+    fix = f"run: python data.py prepare --out {data_dir} ..."
+    if manifest is None:
+        raise DataError(f"no pool in {data_dir} (corpus.json missing); {fix}")
+    if manifest.get("status") != "complete":
+        raise DataError(f"pool {data_dir} is incomplete (status {manifest.get('status')!r}); re-run the same "
+                        f"prepare command to finish it")
+    info = manifest["splits"][split]
+    n_tokens, n_docs = info["token_count"], info["doc_count"]
+    for path, size in ((_token_path(data_dir, split), 2 * n_tokens), (_docs_path(data_dir, split), 8 * n_docs)):
+        actual = os.path.getsize(path) if os.path.exists(path) else None
+        if actual != size:
+            raise DataError(f"{path} has {actual} bytes but corpus.json says {size}; the pool is corrupt, "
+                            f"delete {data_dir} and prepare it again")
+    if verify_hash and _sha256(_token_path(data_dir, split)) != info["sha256"]:
+        raise DataError(f"{_token_path(data_dir, split)} does not match its sha256 in corpus.json; the pool is "
+                        f"corrupt, delete {data_dir} and prepare it again")
+    tokens, doc_starts = _open_arrays(data_dir, split, n_tokens, n_docs)
+    if n_docs and (doc_starts[0] != 0 or doc_starts[-1] >= n_tokens or np.any(np.diff(doc_starts) <= 0)):
+        raise DataError(f"{_docs_path(data_dir, split)} holds invalid document offsets; delete {data_dir} and "
+                        f"prepare it again")
+    return Pool(tokens, doc_starts, manifest, split)
+
+
+def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
+    """Prepare `data_dir` if it holds no complete pool (train.py --preset cpu uses the offline default)."""
+    manifest = _read_manifest(data_dir)
+    if manifest is None or manifest.get("status") != "complete":
+        prepare(corpus, data_dir, tokenizer=tokenizer)
+    for split in SPLITS:
+        load_pool(data_dir, split)
+    return data_dir
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Loaders (spec §5.3, §5.4)
+
+def _permutation(n, seed):
+    g = torch.Generator()
+    g.manual_seed(seed % (2 ** 63 - 1))
+    return torch.randperm(n, generator=g).numpy()
+
+
+class TrainLoader:
+    """Global batches of `batch_seqs` windows of seq_len + 1 tokens; batch(step, rank, world_size) is a pure
+    function of (seed, step), so every world size and micro-batch split sees the same data at every step."""
+
+    def __init__(self, pool, seq_len, batch_seqs, token_limit=None, seed=42):
+        self.pool, self.seq_len, self.batch_seqs, self.seed = pool, seq_len, batch_seqs, seed
+        self.window = seq_len + 1
+        n = len(pool.tokens) if token_limit is None else min(int(token_limit), len(pool.tokens))
+        starts = np.asarray(pool.doc_starts[:np.searchsorted(pool.doc_starts, n)], dtype=np.int64)
+        self.doc_starts = starts
+        self.doc_lengths = np.diff(np.append(starts, n))  # the prefix's last document may be truncated
+        self.tokens_used = n
+        self.n_windows = n // self.window
+        self.steps_per_epoch = self.n_windows // batch_seqs
+        if self.steps_per_epoch == 0:
+            raise DataError(f"{n:,} tokens make {self.n_windows} windows of {self.window}, fewer than one batch of "
+                            f"{batch_seqs}; use a larger pool or token limit, or a smaller batch")
+        self.tokens_per_epoch = self.steps_per_epoch * batch_seqs * seq_len
+        self._epoch = None
+
+    def _order(self, epoch):
+        if self._epoch != epoch:
+            base = self.seed + epoch * EPOCH_SEED_STRIDE
+            doc_order = _permutation(len(self.doc_starts), base + 0 * STAGE_SEED_STRIDE)
+            stream_starts = np.concatenate(([0], np.cumsum(self.doc_lengths[doc_order])))
+            kept = self.steps_per_epoch * self.batch_seqs
+            window_order = _permutation(self.n_windows, base + 1 * STAGE_SEED_STRIDE)[:kept]
+            self._epoch, self._cache = epoch, (doc_order, stream_starts, window_order)
+        return self._cache
+
+    def batch(self, step, rank=0, world_size=1):
+        """(epoch, LongTensor[batch_seqs // world_size, seq_len + 1]): rank's contiguous slice of step's batch."""
+        if self.batch_seqs % world_size:
+            raise ValueError(f"batch_seqs {self.batch_seqs} is not divisible by world_size {world_size}")
+        epoch = step // self.steps_per_epoch + 1
+        doc_order, stream_starts, window_order = self._order(epoch)
+        per_rank = self.batch_seqs // world_size
+        first = (step % self.steps_per_epoch) * self.batch_seqs + rank * per_rank
+        out = np.empty((per_rank, self.window), dtype=np.int64)
+        # Gather each window from the documents it spans in the shuffled stream, never building that stream.
+        for row, w in enumerate(window_order[first:first + per_rank]):
+            lo, hi = int(w) * self.window, (int(w) + 1) * self.window
+            d = int(np.searchsorted(stream_starts, lo, side="right")) - 1
+            pos = lo
+            while pos < hi:
+                doc = doc_order[d]
+                offset = pos - stream_starts[d]
+                take = min(hi - pos, self.doc_lengths[doc] - offset)
+                src = self.doc_starts[doc] + offset
+                out[row, pos - lo:pos - lo + take] = self.pool.tokens[src:src + take]
+                pos += take
+                d += 1
+        return epoch, torch.from_numpy(out)
+
+
+def val_windows(pool, seq_len, target_tokens):
+    """First target_tokens // seq_len windows of seq_len + 1 tokens in file order (spec §5.4): exactly
+    n * seq_len target tokens."""
+    n = target_tokens // seq_len
+    need = n * (seq_len + 1)
+    if n == 0 or need > len(pool.tokens):
+        raise DataError(f"validation needs {need:,} tokens ({n} windows of {seq_len + 1}) but the {pool.split} "
+                        f"pool has {len(pool.tokens):,}; lower the validation token target")
+    return torch.from_numpy(np.asarray(pool.tokens[:need], dtype=np.int64)).view(n, seq_len + 1)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Benchmark (printed, not a test)
+
+def bench(tokenizer, workers, seq_len, batch_seqs, steps):
+    texts = []
+    for src in list_sources("stdlib"):
+        texts += read_texts(src["path"])
+        if sum(map(len, texts)) > 8 << 20:
+            break
+    t = time.time()
+    _init_worker(tokenizer)
+    n = sum(len(d) for d in _encode_docs(texts))
+    one = n / (time.time() - t)
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (tokenizer,)) as processes:
+        processes.map(_encode_docs, [texts[:1]] * workers)  # warm-up: workers build their tokenizer
+        t = time.time()
+        groups = processes.map(_encode_docs, [texts[i::workers * 4] for i in range(workers * 4)])
+        n = sum(len(d) for group in groups for d in group)
+        many = n / (time.time() - t)
+    print(f"tokenise ({tokenizer}, {n / 1e6:.1f}M tokens of stdlib): 1 process {one / 1e6:.2f}M tokens/s; "
+          f"{workers} workers {many / 1e6:.2f}M tokens/s = {many / workers / 1e6:.2f}M tokens/s per worker")
+
+    rng = np.random.default_rng(0)
+    lengths = rng.geometric(1 / 1000, size=50_000)  # FineWeb-like documents, ~1,000 tokens each
+    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
+    vocab = get_tokenizer(tokenizer).n_vocab
+    pool = Pool(rng.integers(0, vocab, int(lengths.sum()), dtype=np.uint16), starts, {}, "train")
+
+    def time_loader(seq, batch, world_size=1):
+        loader = TrainLoader(pool, seq, batch)
+        loader.batch(0)  # builds the epoch's permutations once, like the first step of a run
+        t = time.time()
+        for s in range(1, steps + 1):
+            _, x = loader.batch(s, 0, world_size)
+        return (time.time() - t) / steps, x
+
+    paper_s = time_loader(2048, 256)[0]
+    rank_s = time_loader(2048, 256, 8)[0]
+    print(f"loader at the paper's shape 256x2049 ({pool.tokens.size / 1e6:.0f}M-token pool of ~1k-token docs): "
+          f"{paper_s * 1e3:.2f} ms per global batch, {rank_s * 1e3:.2f} ms per rank slice on 8 GPUs")
+    load_s, x = time_loader(seq_len, batch_seqs)
+
+    import model  # only the benchmark needs the model; data.py is otherwise independent of it
+    torch.manual_seed(0)
+    cfg = model.config_for("vanilla", 2, width_per_depth=64, head_dim=64, seq_len=seq_len, vocab_size=vocab)
+    gpt = model.GPT(cfg)
+    step_times = []
+    for _ in range(3):
+        t = time.time()
+        gpt(x[:, :-1], targets=x[:, 1:]).backward()
+        step_times.append(time.time() - t)
+    model_s = min(step_times)
+    print(f"loader: {load_s * 1e3:.2f} ms per global batch of {batch_seqs}x{seq_len + 1}; model.py vanilla d2 "
+          f"(width {cfg.width}) fwd+bwd on the same batch {model_s * 1e3:.0f} ms on {x.device.type} -> loader = "
+          f"{100 * load_s / model_s:.2f}% of a step")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# CLI
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line instead of usage + error
+        print(f"data.py: error: {message} (see python data.py --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv=None):
+    parser = _Parser(description="Token pools: prepare, verify, bench.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
+    p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
+    p.add_argument("--out", required=True, help="pool directory")
+    p.add_argument("--train-tokens", type=int, help="train budget in tokens (default: corpus recipe)")
+    p.add_argument("--val-tokens", type=int, help="val budget in tokens (default: corpus recipe)")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes (offline)")
+    p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
+    p.add_argument("--workers", type=int, help="tokeniser processes (default: all CPUs)")
+    p.add_argument("--if-missing", action="store_true",
+                   help="do nothing if --out already holds a complete pool (no settings check, no hashing)")
+    v = sub.add_parser("verify", help="check a pool's sizes and sha256")
+    v.add_argument("out", help="pool directory")
+    b = sub.add_parser("bench", help="print tokeniser throughput and loader cost")
+    b.add_argument("--tokenizer", default="bytes")
+    b.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    b.add_argument("--seq-len", type=int, default=512)
+    b.add_argument("--batch-seqs", type=int, default=32)
+    b.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "prepare":
+            for name, low in (("train_tokens", 0), ("val_tokens", 0), ("workers", 1)):
+                if getattr(args, name) is not None and getattr(args, name) < low:
+                    raise DataError(f"--{name.replace('_', '-')} must be >= {low}")
+            existing = _read_manifest(args.out) if args.if_missing and os.path.isdir(args.out) else None
+            if existing and existing.get("status") == "complete":
+                print(f"{args.out}: complete {existing.get('corpus')} pool exists; nothing to do", file=sys.stderr)
+            else:
+                prepare(args.corpus, args.out, args.tokenizer, args.train_tokens, args.val_tokens, args.files,
+                        args.workers)
+        elif args.command == "verify":
+            for split in SPLITS:
+                pool = load_pool(args.out, split, verify_hash=True)
+                print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
+        else:
+            bench(args.tokenizer, args.workers, args.seq_len, args.batch_seqs, args.steps)
+    except DataError as e:
+        print(f"data.py: error: {' '.join(str(e).split())}", file=sys.stderr)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        print("\ndata.py: interrupted; re-run the same command to resume", file=sys.stderr)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,453 @@
+"""Tests for data.py: downloads against a local fake Hugging Face server, pool preparation (FineWeb split and
+de-dup, FineWeb-Edu, stdlib, local files, resume), the loader's world-size invariance, and CLI errors."""
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import data
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FW = data.CORPORA["fineweb"]
+EDU = data.CORPORA["fineweb-edu"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# A fake Hugging Face Hub: tree API + resolve URLs with Range support, optional cut-offs and wrong sizes
+
+class FakeHub(BaseHTTPRequestHandler):
+    files = {}         # "repo/revision/path" -> bytes
+    listed_size = {}   # key -> size the tree API claims (default: true size)
+    cut_once = set()   # keys whose next download is cut off half-way
+    log = []           # (path, Range header)
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        path = urlparse(self.path).path
+        self.log.append((path, self.headers.get("Range")))
+        if path.startswith("/api/datasets/"):
+            repo, _, tail = path[len("/api/datasets/"):].partition("/tree/")
+            revision, _, folder = tail.partition("/")
+            prefix = f"{repo}/{revision}/{folder}/"
+            entries = [dict(type="file", path=k[len(f"{repo}/{revision}/"):], size=self.listed_size.get(k, len(v)),
+                            oid="0" * 40, lfs=dict(oid=hashlib.sha256(v).hexdigest(), size=len(v)))
+                       for k, v in self.files.items() if k.startswith(prefix)]
+            return self._send(200, json.dumps(entries).encode()) if entries else self._send(404, b"not found")
+        repo, _, tail = path[len("/datasets/"):].partition("/resolve/")
+        key = f"{repo}/{tail}"
+        if key not in self.files:
+            return self._send(404, b"not found")
+        body, status, headers = self.files[key], 200, {}
+        if self.headers.get("Range"):
+            start = int(self.headers["Range"].split("=")[1].split("-")[0])
+            status, headers = 206, {"Content-Range": f"bytes {start}-{len(body) - 1}/{len(body)}"}
+            body = body[start:]
+        if key in self.cut_once:
+            self.cut_once.discard(key)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body[:len(body) // 2])  # then the connection closes early
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self._send(status, body, headers)
+
+    def _send(self, status, body, headers=()):
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in dict(headers).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    FakeHub.files, FakeHub.listed_size, FakeHub.cut_once, FakeHub.log = {}, {}, set(), []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    thread = threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setattr(data, "HF_ENDPOINT", url)
+    monkeypatch.setitem(data.DOWNLOAD, "backoff_s", 0.01)
+    yield url
+    server.shutdown()
+    server.server_close()
+
+
+def parquet_bytes(texts):
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"id": [f"doc{i}" for i in range(len(texts))], "text": texts}), buf)
+    return buf.getvalue()
+
+
+def byte_tokens(text):
+    return [256] + list(text.encode("utf-8"))
+
+
+def read_split(out, split):
+    pool = data.load_pool(out, split, verify_hash=True)
+    ends = list(pool.doc_starts[1:]) + [len(pool.tokens)]
+    return [pool.tokens[a:b].tolist() for a, b in zip(pool.doc_starts, ends)], pool.manifest
+
+
+def run_cli(*args, env=None):
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "data.py"), *args], capture_output=True,
+                          text=True, env=dict(os.environ, **(env or {})), timeout=120)
+
+
+def one_line_error(result, *words):
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("data.py: error:"), result.stderr
+    assert "Traceback" not in result.stderr
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def main_error(capsys, args, *words):
+    """data.main in-process (same code path as the CLI, without a new interpreter importing torch)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        data.main(args)
+    one_line_error(subprocess.CompletedProcess(args, exit_info.value.code, "", capsys.readouterr().err), *words)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Downloads
+
+def test_download_resumes_after_cut_off(hub, tmp_path):
+    payload = os.urandom(300_000)
+    key = f"{FW['repo']}/{FW['revision']}/sample/10BT/000_00000.parquet"
+    FakeHub.files[key] = payload
+    FakeHub.cut_once.add(key)
+    url = data.hf_url(FW["repo"], FW["revision"], "sample/10BT/000_00000.parquet")
+    dest = str(tmp_path / "shard.parquet")
+    data.download(url, dest, len(payload), hashlib.sha256(payload).hexdigest())
+    assert open(dest, "rb").read() == payload
+    assert not os.path.exists(dest + ".part")
+    ranges = [r for p, r in FakeHub.log]
+    assert len(ranges) == 2 and ranges[0] is None
+    resumed_at = int(ranges[1][len("bytes="):-1])  # what arrived before the cut (up to the last whole chunk)
+    assert 0 < resumed_at <= len(payload) // 2
+
+
+def test_download_of_an_interrupted_part_file_continues(hub, tmp_path, monkeypatch):
+    payload = os.urandom(50_000)
+    key = "o/r/rev/x.parquet"
+    FakeHub.files[key] = payload
+    dest = str(tmp_path / "x.parquet")
+    open(dest + ".part", "wb").write(payload[:12_345])  # left behind by a killed process
+    monkeypatch.setenv("HF_TOKEN", "secret")
+    data.download(f"{hub}/datasets/o/r/resolve/rev/x.parquet", dest, len(payload))
+    assert open(dest, "rb").read() == payload
+    assert FakeHub.log == [("/datasets/o/r/resolve/rev/x.parquet", "bytes=12345-")]
+
+
+def test_download_size_mismatch_fails_clearly(hub, tmp_path):
+    key = "o/r/rev/y.parquet"
+    FakeHub.files[key] = b"x" * 1000
+    dest = str(tmp_path / "y.parquet")
+    with pytest.raises(data.DataError, match="size mismatch.*1000 bytes.*1200"):
+        data.download(f"{hub}/datasets/o/r/resolve/rev/y.parquet", dest, expected_size=1200)
+    assert not os.path.exists(dest)
+
+
+def test_download_wrong_sha256_is_not_kept(hub, tmp_path):
+    FakeHub.files["o/r/rev/z.parquet"] = b"abc"
+    dest = str(tmp_path / "z.parquet")
+    with pytest.raises(data.DataError, match="sha256 mismatch"):
+        data.download(f"{hub}/datasets/o/r/resolve/rev/z.parquet", dest, 3, "0" * 64)
+    assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# FineWeb / FineWeb-Edu preparation against the fake hub
+
+def test_prepare_fake_fineweb_splits_and_dedups(hub, tmp_path):
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "épsilon", "ζeta", "theta", "iota", "kappa"]
+
+    def doc(n):
+        return " ".join(rng.choice(words, n))
+
+    val0 = [doc(30) for _ in range(5)]
+    val0[3] = "plain ascii words, so that characters are tokens: " + doc(20)
+    val1 = [doc(30) for _ in range(3)]
+    near = val0[2][:64] + " something else entirely"            # same first 64 body bytes -> duplicate
+    not_quite = val0[3][:63] + "#" + val0[3][64:]                 # differs at body token 64 -> kept
+    train0 = [doc(40), val0[1], doc(10)]
+    train1 = [near, doc(25), not_quite]
+    base = f"{FW['repo']}/{FW['revision']}"
+    for name, texts in (("sample/10BT/000_00000.parquet", val0), ("sample/10BT/001_00000.parquet", val1),
+                        ("sample/100BT/000_00000.parquet", train0), ("sample/100BT/000_00001.parquet", train1)):
+        FakeHub.files[f"{base}/{name}"] = parquet_bytes(texts)
+    val_budget = sum(len(byte_tokens(t)) for t in val0) - 7       # fits in shard 0; its last doc is truncated
+
+    out = str(tmp_path / "fw")
+    r = run_cli("prepare", "--corpus", "fineweb", "--tokenizer", "bytes", "--out", out, "--workers", "2",
+                "--val-tokens", str(val_budget), env={"HF_ENDPOINT": hub})
+    assert r.returncode == 0, r.stderr
+
+    val_docs, manifest = read_split(out, "val")
+    assert val_docs == [byte_tokens(t) for t in val0[:-1]] + [byte_tokens(val0[-1])[:-7]]
+    train_docs, _ = read_split(out, "train")
+    assert train_docs == [byte_tokens(t) for t in (train0[0], train0[2], train1[1], not_quite)]
+    assert manifest["status"] == "complete" and manifest["revision"] == FW["revision"]
+    assert manifest["dedup_skipped_docs"] == 2
+    assert manifest["splits"]["val"]["token_count"] == val_budget
+    requested = {p for p, _ in FakeHub.log}
+    assert all(FW["revision"] in p for p in requested)
+    assert not any("001_00000" in p for p in requested)           # val was full: no needless download
+    assert not os.path.exists(os.path.join(out, "downloads"))     # consumed shards are removed
+
+
+def test_prepare_fake_fineweb_edu_uses_shard_0_for_validation(hub, tmp_path):
+    shards = [["first shard doc one", "first shard doc two"], ["second shard"], ["third shard", "first shard doc one"]]
+    for i, texts in enumerate(shards):
+        FakeHub.files[f"{EDU['repo']}/{EDU['revision']}/sample/100BT/{i:03d}_00000.parquet"] = parquet_bytes(texts)
+    out = str(tmp_path / "edu")
+    data.main(["prepare", "--corpus", "fineweb-edu", "--tokenizer", "bytes", "--out", out, "--workers", "1"])
+    assert read_split(out, "val")[0] == [byte_tokens(t) for t in shards[0]]
+    assert read_split(out, "train")[0] == [byte_tokens(t) for t in shards[1] + shards[2]]  # no de-dup for Edu
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Offline corpora, tokenizer, resume
+
+def test_bytes_tokenizer_is_lossless_and_counts_bytes():
+    enc = data.get_tokenizer("bytes")
+    text = "héllo wörld 中文 🎉 \x00\t\r\n" + "".join(chr(c) for c in range(0x20, 0x3000, 7))
+    ids = enc.encode_ordinary(text)
+    assert ids == list(text.encode("utf-8")) and enc.decode(ids) == text
+    assert enc.n_vocab == 257 and enc.eot_token == 256
+    lengths = data.token_byte_lengths(enc)
+    assert lengths[256] == 0 and (lengths[:256] == 1).all()
+
+
+def test_prepare_stdlib_small_budget(tmp_path, capsys):
+    out = str(tmp_path / "stdlib")
+    r = run_cli("prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--out", out, "--train-tokens", "200000")
+    assert r.returncode == 0, r.stderr
+    train = data.load_pool(out, "train", verify_hash=True)
+    val = data.load_pool(out, "val")
+    assert len(train.tokens) == 200_000 and len(val.tokens) > 100_000   # val: every hash-selected file
+    sources = [s for s in data.list_sources("stdlib")]
+    first_train = next(s for s in sources if s["split"] == "train")
+    text = open(first_train["path"], encoding="utf-8").read()
+    assert train.tokens[:1 + len(text.encode())].tolist()[:1000] == byte_tokens(text)[:1000]
+    args = ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--out", out, "--train-tokens"]
+    capsys.readouterr()
+    data.main(args + ["200000"])
+    assert "already complete" in capsys.readouterr().err
+    main_error(capsys, args + ["300000"], "other settings")     # a finished pool is never overwritten
+    data.main(args + ["300000", "--if-missing"])                 # scripts: keep whatever complete pool is there
+    assert "nothing to do" in capsys.readouterr().err
+    assert data.load_pool(out, "train").manifest["splits"]["train"]["sha256"] == train.manifest["splits"]["train"][
+        "sha256"]
+
+
+def make_local_files(root):
+    os.makedirs(root / "sub")
+    texts = [f"document number {i}: " + "lorem ipsum " * (i % 7) for i in range(120)]
+    (root / "a.txt").write_text("a whole text file is one document\nwith two lines")
+    with open(root / "sub" / "b.jsonl", "w") as f:
+        for t in texts[:60]:
+            f.write(json.dumps({"text": t, "meta": 1}) + "\n")
+    pq.write_table(pa.table({"text": texts[60:]}), root / "sub" / "c.parquet")
+    return ["a whole text file is one document\nwith two lines"] + texts
+
+
+def test_prepare_files_corpus_and_hash_split(tmp_path):
+    texts = make_local_files(tmp_path / "in")
+    out = str(tmp_path / "out")
+    data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
+               "bytes", "--out", out, "--workers", "2"])
+    is_val = [data._hash_mod(t, 50) == 0 for t in texts]
+    assert any(is_val) and not all(is_val)
+    assert read_split(out, "train")[0] == [byte_tokens(t) for t, v in zip(texts, is_val) if not v]
+    assert read_split(out, "val")[0] == [byte_tokens(t) for t, v in zip(texts, is_val) if v]
+
+
+def test_interrupted_prepare_resumes_to_the_same_pool(tmp_path, monkeypatch):
+    texts = make_local_files(tmp_path / "in")
+    for i in range(6):
+        (tmp_path / "in" / f"extra{i}.txt").write_text(texts[i] * 3)
+    args = ["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer", "bytes",
+            "--workers", "1"]
+    data.main(args + ["--out", str(tmp_path / "clean")])
+
+    monkeypatch.setattr(data, "CHECKPOINT_EVERY_S", 0.0)
+    monkeypatch.setattr(data, "BATCH_DOCS", 1)
+    real_read, calls = data.read_texts, []
+
+    def dying_read(path):
+        calls.append(path)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # killed in the middle of the run
+        return real_read(path)
+
+    monkeypatch.setattr(data, "read_texts", dying_read)
+    out = str(tmp_path / "resumed")
+    with pytest.raises(SystemExit):
+        data.main(args + ["--out", out])
+    manifest = json.load(open(os.path.join(out, "corpus.json")))
+    assert manifest["status"] == "running" and manifest["sources_done"] == 4
+    with open(os.path.join(out, "train.bin"), "ab") as f:
+        f.write(b"\x01\x02garbage written after the last checkpoint")
+    with pytest.raises(data.DataError, match="incomplete"):
+        data.load_pool(out, "train")
+    monkeypatch.setattr(data, "read_texts", real_read)
+    data.main(args + ["--out", out])
+    for split in data.SPLITS:
+        assert read_split(out, split)[0] == read_split(str(tmp_path / "clean"), split)[0]
+        assert (json.load(open(os.path.join(out, "corpus.json")))["splits"][split]["sha256"]
+                == json.load(open(tmp_path / "clean" / "corpus.json"))["splits"][split]["sha256"])
+
+
+def test_ensure_pool_prepares_once(tmp_path, monkeypatch):
+    monkeypatch.setitem(data.CORPORA["stdlib"], "train_tokens", 30_000)
+    monkeypatch.setitem(data.CORPORA["stdlib"], "val_tokens", 5_000)
+    out = str(tmp_path / "auto")
+    data.ensure_pool(out)
+    stamp = os.path.getmtime(os.path.join(out, "train.bin"))
+    data.ensure_pool(out)
+    assert os.path.getmtime(os.path.join(out, "train.bin")) == stamp
+    assert len(data.load_pool(out, "val").tokens) == 5_000
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Loader
+
+def synthetic_pool(n_docs=150, seed=0):
+    rng = np.random.default_rng(seed)
+    docs = [np.concatenate(([256], rng.integers(0, 256, rng.integers(1, 300)))) for _ in range(n_docs)]
+    tokens = np.concatenate(docs).astype(np.uint16)
+    starts = np.cumsum([0] + [len(d) for d in docs[:-1]]).astype(np.int64)
+    return data.Pool(tokens, starts, {}, "train")
+
+
+def reference_epoch(pool, seq_len, batch, epoch, token_limit=None, seed=42):
+    """Spec §5.3 written the obvious (materialising) way."""
+    n = len(pool.tokens) if token_limit is None else token_limit
+    starts = pool.doc_starts[pool.doc_starts < n]
+    ends = np.append(starts[1:], n)
+    g = torch.Generator()
+    g.manual_seed((seed + epoch * 1_000_003 + 0 * 101) % (2 ** 63 - 1))
+    stream = np.concatenate([pool.tokens[starts[i]:ends[i]] for i in torch.randperm(len(starts), generator=g)])
+    w = seq_len + 1
+    windows = stream[:n // w * w].reshape(-1, w)
+    g.manual_seed((seed + epoch * 1_000_003 + 1 * 101) % (2 ** 63 - 1))
+    order = torch.randperm(len(windows), generator=g)[:len(windows) // batch * batch]
+    return torch.from_numpy(windows[order.numpy()].astype(np.int64))
+
+
+def test_loader_matches_the_spec_packing_and_reshuffles_each_epoch():
+    pool = synthetic_pool()
+    loader = data.TrainLoader(pool, seq_len=16, batch_seqs=8, token_limit=len(pool.tokens) - 100)
+    steps = loader.steps_per_epoch
+    assert steps == (len(pool.tokens) - 100) // 17 // 8 and loader.tokens_per_epoch == steps * 8 * 16
+    for epoch in (1, 2):
+        expected = reference_epoch(pool, 16, 8, epoch, token_limit=len(pool.tokens) - 100)
+        got = [loader.batch((epoch - 1) * steps + s) for s in range(steps)]
+        assert all(e == epoch for e, _ in got)
+        assert torch.equal(torch.cat([b for _, b in got]), expected)
+    assert not torch.equal(loader.batch(0)[1], loader.batch(steps)[1])   # epoch 2 packs differently
+
+
+def test_loader_is_independent_of_world_size_and_micro_batch():
+    pool = synthetic_pool()
+    loader = data.TrainLoader(pool, seq_len=32, batch_seqs=8, seed=7)
+    for step in (0, 5, loader.steps_per_epoch + 3):
+        full = loader.batch(step)[1]
+        assert full.shape == (8, 33) and full.dtype == torch.int64
+        for world in (2, 4):
+            for micro in (1, 2):
+                parts = [m for r in range(world) for m in loader.batch(step, r, world)[1].split(micro)]
+                assert all(p.shape == (micro, 33) for p in parts)
+                assert torch.equal(torch.cat(parts), full)
+    with pytest.raises(ValueError):
+        loader.batch(0, 0, 3)
+
+
+def test_loader_resume_and_determinism():
+    pool = synthetic_pool()
+    a = data.TrainLoader(pool, seq_len=16, batch_seqs=4)
+    stream = [a.batch(s)[1] for s in range(2 * a.steps_per_epoch + 2)]
+    b = data.TrainLoader(pool, seq_len=16, batch_seqs=4)  # a fresh process resuming at a later step
+    for s in (2 * a.steps_per_epoch + 1, a.steps_per_epoch - 1, 3):
+        assert torch.equal(b.batch(s)[1], stream[s])
+    assert not torch.equal(data.TrainLoader(pool, seq_len=16, batch_seqs=4, seed=43).batch(0)[1], stream[0])
+
+
+def test_loader_spec_numbers_for_the_data_constrained_pool():
+    tokens = np.broadcast_to(np.uint16(7), (150_000_000,))      # 150M-token pool without the memory
+    starts = np.arange(0, 150_000_000, 1_000_000, dtype=np.int64)
+    loader = data.TrainLoader(data.Pool(tokens, starts, {}, "train"), 2048, 256, token_limit=100_000_000)
+    assert loader.n_windows == 48_804 and loader.steps_per_epoch == 190
+    assert loader.tokens_per_epoch == 99_614_720 and 10 * loader.steps_per_epoch == 1_900
+    with pytest.raises(data.DataError, match="fewer than one batch"):
+        data.TrainLoader(data.Pool(tokens[:1000], starts[:1], {}, "train"), 2048, 256)
+
+
+def test_val_windows_in_file_order_with_exact_token_count():
+    pool = synthetic_pool()
+    v = data.val_windows(pool, seq_len=64, target_tokens=1000)
+    assert v.shape == (15, 65) and v[:, 1:].numel() == 15 * 64
+    assert torch.equal(v.flatten(), torch.from_numpy(pool.tokens[:15 * 65].astype(np.int64)))
+    assert torch.equal(v, data.val_windows(pool, 64, 1000))
+    with pytest.raises(data.DataError, match="validation needs"):
+        data.val_windows(pool, 64, len(pool.tokens))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Bad input -> one line, exit 2
+
+def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
+    one_line_error(run_cli("prepare", "--corpus", "wikipedia", "--out", str(tmp_path / "x")), "unknown corpus")
+    main_error(capsys, ["prepare", "--out", str(tmp_path / "x")], "--corpus")
+    main_error(capsys, ["prepare", "--corpus", "files", "--files", str(tmp_path / "none" / "*.txt"), "--tokenizer",
+                        "bytes", "--out", str(tmp_path / "x")], "matches no files")
+    main_error(capsys, ["prepare", "--corpus", "files", "--out", str(tmp_path / "x")], "--files GLOB is required")
+    main_error(capsys, ["prepare", "--corpus", "stdlib", "--tokenizer", "wordpiece", "--out", str(tmp_path / "x")],
+               "unknown tokenizer")
+    (tmp_path / "a_file").write_text("not a directory")
+    main_error(capsys, ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes",
+                        "--out", str(tmp_path / "a_file" / "pool")], "cannot write")
+    main_error(capsys, ["verify", str(tmp_path / "nothing_here")], "no pool")
+
+
+def test_corrupt_pools_are_rejected(tmp_path):
+    make_local_files(tmp_path / "in")
+    out = str(tmp_path / "pool")
+    data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
+               "bytes", "--out", out])
+    with pytest.raises(data.DataError, match="no pool"):
+        data.load_pool(str(tmp_path / "missing"), "train")
+    with open(os.path.join(out, "train.bin"), "r+b") as f:   # same size, one flipped token
+        f.seek(10)
+        f.write(b"\xff\xff")
+    data.load_pool(out, "train")                                # sizes still agree ...
+    with pytest.raises(data.DataError, match="sha256"):
+        data.load_pool(out, "train", verify_hash=True)          # ... the hash does not
+    one_line_error(run_cli("verify", out), "sha256")
+    with open(os.path.join(out, "train.bin"), "ab") as f:
+        f.write(b"\x00\x00")
+    with pytest.raises(data.DataError, match="corrupt"):
+        data.load_pool(out, "train")
