@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# ladder.sh — run the paper's ladders: one arm, a range of depths, each at its own recipe (recipes live in train.py).
+#
+#   bash ladder.sh demo                                   # offline CPU demo: stdlib corpus, 3 arms, fit, figure
+#   bash ladder.sh vanilla                                # paper ladder on one 8-GPU node (NPROC_PER_NODE=8)
+#   bash ladder.sh all --dry-run                          # the 58 paper runs, total FLOPs, GPU-hours
+#   bash ladder.sh untied_grow --preset d26               # d26 on two nodes (run once per node with NODE_RANK)
+#   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
+#   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
+#
+# Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR,
+# MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
+# Idempotent: a run whose result.json says "complete" is skipped, any other started run is resumed (--resume);
+# the first failing run stops the ladder and names its log.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+die() { echo "ladder.sh: error: $*" >&2; exit 2; }
+
+ALL_ARCHS="vanilla deep_vanilla operator_1 loop_2 untied_2 loop_grow untied_grow deep_vanilla_grow"
+paper_depths() {  # the release's depths per arm
+    case "$1" in
+        vanilla|operator_1) echo "6 8 10 12 14 16 18 20" ;;
+        *) echo "6 8 10 12 14 16 18" ;;
+    esac
+}
+DEMO_ARCHS="vanilla operator_1 untied_grow"
+CPU_DEPTHS="2 3 4"
+# Data-constrained loop grid (spec §7.1): loop counts per depth; every cell in the fixed-WD and tuned-WD variant.
+dc_loops() {
+    case "$1" in
+        6) echo "1 2 3 4 6" ;; 8|10|12) echo "1 2 3 4 6 8 12" ;; 14) echo "1 2 3 4 6 8" ;; 16) echo "1 2 3" ;; 18) echo "1" ;;
+    esac
+}
+
+target="${1:-}"
+[ -n "$target" ] || die "usage: bash ladder.sh ARCH|all|demo [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--dry-run] [-- train.py args]"
+shift
+preset=paper depths="" dry_run=0 extra=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
+        --depths) [ $# -ge 2 ] || die "--depths needs a value, e.g. --depths \"6 8 10\""; depths="$2"; shift 2 ;;
+        --dry-run) dry_run=1; shift ;;
+        --) shift; extra=("$@"); break ;;
+        *) die "unknown option '$1' (options: --preset, --depths, --dry-run, -- train.py args)" ;;
+    esac
+done
+case "$preset" in paper|cpu|d26|data-constrained) ;; *) die "unknown preset '$preset' (paper, cpu, d26, data-constrained)" ;; esac
+for d in $depths; do [[ "$d" =~ ^[0-9]+$ ]] || die "--depths must be whole numbers, got '$d'"; done
+
+if [ "$target" = demo ]; then
+    export RUNS_DIR="${RUNS_DIR:-runs/demo}" DATA_DIR="${DATA_DIR:-data/stdlib}"
+    python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
+    for arch in $DEMO_ARCHS; do
+        bash "$0" "$arch" --preset cpu ${depths:+--depths "$depths"} ${extra[@]+-- "${extra[@]}"}
+    done
+    python fit.py ladders "$RUNS_DIR" --out "$RUNS_DIR/fit"
+    echo "figures: $RUNS_DIR/fit/"
+    exit 0
+fi
+if [ "$target" = all ]; then archs="$ALL_ARCHS"
+elif [[ " $ALL_ARCHS " == *" $target "* ]]; then archs="$target"
+else die "unknown arch '$target' (one of: $ALL_ARCHS, all, demo)"; fi
+
+runs_dir="${RUNS_DIR:-runs}"
+nnodes="${NNODES:-1}"
+case "$preset" in
+    cpu) nproc="${NPROC_PER_NODE:-1}" ;;
+    d26) nproc="${NPROC_PER_NODE:-8}"; nnodes="${NNODES:-2}" ;;
+    *) nproc="${NPROC_PER_NODE:-8}" ;;
+esac
+command -v torchrun >/dev/null || [ "$dry_run" = 1 ] || die "torchrun not found: pip install -r requirements.txt"
+launch=(torchrun --nproc_per_node "$nproc" --nnodes "$nnodes")
+if [ "$nnodes" -gt 1 ]; then
+    launch+=(--node_rank "${NODE_RANK:-0}" --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "${MASTER_PORT:-29500}")
+else
+    launch+=(--standalone)
+fi
+
+# Each run is one line: run name, then train.py arguments.
+runs=()
+for arch in $archs; do
+    case "$preset" in
+        paper) for d in ${depths:-$(paper_depths "$arch")}; do runs+=("${arch}_d$d --arch $arch --depth $d"); done ;;
+        cpu) for d in ${depths:-$CPU_DEPTHS}; do runs+=("${arch}_d$d --arch $arch --depth $d --preset cpu"); done ;;
+        d26) [ "$arch" = untied_grow ] || die "the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26"
+             runs+=("untied_grow_d26 --arch untied_grow --depth 26 --device-batch-size 2 --data-dir ${DATA_DIR:-data/fineweb_edu}") ;;
+        data-constrained)
+            [ "$arch" = operator_1 ] || die "the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset data-constrained"
+            for wd in fixed-wd tuned-wd; do for d in ${depths:-6 8 10 12 14 16 18}; do for k in $(dc_loops "$d"); do
+                runs+=("dc_${wd}_d${d}_k$k --arch operator_1 --depth $d --passes $k --data-constrained $wd")
+            done; done; done ;;
+    esac
+done
+
+if [ "$dry_run" = 1 ]; then
+    for r in "${runs[@]}"; do
+        read -r name args <<<"$r"
+        echo "${launch[*]} train.py $args --run-name $name --runs-dir $runs_dir${extra[*]:+ ${extra[*]}}"
+    done
+    # One Python process plans every run (train.py's own derivation), then sums FLOPs and GPU-hours.
+    printf '%s\n' "${runs[@]}" | python -c '
+import sys, train
+mfu, nproc, nnodes, extra = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
+flops, n = 0, 0
+for line in sys.stdin:
+    name, *args = line.split()
+    try:
+        flops += train.make_plan(train.parse_args(args + extra))[0]["total_flops"]
+    except train.UsageError as e:
+        print(f"ladder.sh: error: {name}: {e}", file=sys.stderr); sys.exit(2)
+    n += 1
+hours = flops / (train.H100_BF16_PEAK_FLOPS * mfu) / 3600
+print(f"{n} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {mfu:.0%} MFU of an H100 | {nproc} GPUs/node x {nnodes} nodes")
+' "${MFU:-0.4}" "$nproc" "$nnodes" "${extra[@]}"
+    exit 0
+fi
+
+for r in "${runs[@]}"; do
+    read -r name args <<<"$r"
+    run_dir="$runs_dir/$name"
+    resume=()
+    if [ -f "$run_dir/result.json" ]; then
+        if grep -q '"status": "complete"' "$run_dir/result.json"; then echo "skip $name (complete)"; continue; fi
+        resume=(--resume)
+    fi
+    mkdir -p "$run_dir"
+    log="$run_dir/train.log"
+    echo "run  $name -> $log"
+    # shellcheck disable=SC2086
+    if ! "${launch[@]}" train.py $args --run-name "$name" --runs-dir "$runs_dir" "${resume[@]}" "${extra[@]}" >>"$log" 2>&1; then
+        echo "ladder.sh: run $name failed; see $log" >&2
+        tail -n 5 "$log" >&2
+        exit 1
+    fi
+    grep -E "^done:" "$log" | tail -n 1
+done

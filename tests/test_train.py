@@ -1,0 +1,255 @@
+"""train.py: the plan (spec §7.2 and the release's compute column), schedules, and short CPU training runs."""
+import csv
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC_ROWS = list(csv.DictReader(open(os.path.join(ROOT, "tests", "data", "spec_plans.csv"))))
+LADDER_ROWS = list(csv.DictReader(open(os.path.join(ROOT, "reference", "fineweb_ladders.csv"))))
+
+
+def plan_for(*argv):
+    return train.make_plan(train.parse_args(list(argv)))[0]
+
+
+def sig6(x):
+    return float(f"{x:.6g}")
+
+
+@pytest.mark.parametrize("row", SPEC_ROWS, ids=lambda r: f"{r['arch']}_d{r['depth']}")
+def test_plan_matches_spec_table(row):
+    plan = plan_for("--arch", row["arch"], "--depth", row["depth"])
+    for key in ("width", "heads", "mlp_hidden", "params_tpp", "params_stored", "steps", "train_token_limit",
+                "flops_per_token_final"):
+        assert plan[key] == int(row[key]), key
+    assert plan["crossover_step"] == (int(row["crossover_step"]) if row["crossover_step"] else None)
+    for key in ("matrix_lr", "embedding_lr", "unembedding_lr"):  # the table prints 6 significant figures
+        assert sig6(plan[key]) == float(row[key]), key
+    assert plan["total_flops"] == pytest.approx(float(row["total_flops"]), rel=1e-6)
+
+
+def test_total_flops_match_all_58_release_ladder_rows():
+    assert len(LADDER_ROWS) == 58
+    for row in LADDER_ROWS:
+        plan = plan_for("--arch", row["arm"], "--depth", row["depth"])
+        assert plan["total_flops"] == pytest.approx(float(row["compute_flops"]), rel=1e-6), row
+
+
+def test_worked_examples_exact():
+    vanilla = plan_for("--arch", "vanilla", "--depth", "8")
+    assert vanilla["embedding_lr"] == pytest.approx(0.01810193359836, rel=1e-12)
+    assert vanilla["total_flops"] == 1_055_750_772_932_739_072
+    grow = plan_for("--arch", "untied_grow", "--depth", "8")
+    assert (grow["steps"], grow["crossover_step"]) == (3341, 2372)
+    assert grow["total_flops"] == 2_542_244_965_958_811_648
+    # Deep Vanilla Grow (INFERRED schedule, spec §2.4)
+    inferred = {6: (1334, 667), 8: (2330, 1165), 10: (3835, 1917), 12: (5729, 2864), 14: (8539, 4269),
+                16: (12236, 6118), 18: (16349, 8174)}
+    for d, expected in inferred.items():
+        p = plan_for("--arch", "deep_vanilla_grow", "--depth", str(d))
+        assert (p["steps"], p["crossover_step"]) == expected
+
+
+def test_data_constrained_plan():
+    p = plan_for("--arch", "operator_1", "--depth", "8", "--data-constrained", "tuned-wd", "--passes", "4")
+    assert p["steps"] == 1900 and p["epochs"] == 10 and p["train_token_limit"] == 100_000_000
+    assert p["matrix_lr"] == 0.04 and p["weight_decay"] == 0.8 and p["passes_final"] == 4
+    assert plan_for("--arch", "operator_1", "--depth", "12", "--data-constrained", "tuned-wd")["weight_decay"] == 1.2
+    assert plan_for("--arch", "operator_1", "--depth", "12", "--data-constrained", "fixed-wd")["matrix_lr"] == 0.04
+
+
+def test_wsd_schedule_examples():
+    # Vanilla d8: S = 1962, W = 40, r = 0.6 -> decay from step 785, 0 on the last step.
+    plan = plan_for("--arch", "vanilla", "--depth", "8")
+    m = [train.lr_multiplier(i, plan) for i in range(plan["steps"])]
+    assert m[0] == 1 / 40 and m[39] == 1.0 and m[784] == 1.0 and m[785] == 1.0 and m[786] < 1.0
+    assert m[-1] == 0.0
+    op1 = plan_for("--arch", "operator_1", "--depth", "8")
+    m = [train.lr_multiplier(i, op1) for i in range(op1["steps"])]
+    assert m[0] == 1.0 and m[471] == 1.0 and m[472] < 1.0 and m[-1] == 0.0
+
+
+def test_growth_rewarm_and_passes():
+    plan = plan_for("--arch", "untied_grow", "--depth", "8")
+    c = plan["crossover_step"]
+    assert train.lr_multiplier(c, plan) == 0.0
+    assert train.lr_multiplier(c + 1, plan) == pytest.approx(train.wsd_multiplier(c + 1, 3341, 40, 1.0) / 40)
+    assert train.lr_multiplier(c + 40, plan) == train.wsd_multiplier(c + 40, 3341, 40, 1.0)
+    assert [train.passes_at(s, plan) for s in (0, c - 1, c, plan["steps"] - 1)] == [2, 2, 4, 4]
+
+
+def test_staged_and_random_recurrence_plans():
+    staged = plan_for("--arch", "untied_grow", "--depth", "8", "--pass-stages", "2", "4", "6",
+                      "--crossover-fractions", "0.5", "0.75")
+    s = staged["steps"]
+    assert staged["crossover_steps"] == [math.floor(0.5 * s), math.floor(0.75 * s)]
+    assert staged["passes_final"] == 6 and staged["passes_initial"] == 2
+    rand = plan_for("--arch", "loop_grow", "--depth", "8", "--random-passes", "2", "3", "4", "5", "6")
+    after = [train.passes_at(i, rand) for i in range(rand["crossover_step"], rand["steps"])]
+    assert set(after) == {2, 3, 4, 5, 6} and rand["passes_final"] == 4
+    assert rand["total_flops"] != plan_for("--arch", "loop_grow", "--depth", "8")["total_flops"]
+
+
+def test_dry_run_cli_prints_one_json_object():
+    out = subprocess.run([sys.executable, "train.py", "--arch", "loop_grow", "--depth", "8", "--dry-run"], cwd=ROOT,
+                         capture_output=True, text=True, check=True).stdout
+    plan = json.loads(out)
+    for key in ("arch", "depth", "width", "heads", "tpp", "tokens_per_step", "steps", "crossover_step", "train_tokens",
+                "train_token_limit", "matrix_lr", "embedding_lr", "unembedding_lr", "weight_decay", "total_flops",
+                "params_tpp", "flops_per_token_final"):
+        assert key in plan, key
+    assert (plan["steps"], plan["crossover_step"]) == (2563, 2101)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--arch", "nope", "--depth", "8", "--dry-run"], "unknown --arch"),
+    (["--arch", "vanilla", "--depth", "0", "--dry-run"], "--depth"),
+    (["--arch", "operator_1", "--depth", "2", "--prelude", "2", "--coda", "1", "--dry-run"], "split"),
+    (["--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--total-batch-tokens", "1000", "--dry-run"], "multiple"),
+    (["--arch", "vanilla", "--depth", "2", "--data-dir", "/nonexistent/pool", "--runs-dir", "/nonexistent/runs"],
+     "prepare"),
+])
+def test_bad_input_is_one_line_exit_2(argv, message):
+    r = subprocess.run([sys.executable, "train.py"] + argv, cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], r.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Short CPU runs on a small offline pool (byte tokenizer, tiny shapes).
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    import data
+    out = str(tmp_path_factory.mktemp("pool"))
+    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=300_000, val_tokens=20_000)
+    return out
+
+
+def tiny(pool, runs, arch, *extra, steps=12, depth=2):
+    return ["--arch", arch, "--depth", str(depth), "--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16",
+            "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
+            "--runs-dir", str(runs), "--steps", str(steps), "--warmup-steps", "0", *extra]
+
+
+def read_run(runs, name):
+    run_dir = os.path.join(str(runs), name)
+    result = json.load(open(os.path.join(run_dir, "result.json")))
+    trajectory = [json.loads(line) for line in open(os.path.join(run_dir, "trajectory.jsonl"))]
+    return result, trajectory
+
+
+@pytest.mark.parametrize("arch", list(train.RECIPES))
+def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
+    assert train.main(tiny(pool, tmp_path, arch, "--run-name", "r", "--crossover-fractions", "0.5")
+                      if arch.endswith("grow") else tiny(pool, tmp_path, arch, "--run-name", "r")) == 0
+    result, trajectory = read_run(tmp_path, "r")
+    assert result["status"] == "complete" and len(trajectory) == 12
+    assert result["evals"][0]["val_loss"] == pytest.approx(math.log(257), abs=1e-5)
+    assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
+    assert trajectory[-1]["loss"] < trajectory[0]["loss"]
+    assert result["estimated_training_flops"] == result["plan"]["total_flops"]
+    assert os.path.exists(os.path.join(tmp_path, "r", "checkpoints", "final.pt"))
+
+
+def test_growth_run_switches_at_crossover(pool, tmp_path):
+    assert train.main(tiny(pool, tmp_path, "untied_grow", "--run-name", "g", "--crossover-fractions", "0.5",
+                           steps=16)) == 0
+    result, trajectory = read_run(tmp_path, "g")
+    c = result["plan"]["crossover_step"]
+    assert c == 8 and result["growth_events"][0]["step"] == c
+    assert [t["passes"] for t in trajectory] == [2] * c + [4] * (16 - c)
+    assert trajectory[c]["lr_multiplier"] == 0.0 and trajectory[c + 1]["lr_multiplier"] > 0
+
+
+def test_grow_copies_cores_and_resets_their_optimizer_state():
+    import model as model_lib
+    cfg = model_lib.config_for("untied_grow", 3, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257,
+                               mlp_multiple=16)
+    torch.manual_seed(0)
+    net = model_lib.GPT(cfg)
+    plan = dict(adam_betas=[0.8, 0.99], adam_eps=1e-8, weight_decay=0.1, optimizer="muon", matrix_lr=0.02,
+                embedding_lr=0.01, unembedding_lr=0.01)
+    optimizers = train.build_optimizers(net, plan)
+    x = torch.randint(0, 257, (4, 17))
+    for _ in range(3):
+        net(x[:, :-1], targets=x[:, 1:]).backward()
+        for p in net.param_groups()["matrix"]:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        for opt in optimizers:
+            opt.step()
+        net.zero_grad()
+    overwritten = train.grow(net, optimizers, 4)
+    c, p = cfg.n_core, cfg.n_prelude
+    for j in range(c):
+        for src, dst in ((p + j, p + 2 * c + j), (p + c + j, p + 3 * c + j)):
+            for a, b in zip(net.transformer.h[src].parameters(), net.transformer.h[dst].parameters()):
+                assert torch.equal(a, b)
+    muon_opt = optimizers[0]
+    assert len(overwritten) == 2 * c * 7
+    for q in overwritten:
+        assert all(not torch.is_tensor(v) or not v.any() for v in muon_opt.state[q].values())
+    kept = list(net.transformer.h[p].parameters())[0]
+    assert muon_opt.state[kept]["momentum_buffer"].any()
+
+
+def test_resume_after_stop_is_bit_exact(pool, tmp_path):
+    base = tiny(pool, tmp_path, "loop_grow", "--crossover-fractions", "0.5", "--save-every", "4", steps=12)
+    assert train.main(base + ["--run-name", "full"]) == 0
+    assert train.main(base + ["--run-name", "cut", "--stop-after", "7"]) == 0
+    assert json.load(open(os.path.join(tmp_path, "cut", "result.json")))["status"] == "stopped"
+    assert train.main(base + ["--run-name", "cut"]) == 2  # refuses to overwrite without --resume
+    assert train.main(base + ["--run-name", "cut", "--resume"]) == 0
+    full, full_traj = read_run(tmp_path, "full")
+    cut, cut_traj = read_run(tmp_path, "cut")
+    assert [t["loss"] for t in cut_traj] == [t["loss"] for t in full_traj]
+    assert cut["final_val_loss"] == full["final_val_loss"]
+    a = torch.load(os.path.join(tmp_path, "full", "checkpoints", "final.pt"), weights_only=False)["model"]
+    b = torch.load(os.path.join(tmp_path, "cut", "checkpoints", "final.pt"), weights_only=False)["model"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path):
+    args = tiny(pool, tmp_path, "untied_2", steps=10)
+    one = subprocess.run([sys.executable, "train.py", *args, "--run-name", "one", "--device-batch-size", "2"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                          "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "train.py", *args,
+                          "--run-name", "two", "--device-batch-size", "2"],
+                         cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert two.returncode == 0, two.stderr[-2000:]
+    r1, t1 = read_run(tmp_path, "one")
+    r2, t2 = read_run(tmp_path, "two")
+    assert r2["world_size"] == 2 and r1["world_size"] == 1
+    assert [t["loss"] for t in t2] == pytest.approx([t["loss"] for t in t1], rel=1e-5)
+    assert r2["final_val_loss"] == pytest.approx(r1["final_val_loss"], rel=1e-5)
+
+
+def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
+    args = tiny(pool, tmp_path, "vanilla", "--run-name", "nan", "--save-every", "2", "--unembedding-lr", "1e30",
+                steps=12)
+    r = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 3, r.stderr
+    assert "non-finite" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert json.load(open(os.path.join(tmp_path, "nan", "result.json")))["status"] == "failed"
+    latest = os.path.join(tmp_path, "nan", "checkpoints", "latest.pt")
+    assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
+    assert torch.load(latest, weights_only=False)["step"] == 2
