@@ -1,0 +1,647 @@
+"""
+core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
+17-task filtered score, three few-shot seeds, and (optionally) the logit-lens KL effective depth.
+
+Protocol: spec/evaluation_fitting.md part A (the paper's App. C.2). Examples are shuffled with Random(1337), few-shot
+examples are drawn with Random(seed + index) excluding the item itself, prompts get BOS prepended and are left-cropped
+to the model context; MC/schema pick the candidate with the lowest mean token loss over its scoring region, LM items are
+correct only if every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
+
+    python core_eval.py --checkpoint runs/X/checkpoints/final.pt                     # full suite, seeds 0 1 2
+    python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0
+    torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
+    python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
+    python core_eval.py --bench --bundle-dir ../shared/eval_bundle_partial          # batched vs one-at-a-time speed
+
+Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) into .cache/eval_bundle next to this file.
+"""
+
+import argparse
+import contextlib
+import csv
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import zipfile
+
+import numpy as np
+import requests
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+
+import data
+import model
+
+# ------------------------------------------------------------------------------------------------------------------
+# Protocol constants (spec A.1-A.9) and evaluator defaults
+
+EVAL = dict(
+    bundle_url="https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip",
+    bundle_fingerprint="e908e4e0e145860290d46fb37c5d1bad52bbf22da843073ff0e6b6f624250e52",  # all 77 bundle files
+    shuffle_seed=1337,          # example-order shuffle, every task
+    seeds=[0, 1, 2],            # few-shot seeds (additive offsets to the example index)
+    rows_per_forward=64,        # --batch-size default: sequences per forward
+    tokens_per_forward=16384,   # cap on padded tokens per forward (bounds the B*T*vocab logits tensor)
+    examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
+    lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
+    kl_threshold=2.0,           # nats (paper Fig. 6)
+)
+TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
+CORE_TASKS = [  # the 22 CORE tasks in core.yaml order
+    "hellaswag_zeroshot", "jeopardy", "bigbench_qa_wikidata", "arc_easy", "arc_challenge", "copa", "commonsense_qa",
+    "piqa", "openbook_qa", "lambada_openai", "hellaswag", "winograd", "winogrande", "bigbench_dyck_languages",
+    "agi_eval_lsat_ar", "bigbench_cs_algorithms", "bigbench_operators", "bigbench_repeat_copy_logic", "squad", "coqa",
+    "boolq", "bigbench_language_identification",
+]
+FILTER_EXCLUDED = {"bigbench_cs_algorithms", "bigbench_language_identification", "bigbench_repeat_copy_logic",
+                   "boolq", "commonsense_qa"}
+FILTERED_TASKS = sorted(set(CORE_TASKS) - FILTER_EXCLUDED)  # the frozen Vanilla-only 17-task subset
+DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "eval_bundle")
+
+
+class UsageError(Exception):
+    """Bad input: reported as one line on stderr, exit code 2."""
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Bundle: download, safe extraction, content fingerprint, task loading
+
+def safe_extract(zip_path, dest):
+    """Extract a zip, refusing members with absolute paths or '..' components (zip-slip)."""
+    with zipfile.ZipFile(zip_path) as zf:
+        for name in zf.namelist():
+            parts = name.replace("\\", "/").split("/")
+            if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":"):
+                raise UsageError(f"refusing unsafe zip member {name!r} in {zip_path} (absolute path or '..')")
+        zf.extractall(dest)
+
+
+def download_bundle(url, bundle_dir):
+    """Download the bundle zip into a temp dir next to bundle_dir, extract it safely, rename into place atomically."""
+    parent = os.path.dirname(os.path.abspath(bundle_dir))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=parent)
+    try:
+        zip_path = os.path.join(tmp, "eval_bundle.zip")
+        try:
+            with requests.get(url, stream=True, timeout=60) as response:
+                response.raise_for_status()
+                with open(zip_path, "wb") as f:
+                    for chunk in response.iter_content(1 << 20):
+                        f.write(chunk)
+        except requests.RequestException as e:
+            raise UsageError(f"could not download the CORE bundle from {url} ({type(e).__name__}); "
+                             "pass --bundle-dir with an extracted bundle to run offline")
+        try:
+            safe_extract(zip_path, os.path.join(tmp, "x"))
+        except zipfile.BadZipFile:
+            raise UsageError(f"{url} is not a zip file; pass --bundle-dir with an extracted bundle")
+        extracted = os.path.join(tmp, "x", "eval_bundle")
+        if not os.path.isfile(os.path.join(extracted, "core.yaml")):
+            raise UsageError(f"the zip from {url} has no eval_bundle/core.yaml")
+        staging = f"{bundle_dir}.tmp.{os.getpid()}"
+        shutil.move(extracted, staging)
+        os.replace(staging, bundle_dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
+    """Use bundle_dir if it exists, else download it on rank 0 while the other ranks wait."""
+    error = None
+    if rank == 0 and not os.path.exists(bundle_dir):
+        try:
+            download_bundle(url, bundle_dir)
+        except UsageError as e:
+            error = str(e)
+    if world_size > 1:
+        shared = [error]
+        dist.broadcast_object_list(shared, src=0)  # doubles as the barrier
+        error = shared[0]
+    if error:
+        raise UsageError(error)
+    if not os.path.isfile(os.path.join(bundle_dir, "core.yaml")):
+        raise UsageError(f"{bundle_dir} is not a CORE bundle (no core.yaml); point --bundle-dir at the extracted "
+                         "eval_bundle folder or remove it to download again")
+    return bundle_dir
+
+
+def bundle_fingerprint(bundle_dir):
+    """sha256 over (path relative to the bundle root, file sha256 hex) of every file, os.walk order, sorted names."""
+    outer = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(bundle_dir):
+        dirnames.sort()
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            inner = hashlib.sha256()
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(1 << 20), b""):
+                    inner.update(block)
+            outer.update(os.path.relpath(path, bundle_dir).replace(os.sep, "/").encode("utf-8"))
+            outer.update(inner.hexdigest().encode("ascii"))
+    return outer.hexdigest()
+
+
+def load_tasks(bundle_dir):
+    """Read core.yaml + eval_meta_data.csv + each task's JSONL -> list of task dicts in core.yaml order."""
+    try:
+        with open(os.path.join(bundle_dir, "core.yaml")) as f:
+            config = yaml.safe_load(f)
+        with open(os.path.join(bundle_dir, "eval_meta_data.csv"), newline="") as f:
+            baselines = {row["Eval Task"]: float(row["Random baseline"]) for row in csv.DictReader(f)}
+    except (OSError, yaml.YAMLError, KeyError, ValueError) as e:
+        raise UsageError(f"bad CORE bundle in {bundle_dir}: cannot read core.yaml / eval_meta_data.csv ({e})")
+    if not isinstance(config, dict) or not config.get("icl_tasks"):
+        raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
+    tasks = []
+    for spec in config["icl_tasks"]:
+        label = spec.get("label")
+        if spec.get("icl_task_type") not in TASK_TYPES:
+            raise UsageError(f"task {label}: unknown icl_task_type {spec.get('icl_task_type')!r} "
+                             f"(expected one of {', '.join(TASK_TYPES)})")
+        if label not in baselines:
+            raise UsageError(f"task {label}: no 'Random baseline' row in {bundle_dir}/eval_meta_data.csv")
+        path = os.path.join(bundle_dir, "eval_data", spec["dataset_uri"])
+        try:
+            with open(path, encoding="utf-8") as f:
+                items = [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError) as e:
+            raise UsageError(f"task {label}: cannot read {path} ({e})")
+        if not items:
+            raise UsageError(f"task {label}: {path} is empty")
+        tasks.append(dict(label=label, type=spec["icl_task_type"], shots=int(spec["num_fewshot"][0]),
+                          delimiter=spec.get("continuation_delimiter") or " ", baseline=baselines[label], items=items))
+    return tasks
+
+
+def shuffled_items(items, max_per_task):
+    """Spec A.3: copy, shuffle with Random(1337), keep the first max_per_task (when > 0)."""
+    items = list(items)
+    random.Random(EVAL["shuffle_seed"]).shuffle(items)
+    return items[:max_per_task] if max_per_task > 0 else items
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Few-shot sampling, prompt rendering, scoring regions (spec A.4-A.7)
+
+def fewshot_indices(n, idx, shots, seed):
+    if shots == 0:
+        return []
+    pool = [i for i in range(n) if i != idx]
+    return random.Random(seed + idx).sample(pool, min(shots, len(pool)))
+
+
+def render(task_type, item, examples, delimiter):
+    """-> (prompt strings to tokenize, gold answer string or None). LM prompts are [without, with] the continuation."""
+    D = delimiter
+    if task_type == "multiple_choice":
+        shots = [ex["query"] + D + ex["choices"][ex["gold"]] for ex in examples]
+        prompts = ["\n\n".join(shots + [item["query"] + D + choice]).strip() for choice in item["choices"]]
+        return prompts, item["choices"][item["gold"]]
+    if task_type == "schema":
+        shots = [ex["context_options"][ex["gold"]] + D + ex["continuation"] for ex in examples]
+        prompts = ["\n\n".join(shots + [option + D + item["continuation"]]).strip()
+                   for option in item["context_options"]]
+        return prompts, item["continuation"]
+    shots = [ex["context"].strip() + D + ex["continuation"] for ex in examples]
+    prefix = "\n\n".join(shots + [item["context"].strip() + D])
+    return [prefix.strip(), prefix + item["continuation"]], None
+
+
+def common_prefix_len(seqs):
+    return len(os.path.commonprefix(seqs))  # works element-wise on lists of token ids, not only on strings
+
+
+def build_example(task_type, item, prompts, answer, encode, max_len):
+    """Tokenize (BOS first), find scoring regions, left-crop to max_len.
+
+    Returns dict(rows=[token lists], regions=[(start, end)] per row, gold_row, gold_region (start, end) or None,
+    label=gold index). A region [s, e) is scored by the losses at positions [s-1, e-1)."""
+    if task_type == "language_modeling":
+        without, with_ = encode(prompts[0]), encode(prompts[1])
+        if with_[:len(without)] != without or len(without) >= len(with_):
+            raise UsageError(f"LM item {item.get('context', '')[:40]!r}: the context tokens are not a prefix of the "
+                             "context+continuation tokens (tokenizer merges across the delimiter)")
+        rows, regions, gold_row, label = [with_], [(len(without), len(with_))], 0, 0
+        gold_region = regions[0]
+    else:
+        rows = [encode(p) for p in prompts]
+        if task_type == "multiple_choice":
+            start = common_prefix_len(rows)
+            regions = [(start, len(r)) for r in rows]
+        else:
+            suffix = common_prefix_len([r[::-1] for r in rows])
+            regions = [(len(r) - suffix, len(r)) for r in rows]
+        label = gold_row = item["gold"]
+        gold_prompt = prompts[gold_row]
+        if not answer or not gold_prompt.endswith(answer):
+            raise UsageError(f"item {gold_prompt[-40:]!r}: the gold prompt does not end with its gold answer")
+        gold_start = common_prefix_len([rows[gold_row], encode(gold_prompt[:-len(answer)])])
+        if gold_start >= len(rows[gold_row]):
+            raise UsageError(f"item {gold_prompt[-40:]!r}: empty gold-answer region")
+        gold_region = (gold_start, len(rows[gold_row]))
+    clipped = False
+    for i, row in enumerate(rows):
+        crop = max(0, len(row) - max_len)
+        if crop:
+            # Deviation: the official evaluator asserts that the scored region survives the crop. A continuation
+            # longer than the context (only seen with the bytes tokenizer and a short seq_len) is instead scored on
+            # its last max_len - 1 tokens, and the example is counted in the output's clipped_examples.
+            rows[i] = row[crop:]
+            clipped |= regions[i][0] - crop < 1 or (i == gold_row and gold_region[0] - crop < 1)
+            regions[i] = (max(1, regions[i][0] - crop), regions[i][1] - crop)
+            if i == gold_row:
+                gold_region = (max(1, gold_region[0] - crop), gold_region[1] - crop)
+    return dict(rows=rows, regions=regions, gold_row=gold_row, gold_region=gold_region, label=label, clipped=clipped)
+
+
+def task_examples(task, items, seed, indices, encode_batch, max_len):
+    """Render and tokenize the examples `indices` of one (task, seed); prompts are tokenized in one batch call."""
+    rendered = []
+    for idx in indices:
+        examples = [items[j] for j in fewshot_indices(len(items), idx, task["shots"], seed)]
+        prompts, answer = render(task["type"], items[idx], examples, task["delimiter"])
+        context = prompts[items[idx]["gold"]][:-len(answer)] if answer else None
+        rendered.append((prompts, answer, context))
+    flat = [p for prompts, _, context in rendered for p in prompts + ([context] if context is not None else [])]
+    tokens = iter(encode_batch(flat))
+    built = []
+    for (prompts, answer, context), idx in zip(rendered, indices):
+        cache = {p: next(tokens) for p in prompts + ([context] if context is not None else [])}
+        built.append(build_example(task["type"], items[idx], prompts, answer, cache.__getitem__, max_len))
+    return built
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Forward passes and per-example metrics (spec A.7-A.8)
+
+def forward_groups(examples, rows_per_forward, per_example):
+    """Batches of (example, row) ids: one example per forward (reference path), or rows sorted by length and packed."""
+    if per_example:
+        return [[(e, r) for r in range(len(ex["rows"]))] for e, ex in enumerate(examples)]
+    length = lambda er: len(examples[er[0]]["rows"][er[1]])
+    ids = sorted(((e, r) for e, ex in enumerate(examples) for r in range(len(ex["rows"]))), key=length, reverse=True)
+    groups, current = [], []
+    for er in ids:  # longest first, so current[0] sets the padded length of the batch being filled
+        if current and (len(current) >= rows_per_forward
+                        or (len(current) + 1) * length(current[0]) > EVAL["tokens_per_forward"]):
+            groups.append(current)
+            current = []
+        current.append(er)
+    return groups + [current] if current else groups
+
+
+@torch.no_grad()
+def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, per_example=False):
+    """-> per example (correct, gold mean nats, gold nats over byte-carrying tokens, gold bytes, clipped)."""
+    region_loss, region_hit, gold_losses = {}, {}, {}
+    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    for group in forward_groups(examples, rows_per_forward, per_example):
+        rows = [examples[e]["rows"][r] for e, r in group]
+        x = torch.full((len(rows), max(map(len, rows))), bos, dtype=torch.long)
+        for i, row in enumerate(rows):
+            x[i, :len(row)] = torch.tensor(row)
+        x = x.to(device)
+        with autocast:
+            logits = net(x).float()
+        targets = torch.roll(x, -1, dims=1)  # the loss at position t scores token t + 1; pad positions are never read
+        losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(x).double().cpu()
+        hits = (logits.argmax(-1) == targets).cpu()
+        for i, (e, r) in enumerate(group):
+            ex = examples[e]
+            s, t = ex["regions"][r]
+            region_loss[e, r] = losses[i, s - 1:t - 1].mean().item()
+            region_hit[e, r] = bool(hits[i, s - 1:t - 1].all())
+            if r == ex["gold_row"]:
+                s, t = ex["gold_region"]
+                gold_losses[e] = losses[i, s - 1:t - 1]
+    results = []
+    for e, ex in enumerate(examples):
+        if len(ex["rows"]) == 1:  # LM: correct only if every continuation token is the argmax
+            correct = region_hit[e, 0]
+        else:  # MC / schema: lowest mean loss over the candidate's region wins, ties -> first index
+            candidates = [region_loss[e, r] for r in range(len(ex["rows"]))]
+            correct = min(range(len(candidates)), key=candidates.__getitem__) == ex["label"]
+        s, t = ex["gold_region"]
+        gold_bytes = byte_lengths[torch.tensor(ex["rows"][ex["gold_row"]][s:t])]
+        results.append((float(correct), gold_losses[e].mean().item(), gold_losses[e][gold_bytes > 0].sum().item(),
+                        float(gold_bytes.sum()), float(ex["clipped"])))
+    return results
+
+
+def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, per_example=False,
+                   rank=0, world_size=1, show_progress=True):
+    """-> ({label: {seed: (acc, nll, bpb)}}, {label: n_examples}, {label: clipped evaluations}).
+
+    Examples are strided over ranks and all-reduced; zero-shot tasks run once (first seed) and are reused per seed.
+    Each rank tokenizes and scores its examples in chunks, so memory stays bounded on the 10k-item tasks."""
+    bos = enc.eot_token
+    byte_lengths = torch.as_tensor(data.token_byte_lengths(enc), dtype=torch.long)
+    encode_batch = lambda texts: [[bos] + t for t in enc.encode_ordinary_batch(texts)]
+    raw, counts, clipped = {}, {}, {}
+    for task in tasks:
+        t0 = time.time()
+        items = shuffled_items(task["items"], max_per_task)
+        n = counts[task["label"]] = len(items)
+        run_seeds = seeds if task["shots"] > 0 else seeds[:1]
+        mine = list(range(rank, n, world_size))
+        table = torch.zeros(len(run_seeds), n, 5, dtype=torch.float64)  # one score_examples tuple per example
+        for s, seed in enumerate(run_seeds):
+            for c in range(0, len(mine), EVAL["examples_per_chunk"]):
+                chunk = mine[c:c + EVAL["examples_per_chunk"]]
+                examples = task_examples(task, items, seed, chunk, encode_batch, max_len)
+                scores = score_examples(net, examples, bos, byte_lengths, device, rows_per_forward, per_example)
+                table[s, chunk] = torch.tensor(scores, dtype=torch.float64)
+                if show_progress and rank == 0:
+                    done = s * len(mine) + c + len(chunk)
+                    print(f"\r{task['label']:<34} {done}/{len(run_seeds) * len(mine)} examples (rank 0)  "
+                          f"{time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
+        if show_progress and rank == 0:
+            print(file=sys.stderr)
+        if world_size > 1:  # every example lives on exactly one rank, so summing zeros elsewhere is exact
+            table = table.to(device)
+            dist.all_reduce(table)
+            table = table.cpu()
+        per_seed = {}
+        for s, seed in enumerate(run_seeds):
+            bpb = table[s, :, 2] / (math.log(2) * table[s, :, 3])  # NaN where the gold answer has no bytes
+            per_seed[seed] = (table[s, :, 0].mean().item(), table[s, :, 1].mean().item(), bpb.mean().item())
+        raw[task["label"]] = {seed: per_seed[seed if task["shots"] > 0 else seeds[0]] for seed in seeds}
+        clipped[task["label"]] = int(table[:, :, 4].sum().item())
+    return raw, counts, clipped
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Aggregation (spec A.9-A.10)
+
+def mean(values):
+    return float(np.mean(list(values)))
+
+
+def pstdev(values):  # population std over seeds (0 for one seed)
+    return float(np.std(list(values)))
+
+
+def finite_or_none(x):
+    return x if x is not None and math.isfinite(x) else None
+
+
+def aggregate(raw, baselines, seeds):
+    """raw {label: {seed: (acc, nll, bpb)}}, baselines {label: percent} -> the metric part of the output JSON."""
+    labels = list(raw)
+    centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
+    per_seed = {}
+    for seed in seeds:
+        per_seed[str(seed)] = dict(
+            results={l: raw[l][seed][0] for l in labels}, losses={l: raw[l][seed][1] for l in labels},
+            bpbs={l: finite_or_none(raw[l][seed][2]) for l in labels},
+            centered_results={l: centered(l, raw[l][seed][0]) for l in labels})
+    over_seeds = lambda field, label: [raw[label][seed][field] for seed in seeds]
+    results = {l: mean(over_seeds(0, l)) for l in labels}
+    losses = {l: mean(over_seeds(1, l)) for l in labels}
+    bpbs = {l: mean(over_seeds(2, l)) for l in labels}
+    bad = [l for l in labels if not math.isfinite(losses[l])]
+    if bad:
+        raise UsageError(f"non-finite answer NLL for task(s) {', '.join(bad)}; the model produced NaN/inf logits")
+    centered_results = {l: centered(l, results[l]) for l in labels}
+    finite_bpbs = [v for v in bpbs.values() if math.isfinite(v)]
+    metric_per_seed = {str(s): mean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
+    complete = sorted(labels) == sorted(CORE_TASKS)
+    return dict(
+        core_metric=mean(centered_results.values()),
+        core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
+        core_loss=mean(losses.values()),
+        core_bpb=mean(finite_bpbs) if finite_bpbs else None,
+        core_metric_filtered=mean(centered_results[l] for l in FILTERED_TASKS) if complete else None,
+        filtered_tasks=FILTERED_TASKS,
+        core_metric_std=pstdev(metric_per_seed.values()),
+        core_metric_per_seed=metric_per_seed,
+        core_loss_per_seed={str(s): mean(per_seed[str(s)]["losses"].values()) for s in seeds},
+        core_loss_dropped_tasks=[],
+        results=results, centered_results=centered_results, losses=losses,
+        bpbs={l: finite_or_none(v) for l, v in bpbs.items()},
+        results_std={l: pstdev(over_seeds(0, l)) for l in labels},
+        losses_std={l: pstdev(over_seeds(1, l)) for l in labels},
+        bpbs_std={l: finite_or_none(pstdev(over_seeds(2, l))) for l in labels},
+        per_seed=per_seed, seeds=list(seeds),
+        complete_suite=complete, missing_tasks=[t for t in CORE_TASKS if t not in labels],
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# KL effective depth (paper §6): logit lens after every executed block
+
+@torch.no_grad()
+def kl_effective_depth(net, windows, threshold, device, rank=0, world_size=1):
+    """-> (first block after the KL peak with KL(final || lens) <= threshold, per-block KL averaged over tokens)."""
+    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    sums, tokens = None, 0
+    for window in windows[rank::world_size]:
+        x = window[:-1].unsqueeze(0).to(device)
+        with autocast:
+            logits, hidden = net(x, return_hidden=True)
+        final = F.log_softmax(logits.float(), dim=-1)
+        p_final = final.exp()
+        kl = []
+        for h in hidden[1:]:
+            with autocast:
+                lens = F.log_softmax(net.decode(h).float(), dim=-1)
+            kl.append((p_final * (final - lens)).sum(-1).sum().double())
+        kl = torch.stack(kl)
+        sums = kl if sums is None else sums + kl
+        tokens += x.numel()
+    if world_size > 1:
+        counts = torch.tensor([float(tokens)], dtype=torch.float64, device=device)
+        dist.all_reduce(counts)
+        tokens = counts.item()
+        if sums is None:  # this rank got no window; contribute zeros of the right length
+            sums = torch.zeros(model.executed_blocks(net.cfg, net.active_passes), dtype=torch.float64, device=device)
+        dist.all_reduce(sums)
+    curve = (sums / tokens).tolist()
+    return effective_depth(curve, threshold), curve
+
+
+def effective_depth(curve, threshold):
+    """1-based index of the first block after the KL peak whose KL is <= threshold (the last block if none)."""
+    peak = max(range(len(curve)), key=curve.__getitem__)
+    return next((b + 1 for b in range(peak + 1, len(curve)) if curve[b] <= threshold), len(curve))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Model loading, CLI
+
+def load_model(checkpoint, device, passes=None):
+    if not os.path.isfile(checkpoint):
+        raise UsageError(f"checkpoint {checkpoint} does not exist; pass the final.pt that train.py wrote")
+    try:
+        net, ckpt = model.load_checkpoint_model(checkpoint, device=device)
+    except ValueError as e:
+        raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
+    if passes is not None:
+        if passes < 1:
+            raise UsageError(f"--passes must be >= 1, got {passes}")
+        try:
+            net.set_passes(passes)
+        except (ValueError, AssertionError) as e:
+            raise UsageError(f"--passes {passes} is not possible for this checkpoint ({e})")
+    return net, ckpt
+
+
+def get_encoding(name):
+    try:
+        return data.get_tokenizer(name)
+    except Exception as e:  # tiktoken's GPT-2 vocab download fails offline
+        raise UsageError(f"cannot load the {name!r} tokenizer recorded in the checkpoint ({type(e).__name__}: {e})")
+
+
+def setup_distributed():
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size == 1:
+        return 0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
+        return rank, world_size, torch.device("cuda", local_rank)
+    dist.init_process_group("gloo")
+    return rank, world_size, torch.device("cpu")
+
+
+def default_out(checkpoint, passes):
+    folder = os.path.dirname(os.path.abspath(checkpoint))
+    if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final.pt -> runs/<name>/eval.json
+        folder = os.path.dirname(folder)
+    return os.path.join(folder, "eval.json" if passes is None else f"eval_passes{passes}.json")
+
+
+def run_eval(args, rank, world_size, device):
+    t0 = time.time()
+    net, ckpt = load_model(args.checkpoint, device, args.passes)
+    enc = get_encoding(ckpt.get("tokenizer", "gpt2"))
+    bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
+    tasks = load_tasks(bundle_dir)
+    fingerprint = bundle_fingerprint(bundle_dir)
+    labels = [t["label"] for t in tasks]
+    if sorted(labels) == sorted(CORE_TASKS) and fingerprint != args.expect_fingerprint:
+        raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, expected "
+                         f"{args.expect_fingerprint}; re-download it (delete the folder) or remove extra files")
+    max_len = ckpt["model_config"]["seq_len"]
+    raw, counts, clipped = evaluate_tasks(net, enc, tasks, args.seeds, args.max_per_task, max_len, device,
+                                          args.batch_size, rank=rank, world_size=world_size)
+    out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds)
+    out.update(task_counts=counts, num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
+               vary_subsample=False, max_per_task=args.max_per_task, suite_fingerprint=fingerprint,
+               fingerprint_verified=out["complete_suite"], bundle_dir=os.path.abspath(bundle_dir),
+               clipped_examples={label: n for label, n in clipped.items() if n},
+               checkpoint=os.path.abspath(args.checkpoint), step=ckpt.get("step"), tokenizer=ckpt.get("tokenizer"),
+               model_config=ckpt["model_config"], passes=net.active_passes, device=device.type,
+               world_size=world_size)
+    if args.effective_depth:
+        try:
+            pool = data.load_pool(args.data_dir, "val")
+            windows = data.val_windows(pool, max_len, args.lens_tokens)
+        except data.DataError as e:
+            raise UsageError(f"--effective-depth: {e}")
+        depth, curve = kl_effective_depth(net, windows, args.kl_threshold, device, rank, world_size)
+        out.update(kl_effective_depth=depth, kl_per_block=curve, kl_threshold=args.kl_threshold,
+                   lens_tokens=len(windows) * max_len)
+    out["elapsed_seconds"] = time.time() - t0
+    return out
+
+
+def run_bench(args, device):
+    """Examples/s of the batched path vs one example per forward, small random model, bytes tokenizer."""
+    torch.manual_seed(0)
+    # the shape of train.py's offline "cpu" preset at depth 4 (the checkpoints CORE-evaluated on CPU)
+    cfg = model.config_for("vanilla", 4, width_per_depth=32, head_dim=32, seq_len=128, mlp_multiple=32, vocab_size=257)
+    net = model.GPT(cfg).to(device).eval()
+    tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
+    enc = data.get_tokenizer("bytes")
+    max_per_task = args.max_per_task if args.max_per_task > 0 else 8
+    seeds = args.seeds[:1]
+    n_examples = sum(min(len(t["items"]), max_per_task) for t in tasks)
+    timings = {}
+    for name, per_example in (("one-at-a-time", True), ("batched", False)):
+        t0 = time.time()
+        evaluate_tasks(net, enc, tasks, seeds, max_per_task, cfg.seq_len, device, args.batch_size,
+                                per_example=per_example, show_progress=False)
+        timings[name] = time.time() - t0
+        print(f"{name:>14}: {n_examples} examples in {timings[name]:.1f}s = {n_examples / timings[name]:.1f} "
+              f"examples/s", flush=True)
+    print(f"speedup: {timings['one-at-a-time'] / timings['batched']:.2f}x  (vanilla d4 w128 seq_len 128, "
+          f"{len(tasks)} tasks x {max_per_task} examples, seed {seeds[0]}, {torch.get_num_threads()} threads)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--checkpoint", help="train.py checkpoint (runs/<name>/checkpoints/final.pt)")
+    p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
+    p.add_argument("--bundle-url", default=EVAL["bundle_url"])
+    p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
+                   help="content fingerprint required of a complete 22-task bundle")
+    p.add_argument("--seeds", type=int, nargs="+", default=EVAL["seeds"])
+    p.add_argument("--max-per-task", type=int, default=-1, help="keep the first N shuffled examples (-1: all)")
+    p.add_argument("--passes", type=int, default=None, help="evaluate at K passes (default: the checkpoint's)")
+    p.add_argument("--batch-size", type=int, default=EVAL["rows_per_forward"], help="sequences per forward")
+    p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json)")
+    p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
+    p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
+    p.add_argument("--lens-tokens", type=int, default=EVAL["lens_tokens"])
+    p.add_argument("--kl-threshold", type=float, default=EVAL["kl_threshold"])
+    p.add_argument("--bench", action="store_true", help="print examples/s, batched vs one example per forward")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rank, world_size = 0, 1
+    try:
+        if args.batch_size < 1:
+            raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+        if args.bench:
+            return run_bench(args, torch.device("cpu"))
+        if not args.checkpoint:
+            raise UsageError("--checkpoint is required (or --bench)")
+        if not os.path.isfile(args.checkpoint):
+            raise UsageError(f"checkpoint {args.checkpoint} does not exist; pass the final.pt that train.py wrote")
+        if args.effective_depth and not args.data_dir:
+            raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
+        out_path = args.out or default_out(args.checkpoint, args.passes)
+        if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
+            raise UsageError(f"--out {out_path}: its folder does not exist")
+        rank, world_size, device = setup_distributed()
+        out = run_eval(args, rank, world_size, device)
+    except UsageError as e:
+        print(f"core_eval.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if world_size > 1 and dist.is_initialized():
+            dist.destroy_process_group()
+    if rank == 0:
+        tmp = f"{out_path}.tmp.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(json.dumps(out, indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, out_path)
+        label = out["core_metric_label"]
+        filtered = out["core_metric_filtered"]
+        print(f"{label}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
+              f"{out['core_loss']:.4f}  core_metric_filtered {'n/a' if filtered is None else f'{filtered:.4f}'}  "
+              f"({out['num_examples']} examples, {out['elapsed_seconds']:.1f}s)")
+        if not out["complete_suite"]:
+            print(f"partial suite: missing {', '.join(out['missing_tasks'])}")
+        if "kl_effective_depth" in out:
+            print(f"kl_effective_depth {out['kl_effective_depth']}  kl_per_block "
+                  + " ".join(f"{v:.2f}" for v in out["kl_per_block"]))
+        print(f"wrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()
