@@ -122,7 +122,9 @@ for r in "${runs[@]}"; do
     run_dir="$runs_dir/$name"
     resume=()
     if [ -f "$run_dir/result.json" ]; then
-        if grep -q '"status": "complete"' "$run_dir/result.json"; then echo "skip $name (complete)"; continue; fi
+        status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
+                 2>/dev/null || echo unreadable)
+        if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
         resume=(--resume)
     fi
     mkdir -p "$run_dir"

@@ -70,7 +70,8 @@ RECIPES = {
                               adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8, rewarm_steps=40,
                               crossover={}, default_crossover=0.5),
 }
-# Data-constrained loop grid (spec §7.1): Operator-1's recipe, 100M unique tokens x 10 epochs, LR not scaled.
+# Data-constrained loop grid (spec §7.1): Operator-1's training recipe (for any --arch, e.g. the untied and
+# no-operator controls of Fig. 24), 100M unique tokens x 10 epochs unless overridden, LR not scaled with depth.
 DATA_CONSTRAINED = {
     "fixed-wd": dict(weight_decay={}, default_weight_decay=0.8),
     "tuned-wd": dict(weight_decay={6: 0.4, 8: 0.8, 10: 0.8, 12: 1.2, 14: 1.2, 16: 1.6, 18: 1.6},
@@ -88,8 +89,8 @@ PRESETS = {
     "paper": dict(width_per_depth=128, head_dim=128, seq_len=2048, mlp_multiple=256, total_batch_tokens=524_288,
                   device_batch_size=32, val_tokens=9_961_472, anchor_depth=8, lr_scale=1.0,
                   data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2", save_every=500, log_every=10),
-    "cpu": dict(width_per_depth=32, head_dim=32, seq_len=128, mlp_multiple=32, total_batch_tokens=4096,
-                device_batch_size=32, val_tokens=65_536, anchor_depth=3, lr_scale=1.0,
+    "cpu": dict(width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, total_batch_tokens=2048,
+                device_batch_size=16, val_tokens=65_536, anchor_depth=3, lr_scale=1.0,
                 data_dir="data/stdlib", corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
 }
 H100_BF16_PEAK_FLOPS = 989e12
@@ -160,7 +161,9 @@ def make_plan(args):
     tokenizer = args.tokenizer or preset["tokenizer"]
     # GPT-2's vocab size is known without tiktoken's download, so a dry run works offline.
     vocab_size = data.get_tokenizer(tokenizer).n_vocab if tokenizer != "gpt2" else 50257
-    recipe = dict(RECIPES[args.arch])
+    if args.recipe is not None and args.recipe not in RECIPES:
+        raise UsageError(f"unknown --recipe {args.recipe!r}; choose one of {', '.join(RECIPES)}")
+    recipe = dict(RECIPES[args.recipe or args.arch])  # --recipe: another arm's training recipe (paper Fig. 16b)
     for name in ("tpp", "lr_exponent", "matrix_lr", "embedding_lr", "unembedding_lr", "weight_decay", "adam_eps",
                  "warmup_steps", "warmdown_ratio", "rewarm_steps"):
         if getattr(args, name) is not None:
@@ -191,9 +194,6 @@ def make_plan(args):
     n_tpp = model_lib.params_tpp(cfg)
     epochs = 1
     if args.data_constrained:
-        if args.arch != "operator_1":
-            raise UsageError("--data-constrained runs the loop grid on Operator-1's recipe: use --arch operator_1 "
-                             "with --passes K")
         dc = DATA_CONSTRAINED[args.data_constrained]
         recipe = dict(RECIPES["operator_1"], lr_exponent=0.0,
                       weight_decay=dc["weight_decay"].get(args.depth, dc["default_weight_decay"]))
@@ -221,7 +221,7 @@ def make_plan(args):
         raise UsageError(f"crossover steps {crossovers} must lie in [1, {steps}); use more --steps")
 
     anchor_cfg = model_config(args, preset, anchor, vocab_size) if anchor != args.depth else cfg
-    lr_scale = preset["lr_scale"] * (model_lib.params_tpp(anchor_cfg) / n_tpp) ** recipe["lr_exponent"]
+    lr_scale = (args.lr_multiplier or preset["lr_scale"]) * (model_lib.params_tpp(anchor_cfg) / n_tpp) ** recipe["lr_exponent"]
     matrix_lr = ADAMW_MATRIX_LR if args.optimizer == "adamw" else recipe["matrix_lr"]
     plan = dict(model_lib.describe(cfg), arch=args.arch, preset=args.preset, tokenizer=tokenizer,
                 optimizer=args.optimizer, tpp=recipe["tpp"], lr_exponent=recipe["lr_exponent"],
@@ -398,6 +398,8 @@ def train(args):
         torch.set_rng_state(ckpt["rng"])
         state = {k: ckpt[k] for k in state}
         model.set_passes(passes_at(state["step"], plan) if state["step"] < plan["steps"] else plan["passes_final"])
+        if master:
+            print(f"resuming {run_dir} from step {state['step']}")
     traj_path = os.path.join(run_dir, "trajectory.jsonl")
     if master:
         os.makedirs(ckpt_dir, exist_ok=True)
@@ -414,7 +416,8 @@ def train(args):
     def result(status):
         return dict(status=status, arch=plan["arch"], depth=plan["depth"], plan=plan, world_size=world,
                     device_batch_size=device_batch, gradient_accumulation_steps=rank_seqs // device_batch,
-                    data_dir=data_dir, data_manifest=train_pool.manifest, environment=env,
+                    data_dir=data_dir, environment=env,
+                    data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"},
                     completed_steps=state["step"], evals=state["evals"], growth_events=state["growth_events"],
                     final_val_loss=state["evals"][-1]["val_loss"] if state["evals"] else None,
                     best_val_loss=min((e["val_loss"] for e in state["evals"]), default=None),
@@ -601,12 +604,14 @@ def parse_args(argv):
     run.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
+    rec.add_argument("--recipe", default=None, help="train with another arm's recipe (default: the arm's own)")
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
     for name, kind in (("tpp", float), ("lr-exponent", float), ("matrix-lr", float), ("embedding-lr", float),
                        ("unembedding-lr", float), ("weight-decay", float), ("adam-eps", float),
                        ("warmup-steps", int), ("warmdown-ratio", float), ("rewarm-steps", int)):
         rec.add_argument(f"--{name}", type=kind, default=None)
     rec.add_argument("--adam-betas", type=float, nargs=2, default=None)
+    rec.add_argument("--lr-multiplier", type=float, default=None, help="multiplies all three LRs (preset default)")
     rec.add_argument("--pass-stages", type=int, nargs="+", default=None, help="growth stages, e.g. 2 4 6")
     rec.add_argument("--crossover-fractions", type=float, nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")

@@ -1,0 +1,130 @@
+"""ladder.sh: dry-run listings of the paper's ladders, idempotent CPU ladders, resume after a kill, bad input."""
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PAPER_DEPTHS = {"vanilla": range(6, 21, 2), "operator_1": range(6, 21, 2)}
+
+
+def ladder(*argv, env=None, **kwargs):
+    return subprocess.run(["bash", "ladder.sh", *argv], cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, **(env or {})), **kwargs)
+
+
+def launched(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("torchrun")]
+
+
+def test_paper_dry_run_lists_58_runs_with_the_release_depths():
+    r = ladder("all", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    runs = launched(r.stdout)
+    assert len(runs) == 58
+    found = {}
+    for line in runs:
+        arch, depth = re.search(r"--arch (\w+) --depth (\d+)", line).groups()
+        found.setdefault(arch, []).append(int(depth))
+        assert "--nproc_per_node 8" in line
+    assert len(found) == 8
+    for arch, depths in found.items():
+        assert depths == list(PAPER_DEPTHS.get(arch, range(6, 19, 2))), arch
+    summary = r.stdout.strip().splitlines()[-1]
+    assert summary.startswith("58 runs |") and "FLOPs" in summary and "GPU-hours" in summary
+    total = float(re.search(r"\| ([0-9.e+]+) FLOPs", summary).group(1))
+    release = sum(float(row["compute_flops"]) for row in csv.DictReader(open(os.path.join(ROOT, "reference",
+                                                                                           "fineweb_ladders.csv"))))
+    assert total == pytest.approx(release, rel=1e-3)  # printed with 4 significant figures
+
+
+def test_data_constrained_and_d26_dry_runs():
+    r = ladder("operator_1", "--preset", "data-constrained", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    runs = launched(r.stdout)
+    assert len(runs) == 2 * (5 + 7 + 7 + 7 + 6 + 3 + 1)
+    assert sum("--data-constrained tuned-wd" in line for line in runs) == len(runs) // 2
+    assert any("--depth 12 --passes 12" in line for line in runs)
+    r = ladder("untied_grow", "--preset", "d26", "--dry-run", env=dict(MASTER_ADDR="10.0.0.1", NODE_RANK="1"))
+    assert r.returncode == 0, r.stderr
+    (line,) = launched(r.stdout)
+    assert "--nnodes 2" in line and "--node_rank 1" in line and "--master_addr 10.0.0.1" in line
+    assert "--depth 26" in line and "fineweb_edu" in line
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["nope", "--dry-run"], "unknown arch"),
+    (["vanilla", "--preset", "huge", "--dry-run"], "unknown preset"),
+    (["vanilla", "--depths", "6 x", "--dry-run"], "whole numbers"),
+    (["vanilla", "--preset", "d26", "--dry-run"], "Untied-Grow only"),
+])
+def test_bad_input_is_one_line_exit_2(argv, message):
+    r = ladder(*argv)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_missing_torchrun_is_one_line_exit_2(tmp_path):
+    r = ladder("vanilla", "--preset", "cpu", env=dict(PATH=f"{os.path.dirname(sys.executable)}:/usr/bin:/bin".replace(
+        os.path.dirname(sys.executable), str(tmp_path))))
+    assert r.returncode == 2 and "torchrun not found" in r.stderr, r.stderr
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    import data
+    out = str(tmp_path_factory.mktemp("pool"))
+    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=200_000, val_tokens=10_000)
+    return out
+
+
+TINY = ["--width-per-depth", "16", "--head-dim", "16", "--seq-len", "32", "--total-batch-tokens", "256",
+        "--val-tokens", "1024"]
+
+
+def test_cpu_ladder_is_idempotent(pool, tmp_path):
+    env = dict(RUNS_DIR=str(tmp_path), DATA_DIR=pool)
+    first = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--steps", "4", "--data-dir", pool,
+                   env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert first.stdout.count("run  vanilla_d") == 2
+    for d in (1, 2):
+        assert json.load(open(tmp_path / f"vanilla_d{d}" / "result.json"))["status"] == "complete"
+    stamp = os.path.getmtime(tmp_path / "vanilla_d2" / "result.json")
+    again = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--steps", "4", "--data-dir", pool,
+                   env=env)
+    assert again.returncode == 0 and again.stdout.count("skip vanilla_d") == 2 and "run  " not in again.stdout
+    assert os.path.getmtime(tmp_path / "vanilla_d2" / "result.json") == stamp
+
+
+def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
+    env = dict(RUNS_DIR=str(tmp_path), DATA_DIR=pool)
+    argv = ["operator_1", "--preset", "cpu", "--depths", "2", "--", *TINY, "--steps", "40", "--save-every", "2",
+            "--data-dir", pool]
+    proc = subprocess.Popen(["bash", "ladder.sh", *argv], cwd=ROOT, env=dict(os.environ, **env),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    checkpoint = tmp_path / "operator_1_d2" / "checkpoints" / "latest.pt"
+    deadline = time.time() + 120
+    while not checkpoint.exists() and time.time() < deadline:
+        time.sleep(0.2)
+    assert checkpoint.exists(), "no checkpoint appeared"
+    # a hard crash: SIGKILL the ladder and every process of this run (torchrun puts its workers in their own session)
+    os.killpg(proc.pid, signal.SIGKILL)
+    subprocess.run(["pkill", "-9", "-f", str(tmp_path)])
+    proc.wait()
+    time.sleep(0.5)
+    result = json.load(open(tmp_path / "operator_1_d2" / "result.json"))
+    assert result["status"] == "running"
+    r = ladder(*argv, env=env)
+    assert r.returncode == 0, r.stdout + r.stderr
+    log = open(tmp_path / "operator_1_d2" / "train.log").read()
+    resumed = int(re.search(r"resuming .* from step (\d+)", log).group(1))
+    assert 2 <= resumed < 40
+    trajectory = [json.loads(line) for line in open(tmp_path / "operator_1_d2" / "trajectory.jsonl")]
+    assert [t["step"] for t in trajectory] == list(range(1, 41))
+    assert json.load(open(tmp_path / "operator_1_d2" / "result.json"))["status"] == "complete"
