@@ -90,7 +90,7 @@ PRESETS = {
                   device_batch_size=32, val_tokens=9_961_472, anchor_depth=8, lr_scale=1.0,
                   data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2", save_every=500, log_every=10),
     "cpu": dict(width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, total_batch_tokens=2048,
-                device_batch_size=16, val_tokens=65_536, anchor_depth=3, lr_scale=1.0,
+                device_batch_size=16, val_tokens=65_536, anchor_depth=3, lr_scale=2.0,
                 data_dir="data/stdlib", corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
 }
 H100_BF16_PEAK_FLOPS = 989e12
