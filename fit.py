@@ -30,7 +30,7 @@ FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
     e_grid=600, e_grid_top=0.995,       # B.2 initialization grid for E: linspace(0, 0.995 min L, 600)
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
-    budget_min_depth=8,                 # B.4: multipliers at the reference arm's budgets with depth >= 8
+    anchor_depth=8,                     # B.4: multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
     extrapolate_warn=10.0,              # warn when --extrapolate C exceeds 10x the largest measured compute
     ci=95.0, default_extrapolate_boot=200,
@@ -211,7 +211,7 @@ def fitted_multiplier(ref, arm, x):
     return np.exp(lx - (math.log(arm["A"] / ref["A"]) + ref["gamma"] * lx) / arm["gamma"])
 
 
-def fit_ladders(data, ref_arm, c_ref):
+def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"]):
     if ref_arm not in data:
         raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
     r = data[ref_arm]
@@ -219,11 +219,12 @@ def fit_ladders(data, ref_arm, c_ref):
         A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"])
     except FitError as e:
         raise UsageError(f"reference arm {ref_arm}: {e}")
-    keep = r["depth"] >= FIT["budget_min_depth"]
+    keep = r["depth"] >= anchor_depth
     budgets, targets = r["x"][keep], r["loss"][keep]
     if not len(budgets):
-        raise UsageError(f"reference arm {ref_arm} has no point with depth >= {FIT['budget_min_depth']}")
-    c0 = r["x"][r["depth"] == FIT["budget_min_depth"]][0] if (r["depth"] == FIT["budget_min_depth"]).any() else budgets[0]
+        raise UsageError(f"reference arm {ref_arm} has no point with depth >= {anchor_depth}; "
+                         "pass --anchor-depth (e.g. 3 for the cpu preset)")
+    c0 = r["x"][r["depth"] == anchor_depth][0] if (r["depth"] == anchor_depth).any() else budgets[0]
     out = dict(E=E, reference_arm=ref_arm, C0=c0, c_ref=c_ref, budgets=budgets, targets=targets,
                reference_free=dict(A=A_free, gamma=g_free, E=E), arms={}, errors={})
     for arm, d in data.items():
@@ -396,7 +397,7 @@ def cmd_ladders(args):
     data = load_ladders(args.inputs, args.time)
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
     t0 = time.perf_counter()
-    fit = fit_ladders(data, args.reference_arm, c_ref)
+    fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth)
     t_fit = time.perf_counter() - t0
     n_boot = args.bootstrap if args.bootstrap is not None else (FIT["default_extrapolate_boot"] if args.extrapolate else 0)
     t_boot = None
@@ -803,6 +804,8 @@ def build_parser():
     s = sub.add_parser("ladders", help="per-arm power laws, multipliers, figures")
     s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
     s.add_argument("--reference-arm", default="vanilla")
+    s.add_argument("--anchor-depth", type=int, default=FIT["anchor_depth"],
+                   help="multipliers at the reference budgets with depth >= this; C0 = its compute (8; cpu preset: 3)")
     s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory")
     s.add_argument("--bootstrap", type=int, help=f"resamples for CIs (default 0, or "
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")

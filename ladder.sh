@@ -25,7 +25,7 @@ paper_depths() {  # the release's depths per arm
     esac
 }
 DEMO_ARCHS="vanilla operator_1 untied_grow"
-CPU_DEPTHS="2 3 4"
+CPU_DEPTHS="1 2 3 4"
 # Data-constrained loop grid (spec §7.1): loop counts per depth; every cell in the fixed-WD and tuned-WD variant.
 dc_loops() {
     case "$1" in
@@ -55,7 +55,7 @@ if [ "$target" = demo ]; then
     for arch in $DEMO_ARCHS; do
         bash "$0" "$arch" --preset cpu ${depths:+--depths "$depths"} ${extra[@]+-- "${extra[@]}"}
     done
-    python fit.py ladders "$RUNS_DIR" --out "$RUNS_DIR/fit"
+    python fit.py ladders "$RUNS_DIR" --anchor-depth 2 --out "$RUNS_DIR/fit"
     echo "figures: $RUNS_DIR/fit/"
     exit 0
 fi

@@ -84,6 +84,15 @@ def test_reproduces_spec_b7(capsys):
     assert ug["free_disagrees"] and not out["arms"]["vanilla"]["free_disagrees"]
 
 
+def test_anchor_depth_moves_budgets_and_c0(capsys):
+    out = run_json(capsys, "ladders", RELEASE, "--anchor-depth", "12")
+    ref = {int(r["depth"]): float(r["compute_flops"]) for r in csv.DictReader(open(RELEASE)) if r["arm"] == "vanilla"}
+    assert out["C0"] == pytest.approx(ref[12], rel=1e-9)
+    compute = [m["compute"] for m in out["arms"]["operator_1"]["multipliers"]]
+    assert compute == pytest.approx([ref[d] for d in (12, 14, 16, 18, 20)], rel=1e-9)
+    assert out["E"] == pytest.approx(1.706433, abs=1e-5)  # E does not depend on the anchor
+
+
 def test_synthetic_ladders_recover_exponents_and_fitted_multiplier(tmp_path, capsys):
     path, _ = synthetic_ladders(tmp_path)
     out = run_json(capsys, "ladders", path)
