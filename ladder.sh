@@ -56,7 +56,7 @@ if [ "$target" = demo ]; then
         bash "$0" "$arch" --preset cpu ${depths:+--depths "$depths"} ${extra[@]+-- "${extra[@]}"}
     done
     python fit.py ladders "$RUNS_DIR" --anchor-depth 2 --out "$RUNS_DIR/fit"
-    echo "figures: $RUNS_DIR/fit/"
+    echo "figure: $RUNS_DIR/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
     exit 0
 fi
 if [ "$target" = all ]; then archs="$ALL_ARCHS"

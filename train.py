@@ -139,13 +139,17 @@ def lr_multiplier(step, plan):
     return m
 
 
+def stage_at(step, plan):
+    """The growth stage's pass count in force at an optimizer step."""
+    return plan["pass_stages"][sum(step >= c for c in plan["crossover_steps"])]
+
+
 def passes_at(step, plan):
-    """Passes for one optimizer step: the growth stages, then (optionally) random recurrence after the last one."""
-    stages, crossovers = plan["pass_stages"], plan["crossover_steps"]
-    k = stages[sum(step >= c for c in crossovers)]
-    if plan["random_passes"] and step >= (crossovers[-1] if crossovers else 0):
-        k = random.Random(plan["seed"] * 1_000_003 + step).choice(plan["random_passes"])
-    return k
+    """Passes for one optimizer step: the growth stage, or after the last growth (optionally) random recurrence,
+    drawn from a per-step seed so every rank and every resume agrees."""
+    if plan["random_passes"] and step >= (plan["crossover_steps"] or [0])[-1]:
+        return random.Random(plan["seed"] * 1_000_003 + step).choice(plan["random_passes"])
+    return stage_at(step, plan)
 
 
 def make_plan(args):
@@ -164,6 +168,10 @@ def make_plan(args):
     if args.recipe is not None and args.recipe not in RECIPES:
         raise UsageError(f"unknown --recipe {args.recipe!r}; choose one of {', '.join(RECIPES)}")
     recipe = dict(RECIPES[args.recipe or args.arch])  # --recipe: another arm's training recipe (paper Fig. 16b)
+    if args.data_constrained:
+        dc = DATA_CONSTRAINED[args.data_constrained]
+        recipe = dict(RECIPES["operator_1"], lr_exponent=0.0,
+                      weight_decay=dc["weight_decay"].get(args.depth, dc["default_weight_decay"]))
     for name in ("tpp", "lr_exponent", "matrix_lr", "embedding_lr", "unembedding_lr", "weight_decay", "adam_eps",
                  "warmup_steps", "warmdown_ratio", "rewarm_steps"):
         if getattr(args, name) is not None:
@@ -194,11 +202,6 @@ def make_plan(args):
     n_tpp = model_lib.params_tpp(cfg)
     epochs = 1
     if args.data_constrained:
-        dc = DATA_CONSTRAINED[args.data_constrained]
-        recipe = dict(RECIPES["operator_1"], lr_exponent=0.0,
-                      weight_decay=dc["weight_decay"].get(args.depth, dc["default_weight_decay"]))
-        if args.weight_decay is not None:
-            recipe["weight_decay"] = args.weight_decay
         token_limit = args.train_token_limit or DATA_CONSTRAINED_TOKENS
         epochs = args.epochs or DATA_CONSTRAINED_EPOCHS
         steps = epochs * ((token_limit // (seq_len + 1)) // (batch_tokens // seq_len))
@@ -221,7 +224,8 @@ def make_plan(args):
         raise UsageError(f"crossover steps {crossovers} must lie in [1, {steps}); use more --steps")
 
     anchor_cfg = model_config(args, preset, anchor, vocab_size) if anchor != args.depth else cfg
-    lr_scale = (args.lr_multiplier or preset["lr_scale"]) * (model_lib.params_tpp(anchor_cfg) / n_tpp) ** recipe["lr_exponent"]
+    lr_scale = (args.lr_multiplier or preset["lr_scale"]) \
+        * (model_lib.params_tpp(anchor_cfg) / n_tpp) ** recipe["lr_exponent"]
     matrix_lr = ADAMW_MATRIX_LR if args.optimizer == "adamw" else recipe["matrix_lr"]
     plan = dict(model_lib.describe(cfg), arch=args.arch, preset=args.preset, tokenizer=tokenizer,
                 optimizer=args.optimizer, tpp=recipe["tpp"], lr_exponent=recipe["lr_exponent"],
@@ -397,7 +401,7 @@ def train(args):
             opt.load_state_dict(opt_state)
         torch.set_rng_state(ckpt["rng"])
         state = {k: ckpt[k] for k in state}
-        model.set_passes(passes_at(state["step"], plan) if state["step"] < plan["steps"] else plan["passes_final"])
+        model.set_passes(stage_at(state["step"] - 1, plan) if state["step"] else plan["pass_stages"][0])
         if master:
             print(f"resuming {run_dir} from step {state['step']}")
     traj_path = os.path.join(run_dir, "trajectory.jsonl")
@@ -453,7 +457,7 @@ def train(args):
         passes = passes_at(step, plan)
         if step in plan["crossover_steps"]:
             before = raw_model.active_passes
-            target = plan["pass_stages"][plan["crossover_steps"].index(step) + 1]
+            target = stage_at(step, plan)
             overwritten = grow(raw_model, optimizers, target)
             state["growth_events"].append(dict(step=step, passes_from=before, passes_to=target,
                                                reset_parameters=len(overwritten)))

@@ -204,10 +204,11 @@ def test_grow_copies_cores_and_resets_their_optimizer_state():
     assert muon_opt.state[kept]["momentum_buffer"].any()
 
 
-def test_resume_after_stop_is_bit_exact(pool, tmp_path):
-    base = tiny(pool, tmp_path, "loop_grow", "--crossover-fractions", "0.5", "--save-every", "4", steps=12)
+@pytest.mark.parametrize("arch, stop", [("loop_grow", 7), ("untied_grow", 6)])  # 6: resume exactly at the growth step
+def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
+    base = tiny(pool, tmp_path, arch, "--crossover-fractions", "0.5", "--save-every", "4", steps=12)
     assert train.main(base + ["--run-name", "full"]) == 0
-    assert train.main(base + ["--run-name", "cut", "--stop-after", "7"]) == 0
+    assert train.main(base + ["--run-name", "cut", "--stop-after", str(stop)]) == 0
     assert json.load(open(os.path.join(tmp_path, "cut", "result.json")))["status"] == "stopped"
     assert train.main(base + ["--run-name", "cut"]) == 2  # refuses to overwrite without --resume
     assert train.main(base + ["--run-name", "cut", "--resume"]) == 0
@@ -218,6 +219,7 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path):
     a = torch.load(os.path.join(tmp_path, "full", "checkpoints", "final.pt"), weights_only=False)["model"]
     b = torch.load(os.path.join(tmp_path, "cut", "checkpoints", "final.pt"), weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
 
 def free_port():
