@@ -12,7 +12,7 @@ Subcommands (CSV column contracts in brackets; extra columns are ignored):
                      rho, val_loss].
   lr DATA.csv        quadratic of log loss vs log value per size, then log optimum vs log N (A.4.4)  [params, value,
                      val_loss (+ hparam: several hyperparameters at once)].
-  loops GRID.csv     optimal loop count per budget and loop-vs-size frontiers (Fig 2 right, Fig 5)  [depth, loops,
+  loops GRID.csv|RUNS  optimal loop count per budget and loop-vs-size frontiers (Fig 2 right, Fig 5)  [depth, loops,
                      weight_decay, compute_flops, val_loss].
 
   python fit.py ladders reference/fineweb_ladders.csv --out figures --bootstrap 1000
@@ -740,9 +740,29 @@ def compute_at_loss_linear(env, target):
     return float(np.interp(target, env[::-1, 1], env[::-1, 0]))
 
 
+LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
+
+
+def loop_grid_from_runs(item):
+    """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
+    as in the paper's loop_grid.csv."""
+    paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            r = json.load(f)
+        if r.get("status") == "complete" and "estimated_matrix_flops" in r:
+            p = r["plan"]
+            rows.append((p["depth"], p["passes_final"], p["weight_decay"], r["estimated_matrix_flops"],
+                         r["final_val_loss"]))
+    if not rows:
+        raise UsageError(f"{item}: no complete train.py runs (result.json) found")
+    return {n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}
+
+
 def cmd_loops(args):
-    c = read_csv(args.data, ["depth", "loops", "weight_decay", "compute_flops", "val_loss"],
-                 numeric=["depth", "loops", "weight_decay", "compute_flops", "val_loss"])
+    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS) if args.data.endswith(".csv") \
+        else loop_grid_from_runs(args.data)
     at_wd = np.isclose(c["weight_decay"], args.wd)
     if not at_wd.any():
         raise UsageError(f"{args.data}: no rows at weight decay {args.wd} (have {sorted(set(c['weight_decay']))})")

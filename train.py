@@ -391,7 +391,7 @@ def train(args):
     model = model_lib.GPT(cfg).to(device)
     model.set_passes(plan["pass_stages"][0])
     optimizers = build_optimizers(model, plan)
-    state = dict(step=0, evals=[], growth_events=[], flops=0, train_seconds=0.0, tokens=0)
+    state = dict(step=0, evals=[], growth_events=[], flops=0, matrix_flops=0, train_seconds=0.0, tokens=0)
     if args.resume and os.path.exists(latest):
         ckpt = torch.load(latest, map_location="cpu", weights_only=False)
         if ckpt["plan"] != plan:
@@ -427,6 +427,8 @@ def train(args):
                     best_val_loss=min((e["val_loss"] for e in state["evals"]), default=None),
                     final_val_bpb=state["evals"][-1]["val_bpb"] if state["evals"] else None,
                     estimated_training_flops=state["flops"], tokens_seen=state["tokens"],
+                    # without attention: the convention of the paper's data-constrained loop grid (spec §4.1)
+                    estimated_matrix_flops=state["matrix_flops"],
                     total_training_time_seconds=state["train_seconds"],
                     tokens_per_second=state["tokens"] / state["train_seconds"] if state["train_seconds"] else None,
                     last_train_mfu=mfu, final_checkpoint_path=os.path.join(ckpt_dir, "final.pt"))
@@ -499,6 +501,7 @@ def train(args):
         flops_per_token = model_lib.flops_per_token(cfg, passes)
         state["step"] += 1
         state["flops"] += flops_per_token * plan["tokens_per_step"]
+        state["matrix_flops"] += model_lib.matrix_flops_per_token(cfg, passes) * plan["tokens_per_step"]
         state["tokens"] += plan["tokens_per_step"]
         state["train_seconds"] += dt
         tok_s = plan["tokens_per_step"] / dt

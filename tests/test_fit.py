@@ -296,6 +296,9 @@ def test_tpp_growth_lr_vertices(tmp_path, capsys):
     assert "lr size 800000000.0: no interior minimum" in res.err and len(json.loads(res.out)["lr"]["optima"]) == 3
 
 
+LOOPS_HEADER = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
+
+
 def test_loops(tmp_path, capsys):
     # log L = base(C) + 0.02 (ln K - ln K*(C))^2 with K*(C) = 2 (C / 1e18)^0.5; compute = d^2 K 1e16 (linear grid in C)
     rows = []
@@ -306,11 +309,24 @@ def test_loops(tmp_path, capsys):
             for wd in (0.4, 0.8):
                 rows.append([d, K, wd, C, math.exp(1.2 - 0.05 * math.log(C / 1e18) + 0.02 * (math.log(K / kstar)) ** 2
                                                    + (0.01 if wd == 0.4 else 0.0))])
-    path = write_csv(tmp_path / "grid.csv", ["depth", "loops", "weight_decay", "compute_flops", "val_loss"], rows)
+    path = write_csv(tmp_path / "grid.csv", LOOPS_HEADER, rows)
     out = run_json(capsys, "loops", path, "--budgets", 5e17, 2e18)
     assert [b["best_loops"] for b in out["budgets"]] == pytest.approx([2 ** 0.5, 2 ** 1.5], rel=0.05)
     assert out["budgets"][1]["gap_to_k1"] > 0
     assert out["gain_fixed_wd"] > 1 and out["gain_all_wd"] >= out["gain_fixed_wd"] - 1e-9
+
+
+def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
+    rows = [[d, K, 0.8, d ** 2 * K * 1e16, 3.0 - 0.1 * math.log(d ** 2 * K) + 0.01 * (K - 2) ** 2]
+            for d in (4, 6, 8, 10) for K in (1, 2, 4)]
+    csv_out = run_json(capsys, "loops", write_csv(tmp_path / "g.csv", LOOPS_HEADER, rows), "--budgets", 4e17)
+    for i, (d, K, wd, C, loss) in enumerate(rows + [[12, 2, 0.8, 1.0, 9.9]]):
+        os.makedirs(tmp_path / "runs" / str(i))
+        status = "complete" if i < len(rows) else "running"  # an unfinished run is ignored
+        json.dump(dict(status=status, estimated_matrix_flops=C, final_val_loss=loss,
+                       plan=dict(depth=d, passes_final=K, weight_decay=wd)), open(tmp_path / "runs" / str(i) /
+                                                                                   "result.json", "w"))
+    assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 4e17) == csv_out
 
 
 def test_loops_gain_exact():
