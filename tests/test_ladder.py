@@ -102,6 +102,15 @@ def test_cpu_ladder_is_idempotent(pool, tmp_path):
     assert os.path.getmtime(tmp_path / "vanilla_d2" / "result.json") == stamp
 
 
+def test_first_failing_run_stops_the_ladder(pool, tmp_path):
+    r = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--total-batch-tokens", "100",
+               "--data-dir", pool, env=dict(RUNS_DIR=str(tmp_path)))
+    log = tmp_path / "vanilla_d1" / "train.log"
+    assert r.returncode == 1 and f"run vanilla_d1 failed; see {log}" in r.stderr
+    assert "not a multiple of the sequence length" in log.read_text()
+    assert not (tmp_path / "vanilla_d2").exists()
+
+
 def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
     env = dict(RUNS_DIR=str(tmp_path), DATA_DIR=pool)
     argv = ["operator_1", "--preset", "cpu", "--depths", "2", "--", *TINY, "--steps", "40", "--save-every", "2",

@@ -162,6 +162,17 @@ def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
     assert os.path.exists(os.path.join(tmp_path, "r", "checkpoints", "final.pt"))
 
 
+def test_adamw_ablation_trains(pool, tmp_path):
+    assert train.main(tiny(pool, tmp_path, "operator_1", "--run-name", "a", "--optimizer", "adamw")) == 0
+    result, _ = read_run(tmp_path, "a")
+    muon_plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "operator_1")))[0]
+    assert result["plan"]["matrix_lr"] / train.ADAMW_MATRIX_LR == pytest.approx(
+        muon_plan["matrix_lr"] / train.RECIPES["operator_1"]["matrix_lr"])  # same depth scaling, AdamW's base LR
+    checkpoint = torch.load(os.path.join(tmp_path, "a", "checkpoints", "final.pt"), weights_only=False)
+    assert len(checkpoint["optimizers"]) == 1  # one AdamW for every group
+    assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
+
+
 def test_growth_run_switches_at_crossover(pool, tmp_path):
     assert train.main(tiny(pool, tmp_path, "untied_grow", "--run-name", "g", "--crossover-fractions", "0.5",
                            steps=16)) == 0
