@@ -585,7 +585,8 @@ def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--arch", default=None, help="one of " + ", ".join(RECIPES))
     p.add_argument("--depth", type=int, nargs="+", default=None, help="several depths only with --dry-run")
-    p.add_argument("--preset", choices=list(PRESETS), default="paper")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="paper (default) or cpu (default for --bench without CUDA)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
     p.add_argument("--bench", action="store_true", help="time training steps of four arms and print ratios")
     p.add_argument("--bench-steps", type=int, default=10)
@@ -638,6 +639,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not args.bench and (args.arch is None or args.depth is None):
         p.error("--arch and --depth are required")
+    args.preset = args.preset or ("cpu" if args.bench and not torch.cuda.is_available() else "paper")
     args.depths = args.depth or [None]
     if len(args.depths) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
