@@ -561,7 +561,7 @@ def run_bench(args, device):
     """Examples/s of the batched path vs one example per forward, small random model, bytes tokenizer."""
     torch.manual_seed(0)
     # the shape of train.py's offline "cpu" preset at depth 4 (the checkpoints CORE-evaluated on CPU)
-    cfg = model.config_for("vanilla", 4, width_per_depth=32, head_dim=32, seq_len=128, mlp_multiple=32, vocab_size=257)
+    cfg = model.config_for("vanilla", 4, width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, vocab_size=257)
     net = model.GPT(cfg).to(device).eval()
     tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
     enc = data.get_tokenizer("bytes")
@@ -576,7 +576,7 @@ def run_bench(args, device):
         timings[name] = time.time() - t0
         print(f"{name:>14}: {n_examples} examples in {timings[name]:.1f}s = {n_examples / timings[name]:.1f} "
               f"examples/s", flush=True)
-    print(f"speedup: {timings['one-at-a-time'] / timings['batched']:.2f}x  (vanilla d4 w128 seq_len 128, "
+    print(f"speedup: {timings['one-at-a-time'] / timings['batched']:.2f}x  (vanilla d4 w64 seq_len 128, "
           f"{len(tasks)} tasks x {max_per_task} examples, seed {seeds[0]}, {torch.get_num_threads()} threads)")
 
 
