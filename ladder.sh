@@ -85,7 +85,7 @@ for arch in $archs; do
         paper) for d in ${depths:-$(paper_depths "$arch")}; do runs+=("${arch}_d$d --arch $arch --depth $d"); done ;;
         cpu) for d in ${depths:-$CPU_DEPTHS}; do runs+=("${arch}_d$d --arch $arch --depth $d --preset cpu"); done ;;
         d26) [ "$arch" = untied_grow ] || die "the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26"
-             runs+=("untied_grow_d26 --arch untied_grow --depth 26 --device-batch-size 2 --data-dir ${DATA_DIR:-data/fineweb_edu}") ;;
+             runs+=("untied_grow_d26 --arch untied_grow --depth 26 --data-dir ${DATA_DIR:-data/fineweb_edu}") ;;
         data-constrained)
             [ "$arch" = operator_1 ] || die "the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset data-constrained"
             for wd in fixed-wd tuned-wd; do for d in ${depths:-6 8 10 12 14 16 18}; do for k in $(dc_loops "$d"); do

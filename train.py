@@ -94,6 +94,10 @@ PRESETS = {
                 data_dir="data/stdlib", corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
 }
 H100_BF16_PEAK_FLOPS = 989e12
+# Per-GPU micro-batch (sequences) the release used on 80 GB H100s (spec §7.2), by depth; deeper executed stacks of
+# the growth arms need smaller ones. Memory only: the global batch and the math never change.
+PAPER_DEVICE_BATCH = {"fixed": {6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8},
+                      "grow": {6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: 2}}
 
 
 class UsageError(Exception):
@@ -259,6 +263,13 @@ def total_flops(plan, cfg, per_step=None):
 # ---------------------------------------------------------------------------------------------------------------
 # Distributed setup, optimizers, evaluation, checkpoints.
 
+def default_device_batch(args, plan, preset):
+    if args.preset != "paper":
+        return preset["device_batch_size"]
+    table = PAPER_DEVICE_BATCH["grow" if len(plan["pass_stages"]) > 1 else "fixed"]
+    return table.get(args.depth, min(table.values()) if args.depth > max(table) else preset["device_batch_size"])
+
+
 def setup_distributed(device_flag):
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
     if use_cuda and not torch.cuda.is_available():
@@ -378,7 +389,7 @@ def train(args):
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
     rank_seqs = batch_seqs // world
-    device_batch = min(args.device_batch_size or preset["device_batch_size"], rank_seqs)
+    device_batch = min(args.device_batch_size or default_device_batch(args, plan, preset), rank_seqs)
     if rank_seqs % device_batch:
         raise UsageError(f"--device-batch-size {device_batch} does not divide the {rank_seqs} sequences per rank")
     loader = data.TrainLoader(train_pool, plan["seq_len"], batch_seqs, token_limit=plan["train_token_limit"],

@@ -37,6 +37,14 @@ def test_plan_matches_spec_table(row):
     assert plan["total_flops"] == pytest.approx(float(row["total_flops"]), rel=1e-6)
 
 
+def test_default_device_batch_matches_the_release_scripts():
+    for row in SPEC_ROWS:
+        args = train.parse_args(["--arch", row["arch"], "--depth", row["depth"]])
+        plan = train.make_plan(args)[0]
+        expected = int(row["device_batch_cutoff"].split("/")[0].split()[0])  # "32/8", "2 (low-K 4)/128, ..."
+        assert train.default_device_batch(args, plan, train.PRESETS["paper"]) == expected, row
+
+
 def test_total_flops_match_all_58_release_ladder_rows():
     assert len(LADDER_ROWS) == 58
     for row in LADDER_ROWS:
