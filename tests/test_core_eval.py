@@ -7,7 +7,6 @@ import http.server
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -432,13 +431,7 @@ def test_passes_for_tied_models(tmp_path):
         core_eval.load_model(vanilla, CPU, passes=2)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch, capsys):
+def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch, capsys, free_port):
     args = ["--checkpoint", tiny["ckpt"], "--bundle-dir", tiny["bundle"], "--seeds", "0", "1", "--batch-size", "4"]
     tokens = np.asarray(torch.randint(0, 256, (4 * 129,)), dtype=np.uint16)
     monkeypatch.setattr(core_eval.data, "load_pool", lambda data_dir, split: data.Pool(
@@ -458,7 +451,7 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch
     assert len(one["kl_per_block"]) == 2 and one["lens_tokens"] == 256
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "core_eval.py", *args, "--out", str(tmp_path / "two.json")]
+           "--master_port", str(free_port), "core_eval.py", *args, "--out", str(tmp_path / "two.json")]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -75,14 +75,6 @@ def test_missing_torchrun_is_one_line_exit_2(tmp_path):
     assert r.returncode == 2 and "torchrun not found" in r.stderr, r.stderr
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    import data
-    out = str(tmp_path_factory.mktemp("pool"))
-    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=200_000, val_tokens=10_000)
-    return out
-
-
 TINY = ["--width-per-depth", "16", "--head-dim", "16", "--seq-len", "32", "--total-batch-tokens", "256",
         "--val-tokens", "1024"]
 

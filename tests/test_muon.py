@@ -2,7 +2,6 @@
 from the spec formulas, AdamW against spec §3.2, state reset, the zero-LR re-warm step, and a 2-process gloo run."""
 import math
 import os
-import socket
 
 import pytest
 import torch
@@ -306,14 +305,8 @@ def distributed_worker(rank, port, out_dir):
     os._exit(0)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_distributed_gloo_matches_single_process(tmp_path):
-    mp.spawn(distributed_worker, args=(free_port(), str(tmp_path)), nprocs=WORLD_SIZE, join=True)
+def test_distributed_gloo_matches_single_process(tmp_path, free_port):
+    mp.spawn(distributed_worker, args=(free_port, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]
     resumed = [torch.load(tmp_path / f"resumed{r}.pt") for r in range(WORLD_SIZE)]
 

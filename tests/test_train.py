@@ -3,7 +3,6 @@ import csv
 import json
 import math
 import os
-import socket
 import subprocess
 import sys
 
@@ -136,14 +135,6 @@ def test_bad_input_is_one_line_exit_2(argv, message):
 # ---------------------------------------------------------------------------------------------------------------
 # Short CPU runs on a small offline pool (byte tokenizer, tiny shapes).
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    import data
-    out = str(tmp_path_factory.mktemp("pool"))
-    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=300_000, val_tokens=20_000)
-    return out
-
-
 def tiny(pool, runs, arch, *extra, steps=12, depth=2):
     return ["--arch", arch, "--depth", str(depth), "--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16",
             "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
@@ -241,19 +232,13 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
     assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path):
+def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path, free_port):
     args = tiny(pool, tmp_path, "untied_2", steps=10)
     one = subprocess.run([sys.executable, "train.py", *args, "--run-name", "one", "--device-batch-size", "2"],
                          cwd=ROOT, capture_output=True, text=True)
     assert one.returncode == 0, one.stderr
     two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_addr", "127.0.0.1", "--master_port", str(free_port()), "train.py", *args,
+                          "--master_addr", "127.0.0.1", "--master_port", str(free_port), "train.py", *args,
                           "--run-name", "two", "--device-batch-size", "2"],
                          cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert two.returncode == 0, two.stderr[-2000:]
