@@ -534,6 +534,7 @@ def train(args):
             if master:
                 traj.flush()
                 save_checkpoint(latest, raw_model, optimizer_states, state, plan)
+                write_json(result_path, result("running"))  # progress so far, for whoever watches the run
     if master:
         traj.close()
     if state["step"] == plan["steps"]:
