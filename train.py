@@ -217,7 +217,8 @@ def make_plan(args):
     else:
         steps = round(recipe["tpp"] * n_tpp / batch_tokens)
     if args.epochs and not args.data_constrained:
-        epochs = args.epochs
+        raise UsageError("--epochs sets the data-constrained regime (with --data-constrained); a single-epoch run "
+                         "ends at its step count")
     steps = args.steps or steps
     if steps < 1:
         raise UsageError(f"the plan has {steps} steps; raise --depth or --tpp, or pass --steps")
@@ -340,7 +341,10 @@ def atomic_write(path, write):
 
 
 def write_json(path, obj):
-    atomic_write(path, lambda tmp: open(tmp, "w").write(json.dumps(obj, indent=2) + "\n"))
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(json.dumps(obj, indent=2) + "\n")
+    atomic_write(path, write)
 
 
 def save_checkpoint(path, model, optimizer_states, state, plan):
@@ -525,9 +529,7 @@ def train(args):
                 print(f"step {step + 1}/{plan['steps']} | loss {batch_loss:.4f} | lrm {lrm:.3f} | passes {passes} | "
                       f"{tok_s:,.0f} tok/s" + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + f" | eta {eta:.0f}s")
         done = state["step"] == plan["steps"]
-        if state["step"] % loader.steps_per_epoch == 0 and not done:
-            run_eval(state["step"])
-        if done:
+        if done or state["step"] % loader.steps_per_epoch == 0:  # the end, and every epoch boundary
             run_eval(state["step"])
         if done or state["step"] == stop or (save_every and state["step"] % save_every == 0):
             optimizer_states = [opt.state_dict() for opt in optimizers]  # collective: distributed Muon gathers
@@ -619,7 +621,7 @@ def parse_args(argv):
     run.add_argument("--seq-len", type=int, default=None)
     run.add_argument("--val-tokens", type=int, default=None, help="validation target tokens (multiple of seq-len)")
     run.add_argument("--train-token-limit", type=int, default=None)
-    run.add_argument("--epochs", type=int, default=None)
+    run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
     run.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")

@@ -122,6 +122,7 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "0", "--dry-run"], "--depth"),
     (["--arch", "operator_1", "--depth", "2", "--prelude", "2", "--coda", "1", "--dry-run"], "split"),
     (["--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--total-batch-tokens", "1000", "--dry-run"], "multiple"),
+    (["--arch", "vanilla", "--depth", "8", "--epochs", "3", "--dry-run"], "--data-constrained"),
     (["--arch", "vanilla", "--depth", "2", "--data-dir", "/nonexistent/pool", "--runs-dir", "/nonexistent/runs"],
      "prepare"),
 ])
