@@ -11,7 +11,7 @@ correct only if every continuation token is the argmax; answer NLL is the mean t
     python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
-    python core_eval.py --bench --bundle-dir ../shared/eval_bundle_partial          # batched vs one-at-a-time speed
+    python core_eval.py --bench --bundle-dir ../shared/eval_bundle_partial          # examples/s per --scoring path
 
 Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) into .cache/eval_bundle next to this file.
 """
@@ -49,12 +49,15 @@ EVAL = dict(
     shuffle_seed=1337,          # example-order shuffle, every task
     seeds=[0, 1, 2],            # few-shot seeds (additive offsets to the example index)
     rows_per_forward=64,        # --batch-size default: sequences per forward
-    tokens_per_forward=16384,   # cap on padded tokens per forward (bounds the B*T*vocab logits tensor)
+    # cap on padded tokens per forward, by device type: it bounds activation memory on GPU; on CPU small forwards
+    # stay in cache (--bench at seq_len 128: 16 x 128 tokens per forward ran 1.3x faster than 64 x 128)
+    tokens_per_forward=dict(cuda=16384, cpu=2048),
     examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
     lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
     kl_threshold=2.0,           # nats (paper Fig. 6)
 )
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
+SCORING = ("one_at_a_time", "batched", "shared")  # score_examples paths; the results are the same
 CORE_TASKS = [  # the 22 CORE tasks in core.yaml order
     "hellaswag_zeroshot", "jeopardy", "bigbench_qa_wikidata", "arc_easy", "arc_challenge", "copa", "commonsense_qa",
     "piqa", "openbook_qa", "lambada_openai", "hellaswag", "winograd", "winogrande", "bigbench_dyck_languages",
@@ -217,7 +220,17 @@ def render(task_type, item, examples, delimiter):
 
 
 def common_prefix_len(seqs):
-    return len(os.path.commonprefix(seqs))  # works element-wise on lists of token ids, not only on strings
+    """Length of the longest common prefix of token lists (bisection on C-level slice compares: these run on every
+    row of every example, thousands of tokens long at GPT-2 context lengths)."""
+    lo, hi = min(seqs), max(seqs)  # lexicographic extremes: every sequence shares their common prefix
+    same, differ = 0, min(len(lo), len(hi)) + 1  # invariant: lo[:same] == hi[:same], lo[:differ] != hi[:differ]
+    while differ - same > 1:
+        mid = (same + differ) // 2
+        if lo[same:mid] == hi[same:mid]:
+            same = mid
+        else:
+            differ = mid
+    return same
 
 
 def build_example(task_type, item, prompts, answer, encode, max_len):
@@ -283,61 +296,124 @@ def task_examples(task, items, seed, indices, encode_batch, max_len):
 # ------------------------------------------------------------------------------------------------------------------
 # Forward passes and per-example metrics (spec A.7-A.8)
 
-def forward_groups(examples, rows_per_forward, per_example):
-    """Batches of (example, row) ids: one example per forward (reference path), or rows sorted by length and packed."""
-    if per_example:
-        return [[(e, r) for r in range(len(ex["rows"]))] for e, ex in enumerate(examples)]
-    length = lambda er: len(examples[er[0]]["rows"][er[1]])
-    ids = sorted(((e, r) for e, ex in enumerate(examples) for r in range(len(ex["rows"]))), key=length, reverse=True)
+def forward_units(examples, share_prefix):
+    """The sequences to run: one per row, or (share_prefix) one per multi-row example packed as a prefix tree: the
+    rows' common prefix once, then each row's own tail. A tail token attends to the prefix and to its own tail, at
+    the rotary position it has in its row, so every row sees exactly the context it has when run alone.
+    unit["layout"][e, r] = (shared, base): position j of row r sits at packed index j if j < shared, else at
+    base + j - shared."""
+    units = []
+    for e, ex in enumerate(examples):
+        rows = ex["rows"]
+        shared = common_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
+        if shared < 2:  # nothing beyond BOS in common
+            units += [dict(example=e, tokens=row, positions=None, branch=None, layout={(e, r): (len(row), 0)})
+                      for r, row in enumerate(rows)]
+            continue
+        unit = dict(example=e, tokens=list(rows[0][:shared]), positions=list(range(shared)), branch=[0] * shared,
+                    layout={})
+        for r, row in enumerate(rows):
+            unit["layout"][e, r] = (shared, len(unit["tokens"]))
+            unit["tokens"] += row[shared:]
+            unit["positions"] += range(shared, len(row))
+            unit["branch"] += [r + 1] * (len(row) - shared)
+        units.append(unit)
+    return units
+
+
+def forward_groups(units, rows_per_forward, tokens_per_forward, one_example_per_forward):
+    """Batches of units: one example per forward (the reference path), or units sorted by length and packed, trees
+    and plain rows apart (plain rows keep the fast causal attention)."""
+    if one_example_per_forward:
+        groups = {}
+        for unit in units:
+            groups.setdefault(unit["example"], []).append(unit)
+        return list(groups.values())
+    key = lambda u: (u["branch"] is not None, len(u["tokens"]))
     groups, current = [], []
-    for er in ids:  # longest first, so current[0] sets the padded length of the batch being filled
-        if current and (len(current) >= rows_per_forward
-                        or (len(current) + 1) * length(current[0]) > EVAL["tokens_per_forward"]):
+    for unit in sorted(units, key=key, reverse=True):  # longest first: current[0] sets the padded length
+        if current and (len(current) >= rows_per_forward or key(unit)[0] != key(current[0])[0]
+                        or (len(current) + 1) * len(current[0]["tokens"]) > tokens_per_forward):
             groups.append(current)
             current = []
-        current.append(er)
+        current.append(unit)
     return groups + [current] if current else groups
 
 
-@torch.no_grad()
-def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, per_example=False):
-    """-> per example (correct, gold mean nats, gold nats over byte-carrying tokens, gold bytes, clipped)."""
-    region_loss, region_hit, gold_losses = {}, {}, {}
-    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    for group in forward_groups(examples, rows_per_forward, per_example):
-        rows = [examples[e]["rows"][r] for e, r in group]
-        x = torch.full((len(rows), max(map(len, rows))), bos, dtype=torch.long)
-        for i, row in enumerate(rows):
-            x[i, :len(row)] = torch.tensor(row)
-        x = x.to(device)
-        with autocast:
-            logits = net(x).float()
-        targets = torch.roll(x, -1, dims=1)  # the loss at position t scores token t + 1; pad positions are never read
-        losses = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view_as(x).double().cpu()
-        hits = (logits.argmax(-1) == targets).cpu()
-        for i, (e, r) in enumerate(group):
-            ex = examples[e]
-            s, t = ex["regions"][r]
-            region_loss[e, r] = losses[i, s - 1:t - 1].mean().item()
-            region_hit[e, r] = bool(hits[i, s - 1:t - 1].all())
-            if r == ex["gold_row"]:
-                s, t = ex["gold_region"]
-                gold_losses[e] = losses[i, s - 1:t - 1]
-    results = []
+def scored_positions(examples):
+    """Segments to sum losses over: per (example, row) its scoring region, per example its gold-answer region.
+    -> {(e, r): [(segment, row position j, target token)]}: the loss at j scores token j + 1 (spec A.7)."""
+    wanted, segment = {}, 0
     for e, ex in enumerate(examples):
-        if len(ex["rows"]) == 1:  # LM: correct only if every continuation token is the argmax
-            correct = region_hit[e, 0]
+        spans = [(r, ex["regions"][r]) for r in range(len(ex["rows"]))] + [(ex["gold_row"], ex["gold_region"])]
+        for r, (s, t) in spans:
+            row = ex["rows"][r]
+            wanted.setdefault((e, r), []).extend((segment, j, row[j + 1]) for j in range(s - 1, t - 1))
+            segment += 1
+    return wanted, segment
+
+
+@torch.no_grad()
+def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="shared"):
+    """-> per example (correct, gold mean nats, gold nats over byte-carrying tokens, gold bytes, clipped).
+
+    scoring (SCORING): "one_at_a_time" is the reference path, the rows of one example per forward; "batched" packs
+    rows of many examples per forward, sorted by length; "shared" (default) also runs each example's common prefix
+    once (prefix trees). All three decode logits only where a loss is scored and give the same results."""
+    wanted, n_segments = scored_positions(examples)
+    sums = torch.zeros(5, n_segments, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
+    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
+    units = forward_units(examples, share_prefix=scoring == "shared")
+    tokens_per_forward = EVAL["tokens_per_forward"]["cuda" if device.type == "cuda" else "cpu"]
+    for group in forward_groups(units, rows_per_forward, tokens_per_forward, scoring == "one_at_a_time"):
+        B, T = len(group), max(len(u["tokens"]) for u in group)
+        x = torch.full((B, T), bos, dtype=torch.long)
+        flat, targets, segments = [], [], []
+        for i, unit in enumerate(group):
+            x[i, :len(unit["tokens"])] = torch.tensor(unit["tokens"])
+            for er, (shared, base) in unit["layout"].items():
+                for segment, j, target in wanted[er]:
+                    flat.append(i * T + (j if j < shared else base + j - shared))
+                    targets.append(target)
+                    segments.append(segment)
+        positions = attn_mask = None
+        if group[0]["branch"] is not None:  # prefix trees: see forward_units
+            positions = torch.zeros(B, T, dtype=torch.long)
+            branch = torch.zeros(B, T, dtype=torch.long)  # padding joins the prefix: nothing real comes after it
+            for i, unit in enumerate(group):
+                positions[i, :len(unit["tokens"])] = torch.tensor(unit["positions"])
+                branch[i, :len(unit["tokens"])] = torch.tensor(unit["branch"])
+            causal = torch.ones(T, T, dtype=torch.bool).tril()
+            same_branch = (branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None])
+            attn_mask = (causal & same_branch)[:, None].to(device)
+            positions = positions.to(device)
+        with autocast:
+            h = net.residual_stream(x.to(device), positions=positions, attn_mask=attn_mask)
+            logits = net.decode(h.flatten(0, 1)[torch.tensor(flat, device=device)]).float()
+        targets = torch.tensor(targets, device=device)
+        losses = F.cross_entropy(logits, targets, reduction="none").double().cpu()
+        hits = (logits.argmax(-1) == targets).double().cpu()
+        nbytes = byte_lengths[targets.cpu()].double()
+        segments = torch.tensor(segments)
+        sums.index_add_(1, segments, torch.stack([losses, torch.ones_like(losses), hits, losses * (nbytes > 0),
+                                                  nbytes]))
+    results, segment = [], 0
+    for ex in examples:
+        n_rows = len(ex["rows"])
+        region_loss = sums[0, segment:segment + n_rows] / sums[1, segment:segment + n_rows]
+        if n_rows == 1:  # LM: correct only if every continuation token is the argmax
+            correct = bool(sums[2, segment] == sums[1, segment])
         else:  # MC / schema: lowest mean loss over the candidate's region wins, ties -> first index
-            candidates = [region_loss[e, r] for r in range(len(ex["rows"]))]
-            correct = min(range(len(candidates)), key=candidates.__getitem__) == ex["label"]
-        s, t = ex["gold_region"]
-        gold_bytes = byte_lengths[torch.tensor(ex["rows"][ex["gold_row"]][s:t])]
-        results.append((float(correct), gold_losses[e].mean().item(), gold_losses[e][gold_bytes > 0].sum().item(),
-                        float(gold_bytes.sum()), float(ex["clipped"])))
+            candidates = region_loss.tolist()
+            correct = min(range(n_rows), key=candidates.__getitem__) == ex["label"]
+        gold = segment + n_rows
+        results.append((float(correct), (sums[0, gold] / sums[1, gold]).item(), sums[3, gold].item(),
+                        sums[4, gold].item(), float(ex["clipped"])))
+        segment = gold + 1
     return results
 
 
-def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, per_example=False,
+def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="shared",
                    rank=0, world_size=1, show_progress=True):
     """-> ({label: {seed: (acc, nll, bpb)}}, {label: n_examples}, {label: clipped evaluations}).
 
@@ -358,7 +434,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             for c in range(0, len(mine), EVAL["examples_per_chunk"]):
                 chunk = mine[c:c + EVAL["examples_per_chunk"]]
                 examples = task_examples(task, items, seed, chunk, encode_batch, max_len)
-                scores = score_examples(net, examples, bos, byte_lengths, device, rows_per_forward, per_example)
+                scores = score_examples(net, examples, bos, byte_lengths, device, rows_per_forward, scoring)
                 table[s, chunk] = torch.tensor(scores, dtype=torch.float64)
                 if show_progress and rank == 0:
                     done = s * len(mine) + c + len(chunk)
@@ -535,14 +611,14 @@ def run_eval(args, rank, world_size, device):
                          f"{args.expect_fingerprint}; re-download it (delete the folder) or remove extra files")
     max_len = ckpt["model_config"]["seq_len"]
     raw, counts, clipped = evaluate_tasks(net, enc, tasks, args.seeds, args.max_per_task, max_len, device,
-                                          args.batch_size, rank=rank, world_size=world_size)
+                                          args.batch_size, args.scoring, rank=rank, world_size=world_size)
     out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds)
     out.update(task_counts=counts, num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
                vary_subsample=False, max_per_task=args.max_per_task, suite_fingerprint=fingerprint,
                fingerprint_verified=out["complete_suite"], bundle_dir=os.path.abspath(bundle_dir),
                clipped_examples={label: n for label, n in clipped.items() if n},
                checkpoint=os.path.abspath(args.checkpoint), step=ckpt.get("step"), tokenizer=ckpt.get("tokenizer"),
-               model_config=ckpt["model_config"], passes=net.active_passes, device=device.type,
+               model_config=ckpt["model_config"], passes=net.active_passes, scoring=args.scoring, device=device.type,
                world_size=world_size)
     if args.effective_depth:
         try:
@@ -558,26 +634,32 @@ def run_eval(args, rank, world_size, device):
 
 
 def run_bench(args, device):
-    """Examples/s of the batched path vs one example per forward, small random model, bytes tokenizer."""
+    """Examples/s of the three scoring paths on a small random model with the bytes tokenizer."""
     torch.manual_seed(0)
     # the shape of train.py's offline "cpu" preset at depth 4 (the checkpoints CORE-evaluated on CPU)
     cfg = model.config_for("vanilla", 4, width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, vocab_size=257)
     net = model.GPT(cfg).to(device).eval()
     tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
     enc = data.get_tokenizer("bytes")
-    max_per_task = args.max_per_task if args.max_per_task > 0 else 8
+    max_per_task = args.max_per_task if args.max_per_task > 0 else 100
     seeds = args.seeds[:1]
     n_examples = sum(min(len(t["items"]), max_per_task) for t in tasks)
-    timings = {}
-    for name, per_example in (("one-at-a-time", True), ("batched", False)):
-        t0 = time.time()
-        evaluate_tasks(net, enc, tasks, seeds, max_per_task, cfg.seq_len, device, args.batch_size,
-                                per_example=per_example, show_progress=False)
-        timings[name] = time.time() - t0
-        print(f"{name:>14}: {n_examples} examples in {timings[name]:.1f}s = {n_examples / timings[name]:.1f} "
-              f"examples/s", flush=True)
-    print(f"speedup: {timings['one-at-a-time'] / timings['batched']:.2f}x  (vanilla d4 w64 seq_len 128, "
-          f"{len(tasks)} tasks x {max_per_task} examples, seed {seeds[0]}, {torch.get_num_threads()} threads)")
+    for scoring in SCORING:  # warm-up: first-call allocations and tokenizer start-up are not what is measured
+        evaluate_tasks(net, enc, tasks[:2], seeds, 4, cfg.seq_len, device, args.batch_size, scoring,
+                       show_progress=False)
+    seconds = {scoring: math.inf for scoring in SCORING}
+    for _ in range(3):  # interleaved repeats, best of three: a shared machine's noise only ever adds time
+        for scoring in SCORING:
+            t0 = time.time()
+            evaluate_tasks(net, enc, tasks, seeds, max_per_task, cfg.seq_len, device, args.batch_size, scoring,
+                           show_progress=False)
+            seconds[scoring] = min(seconds[scoring], time.time() - t0)
+    for scoring in SCORING:
+        print(f"{scoring:>14}: {n_examples} examples in {seconds[scoring]:.2f}s = "
+              f"{n_examples / seconds[scoring]:.1f} examples/s = {seconds['one_at_a_time'] / seconds[scoring]:.2f}x "
+              f"one_at_a_time")
+    print(f"(best of 3; vanilla d4 w64 seq_len 128, {len(tasks)} tasks x {max_per_task} examples, seed {seeds[0]}, "
+          f"{torch.get_num_threads()} threads)")
 
 
 def parse_args(argv=None):
@@ -588,15 +670,19 @@ def parse_args(argv=None):
     p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
                    help="content fingerprint required of a complete 22-task bundle")
     p.add_argument("--seeds", type=int, nargs="+", default=EVAL["seeds"])
-    p.add_argument("--max-per-task", type=int, default=-1, help="keep the first N shuffled examples (-1: all)")
+    p.add_argument("--max-per-task", type=int, default=-1,
+                   help="keep the first N shuffled examples (-1: all; --bench: 100)")
     p.add_argument("--passes", type=int, default=None, help="evaluate at K passes (default: the checkpoint's)")
     p.add_argument("--batch-size", type=int, default=EVAL["rows_per_forward"], help="sequences per forward")
+    p.add_argument("--scoring", choices=SCORING, default="shared",
+                   help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
+                        "forward; shared: batched, and each example's common prefix runs once")
     p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json)")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
     p.add_argument("--lens-tokens", type=int, default=EVAL["lens_tokens"])
     p.add_argument("--kl-threshold", type=float, default=EVAL["kl_threshold"])
-    p.add_argument("--bench", action="store_true", help="print examples/s, batched vs one example per forward")
+    p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
     return p.parse_args(argv)
 
 

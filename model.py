@@ -234,10 +234,10 @@ def norm(x):
 
 def apply_rotary(x, cos, sin):
     """RoPE with half-split pairing (dim j with j + head_dim/2), rotation by -theta as in the release:
-    y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos. x: (B, T, heads, head_dim); cos/sin: (T, head_dim/2)."""
+    y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos. x: (B, T, heads, head_dim); cos/sin: (T or B, T, head_dim/2)."""
     half = x.size(-1) // 2
     x1, x2 = x[..., :half], x[..., half:]
-    cos, sin = cos[None, :, None, :].to(x.dtype), sin[None, :, None, :].to(x.dtype)
+    cos, sin = cos.unsqueeze(-2).to(x.dtype), sin.unsqueeze(-2).to(x.dtype)
     return torch.cat((x1 * cos + x2 * sin, x2 * cos - x1 * sin), dim=-1)
 
 
@@ -250,13 +250,14 @@ class Attention(nn.Module):
         self.c_v = nn.Linear(cfg.width, cfg.width, bias=False)
         self.c_proj = nn.Linear(cfg.width, cfg.width, bias=False)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, attn_mask=None):
         B, T, C = x.shape
         q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
         k = self.c_k(x).view(B, T, self.n_head, self.head_dim)
         v = self.c_v(x).view(B, T, self.n_head, self.head_dim)
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm after RoPE
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                           attn_mask=attn_mask, is_causal=attn_mask is None)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -278,9 +279,9 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, x, cos, sin):
+    def forward(self, x, cos, sin, attn_mask=None):
         # x is the fp32 residual stream; branch outputs (bf16 under autocast) are cast to fp32 before the add
-        x = x + self.residual_multiplier * self.attn(norm(x), cos, sin).float()
+        x = x + self.residual_multiplier * self.attn(norm(x), cos, sin, attn_mask).float()
         return x + self.residual_multiplier * self.mlp(norm(x)).float()
 
 
@@ -365,23 +366,34 @@ class GPT(nn.Module):
         return logits.float() * self.cfg.output_multiplier
 
     def forward(self, idx, targets=None, passes=None, return_hidden=False):
+        hidden = [] if return_hidden else None
+        logits = self.decode(self.residual_stream(idx, passes, hidden=hidden))
+        out = logits
+        if targets is not None:
+            out = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+        return (out, hidden) if return_hidden else out
+
+    def residual_stream(self, idx, passes=None, positions=None, attn_mask=None, hidden=None):
+        """The final residual stream (B, T, C) that decode() turns into logits. positions (B, T): rotary positions
+        (default 0..T-1); attn_mask (B, 1, T, T) bool, True = may attend (default causal); hidden: a list that
+        collects the embedding and every executed block's output (the logit lens)."""
         cfg = self.cfg
         K = self.active_passes if passes is None else passes
         if passes is not None:
             self.check_passes(K)
         T = idx.size(1)
-        cos, sin = self.rope_cos[:T], self.rope_sin[:T]
-        hidden = []
+        cos, sin = (self.rope_cos[:T], self.rope_sin[:T]) if positions is None else \
+            (self.rope_cos[positions], self.rope_sin[positions])
 
         def run(blocks, x):
             for block in blocks:
-                x = block(x, cos, sin)
-                if return_hidden:
+                x = block(x, cos, sin, attn_mask)
+                if hidden is not None:
                     hidden.append(x)
             return x
 
         x = norm(self.transformer.wte(idx)).float()
-        if return_hidden:
+        if hidden is not None:
             hidden.append(x)
         x = run(self.prelude_blocks(), x)
         # Boundary operator as the release computes it (spec §1.6): the first pass starts from the raw prelude output
@@ -395,12 +407,7 @@ class GPT(nn.Module):
                 x = norm(x)
             if cfg.alpha != 0 and (r < K - 1 or cfg.coda_inject):
                 x = x + cfg.alpha * e
-        x = run(self.coda_blocks(), x)
-        logits = self.decode(x)
-        out = logits
-        if targets is not None:
-            out = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
-        return (out, hidden) if return_hidden else out
+        return run(self.coda_blocks(), x)
 
 
 def load_checkpoint_model(path, device="cpu"):

@@ -225,9 +225,12 @@ def test_left_crop():
 
 
 class NextByte(torch.nn.Module):
-    """Fake model: always predicts next token = current token + 1."""
-    def forward(self, idx):
+    """Fake model: always predicts next token = current token + 1 (its residual stream already holds the logits)."""
+    def residual_stream(self, idx, positions=None, attn_mask=None):
         return 20.0 * F.one_hot((idx + 1) % 257, 257).float()
+
+    def decode(self, h):
+        return h
 
 
 def test_lm_all_token_rule_and_mc_ties():
@@ -268,7 +271,7 @@ def test_answer_nll_equals_manual_cross_entropy(tiny):
 # ---------------------------------------------------------------------------------------------------------------------
 # Evaluation loop
 
-def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
+def test_batched_and_shared_equal_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
     tasks = core_eval.load_tasks(tiny["bundle"])
     calls = []
     real = core_eval.task_examples
@@ -276,22 +279,64 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
         calls.append((task["label"], seed))
         return real(task, items, seed, *args)
     monkeypatch.setattr(core_eval, "task_examples", recording)
-    ref, counts, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], -1, 128, CPU, per_example=True,
-                                              show_progress=False)
+    ref, counts, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], -1, 128, CPU,
+                                              scoring="one_at_a_time", show_progress=False)
     assert calls.count(("schema_zeroshot", 0)) == 1 and ("schema_zeroshot", 1) not in calls
     assert [c for c in calls if c[0] == "lm_fewshot"] == [("lm_fewshot", s) for s in (0, 1, 2)]
     for label in ("schema_zeroshot", "mc_zeroshot"):
         assert ref[label][0] == ref[label][1] == ref[label][2]
     assert counts == {"mc_fewshot": 9, "schema_zeroshot": 6, "lm_fewshot": 8, "mc_zeroshot": 5}
     monkeypatch.setitem(core_eval.EVAL, "examples_per_chunk", 4)  # several chunks per task
-    batched, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], -1, 128, CPU, rows_per_forward=5,
-                                             show_progress=False)
-    for label in ref:
-        for seed in (0, 1, 2):
-            assert batched[label][seed][0] == ref[label][seed][0]  # accuracy: identical
-            assert batched[label][seed][1:] == pytest.approx(ref[label][seed][1:], rel=1e-5)
+    for scoring in ("batched", "shared"):
+        fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], -1, 128, CPU, rows_per_forward=5,
+                                              scoring=scoring, show_progress=False)
+        for label in ref:
+            for seed in (0, 1, 2):
+                assert fast[label][seed][0] == ref[label][seed][0]  # accuracy: identical
+                assert fast[label][seed][1:] == pytest.approx(ref[label][seed][1:], rel=1e-5)
     accs = [ref[label][s][0] for label in ref for s in (0, 1, 2)]
     assert len(set(accs)) > 1  # the random model does not predict everything equally
+
+
+def test_common_prefix_len_matches_os_path_commonprefix():
+    rng = random.Random(0)
+    for _ in range(3000):
+        base = [rng.randrange(3) for _ in range(rng.randrange(12))]
+        seqs = [base[:rng.randrange(len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(4))]
+                for _ in range(rng.randrange(1, 5))]
+        assert core_eval.common_prefix_len(seqs) == len(os.path.commonprefix(seqs))
+
+
+def test_prefix_tree_layout():
+    mc = dict(rows=[[BOS, 1, 2, 3, 4], [BOS, 1, 2, 5]])
+    lm = dict(rows=[[BOS, 7, 8]])
+    unshared = dict(rows=[[BOS, 1], [BOS, 2]])  # only BOS in common: stays two plain rows
+    tree, plain, row_a, row_b = core_eval.forward_units([mc, lm, unshared], share_prefix=True)
+    assert tree["tokens"] == [BOS, 1, 2, 3, 4, 5] and tree["positions"] == [0, 1, 2, 3, 4, 3]
+    assert tree["branch"] == [0, 0, 0, 1, 1, 2] and tree["layout"] == {(0, 0): (3, 3), (0, 1): (3, 5)}
+    assert plain["branch"] is None and plain["layout"] == {(1, 0): (3, 0)}
+    assert row_a["tokens"] == [BOS, 1] and row_b["layout"] == {(2, 1): (2, 0)}
+    assert [len(u["tokens"]) for u in core_eval.forward_units([mc], share_prefix=False)] == [5, 4]
+
+
+def test_shared_scoring_with_left_crops_on_a_looped_model(tiny):
+    """Crops shift each row differently, so most few-shot rows stop sharing a prefix; the recurrent arm runs the
+    mask through every pass. Both paths must still agree."""
+    net = tiny_model("operator_1", depth=3, seq_len=48)
+    tasks = core_eval.load_tasks(tiny["bundle"])
+    by_label = {t["label"]: t for t in tasks}
+    build = lambda label: core_eval.task_examples(by_label[label], by_label[label]["items"], 0, [0, 1, 2],
+                                                  lambda texts: [encode(t) for t in texts], 48)
+    assert any(len(row) == 48 for ex in build("mc_fewshot") for row in ex["rows"])  # left-cropped rows
+    assert any(u["branch"] is not None for u in core_eval.forward_units(build("mc_zeroshot"), share_prefix=True))
+    ref, _, clipped = core_eval.evaluate_tasks(net, ENC, tasks, [0], -1, 48, CPU, scoring="one_at_a_time",
+                                               show_progress=False)
+    shared, _, _ = core_eval.evaluate_tasks(net, ENC, tasks, [0], -1, 48, CPU, rows_per_forward=3,
+                                            show_progress=False)
+    assert sum(clipped.values()) == 0  # the crops keep every scoring region (no clipped examples)
+    for label in ref:
+        assert shared[label][0][0] == ref[label][0][0]
+        assert shared[label][0][1:] == pytest.approx(ref[label][0][1:], rel=1e-5)
 
 
 def test_aggregation_arithmetic():

@@ -298,6 +298,26 @@ def test_passes_override_and_logit_lens():
     assert len(untied(idx, return_hidden=True)[1]) == executed_blocks(untied.cfg, 2) + 1
 
 
+@pytest.mark.parametrize("arch", ["vanilla", "operator_1", "untied_2"])
+def test_positions_and_mask_pack_a_prefix_tree(arch):
+    """Two rows sharing a prefix, packed as prefix + tail A + tail B with A/B rotary positions and a mask that hides
+    tail A from tail B: every packed position reproduces the logits of its row run alone (what core_eval batches)."""
+    cfg = tiny(arch)
+    net = build(cfg)
+    prefix, tail_a, tail_b = [5, 6, 7, 8, 9], [10, 11, 12], [13, 14]
+    packed = torch.tensor([prefix + tail_a + tail_b])
+    positions = torch.tensor([list(range(8)) + [5, 6]])
+    branch = torch.tensor([0] * 5 + [1] * 3 + [2] * 2)
+    mask = torch.ones(10, 10, dtype=torch.bool).tril() & ((branch[None] == 0) | (branch[None] == branch[:, None]))
+    with torch.no_grad():
+        packed_logits = net.decode(net.residual_stream(packed, positions=positions, attn_mask=mask[None, None]))[0]
+        row_a, row_b = net(torch.tensor([prefix + tail_a]))[0], net(torch.tensor([prefix + tail_b]))[0]
+    assert torch.allclose(packed_logits[:8], row_a, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(packed_logits[8:], row_b[5:], atol=1e-5, rtol=1e-5)
+    unmasked = net.decode(net.residual_stream(packed, positions=positions))[0].detach()  # causal: B sees A
+    assert not torch.allclose(unmasked[8:], row_b[5:], atol=1e-3)
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Growth
 
