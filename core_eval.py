@@ -6,6 +6,7 @@ Protocol: spec/evaluation_fitting.md part A (the paper's App. C.2). Examples are
 examples are drawn with Random(seed + index) excluding the item itself, prompts get BOS prepended and are left-cropped
 to the model context; MC/schema pick the candidate with the lowest mean token loss over its scoring region, LM items are
 correct only if every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
+Many examples run per forward, and an example's candidates share one pass over their common prefix (--scoring).
 
     python core_eval.py --checkpoint runs/X/checkpoints/final.pt                     # full suite, seeds 0 1 2
     python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0
@@ -662,8 +663,13 @@ def run_bench(args, device):
           f"{torch.get_num_threads()} threads)")
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr and exit 2 (argparse would also print the usage block)
+        raise UsageError(message)
+
+
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--checkpoint", help="train.py checkpoint (runs/<name>/checkpoints/final.pt)")
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
@@ -687,9 +693,9 @@ def parse_args(argv=None):
 
 
 def main(argv=None):
-    args = parse_args(argv)
     rank, world_size = 0, 1
     try:
+        args = parse_args(argv)
         if args.batch_size < 1:
             raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
         if args.bench:

@@ -595,8 +595,13 @@ def bench(args):
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line on stderr and exit 2 (argparse would also print the usage block)
+        raise UsageError(message)
+
+
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--arch", default=None, help="one of " + ", ".join(RECIPES))
     p.add_argument("--depth", type=int, nargs="+", default=None, help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
@@ -662,8 +667,8 @@ def parse_args(argv):
 
 
 def main(argv=None):
-    args = parse_args(argv)
     try:
+        args = parse_args(argv)
         code = bench(args) if args.bench else dry_run(args) if args.dry_run else train(args)
     except (UsageError, data.DataError) as e:
         print(f"train.py: error: {e}", file=sys.stderr)

@@ -440,6 +440,8 @@ def test_download_and_zip_slip(tmp_path, http_dir, tiny):
 # CLI: end to end, errors, passes, effective depth
 
 def test_cli_errors(tmp_path, tiny, capsys):
+    code, err = run_main(["--scoring", "fastest"], capsys)  # argparse errors too: one line, no usage block
+    assert code == 2 and err.count("\n") == 1 and "invalid choice: 'fastest'" in err
     code, err = run_main(["--checkpoint", str(tmp_path / "nope.pt"), "--bundle-dir", tiny["bundle"]], capsys)
     assert code == 2 and err.count("\n") == 1 and "does not exist" in err
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")

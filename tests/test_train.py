@@ -125,6 +125,8 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "8", "--epochs", "3", "--dry-run"], "--data-constrained"),
     (["--arch", "vanilla", "--depth", "2", "--data-dir", "/nonexistent/pool", "--runs-dir", "/nonexistent/runs"],
      "prepare"),
+    (["--arch", "vanilla", "--depth", "2", "--bogus-flag"], "unrecognized arguments: --bogus-flag"),
+    (["--depth", "2"], "--arch and --depth are required"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message):
     r = subprocess.run([sys.executable, "train.py"] + argv, cwd=ROOT, capture_output=True, text=True)
