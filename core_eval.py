@@ -40,6 +40,7 @@ import yaml
 
 import data
 import model
+from model import Parser, UsageError
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (spec A.1-A.9) and evaluator defaults
@@ -69,10 +70,6 @@ FILTER_EXCLUDED = {"bigbench_cs_algorithms", "bigbench_language_identification",
                    "boolq", "commonsense_qa"}
 FILTERED_TASKS = sorted(set(CORE_TASKS) - FILTER_EXCLUDED)  # the frozen Vanilla-only 17-task subset
 DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "eval_bundle")
-
-
-class UsageError(Exception):
-    """Bad input: reported as one line on stderr, exit code 2."""
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -661,11 +658,6 @@ def run_bench(args, device):
               f"one_at_a_time")
     print(f"(best of 3; vanilla d4 w64 seq_len 128, {len(tasks)} tasks x {max_per_task} examples, seed {seeds[0]}, "
           f"{torch.get_num_threads()} threads)")
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr and exit 2 (argparse would also print the usage block)
-        raise UsageError(message)
 
 
 def parse_args(argv=None):

@@ -430,7 +430,7 @@ def load_checkpoint_model(path, device="cpu"):
 # CLI
 
 class UsageError(Exception):
-    pass
+    """Bad flags or inputs (model.py, train.py, core_eval.py): reported as one line on stderr, exit code 2."""
 
 
 class Parser(argparse.ArgumentParser):

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 import data
 import model as model_lib
+from model import Parser, UsageError
 import muon
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -98,10 +99,6 @@ H100_BF16_PEAK_FLOPS = 989e12
 # the growth arms need smaller ones. Memory only: the global batch and the math never change.
 PAPER_DEVICE_BATCH = {"fixed": {6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8},
                       "grow": {6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: 2}}
-
-
-class UsageError(Exception):
-    """Bad flags or inputs: reported as one line, exit code 2."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -593,11 +590,6 @@ def bench(args):
     print(f"operator_1/vanilla = {times['operator_1'] / times['vanilla']:.3f} (target <= 1.02)")
     print(f"untied_2/loop_2    = {times['untied_2'] / times['loop_2']:.3f} (target 1.00 +- 0.02)")
     return 0
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr and exit 2 (argparse would also print the usage block)
-        raise UsageError(message)
 
 
 def parse_args(argv):
