@@ -10,6 +10,9 @@
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR,
 # MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
+# SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
+# each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
+# `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
 # Idempotent: a run whose result.json says "complete" is skipped, any other started run is resumed (--resume);
 # the first failing run stops the ladder and names its log.
 set -euo pipefail
@@ -33,10 +36,16 @@ dc_loops() {
     esac
 }
 
+usage="usage: bash ladder.sh ARCH|all|demo [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--dry-run] [-- train.py args]"
 target="${1:-}"
-[ -n "$target" ] || die "usage: bash ladder.sh ARCH|all|demo [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--dry-run] [-- train.py args]"
+case "$target" in
+    -h|--help) echo "$usage"; echo "ARCH: one of $ALL_ARCHS"; exit 0 ;;
+    "") die "$usage" ;;
+    -*) die "the first argument is ARCH, all or demo, got option '$target' ($usage)" ;;
+esac
 shift
-preset=paper depths="" dry_run=0 extra=()
+original_args=("$@")
+preset=paper depths="" dry_run=0 extra=() data_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
@@ -64,12 +73,23 @@ elif [[ " $ALL_ARCHS " == *" $target "* ]]; then archs="$target"
 else die "unknown arch '$target' (one of: $ALL_ARCHS, all, demo)"; fi
 
 runs_dir="${RUNS_DIR:-runs}"
+# A SLURM allocation of several nodes: one copy of this script per node (srun), each told its rank by SLURM.
+if [ -n "${SLURM_JOB_NODELIST:-}" ] && [ "${SLURM_NNODES:-1}" -gt 1 ]; then
+    if [ -z "${SLURM_STEP_ID:-}" ] && [ "$dry_run" = 0 ]; then
+        exec srun --nodes "$SLURM_NNODES" --ntasks-per-node 1 bash "$0" "$target" "${original_args[@]}"
+    fi
+    command -v scontrol >/dev/null || die "SLURM allocation found but scontrol is not on PATH"
+    export NNODES="$SLURM_NNODES" NODE_RANK="${SLURM_NODEID:-0}"
+    hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST")" || die "scontrol could not list the nodes of $SLURM_JOB_NODELIST"
+    export MASTER_ADDR="${hosts%%$'\n'*}"
+fi
 nnodes="${NNODES:-1}"
 case "$preset" in
     cpu) nproc="${NPROC_PER_NODE:-1}" ;;
     d26) nproc="${NPROC_PER_NODE:-8}"; nnodes="${NNODES:-2}" ;;
     *) nproc="${NPROC_PER_NODE:-8}" ;;
 esac
+[[ "$nproc" =~ ^[1-9][0-9]*$ && "$nnodes" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE and NNODES must be positive integers, got '$nproc' and '$nnodes'"
 command -v torchrun >/dev/null || [ "$dry_run" = 1 ] || die "torchrun not found: pip install -r requirements.txt"
 launch=(torchrun --nproc_per_node "$nproc" --nnodes "$nnodes")
 if [ "$nnodes" -gt 1 ]; then
@@ -85,7 +105,8 @@ for arch in $archs; do
         paper) for d in ${depths:-$(paper_depths "$arch")}; do runs+=("${arch}_d$d --arch $arch --depth $d"); done ;;
         cpu) for d in ${depths:-$CPU_DEPTHS}; do runs+=("${arch}_d$d --arch $arch --depth $d --preset cpu"); done ;;
         d26) [ "$arch" = untied_grow ] || die "the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26"
-             runs+=("untied_grow_d26 --arch untied_grow --depth 26 --data-dir ${DATA_DIR:-data/fineweb_edu}") ;;
+             runs+=("untied_grow_d26 --arch untied_grow --depth 26")
+             data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}") ;;  # kept whole: a path may hold spaces
         data-constrained)
             [ "$arch" = operator_1 ] || die "the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset data-constrained"
             for wd in fixed-wd tuned-wd; do for d in ${depths:-6 8 10 12 14 16 18}; do for k in $(dc_loops "$d"); do
@@ -97,7 +118,8 @@ done
 if [ "$dry_run" = 1 ]; then
     for r in "${runs[@]}"; do
         read -r name args <<<"$r"
-        echo "${launch[*]} train.py $args --run-name $name --runs-dir $runs_dir${extra[*]:+ ${extra[*]}}"
+        # shellcheck disable=SC2086
+        echo "${launch[*]} train.py $args$(printf ' %q' ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" ${extra[@]+"${extra[@]}"})"
     done
     # One Python process plans every run (train.py's own derivation), then sums FLOPs and GPU-hours.
     printf '%s\n' "${runs[@]}" | python -c '
@@ -130,11 +152,21 @@ for r in "${runs[@]}"; do
     mkdir -p "$run_dir"
     log="$run_dir/train.log"
     echo "run  $name -> $log"
+    # torchrun runs in the background so that a SIGTERM/SIGINT to this script reaches it (and through it the
+    # workers, which torchrun starts in their own session); a worker that survives anyway holds the run's lock.
     # shellcheck disable=SC2086
-    if ! "${launch[@]}" train.py $args --run-name "$name" --runs-dir "$runs_dir" "${resume[@]}" "${extra[@]}" >>"$log" 2>&1; then
+    "${launch[@]}" train.py $args ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" \
+        ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
+    child=$!
+    trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
+    trap 'kill -INT "$child" 2>/dev/null; wait "$child"; exit 130' INT
+    status=0
+    wait "$child" || status=$?
+    trap - TERM INT
+    if [ "$status" != 0 ]; then
         echo "ladder.sh: run $name failed; see $log" >&2
         tail -n 5 "$log" >&2
         exit 1
     fi
-    grep -E "^done:" "$log" | tail -n 1
+    grep -E "^done:" "$log" | tail -n 1 || true
 done

@@ -129,3 +129,79 @@ def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
     trajectory = [json.loads(line) for line in open(tmp_path / "operator_1_d2" / "trajectory.jsonl")]
     assert [t["step"] for t in trajectory] == list(range(1, 41))
     assert json.load(open(tmp_path / "operator_1_d2" / "result.json"))["status"] == "complete"
+
+
+def test_help_is_usage_and_exit_0():
+    r = ladder("-h")
+    assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
+
+
+def test_data_dir_with_spaces_stays_one_argument():
+    r = ladder("untied_grow", "--preset", "d26", "--dry-run", env=dict(DATA_DIR="/data/my corpus"))
+    assert r.returncode == 0, r.stderr
+    (line,) = launched(r.stdout)
+    assert r"--data-dir /data/my\ corpus --run-name" in line
+
+
+def fake_slurm_bin(tmp_path):
+    """Stand-ins for srun, scontrol and torchrun that record their arguments (one line per call) in calls.log;
+    the fake srun starts its command once per node with that node's SLURM_NODEID, as srun does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    scripts = {
+        "scontrol": f'echo "scontrol $*" >> {log}\n[ "$1 $2" = "show hostnames" ] && printf "gpu-a17\\ngpu-a18\\n"',
+        "srun": f'echo "srun $*" >> {log}\nwhile [ "$1" != bash ]; do shift; done\n'
+                'for node in 0 1; do SLURM_STEP_ID=0 SLURM_NODEID=$node "$@" || exit 1; done',
+        "torchrun": f'echo "torchrun $*" >> {log}\necho "done: fake run"',
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    return bin_dir, log
+
+
+SLURM_ENV = dict(SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_NNODES="2", SLURM_JOB_ID="4242")
+
+
+def test_slurm_allocation_sets_node_rank_and_master_from_scontrol(tmp_path):
+    bin_dir, log = fake_slurm_bin(tmp_path)
+    env = dict(SLURM_ENV, SLURM_STEP_ID="0", SLURM_NODEID="1", PATH=f"{bin_dir}:{os.environ['PATH']}")
+    r = ladder("untied_grow", "--preset", "d26", "--dry-run", env=env)
+    assert r.returncode == 0, r.stderr
+    (line,) = launched(r.stdout)
+    assert "--nnodes 2 --node_rank 1 --master_addr gpu-a17" in line
+    assert "scontrol show hostnames gpu-a[17-18]" in log.read_text()
+
+
+def test_sbatch_script_starts_one_ladder_per_node_through_srun(tmp_path):
+    bin_dir, log = fake_slurm_bin(tmp_path)
+    env = dict(SLURM_ENV, PATH=f"{bin_dir}:{os.environ['PATH']}", RUNS_DIR=str(tmp_path / "runs"))
+    r = ladder("untied_grow", "--preset", "d26", env=env)  # as an sbatch script calls it: no srun step yet
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0].startswith("srun --nodes 2 --ntasks-per-node 1 bash ") and calls[0].endswith(
+        "ladder.sh untied_grow --preset d26")
+    launches = [c for c in calls if c.startswith("torchrun")]
+    assert len(launches) == 2
+    for node, call in enumerate(launches):
+        assert f"--nnodes 2 --node_rank {node} --master_addr gpu-a17" in call and "--depth 26" in call
+
+
+def test_sigterm_reaches_the_training_process(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    marker = tmp_path / "got_term"
+    # a torchrun stand-in in its own session (as torchrun's workers are) that records the SIGTERM it receives
+    (bin_dir / "torchrun").write_text(f"#!/usr/bin/env bash\ntrap 'touch {marker}; exit 143' TERM\n"
+                                      f"touch {tmp_path}/started\nwhile true; do sleep 0.1; done\n")
+    (bin_dir / "torchrun").chmod(0o755)
+    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT,
+                            env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", RUNS_DIR=str(tmp_path)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 30
+    while not (tmp_path / "started").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    assert marker.exists(), "the training process never saw the SIGTERM"
