@@ -147,10 +147,38 @@ def test_bootstrap_reproducible_with_seed(tmp_path, capsys):
 def test_extrapolate_warns_and_gives_ci(tmp_path, capsys):
     path, _ = synthetic_ladders(tmp_path, noise=0.002)
     res = run(capsys, "ladders", path, "--extrapolate", 1e25, "--bootstrap", 10, "--json")
-    e = json.loads(res.out)["arms"]["better"]["extrapolate"]
-    assert e["compute"] == 1e25 and e["multiplier"] > 1 and e["ci"][0] <= e["ci"][1]
+    out = json.loads(res.out)
+    r = out["arms"]["better"]
+    assert out["extrapolate"] == 1e25 and r["pi_at_extrapolate"] > 1 and r["gain_at_extrapolate"] > 1
+    for key in ("forecast_loss", "gain_at_extrapolate", "pi_at_extrapolate"):
+        assert r[f"{key}_ci"][0] <= r[f"{key}_ci"][1]
     assert "warning: extrapolating" in res.err
     assert "warning" not in run(capsys, "ladders", path, "--extrapolate", 1e20, "--bootstrap", 2, "--json").err
+
+
+def test_extrapolate_forecast_and_figure4_gain_exact(tmp_path, capsys):
+    # exact laws: the arm's forecast is its law; the gain inverts the reference's free-E law at that loss
+    path, _ = synthetic_ladders(tmp_path)
+    C = 1.2252577e21
+    r = run_json(capsys, "ladders", path, "--extrapolate", C, "--bootstrap", 0)["arms"]
+    x = C / 1e18
+    loss = 1.7 + 1.55 * x ** -0.12
+    assert r["better"]["forecast_loss"] == pytest.approx(loss, abs=1e-5)
+    c_ref = ((loss - 1.7) / 1.6) ** (-1 / 0.11) * 1e18  # vanilla's compute at the arm's forecast loss
+    assert r["better"]["gain_at_extrapolate"] == pytest.approx(c_ref / C, rel=2e-3)
+    pi = C / ((((1.6 * x ** -0.11) / 1.55) ** (-1 / 0.12)) * 1e18)  # C / C_arm(L_ref(C))
+    assert r["better"]["pi_at_extrapolate"] == pytest.approx(pi, rel=2e-3)
+    assert r["better"]["gain_at_extrapolate"] != pytest.approx(r["better"]["pi_at_extrapolate"], rel=1e-2)
+    assert r["vanilla"]["gain_at_extrapolate"] == pytest.approx(1.0)
+
+
+def test_release_extrapolation_to_d26_prints_paper_gain_and_pi(capsys):
+    out = run_json(capsys, "ladders", RELEASE, "--extrapolate", 1.2252577e21, "--bootstrap", 20)
+    ug = out["arms"]["untied_grow"]
+    assert ug["gain_at_extrapolate"] == pytest.approx(1.863, abs=0.005)  # anchored at the arm's compute
+    assert ug["pi_at_extrapolate"] == pytest.approx(1.806, abs=0.005)    # anchored at the reference's compute
+    assert ug["forecast_loss_ci"][0] < ug["forecast_loss"] < ug["forecast_loss_ci"][1]
+    assert out["bootstrap"]["kind"] == "points" and not out["bootstrap"]["includes_seed_noise"]
 
 
 def test_result_json_runs_and_time_axis(tmp_path, capsys):
