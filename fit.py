@@ -608,16 +608,15 @@ def ladder_figures(data, fit, out_dir, xname):
     return paths + save(fig, "fig2_left")
 
 
-def positive_float(name):
-    def parse(v):
-        try:
-            x = float(v)
-        except ValueError:
-            x = math.nan
-        if not (math.isfinite(x) and x > 0):
-            raise argparse.ArgumentTypeError(f"{name} must be a finite number > 0, got {v!r}")
-        return x
-    return parse
+def positive_float(v):
+    """argparse type: a finite float > 0."""
+    try:
+        x = float(v)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {v!r}")
+    return x
 
 
 def cmd_ladders(args):
@@ -1139,21 +1138,21 @@ def build_parser():
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")
     s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     s.add_argument("--time", action="store_true", help="use training time (seconds) instead of FLOPs")
-    s.add_argument("--extrapolate", type=positive_float("--extrapolate"), metavar="C",
+    s.add_argument("--extrapolate", type=positive_float, metavar="C",
                    help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
                                                                       "report their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
-    s.add_argument("--noise", type=positive_float("--noise"), metavar="SIGMA",
+    s.add_argument("--noise", type=positive_float, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
     s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
     s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
-    s.add_argument("--noise", type=positive_float("--noise"), metavar="SIGMA", help="relative run-to-run noise "
+    s.add_argument("--noise", type=positive_float, metavar="SIGMA", help="relative run-to-run noise "
                                                                                     "(sd of ln val_loss of one run)")
     s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
-    s.add_argument("--E", type=positive_float("--E"), help="true floor (with --gamma, --A: every arm's curve)")
-    s.add_argument("--gamma", type=positive_float("--gamma"))
-    s.add_argument("--A", type=positive_float("--A"), help="true A at C = 1e18 FLOPs")
+    s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
+    s.add_argument("--gamma", type=positive_float)
+    s.add_argument("--A", type=positive_float, help="true A at C = 1e18 FLOPs")
     s.add_argument("--delta-gamma", type=float, metavar="DG", help="every other arm's true gamma = reference's + DG")
     s.add_argument("--design", action="append", metavar="SPEC", help="repeatable: 'd6-18', 'd6-22 x3@top2', ...")
     s.add_argument("--reference-arm", default="vanilla")
@@ -1162,13 +1161,13 @@ def build_parser():
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
     s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 "
                    "FLOP/s for GPU-hours (h100/h200 989e12, a100 312e12, b200 2250e12)")
-    s.add_argument("--peak-flops", type=positive_float("--peak-flops"), help="overrides --gpu's peak")
-    s.add_argument("--mfu", type=positive_float("--mfu"), default=0.4, help="model FLOPs utilisation (0.4)")
+    s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
+    s.add_argument("--mfu", type=positive_float, default=0.4, help="model FLOPs utilisation (0.4)")
     s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory")
     s = add("surface", "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
-    s.add_argument("--delta", type=positive_float("--delta"), help="Huber delta on ln L (default per form: "
+    s.add_argument("--delta", type=positive_float, help="Huber delta on ln L (default per form: "
                    f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
     s.add_argument("--drop-highest", type=int, default=0, metavar="N",
                    help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
@@ -1189,7 +1188,7 @@ def build_parser():
         s.add_argument("data")
         if name == "loops":
             s.add_argument("--wd", type=float, default=0.8, help="fixed weight decay of the loop curves")
-            s.add_argument("--budgets", type=positive_float("--budgets"), nargs="+",
+            s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
     for s in sub.choices.values():
         s.add_argument("--json", action="store_true", help="print one JSON object instead of text")

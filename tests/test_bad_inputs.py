@@ -104,10 +104,10 @@ FIT_CASES = [
     ("fractional-depth", {"l.csv": with_row(1, "vanilla,8.5,1e18,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: depth must be a whole number"),
     ("conflicting-duplicate", {"l.csv": ladder_csv(["vanilla,8,1.000000e+18,3.1"])}, ["ladders", "{d}/l.csv"], "two different results for vanilla d8"),
     ("replicates-different-compute", {"l.csv": ladder_csv(["vanilla,8,2e18,3.1"])}, ["ladders", "{d}/l.csv", "--replicates"], "different compute"),
-    ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate must be a finite number > 0"),
-    ("extrapolate-negative", GOOD, ["ladders", "{d}/l.csv", "--extrapolate=-1e21"], "--extrapolate must be"),
-    ("extrapolate-nan", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "nan"], "--extrapolate must be"),
-    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise must be a finite number > 0"),
+    ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
+    ("extrapolate-negative", GOOD, ["ladders", "{d}/l.csv", "--extrapolate=-1e21"], "--extrapolate: must be"),
+    ("extrapolate-nan", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "nan"], "--extrapolate: must be"),
+    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number > 0"),
     ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap must be >= 0"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
@@ -128,10 +128,10 @@ FIT_CASES = [
      ["surface", "{d}/s.csv"], "s.csv:2: column N is -1"),
     ("surface-drop-too-many", {"s.csv": "N,D,loss\n" + "".join(f"{1e8 * (i + 1)},{1e9 * (i + 1)},{3 - 0.1 * i}\n" for i in range(8))},
      ["surface", "{d}/s.csv", "--drop-highest", "3"], "after --drop-highest"),
-    ("surface-delta-zero", {"s.csv": "N,D,loss\n1,1,1\n"}, ["surface", "{d}/s.csv", "--delta", "0"], "--delta must be"),
+    ("surface-delta-zero", {"s.csv": "N,D,loss\n1,1,1\n"}, ["surface", "{d}/s.csv", "--delta", "0"], "--delta: must be"),
     ("tpp-nan", {"t.csv": "compute_flops,tpp,val_loss\n1e18,5,nan\n"}, ["tpp", "{d}/t.csv"], "t.csv:2: column val_loss is nan"),
     ("loops-negative-budget", {"g.csv": "depth,loops,weight_decay,compute_flops,val_loss\n4,1,0.8,1e17,3\n"},
-     ["loops", "{d}/g.csv", "--budgets=-1"], "--budgets must be"),
+     ["loops", "{d}/g.csv", "--budgets=-1"], "--budgets: must be"),
     ("loops-wrong-kind-json", {"runs/a/result.json": "[]"}, ["loops", "{d}/runs"], "is not a train.py result.json"),
     ("design-no-noise", {"p.jsonl": PLAN, "pilot.json": PILOT}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json"], "--noise SIGMA is required"),
     ("design-no-truth", {"p.jsonl": PLAN}, ["design", "{d}/p.jsonl", "--noise", "0.002"], "give the true curves"),
@@ -157,4 +157,4 @@ def test_fit_bad_input(tmp_path, files, argv, message):
 
 def test_fit_bad_input_as_a_process(tmp_path):
     # the same contract through the interpreter: the one-line message really is all a user sees
-    assert_refused("fit.py", ["ladders", "{d}/l.csv", "--extrapolate=-1"], tmp_path, "--extrapolate must be", GOOD)
+    assert_refused("fit.py", ["ladders", "{d}/l.csv", "--extrapolate=-1"], tmp_path, "--extrapolate: must be", GOOD)
