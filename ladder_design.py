@@ -180,7 +180,7 @@ def design_figure(results, ref_arm, out_dir, gpu):
             ax.annotate(r["design"], (r["gpu_hours"], max(ys)), fontsize=7, xytext=(3, 3), textcoords="offset points")
     axes[0].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel="expected 95% CI half-width of γ")
     axes[1].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel=f"expected 95% CI half-width of γ − γ_{ref_arm}",
-                title="dotted: each arm's true |Δγ| (resolved when the half-width is below it)")
+                title="dotted: each arm's true |Δγ|")
     axes[0].legend(frameon=False, fontsize=8)
     fig.tight_layout()
     paths = [os.path.join(out_dir, n) for n in DESIGN_FIGURE]
