@@ -1,12 +1,15 @@
 """fit.py — the paper's scaling-law fits, compute multipliers and figures, plus the Skaling L(N, D) law.
 
-Subcommands (CSV column contracts in brackets; extra columns are ignored):
-  ladders INPUT...   L(C) = E + A (C/1e18)^-gamma per arm, shared E from the reference arm (spec B.2-B.4), compute
-                     multipliers, bootstrap CIs, per-arm free-E check, fitted pi(C), Figure 3 + Figure 2 (left).
-                     INPUT = CSV [arm, depth, compute_flops, val_loss (+ training_seconds for --time)] or train.py runs:
-                     a result.json, a run dir holding one, a runs dir (*/result.json) or a glob; incomplete runs skipped.
+Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMAND -h`; extra columns are ignored):
+  ladders INPUT...   L(C) = E + A (C/1e18)^-gamma per arm, E fitted on the reference arm and shared (arXiv 2609.19107
+                     Sec. 4.2), compute multipliers, bootstrap CIs, per-arm free-E check, forecasts and gains at
+                     --extrapolate C (Figure 4), Figure 3 + Figure 2 (left). Seed replicates are pooled: their spread is
+                     the run-to-run noise that weights the fits and feeds a parametric bootstrap.
+                     INPUT = CSV [arm, depth, compute_flops, val_loss (+ seed, training_seconds)] or train.py runs.
+  design PLAN        simulate planned ladders under assumed laws and noise: CI half-widths of gamma and delta-gamma,
+                     detection probability, GPU-hours; compares designs (ladder_design.py).
   surface DATA.csv   Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E  [N, D or compute, loss].
-  downstream DATA.csv  spec B.6 CORE forecast  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)].
+  downstream DATA.csv  CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)].
   tpp DATA.csv       quadratic vertex of log loss vs log TPP per budget (App. A.4.2)  [compute_flops, tpp, val_loss].
   growth DATA.csv    quadratic in the post-growth fraction rho per (depth, budget) (A.2.3, A.4.3)  [depth, compute_flops,
                      rho, val_loss].
@@ -18,6 +21,7 @@ Subcommands (CSV column contracts in brackets; extra columns are ignored):
   python fit.py ladders reference/fineweb_ladders.csv --out figures --bootstrap 1000
   python fit.py surface grid.csv --form both --sparse-l
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
+--out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
 import argparse, csv, glob, json, math, os, sys, time
 
@@ -28,16 +32,21 @@ from scipy import optimize, stats
 
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
-    e_grid=600, e_grid_top=0.995,       # B.2 initialization grid for E: linspace(0, 0.995 min L, 600)
+    e_grid=600, e_grid_top=0.995,       # E initialization grid: linspace(0, 0.995 min L, 600)
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
-    anchor_depth=8,                     # B.4: multipliers at the reference arm's budgets with depth >= 8; C0 at d8
+    anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
     extrapolate_warn=10.0,              # warn when --extrapolate C exceeds 10x the largest measured compute
     ci=95.0, default_extrapolate_boot=200,
+    replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
     inset_span=5.0,                     # Figure inset shows the top factor-5 of compute (2e19..1e20 on the paper)
-    nll_min_scale=0.002, sigmoid_min_scale=0.005,  # B.6 Huber f_scale floors
-    gpt3_targets=(0.329, 0.361, 0.385, 0.427),      # B.6 CORE of GPT-3 2.7B / 6.7B / 13B / 175B
+    nll_min_scale=0.002, sigmoid_min_scale=0.005,  # App. C.4 Huber f_scale floors
+    gpt3_targets=(0.329, 0.361, 0.385, 0.427),      # CORE of GPT-3 2.7B / 6.7B / 13B / 175B
+    surface_delta=dict(chinchilla=1e-3, skaling=0.05),  # Huber delta on ln L: Hoffmann et al.; the Skaling paper
+    # the release's five multi-epoch budgets (FLOPs without attention) at which the paper reads the loop grid
+    loop_budgets=(0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18),
 )
+MANIFEST = "fit_manifest.json"  # in every --out directory: the files fit.py wrote there (and may overwrite)
 # Surface-fit bounds (a = ln A, b = ln B, e = ln E): generous enough for N, D in raw counts, tight enough for L-BFGS-B.
 SURFACE_BOUNDS = dict(a=(-10, 50), b=(-10, 50), alpha=(0.01, 2.0), beta=(0.01, 2.0), e=(-10, 3), k=(0.05, 5.0))
 ARM_STYLE = {  # arm -> (label, colour) for figures
@@ -46,6 +55,7 @@ ARM_STYLE = {  # arm -> (label, colour) for figures
     "loop_2": ("Loop-2", "tab:cyan"), "loop_grow": ("Loop-Grow", "tab:green"),
     "untied_2": ("Untied-2", "tab:orange"), "untied_grow": ("Untied-Grow", "tab:red")}
 FIG2_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
+LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
 
 
 class UsageError(Exception):
@@ -60,24 +70,71 @@ def note(msg):
     print(f"fit.py: {msg}", file=sys.stderr)
 
 
-def read_csv(path, required, numeric=()):
-    """Columns of a CSV as lists (numeric ones as float arrays); missing file/column -> UsageError."""
+def read_csv(path, required, numeric=(), positive=()):
+    """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
+    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line)."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(f))
+        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
+            reader = csv.DictReader(f)
+            rows, lines = [], []
+            for r in reader:
+                rows.append(r)
+                lines.append(reader.line_num)
+            header = reader.fieldnames or []
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}")
-    header = rows[0].keys() if rows else []
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"{path}: not a UTF-8 CSV file ({e})")
     missing = [c for c in required if c not in header]
     if missing:
         raise UsageError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(required)})")
     cols = {c: [r[c] for r in rows] for c in header}
-    for c in numeric:
-        try:
-            cols[c] = np.array([float(v) for v in cols[c]])
-        except (TypeError, ValueError):
-            raise UsageError(f"{path}: column {c} has a non-numeric value")
+    for c in (c for c in numeric if c in cols):  # an optional numeric column may be absent
+        values = []
+        for v, line in zip(cols[c], lines):
+            try:
+                values.append(float(v))
+            except (TypeError, ValueError):
+                raise UsageError(f"{path}:{line}: column {c} is {v!r}, not a number")
+            if not math.isfinite(values[-1]) or (c in positive and values[-1] <= 0):
+                raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
+        cols[c] = np.array(values)
+    cols["_line"] = lines
     return cols
+
+
+def check_outputs(out_dir, names):
+    """Refuse, before any work, to write into a file path or over a file fit.py did not write (not in the manifest)."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise UsageError(f"--out {out_dir} is a file, not a directory; pass a directory")
+    manifest = os.path.join(out_dir, MANIFEST)
+    listed = []
+    if os.path.exists(manifest):
+        try:
+            with open(manifest) as f:
+                listed = json.load(f)["files"]
+            assert isinstance(listed, list) and all(isinstance(n, str) for n in listed)
+        except (OSError, ValueError, KeyError, TypeError, AssertionError):
+            raise UsageError(f"{manifest} is not a fit.py manifest; move it away or pass another --out")
+    for name in names:
+        if os.path.exists(os.path.join(out_dir, name)) and name not in listed:
+            raise UsageError(f"{os.path.join(out_dir, name)} exists and was not written by fit.py (not listed in "
+                             f"{manifest}); move it away or pass another --out")
+    return listed
+
+
+def record_outputs(out_dir, names):
+    """Create OUT and list `names` in its manifest (atomically) just before writing them."""
+    listed = check_outputs(out_dir, names)
+    manifest = os.path.join(out_dir, MANIFEST)
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(manifest + ".tmp", "w") as f:
+            json.dump(dict(written_by="fit.py", files=sorted(set(listed) | set(names))), f, indent=1)
+            f.write("\n")
+        os.replace(manifest + ".tmp", manifest)
+    except OSError as e:
+        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror}")
 
 
 def fnum(x, fmt=".4f"):
@@ -95,34 +152,91 @@ def jsonable(obj):
 
 
 # ---------------------------------------------------------------------------------------------------- ladders input
+RESULT_KEYS = "status, arch, depth, estimated_training_flops, final_val_loss"
+
+
+def read_result_json(path, table):
+    """A train.py result.json as a dict; anything else -> UsageError saying what is expected (`table`: the CSV form)."""
+    try:
+        with open(path) as f:
+            r = json.load(f)
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}")
+    except ValueError:
+        r = None
+    if not isinstance(r, dict) or "status" not in r:
+        raise UsageError(f"{path} is not a train.py result.json (needs {RESULT_KEYS}); pass train.py run dirs, "
+                         f"or a table as CSV [{table}]")
+    return r
+
+
 def ladder_rows_from_runs(paths, use_time):
+    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped."""
     rows = []
+    key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
-        try:
-            with open(path) as f:
-                r = json.load(f)
-        except (OSError, ValueError) as e:
-            note(f"skipping {path}: unreadable ({e})")
+        r = read_result_json(path, "arm, depth, compute_flops, val_loss")
+        if r["status"] != "complete":
+            note(f"skipping {path}: status {r['status']!r}, not complete")
             continue
-        if r.get("status") != "complete":
-            note(f"skipping {path}: status {r.get('status')!r}, not complete")
-            continue
-        key = "total_training_time_seconds" if use_time else "estimated_training_flops"
         try:
-            rows.append((r["arch"], int(r["depth"]), float(r[key]), float(r["final_val_loss"])))
-        except (KeyError, TypeError, ValueError):
-            note(f"skipping {path}: needs arch, depth, {key}, final_val_loss")
+            arm, depth, x, loss = r["arch"], r["depth"], float(r[key]), float(r["final_val_loss"])
+            assert isinstance(arm, str) and isinstance(depth, int) and depth > 0
+            assert math.isfinite(x) and x > 0 and math.isfinite(loss) and loss > 0
+        except (KeyError, TypeError, ValueError, AssertionError):
+            raise UsageError(f"{path}: a complete run needs arch, a whole depth, and finite {key} and "
+                             "final_val_loss > 0")
+        rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path))
     return rows
 
 
-def load_ladders(inputs, use_time):
-    """-> {arm: dict(depth, x, loss)} sorted by x (compute FLOPs, or training seconds with --time)."""
+def ladder_rows_from_csv(path, use_time):
+    xcol = "training_seconds" if use_time else "compute_flops"
+    positive = ["depth", xcol, "val_loss"]
+    c = read_csv(path, ["arm", "depth", xcol, "val_loss"], numeric=positive + ["seed"], positive=positive)
+    rows = []
+    for i, (arm, d, x, loss, line) in enumerate(zip(c["arm"], c["depth"], c[xcol], c["val_loss"], c["_line"])):
+        seed = c["seed"][i] if "seed" in c else None
+        if d != int(d) or (seed is not None and seed != int(seed)):
+            raise UsageError(f"{path}:{line}: {'depth' if d != int(d) else 'seed'} must be a whole number")
+        rows.append((arm, int(d), x, loss, None if seed is None else int(seed), f"{path}:{line}"))
+    return rows
+
+
+def pool_replicates(rows, replicates, use_time):
+    """Group rows by (arm, depth). Rows with distinct seeds (seed column, or the plan's seed in result.json) are seed
+    replicates; rows with one seed (or none) are duplicates: dropped with a warning when they agree exactly, seed
+    replicates with --replicates, an error otherwise. -> {(arm, depth): (x, [losses])}."""
+    groups = {}
+    for row in rows:
+        groups.setdefault(row[:2], []).append(row)
+    points = {}
+    for (arm, depth), g in groups.items():
+        kept = []
+        for row in g:
+            same = [k for k in kept if k[4] == row[4]]
+            if same and all((k[2], k[3]) == (row[2], row[3]) for k in same):
+                note(f"warning: {row[5]} repeats {same[0][5]} ({arm} d{depth}) exactly; kept one")
+                continue
+            if same and not replicates:
+                raise UsageError(f"{row[5]} and {same[0][5]}: two different results for {arm} d{depth}; if they are "
+                                 f"seed replicates pass --replicates (or a seed column), else remove one")
+            kept.append(row)
+        x = np.array([k[2] for k in kept])
+        if not use_time and np.ptp(x) > FIT["replicate_compute_rtol"] * x.max():
+            raise UsageError(f"{kept[0][5]} and {kept[int(np.argmax(x))][5]}: replicates of {arm} d{depth} have "
+                             f"different compute ({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
+        points[(arm, depth)] = (float(x.mean()), [k[3] for k in kept])
+    return points
+
+
+def load_ladders(inputs, use_time, replicates=False):
+    """-> {arm: dict(depth, x, loss, n, reps)} sorted by x (compute FLOPs, or training seconds with --time); loss is the
+    mean over a point's n seed replicates, reps their losses."""
     rows = []
     for item in inputs:
         if item.endswith(".csv"):
-            xcol = "training_seconds" if use_time else "compute_flops"
-            c = read_csv(item, ["arm", "depth", xcol, "val_loss"], numeric=["depth", xcol, "val_loss"])
-            rows += [(a, int(d), x, l) for a, d, x, l in zip(c["arm"], c["depth"], c[xcol], c["val_loss"])]
+            rows += ladder_rows_from_csv(item, use_time)
             continue
         if os.path.isdir(item):
             own = os.path.join(item, "result.json")
@@ -134,15 +248,49 @@ def load_ladders(inputs, use_time):
         rows += ladder_rows_from_runs(paths, use_time)
     if not rows:
         raise UsageError("no usable ladder points in the inputs")
+    points = pool_replicates(rows, replicates, use_time)
     data = {}
-    for arm in sorted({r[0] for r in rows}, key=lambda a: (list(ARM_STYLE).index(a) if a in ARM_STYLE else 99, a)):
-        pts = sorted((x, d, l) for a, d, x, l in rows if a == arm)
+    for arm in sorted({a for a, _ in points}, key=lambda a: (list(ARM_STYLE).index(a) if a in ARM_STYLE else 99, a)):
+        pts = sorted((x, d, reps) for (a, d), (x, reps) in points.items() if a == arm)
         data[arm] = dict(x=np.array([p[0] for p in pts]), depth=np.array([p[1] for p in pts]),
-                         loss=np.array([p[2] for p in pts]))
+                         loss=np.array([np.mean(p[2]) for p in pts]), n=np.array([len(p[2]) for p in pts]),
+                         reps=[np.array(p[2]) for p in pts])
     return data
 
 
-# ---------------------------------------------------------------------------------------------------- B.2 - B.4
+def pooled_noise(data):
+    """Relative run-to-run noise from seed replicates: sigma^2 = sum_i (n_i - 1) s_i^2 / sum_i (n_i - 1), s_i^2 the
+    sample variance of ln L over point i's replicates -> (sigma, dof); (None, 0) without replicates."""
+    ss = dof = 0.0
+    for d in data.values():
+        for reps in d["reps"]:
+            if len(reps) > 1:
+                lr = np.log(reps)
+                ss += ((lr - lr.mean()) ** 2).sum()
+                dof += len(reps) - 1
+    return (math.sqrt(ss / dof), int(dof)) if dof else (None, 0)
+
+
+def hold_out(data, specs):
+    """Remove ARM:DEPTH points from the fit -> their (arm, depth, x, loss, n)."""
+    held = []
+    for spec in specs:
+        arm, _, depth = spec.rpartition(":")
+        if not arm or not depth.isdigit():
+            raise UsageError(f"--holdout {spec!r}: use ARM:DEPTH, e.g. untied_grow:18")
+        d = data.get(arm)
+        i = np.flatnonzero(d["depth"] == int(depth)) if d else []
+        if not len(i):
+            raise UsageError(f"--holdout {spec}: no {arm} d{depth} point in the inputs")
+        i = int(i[0])
+        held.append(dict(arm=arm, depth=int(depth), compute=d["x"][i], loss=d["loss"][i], n=int(d["n"][i])))
+        keep = np.arange(len(d["x"])) != i
+        data[arm] = dict(x=d["x"][keep], depth=d["depth"][keep], loss=d["loss"][keep], n=d["n"][keep],
+                         reps=[r for j, r in enumerate(d["reps"]) if j != i])
+    return held
+
+
+# ---------------------------------------------------------------------------------------------------- fits (Sec. 4.2)
 def robust_lsq(resid, x0, bounds, min_scale, **kw):
     """Plain bounded least_squares, then the Huber refit with f_scale = max(1.345 MAD / 0.6745, min_scale)."""
     plain = optimize.least_squares(resid, x0, bounds=bounds, **kw)
@@ -152,10 +300,12 @@ def robust_lsq(resid, x0, bounds, min_scale, **kw):
     return optimize.least_squares(resid, plain.x, bounds=bounds, loss="huber", f_scale=f_scale, **kw).x
 
 
-def fit_free_e(x, loss):
-    """B.2: L = E + A x^-gamma with E free -> (A, gamma, E)."""
+def fit_free_e(x, loss, sd=None):
+    """L = E + A x^-gamma with E free -> (A, gamma, E). sd: each point's noise (loss units) to weight the residuals by;
+    None = unweighted, the paper's fit."""
     if len(x) < 3:
         raise FitError(f"fewer than 3 points ({len(x)})")
+    sd = np.ones_like(loss) if sd is None else sd
     lx = np.log(x)
     grid = np.linspace(0.0, FIT["e_grid_top"] * loss.min(), FIT["e_grid"])
     y = np.log(loss[None, :] - grid[:, None])  # OLS of ln(L - E_j) on ln x for all 600 E_j at once (= np.polyfit deg 1)
@@ -163,40 +313,53 @@ def fit_free_e(x, loss):
     slope = (y - y.mean(1, keepdims=True)) @ dx / (dx @ dx)
     icpt = y.mean(1) - slope * lx.mean()
     A, g = np.exp(icpt), -slope
-    sse = (((grid[:, None] + A[:, None] * x[None, :] ** -g[:, None]) - loss[None, :]) ** 2).sum(1)
+    sse = ((((grid[:, None] + A[:, None] * x[None, :] ** -g[:, None]) - loss[None, :]) / sd) ** 2).sum(1)
     sse[slope >= 0] = np.inf
     j = int(np.argmin(sse))
     if not np.isfinite(sse[j]):
         raise FitError("loss does not decrease with compute (no negative slope for any E)")
-    resid = lambda p: p[2] + p[0] * x ** -p[1] - loss
+    resid = lambda p: (p[2] + p[0] * x ** -p[1] - loss) / sd
     bounds = ([0, 0, 0], [np.inf, np.inf, np.nextafter(loss.min(), 0)])
     return robust_lsq(resid, [A[j], g[j], grid[j]], bounds, FIT["min_f_scale"])
 
 
-def free_e_check(x, loss, E_shared):
-    """This arm's own free-E fit, its linearised standard errors, and whether its data reject the shared floor."""
-    A, g, E = fit_free_e(x, loss)
-    J = np.stack([x ** -g, -A * x ** -g * np.log(x), np.ones_like(x)], 1)  # d residual / d (A, gamma, E)
+def free_e_check(x, loss, E_shared, sd=None):
+    """This arm's own free-E fit, its linearised standard errors (from the residuals, or from sd when the noise is
+    known), and whether its data reject the shared floor."""
+    A, g, E = fit_free_e(x, loss, sd)
+    w = np.ones_like(loss) if sd is None else sd
+    J = np.stack([x ** -g, -A * x ** -g * np.log(x), np.ones_like(x)], 1) / w[:, None]  # d residual / d (A, gamma, E)
     dof = len(x) - 3
-    r = E + A * x ** -g - loss
-    cov = np.linalg.pinv(J.T @ J) * (r @ r / dof) if dof > 0 else np.full((3, 3), np.nan)
+    r = (E + A * x ** -g - loss) / w
+    cov = np.linalg.pinv(J.T @ J) * (1.0 if sd is not None else r @ r / dof if dof > 0 else np.nan)
     g_se, E_se = math.sqrt(cov[1, 1]), math.sqrt(cov[2, 2])
     return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se,
-                free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if dof > 0 else None)
+                free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if np.isfinite(E_se) else None)
 
 
-def fit_shared_e(x, loss, E):
-    """B.3: OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2)."""
+def fit_shared_e(x, loss, E, sd=None):
+    """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is weighted
+    least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2 (~1 when the
+    noise explains the scatter around the law)."""
     if len(np.unique(x)) < 3:
         raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
     if loss.min() <= E:
         raise FitError(f"loss {loss.min():.4f} <= E = {E:.4f}; the shared floor is above this arm")
-    reg = stats.linregress(np.log(x), np.log(loss - E))
-    return dict(gamma=-reg.slope, A=math.exp(reg.intercept), gamma_se=reg.stderr, r2=reg.rvalue ** 2)
+    lx, y = np.log(x), np.log(loss - E)
+    if sd is None:
+        reg = stats.linregress(lx, y)
+        return dict(gamma=-reg.slope, A=math.exp(reg.intercept), gamma_se=reg.stderr, r2=reg.rvalue ** 2)
+    w = ((loss - E) / sd) ** 2
+    X = np.stack([np.ones_like(lx), lx], 1)
+    cov = np.linalg.inv(X.T @ (w[:, None] * X))
+    icpt, slope = cov @ (X.T @ (w * y))
+    res = y - icpt - slope * lx
+    return dict(gamma=-slope, A=math.exp(icpt), gamma_se=math.sqrt(cov[1, 1]),
+                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())), reduced_chi2=float(w @ res ** 2 / (len(x) - 2)))
 
 
 def compute_at_loss(x, loss, target):
-    """B.4: smallest compute reaching `target` on improving segments (linear in loss, log in compute); NaN if none."""
+    """Smallest compute reaching `target` on improving segments (linear in loss, log in compute); NaN if none."""
     best = np.nan
     for x0, x1, l0, l1 in zip(x[:-1], x[1:], loss[:-1], loss[1:]):
         if l1 < l0 and l1 <= target <= l0:
@@ -211,12 +374,25 @@ def fitted_multiplier(ref, arm, x):
     return np.exp(lx - (math.log(arm["A"] / ref["A"]) + ref["gamma"] * lx) / arm["gamma"])
 
 
-def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"]):
+def forecast(ref_free, arm_law, x):
+    """Figure 4 at x (c_ref units): the arm's forecast loss L_arm(x) and the gain C_ref(L_arm(x)) / x, C_ref inverting
+    the reference arm's free-E law (the reference arm itself is forecast by that law, so its gain is 1)."""
+    A, g, E = ref_free["A"], ref_free["gamma"], ref_free["E"]
+    loss = E + (A if arm_law is None else arm_law["A"]) * x ** -(g if arm_law is None else arm_law["gamma"])
+    return loss, ((loss - E) / A) ** (-1 / g) / x
+
+
+def point_sd(d, sigma):
+    """Each point's noise in loss units: relative sigma on one run, / sqrt(n) for the mean of n replicates."""
+    return None if sigma is None else sigma * d["loss"] / np.sqrt(d["n"])
+
+
+def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None):
     if ref_arm not in data:
         raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
     r = data[ref_arm]
     try:
-        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"])
+        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma))
     except FitError as e:
         raise UsageError(f"reference arm {ref_arm}: {e}")
     keep = r["depth"] >= anchor_depth
@@ -226,10 +402,11 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"]):
                          "pass --anchor-depth (e.g. 3 for the cpu preset)")
     c0 = r["x"][r["depth"] == anchor_depth][0] if (r["depth"] == anchor_depth).any() else budgets[0]
     out = dict(E=E, reference_arm=ref_arm, C0=c0, c_ref=c_ref, budgets=budgets, targets=targets,
-               reference_free=dict(A=A_free, gamma=g_free, E=E), arms={}, errors={})
+               last_budget_index=int(np.flatnonzero(keep)[-1]), reference_free=dict(A=A_free, gamma=g_free, E=E),
+               arms={}, errors={})
     for arm, d in data.items():
         try:
-            res = fit_shared_e(d["x"] / c_ref, d["loss"], E)
+            res = fit_shared_e(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma))
         except FitError as e:
             out["errors"][arm] = str(e)
             note(f"arm {arm}: {e}; skipped")
@@ -242,8 +419,10 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"]):
             note(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of {len(budgets)} "
                  f"reference budgets; those multipliers are missing")
         res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
+        res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k)) for dp, x, l, k in
+                         zip(d["depth"], d["x"], d["loss"], d["n"])]
         try:
-            res.update(free_e_check(d["x"] / c_ref, d["loss"], E))
+            res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
         except FitError as e:
             note(f"arm {arm}: free-E fit failed: {e}")
         out["arms"][arm] = res
@@ -253,31 +432,49 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"]):
     return out
 
 
-def bootstrap_ladders(data, fit, n, seed, extrapolate=None):
-    """Resample points within each arm (with replacement), refit E on the reference arm, then every arm's gamma, its
-    interpolated final multiplier (target fixed at the reference arm's measured loss at the last budget) and pi(C)."""
+def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
+    """CIs by refitting n re-drawn data sets: E on the reference arm, then every arm's gamma, its interpolated final
+    multiplier, pi(C) and, at --extrapolate, the forecast loss and gain.
+    noise=None: resample points within each arm with replacement (the reference arm's target loss at the last budget
+    stays its measured value). noise=(sigma, dof): parametric — keep every point and re-draw its run-to-run noise,
+    ln L* = ln L + s z / sqrt(n_i), with s^2 = sigma^2 chi2_dof / dof when sigma was estimated from replicates (dof > 0)
+    and s = sigma for a given --noise; fits are weighted by sigma and targets are the re-drawn reference losses."""
     rng = np.random.default_rng(seed)
     arms, c_ref, ref_arm = list(fit["arms"]), fit["c_ref"], fit["reference_arm"]
-    budget, target = fit["budgets"][-1], fit["targets"][-1]
+    budget, last = fit["budgets"][-1], fit["last_budget_index"]
+    sigma = noise[0] if noise else None
     pi_at = np.array([budget] + ([extrapolate] if extrapolate else [])) / c_ref
-    draws = {a: dict(gamma=np.full(n, np.nan), final=np.full(n, np.nan), pi=np.full((n, len(pi_at)), np.nan)) for a in arms}
+    keys = ("gamma", "final", "pi", "forecast", "gain")
+    draws = {a: {k: np.full((n, len(pi_at)) if k == "pi" else n, np.nan) for k in keys} for a in arms}
     E_draws = np.full(n, np.nan)
     for b in range(n):
-        sample = {a: np.sort(rng.integers(0, len(data[a]["x"]), len(data[a]["x"]))) for a in arms}
+        if noise is None:
+            idx = {a: np.sort(rng.integers(0, len(data[a]["x"]), len(data[a]["x"]))) for a in arms}
+            pts = {a: dict(x=data[a]["x"][i], loss=data[a]["loss"][i], n=data[a]["n"][i]) for a, i in idx.items()}
+            target = fit["targets"][-1]
+        else:
+            s = sigma * math.sqrt(rng.chisquare(noise[1]) / noise[1]) if noise[1] else sigma
+            pts = {a: dict(x=data[a]["x"], n=data[a]["n"], loss=data[a]["loss"] * np.exp(
+                s * rng.standard_normal(len(data[a]["x"])) / np.sqrt(data[a]["n"]))) for a in arms}
+            target = pts[ref_arm]["loss"][last]
         laws = {}
         try:
-            ri = sample[ref_arm]
-            E = fit_free_e(data[ref_arm]["x"][ri] / c_ref, data[ref_arm]["loss"][ri])[2]
-            for a in arms:
-                x, loss = data[a]["x"][sample[a]], data[a]["loss"][sample[a]]
-                try:
-                    laws[a] = fit_shared_e(x / c_ref, loss, E)
-                except FitError:
-                    continue
-                draws[a]["gamma"][b] = laws[a]["gamma"]
-                draws[a]["final"][b] = 1.0 if a == ref_arm else budget / compute_at_loss(x, loss, target)
+            p = pts[ref_arm]
+            A_free, g_free, E = fit_free_e(p["x"] / c_ref, p["loss"], point_sd(p, sigma))
         except FitError:
             continue
+        ref_free = dict(A=A_free, gamma=g_free, E=E)
+        for a in arms:
+            p = pts[a]
+            try:
+                laws[a] = fit_shared_e(p["x"] / c_ref, p["loss"], E, point_sd(p, sigma))
+            except FitError:
+                continue
+            draws[a]["gamma"][b] = laws[a]["gamma"]
+            draws[a]["final"][b] = 1.0 if a == ref_arm else budget / compute_at_loss(p["x"], p["loss"], target)
+            if extrapolate:
+                draws[a]["forecast"][b], draws[a]["gain"][b] = forecast(ref_free, None if a == ref_arm else laws[a],
+                                                                        extrapolate / c_ref)
         E_draws[b] = E
         if ref_arm in laws:
             for a in laws:
@@ -293,8 +490,10 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None):
                               delta_gamma_ci=ci(g - draws[ref_arm]["gamma"]), final_multiplier_ci=ci(draws[a]["final"]),
                               fitted_final_multiplier_ci=ci(draws[a]["pi"][:, 0]))
         if extrapolate:
-            fit["arms"][a]["extrapolate_ci"] = ci(draws[a]["pi"][:, 1])
-    fit.update(E_ci=ci(E_draws), bootstrap=dict(n=n, seed=seed, ci=FIT["ci"]))
+            fit["arms"][a].update(pi_at_extrapolate_ci=ci(draws[a]["pi"][:, 1]),
+                                  forecast_loss_ci=ci(draws[a]["forecast"]), gain_at_extrapolate_ci=ci(draws[a]["gain"]))
+    fit.update(E_ci=ci(E_draws), bootstrap=dict(n=n, seed=seed, ci=FIT["ci"], kind="noise" if noise else "points",
+                                                includes_seed_noise=bool(noise)))
 
 
 def ladder_table(fit, xname):
@@ -321,12 +520,28 @@ def ladder_table(fit, xname):
     return "\n".join(lines)
 
 
+def noise_lines(fit):
+    """What the standard errors and CIs include, in words."""
+    nz, b = fit["noise"], fit.get("bootstrap")
+    if nz["sigma"] is None:
+        lines = ["noise: none given (no seed replicates, no --noise); fits unweighted, gamma ± se from the residuals"]
+    else:
+        src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
+        lines = [f"noise: sigma = {nz['sigma']:.5f} relative (sd of ln L of one run; {src}); fits weighted by it, "
+                 f"gamma ± se from it" + (f"; {nz['replicated_points']} points have replicates" if nz["replicated_points"] else "")]
+    if b:
+        lines.append(f"CIs: {b['n']} " + ("parametric resamples re-drawing that noise (they include seed noise)"
+                                         if b["includes_seed_noise"] else "resamples of points within each arm (they do "
+                                         "not include run-to-run noise; seed replicates or --noise add it)"))
+    return lines
+
+
 def ladder_figures(data, fit, out_dir, xname):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
-    os.makedirs(out_dir, exist_ok=True)
+    record_outputs(out_dir, LADDER_FIGURES)
     E, c_ref = fit["E"], fit["c_ref"]
     style = lambda a: ARM_STYLE.get(a, (a, None))
     xlabel = "training compute (FLOPs)" if xname == "FLOPs" else "training time (s)"
@@ -393,43 +608,84 @@ def ladder_figures(data, fit, out_dir, xname):
     return paths + save(fig, "fig2_left")
 
 
+def positive_float(v):
+    """argparse type: a finite float > 0."""
+    try:
+        x = float(v)
+    except ValueError:
+        x = math.nan
+    if not (math.isfinite(x) and x > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {v!r}")
+    return x
+
+
 def cmd_ladders(args):
-    data = load_ladders(args.inputs, args.time)
+    if args.out:
+        check_outputs(args.out, LADDER_FIGURES)
+    data = load_ladders(args.inputs, args.time, args.replicates)
+    held = hold_out(data, args.holdout or [])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
+    sigma, dof = pooled_noise(data)
+    source = "replicates" if sigma is not None else None
+    if args.noise is not None:
+        if sigma is not None:
+            note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
+        sigma, dof, source = args.noise, 0, "--noise"
     t0 = time.perf_counter()
-    fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth)
+    fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma)
     t_fit = time.perf_counter() - t0
+    fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
+                        replicated_points=int(sum((d["n"] > 1).sum() for d in data.values())))
     n_boot = args.bootstrap if args.bootstrap is not None else (FIT["default_extrapolate_boot"] if args.extrapolate else 0)
     t_boot = None
     if n_boot > 0:
         t0 = time.perf_counter()
-        bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate)
+        bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
         t_boot = time.perf_counter() - t0
+    ref_law, ref_free = fit["arms"][args.reference_arm], fit["reference_free"]
     if args.extrapolate:
         x_max = max(d["x"].max() for d in data.values())
         if args.extrapolate > FIT["extrapolate_warn"] * x_max:
             note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {args.extrapolate / x_max:.0f}x beyond "
                  f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
-        ref = fit["arms"][args.reference_arm]
-        for r in fit["arms"].values():
-            r["extrapolate"] = dict(compute=args.extrapolate, multiplier=float(fitted_multiplier(ref, r, args.extrapolate / c_ref)),
-                                    ci=r.pop("extrapolate_ci", [np.nan, np.nan]))
+        for a, r in fit["arms"].items():
+            r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
+                ref_free, None if a == args.reference_arm else r, args.extrapolate / c_ref)
+            r["pi_at_extrapolate"] = float(fitted_multiplier(ref_law, r, args.extrapolate / c_ref))
+    for h in held:
+        law = fit["arms"].get(h["arm"])
+        h["forecast_loss"] = forecast(ref_free, None if h["arm"] == args.reference_arm else law, h["compute"] / c_ref)[0] \
+            if law else np.nan
+        h["residual"] = h["loss"] - h["forecast_loss"]
     paths = ladder_figures(data, fit, args.out, xname) if args.out else []
     if args.json:
-        keep = ("gamma", "gamma_se", "A", "logA_C0", "r2", "multipliers", "final_multiplier", "fitted_final_multiplier",
-                "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci", "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma",
-                "free_A", "free_gamma_se", "free_E_se", "free_disagrees", "extrapolate")
+        keep = ("gamma", "gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
+                "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
+                "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma", "free_A", "free_gamma_se",
+                "free_E_se", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
+                "gain_at_extrapolate_ci", "pi_at_extrapolate", "pi_at_extrapolate_ci", "points")
         obj = dict(E=fit["E"], reference_arm=fit["reference_arm"], C0=fit["C0"], x_unit=xname, c_ref=c_ref,
+                   reference_free=ref_free, noise=fit["noise"],
                    arms={a: {k: r[k] for k in keep if k in r} for a, r in fit["arms"].items()}, errors=fit["errors"])
         obj.update({k: fit[k] for k in ("E_ci", "bootstrap") if k in fit})
+        if args.extrapolate:
+            obj["extrapolate"] = args.extrapolate
+        if held:
+            obj["held_out"] = held
         print(json.dumps(jsonable(obj), allow_nan=False))
         return
     print(ladder_table(fit, xname))
+    print("\n" + "\n".join(noise_lines(fit)))
     if args.extrapolate:
-        print(f"\nfitted multiplier pi at {args.extrapolate:.3g} {xname}:")
+        c = lambda r, k: (lambda v: f" [{fnum(v[0], '.4f')}, {fnum(v[1], '.4f')}]" if v else "")(r.get(f"{k}_ci"))
+        print(f"\nat C = {args.extrapolate:.6g} {xname}: forecast loss L_arm(C); gain C_{args.reference_arm}(L_arm(C)) / C "
+              f"(Figure 4's definition); pi(C) = C / C_arm(L_{args.reference_arm}(C)) (shared-E laws)")
         for a, r in fit["arms"].items():
-            e = r["extrapolate"]
-            print(f"  {a:<18} {e['multiplier']:.3f}  [{fnum(e['ci'][0], '.3f')}, {fnum(e['ci'][1], '.3f')}]")
+            print(f"  {a:<18} loss {r['forecast_loss']:.4f}{c(r, 'forecast_loss')}  gain {r['gain_at_extrapolate']:.4f}"
+                  f"{c(r, 'gain_at_extrapolate')}  pi {r['pi_at_extrapolate']:.4f}{c(r, 'pi_at_extrapolate')}")
+    for h in held:
+        print(f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
+              f"{fnum(h['forecast_loss'])}, residual {fnum(h['residual'], '+.4f')}")
     print(f"\nfit: {t_fit:.2f} s" + (f"; bootstrap {n_boot} resamples: {t_boot:.1f} s" if t_boot else ""))
     for p in paths:
         print(f"wrote {p}")
@@ -518,34 +774,41 @@ def cmd_surface(args):
     have = [k for k in ("D", "compute") if k in c]
     if not have:
         raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
-    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]])
+    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]])
     N, L = c["N"], c["loss"]
     D = c["D"] if "D" in c else c["compute"] / (6 * N)
-    if len(L) < 7 or (L <= 0).any() or (N <= 0).any() or (D <= 0).any():
-        raise UsageError(f"{args.data}: need >= 7 rows with positive N, D and loss")
+    dropped = []
+    if args.drop_highest:  # e.g. Hoffmann et al. drop the 5 highest-loss runs before fitting
+        order = np.argsort(-L, kind="stable")[:args.drop_highest]
+        dropped = [dict(line=c["_line"][i], N=N[i], D=D[i], loss=L[i]) for i in order]
+        keep = ~np.isin(np.arange(len(L)), order)
+        N, D, L = N[keep], D[keep], L[keep]
+    if len(L) < 7:
+        raise UsageError(f"{args.data}: need >= 7 rows to fit, have {len(L)}" + (" after --drop-highest" if dropped else ""))
     forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
+    delta = {f: args.delta if args.delta is not None else FIT["surface_delta"][f] for f in forms}
     regimes = split_regimes(N, D, args.holdout)
-    out = dict(delta=args.delta, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
+    out = dict(delta=delta, dropped=dropped, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
     C = 6 * N * D
     budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))
     folds = np.array_split(np.random.default_rng(args.seed).permutation(np.flatnonzero(regimes["interpolation"])),
                            args.folds)
     for form in forms:
-        p = fit_surface(N, D, L, form, args.delta, args.hops, args.seed)
+        p = fit_surface(N, D, L, form, delta[form], args.hops, args.seed)
         r = dict(params=p, mape_all=mape(p, N, D, L), optimal=[compute_optimal(p, b) for b in budgets],
                  ratio_exponent=(p["alpha"] - p["beta"]) / (p["alpha"] + p["beta"]))
         cv = {k: [] for k in regimes}
         for fold in folds:
             train = regimes["interpolation"].copy()
             train[fold] = False
-            pf = fit_surface(N[train], D[train], L[train], form, args.delta, args.hops, args.seed)
+            pf = fit_surface(N[train], D[train], L[train], form, delta[form], args.hops, args.seed)
             for k, m in regimes.items():
                 m = m.copy() if k != "interpolation" else np.isin(np.arange(len(L)), fold)
                 cv[k].append(mape(pf, N[m], D[m], L[m]))
         r["cv_mape"] = {k: dict(mean=float(np.mean(v)), std=float(np.std(v))) for k, v in cv.items()}
         if args.sparse_l:
             sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
-            ps = fit_surface(N[sub], D[sub], L[sub], form, args.delta, args.hops, args.seed)
+            ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
             r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]),
                                  mape_far_rest=mape(ps, N[~sub & regimes["far"]], D[~sub & regimes["far"]],
                                                     L[~sub & regimes["far"]]))
@@ -554,10 +817,11 @@ def cmd_surface(args):
         print(json.dumps(jsonable(out), allow_nan=False))
         return
     print(f"regimes (largest {args.holdout:.0%} of distinct N / D held out): {out['regimes']}; "
-          f"{args.folds}-fold CV over the interpolation points")
+          f"{args.folds}-fold CV over the interpolation points"
+          + (f"; dropped the {len(dropped)} highest-loss rows (lines {', '.join(str(d['line']) for d in dropped)})" if dropped else ""))
     for form, r in out["forms"].items():
         p = r["params"]
-        print(f"\n{form}: E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} B={p['B']:.4g} beta={p['beta']:.4f} "
+        print(f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} B={p['B']:.4g} beta={p['beta']:.4f} "
               f"k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%")
         print("  CV MAPE %: " + ", ".join(f"{k} {v['mean']:.3f}±{v['std']:.3f}" for k, v in r["cv_mape"].items()))
         print(f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}")
@@ -594,11 +858,12 @@ def fit_sigmoid(nll, acc):
 
 
 def cmd_downstream(args):
-    c = read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"])
+    c = read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
-    c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"])
+    c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
+                 positive=["compute_flops"] + [f"nll:{t}" for t in tasks])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
     filtered = np.mean([c[f"acc:{t}"] for t in tasks], axis=0)
     sig = {t: fit_sigmoid(c[f"nll:{t}"], c[f"acc:{t}"]) for t in tasks}
@@ -665,7 +930,8 @@ def grouped_vertices(keys, x, y, label):
 
 
 def cmd_tpp(args):
-    c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"])
+    c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
+                 positive=["compute_flops", "tpp", "val_loss"])
     v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), "budget")
     out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
     if not v:
@@ -682,7 +948,8 @@ def cmd_tpp(args):
 
 
 def cmd_growth(args):
-    c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"])
+    c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
+                 positive=["depth", "compute_flops", "val_loss"])
     keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
     v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
     if not v:
@@ -695,7 +962,8 @@ def cmd_growth(args):
 
 
 def cmd_lr(args):
-    c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"])
+    c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"],
+                 positive=["params", "value", "val_loss"])
     hp = c.get("hparam", ["lr"] * len(c["params"]))
     out, lines = {}, []
     for h in dict.fromkeys(hp):
@@ -749,19 +1017,23 @@ def loop_grid_from_runs(item):
     paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
     rows = []
     for path in paths:
-        with open(path) as f:
-            r = json.load(f)
-        if r.get("status") == "complete" and "estimated_matrix_flops" in r:
-            p = r["plan"]
-            rows.append((p["depth"], p["passes_final"], p["weight_decay"], r["estimated_matrix_flops"],
-                         r["final_val_loss"]))
+        r = read_result_json(path, ", ".join(LOOP_COLUMNS))
+        if r["status"] == "complete" and "estimated_matrix_flops" in r:
+            try:
+                p = r["plan"]
+                rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
+                                                     r["estimated_matrix_flops"], r["final_val_loss"])))
+            except (KeyError, TypeError, ValueError):
+                raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
+                                 "estimated_matrix_flops and final_val_loss")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
     return {n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}
 
 
 def cmd_loops(args):
-    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS) if args.data.endswith(".csv") \
+    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
+                                                           positive=["depth", "loops", "compute_flops", "val_loss"]) if args.data.endswith(".csv") \
         else loop_grid_from_runs(args.data)
     at_wd = np.isclose(c["weight_decay"], args.wd)
     if not at_wd.any():
@@ -771,8 +1043,7 @@ def cmd_loops(args):
         m = at_wd & (c["loops"] == K)
         o = np.argsort(c["compute_flops"][m])
         curves[K] = (c["compute_flops"][m][o], c["val_loss"][m][o])
-    lo, hi = min(x[0] for x, _ in curves.values()), max(x[-1] for x, _ in curves.values())
-    budgets = args.budgets or list(np.geomspace(lo, hi, 8)[1:-1])
+    budgets = args.budgets or list(FIT["loop_budgets"])
     out = dict(weight_decay=args.wd, budgets=[])
     for C in budgets:  # loss of each K at C, linear in compute between neighbouring depths, no extrapolation
         Ks = [K for K, (x, _) in curves.items() if x[0] <= C <= x[-1]]
@@ -818,10 +1089,46 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND -h`
+    ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
+train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
+complete are skipped; any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
+Several rows for one (arm, depth): distinct seeds (seed column, or the plan's seed in result.json) are seed
+replicates; exact copies are dropped with a warning; other duplicates are an error unless --replicates.
+Replicates are pooled: the point is their mean, and the spread of ln L within points gives a pooled relative noise
+sigma (with its degrees of freedom) that weights the fits and drives the bootstrap, which then re-draws that noise
+(parametric) instead of resampling points; --noise SIGMA supplies sigma without replicates. sigma is relative: the
+sd of ln(val_loss) of one run (0.002 = 0.2 %).
+Multiplier CIs from resampling points are biased low at the last budget (dropping points from a convex curve can
+only lower an interpolated multiplier); the parametric noise bootstrap and the fitted pi(C) do not have that bias.""",
+    design="""PLAN: planned computes, one or more of: train.py --dry-run JSON lines [arch, depth, total_flops] (e.g.
+`python train.py --arch vanilla --depth 6 8 10 12 14 16 18 20 22 --dry-run > plan.jsonl`, '-' reads stdin) or a CSV
+[arm, depth, compute_flops; optional seeds] (reference/fineweb_ladders.csv works). True curves: --truth PILOT.json
+(the output of `fit.py ladders ... --json`) or --E/--gamma/--A (every arm), with --delta-gamma DG setting every
+other arm's gamma to the reference's + DG. Each --design SPEC selects from the plan: 'd6-18' (depths 6..18 of each
+arm, clipped to what it plans), 'x3@top2' (3 seeds at each arm's two largest depths), 'x3@16,18', 'x3' (everywhere),
+combined as 'd6-18 x3@top2'; without --design: the plan as given. Reports per design and arm the expected 95 % CI
+half-width of gamma and of gamma - gamma_ref (half the central 95 % range of the simulated estimates), the
+E-known analytic standard error, P(detect) = share of simulated ladders whose interval excludes 0 on the true
+side, and the plan's FLOPs and GPU-hours; --out writes design_ci_vs_compute.{png,pdf}.""",
+    surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows.",
+    downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
+               "checkpoint; nll:/acc: pairs define the tasks.",
+    tpp="DATA.csv [compute_flops, tpp, val_loss], several tpp per budget.",
+    growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget).",
+    lr="DATA.csv [params, value, val_loss (+ hparam)], several values per size.",
+    loops="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as the "
+          "release's loop_grid.csv) or train.py runs (a runs dir or a glob of result.json).\nDefault budgets: the "
+          "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + " FLOPs.",
+)
+
+
 def build_parser():
-    p = Parser(prog="fit.py", description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("ladders", help="per-arm power laws, multipliers, figures")
+    add = lambda name, helptext: sub.add_parser(name, help=helptext, description=f"{helptext}.\n\n{CONTRACTS[name]}",
+                                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    s = add("ladders", "per-arm power laws, multipliers, forecasts, figures")
     s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--anchor-depth", type=int, default=FIT["anchor_depth"],
@@ -829,42 +1136,77 @@ def build_parser():
     s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory")
     s.add_argument("--bootstrap", type=int, help=f"resamples for CIs (default 0, or "
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     s.add_argument("--time", action="store_true", help="use training time (seconds) instead of FLOPs")
-    s.add_argument("--extrapolate", type=float, metavar="C", help="fitted multiplier pi(C) with its bootstrap CI")
-    s = sub.add_parser("surface", help="Chinchilla / Skaling L(N, D) fits")
+    s.add_argument("--extrapolate", type=positive_float, metavar="C",
+                   help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
+    s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
+                                                                      "report their forecast, e.g. untied_grow:18")
+    s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
+    s.add_argument("--noise", type=positive_float, metavar="SIGMA",
+                   help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
+    s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
+    s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
+    s.add_argument("--noise", type=positive_float, metavar="SIGMA", help="relative run-to-run noise "
+                                                                                    "(sd of ln val_loss of one run)")
+    s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
+    s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
+    s.add_argument("--gamma", type=positive_float)
+    s.add_argument("--A", type=positive_float, help="true A at C = 1e18 FLOPs")
+    s.add_argument("--delta-gamma", type=float, metavar="DG", help="every other arm's true gamma = reference's + DG")
+    s.add_argument("--design", action="append", metavar="SPEC", help="repeatable: 'd6-18', 'd6-22 x3@top2', ...")
+    s.add_argument("--reference-arm", default="vanilla")
+    s.add_argument("--sims", type=int, default=400, help="simulated ladders per design")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
+    s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 "
+                   "FLOP/s for GPU-hours (h100/h200 989e12, a100 312e12, b200 2250e12)")
+    s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
+    s.add_argument("--mfu", type=positive_float, default=0.4, help="model FLOPs utilisation (0.4)")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory")
+    s = add("surface", "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
-    s.add_argument("--delta", type=float, default=1e-3, help="Huber delta on ln L (1e-3 Chinchilla, 0.05 Skaling)")
+    s.add_argument("--delta", type=positive_float, help="Huber delta on ln L (default per form: "
+                   f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
+    s.add_argument("--drop-highest", type=int, default=0, metavar="N",
+                   help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
     s.add_argument("--hops", type=int, default=100, help="basin-hopping iterations after the grid of starts")
     s.add_argument("--folds", type=int, default=5, help="CV folds over the interpolation points")
     s.add_argument("--holdout", type=float, default=0.25, help="fraction of distinct N (and D) values held out as 'large'")
     s.add_argument("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
     s.add_argument("--budgets", type=float, nargs="+", help="compute budgets for N*(C), D*(C)")
     s.add_argument("--seed", type=int, default=0)
-    s = sub.add_parser("downstream", help="spec B.6 CORE forecast")
+    s = add("downstream", "CORE forecast (App. C.4)")
     s.add_argument("data")
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--targets", type=float, nargs="+", default=list(FIT["gpt3_targets"]))
     s.add_argument("--at", type=float, nargs="*", default=[], help="compute budgets to forecast CORE at")
     for name, helptext in (("tpp", "optimal tokens per parameter"), ("growth", "optimal growth fraction"),
                            ("lr", "hyperparameter drift exponent"), ("loops", "optimal loop count and frontiers")):
-        s = sub.add_parser(name, help=helptext)
+        s = add(name, helptext)
         s.add_argument("data")
         if name == "loops":
             s.add_argument("--wd", type=float, default=0.8, help="fixed weight decay of the loop curves")
-            s.add_argument("--budgets", type=float, nargs="+")
+            s.add_argument("--budgets", type=positive_float, nargs="+",
+                           help="compute budgets (FLOPs); default: the release's five (above)")
     for s in sub.choices.values():
         s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
 
+def cmd_design(args):
+    import ladder_design  # the simulator lives in its own module; it imports this one
+    ladder_design.cmd_design(args)
+
+
 def main(argv=None):
     try:
         args = build_parser().parse_args(argv)
-        if getattr(args, "bootstrap", None) is not None and args.bootstrap < 0:
-            raise UsageError("--bootstrap must be >= 0")
-        {"ladders": cmd_ladders, "surface": cmd_surface, "downstream": cmd_downstream, "tpp": cmd_tpp,
+        for flag in ("bootstrap", "drop_highest", "anchor_depth"):
+            if (getattr(args, flag, None) or 0) < 0:
+                raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
+        {"ladders": cmd_ladders, "design": cmd_design, "surface": cmd_surface, "downstream": cmd_downstream, "tpp": cmd_tpp,
          "growth": cmd_growth, "lr": cmd_lr, "loops": cmd_loops}[args.cmd](args)
     except UsageError as e:
         print(f"fit.py: error: {e}", file=sys.stderr)
@@ -872,4 +1214,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("fit", sys.modules[__name__])  # `import fit` (ladder_design) gets this module, one UsageError
     main()

@@ -7,6 +7,7 @@
 #   bash ladder.sh untied_grow --preset d26               # d26 on two nodes (run once per node with NODE_RANK)
 #   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
 #   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
+#   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR,
 # MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
@@ -15,6 +16,8 @@
 # `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
 # Idempotent: a run whose result.json says "complete" is skipped, any other started run is resumed (--resume);
 # the first failing run stops the ladder and names its log.
+# Seed replicates: --seeds "S1 S2 ..." names every run ARCH_dD_sS and passes --seed S to train.py; with
+# --replicate-depths only those depths get every seed, the others get S1 only. fit.py ladders pools the replicates.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -36,7 +39,7 @@ dc_loops() {
     esac
 }
 
-usage="usage: bash ladder.sh ARCH|all|demo [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--dry-run] [-- train.py args]"
+usage="usage: bash ladder.sh ARCH|all|demo [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
 target="${1:-}"
 case "$target" in
     -h|--help) echo "$usage"; echo "ARCH: one of $ALL_ARCHS"; exit 0 ;;
@@ -45,24 +48,31 @@ case "$target" in
 esac
 shift
 original_args=("$@")
-preset=paper depths="" dry_run=0 extra=() data_args=()
+preset=paper depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
         --depths) [ $# -ge 2 ] || die "--depths needs a value, e.g. --depths \"6 8 10\""; depths="$2"; shift 2 ;;
+        --seeds) [ $# -ge 2 ] || die "--seeds needs a value, e.g. --seeds \"0 1 2\""; seeds="$2"; shift 2 ;;
+        --replicate-depths) [ $# -ge 2 ] || die "--replicate-depths needs a value, e.g. --replicate-depths \"16 18\""
+                            replicate_depths="$2"; shift 2 ;;
         --dry-run) dry_run=1; shift ;;
         --) shift; extra=("$@"); break ;;
-        *) die "unknown option '$1' (options: --preset, --depths, --dry-run, -- train.py args)" ;;
+        *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --dry-run, -- train.py args)" ;;
     esac
 done
 case "$preset" in paper|cpu|d26|data-constrained) ;; *) die "unknown preset '$preset' (paper, cpu, d26, data-constrained)" ;; esac
 for d in $depths; do [[ "$d" =~ ^[0-9]+$ ]] || die "--depths must be whole numbers, got '$d'"; done
+for s in $seeds; do [[ "$s" =~ ^[0-9]+$ ]] || die "--seeds must be whole numbers, got '$s'"; done
+for d in $replicate_depths; do [[ "$d" =~ ^[0-9]+$ ]] || die "--replicate-depths must be whole numbers, got '$d'"; done
+[ -z "$replicate_depths" ] || [ -n "$seeds" ] || die "--replicate-depths needs --seeds, e.g. --seeds \"0 1 2\""
 
 if [ "$target" = demo ]; then
     export RUNS_DIR="${RUNS_DIR:-runs/demo}" DATA_DIR="${DATA_DIR:-data/stdlib}"
     python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
     for arch in $DEMO_ARCHS; do
-        bash "$0" "$arch" --preset cpu ${depths:+--depths "$depths"} ${extra[@]+-- "${extra[@]}"}
+        bash "$0" "$arch" --preset cpu ${depths:+--depths "$depths"} ${seeds:+--seeds "$seeds"} \
+            ${replicate_depths:+--replicate-depths "$replicate_depths"} ${extra[@]+-- "${extra[@]}"}
     done
     python fit.py ladders "$RUNS_DIR" --anchor-depth 2 --out "$RUNS_DIR/fit"
     echo "figure: $RUNS_DIR/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
@@ -114,6 +124,18 @@ for arch in $archs; do
             done; done; done ;;
     esac
 done
+if [ -n "$seeds" ]; then  # one run per seed: NAME_sS with --seed S (only the first seed off --replicate-depths)
+    read -r first_seed _ <<<"$seeds"
+    seeded=()
+    for r in "${runs[@]}"; do
+        read -r name args <<<"$r"
+        depth=$(sed -E 's/.*--depth ([0-9]+).*/\1/' <<<"$args")
+        run_seeds="$first_seed"
+        if [ -z "$replicate_depths" ] || [[ " $replicate_depths " == *" $depth "* ]]; then run_seeds="$seeds"; fi
+        for s in $run_seeds; do seeded+=("${name}_s$s $args --seed $s"); done
+    done
+    runs=("${seeded[@]}")
+fi
 
 if [ "$dry_run" = 1 ]; then
     for r in "${runs[@]}"; do

@@ -147,10 +147,38 @@ def test_bootstrap_reproducible_with_seed(tmp_path, capsys):
 def test_extrapolate_warns_and_gives_ci(tmp_path, capsys):
     path, _ = synthetic_ladders(tmp_path, noise=0.002)
     res = run(capsys, "ladders", path, "--extrapolate", 1e25, "--bootstrap", 10, "--json")
-    e = json.loads(res.out)["arms"]["better"]["extrapolate"]
-    assert e["compute"] == 1e25 and e["multiplier"] > 1 and e["ci"][0] <= e["ci"][1]
+    out = json.loads(res.out)
+    r = out["arms"]["better"]
+    assert out["extrapolate"] == 1e25 and r["pi_at_extrapolate"] > 1 and r["gain_at_extrapolate"] > 1
+    for key in ("forecast_loss", "gain_at_extrapolate", "pi_at_extrapolate"):
+        assert r[f"{key}_ci"][0] <= r[f"{key}_ci"][1]
     assert "warning: extrapolating" in res.err
     assert "warning" not in run(capsys, "ladders", path, "--extrapolate", 1e20, "--bootstrap", 2, "--json").err
+
+
+def test_extrapolate_forecast_and_figure4_gain_exact(tmp_path, capsys):
+    # exact laws: the arm's forecast is its law; the gain inverts the reference's free-E law at that loss
+    path, _ = synthetic_ladders(tmp_path)
+    C = 1.2252577e21
+    r = run_json(capsys, "ladders", path, "--extrapolate", C, "--bootstrap", 0)["arms"]
+    x = C / 1e18
+    loss = 1.7 + 1.55 * x ** -0.12
+    assert r["better"]["forecast_loss"] == pytest.approx(loss, abs=1e-5)
+    c_ref = ((loss - 1.7) / 1.6) ** (-1 / 0.11) * 1e18  # vanilla's compute at the arm's forecast loss
+    assert r["better"]["gain_at_extrapolate"] == pytest.approx(c_ref / C, rel=2e-3)
+    pi = C / ((((1.6 * x ** -0.11) / 1.55) ** (-1 / 0.12)) * 1e18)  # C / C_arm(L_ref(C))
+    assert r["better"]["pi_at_extrapolate"] == pytest.approx(pi, rel=2e-3)
+    assert r["better"]["gain_at_extrapolate"] != pytest.approx(r["better"]["pi_at_extrapolate"], rel=1e-2)
+    assert r["vanilla"]["gain_at_extrapolate"] == pytest.approx(1.0)
+
+
+def test_release_extrapolation_to_d26_prints_paper_gain_and_pi(capsys):
+    out = run_json(capsys, "ladders", RELEASE, "--extrapolate", 1.2252577e21, "--bootstrap", 20)
+    ug = out["arms"]["untied_grow"]
+    assert ug["gain_at_extrapolate"] == pytest.approx(1.863, abs=0.005)  # anchored at the arm's compute
+    assert ug["pi_at_extrapolate"] == pytest.approx(1.806, abs=0.005)    # anchored at the reference's compute
+    assert ug["forecast_loss_ci"][0] < ug["forecast_loss"] < ug["forecast_loss_ci"][1]
+    assert out["bootstrap"]["kind"] == "points" and not out["bootstrap"]["includes_seed_noise"]
 
 
 def test_result_json_runs_and_time_axis(tmp_path, capsys):
@@ -335,3 +363,170 @@ def test_loops_gain_exact():
     env = fit.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
     assert op[-1][0] / fit.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
     assert math.isnan(fit.compute_at_loss_linear(env, 2.0))
+
+
+# ------------------------------------------------------------------------------------------------ replicates and noise
+def replicate_ladders(tmp_path, sigma, seeds=3, seed=0, arms=None):
+    """synthetic_ladders with `seeds` replicate runs per point, ln L = ln L_true + sigma z, in a seed column."""
+    arms = arms or {"vanilla": (1.6, 0.11), "better": (1.55, 0.12)}
+    rng, rows = np.random.default_rng(seed), []
+    for arm, (A, g) in arms.items():
+        for d in range(6, 22, 2):
+            C = 1e18 * (d / 8) ** 4.5
+            for s in range(seeds):
+                rows.append([arm, d, C, (1.7 + A * (C / 1e18) ** -g) * math.exp(sigma * rng.standard_normal()), s])
+    return write_csv(tmp_path / "reps.csv", ["arm", "depth", "compute_flops", "val_loss", "seed"], rows), rows
+
+
+def test_replicates_pool_to_mean_and_pooled_sigma(tmp_path, capsys):
+    path, rows = replicate_ladders(tmp_path, sigma=0.004)
+    out = run_json(capsys, "ladders", path)
+    by_point = {}
+    for arm, d, C, L, s in rows:
+        by_point.setdefault((arm, d), []).append(L)
+    p = out["arms"]["better"]["points"][0]
+    assert p["n"] == 3 and p["loss"] == pytest.approx(np.mean(by_point[("better", p["depth"])]), rel=1e-12)
+    ss = sum(((np.log(v) - np.log(v).mean()) ** 2).sum() for v in by_point.values())
+    assert out["noise"]["sigma"] == pytest.approx(math.sqrt(ss / (2 * len(by_point))), rel=1e-9)  # 2 dof per point
+    assert out["noise"]["dof"] == 2 * len(by_point) == 32 and out["noise"]["source"] == "replicates"
+    assert 0.0025 < out["noise"]["sigma"] < 0.0055
+    text = run(capsys, "ladders", path, "--bootstrap", 5).out
+    assert "pooled from seed replicates, 32 dof" in text and "include seed noise" in text
+
+
+def test_weighted_shared_e_fit_is_weighted_least_squares():
+    rng = np.random.default_rng(1)
+    x = np.geomspace(1, 100, 7)
+    loss = 1.7 + 1.6 * x ** -0.11 + 0.003 * rng.standard_normal(7)
+    sd = 0.001 * np.arange(1, 8)
+    r = fit.fit_shared_e(x, loss, 1.7, sd)
+    slope, icpt = np.polyfit(np.log(x), np.log(loss - 1.7), 1, w=(loss - 1.7) / sd)  # w = 1 / sd of ln(L - E)
+    assert r["gamma"] == pytest.approx(-slope, rel=1e-9) and r["A"] == pytest.approx(math.exp(icpt), rel=1e-9)
+    unweighted = fit.fit_shared_e(x, loss, 1.7)
+    assert r["gamma"] != pytest.approx(unweighted["gamma"], rel=1e-4)
+    # known-noise standard error: exactly (X^T W X)^-1, independent of the residuals
+    X = np.stack([np.ones(7), np.log(x)], 1)
+    W = ((loss - 1.7) / sd) ** 2
+    assert r["gamma_se"] == pytest.approx(math.sqrt(np.linalg.inv(X.T @ (W[:, None] * X))[1, 1]), rel=1e-9)
+
+
+def test_replicated_point_weighs_more(tmp_path, capsys):
+    # one point 1 % too high: with 9 replicates there (and 1 elsewhere) the weighted fit passes closer to it
+    rows = []
+    for d in range(6, 22, 2):
+        C = 1e18 * (d / 8) ** 4.5
+        L = 1.7 + 1.6 * (C / 1e18) ** -0.11
+        for s in range(9 if d == 20 else 1):
+            rows.append(["vanilla", d, C, L * (1.01 if d == 20 else 1.0), s])
+    path = write_csv(tmp_path / "w.csv", ["arm", "depth", "compute_flops", "val_loss", "seed"], rows)
+    many = run_json(capsys, "ladders", path, "--noise", 0.003, "--anchor-depth", 6)
+    flat = write_csv(tmp_path / "flat.csv", ["arm", "depth", "compute_flops", "val_loss"],
+                     [r[:4] for r in rows if r[4] == 0])
+    one = run_json(capsys, "ladders", flat, "--noise", 0.003, "--anchor-depth", 6)
+    resid = lambda o: abs(o["arms"]["vanilla"]["points"][-1]["loss"] - (o["E"] + o["arms"]["vanilla"]["A"] * (
+        o["arms"]["vanilla"]["points"][-1]["compute"] / 1e18) ** -o["arms"]["vanilla"]["gamma"]))
+    assert many["arms"]["vanilla"]["points"][-1]["n"] == 9 and resid(many) < 0.7 * resid(one)
+
+
+def test_parametric_bootstrap_matches_known_noise_errors(tmp_path, capsys):
+    # 5 seeds per point (64 dof): the re-drawn-noise bootstrap spread of the reference gamma (E refitted every draw)
+    # matches the linearised known-noise standard error of the free-E fit
+    path, _ = replicate_ladders(tmp_path, sigma=0.002, seeds=5, arms={"vanilla": (1.6, 0.11)})
+    out = run_json(capsys, "ladders", path, "--bootstrap", 300, "--anchor-depth", 6)
+    v = out["arms"]["vanilla"]
+    assert out["bootstrap"]["kind"] == "noise" and out["bootstrap"]["includes_seed_noise"]
+    assert v["gamma_boot_se"] == pytest.approx(v["free_gamma_se"], rel=0.25)
+    # and it scales with the noise: the same means with --noise 4x the pooled sigma give ~4x the spread
+    big = run_json(capsys, "ladders", path, "--bootstrap", 300, "--anchor-depth", 6, "--noise",
+                   4 * out["noise"]["sigma"])
+    assert big["noise"]["source"] == "--noise"
+    assert big["arms"]["vanilla"]["gamma_boot_se"] == pytest.approx(4 * v["gamma_boot_se"], rel=0.35)
+
+
+def test_noise_flag_without_replicates_and_points_bootstrap_label(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path, noise=0.002)
+    plain = run(capsys, "ladders", path, "--bootstrap", 5).out
+    assert "do not include run-to-run noise" in plain and "none given" in plain
+    out = run_json(capsys, "ladders", path, "--bootstrap", 20, "--noise", 0.001)
+    assert out["noise"] == dict(sigma=0.001, dof=0, source="--noise", scale=out["noise"]["scale"], replicated_points=0)
+    assert out["bootstrap"]["includes_seed_noise"] and "reduced_chi2" in out["arms"]["better"]
+
+
+def test_duplicates_exact_kept_once_replicates_flag_pools(tmp_path, capsys):
+    path, rows = synthetic_ladders(tmp_path)
+    base = run_json(capsys, "ladders", path)
+    write_csv(path, ["arm", "depth", "compute_flops", "val_loss"], rows + [rows[3]])
+    res = run(capsys, "ladders", path, "--json")
+    assert json.loads(res.out)["arms"] == base["arms"] and "exactly; kept one" in res.err
+    write_csv(path, ["arm", "depth", "compute_flops", "val_loss"], rows + [rows[3][:3] + [rows[3][3] + 0.01]])
+    out = run_json(capsys, "ladders", path, "--replicates")
+    p = [q for q in out["arms"]["vanilla"]["points"] if q["depth"] == rows[3][1]][0]
+    assert p["n"] == 2 and p["loss"] == pytest.approx(rows[3][3] + 0.005) and out["noise"]["dof"] == 1
+
+
+def test_seed_runs_from_ladder_sh_names_pool(tmp_path, capsys):
+    path, rows = replicate_ladders(tmp_path, sigma=0.003, seeds=2)
+    for arm, d, C, L, s in rows:
+        os.makedirs(tmp_path / "runs" / f"{arm}_d{d}_s{s}")
+        json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
+                       plan=dict(seed=s)), open(tmp_path / "runs" / f"{arm}_d{d}_s{s}" / "result.json", "w"))
+    from_runs, from_csv = run_json(capsys, "ladders", tmp_path / "runs"), run_json(capsys, "ladders", path)
+    assert from_runs["noise"] == from_csv["noise"] and from_runs["arms"]["better"]["gamma"] == from_csv["arms"]["better"]["gamma"]
+
+
+def test_holdout_forecasts_the_held_point(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path)
+    out = run_json(capsys, "ladders", path, "--holdout", "better:20", "vanilla:6")
+    (b, v) = sorted(out["held_out"], key=lambda h: h["arm"])
+    assert b["depth"] == 20 and abs(b["residual"]) < 1e-4 and abs(v["residual"]) < 1e-4  # exact laws
+    assert [p["depth"] for p in out["arms"]["better"]["points"]] == list(range(6, 20, 2))
+    assert "held out better d20" in run(capsys, "ladders", path, "--holdout", "better:20").out
+
+
+def test_bom_csv_and_row_errors_name_the_line(tmp_path, capsys):
+    path, rows = synthetic_ladders(tmp_path)
+    text = open(path).read()
+    bom = tmp_path / "bom.csv"
+    bom.write_text("\ufeff" + text, encoding="utf-8")
+    assert run_json(capsys, "ladders", bom)["arms"] == run_json(capsys, "ladders", path)["arms"]
+    rows[2][3] = float("nan")
+    write_csv(path, ["arm", "depth", "compute_flops", "val_loss"], rows)
+    assert f"{path}:4: column val_loss is nan" in cli_error(capsys, "ladders", path)
+
+
+def test_out_manifest_allows_rerun_and_refuses_foreign_files(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path)
+    figs = tmp_path / "figs"
+    run(capsys, "ladders", path, "--out", figs)
+    run(capsys, "ladders", path, "--out", figs)  # its own files: regenerated
+    assert sorted(json.load(open(figs / "fit_manifest.json"))["files"]) == sorted(fit.LADDER_FIGURES)
+    other = tmp_path / "other"
+    os.makedirs(other)
+    (other / "fig2_left.pdf").write_bytes(b"mine")
+    assert "not written by fit.py" in cli_error(capsys, "ladders", path, "--out", other)
+    assert (other / "fig2_left.pdf").read_bytes() == b"mine" and not (other / "fig3_ladders.png").exists()
+
+
+def test_subcommand_help_shows_contracts(capsys):
+    for cmd, needle in (("ladders", "compute_flops, val_loss; optional seed"), ("loops", "8.461200e+17"),
+                        ("design", "train.py --dry-run JSON lines"), ("surface", "0.05 Skaling")):
+        with pytest.raises(SystemExit):
+            fit.main([cmd, "-h"])
+        assert needle in capsys.readouterr().out, cmd
+    assert len(fit.FIT["loop_budgets"]) == 5
+
+
+def test_loops_default_budgets_are_the_release_five(tmp_path, capsys):
+    rows = [[d, K, 0.8, C, 3.0 - 0.05 * math.log(C / 1e17) + 0.01 * (K - 2) ** 2]
+            for d in (4, 8, 12, 16, 20, 24, 28) for K in (1, 2, 4) for C in [d ** 2 * K * 1e16]]
+    out = run_json(capsys, "loops", write_csv(tmp_path / "g.csv", LOOPS_HEADER, rows))
+    assert [b["compute"] for b in out["budgets"]] == [0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18]
+
+
+def test_surface_drop_highest_and_delta_per_form(tmp_path, capsys):
+    N, D, L = surface_grid(0.5, 5e-4)
+    L[[3, 10]] *= 1.5  # two outliers, the highest losses
+    path = write_csv(tmp_path / "grid.csv", ["N", "D", "loss"], zip(N, D, L))
+    out = run_json(capsys, "surface", path, "--form", "skaling", "--hops", 0, "--folds", 2, "--drop-highest", 2)
+    assert sorted(d["line"] for d in out["dropped"]) == [5, 12] and out["delta"] == dict(skaling=0.05)
+    assert out["forms"]["skaling"]["mape_all"] < 0.2

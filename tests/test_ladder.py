@@ -205,3 +205,34 @@ def test_sigterm_reaches_the_training_process(tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 143
     assert marker.exists(), "the training process never saw the SIGTERM"
+
+
+def test_seed_replicates_dry_run_names_and_seeds():
+    r = ladder("vanilla", "--preset", "cpu", "--depths", "1 2 3", "--seeds", "0 1 2", "--replicate-depths", "2 3",
+               "--dry-run")
+    assert r.returncode == 0, r.stderr
+    names = [(re.search(r"--run-name (\S+)", line).group(1), re.search(r"--seed (\d+)", line).group(1))
+             for line in launched(r.stdout)]
+    assert names == [("vanilla_d1_s0", "0")] + [(f"vanilla_d{d}_s{s}", str(s)) for d in (2, 3) for s in range(3)]
+    plain = launched(ladder("vanilla", "--preset", "cpu", "--depths", "1", "--dry-run").stdout)
+    assert "--run-name vanilla_d1 " in plain[0] + " " and "--seed" not in plain[0]  # today's names without --seeds
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["vanilla", "--seeds", "0 x", "--dry-run"], "--seeds must be whole numbers"),
+    (["vanilla", "--replicate-depths", "8", "--dry-run"], "--replicate-depths needs --seeds"),
+    (["vanilla", "--seeds", "0 1", "--replicate-depths", "8 y", "--dry-run"], "--replicate-depths must be whole"),
+    (["vanilla", "--seeds"], "--seeds needs a value"),
+])
+def test_bad_seed_options_are_one_line_exit_2(argv, message):
+    r = ladder(*argv)
+    assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_seed_replicates_train_with_their_seeds(pool, tmp_path):
+    r = ladder("vanilla", "--preset", "cpu", "--depths", "1", "--seeds", "3 4", "--", *TINY, "--steps", "3",
+               "--data-dir", pool, env=dict(RUNS_DIR=str(tmp_path)))
+    assert r.returncode == 0, r.stdout + r.stderr
+    results = [json.load(open(tmp_path / f"vanilla_d1_s{s}" / "result.json")) for s in (3, 4)]
+    assert [x["plan"]["seed"] for x in results] == [3, 4] and all(x["status"] == "complete" for x in results)
+    assert results[0]["final_val_loss"] != results[1]["final_val_loss"]

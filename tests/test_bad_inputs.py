@@ -1,0 +1,160 @@
+"""Bad input across the scripts: every case must exit 2 with exactly one line on stderr, no traceback, and leave
+every file that existed before the call byte-identical. One case table per script; each case is (id, files to
+create under the case's directory, argv with {d} for that directory, a phrase the message must contain).
+Scripts with a main(argv) run in-process (fast: no interpreter start per case; an uncaught exception fails the
+test just as a traceback would); the others as `python SCRIPT ...` subprocesses."""
+import contextlib
+import importlib
+import io
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def snapshot(directory):
+    out = {}
+    for base, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(base, name)
+            with open(path, "rb") as f:
+                out[path] = f.read()
+    return out
+
+
+def run_in_process(script, argv):
+    module = importlib.import_module(script[:-3])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            module.main(argv)
+            code = 0
+        except SystemExit as e:
+            code = e.code
+    return code, err.getvalue()
+
+
+def run_subprocess(script, argv):
+    r = subprocess.run([sys.executable, script, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    return r.returncode, r.stderr
+
+
+def assert_refused(script, argv, directory, message, files=None, runner=run_subprocess):
+    """Run SCRIPT with ARGV (in the repository root) and check the bad-input contract."""
+    for rel, content in (files or {}).items():
+        path = os.path.join(directory, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(content.encode() if isinstance(content, str) else content)
+    before = snapshot(directory)
+    argv = [a.replace("{d}", str(directory)) for a in argv]
+    code, stderr = runner(script, argv)
+    lines = stderr.splitlines()
+    assert code == 2, (code, stderr[-2000:])
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert message in lines[0], lines[0]
+    after = snapshot(directory)
+    assert {p: after.get(p) for p in before} == before, "a pre-existing file changed"
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------------------------ fit.py
+def ladder_csv(rows=(), header="arm,depth,compute_flops,val_loss", bom=False):
+    """A small valid two-arm ladder, plus extra raw CSV rows."""
+    lines = [header]
+    for arm, A, g in (("vanilla", 1.6, 0.11), ("better", 1.55, 0.12)):
+        for d in range(6, 22, 2):
+            C = 1e18 * (d / 8) ** 4.5
+            lines.append(f"{arm},{d},{C:.6e},{1.7 + A * (C / 1e18) ** -g:.6f}")
+    return ("\ufeff" if bom else "") + "\n".join(lines + list(rows)) + "\n"
+
+
+def with_row(i, row):
+    """ladder_csv with data row i (0-based) replaced."""
+    lines = ladder_csv().splitlines()
+    lines[i + 1] = row
+    return "\n".join(lines) + "\n"
+
+
+def result_json(**kw):
+    r = dict(status="complete", arch="vanilla", depth=8, estimated_training_flops=1e18, final_val_loss=3.0,
+             plan=dict(seed=42))
+    r.update(kw)
+    return json.dumps(r)
+
+
+GOOD = {"l.csv": ladder_csv()}
+PLAN = "\n".join(json.dumps(dict(arch="vanilla", depth=d, total_flops=1e18 * d)) for d in (6, 8, 10, 12)) + "\n"
+PILOT = json.dumps(dict(E=1.7, arms=dict(vanilla=dict(A=1.6, gamma=0.11))))
+
+FIT_CASES = [
+    ("missing-input", {}, ["ladders", "{d}/nope"], "no CSV, result.json or run directory"),
+    ("missing-csv", {}, ["ladders", "{d}/nope.csv", "x.csv"], "cannot read"),
+    ("missing-column", {"l.csv": "arm,depth,val_loss\nvanilla,8,3.0\n"}, ["ladders", "{d}/l.csv"], "missing column(s) compute_flops"),
+    ("non-numeric-loss", {"l.csv": with_row(2, "vanilla,10,3e18,abc")}, ["ladders", "{d}/l.csv"], "l.csv:4: column val_loss is 'abc'"),
+    ("nan-loss-reference", {"l.csv": with_row(0, "vanilla,6,4e17,nan")}, ["ladders", "{d}/l.csv"], "l.csv:2: column val_loss is nan"),
+    ("inf-compute", {"l.csv": with_row(9, "better,8,inf,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:11: column compute_flops is inf"),
+    ("negative-loss", {"l.csv": with_row(1, "vanilla,8,1e18,-3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: column val_loss is -3.0; need a finite number > 0"),
+    ("zero-compute", {"l.csv": with_row(1, "vanilla,8,0,3.0")}, ["ladders", "{d}/l.csv"], "column compute_flops is 0"),
+    ("fractional-depth", {"l.csv": with_row(1, "vanilla,8.5,1e18,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: depth must be a whole number"),
+    ("conflicting-duplicate", {"l.csv": ladder_csv(["vanilla,8,1.000000e+18,3.1"])}, ["ladders", "{d}/l.csv"], "two different results for vanilla d8"),
+    ("replicates-different-compute", {"l.csv": ladder_csv(["vanilla,8,2e18,3.1"])}, ["ladders", "{d}/l.csv", "--replicates"], "different compute"),
+    ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
+    ("extrapolate-negative", GOOD, ["ladders", "{d}/l.csv", "--extrapolate=-1e21"], "--extrapolate: must be"),
+    ("extrapolate-nan", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "nan"], "--extrapolate: must be"),
+    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number > 0"),
+    ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap must be >= 0"),
+    ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
+    ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
+    ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "reference arm 'nope'"),
+    ("out-is-a-file", dict(GOOD, out="x"), ["ladders", "{d}/l.csv", "--out", "{d}/out"], "is a file, not a directory"),
+    ("out-foreign-figure", dict(GOOD, **{"figs/fig3_ladders.png": "mine"}), ["ladders", "{d}/l.csv", "--out", "{d}/figs"],
+     "not written by fit.py"),
+    ("out-bad-manifest", dict(GOOD, **{"figs/fit_manifest.json": "[1, 2]"}), ["ladders", "{d}/l.csv", "--out", "{d}/figs"],
+     "is not a fit.py manifest"),
+    ("wrong-kind-json", {"edu.json": json.dumps(dict(tasks=[], arms={}))}, ["ladders", "{d}/edu.json"], "is not a train.py result.json"),
+    ("corrupt-result-json", {"runs/a/result.json": b"\x00\xff garbage"}, ["ladders", "{d}/runs"], "is not a train.py result.json"),
+    ("result-json-nan-loss", {"runs/a/result.json": result_json(final_val_loss=float("nan"))}, ["ladders", "{d}/runs"],
+     "final_val_loss > 0"),
+    ("result-json-fractional-depth", {"runs/a/result.json": result_json(depth=8.5)}, ["ladders", "{d}/runs"], "a whole depth"),
+    ("not-utf8-csv", {"l.csv": b"arm,depth\n\xff\xfe\x00bad\n"}, ["ladders", "{d}/l.csv"], "not a UTF-8 CSV"),
+    ("unknown-subcommand", {}, ["frobnicate"], "invalid choice"),
+    ("surface-negative-N", {"s.csv": "N,D,loss\n" + "".join(f"{-1 if i == 0 else 1e8 * (i + 1)},{1e9 * (i + 1)},3.0\n" for i in range(8))},
+     ["surface", "{d}/s.csv"], "s.csv:2: column N is -1"),
+    ("surface-drop-too-many", {"s.csv": "N,D,loss\n" + "".join(f"{1e8 * (i + 1)},{1e9 * (i + 1)},{3 - 0.1 * i}\n" for i in range(8))},
+     ["surface", "{d}/s.csv", "--drop-highest", "3"], "after --drop-highest"),
+    ("surface-delta-zero", {"s.csv": "N,D,loss\n1,1,1\n"}, ["surface", "{d}/s.csv", "--delta", "0"], "--delta: must be"),
+    ("tpp-nan", {"t.csv": "compute_flops,tpp,val_loss\n1e18,5,nan\n"}, ["tpp", "{d}/t.csv"], "t.csv:2: column val_loss is nan"),
+    ("loops-negative-budget", {"g.csv": "depth,loops,weight_decay,compute_flops,val_loss\n4,1,0.8,1e17,3\n"},
+     ["loops", "{d}/g.csv", "--budgets=-1"], "--budgets: must be"),
+    ("loops-wrong-kind-json", {"runs/a/result.json": "[]"}, ["loops", "{d}/runs"], "is not a train.py result.json"),
+    ("design-no-noise", {"p.jsonl": PLAN, "pilot.json": PILOT}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json"], "--noise SIGMA is required"),
+    ("design-no-truth", {"p.jsonl": PLAN}, ["design", "{d}/p.jsonl", "--noise", "0.002"], "give the true curves"),
+    ("design-bad-truth", {"p.jsonl": PLAN, "pilot.json": "{}"}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"],
+     "is not a `fit.py ladders --json` output"),
+    ("design-bad-plan-line", {"p.jsonl": PLAN + "not json\n", "pilot.json": PILOT},
+     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"], "p.jsonl:5: not a train.py --dry-run plan"),
+    ("design-bad-spec", {"p.jsonl": PLAN, "pilot.json": PILOT},
+     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002", "--design", "six to 18"], "use 'd6-18'"),
+    ("design-depth-not-planned", {"p.jsonl": PLAN, "pilot.json": PILOT},
+     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002", "--design", "d6-22"], "no planned run has depth 22"),
+    ("design-arm-without-law", {"p.jsonl": PLAN.replace('"vanilla", "depth": 12', '"other", "depth": 12'), "pilot.json": PILOT},
+     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"], "planned arm 'other' has no law"),
+    ("design-out-is-a-file", {"p.jsonl": PLAN, "pilot.json": PILOT, "out": "x"},
+     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002", "--out", "{d}/out"], "is a file"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in FIT_CASES], ids=[c[0] for c in FIT_CASES])
+def test_fit_bad_input(tmp_path, files, argv, message):
+    assert_refused("fit.py", argv, tmp_path, message, files, runner=run_in_process)
+
+
+def test_fit_bad_input_as_a_process(tmp_path):
+    # the same contract through the interpreter: the one-line message really is all a user sees
+    assert_refused("fit.py", ["ladders", "{d}/l.csv", "--extrapolate=-1"], tmp_path, "--extrapolate: must be", GOOD)
