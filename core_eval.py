@@ -38,7 +38,7 @@ import yaml
 
 import data
 import model
-from cli import Parser, UsageError, cli_main, exit_process, sha256_file, write_json
+from cli import Parser, UsageError, exit_process, sha256_file, write_json
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (paper App. C.2) and evaluator defaults
@@ -692,11 +692,7 @@ def run(argv):
 
 
 def main(argv=None):
-    try:
-        return cli_main(run, "core_eval.py", argv)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return model.cli_main_distributed(run, "core_eval.py", argv)
 
 
 if __name__ == "__main__":

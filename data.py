@@ -406,17 +406,45 @@ def _documents(sources, first, writer, workdir, val_every):
         yield k, _END_OF_SOURCE, None
 
 
+def _check_writable(out):
+    try:
+        os.makedirs(out, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+
+
+def _start_manifest(out, old, same, settings, names, workdir):
+    """-> (manifest, resume): the interrupted prepare's manifest if its settings, sources and files still match, else
+    a fresh "running" one (written before any pool file is recreated, with stale partial downloads removed)."""
+    resume = same and old.get("sources") == names and all(
+        os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
+            (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
+            (_docs_path(out, s), 8 * old["splits"][s]["doc_count"])))
+    if old is not None:
+        print(f"{out}: {'resuming' if resume else 'restarting'} an interrupted prepare", file=sys.stderr)
+    if resume:
+        manifest = old
+    else:
+        manifest = dict(schema_version=1, status="running", **settings, dtype="uint16", sources=names,
+                        sources_done=0, dedup_skipped_docs=0, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        splits={s: dict(tokens_file=f"{s}.bin", docs_file=f"{s}.docs.bin", token_count=0,
+                                        doc_count=0) for s in SPLITS})
+        _write_manifest(out, manifest)
+        if os.path.isdir(workdir):  # partial downloads may belong to other settings
+            for name in os.listdir(workdir):
+                os.remove(os.path.join(workdir, name))
+    os.makedirs(workdir, exist_ok=True)
+    return manifest, resume
+
+
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
     """Build, resume or confirm the pool in `out`. Returns its finished manifest."""
     settings = corpus_settings(corpus, files_glob)
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
     if enc.n_vocab > 1 << 16:
         raise DataError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; pools store uint16")
-    try:
-        os.makedirs(out, exist_ok=True)
-        tempfile.TemporaryFile(dir=out).close()
-    except OSError as e:
-        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+    _check_writable(out)
     recipe = CORPORA[corpus]
     budgets = dict(train=train_tokens if train_tokens is not None else recipe["train_tokens"],
                    val=val_tokens if val_tokens is not None else recipe["val_tokens"])
@@ -434,26 +462,8 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         print(f"{out}: pool already complete and verified", file=sys.stderr)
         return old
     sources = list_sources(corpus, files_glob)
-    names = [s["name"] for s in sources]
     workdir = os.path.join(out, "downloads")
-    resume = same and old.get("sources") == names and all(
-        os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
-            (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
-            (_docs_path(out, s), 8 * old["splits"][s]["doc_count"])))
-    if old is not None:
-        print(f"{out}: {'resuming' if resume else 'restarting'} an interrupted prepare", file=sys.stderr)
-    if resume:
-        manifest = old
-    else:
-        manifest = dict(schema_version=1, status="running", **settings, dtype="uint16", sources=names,
-                        sources_done=0, dedup_skipped_docs=0, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        splits={s: dict(tokens_file=f"{s}.bin", docs_file=f"{s}.docs.bin", token_count=0,
-                                        doc_count=0) for s in SPLITS})
-        _write_manifest(out, manifest)  # "running" before any pool file is (re)created
-        if os.path.isdir(workdir):      # partial downloads may belong to other settings
-            for name in os.listdir(workdir):
-                os.remove(os.path.join(workdir, name))
-    os.makedirs(workdir, exist_ok=True)
+    manifest, resume = _start_manifest(out, old, same, settings, [s["name"] for s in sources], workdir)
     writer = PoolWriter(out, manifest, resume)
     workers = workers or os.cpu_count() or 1
     n_groups = 4 * workers

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ladder.sh — run the paper's ladders: one arm, a range of depths, each at its own recipe (recipes live in model.ARMS).
+# ladder.sh — run the paper's ladders: one arm, a range of depths, each at its own recipe (recipes live in arms.py).
 #
 #   bash ladder.sh demo                                   # offline CPU demo: stdlib corpus, 3 arms, fit, figure
 #   bash ladder.sh vanilla                                # paper ladder on one 8-GPU node (NPROC_PER_NODE=8)

@@ -1,26 +1,26 @@
-"""The prelude-core-coda transformer family of the paper (all eight arms), its recipe table, and exact parameter and
-FLOP accounting (arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
+"""The prelude-core-coda transformer family of the paper (all eight arms) with exact parameter and FLOP accounting
+ (arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
 
 One network covers every arm: a prelude of blocks, a core of blocks applied K times (tied 'loop' or untied 'dep'),
 and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda. A plain stack
-('none') is the same code path with no prelude/coda, one pass and no operator. ARMS is the one table of per-arm
-numbers (architecture, init, training recipe); PRESETS holds the shapes and batch of the paper and of the CPU runs.
+('none') is the same code path with no prelude/coda, one pass and no operator. The per-arm numbers live in arms.py.
 
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
     python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
 """
-import argparse
 import json
 import math
 import os
 import sys
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
+import arms
+from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
 from cli import Parser, UsageError, cli_main
 
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
@@ -156,8 +156,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def init_weights(self):
-        """Paper App. A.1 (docs/recipe.md, "Init"): every out-projection and lm_head zero (initial logits are exactly 0), in-projections
-        Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2)."""
+        """Paper App. A.1 (docs/recipe.md, "Init"): every out-projection and lm_head zero (initial logits are exactly
+        0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2)."""
         s = self.cfg.uniform_init_scale / math.sqrt(self.cfg.width)
         for block in self.transformer.h:
             for linear in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_gate, block.mlp.c_fc):
@@ -248,8 +248,8 @@ class GPT(nn.Module):
         if hidden is not None:
             hidden.append(x)
         x = run(self.prelude_blocks(), x)
-        # Boundary operator as the authors' release computes it (docs/recipe.md): the first pass starts from the raw prelude output
-        # e, and the operator runs AFTER every pass. The paper's Algorithm 1 writes h0 = 0 and applies
+        # Boundary operator as the authors' release computes it (docs/recipe.md): the first pass starts from the raw
+        # prelude output e, and the operator runs AFTER every pass. The paper's Algorithm 1 writes h0 = 0 and applies
         # Norm(h) + alpha*e BEFORE every pass (and before the coda); the two agree except that there the first pass
         # sees alpha*e instead of e (identical for alpha = 1), and without coda injection the last pass is un-injected.
         e = x
@@ -260,159 +260,6 @@ class GPT(nn.Module):
             if cfg.alpha != 0 and (r < K - 1 or cfg.coda_inject):
                 x = x + cfg.alpha * e
         return run(self.coda_blocks(), x)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Arms and presets: every per-arm number in one table (paper App. A.1 and A.4; docs/recipe.md says which come from
-# the authors' release). A field made with knob() is also an override flag --field-name: "model" knobs are flags of
-# both model.py and train.py, "train" knobs of train.py; a new knob is one field here.
-
-def knob(flag, default=MISSING, help=None):
-    return field(default=default, metadata=dict(flag=flag, help=help))
-
-
-def knob_fields(cls, flag):
-    return [f for f in fields(cls) if f.metadata.get("flag") == flag]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Arm:
-    """One arm: architecture, init and training recipe. LRs are the anchor-depth (d8) values; train.py scales them to
-    depth d by (N(anchor) / N(d)) ** lr_exponent (paper App. A.4.4)."""
-    mode: str                                    # 'none' plain stack | 'loop' tied core | 'dep' untied cores
-    deep: bool = False                           # Deep Vanilla: a plain stack of d + core(d) blocks
-    passes: int = knob("model", help="core passes K (final K for growth arms)")
-    passes_initial: int = knob("model", None, help="passes before growth (default: the arm's)")
-    alpha: float = knob("model", help="injection scale of the boundary operator")
-    recurrence_norm: bool = knob("model", help="RMSNorm the state after every core pass")
-    coda_inject: bool = knob("model", help="inject alpha*e after the last pass, before the coda")
-    output_multiplier: float = knob("model")
-    residual_multiplier: float = knob("model")
-    wte_init_std: float = knob("model")
-    uniform_init_scale: float = knob("model")
-    tpp: float = knob("train", help="tokens per parameter N (growth arms: N at the initial passes)")
-    lr_exponent: float = knob("train")
-    matrix_lr: float = knob("train")
-    embedding_lr: float = knob("train")
-    unembedding_lr: float = knob("train")
-    weight_decay: float = knob("train")
-    adam_betas: tuple = knob("train")
-    adam_eps: float = knob("train")
-    warmup_steps: int = knob("train")
-    warmdown_ratio: float = knob("train")
-    rewarm_steps: int = knob("train", 0, help="LR re-warm steps after each growth")
-    crossover: dict = field(default_factory=dict)   # growth: per-depth fraction f of the steps before growth (rho = 1-f)
-    default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe)
-
-
-SQRT2 = math.sqrt(2.0)
-ARMS = {
-    "vanilla": Arm(
-        mode="none", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
-        output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625,
-        tpp=5, lr_exponent=0.8, matrix_lr=0.04, embedding_lr=0.01810193359836, unembedding_lr=0.0045254833996,
-        weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6),
-    "deep_vanilla": Arm(
-        mode="none", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
-        output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
-        tpp=6, lr_exponent=0.7, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
-        weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8),
-    "operator_1": Arm(
-        mode="loop", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
-        output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2, uniform_init_scale=1 / (2 * SQRT2),
-        tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.03620386719676, unembedding_lr=0.0032,
-        weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8),
-    "loop_2": Arm(
-        mode="loop", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
-        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
-        tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
-        weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0),
-    "untied_2": Arm(
-        mode="dep", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
-        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
-        tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
-        weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0),
-    "loop_grow": Arm(
-        mode="loop", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
-        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
-        tpp=7, lr_exponent=0.5, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
-        weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0,
-        rewarm_steps=40, crossover={6: .75, 8: .82, 10: .86, 12: .85, 14: .86, 16: .88, 18: .87},
-        default_crossover=0.83),
-    "untied_grow": Arm(
-        mode="dep", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
-        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
-        tpp=8, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
-        weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0,
-        rewarm_steps=40, crossover={6: .60, 8: .71, 10: .75, 12: .73, 14: .76, 16: .77, 18: .75, 26: .77},
-        default_crossover=0.70),
-    # No release script (docs/recipe.md, "Deep Vanilla Grow"): untied stacking growth 2->4 of a plain stack, alpha 0,
-    # no recurrence norm. The schedule (TPP 6 on Deep Vanilla's N, f = 0.5) reproduces the release's compute column;
-    # multipliers, init and optimizer recipe are ASSUMED: Deep Vanilla's, with matrix LR 0.036 and a 40-step re-warm.
-    "deep_vanilla_grow": Arm(
-        mode="dep", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
-        output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
-        tpp=6, lr_exponent=0.7, matrix_lr=0.036, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
-        weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8,
-        rewarm_steps=40, default_crossover=0.5),
-}
-# --optimizer adamw (paper Fig. 16f): every group AdamW. The release gives no LRs for it; ours: matrix LR 0.004 at the
-# anchor depth (10x below Muon's, the usual Muon/AdamW ratio), the arm's embedding/unembedding LRs, betas and WD.
-ADAMW_MATRIX_LR = 0.004
-
-
-@dataclass(frozen=True)
-class DataConstrained:
-    """The multi-epoch loop grid (paper Sec. 5, App. D): Operator-1's recipe for any --arch (e.g. the untied and
-    no-operator controls of Fig. 24), LR not scaled with depth, a fixed unique-token budget repeated for epochs."""
-    weight_decay: dict                  # per depth
-    default_weight_decay: float = 0.8
-    recipe: str = "operator_1"
-    train_tokens: int = 100_000_000
-    epochs: int = 10
-
-
-DATA_CONSTRAINED = {
-    "fixed-wd": DataConstrained(weight_decay={}),
-    "tuned-wd": DataConstrained(weight_decay={6: 0.4, 8: 0.8, 10: 0.8, 12: 1.2, 14: 1.2, 16: 1.6, 18: 1.6}),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class Preset:
-    """Shapes, batch and data of a family of runs. 'cpu' is small enough for a d2-d5 ladder in minutes on 2 cores;
-    its anchor depth and LR scale come from a sweep at the anchor depth (README "CPU preset"); its LR exponents, TPP and
-    growth fractions are the paper's."""
-    width_per_depth: int = knob("model", help="width = width_per_depth * depth")
-    head_dim: int = knob("model")
-    seq_len: int = knob("model")
-    mlp_multiple: int = knob("model", help="MLP hidden size is rounded up to a multiple of this")
-    total_batch_tokens: int = knob("train", help="tokens per optimizer step")
-    val_tokens: int = knob("train", help="validation target tokens (multiple of --seq-len)")
-    device_batch_size: int              # sequences per micro-batch (memory only: the math never changes) ...
-    device_batch_fixed: dict = field(default_factory=dict)  # ... or per depth, as on the release's 80 GB H100s
-    device_batch_grow: dict = field(default_factory=dict)   # (the growth arms' deeper executed stacks need less)
-    anchor_depth: int                   # the depth whose LRs the table gives
-    lr_multiplier: float = knob("train", help="multiplies all three LRs (preset default)")
-    data_dir: str
-    corpus: str
-    tokenizer: str
-    save_every: int
-    log_every: int
-
-
-PRESETS = {
-    "paper": Preset(width_per_depth=128, head_dim=128, seq_len=2048, mlp_multiple=256, total_batch_tokens=524_288,
-                    val_tokens=9_961_472, device_batch_size=32,
-                    device_batch_fixed={6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8},
-                    device_batch_grow={6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: 2},
-                    anchor_depth=8, lr_multiplier=1.0, data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2",
-                    save_every=500, log_every=10),
-    "cpu": Preset(width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, total_batch_tokens=2048,
-                  val_tokens=65_536, device_batch_size=16, anchor_depth=3, lr_multiplier=2.0, data_dir="data/stdlib",
-                  corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
-}
-BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
 
 def split_depth(d):
@@ -434,12 +281,13 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
     if boundary not in BOUNDARY_ABLATIONS:
         raise ValueError(f"boundary must be one of {'|'.join(BOUNDARY_ABLATIONS)}, got {boundary!r}")
-    sizes = {f.name: overrides.pop(f.name, getattr(PRESETS["paper"], f.name)) for f in knob_fields(Preset, "model")}
+    paper = PRESETS["paper"]
+    sizes = {f.name: overrides.pop(f.name, getattr(paper, f.name)) for f in knob_fields(arms.Preset, "model")}
     sizes["vocab_size"] = vocab_size
     for name, value in sizes.items():
         if not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    unknown = set(overrides) - {f.name for f in knob_fields(Arm, "model")}
+    unknown = set(overrides) - {f.name for f in knob_fields(arms.Arm, "model")}
     if unknown:
         raise ValueError(f"unknown override(s) {', '.join(sorted(unknown))}")
     arm = replace(ARMS[arch], **overrides)
@@ -545,7 +393,7 @@ def describe(cfg):
 # Devices and checkpoints (train.py and core_eval.py)
 
 def setup_distributed(device_flag="auto"):
-    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, nothing for one process."""
+    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible")
@@ -557,6 +405,15 @@ def setup_distributed(device_flag="auto"):
     if world > 1:
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
     return rank, world, device
+
+
+def cli_main_distributed(run, prog, argv=None):
+    """cli.cli_main for a script that may join a torchrun process group; the group is left on the way out."""
+    try:
+        return cli_main(run, prog, argv)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
 
 
 def autocast(device):
@@ -581,58 +438,12 @@ def load_checkpoint_model(path, device="cpu"):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Command line: the knob flags model.py and train.py share, generated from the Arm and Preset fields
-
-def add_knob_flags(group, cls, flag):
-    """One --name flag per `flag` knob of cls; every default is None (= keep the table's value)."""
-    for f in knob_fields(cls, flag):
-        name, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
-        if f.type is bool:
-            group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
-        elif f.type is tuple:
-            group.add_argument(name, type=float, nargs=2, default=None, help=help)
-        else:
-            group.add_argument(name, type=f.type, default=None, help=help)
-
-
-def given_knobs(args, cls, flag):
-    """{field: value} of the `flag` knobs of cls that were given on the command line."""
-    values = {f.name: getattr(args, f.name, None) for f in knob_fields(cls, flag)}
-    return {name: tuple(v) if isinstance(v, list) else v for name, v in values.items() if v is not None}
-
-
-def add_model_flags(parser):
-    group = parser.add_argument_group("model overrides (the same flags in model.py and train.py)")
-    add_knob_flags(group, Preset, "model")
-    add_knob_flags(group, Arm, "model")
-    group.add_argument("--prelude", type=int, default=None, help="fixed prelude blocks (core = depth - prelude - coda)")
-    group.add_argument("--coda", type=int, default=None, help="fixed coda blocks")
-    group.add_argument("--boundary", choices=BOUNDARY_ABLATIONS, default=None,
-                       help="ablate the boundary operator (norm_only: no injection; inject_only: no norm)")
-    group.add_argument("--pass-stages", type=int, nargs="+", default=None,
-                       help="growth stages, e.g. 2 4 6 (sets --passes-initial and --passes)")
-
-
-def model_overrides(args):
-    """config_for keywords (besides the shape) from the model flags of either CLI."""
-    overrides = given_knobs(args, Arm, "model")
-    overrides.update({k: getattr(args, k) for k in ("prelude", "coda", "boundary") if getattr(args, k) is not None})
-    if args.pass_stages:
-        if "passes" in overrides or "passes_initial" in overrides:
-            raise UsageError("--pass-stages sets the passes; drop --passes / --passes-initial")
-        overrides.update(passes_initial=args.pass_stages[0], passes=args.pass_stages[-1])
-    return overrides
-
-
-def preset_from_args(args):
-    """The --preset with its shape (and, in train.py, batch) knobs replaced by the flags given."""
-    return replace(PRESETS[args.preset], **given_knobs(args, Preset, "model"), **given_knobs(args, Preset, "train"))
-
+# Command line (its knob flags are generated from the arms table: arms.add_model_flags)
 
 def config_from_args(args, preset, depth, vocab_size):
-    shape = {f.name: getattr(preset, f.name) for f in knob_fields(Preset, "model")}
+    shape = {f.name: getattr(preset, f.name) for f in knob_fields(arms.Preset, "model")}
     try:
-        return config_for(args.arch, depth, vocab_size=vocab_size, **shape, **model_overrides(args))
+        return config_for(args.arch, depth, vocab_size=vocab_size, **shape, **arms.model_overrides(args))
     except ValueError as e:
         raise UsageError(str(e)) from None
 
@@ -644,7 +455,7 @@ def build_parser():
     ap.add_argument("--preset", choices=list(PRESETS), default="paper", help="shapes (default paper)")
     ap.add_argument("--vocab-size", type=int, default=GPT2_VOCAB, help="the tokenizer's (GPT-2: 50257, bytes: 257)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    add_model_flags(ap)
+    arms.add_model_flags(ap)
     return ap
 
 
@@ -652,7 +463,7 @@ def run(argv):
     args = build_parser().parse_args(argv)
     if args.arch is None or args.depth is None:
         raise UsageError("--arch and --depth are required")
-    info = describe(config_from_args(args, preset_from_args(args), args.depth, args.vocab_size))
+    info = describe(config_from_args(args, arms.preset_from_args(args), args.depth, args.vocab_size))
     if args.json:
         print(json.dumps(info))
         return

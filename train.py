@@ -1,7 +1,7 @@
 """train.py — train one arm of the paper at one depth with that arm's compute-optimal recipe.
 
 One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter, steps, LRs and the growth step
-from the arm's row of model.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one GPU, or under
+from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one GPU, or under
 torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every optimizer step
 sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
 
@@ -30,11 +30,12 @@ import torch.nn.functional as F
 import data
 import model as model_lib
 import muon
-from cli import Parser, UsageError, atomic_write, cli_main, exit_process, write_json
-from model import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS, ModelConfig, Preset, autocast
+from cli import Parser, UsageError, atomic_write, exit_process, write_json
+import arms
+from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
+from model import ModelConfig, autocast
 
 H100_BF16_PEAK_FLOPS = 989e12
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # The plan: everything derived from --arch/--depth before touching data (paper App. A.3-A.4; docs/recipe.md).
@@ -91,12 +92,8 @@ class Plan:
 
 def make_plan(args):
     """The plan of one run. Pure arithmetic, in numbered steps."""
-    if args.arch not in ARMS:
-        raise UsageError(f"unknown --arch {args.arch!r}; choose one of {', '.join(ARMS)}")
     if args.depth is None or args.depth < 1:
         raise UsageError("--depth must be a positive integer, e.g. --depth 8")
-    if args.recipe is not None and args.recipe not in ARMS:
-        raise UsageError(f"unknown --recipe {args.recipe!r}; choose one of {', '.join(ARMS)}")
     depth = args.depth
 
     # 1. The training recipe: the arm's own, another arm's (--recipe, paper Fig. 16b) or the data-constrained grid's
@@ -106,11 +103,11 @@ def make_plan(args):
     if regime:
         recipe = replace(ARMS[regime.recipe], lr_exponent=0.0,
                          weight_decay=regime.weight_decay.get(depth, regime.default_weight_decay))
-    recipe = replace(recipe, **model_lib.given_knobs(args, model_lib.Arm, "train"))
+    recipe = replace(recipe, **arms.given_knobs(args, arms.Arm, "train"))
 
     # 2. Shapes: the preset with its flags; the model at this depth. GPT-2's vocab size is known without tiktoken's
     #    download, so a dry run works offline.
-    preset = model_lib.preset_from_args(args)
+    preset = arms.preset_from_args(args)
     tokenizer = args.tokenizer or preset.tokenizer
     vocab_size = data.get_tokenizer(tokenizer).n_vocab if tokenizer != "gpt2" else model_lib.GPT2_VOCAB
     cfg = model_lib.config_from_args(args, preset, depth, vocab_size)
@@ -123,15 +120,7 @@ def make_plan(args):
     # 3. Growth: the pass stages and the fraction f of the steps before each growth (the paper's rho = 1 - f).
     stages = args.pass_stages or sorted({cfg.passes_initial, cfg.passes})
     growth = len(stages) > 1
-    fractions = []
-    if growth:
-        fractions = args.crossover_fractions
-        if fractions is None and recipe.default_crossover is not None:
-            fractions = [recipe.crossover.get(depth, recipe.default_crossover)]
-        if fractions is None or len(fractions) != len(stages) - 1 or any(not 0 < f < 1 for f in fractions) \
-                or sorted(fractions) != list(fractions):
-            raise UsageError(f"growth {'->'.join(map(str, stages))} needs {len(stages) - 1} increasing "
-                             "--crossover-fractions in (0, 1), e.g. --crossover-fractions 0.75")
+    fractions = growth_fractions(args.crossover_fractions, recipe, depth, stages) if growth else []
 
     # 4. Steps: TPP * N / batch tokens; growth arms match the initial-K matrix-compute budget, with the K=2 step count
     #    left unrounded (App. A.3.2); the data-constrained grid repeats a fixed token budget for its epochs.
@@ -178,6 +167,18 @@ def make_plan(args):
                 data_constrained=args.data_constrained, seed=args.seed, model_config=cfg)
     # 6. Compute: F(passes at the step) * tokens per step, summed over the steps.
     return replace(plan, total_flops=total_flops(plan))
+
+
+def growth_fractions(flag, recipe, depth, stages):
+    """--crossover-fractions, else the recipe's fraction at this depth; one increasing fraction in (0, 1) per growth."""
+    fractions = flag
+    if fractions is None and recipe.default_crossover is not None:
+        fractions = [recipe.crossover.get(depth, recipe.default_crossover)]
+    if fractions is None or len(fractions) != len(stages) - 1 or any(not 0 < f < 1 for f in fractions) \
+            or sorted(fractions) != list(fractions):
+        raise UsageError(f"growth {'->'.join(map(str, stages))} needs {len(stages) - 1} increasing "
+                         "--crossover-fractions in (0, 1), e.g. --crossover-fractions 0.75")
+    return fractions
 
 
 def total_flops(plan):
@@ -238,8 +239,7 @@ def default_device_batch(plan):
 # Optimizers, growth, evaluation, checkpoints
 
 def build_optimizers(model, plan):
-    """Muon for the block matrices and AdamW for embedding and lm_head (--optimizer adamw: AdamW for all); every
-    group keeps its base_lr, which the LR schedule multiplies."""
+    """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all)."""
     groups = model.param_groups()
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam_groups = [dict(params=groups["embedding"], lr=plan.embedding_lr, base_lr=plan.embedding_lr),
@@ -254,8 +254,7 @@ def build_optimizers(model, plan):
 
 
 def grow(model, optimizers, passes):
-    """Growth at the crossover step: untied cores get the stacking copy and fresh optimizer state; a tied core just
-    runs more passes and keeps its state (paper Sec. 3, "Model growth")."""
+    """Untied cores get the stacking copy and fresh optimizer state; a tied core keeps its state (paper Sec. 3)."""
     overwritten = model.grow(passes)
     for opt in optimizers:
         muon.reset_state(opt, overwritten)
@@ -325,7 +324,6 @@ def load_checkpoint(path, plan, model, optimizers):
 class Run:
     """A run's fixed context: its plan, process, output paths and data."""
     plan: Plan
-    preset: Preset
     rank: int
     world: int
     device: torch.device
@@ -382,7 +380,7 @@ def open_run(args, plan):
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        compiled=bool(args.compile and device.type == "cuda"))
-    return Run(plan=plan, preset=preset, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
+    return Run(plan=plan, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
                val=val, token_bytes=token_bytes, device_batch=device_batch,
                accumulation=rank_seqs // device_batch, environment=environment,
@@ -404,7 +402,7 @@ def write_result(run, state, status, mfu=None, **extra):
     if not run.master:
         return
     evals = state.evals
-    write_json(run.result_path, dict(
+    write_json(run.result_path, dict(  # the keys fit.py and the tests read
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
         device_batch_size=run.device_batch, gradient_accumulation_steps=run.accumulation, data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
@@ -522,8 +520,8 @@ def train(args):
     if state.step == 0 and not state.evals:
         validate(run, step_model, state)
     stop = min(plan.steps, args.stop_after) if args.stop_after else plan.steps
-    save_every = args.save_every if args.save_every is not None else run.preset.save_every
-    log_every = args.log_every or run.preset.log_every
+    save_every = args.save_every if args.save_every is not None else PRESETS[plan.preset].save_every
+    log_every = args.log_every or PRESETS[plan.preset].log_every
     mfu = None
     while state.step < stop:
         t0 = time.perf_counter()
@@ -560,13 +558,6 @@ def finish(run, state, trajectory, mfu):
     else:
         write_result(run, state, "stopped", mfu, stopped_early=True)
         print(f"stopped after step {state.step} (--stop-after); continue with --resume")
-
-
-def dry_run(args):
-    for depth in args.depths:
-        args.depth = depth
-        print(json.dumps({k: v for k, v in make_plan(args).as_dict().items() if k != "model_config"}))
-    return 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -617,7 +608,7 @@ def bench(args):
 
 def build_parser():
     p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--arch", default=None, help="one of " + ", ".join(ARMS))
+    p.add_argument("--arch", choices=list(ARMS), default=None)
     p.add_argument("--depth", type=int, nargs="+", default=None, help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
                    help="paper (default) or cpu (default for --bench without CUDA)")
@@ -643,15 +634,15 @@ def build_parser():
     run.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
-    rec.add_argument("--recipe", default=None, help="train with another arm's recipe (default: the arm's own)")
+    rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
-    model_lib.add_knob_flags(rec, model_lib.Arm, "train")
-    model_lib.add_knob_flags(rec, model_lib.Preset, "train")
+    arms.add_knob_flags(rec, arms.Arm, "train")
+    arms.add_knob_flags(rec, arms.Preset, "train")
     rec.add_argument("--crossover-fractions", type=float, nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")
     rec.add_argument("--random-passes", type=int, nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
-    model_lib.add_model_flags(p)
+    arms.add_model_flags(p)
     return p
 
 
@@ -670,15 +661,15 @@ def parse_args(argv):
 
 def run_command(argv):
     args = parse_args(argv)
-    return bench(args) if args.bench else dry_run(args) if args.dry_run else train(args)
+    if args.bench or not args.dry_run:
+        return bench(args) if args.bench else train(args)
+    for depth in args.depths:  # --dry-run: one JSON line per depth
+        args.depth = depth
+        print(json.dumps({k: v for k, v in make_plan(args).as_dict().items() if k != "model_config"}))
 
 
 def main(argv=None):
-    try:
-        return cli_main(run_command, "train.py", argv)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
+    return model_lib.cli_main_distributed(run_command, "train.py", argv)
 
 
 if __name__ == "__main__":

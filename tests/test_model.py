@@ -12,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import arms
 import model
 from model import GPT, config_for, describe, executed_blocks
 
@@ -81,7 +82,7 @@ def test_accounting_matches_spec_plans(row):
 
 def test_spec_table_is_complete():
     assert len(SPEC_ROWS) == 52
-    assert {r["arch"] for r in SPEC_ROWS} == set(model.ARMS) - {"deep_vanilla_grow"}
+    assert {r["arch"] for r in SPEC_ROWS} == set(arms.ARMS) - {"deep_vanilla_grow"}
 
 
 def test_worked_examples_and_growth_accounting():
@@ -159,39 +160,39 @@ def test_both_clis_take_the_same_model_flags():
             "--mlp-multiple", "64", "--preset", "cpu"]
     from_model = model.build_parser().parse_args(argv)
     from_train = train.parse_args(argv)
-    cfg = model.config_from_args(from_model, model.preset_from_args(from_model), 3, 257)
+    cfg = model.config_from_args(from_model, arms.preset_from_args(from_model), 3, 257)
     assert cfg == train.make_plan(from_train).model_config
     assert (cfg.recurrence_norm, cfg.passes_initial, cfg.passes, cfg.mlp_multiple) == (False, 2, 6, 64)
 
 
 def test_a_new_knob_is_one_field_that_both_clis_take(monkeypatch):
     import train
-    knobs = [("throwaway_model_knob", float, model.knob("model", None, "an architecture knob")),
-             ("throwaway_train_knob", int, model.knob("train", None, "a recipe knob"))]
-    monkeypatch.setattr(model, "Arm", dataclasses.make_dataclass("Arm", knobs, bases=(model.Arm,), frozen=True,
+    knobs = [("throwaway_model_knob", float, arms.knob("model", None, "an architecture knob")),
+             ("throwaway_train_knob", int, arms.knob("train", None, "a recipe knob"))]
+    monkeypatch.setattr(arms, "Arm", dataclasses.make_dataclass("Arm", knobs, bases=(arms.Arm,), frozen=True,
                                                                  kw_only=True))
     argv = ["--arch", "loop_2", "--depth", "2", "--throwaway-model-knob", "0.5"]
-    assert model.model_overrides(model.build_parser().parse_args(argv)) == {"throwaway_model_knob": 0.5}
+    assert arms.model_overrides(model.build_parser().parse_args(argv)) == {"throwaway_model_knob": 0.5}
     args = train.parse_args(argv + ["--throwaway-train-knob", "7"])
-    assert model.model_overrides(args) == {"throwaway_model_knob": 0.5}
-    assert model.given_knobs(args, model.Arm, "train") == {"throwaway_train_knob": 7}
-    with pytest.raises(model.UsageError, match="unrecognized arguments: --throwaway-train-knob"):
+    assert arms.model_overrides(args) == {"throwaway_model_knob": 0.5}
+    assert arms.given_knobs(args, arms.Arm, "train") == {"throwaway_train_knob": 7}
+    with pytest.raises(arms.UsageError, match="unrecognized arguments: --throwaway-train-knob"):
         model.build_parser().parse_args(argv + ["--throwaway-train-knob", "7"])
 
 
 def test_arm_table_is_frozen_and_complete():
-    assert len(model.ARMS) == 8 and all(isinstance(arm, model.Arm) for arm in model.ARMS.values())
+    assert len(arms.ARMS) == 8 and all(isinstance(arm, arms.Arm) for arm in arms.ARMS.values())
     with pytest.raises(dataclasses.FrozenInstanceError):
-        model.ARMS["vanilla"].tpp = 1
-    growth = {name for name, arm in model.ARMS.items() if arm.passes_initial is not None}
-    assert growth == {name for name, arm in model.ARMS.items() if arm.default_crossover is not None}
+        arms.ARMS["vanilla"].tpp = 1
+    growth = {name for name, arm in arms.ARMS.items() if arm.passes_initial is not None}
+    assert growth == {name for name, arm in arms.ARMS.items() if arm.default_crossover is not None}
     assert growth == {"loop_grow", "untied_grow", "deep_vanilla_grow"}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Forward, init, boundary operator
 
-@pytest.mark.parametrize("arch", list(model.ARMS))
+@pytest.mark.parametrize("arch", list(arms.ARMS))
 def test_initial_loss_is_ln_vocab(arch):
     cfg = tiny(arch)
     net = build(cfg, randomize=False)

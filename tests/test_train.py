@@ -11,6 +11,7 @@ import types
 import pytest
 import torch
 
+import arms
 import model
 import train
 
@@ -120,7 +121,7 @@ def test_dry_run_cli_prints_one_json_object():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--arch", "nope", "--depth", "8", "--dry-run"], "unknown --arch"),
+    (["--arch", "nope", "--depth", "8", "--dry-run"], "argument --arch: invalid choice: 'nope'"),
     (["--arch", "vanilla", "--depth", "0", "--dry-run"], "--depth"),
     (["--arch", "operator_1", "--depth", "2", "--prelude", "2", "--coda", "1", "--dry-run"], "split"),
     (["--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--total-batch-tokens", "1000", "--dry-run"], "multiple"),
@@ -153,7 +154,7 @@ def read_run(runs, name):
     return result, trajectory
 
 
-@pytest.mark.parametrize("arch", list(model.ARMS))
+@pytest.mark.parametrize("arch", list(arms.ARMS))
 def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
     assert train.main(tiny(pool, tmp_path, arch, "--run-name", "r", "--crossover-fractions", "0.5")
                       if arch.endswith("grow") else tiny(pool, tmp_path, arch, "--run-name", "r")) == 0
@@ -170,8 +171,8 @@ def test_adamw_ablation_trains(pool, tmp_path):
     assert train.main(tiny(pool, tmp_path, "operator_1", "--run-name", "a", "--optimizer", "adamw")) == 0
     result, _ = read_run(tmp_path, "a")
     muon_plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "operator_1")))
-    assert result["plan"]["matrix_lr"] / model.ADAMW_MATRIX_LR == pytest.approx(
-        muon_plan.matrix_lr / model.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
+    assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
+        muon_plan.matrix_lr / arms.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
     checkpoint = torch.load(os.path.join(tmp_path, "a", "checkpoints", "final.pt"), weights_only=False)
     assert len(checkpoint["optimizers"]) == 1  # one AdamW for every group
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
