@@ -239,8 +239,11 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
 
 def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path, free_port):
     args = tiny(pool, tmp_path, "untied_2", steps=10)
-    # Both runs use one intra-op thread per process: the thread count changes the order of CPU reductions, which alone
-    # moved losses by 1e-5. What is left is the order in which the two ranks' gradients are summed.
+    # Both runs use one intra-op thread per process, so the thread count does not change the order of CPU reductions.
+    # What is left is the order in which gradients are summed (8 micro-batches on one rank vs 4 + 4 all-reduced): the
+    # first steps agree to the bit, then a last-bit gradient difference flips the bf16 rounding of a Muon update
+    # element and the losses drift apart, deterministically, by at most 1.05e-5 relative on this run. The trajectory
+    # bound 1e-4 sits 10x above that and 26x below the 2.6e-3 that a 1% LR error causes here (--lr-multiplier 2.02).
     env = dict(os.environ, OMP_NUM_THREADS="1")
     one = subprocess.run([sys.executable, "train.py", *args, "--run-name", "one", "--device-batch-size", "2"],
                          cwd=ROOT, capture_output=True, text=True, env=env)
@@ -253,8 +256,9 @@ def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path, f
     r1, t1 = read_run(tmp_path, "one")
     r2, t2 = read_run(tmp_path, "two")
     assert r2["world_size"] == 2 and r1["world_size"] == 1
-    assert [t["loss"] for t in t2] == pytest.approx([t["loss"] for t in t1], rel=1e-5)
-    assert r2["final_val_loss"] == pytest.approx(r1["final_val_loss"], rel=1e-5)
+    assert t2[0]["loss"] == pytest.approx(t1[0]["loss"], rel=1e-6)  # before any update: only a sum's order differs
+    assert [t["loss"] for t in t2] == pytest.approx([t["loss"] for t in t1], rel=1e-4)
+    assert r2["final_val_loss"] == pytest.approx(r1["final_val_loss"], rel=1e-4)
 
 
 def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
