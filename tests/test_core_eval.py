@@ -459,7 +459,7 @@ def test_cli_errors(tmp_path, tiny, capsys):
     assert code == 2 and err.count("\n") == 1 and "fingerprint" in err and not (tmp_path / "e.json").exists()
     # with the matching fingerprint the complete suite runs and gets the CORE-22 label and the filtered score
     assert core_eval.main(["--checkpoint", tiny["ckpt"], "--bundle-dir", full, "--out", str(tmp_path / "e.json"),
-                    "--expect-fingerprint", core_eval.bundle_fingerprint(full), "--seeds", "0"]) == 0
+                           "--expect-fingerprint", core_eval.bundle_fingerprint(full), "--seeds", "0"]) == 0
     out = json.loads((tmp_path / "e.json").read_text())
     assert out["complete_suite"] and out["core_metric_label"] == "CORE-22" and out["fingerprint_verified"]
     assert out["core_metric_filtered"] == pytest.approx(np.mean([out["centered_results"][t]
@@ -514,7 +514,7 @@ def test_real_bundle_every_task(tmp_path, capsys):
     bundle = os.environ["CORE_BUNDLE_DIR"]
     ckpt = save_checkpoint(tmp_path / "final.pt", tiny_model(seq_len=256))
     assert core_eval.main(["--checkpoint", ckpt, "--bundle-dir", bundle, "--max-per-task", "20", "--seeds", "0",
-                    "--out", str(tmp_path / "eval.json")]) == 0
+                           "--out", str(tmp_path / "eval.json")]) == 0
     out = json.loads((tmp_path / "eval.json").read_text())
     labels = [t["label"] for t in core_eval.load_tasks(bundle)]
     assert list(out["results"]) == labels and all(out["task_counts"][t] == 20 for t in labels)

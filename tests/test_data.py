@@ -222,7 +222,8 @@ def test_prepare_fake_fineweb_edu_uses_shard_0_for_validation(hub, tmp_path):
     for i, texts in enumerate(shards):
         FakeHub.files[f"{EDU['repo']}/{EDU['revision']}/sample/100BT/{i:03d}_00000.parquet"] = parquet_bytes(texts)
     out = str(tmp_path / "edu")
-    assert data.main(["prepare", "--corpus", "fineweb-edu", "--tokenizer", "bytes", "--out", out, "--workers", "1"]) == 0
+    assert data.main(["prepare", "--corpus", "fineweb-edu", "--tokenizer", "bytes", "--out", out,
+                      "--workers", "1"]) == 0
     assert read_split(out, "val")[0] == [byte_tokens(t) for t in shards[0]]
     assert read_split(out, "train")[0] == [byte_tokens(t) for t in shards[1] + shards[2]]  # no de-dup for Edu
 
@@ -256,7 +257,7 @@ def test_prepare_stdlib_small_budget(tmp_path, capsys):
     assert data.main(args + ["200000"]) == 0
     assert "already complete" in capsys.readouterr().err
     main_error(capsys, args + ["300000"], "other settings")     # a finished pool is never overwritten
-    assert data.main(args + ["300000", "--if-missing"]) == 0                 # scripts: keep whatever complete pool is there
+    assert data.main(args + ["300000", "--if-missing"]) == 0     # scripts: keep whatever complete pool is there
     assert "nothing to do" in capsys.readouterr().err
     assert data.load_pool(out, "train").manifest["splits"]["train"]["sha256"] == train.manifest["splits"]["train"][
         "sha256"]
@@ -277,7 +278,7 @@ def test_prepare_files_corpus_and_hash_split(tmp_path):
     texts = make_local_files(tmp_path / "in")
     out = str(tmp_path / "out")
     assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
-               "bytes", "--out", out, "--workers", "2"]) == 0
+                      "bytes", "--out", out, "--workers", "2"]) == 0
     is_val = [data._hash_mod(t, 50) == 0 for t in texts]
     assert any(is_val) and not all(is_val)
     assert read_split(out, "train")[0] == [byte_tokens(t) for t, v in zip(texts, is_val) if not v]
@@ -342,7 +343,7 @@ def synthetic_pool(n_docs=150, seed=0):
 
 
 def reference_epoch(pool, seq_len, batch, epoch, token_limit=None, seed=42):
-    """Spec §5.3 written the obvious (materialising) way."""
+    """The release's packing (docs/recipe.md, "Data") written the obvious (materialising) way."""
     n = len(pool.tokens) if token_limit is None else token_limit
     starts = pool.doc_starts[pool.doc_starts < n]
     ends = np.append(starts[1:], n)
@@ -356,7 +357,7 @@ def reference_epoch(pool, seq_len, batch, epoch, token_limit=None, seed=42):
     return torch.from_numpy(windows[order.numpy()].astype(np.int64))
 
 
-def test_loader_matches_the_spec_packing_and_reshuffles_each_epoch():
+def test_loader_matches_the_release_packing_and_reshuffles_each_epoch():
     pool = synthetic_pool()
     loader = data.TrainLoader(pool, seq_len=16, batch_seqs=8, token_limit=len(pool.tokens) - 100)
     steps = loader.steps_per_epoch
@@ -394,7 +395,7 @@ def test_loader_resume_and_determinism():
     assert not torch.equal(data.TrainLoader(pool, seq_len=16, batch_seqs=4, seed=43).batch(0)[1], stream[0])
 
 
-def test_loader_spec_numbers_for_the_data_constrained_pool():
+def test_loader_release_numbers_for_the_data_constrained_pool():
     tokens = np.broadcast_to(np.uint16(7), (150_000_000,))      # 150M-token pool without the memory
     starts = np.arange(0, 150_000_000, 1_000_000, dtype=np.int64)
     loader = data.TrainLoader(data.Pool(tokens, starts, {}, "train"), 2048, 256, token_limit=100_000_000)
@@ -435,7 +436,7 @@ def test_corrupt_pools_are_rejected(tmp_path):
     make_local_files(tmp_path / "in")
     out = str(tmp_path / "pool")
     assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
-               "bytes", "--out", out]) == 0
+                      "bytes", "--out", out]) == 0
     with pytest.raises(data.DataError, match="no pool"):
         data.load_pool(str(tmp_path / "missing"), "train")
     with open(os.path.join(out, "train.bin"), "r+b") as f:   # same size, one flipped token
