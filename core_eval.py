@@ -2,7 +2,7 @@
 core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
 17-task filtered score, three few-shot seeds, and (optionally) the logit-lens KL effective depth.
 
-Protocol: spec/evaluation_fitting.md part A (the paper's App. C.2). Examples are shuffled with Random(1337), few-shot
+Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE"). Examples are shuffled with Random(1337), few-shot
 examples are drawn with Random(seed + index) excluding the item itself, prompts get BOS prepended and are left-cropped
 to the model context; MC/schema pick the candidate with the lowest mean token loss over its scoring region, LM items are
 correct only if every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
@@ -18,7 +18,6 @@ Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) int
 """
 
 import argparse
-import contextlib
 import csv
 import hashlib
 import json
@@ -32,7 +31,6 @@ import time
 import zipfile
 
 import numpy as np
-import requests
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -40,10 +38,10 @@ import yaml
 
 import data
 import model
-from model import Parser, UsageError
+from cli import Parser, UsageError, exit_process, sha256_file, write_json
 
 # ------------------------------------------------------------------------------------------------------------------
-# Protocol constants (spec A.1-A.9) and evaluator defaults
+# Protocol constants (paper App. C.2) and evaluator defaults
 
 EVAL = dict(
     bundle_url="https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip",
@@ -93,14 +91,10 @@ def download_bundle(url, bundle_dir):
     try:
         zip_path = os.path.join(tmp, "eval_bundle.zip")
         try:
-            with requests.get(url, stream=True, timeout=60) as response:
-                response.raise_for_status()
-                with open(zip_path, "wb") as f:
-                    for chunk in response.iter_content(1 << 20):
-                        f.write(chunk)
-        except requests.RequestException as e:
-            raise UsageError(f"could not download the CORE bundle from {url} ({type(e).__name__}); "
-                             "pass --bundle-dir with an extracted bundle to run offline")
+            data.download(url, zip_path)  # resumes and retries a cut connection
+        except data.DataError as e:
+            raise UsageError(f"could not download the CORE bundle ({e}); pass --bundle-dir with an extracted bundle "
+                             "to run offline") from None
         try:
             safe_extract(zip_path, os.path.join(tmp, "x"))
         except zipfile.BadZipFile:
@@ -142,12 +136,8 @@ def bundle_fingerprint(bundle_dir):
         dirnames.sort()
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            inner = hashlib.sha256()
-            with open(path, "rb") as f:
-                for block in iter(lambda: f.read(1 << 20), b""):
-                    inner.update(block)
             outer.update(os.path.relpath(path, bundle_dir).replace(os.sep, "/").encode("utf-8"))
-            outer.update(inner.hexdigest().encode("ascii"))
+            outer.update(sha256_file(path).encode("ascii"))
     return outer.hexdigest()
 
 
@@ -184,14 +174,14 @@ def load_tasks(bundle_dir):
 
 
 def shuffled_items(items, max_per_task):
-    """Spec A.3: copy, shuffle with Random(1337), keep the first max_per_task (when > 0)."""
+    """Copy, shuffle with Random(1337), keep the first max_per_task (when > 0)."""
     items = list(items)
     random.Random(EVAL["shuffle_seed"]).shuffle(items)
     return items[:max_per_task] if max_per_task > 0 else items
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Few-shot sampling, prompt rendering, scoring regions (spec A.4-A.7)
+# Few-shot sampling, prompt rendering, scoring regions (paper App. C.2)
 
 def fewshot_indices(n, idx, shots, seed):
     if shots == 0:
@@ -292,7 +282,7 @@ def task_examples(task, items, seed, indices, encode_batch, max_len):
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Forward passes and per-example metrics (spec A.7-A.8)
+# Forward passes and per-example metrics (paper App. C.2)
 
 def forward_units(examples, share_prefix):
     """The sequences to run: one per row, or (share_prefix) one per multi-row example packed as a prefix tree: the
@@ -340,7 +330,7 @@ def forward_groups(units, rows_per_forward, tokens_per_forward, one_example_per_
 
 def scored_positions(examples):
     """Segments to sum losses over: per (example, row) its scoring region, per example its gold-answer region.
-    -> {(e, r): [(segment, row position j, target token)]}: the loss at j scores token j + 1 (spec A.7)."""
+    -> {(e, r): [(segment, row position j, target token)]}: the loss at j scores token j + 1."""
     wanted, segment = {}, 0
     for e, ex in enumerate(examples):
         spans = [(r, ex["regions"][r]) for r in range(len(ex["rows"]))] + [(ex["gold_row"], ex["gold_region"])]
@@ -360,7 +350,6 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
     once (prefix trees). All three decode logits only where a loss is scored and give the same results."""
     wanted, n_segments = scored_positions(examples)
     sums = torch.zeros(5, n_segments, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
-    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     units = forward_units(examples, share_prefix=scoring == "shared")
     tokens_per_forward = EVAL["tokens_per_forward"]["cuda" if device.type == "cuda" else "cpu"]
     for group in forward_groups(units, rows_per_forward, tokens_per_forward, scoring == "one_at_a_time"):
@@ -385,7 +374,7 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
             same_branch = (branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None])
             attn_mask = (causal & same_branch)[:, None].to(device)
             positions = positions.to(device)
-        with autocast:
+        with model.autocast(device):
             h = net.residual_stream(x.to(device), positions=positions, attn_mask=attn_mask)
             logits = net.decode(h.flatten(0, 1)[torch.tensor(flat, device=device)]).float()
         targets = torch.tensor(targets, device=device)
@@ -454,7 +443,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Aggregation (spec A.9-A.10)
+# Aggregation (paper App. C.2: centered accuracy, the 17-task filter, seeds)
 
 def mean(values):
     return float(np.mean(list(values)))
@@ -511,22 +500,21 @@ def aggregate(raw, baselines, seeds):
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# KL effective depth (paper §6): logit lens after every executed block
+# KL effective depth (paper Sec. 6): logit lens after every executed block
 
 @torch.no_grad()
 def kl_effective_depth(net, windows, threshold, device, rank=0, world_size=1):
     """-> (first block after the KL peak with KL(final || lens) <= threshold, per-block KL averaged over tokens)."""
-    autocast = torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
     sums, tokens = None, 0
     for window in windows[rank::world_size]:
         x = window[:-1].unsqueeze(0).to(device)
-        with autocast:
+        with model.autocast(device):
             logits, hidden = net(x, return_hidden=True)
         final = F.log_softmax(logits.float(), dim=-1)
         p_final = final.exp()
         kl = []
         for h in hidden[1:]:
-            with autocast:
+            with model.autocast(device):
                 lens = F.log_softmax(net.decode(h).float(), dim=-1)
             kl.append((p_final * (final - lens)).sum(-1).sum().double())
         kl = torch.stack(kl)
@@ -574,19 +562,6 @@ def get_encoding(name):
         return data.get_tokenizer(name)
     except Exception as e:  # tiktoken's GPT-2 vocab download fails offline
         raise UsageError(f"cannot load the {name!r} tokenizer recorded in the checkpoint ({type(e).__name__}: {e})")
-
-
-def setup_distributed():
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
-    if world_size == 1:
-        return 0, 1, torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    rank, local_rank = int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", "0"))
-    if torch.cuda.is_available():
-        torch.cuda.set_device(local_rank)
-        dist.init_process_group("nccl", device_id=torch.device("cuda", local_rank))
-        return rank, world_size, torch.device("cuda", local_rank)
-    dist.init_process_group("gloo")
-    return rank, world_size, torch.device("cpu")
 
 
 def default_out(checkpoint, passes):
@@ -661,7 +636,7 @@ def run_bench(args, device):
 
 
 def parse_args(argv=None):
-    p = Parser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--checkpoint", help="train.py checkpoint (runs/<name>/checkpoints/final.pt)")
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
@@ -684,53 +659,41 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def run(argv):
+    args = parse_args(argv)
+    if args.batch_size < 1:
+        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.bench:
+        return run_bench(args, torch.device("cpu"))
+    if not args.checkpoint:
+        raise UsageError("--checkpoint is required (or --bench)")
+    if not os.path.isfile(args.checkpoint):
+        raise UsageError(f"checkpoint {args.checkpoint} does not exist; pass the final.pt that train.py wrote")
+    if args.effective_depth and not args.data_dir:
+        raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
+    out_path = args.out or default_out(args.checkpoint, args.passes)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
+        raise UsageError(f"--out {out_path}: its folder does not exist")
+    rank, world_size, device = model.setup_distributed()
+    out = run_eval(args, rank, world_size, device)
+    if rank != 0:
+        return
+    write_json(out_path, out, allow_nan=False)
+    label, filtered = out["core_metric_label"], out["core_metric_filtered"]
+    print(f"{label}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
+          f"{out['core_loss']:.4f}  core_metric_filtered {'n/a' if filtered is None else f'{filtered:.4f}'}  "
+          f"({out['num_examples']} examples, {out['elapsed_seconds']:.1f}s)")
+    if not out["complete_suite"]:
+        print(f"partial suite: missing {', '.join(out['missing_tasks'])}")
+    if "kl_effective_depth" in out:
+        print(f"kl_effective_depth {out['kl_effective_depth']}  kl_per_block "
+              + " ".join(f"{v:.2f}" for v in out["kl_per_block"]))
+    print(f"wrote {out_path}")
+
+
 def main(argv=None):
-    rank, world_size = 0, 1
-    try:
-        args = parse_args(argv)
-        if args.batch_size < 1:
-            raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
-        if args.bench:
-            return run_bench(args, torch.device("cpu"))
-        if not args.checkpoint:
-            raise UsageError("--checkpoint is required (or --bench)")
-        if not os.path.isfile(args.checkpoint):
-            raise UsageError(f"checkpoint {args.checkpoint} does not exist; pass the final.pt that train.py wrote")
-        if args.effective_depth and not args.data_dir:
-            raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
-        out_path = args.out or default_out(args.checkpoint, args.passes)
-        if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
-            raise UsageError(f"--out {out_path}: its folder does not exist")
-        rank, world_size, device = setup_distributed()
-        out = run_eval(args, rank, world_size, device)
-    except UsageError as e:
-        print(f"core_eval.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    finally:
-        if world_size > 1 and dist.is_initialized():
-            dist.destroy_process_group()
-    if rank == 0:
-        tmp = f"{out_path}.tmp.{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(json.dumps(out, indent=2, allow_nan=False) + "\n")
-        os.replace(tmp, out_path)
-        label = out["core_metric_label"]
-        filtered = out["core_metric_filtered"]
-        print(f"{label}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
-              f"{out['core_loss']:.4f}  core_metric_filtered {'n/a' if filtered is None else f'{filtered:.4f}'}  "
-              f"({out['num_examples']} examples, {out['elapsed_seconds']:.1f}s)")
-        if not out["complete_suite"]:
-            print(f"partial suite: missing {', '.join(out['missing_tasks'])}")
-        if "kl_effective_depth" in out:
-            print(f"kl_effective_depth {out['kl_effective_depth']}  kl_per_block "
-                  + " ".join(f"{v:.2f}" for v in out["kl_per_block"]))
-        print(f"wrote {out_path}")
+    return model.cli_main_distributed(run, "core_eval.py", argv)
 
 
 if __name__ == "__main__":
-    main()
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        # gloo can abort in its worker thread during interpreter shutdown (pytorch#190489): leave without it
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+    exit_process(main())

@@ -1,4 +1,4 @@
-"""Token pools and the training/validation loaders (spec §5).
+"""Token pools and the training/validation loaders (docs/recipe.md, "Data").
 
     python data.py prepare --corpus stdlib --tokenizer bytes --out data/stdlib   # offline, < 1 min
     python data.py prepare ... --if-missing    # no-op when --out already holds a complete pool
@@ -18,10 +18,9 @@ $HF_TOKEN); "stdlib", the running interpreter's standard-library .py files (vali
 sha1(relative path) mod 50 == 0); "files", local .txt / .jsonl ("text" field) / .parquet ("text" column)
 files (validation = documents with sha1(text) mod 50 == 0).
 
-TrainLoader reproduces the packing of spec §5.3: what optimizer step s sees depends only on (seed, s), never on
+TrainLoader reproduces the release's packing (docs/recipe.md): what optimizer step s sees depends only on (seed, s), never on
 the world size or micro-batch size, so resuming is just continuing at the step.
 """
-import argparse
 import glob
 import hashlib
 import json
@@ -39,9 +38,11 @@ import requests
 import tiktoken
 import torch
 
+from cli import Parser, UsageError, cli_main, exit_process, sha256_file, write_json
+
 HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
 
-# Corpus recipes (spec §5.2). Budgets are in tokens (BOS included); None = everything the sources hold.
+# Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
 CORPORA = {
     "fineweb": dict(repo="HuggingFaceFW/fineweb", revision="9bb295ddab0e05d785b879661af7260fed5140fc",
                     val_dir="sample/10BT", train_dir="sample/100BT", dedup=True,
@@ -62,7 +63,7 @@ EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + e
 SPLITS = ("train", "val")
 
 
-class DataError(Exception):
+class DataError(UsageError):
     """A problem with the inputs or a pool; the message is one line that says what to do."""
 
 
@@ -148,9 +149,10 @@ def _progress(name, done, total, start_bytes, t0):
           flush=True)
 
 
-def download(url, dest, expected_size=None, expected_sha256=None):
+def download(url, dest, expected_size=None, expected_sha256=None, headers=None):
     """Stream `url` to dest + ".part", resuming with HTTP Range and retrying with backoff; the file appears
-    under `dest` only when its size (announced by the server and the listing) and sha256 (if known) match."""
+    under `dest` only when its size (announced by the server and the listing) and sha256 (if known) match.
+    headers: extra request headers (the Hub's login)."""
     part = dest + ".part"
     name = os.path.basename(dest)
     last_error = None
@@ -158,15 +160,16 @@ def download(url, dest, expected_size=None, expected_sha256=None):
         if attempt:
             time.sleep(min(DOWNLOAD["backoff_s"] * 2 ** (attempt - 1), DOWNLOAD["max_backoff_s"]))
         have = os.path.getsize(part) if os.path.exists(part) else 0
-        headers = dict(_auth_headers(), **({"Range": f"bytes={have}-"} if have else {}))
+        request_headers = dict(headers or {}, **({"Range": f"bytes={have}-"} if have else {}))
         try:
-            with requests.get(url, headers=headers, stream=True, timeout=DOWNLOAD["timeout_s"]) as r:
+            with requests.get(url, headers=request_headers, stream=True, timeout=DOWNLOAD["timeout_s"]) as r:
                 if r.status_code == 416 and have:  # nothing left to send: the .part may already be whole
                     total = r.headers.get("Content-Range", "*/*").rsplit("/", 1)[1]
                     total = int(total) if total.isdigit() else None
                 elif r.status_code in (401, 403, 404):
                     raise DataError(f"{url} answered HTTP {r.status_code}"
-                                    + ("; set HF_TOKEN if the dataset needs a login" if r.status_code != 404 else ""))
+                                    + ("; set HF_TOKEN if the dataset needs a login"
+                                       if headers is not None and r.status_code != 404 else ""))
                 else:
                     r.raise_for_status()
                     if r.status_code == 206:
@@ -199,21 +202,13 @@ def download(url, dest, expected_size=None, expected_sha256=None):
         if want is not None and size > want:
             os.remove(part)
             raise DataError(f"size mismatch for {url}: received {size} bytes, expected {want}")
-        if expected_sha256 and _sha256(part) != expected_sha256:
+        if expected_sha256 and sha256_file(part) != expected_sha256:
             os.remove(part)
             raise DataError(f"sha256 mismatch for {url}; the partial file was removed, re-run to download again")
         os.replace(part, dest)
         return dest
     raise DataError(f"download of {url} failed after {DOWNLOAD['retries']} attempts ({last_error}); "
                     f"re-run to resume from {part}")
-
-
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(16 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -307,10 +302,7 @@ def _docs_path(out, split):
 
 
 def _write_manifest(out, manifest):
-    tmp = os.path.join(out, "corpus.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(manifest, f, indent=1)
-    os.replace(tmp, os.path.join(out, "corpus.json"))
+    write_json(os.path.join(out, "corpus.json"), manifest)
 
 
 class PoolWriter:
@@ -379,7 +371,7 @@ class PoolWriter:
             os.fsync(f.fileno())
             f.close()
         for s in SPLITS:
-            self.manifest["splits"][s]["sha256"] = _sha256(_token_path(self.out, s))
+            self.manifest["splits"][s]["sha256"] = sha256_file(_token_path(self.out, s))
         self.manifest.update(status="complete", finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
         _write_manifest(self.out, self.manifest)
 
@@ -403,7 +395,7 @@ def _documents(sources, first, writer, workdir, val_every):
             if "url" in src:
                 print(f"source {k + 1}/{len(sources)}: {src['name']}", file=sys.stderr)
                 path = download(src["url"], os.path.join(workdir, src["name"].replace("/", "__")),
-                                src["size"], src["sha256"])
+                                src["size"], src["sha256"], _auth_headers())
             else:
                 path = src["path"]
             for text in read_texts(path):
@@ -414,17 +406,45 @@ def _documents(sources, first, writer, workdir, val_every):
         yield k, _END_OF_SOURCE, None
 
 
+def _check_writable(out):
+    try:
+        os.makedirs(out, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+
+
+def _start_manifest(out, old, same, settings, names, workdir):
+    """-> (manifest, resume): the interrupted prepare's manifest if its settings, sources and files still match, else
+    a fresh "running" one (written before any pool file is recreated, with stale partial downloads removed)."""
+    resume = same and old.get("sources") == names and all(
+        os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
+            (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
+            (_docs_path(out, s), 8 * old["splits"][s]["doc_count"])))
+    if old is not None:
+        print(f"{out}: {'resuming' if resume else 'restarting'} an interrupted prepare", file=sys.stderr)
+    if resume:
+        manifest = old
+    else:
+        manifest = dict(schema_version=1, status="running", **settings, dtype="uint16", sources=names,
+                        sources_done=0, dedup_skipped_docs=0, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        splits={s: dict(tokens_file=f"{s}.bin", docs_file=f"{s}.docs.bin", token_count=0,
+                                        doc_count=0) for s in SPLITS})
+        _write_manifest(out, manifest)
+        if os.path.isdir(workdir):  # partial downloads may belong to other settings
+            for name in os.listdir(workdir):
+                os.remove(os.path.join(workdir, name))
+    os.makedirs(workdir, exist_ok=True)
+    return manifest, resume
+
+
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
     """Build, resume or confirm the pool in `out`. Returns its finished manifest."""
     settings = corpus_settings(corpus, files_glob)
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
     if enc.n_vocab > 1 << 16:
         raise DataError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; pools store uint16")
-    try:
-        os.makedirs(out, exist_ok=True)
-        tempfile.TemporaryFile(dir=out).close()
-    except OSError as e:
-        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+    _check_writable(out)
     recipe = CORPORA[corpus]
     budgets = dict(train=train_tokens if train_tokens is not None else recipe["train_tokens"],
                    val=val_tokens if val_tokens is not None else recipe["val_tokens"])
@@ -442,26 +462,8 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         print(f"{out}: pool already complete and verified", file=sys.stderr)
         return old
     sources = list_sources(corpus, files_glob)
-    names = [s["name"] for s in sources]
     workdir = os.path.join(out, "downloads")
-    resume = same and old.get("sources") == names and all(
-        os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
-            (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
-            (_docs_path(out, s), 8 * old["splits"][s]["doc_count"])))
-    if old is not None:
-        print(f"{out}: {'resuming' if resume else 'restarting'} an interrupted prepare", file=sys.stderr)
-    if resume:
-        manifest = old
-    else:
-        manifest = dict(schema_version=1, status="running", **settings, dtype="uint16", sources=names,
-                        sources_done=0, dedup_skipped_docs=0, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        splits={s: dict(tokens_file=f"{s}.bin", docs_file=f"{s}.docs.bin", token_count=0,
-                                        doc_count=0) for s in SPLITS})
-        _write_manifest(out, manifest)  # "running" before any pool file is (re)created
-        if os.path.isdir(workdir):      # partial downloads may belong to other settings
-            for name in os.listdir(workdir):
-                os.remove(os.path.join(workdir, name))
-    os.makedirs(workdir, exist_ok=True)
+    manifest, resume = _start_manifest(out, old, same, settings, [s["name"] for s in sources], workdir)
     writer = PoolWriter(out, manifest, resume)
     workers = workers or os.cpu_count() or 1
     n_groups = 4 * workers
@@ -565,7 +567,7 @@ def load_pool(data_dir, split, verify_hash=False):
         if actual != size:
             raise DataError(f"{path} has {actual} bytes but corpus.json says {size}; the pool is corrupt, "
                             f"delete {data_dir} and prepare it again")
-    if verify_hash and _sha256(_token_path(data_dir, split)) != info["sha256"]:
+    if verify_hash and sha256_file(_token_path(data_dir, split)) != info["sha256"]:
         raise DataError(f"{_token_path(data_dir, split)} does not match its sha256 in corpus.json; the pool is "
                         f"corrupt, delete {data_dir} and prepare it again")
     tokens, doc_starts = _open_arrays(data_dir, split, n_tokens, n_docs)
@@ -586,7 +588,7 @@ def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Loaders (spec §5.3, §5.4)
+# Loaders (docs/recipe.md, "Data")
 
 def _permutation(n, seed):
     g = torch.Generator()
@@ -650,7 +652,7 @@ class TrainLoader:
 
 
 def val_windows(pool, seq_len, target_tokens):
-    """First target_tokens // seq_len windows of seq_len + 1 tokens in file order (spec §5.4): exactly
+    """First target_tokens // seq_len windows of seq_len + 1 tokens in file order: exactly
     n * seq_len target tokens."""
     n = target_tokens // seq_len
     need = n * (seq_len + 1)
@@ -720,14 +722,8 @@ def bench(tokenizer, workers, seq_len, batch_seqs, steps):
 # ---------------------------------------------------------------------------------------------------------------
 # CLI
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line instead of usage + error
-        print(f"data.py: error: {message} (see python data.py --help)", file=sys.stderr)
-        sys.exit(2)
-
-
-def main(argv=None):
-    parser = _Parser(description="Token pools: prepare, verify, bench.")
+def run(argv):
+    parser = Parser(prog="data.py", description="Token pools: prepare, verify, bench.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
     p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
@@ -765,13 +761,14 @@ def main(argv=None):
                 print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
         else:
             bench(args.tokenizer, args.workers, args.seq_len, args.batch_seqs, args.steps)
-    except DataError as e:
-        print(f"data.py: error: {' '.join(str(e).split())}", file=sys.stderr)
-        sys.exit(2)
     except KeyboardInterrupt:
         print("\ndata.py: interrupted; re-run the same command to resume", file=sys.stderr)
-        sys.exit(130)
+        return 130
+
+
+def main(argv=None):
+    return cli_main(run, "data.py", argv)
 
 
 if __name__ == "__main__":
-    main()
+    exit_process(main())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ladder.sh — run the paper's ladders: one arm, a range of depths, each at its own recipe (recipes live in train.py).
+# ladder.sh — run the paper's ladders: one arm, a range of depths, each at its own recipe (recipes live in arms.py).
 #
 #   bash ladder.sh demo                                   # offline CPU demo: stdlib corpus, 3 arms, fit, figure
 #   bash ladder.sh vanilla                                # paper ladder on one 8-GPU node (NPROC_PER_NODE=8)
@@ -32,7 +32,7 @@ paper_depths() {  # the release's depths per arm
 }
 DEMO_ARCHS="vanilla operator_1 untied_grow"
 CPU_DEPTHS="1 2 3 4"
-# Data-constrained loop grid (spec §7.1): loop counts per depth; every cell in the fixed-WD and tuned-WD variant.
+# Data-constrained loop grid (paper Sec. 5, App. D): loop counts per depth; every cell in the fixed-WD and tuned-WD variant.
 dc_loops() {
     case "$1" in
         6) echo "1 2 3 4 6" ;; 8|10|12) echo "1 2 3 4 6 8 12" ;; 14) echo "1 2 3 4 6 8" ;; 16) echo "1 2 3" ;; 18) echo "1" ;;
@@ -151,7 +151,7 @@ flops, n = 0, 0
 for line in sys.stdin:
     name, *args = line.split()
     try:
-        flops += train.make_plan(train.parse_args(args + extra))[0]["total_flops"]
+        flops += train.make_plan(train.parse_args(args + extra)).total_flops
     except train.UsageError as e:
         print(f"ladder.sh: error: {name}: {e}", file=sys.stderr); sys.exit(2)
     n += 1

@@ -1,55 +1,32 @@
-"""The prelude-core-coda transformer family of the paper (all eight arms), with exact parameter and FLOP accounting.
+"""The prelude-core-coda transformer family of the paper (all eight arms) with exact parameter and FLOP accounting
+ (arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
 
 One network covers every arm: a prelude of blocks, a core of blocks applied K times (tied 'loop' or untied 'dep'),
-and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda
-(shared/spec/architecture_training.md §1-2, §4.1-4.2, §7.1). A plain stack ('none') is the same code path with
-no prelude/coda, one pass and no operator.
+and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda. A plain stack
+('none') is the same code path with no prelude/coda, one pass and no operator. The per-arm numbers live in arms.py.
 
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
-    python model.py --arch loop_2 --depth 2 --width-per-depth 128 --vocab-size 257   # a small CPU shape
-    python model.py --bench [--device cuda]                  # fwd+bwd step time ratios (benchmark, not a test)
+    python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
 """
-import argparse
 import json
 import math
+import os
 import sys
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-# Per-arm architecture and init recipe (spec §7.1). Training fields (LRs, TPP, schedules) live in train.py.
-SQRT2 = math.sqrt(2.0)
-ARCHS = {
-    "vanilla": dict(mode="none", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
-                    output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625),
-    # Deep Vanilla: a plain stack of d + core(d) blocks, width and heads still from d (spec §1.5).
-    "deep_vanilla": dict(mode="none", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False, deep=True,
-                         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5),
-    "operator_1": dict(mode="loop", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
-                       output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2,
-                       uniform_init_scale=1 / (2 * SQRT2)),
-    "loop_2": dict(mode="loop", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
-                   output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2)),
-    "untied_2": dict(mode="dep", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
-                     output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2)),
-    "loop_grow": dict(mode="loop", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
-                      output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02,
-                      uniform_init_scale=1 / (16 * SQRT2)),
-    "untied_grow": dict(mode="dep", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
-                        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01,
-                        uniform_init_scale=1 / (2 * SQRT2)),
-    # Deep Vanilla Grow has no release script (spec §2.4, INFERRED): untied stacking growth 2->4 of a plain stack,
-    # alpha = 0, no recurrence norm. Its multipliers and init are NOT in the release; we assume Deep Vanilla's recipe.
-    "deep_vanilla_grow": dict(mode="dep", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
-                              output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5),
-}
-BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
+import arms
+from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
+from cli import Parser, UsageError, cli_main
+
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
+GPT2_VOCAB = 50257
 
 
 @dataclass
@@ -97,131 +74,6 @@ class ModelConfig:
     @property
     def padded_vocab(self):
         return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
-
-
-def split_depth(d):
-    """Prelude/core/coda split of every paper script: d//3 each, remainder to the core first, then the coda."""
-    base, rem = divmod(d, 3)
-    return base, base + (rem >= 1), base + (rem >= 2)
-
-
-def config_for(arch, depth, *, width_per_depth=128, head_dim=128, seq_len=2048, vocab_size=50257, mlp_multiple=256,
-               prelude=None, coda=None, passes=None, passes_initial=None, boundary="full", **preset_overrides):
-    """The ModelConfig of arm `arch` at depth coordinate d; any ARCHS field can be overridden by keyword.
-
-    prelude/coda fix those stages (core = depth - prelude - coda, paper Fig. 15a); boundary ablates the operator:
-    norm_only drops the injection (alpha = 0), inject_only drops the recurrence norm, none drops both.
-    """
-    if arch not in ARCHS:
-        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARCHS)}")
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-    if boundary not in BOUNDARY_ABLATIONS:
-        raise ValueError(f"boundary must be one of {'|'.join(BOUNDARY_ABLATIONS)}, got {boundary!r}")
-    sizes = dict(width_per_depth=width_per_depth, head_dim=head_dim, seq_len=seq_len, vocab_size=vocab_size,
-                 mlp_multiple=mlp_multiple)
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    preset = dict(ARCHS[arch])
-    deep = preset.pop("deep", False)
-    unknown = set(preset_overrides) - set(preset)
-    if unknown:
-        raise ValueError(f"unknown override(s) {', '.join(sorted(unknown))}")
-    preset.update(preset_overrides)
-    preset_passes, preset_initial = preset.pop("passes"), preset.pop("passes_initial", None)
-    if boundary in ("norm_only", "none"):
-        preset.update(alpha=0.0, coda_inject=False)
-    if boundary in ("inject_only", "none"):
-        preset["recurrence_norm"] = False
-
-    width = width_per_depth * depth
-    if width % head_dim:
-        raise ValueError(f"width {width} (= {width_per_depth} * depth {depth}) is not a multiple of head_dim {head_dim}")
-    mlp_hidden = -(-(8 * width // 3) // mlp_multiple) * mlp_multiple
-    p, c, q = split_depth(depth)
-    if preset["mode"] == "none":
-        if prelude is not None or coda is not None:
-            raise ValueError(f"{arch} is a plain stack: --prelude/--coda do not apply")
-        p, c, q = 0, depth + (c if deep else 0), 0
-    elif prelude is not None or coda is not None:
-        p = p if prelude is None else prelude
-        q = q if coda is None else coda
-        c = depth - p - q
-        if p < 0 or q < 0 or c < 1:
-            raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
-    final = preset_passes if passes is None else passes
-    initial = passes_initial
-    if initial is None:  # growth arms keep their low K when only the final K changes
-        initial = final if preset_initial is None else preset_initial
-    if preset["mode"] == "none" and final != 1:
-        raise ValueError(f"{arch} is a plain stack: passes must be 1, got {final}")
-    if final < 1 or not 1 <= initial <= final:
-        raise ValueError(f"need 1 <= passes_initial <= passes, got passes_initial {initial} and passes {final}")
-    return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
-                       mlp_hidden=mlp_hidden, vocab_size=vocab_size, seq_len=seq_len, n_prelude=p, n_core=c, n_coda=q,
-                       passes=final, passes_initial=initial, mlp_multiple=mlp_multiple, **preset)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Accounting (spec §4.1-4.2): pure functions of a ModelConfig, exact integers.
-
-def params_per_block(cfg):
-    return 4 * cfg.width ** 2 + 3 * cfg.width * cfg.mlp_hidden
-
-
-def stored_blocks(cfg, passes=None):
-    """Allocated blocks: untied cores are all allocated up front (dep = p + K_final*c + q)."""
-    cores = (cfg.passes if passes is None else passes) if cfg.mode == "dep" else 1
-    return cfg.n_prelude + cores * cfg.n_core + cfg.n_coda
-
-
-def executed_blocks(cfg, passes):
-    return cfg.n_prelude + passes * cfg.n_core + cfg.n_coda
-
-
-def params_stored(cfg):
-    return stored_blocks(cfg) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width
-
-
-def params_tpp(cfg):
-    """N for tokens-per-parameter and LR scaling: the stored count at the INITIAL pass count (growth arms)."""
-    return stored_blocks(cfg, cfg.passes_initial) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width
-
-
-def params_compute_active(cfg, passes):
-    """Executed block parameters (a tied core counted per pass) plus the padded lm_head; no embedding."""
-    return executed_blocks(cfg, passes) * params_per_block(cfg) + cfg.padded_vocab * cfg.width
-
-
-def matrix_flops_per_token(cfg, passes):
-    return 6 * params_compute_active(cfg, passes)
-
-
-def flops_per_token(cfg, passes):
-    # attention: 12 * heads * head_dim * kbar per executed block, kbar = (T+1)/2  ->  6 * C * (T+1), an exact integer
-    attention = executed_blocks(cfg, passes) * 6 * cfg.n_head * cfg.head_dim * (cfg.seq_len + 1)
-    return matrix_flops_per_token(cfg, passes) + attention
-
-
-def describe(cfg):
-    K0, K = cfg.passes_initial, cfg.passes
-    return dict(
-        arch=cfg.arch, depth=cfg.depth, mode=cfg.mode, n_layer=cfg.n_prelude + cfg.n_core + cfg.n_coda,
-        width=cfg.width, heads=cfg.n_head, head_dim=cfg.head_dim, mlp_hidden=cfg.mlp_hidden,
-        vocab_size=cfg.vocab_size, padded_vocab=cfg.padded_vocab, seq_len=cfg.seq_len,
-        prelude=cfg.n_prelude, core=cfg.n_core, coda=cfg.n_coda, passes_initial=K0, passes_final=K,
-        alpha=cfg.alpha, recurrence_norm=cfg.recurrence_norm, coda_inject=cfg.coda_inject,
-        residual_multiplier=cfg.residual_multiplier, output_multiplier=cfg.output_multiplier,
-        wte_init_std=cfg.wte_init_std, uniform_init_scale=cfg.uniform_init_scale,
-        stored_blocks=stored_blocks(cfg), executed_blocks_initial=executed_blocks(cfg, K0),
-        executed_blocks_final=executed_blocks(cfg, K), params_per_block=params_per_block(cfg),
-        params_tpp=params_tpp(cfg), params_stored=params_stored(cfg),
-        params_compute_active_initial=params_compute_active(cfg, K0), params_compute_active=params_compute_active(cfg, K),
-        matrix_flops_per_token_initial=matrix_flops_per_token(cfg, K0),
-        matrix_flops_per_token_final=matrix_flops_per_token(cfg, K),
-        flops_per_token_initial=flops_per_token(cfg, K0), flops_per_token_final=flops_per_token(cfg, K),
-    )
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -304,8 +156,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def init_weights(self):
-        """Spec §1.8: every out-projection and lm_head zero (initial logits are exactly 0), in-projections
-        Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2)."""
+        """Paper App. A.1 (docs/recipe.md, "Init"): every out-projection and lm_head zero (initial logits are exactly
+        0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2)."""
         s = self.cfg.uniform_init_scale / math.sqrt(self.cfg.width)
         for block in self.transformer.h:
             for linear in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_gate, block.mlp.c_fc):
@@ -396,8 +248,8 @@ class GPT(nn.Module):
         if hidden is not None:
             hidden.append(x)
         x = run(self.prelude_blocks(), x)
-        # Boundary operator as the release computes it (spec §1.6): the first pass starts from the raw prelude output
-        # e, and the operator runs AFTER every pass. The paper's Algorithm 1 writes h0 = 0 and applies
+        # Boundary operator as the authors' release computes it (docs/recipe.md): the first pass starts from the raw
+        # prelude output e, and the operator runs AFTER every pass. The paper's Algorithm 1 writes h0 = 0 and applies
         # Norm(h) + alpha*e BEFORE every pass (and before the coda); the two agree except that there the first pass
         # sees alpha*e instead of e (identical for alpha = 1), and without coda injection the last pass is un-injected.
         e = x
@@ -408,6 +260,165 @@ class GPT(nn.Module):
             if cfg.alpha != 0 and (r < K - 1 or cfg.coda_inject):
                 x = x + cfg.alpha * e
         return run(self.coda_blocks(), x)
+
+
+def split_depth(d):
+    """Prelude/core/coda split of every paper script: d//3 each, remainder to the core first, then the coda."""
+    base, rem = divmod(d, 3)
+    return base, base + (rem >= 1), base + (rem >= 2)
+
+
+def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, boundary="full", **overrides):
+    """The ModelConfig of arm `arch` at depth coordinate d. Shape keywords (width_per_depth, head_dim, seq_len,
+    mlp_multiple) default to the paper preset's; any other keyword overrides one of the arm's "model" knobs.
+
+    prelude/coda fix those stages (core = depth - prelude - coda, paper Fig. 15a); boundary ablates the operator:
+    norm_only drops the injection (alpha = 0), inject_only drops the recurrence norm, none drops both.
+    """
+    if arch not in ARMS:
+        raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARMS)}")
+    if not isinstance(depth, int) or depth < 1:
+        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
+    if boundary not in BOUNDARY_ABLATIONS:
+        raise ValueError(f"boundary must be one of {'|'.join(BOUNDARY_ABLATIONS)}, got {boundary!r}")
+    paper = PRESETS["paper"]
+    sizes = {f.name: overrides.pop(f.name, getattr(paper, f.name)) for f in knob_fields(arms.Preset, "model")}
+    sizes["vocab_size"] = vocab_size
+    for name, value in sizes.items():
+        if not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    unknown = set(overrides) - {f.name for f in knob_fields(arms.Arm, "model")}
+    if unknown:
+        raise ValueError(f"unknown override(s) {', '.join(sorted(unknown))}")
+    arm = replace(ARMS[arch], **overrides)
+    alpha, coda_inject, recurrence_norm = arm.alpha, arm.coda_inject, arm.recurrence_norm
+    if boundary in ("norm_only", "none"):
+        alpha, coda_inject = 0.0, False
+    if boundary in ("inject_only", "none"):
+        recurrence_norm = False
+
+    width_per_depth, head_dim, mlp_multiple = sizes["width_per_depth"], sizes["head_dim"], sizes["mlp_multiple"]
+    width = width_per_depth * depth
+    if width % head_dim:
+        raise ValueError(f"width {width} (= {width_per_depth} * depth {depth}) is not a multiple of head_dim {head_dim}")
+    mlp_hidden = -(-(8 * width // 3) // mlp_multiple) * mlp_multiple
+    p, c, q = split_depth(depth)
+    if arm.mode == "none":
+        if prelude is not None or coda is not None:
+            raise ValueError(f"{arch} is a plain stack: --prelude/--coda do not apply")
+        p, c, q = 0, depth + (c if arm.deep else 0), 0
+    elif prelude is not None or coda is not None:
+        p = p if prelude is None else prelude
+        q = q if coda is None else coda
+        c = depth - p - q
+        if p < 0 or q < 0 or c < 1:
+            raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
+    final = arm.passes
+    initial = final if arm.passes_initial is None else arm.passes_initial  # growth arms keep their low K
+    if arm.mode == "none" and final != 1:
+        raise ValueError(f"{arch} is a plain stack: passes must be 1, got {final}")
+    if final < 1 or not 1 <= initial <= final:
+        raise ValueError(f"need 1 <= passes_initial <= passes, got passes_initial {initial} and passes {final}")
+    return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
+                       mlp_hidden=mlp_hidden, vocab_size=vocab_size, seq_len=sizes["seq_len"], mode=arm.mode,
+                       n_prelude=p, n_core=c, n_coda=q, passes=final, passes_initial=initial, alpha=alpha,
+                       recurrence_norm=recurrence_norm, coda_inject=coda_inject,
+                       residual_multiplier=arm.residual_multiplier, output_multiplier=arm.output_multiplier,
+                       wte_init_std=arm.wte_init_std, uniform_init_scale=arm.uniform_init_scale,
+                       mlp_multiple=mlp_multiple)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Accounting (paper App. A.1, "Compute budget estimation"): pure functions of a ModelConfig, exact integers.
+
+def params_per_block(cfg):
+    return 4 * cfg.width ** 2 + 3 * cfg.width * cfg.mlp_hidden
+
+
+def stored_blocks(cfg, passes=None):
+    """Allocated blocks: untied cores are all allocated up front (dep = p + K_final*c + q)."""
+    cores = (cfg.passes if passes is None else passes) if cfg.mode == "dep" else 1
+    return cfg.n_prelude + cores * cfg.n_core + cfg.n_coda
+
+
+def executed_blocks(cfg, passes):
+    return cfg.n_prelude + passes * cfg.n_core + cfg.n_coda
+
+
+def params_stored(cfg):
+    return stored_blocks(cfg) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width
+
+
+def params_tpp(cfg):
+    """N for tokens-per-parameter and LR scaling: the stored count at the INITIAL pass count (growth arms)."""
+    return stored_blocks(cfg, cfg.passes_initial) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width
+
+
+def params_compute_active(cfg, passes):
+    """Executed block parameters (a tied core counted per pass) plus the padded lm_head; no embedding."""
+    return executed_blocks(cfg, passes) * params_per_block(cfg) + cfg.padded_vocab * cfg.width
+
+
+def matrix_flops_per_token(cfg, passes):
+    return 6 * params_compute_active(cfg, passes)
+
+
+def flops_per_token(cfg, passes):
+    # attention: 12 * heads * head_dim * kbar per executed block, kbar = (T+1)/2  ->  6 * C * (T+1), an exact integer
+    attention = executed_blocks(cfg, passes) * 6 * cfg.n_head * cfg.head_dim * (cfg.seq_len + 1)
+    return matrix_flops_per_token(cfg, passes) + attention
+
+
+def describe(cfg):
+    K0, K = cfg.passes_initial, cfg.passes
+    return dict(
+        arch=cfg.arch, depth=cfg.depth, mode=cfg.mode, n_layer=cfg.n_prelude + cfg.n_core + cfg.n_coda,
+        width=cfg.width, heads=cfg.n_head, head_dim=cfg.head_dim, mlp_hidden=cfg.mlp_hidden,
+        vocab_size=cfg.vocab_size, padded_vocab=cfg.padded_vocab, seq_len=cfg.seq_len,
+        prelude=cfg.n_prelude, core=cfg.n_core, coda=cfg.n_coda, passes_initial=K0, passes_final=K,
+        alpha=cfg.alpha, recurrence_norm=cfg.recurrence_norm, coda_inject=cfg.coda_inject,
+        residual_multiplier=cfg.residual_multiplier, output_multiplier=cfg.output_multiplier,
+        wte_init_std=cfg.wte_init_std, uniform_init_scale=cfg.uniform_init_scale,
+        stored_blocks=stored_blocks(cfg), executed_blocks_initial=executed_blocks(cfg, K0),
+        executed_blocks_final=executed_blocks(cfg, K), params_per_block=params_per_block(cfg),
+        params_tpp=params_tpp(cfg), params_stored=params_stored(cfg),
+        params_compute_active_initial=params_compute_active(cfg, K0), params_compute_active=params_compute_active(cfg, K),
+        matrix_flops_per_token_initial=matrix_flops_per_token(cfg, K0),
+        matrix_flops_per_token_final=matrix_flops_per_token(cfg, K),
+        flops_per_token_initial=flops_per_token(cfg, K0), flops_per_token_final=flops_per_token(cfg, K),
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Devices and checkpoints (train.py and core_eval.py)
+
+def setup_distributed(device_flag="auto"):
+    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
+    use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no CUDA device is visible")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if world > 1:
+        dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    return rank, world, device
+
+
+def cli_main_distributed(run, prog, argv=None):
+    """cli.cli_main for a script that may join a torchrun process group; the group is left on the way out."""
+    try:
+        return cli_main(run, prog, argv)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def autocast(device):
+    """bf16 autocast on CUDA; plain fp32 on CPU."""
+    return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
 
 
 def load_checkpoint_model(path, device="cpu"):
@@ -427,107 +438,42 @@ def load_checkpoint_model(path, device="cpu"):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# CLI
+# Command line (its knob flags are generated from the arms table: arms.add_model_flags)
 
-class UsageError(Exception):
-    """Bad flags or inputs (model.py, train.py, core_eval.py): reported as one line on stderr, exit code 2."""
+def config_from_args(args, preset, depth, vocab_size):
+    shape = {f.name: getattr(preset, f.name) for f in knob_fields(arms.Preset, "model")}
+    try:
+        return config_for(args.arch, depth, vocab_size=vocab_size, **shape, **arms.model_overrides(args))
+    except ValueError as e:
+        raise UsageError(str(e)) from None
 
 
-class Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line on stderr and exit 2 (argparse would also print the usage block)
-        raise UsageError(message)
+def build_parser():
+    ap = Parser(prog="model.py", description="Shapes, parameter counts and FLOPs of one arm.")
+    ap.add_argument("--arch", help=f"one of {', '.join(ARMS)}")
+    ap.add_argument("--depth", type=int, help="depth coordinate d (width = width_per_depth * d)")
+    ap.add_argument("--preset", choices=list(PRESETS), default="paper", help="shapes (default paper)")
+    ap.add_argument("--vocab-size", type=int, default=GPT2_VOCAB, help="the tokenizer's (GPT-2: 50257, bytes: 257)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    arms.add_model_flags(ap)
+    return ap
 
 
-def bench(args):
-    """Forward+backward step time at one shape for vanilla, operator_1, loop_2, untied_2."""
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError("--device cuda requested but CUDA is not available")
-    on_cuda = device.type == "cuda"
-    shape = dict(width_per_depth=args.width_per_depth or (128 if on_cuda else 64), head_dim=args.head_dim or 64,
-                 seq_len=args.seq_len or (2048 if on_cuda else 256), vocab_size=args.vocab_size or (50257 if on_cuda else 257))
-    depth, batch, steps = args.depth or (8 if on_cuda else 6), args.batch_size or (8 if on_cuda else 4), args.steps
-    print(f"bench on {device}: depth {depth}, {shape}, batch {batch}, {steps} timed steps, compile={args.compile}")
-    times, flops = {}, {}
-    for arch in ("vanilla", "operator_1", "loop_2", "untied_2"):
-        cfg = config_for(arch, depth, **shape)
-        torch.manual_seed(42)
-        model = GPT(cfg).to(device)
-        for p in model.parameters():  # make every branch active so no matmul is skipped by a zero path
-            p.data.normal_(0, 0.02)
-        step_model = torch.compile(model) if args.compile else model
-        idx = torch.randint(0, cfg.vocab_size, (batch, cfg.seq_len + 1), device=device)
-        samples = []
-        for i in range(steps + 3):
-            start = time.perf_counter()
-            with torch.autocast(device.type, torch.bfloat16, enabled=on_cuda):
-                loss = step_model(idx[:, :-1], idx[:, 1:])
-            loss.backward()
-            model.zero_grad(set_to_none=True)
-            if on_cuda:
-                torch.cuda.synchronize()
-            if i >= 3:  # warmup steps are not timed
-                samples.append(time.perf_counter() - start)
-        times[arch] = sorted(samples)[len(samples) // 2]
-        flops[arch] = flops_per_token(cfg, cfg.passes)
-        del model, step_model
-    for arch in times:
-        print(f"{arch:12s} {times[arch] * 1e3:9.2f} ms/step   time x{times[arch] / times['vanilla']:.3f} vs vanilla   "
-              f"FLOPs x{flops[arch] / flops['vanilla']:.3f}")
-    print(f"operator_1 / vanilla = {times['operator_1'] / times['vanilla']:.3f} (target <= 1.02); "
-          f"untied_2 / loop_2 = {times['untied_2'] / times['loop_2']:.3f} (target 1.00 +- 0.02)")
+def run(argv):
+    args = build_parser().parse_args(argv)
+    if args.arch is None or args.depth is None:
+        raise UsageError("--arch and --depth are required")
+    info = describe(config_from_args(args, arms.preset_from_args(args), args.depth, args.vocab_size))
+    if args.json:
+        print(json.dumps(info))
+        return
+    for key, value in info.items():
+        print(f"{key:32s} {value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{key:32s} {value}")
 
 
 def main(argv=None):
-    ap = Parser(description="Shapes, parameter counts and FLOPs of one arm, or a step-time benchmark.")
-    ap.add_argument("--arch", help=f"one of {', '.join(ARCHS)}")
-    ap.add_argument("--depth", type=int, help="depth coordinate d (width = width_per_depth * d)")
-    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    ap.add_argument("--width-per-depth", type=int)
-    ap.add_argument("--head-dim", type=int)
-    ap.add_argument("--seq-len", type=int)
-    ap.add_argument("--vocab-size", type=int)
-    ap.add_argument("--mlp-multiple", type=int)
-    ap.add_argument("--prelude", type=int, help="fixed prelude blocks (core = depth - prelude - coda)")
-    ap.add_argument("--coda", type=int, help="fixed coda blocks")
-    ap.add_argument("--passes", type=int, help="final number of core passes K")
-    ap.add_argument("--passes-initial", type=int, help="passes before growth")
-    ap.add_argument("--boundary", choices=BOUNDARY_ABLATIONS, default="full")
-    ap.add_argument("--no-coda-inject", action="store_true", help="do not inject alpha*e before the coda")
-    ap.add_argument("--alpha", type=float)
-    ap.add_argument("--recurrence-norm", action=argparse.BooleanOptionalAction, default=None)
-    ap.add_argument("--residual-multiplier", type=float)
-    ap.add_argument("--output-multiplier", type=float)
-    ap.add_argument("--wte-init-std", type=float)
-    ap.add_argument("--uniform-init-scale", type=float)
-    ap.add_argument("--bench", action="store_true", help="time fwd+bwd of vanilla/operator_1/loop_2/untied_2")
-    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--batch-size", type=int, help="bench only")
-    ap.add_argument("--steps", type=int, default=5, help="bench only: timed steps per arch")
-    ap.add_argument("--compile", action="store_true", help="bench only: torch.compile the model")
-    try:
-        args = ap.parse_args(argv)
-        if args.bench:
-            return bench(args)
-        if args.arch is None or args.depth is None:
-            raise UsageError("--arch and --depth are required (or use --bench)")
-        names = ("width_per_depth", "head_dim", "seq_len", "vocab_size", "mlp_multiple", "prelude", "coda", "passes",
-                 "passes_initial", "alpha", "recurrence_norm", "residual_multiplier", "output_multiplier",
-                 "wte_init_std", "uniform_init_scale")
-        overrides = {k: getattr(args, k) for k in names if getattr(args, k) is not None}
-        if args.no_coda_inject:
-            overrides["coda_inject"] = False
-        cfg = config_for(args.arch, args.depth, boundary=args.boundary, **overrides)
-    except (UsageError, ValueError) as exc:
-        print(f"model.py: error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    info = describe(cfg)
-    if args.json:
-        print(json.dumps(info))
-    else:
-        for key, value in info.items():
-            print(f"{key:32s} {value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{key:32s} {value}")
+    return cli_main(run, "model.py", argv)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

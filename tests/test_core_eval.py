@@ -118,9 +118,8 @@ def one_thread():
 
 
 def run_main(argv, capsys):
-    with pytest.raises(SystemExit) as exc:
-        core_eval.main(argv)
-    return exc.value.code, capsys.readouterr().err
+    code = core_eval.main(argv)
+    return code, capsys.readouterr().err
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -459,8 +458,8 @@ def test_cli_errors(tmp_path, tiny, capsys):
                          capsys)
     assert code == 2 and err.count("\n") == 1 and "fingerprint" in err and not (tmp_path / "e.json").exists()
     # with the matching fingerprint the complete suite runs and gets the CORE-22 label and the filtered score
-    core_eval.main(["--checkpoint", tiny["ckpt"], "--bundle-dir", full, "--out", str(tmp_path / "e.json"),
-                    "--expect-fingerprint", core_eval.bundle_fingerprint(full), "--seeds", "0"])
+    assert core_eval.main(["--checkpoint", tiny["ckpt"], "--bundle-dir", full, "--out", str(tmp_path / "e.json"),
+                           "--expect-fingerprint", core_eval.bundle_fingerprint(full), "--seeds", "0"]) == 0
     out = json.loads((tmp_path / "e.json").read_text())
     assert out["complete_suite"] and out["core_metric_label"] == "CORE-22" and out["fingerprint_verified"]
     assert out["core_metric_filtered"] == pytest.approx(np.mean([out["centered_results"][t]
@@ -483,8 +482,8 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch
     tokens = np.asarray(torch.randint(0, 256, (4 * 129,)), dtype=np.uint16)
     monkeypatch.setattr(core_eval.data, "load_pool", lambda data_dir, split: data.Pool(
         tokens, np.array([0]), {"split": split}, split))
-    core_eval.main(args + ["--out", str(tmp_path / "one.json"), "--effective-depth", "--data-dir", "unused",
-                           "--lens-tokens", "256"])
+    assert core_eval.main(args + ["--out", str(tmp_path / "one.json"), "--effective-depth", "--data-dir", "unused",
+                           "--lens-tokens", "256"]) == 0
     stdout = capsys.readouterr().out
     assert "CORE-partial" in stdout and "kl_effective_depth" in stdout
     one = json.loads((tmp_path / "one.json").read_text())
@@ -514,8 +513,8 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch
 def test_real_bundle_every_task(tmp_path, capsys):
     bundle = os.environ["CORE_BUNDLE_DIR"]
     ckpt = save_checkpoint(tmp_path / "final.pt", tiny_model(seq_len=256))
-    core_eval.main(["--checkpoint", ckpt, "--bundle-dir", bundle, "--max-per-task", "20", "--seeds", "0",
-                    "--out", str(tmp_path / "eval.json")])
+    assert core_eval.main(["--checkpoint", ckpt, "--bundle-dir", bundle, "--max-per-task", "20", "--seeds", "0",
+                           "--out", str(tmp_path / "eval.json")]) == 0
     out = json.loads((tmp_path / "eval.json").read_text())
     labels = [t["label"] for t in core_eval.load_tasks(bundle)]
     assert list(out["results"]) == labels and all(out["task_counts"][t] == 20 for t in labels)

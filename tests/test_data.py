@@ -124,9 +124,8 @@ def one_line_error(result, *words):
 def main_error(capsys, args, *words):
     """data.main in-process (same code path as the CLI, without a new interpreter importing torch)."""
     capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        data.main(args)
-    one_line_error(subprocess.CompletedProcess(args, exit_info.value.code, "", capsys.readouterr().err), *words)
+    code = data.main(args)
+    one_line_error(subprocess.CompletedProcess(args, code, "", capsys.readouterr().err), *words)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -223,7 +222,8 @@ def test_prepare_fake_fineweb_edu_uses_shard_0_for_validation(hub, tmp_path):
     for i, texts in enumerate(shards):
         FakeHub.files[f"{EDU['repo']}/{EDU['revision']}/sample/100BT/{i:03d}_00000.parquet"] = parquet_bytes(texts)
     out = str(tmp_path / "edu")
-    data.main(["prepare", "--corpus", "fineweb-edu", "--tokenizer", "bytes", "--out", out, "--workers", "1"])
+    assert data.main(["prepare", "--corpus", "fineweb-edu", "--tokenizer", "bytes", "--out", out,
+                      "--workers", "1"]) == 0
     assert read_split(out, "val")[0] == [byte_tokens(t) for t in shards[0]]
     assert read_split(out, "train")[0] == [byte_tokens(t) for t in shards[1] + shards[2]]  # no de-dup for Edu
 
@@ -254,10 +254,10 @@ def test_prepare_stdlib_small_budget(tmp_path, capsys):
     assert train.tokens[:1 + len(text.encode())].tolist()[:1000] == byte_tokens(text)[:1000]
     args = ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--out", out, "--train-tokens"]
     capsys.readouterr()
-    data.main(args + ["200000"])
+    assert data.main(args + ["200000"]) == 0
     assert "already complete" in capsys.readouterr().err
     main_error(capsys, args + ["300000"], "other settings")     # a finished pool is never overwritten
-    data.main(args + ["300000", "--if-missing"])                 # scripts: keep whatever complete pool is there
+    assert data.main(args + ["300000", "--if-missing"]) == 0     # scripts: keep whatever complete pool is there
     assert "nothing to do" in capsys.readouterr().err
     assert data.load_pool(out, "train").manifest["splits"]["train"]["sha256"] == train.manifest["splits"]["train"][
         "sha256"]
@@ -277,8 +277,8 @@ def make_local_files(root):
 def test_prepare_files_corpus_and_hash_split(tmp_path):
     texts = make_local_files(tmp_path / "in")
     out = str(tmp_path / "out")
-    data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
-               "bytes", "--out", out, "--workers", "2"])
+    assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
+                      "bytes", "--out", out, "--workers", "2"]) == 0
     is_val = [data._hash_mod(t, 50) == 0 for t in texts]
     assert any(is_val) and not all(is_val)
     assert read_split(out, "train")[0] == [byte_tokens(t) for t, v in zip(texts, is_val) if not v]
@@ -291,7 +291,7 @@ def test_interrupted_prepare_resumes_to_the_same_pool(tmp_path, monkeypatch):
         (tmp_path / "in" / f"extra{i}.txt").write_text(texts[i] * 3)
     args = ["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer", "bytes",
             "--workers", "1"]
-    data.main(args + ["--out", str(tmp_path / "clean")])
+    assert data.main(args + ["--out", str(tmp_path / "clean")]) == 0
 
     monkeypatch.setattr(data, "CHECKPOINT_EVERY_S", 0.0)
     monkeypatch.setattr(data, "BATCH_DOCS", 1)
@@ -305,8 +305,7 @@ def test_interrupted_prepare_resumes_to_the_same_pool(tmp_path, monkeypatch):
 
     monkeypatch.setattr(data, "read_texts", dying_read)
     out = str(tmp_path / "resumed")
-    with pytest.raises(SystemExit):
-        data.main(args + ["--out", out])
+    assert data.main(args + ["--out", out]) == 130  # interrupted
     manifest = json.load(open(os.path.join(out, "corpus.json")))
     assert manifest["status"] == "running" and manifest["sources_done"] == 4
     with open(os.path.join(out, "train.bin"), "ab") as f:
@@ -314,7 +313,7 @@ def test_interrupted_prepare_resumes_to_the_same_pool(tmp_path, monkeypatch):
     with pytest.raises(data.DataError, match="incomplete"):
         data.load_pool(out, "train")
     monkeypatch.setattr(data, "read_texts", real_read)
-    data.main(args + ["--out", out])
+    assert data.main(args + ["--out", out]) == 0
     for split in data.SPLITS:
         assert read_split(out, split)[0] == read_split(str(tmp_path / "clean"), split)[0]
         assert (json.load(open(os.path.join(out, "corpus.json")))["splits"][split]["sha256"]
@@ -344,7 +343,7 @@ def synthetic_pool(n_docs=150, seed=0):
 
 
 def reference_epoch(pool, seq_len, batch, epoch, token_limit=None, seed=42):
-    """Spec §5.3 written the obvious (materialising) way."""
+    """The release's packing (docs/recipe.md, "Data") written the obvious (materialising) way."""
     n = len(pool.tokens) if token_limit is None else token_limit
     starts = pool.doc_starts[pool.doc_starts < n]
     ends = np.append(starts[1:], n)
@@ -358,7 +357,7 @@ def reference_epoch(pool, seq_len, batch, epoch, token_limit=None, seed=42):
     return torch.from_numpy(windows[order.numpy()].astype(np.int64))
 
 
-def test_loader_matches_the_spec_packing_and_reshuffles_each_epoch():
+def test_loader_matches_the_release_packing_and_reshuffles_each_epoch():
     pool = synthetic_pool()
     loader = data.TrainLoader(pool, seq_len=16, batch_seqs=8, token_limit=len(pool.tokens) - 100)
     steps = loader.steps_per_epoch
@@ -396,7 +395,7 @@ def test_loader_resume_and_determinism():
     assert not torch.equal(data.TrainLoader(pool, seq_len=16, batch_seqs=4, seed=43).batch(0)[1], stream[0])
 
 
-def test_loader_spec_numbers_for_the_data_constrained_pool():
+def test_loader_release_numbers_for_the_data_constrained_pool():
     tokens = np.broadcast_to(np.uint16(7), (150_000_000,))      # 150M-token pool without the memory
     starts = np.arange(0, 150_000_000, 1_000_000, dtype=np.int64)
     loader = data.TrainLoader(data.Pool(tokens, starts, {}, "train"), 2048, 256, token_limit=100_000_000)
@@ -436,8 +435,8 @@ def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
 def test_corrupt_pools_are_rejected(tmp_path):
     make_local_files(tmp_path / "in")
     out = str(tmp_path / "pool")
-    data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
-               "bytes", "--out", out])
+    assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
+                      "bytes", "--out", out]) == 0
     with pytest.raises(data.DataError, match="no pool"):
         data.load_pool(str(tmp_path / "missing"), "train")
     with open(os.path.join(out, "train.bin"), "r+b") as f:   # same size, one flipped token

@@ -1,4 +1,5 @@
-"""Tests for model.py: spec §7.2 accounting, CLI, init, boundary operator, growth, logit lens, checkpoints."""
+"""Tests for model.py: accounting against the release's per-run values, the arm table and its CLI flags, init, boundary
+operator, growth, logit lens, checkpoints."""
 import csv
 import dataclasses
 import json
@@ -11,6 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import arms
 import model
 from model import GPT, config_for, describe, executed_blocks
 
@@ -47,7 +49,7 @@ def run_blocks(net, blocks, x):
 
 
 def reference_forward(net, idx, passes, alpha, recurrence_norm, coda_inject):
-    """The boundary operator of spec §1.6 written out by hand from the model's own blocks."""
+    """The boundary operator as the release computes it (docs/recipe.md), written out by hand from the model's blocks."""
     x = F.rms_norm(net.transformer.wte(idx), (net.cfg.width,))
     e = run_blocks(net, net.prelude_blocks(), x)
     h = e
@@ -67,7 +69,7 @@ def copy_block(dst, src):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Accounting against the spec's 52 ladder plans
+# Accounting against the release's 52 ladder plans (tests/data/spec_plans.csv)
 
 @pytest.mark.parametrize("row", SPEC_ROWS, ids=[f"{r['arch']}-d{r['depth']}" for r in SPEC_ROWS])
 def test_accounting_matches_spec_plans(row):
@@ -80,11 +82,11 @@ def test_accounting_matches_spec_plans(row):
 
 def test_spec_table_is_complete():
     assert len(SPEC_ROWS) == 52
-    assert {r["arch"] for r in SPEC_ROWS} == set(model.ARCHS) - {"deep_vanilla_grow"}
+    assert {r["arch"] for r in SPEC_ROWS} == set(arms.ARMS) - {"deep_vanilla_grow"}
 
 
 def test_worked_examples_and_growth_accounting():
-    ug = describe(config_for("untied_grow", 8))  # spec §4.2 / §4.4 cross-checks
+    ug = describe(config_for("untied_grow", 8))  # the release's worked examples (docs/recipe.md)
     assert ug["params_compute_active_initial"] == 192_806_912 and ug["params_compute_active"] == 269_877_248
     assert ug["matrix_flops_per_token_final"] == 1_619_263_488
     assert ug["flops_per_token_initial"] == describe(config_for("untied_2", 8))["flops_per_token_final"] == 1_295_321_088
@@ -143,10 +145,54 @@ def test_cli_errors_exit_2_with_one_line(args):
     assert len(lines) == 1 and lines[0].startswith("model.py: error:")
 
 
+def model_flags(parser):
+    group = next(g for g in parser._action_groups if g.title.startswith("model overrides"))
+    return {s for action in group._group_actions for s in action.option_strings}
+
+
+def test_both_clis_take_the_same_model_flags():
+    import train
+    flags = model_flags(model.build_parser())
+    assert flags == model_flags(train.build_parser())
+    assert {"--recurrence-norm", "--no-recurrence-norm", "--pass-stages", "--passes-initial", "--mlp-multiple",
+            "--no-coda-inject", "--boundary", "--prelude", "--wte-init-std"} <= flags
+    argv = ["--arch", "untied_grow", "--depth", "3", "--no-recurrence-norm", "--pass-stages", "2", "6",
+            "--mlp-multiple", "64", "--preset", "cpu"]
+    from_model = model.build_parser().parse_args(argv)
+    from_train = train.parse_args(argv)
+    cfg = model.config_from_args(from_model, arms.preset_from_args(from_model), 3, 257)
+    assert cfg == train.make_plan(from_train).model_config
+    assert (cfg.recurrence_norm, cfg.passes_initial, cfg.passes, cfg.mlp_multiple) == (False, 2, 6, 64)
+
+
+def test_a_new_knob_is_one_field_that_both_clis_take(monkeypatch):
+    import train
+    knobs = [("throwaway_model_knob", float, arms.knob("model", None, "an architecture knob")),
+             ("throwaway_train_knob", int, arms.knob("train", None, "a recipe knob"))]
+    monkeypatch.setattr(arms, "Arm", dataclasses.make_dataclass("Arm", knobs, bases=(arms.Arm,), frozen=True,
+                                                                 kw_only=True))
+    argv = ["--arch", "loop_2", "--depth", "2", "--throwaway-model-knob", "0.5"]
+    assert arms.model_overrides(model.build_parser().parse_args(argv)) == {"throwaway_model_knob": 0.5}
+    args = train.parse_args(argv + ["--throwaway-train-knob", "7"])
+    assert arms.model_overrides(args) == {"throwaway_model_knob": 0.5}
+    assert arms.given_knobs(args, arms.Arm, "train") == {"throwaway_train_knob": 7}
+    with pytest.raises(arms.UsageError, match="unrecognized arguments: --throwaway-train-knob"):
+        model.build_parser().parse_args(argv + ["--throwaway-train-knob", "7"])
+
+
+def test_arm_table_is_frozen_and_complete():
+    assert len(arms.ARMS) == 8 and all(isinstance(arm, arms.Arm) for arm in arms.ARMS.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        arms.ARMS["vanilla"].tpp = 1
+    growth = {name for name, arm in arms.ARMS.items() if arm.passes_initial is not None}
+    assert growth == {name for name, arm in arms.ARMS.items() if arm.default_crossover is not None}
+    assert growth == {"loop_grow", "untied_grow", "deep_vanilla_grow"}
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Forward, init, boundary operator
 
-@pytest.mark.parametrize("arch", list(model.ARCHS))
+@pytest.mark.parametrize("arch", list(arms.ARMS))
 def test_initial_loss_is_ln_vocab(arch):
     cfg = tiny(arch)
     net = build(cfg, randomize=False)

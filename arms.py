@@ -1,0 +1,209 @@
+"""The paper's table: every per-arm number (architecture, init, training recipe), the data-constrained grid and the
+presets, as frozen dataclasses (arXiv 2609.19107, App. A.1 and A.4; docs/recipe.md says which numbers come from the
+authors' release). Torch-free; model.py builds networks from it, train.py plans runs from it.
+
+A field made with knob() is also an override flag --field-name, generated here once: "model" knobs are flags of both
+model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob is one field.
+"""
+import argparse
+import math
+from dataclasses import MISSING, dataclass, field, fields, replace
+
+from cli import UsageError
+
+
+def knob(flag, default=MISSING, help=None):
+    return field(default=default, metadata=dict(flag=flag, help=help))
+
+
+def knob_fields(cls, flag):
+    return [f for f in fields(cls) if f.metadata.get("flag") == flag]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Arm:
+    """One arm: architecture, init and training recipe. LRs are the anchor-depth (d8) values; train.py scales them to
+    depth d by (N(anchor) / N(d)) ** lr_exponent (paper App. A.4.4)."""
+    mode: str                                    # 'none' plain stack | 'loop' tied core | 'dep' untied cores
+    deep: bool = False                           # Deep Vanilla: a plain stack of d + core(d) blocks
+    passes: int = knob("model", help="core passes K (final K for growth arms)")
+    passes_initial: int = knob("model", None, help="passes before growth (default: the arm's)")
+    alpha: float = knob("model", help="injection scale of the boundary operator")
+    recurrence_norm: bool = knob("model", help="RMSNorm the state after every core pass")
+    coda_inject: bool = knob("model", help="inject alpha*e after the last pass, before the coda")
+    output_multiplier: float = knob("model")
+    residual_multiplier: float = knob("model")
+    wte_init_std: float = knob("model")
+    uniform_init_scale: float = knob("model")
+    tpp: float = knob("train", help="tokens per parameter N (growth arms: N at the initial passes)")
+    lr_exponent: float = knob("train")
+    matrix_lr: float = knob("train")
+    embedding_lr: float = knob("train")
+    unembedding_lr: float = knob("train")
+    weight_decay: float = knob("train")
+    adam_betas: tuple = knob("train")
+    adam_eps: float = knob("train")
+    warmup_steps: int = knob("train")
+    warmdown_ratio: float = knob("train")
+    rewarm_steps: int = knob("train", 0, help="LR re-warm steps after each growth")
+    crossover: dict = field(default_factory=dict)   # growth: per-depth fraction f of steps before growth (rho = 1-f)
+    default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe)
+
+
+SQRT2 = math.sqrt(2.0)
+ARMS = {
+    "vanilla": Arm(
+        mode="none", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
+        output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625,
+        tpp=5, lr_exponent=0.8, matrix_lr=0.04, embedding_lr=0.01810193359836, unembedding_lr=0.0045254833996,
+        weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6),
+    "deep_vanilla": Arm(
+        mode="none", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
+        output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
+        tpp=6, lr_exponent=0.7, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
+        weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8),
+    "operator_1": Arm(
+        mode="loop", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
+        output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2, uniform_init_scale=1 / (2 * SQRT2),
+        tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.03620386719676, unembedding_lr=0.0032,
+        weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8),
+    "loop_2": Arm(
+        mode="loop", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
+        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
+        tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
+        weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0),
+    "untied_2": Arm(
+        mode="dep", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
+        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
+        tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
+        weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0),
+    "loop_grow": Arm(
+        mode="loop", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
+        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
+        tpp=7, lr_exponent=0.5, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
+        weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0,
+        rewarm_steps=40, crossover={6: .75, 8: .82, 10: .86, 12: .85, 14: .86, 16: .88, 18: .87},
+        default_crossover=0.83),
+    "untied_grow": Arm(
+        mode="dep", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
+        output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
+        tpp=8, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
+        weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0,
+        rewarm_steps=40, crossover={6: .60, 8: .71, 10: .75, 12: .73, 14: .76, 16: .77, 18: .75, 26: .77},
+        default_crossover=0.70),
+    # No release script (docs/recipe.md, "Deep Vanilla Grow"): untied stacking growth 2->4 of a plain stack, alpha 0,
+    # no recurrence norm. The schedule (TPP 6 on Deep Vanilla's N, f = 0.5) reproduces the release's compute column;
+    # multipliers, init and optimizer recipe are ASSUMED: Deep Vanilla's, with matrix LR 0.036 and a 40-step re-warm.
+    "deep_vanilla_grow": Arm(
+        mode="dep", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
+        output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
+        tpp=6, lr_exponent=0.7, matrix_lr=0.036, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
+        weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8,
+        rewarm_steps=40, default_crossover=0.5),
+}
+# --optimizer adamw (paper Fig. 16f): every group AdamW. The release gives no LRs for it; ours: matrix LR 0.004 at the
+# anchor depth (10x below Muon's, the usual Muon/AdamW ratio), the arm's embedding/unembedding LRs, betas and WD.
+ADAMW_MATRIX_LR = 0.004
+
+
+@dataclass(frozen=True)
+class DataConstrained:
+    """The multi-epoch loop grid (paper Sec. 5, App. D): Operator-1's recipe for any --arch (e.g. the untied and
+    no-operator controls of Fig. 24), LR not scaled with depth, a fixed unique-token budget repeated for epochs."""
+    weight_decay: dict                  # per depth
+    default_weight_decay: float = 0.8
+    recipe: str = "operator_1"
+    train_tokens: int = 100_000_000
+    epochs: int = 10
+
+
+DATA_CONSTRAINED = {
+    "fixed-wd": DataConstrained(weight_decay={}),
+    "tuned-wd": DataConstrained(weight_decay={6: 0.4, 8: 0.8, 10: 0.8, 12: 1.2, 14: 1.2, 16: 1.6, 18: 1.6}),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Preset:
+    """Shapes, batch and data of a family of runs. 'cpu' is small enough for a d2-d5 ladder in minutes on 2 cores;
+    its anchor depth and LR scale come from a sweep at the anchor depth (README "CPU preset"); its LR exponents, TPP and
+    growth fractions are the paper's."""
+    width_per_depth: int = knob("model", help="width = width_per_depth * depth")
+    head_dim: int = knob("model")
+    seq_len: int = knob("model")
+    mlp_multiple: int = knob("model", help="MLP hidden size is rounded up to a multiple of this")
+    total_batch_tokens: int = knob("train", help="tokens per optimizer step")
+    val_tokens: int = knob("train", help="validation target tokens (multiple of --seq-len)")
+    device_batch_size: int              # sequences per micro-batch (memory only: the math never changes) ...
+    device_batch_fixed: dict = field(default_factory=dict)  # ... or per depth, as on the release's 80 GB H100s
+    device_batch_grow: dict = field(default_factory=dict)   # (the growth arms' deeper executed stacks need less)
+    anchor_depth: int                   # the depth whose LRs the table gives
+    lr_multiplier: float = knob("train", help="multiplies all three LRs (preset default)")
+    data_dir: str
+    corpus: str
+    tokenizer: str
+    save_every: int
+    log_every: int
+
+
+PRESETS = {
+    "paper": Preset(width_per_depth=128, head_dim=128, seq_len=2048, mlp_multiple=256, total_batch_tokens=524_288,
+                    val_tokens=9_961_472, device_batch_size=32,
+                    device_batch_fixed={6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8},
+                    device_batch_grow={6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: 2},
+                    anchor_depth=8, lr_multiplier=1.0, data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2",
+                    save_every=500, log_every=10),
+    "cpu": Preset(width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, total_batch_tokens=2048,
+                  val_tokens=65_536, device_batch_size=16, anchor_depth=3, lr_multiplier=2.0, data_dir="data/stdlib",
+                  corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
+}
+BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Override flags generated from the knob fields
+
+def add_knob_flags(group, cls, flag):
+    """One --name flag per `flag` knob of cls; every default is None (= keep the table's value)."""
+    for f in knob_fields(cls, flag):
+        name, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
+        if f.type is bool:
+            group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
+        elif f.type is tuple:
+            group.add_argument(name, type=float, nargs=2, default=None, help=help)
+        else:
+            group.add_argument(name, type=f.type, default=None, help=help)
+
+
+def given_knobs(args, cls, flag):
+    """{field: value} of the `flag` knobs of cls that were given on the command line."""
+    values = {f.name: getattr(args, f.name, None) for f in knob_fields(cls, flag)}
+    return {name: tuple(v) if isinstance(v, list) else v for name, v in values.items() if v is not None}
+
+
+def add_model_flags(parser):
+    group = parser.add_argument_group("model overrides (the same flags in model.py and train.py)")
+    add_knob_flags(group, Preset, "model")
+    add_knob_flags(group, Arm, "model")
+    group.add_argument("--prelude", type=int, default=None, help="fixed prelude blocks (core = depth - prelude - coda)")
+    group.add_argument("--coda", type=int, default=None, help="fixed coda blocks")
+    group.add_argument("--boundary", choices=BOUNDARY_ABLATIONS, default=None,
+                       help="ablate the boundary operator (norm_only: no injection; inject_only: no norm)")
+    group.add_argument("--pass-stages", type=int, nargs="+", default=None,
+                       help="growth stages, e.g. 2 4 6 (sets --passes-initial and --passes)")
+
+
+def model_overrides(args):
+    """config_for keywords (besides the shape) from the model flags of either CLI."""
+    overrides = given_knobs(args, Arm, "model")
+    overrides.update({k: getattr(args, k) for k in ("prelude", "coda", "boundary") if getattr(args, k) is not None})
+    if args.pass_stages:
+        if "passes" in overrides or "passes_initial" in overrides:
+            raise UsageError("--pass-stages sets the passes; drop --passes / --passes-initial")
+        overrides.update(passes_initial=args.pass_stages[0], passes=args.pass_stages[-1])
+    return overrides
+
+
+def preset_from_args(args):
+    """The --preset with its shape (and, in train.py, batch) knobs replaced by the flags given."""
+    return replace(PRESETS[args.preset], **given_knobs(args, Preset, "model"), **given_knobs(args, Preset, "train"))
