@@ -30,6 +30,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 from scipy import optimize, stats
 
+from cli import Parser, UsageError, cli_main, exit_process, write_json
+
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
     e_grid=600, e_grid_top=0.995,       # E initialization grid: linspace(0, 0.995 min L, 600)
@@ -56,10 +58,6 @@ ARM_STYLE = {  # arm -> (label, colour) for figures
     "untied_2": ("Untied-2", "tab:orange"), "untied_grow": ("Untied-Grow", "tab:red")}
 FIG2_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
 LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
-
-
-class UsageError(Exception):
-    """Unusable command-line input: one line on stderr, exit 2."""
 
 
 class FitError(Exception):
@@ -129,10 +127,7 @@ def record_outputs(out_dir, names):
     manifest = os.path.join(out_dir, MANIFEST)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        with open(manifest + ".tmp", "w") as f:
-            json.dump(dict(written_by="fit.py", files=sorted(set(listed) | set(names))), f, indent=1)
-            f.write("\n")
-        os.replace(manifest + ".tmp", manifest)
+        write_json(manifest, dict(written_by="fit.py", files=sorted(set(listed) | set(names))))
     except OSError as e:
         raise UsageError(f"cannot write into --out {out_dir}: {e.strerror}")
 
@@ -1084,11 +1079,6 @@ def emit(args, out, lines):
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
-class Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UsageError(message)
-
-
 CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND -h`
     ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
 train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
@@ -1200,19 +1190,19 @@ def cmd_design(args):
     ladder_design.cmd_design(args)
 
 
+def run(argv):
+    args = build_parser().parse_args(argv)
+    for flag in ("bootstrap", "drop_highest", "anchor_depth"):
+        if (getattr(args, flag, None) or 0) < 0:
+            raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
+    {"ladders": cmd_ladders, "design": cmd_design, "surface": cmd_surface, "downstream": cmd_downstream, "tpp": cmd_tpp,
+     "growth": cmd_growth, "lr": cmd_lr, "loops": cmd_loops}[args.cmd](args)
+
+
 def main(argv=None):
-    try:
-        args = build_parser().parse_args(argv)
-        for flag in ("bootstrap", "drop_highest", "anchor_depth"):
-            if (getattr(args, flag, None) or 0) < 0:
-                raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
-        {"ladders": cmd_ladders, "design": cmd_design, "surface": cmd_surface, "downstream": cmd_downstream, "tpp": cmd_tpp,
-         "growth": cmd_growth, "lr": cmd_lr, "loops": cmd_loops}[args.cmd](args)
-    except UsageError as e:
-        print(f"fit.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    return cli_main(run, "fit.py", argv)
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("fit", sys.modules[__name__])  # `import fit` (ladder_design) gets this module, one UsageError
-    main()
+    sys.modules.setdefault("fit", sys.modules[__name__])  # `import fit` (ladder_design) gets this module's functions
+    exit_process(main())

@@ -31,9 +31,8 @@ def run_in_process(script, argv):
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
         try:
-            module.main(argv)
-            code = 0
-        except SystemExit as e:
+            code = module.main(argv)
+        except SystemExit as e:  # argparse's -h/--version
             code = e.code
     return code, err.getvalue()
 
