@@ -31,8 +31,8 @@ release's ZeRO-2-style transport, same math:
   same-shape matrix per owner, laid out owner-major, so the reduce-scatter hands each owner exactly its own matrices
   (no padding); a matrix left without same-shape partners on the other ranks goes to its owner with dist.reduce.
   Hooks act only while `sync_grads` is True: set it False for all but the last micro-batch of an accumulation (the
-  gradients then accumulate locally, like DDP's no_sync), or leave it True to reduce every micro-batch (1/world of the
-  gradient memory, world x the traffic... per micro-batch). Whatever backward did not reduce, step() reduces.
+  gradients then accumulate locally, like DDP's no_sync), or leave it True to reduce every micro-batch (about 1/world
+  of the gradient memory, one reduce-scatter per micro-batch). Whatever backward did not reduce, step() reduces.
 - Matrices without a gradient communicate nothing. With zero state (never stepped since construction or
   reset_state) their zero-gradient step is pure weight decay, which every rank applies to its replica locally. With
   non-zero state (e.g. a core skipped by random recurrence after training) the owner computes the zero-gradient
