@@ -1,9 +1,10 @@
-"""The paper's Muon variant (spec §3.3) and the small distributed helpers train.py needs for its optimizers.
+"""The paper's Muon variant for the block matrices (arXiv 2609.19107, App. A, Table 1; the numerics are the authors'
+release) and its distributed transport, plus the gradient averaging train.py needs for the AdamW parameters.
 
 Muon, per matrix G (rows x cols = out x in): EMA momentum with a Nesterov blend, MuonEq-R row normalisation,
-5-step Polar-Express in bf16, NorMuon-style second-moment rescaling that keeps the Frobenius norm,
+5-step Polar-Express, NorMuon-style second-moment rescaling that keeps the Frobenius norm,
 LR x sqrt(max(1, rows/cols)), cautious decoupled weight decay at that same LR. The embedding and lm_head use
-torch.optim.AdamW, whose math is exactly spec §3.2 (tests/test_muon.py checks it against the formula).
+torch.optim.AdamW, whose math is exactly the release's (tests/test_muon.py checks it against the formula).
 
 Before each step the caller sets every group's "lr" (base LR x schedule multiplier) and "momentum" (muon_momentum):
 
@@ -12,15 +13,38 @@ Before each step the caller sets every group's "lr" (base LR x schedule multipli
         group["lr"], group["momentum"] = 0.02 * lr_multiplier, muon_momentum(step)
     opt.step()
 
-Distributed (automatic when torch.distributed is initialised with world size > 1; gloo on CPU, NCCL on CUDA):
-- Muon.step() itself averages the matrix gradients over ranks (all_reduce), so these gradients must NOT also be
-  averaged elsewhere (no DDP wrapper on them; use all_reduce_grads() for the AdamW parameters). Every rank must see
-  the same set of parameters with a gradient (.grad None is skipped on all ranks alike).
-- Each rank computes the update only for the parameters it owns (greedy balance by size), then every owner broadcasts
-  its updated parameters, so all ranks end with identical weights: the update of one process with the averaged gradient.
-- Muon state (momentum, second moment) lives on the owning rank only. state_dict() is collective (call it on every
-  rank) and returns the COMPLETE state on every rank, so rank 0 can write a single checkpoint; load_state_dict() takes
-  such a complete state (from any world size, or from one process) and keeps only what this rank owns.
+A matrix without .grad at step() is stepped with a zero gradient, as the release does for dormant untied cores (it
+injects explicit zeros): its momentum and second moment decay, and cautious weight decay shrinks it (update 0 counts
+as agreeing in sign). Callers never need to create zero gradients.
+
+Polar-Express precision (polar_express_dtype): "bf16" (the release), "fp32", or "auto" = bf16 where the parameters'
+device multiplies bf16 natively (CUDA with bf16 support; CPUs with AVX512-BF16 or AMX-BF16), fp32 elsewhere, where
+bf16 GEMMs are emulated and ~50x slower. Either way the iteration's output is rounded to bf16 and everything after
+it (NorMuon, the bf16 scalars) is the release's. The two paths differ by about the bf16 iteration's own spread.
+
+Distributed (automatic when torch.distributed is initialised with world size > 1; gloo on CPU, NCCL on CUDA), the
+release's ZeRO-2-style transport, same math:
+- Ownership: every matrix has one owner rank (assign_owners: per shape round-robin, balanced by size), fixed for the
+  optimizer's life. Only the owner keeps its momentum and second moment, and its averaged gradient at the step.
+- Gradients: post-accumulate-grad hooks copy each finished gradient into a bucket (bucket_mb, default 256 MB) and
+  free it; a full bucket is reduce-scattered asynchronously while backward goes on. A bucket holds "stacks" of one
+  same-shape matrix per owner, laid out owner-major, so the reduce-scatter hands each owner exactly its own matrices
+  (no padding); a matrix left without same-shape partners on the other ranks goes to its owner with dist.reduce.
+  Hooks act only while `sync_grads` is True: set it False for all but the last micro-batch of an accumulation (the
+  gradients then accumulate locally, like DDP's no_sync), or leave it True to reduce every micro-batch (about 1/world
+  of the gradient memory, one reduce-scatter per micro-batch). Whatever backward did not reduce, step() reduces.
+- Matrices without a gradient communicate nothing. With zero state (never stepped since construction or
+  reset_state) their zero-gradient step is pure weight decay, which every rank applies to its replica locally. With
+  non-zero state (e.g. a core skipped by random recurrence after training) the owner computes the zero-gradient
+  update and sends the new weights with the others.
+- Weights: each owner updates its matrices, then every bucket is all-gathered (or broadcast from the owner)
+  asynchronously while the next bucket's updates are computed; all ranks end with identical weights: the update of
+  one process with the rank-averaged gradient.
+- state_dict() is this rank's shard, references to the live tensors (no copies), keyed by stable names: tensors
+  "state.<name>.momentum_buffer" / "state.<name>.second_moment" of the owned matrices, plus the replicated
+  "param_groups" and "stepped" (which matrices have non-zero state). Saved with torch.distributed.checkpoint every rank
+  writes its own shard; load_state_dict() of a template filled by dcp.load works at any world size, and it still
+  takes today's complete single-file state ({"state": {index: ...}, "param_groups": ...}), keeping what this rank owns.
 
 Tests: python -m pytest -q tests/test_muon.py
 """
@@ -30,7 +54,7 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-# Spec §3.3 (the release's values)
+# Polar-Express coefficients and Muon constants of the authors' release
 POLAR_EXPRESS_COEFFS = (
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
@@ -44,6 +68,9 @@ ROW_NORM_MIN = 1e-7  # MuonEq-R: row norms clamped >= this
 SECOND_MOMENT_BETA2 = 0.95  # NorMuon EMA; used as bf16(0.95) = 0.94921875 like the release's fused kernel
 SECOND_MOMENT_MIN = 1e-10  # clamp for S and for the Frobenius-norm denominator
 MOMENTUM_START, MOMENTUM_RAMP, MOMENTUM_RAMP_STEPS = 0.85, 0.10, 300  # mu(step) = 0.85 + 0.10 * min(step / 300, 1)
+BUCKET_MB = 256  # the release's owner buckets at d26
+CPU_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # /proc/cpuinfo flags of CPUs with native bf16 matmul
+POLAR_EXPRESS_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def muon_momentum(step):
@@ -62,9 +89,40 @@ def bf16_scalar(x):
     return torch.tensor(x, dtype=torch.bfloat16).item()
 
 
-def polar_express(u):
-    """Approximate orthogonal polar factor of u (..., rows, cols): 5 Polar-Express iterations in bf16; returns bf16."""
-    x = u.bfloat16()
+def cpu_flags():
+    """The CPU feature flags of /proc/cpuinfo (empty where there is none). torch.backends.cpu.get_cpu_capability()
+    only says AVX2/AVX512, not whether the CPU has bf16 dot products."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def native_bf16_matmul(device):
+    """Whether bf16 matrix products run natively (not emulated through fp32) on this device."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    return device.type == "cpu" and bool(CPU_BF16_FLAGS & cpu_flags())
+
+
+def resolve_polar_express_dtype(choice, device):
+    """"auto" | "bf16" | "fp32" -> the torch dtype Polar-Express iterates in on `device`."""
+    if choice == "auto":
+        return torch.bfloat16 if native_bf16_matmul(device) else torch.float32
+    if choice not in POLAR_EXPRESS_DTYPES:
+        raise ValueError(f"polar_express_dtype must be auto, bf16 or fp32, got {choice!r}")
+    return POLAR_EXPRESS_DTYPES[choice]
+
+
+def polar_express(u, dtype=torch.bfloat16):
+    """Approximate orthogonal polar factor of u (..., rows, cols): 5 Polar-Express iterations in `dtype` (the
+    release: bf16, with the input cast before its Frobenius normalisation); returns bf16."""
+    x = u.to(dtype)
     x = x / (x.norm(dim=(-2, -1), keepdim=True) * POLAR_EXPRESS_SAFETY + POLAR_EXPRESS_EPS)
     tall = x.size(-2) > x.size(-1)
     for a, b, c in POLAR_EXPRESS_COEFFS:
@@ -74,7 +132,7 @@ def polar_express(u):
         else:
             gram = x @ x.mT
             x = a * x + (b * gram + c * (gram @ gram)) @ x
-    return x
+    return x.bfloat16()
 
 
 def second_moment_shape(shape):
@@ -97,20 +155,22 @@ def normuon_rescale(x, second_moment, beta2):
     return (scaled * (xf.norm(dim=(-2, -1), keepdim=True) / scaled_norm)).bfloat16()
 
 
-def muon_direction(grad, momentum_buffer, second_moment, momentum):
-    """Spec §3.3 steps 1-5 for a batch of same-shape matrices; updates both buffers in place, returns the bf16 update.
+def muon_direction(grad, momentum_buffer, second_moment, momentum, polar_express_dtype=torch.bfloat16):
+    """Muon steps 1-5 (momentum, Nesterov blend, row norm, Polar-Express, NorMuon) for a batch of same-shape
+    matrices; updates both buffers in place, returns the bf16 update.
 
-    Numerics as in the release's fused kernel: gradient and momentum in the parameter dtype (fp32), the Polar-Express
-    input is cast to bf16 before its Frobenius normalisation, beta2 is bf16(0.95) = 0.94921875.
+    Numerics as in the release's fused kernel: gradient and momentum in the parameter dtype (fp32), beta2 is
+    bf16(0.95) = 0.94921875; Polar-Express in polar_express_dtype (the release: bf16).
     """
     momentum_buffer.lerp_(grad, 1 - momentum)  # Mb <- mu Mb + (1 - mu) G
     blended = grad.lerp(momentum_buffer, momentum)  # U <- (1 - mu) G + mu Mb
     blended = blended / blended.norm(dim=-1, keepdim=True).clamp_min(ROW_NORM_MIN)
-    return normuon_rescale(polar_express(blended), second_moment, bf16_scalar(SECOND_MOMENT_BETA2))
+    return normuon_rescale(polar_express(blended, polar_express_dtype), second_moment,
+                           bf16_scalar(SECOND_MOMENT_BETA2))
 
 
 def apply_update(weight, update, lr, weight_decay):
-    """Spec §3.3 step 7 in place: W <- W - lr*update - lr*wd*W*(update*W >= 0), lr already scheduled and shape-scaled.
+    """Muon step 7 in place: W <- W - lr*update - lr*wd*W*(update*W >= 0), lr already scheduled and shape-scaled.
 
     Numerics follow the release's fused kernel where it is cheap to: lr and lr*wd are rounded to bf16, the bf16 update
     is upcast and subtracted from the fp32 weights (the products themselves are formed in fp32).
@@ -124,65 +184,242 @@ def world_size():
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-def all_reduce_mean(tensors):
-    """Average tensors in place over all ranks (sum then divide: gloo has no AVG op)."""
-    n = world_size()
-    if n == 1 or not tensors:
-        return
-    for t in tensors:
-        dist.all_reduce(t)
-    torch._foreach_div_(tensors, n)
-
-
 def all_reduce_grads(params):
-    """Average .grad over ranks for the parameters not handled by Muon (the AdamW ones); no-op in one process."""
-    all_reduce_mean([p.grad for p in params if p.grad is not None])
+    """Average .grad over ranks in place, synchronously (sum then divide); no-op in one process."""
+    n = world_size()
+    grads = [p.grad for p in params if p.grad is not None]
+    if n == 1 or not grads:
+        return
+    for g in grads:
+        dist.all_reduce(g)
+    torch._foreach_div_(grads, n)
 
 
 def reset_state(optimizer, params):
     """Fresh optimizer state for params (all moments and step counts zeroed in place), e.g. the new cores after
-    untied growth. Works for Muon and torch.optim.AdamW: zero state is what a never-stepped parameter starts from."""
+    untied growth. Works for Muon and torch.optim.AdamW: zero state is what a never-stepped parameter starts from.
+    Call it on every rank with the same params (Muon records on all ranks that their state is zero)."""
     for p in params:
         state = optimizer.state.get(p, {})
         for key, value in state.items():
             state[key] = value.zero_() if torch.is_tensor(value) else 0
+    if isinstance(optimizer, Muon):
+        for p in params:
+            optimizer.stepped[optimizer.index[p]] = False
 
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Ownership and buckets: pure functions of the matrix shapes, the same on every rank.
+
+def assign_owners(shapes, world_size):
+    """Owner rank of each matrix: per shape (largest first), round-robin in parameter order starting at the rank that
+    keeps the largest per-rank load smallest. Round-robin makes any contiguous run of same-shape matrices (e.g. the
+    blocks of the active cores) close to evenly owned, so the transport can pair them into reduce-scatter stacks."""
+    owners, load = [0] * len(shapes), [0] * world_size
+    by_shape = defaultdict(list)
+    for i, shape in enumerate(shapes):
+        by_shape[tuple(shape)].append(i)
+    for shape, indices in sorted(by_shape.items(), key=lambda item: -math.prod(item[0])):  # stable: ties in order
+        numel, extra = math.prod(shape), len(indices) % world_size
+        start = min(range(world_size),
+                    key=lambda s: max([load[(s + k) % world_size] + numel for k in range(extra)] + [max(load)]))
+        for j, i in enumerate(indices):
+            owners[i] = (start + j) % world_size
+            load[owners[i]] += numel
+    return owners
+
+
+def per_rank_bytes(shapes, world_size, dtype_bytes=4):
+    """Per rank (a list of dicts): Muon state bytes (momentum + second moment of the owned matrices) and owned-gradient
+    bytes (the averaged gradients of the owned matrices, held from their reduction until step() ends). On top of
+    these, backward holds each micro-batch's local gradients until their bucket is reduced (all of them when
+    sync_grads is False), plus up to about two buckets of copies in flight."""
+    out = [dict(state=0, owned_grads=0) for _ in range(world_size)]
+    for shape, rank in zip(shapes, assign_owners(shapes, world_size)):
+        out[rank]["state"] += dtype_bytes * (math.prod(shape) + math.prod(second_moment_shape(shape)))
+        out[rank]["owned_grads"] += dtype_bytes * math.prod(shape)
+    return out
+
+
+class Bucket:
+    """Matrices moved by one collective: chunks[r] lists the matrices owned by rank r, in flat-buffer order. scatter:
+    every chunk has the same size (reduce-scatter / all-gather); otherwise only the owner's chunk is non-empty
+    (reduce to / broadcast from the owner)."""
+
+    def __init__(self, chunks, scatter):
+        self.chunks, self.scatter = chunks, scatter
+        self.members = [i for chunk in chunks for i in chunk]
+        self.owner = next(r for r, chunk in enumerate(chunks) if chunk)
+
+
+def plan_buckets(indices, shapes, owners, world_size, bucket_bytes, dtype_bytes=4):
+    """Buckets moving the matrices `indices`, in the order backward finishes their gradients (last matrices first).
+
+    Per shape, the k-th matrix of each owner form a stack; full stacks fill scatter buckets of about bucket_bytes;
+    matrices without a partner on every rank get an owner bucket each.
+    """
+    items = []  # (readiness key, stack or single matrix, scatter?)
+    by_shape = defaultdict(lambda: [[] for _ in range(world_size)])
+    for i in indices:
+        by_shape[tuple(shapes[i])][owners[i]].append(i)
+    for per_owner in by_shape.values():
+        full = min(len(owned) for owned in per_owner)
+        items += [(min(stack), stack, True) for stack in zip(*(owned[:full] for owned in per_owner))]
+        items += [(i, (i,), False) for owned in per_owner for i in owned[full:]]
+    buckets, chunks, size = [], [[] for _ in range(world_size)], 0
+    for _, members, scatter in sorted(items, key=lambda item: -item[0]):
+        if not scatter:
+            single = [[] for _ in range(world_size)]
+            single[owners[members[0]]].append(members[0])
+            buckets.append(Bucket(single, scatter=False))
+            continue
+        for i in members:
+            chunks[owners[i]].append(i)
+        size += dtype_bytes * sum(math.prod(shapes[i]) for i in members)
+        if size >= bucket_bytes:
+            buckets.append(Bucket(chunks, scatter=True))
+            chunks, size = [[] for _ in range(world_size)], 0
+    if size:
+        buckets.append(Bucket(chunks, scatter=True))
+    return buckets
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The optimizer.
 
 class Muon(torch.optim.Optimizer):
     """The release's Muon variant for 2-D parameters. Group keys: lr (scheduled), weight_decay, momentum (scheduled).
 
     distributed: None = automatic (torch.distributed initialised with world size > 1); False = every rank computes
-    every update from the gradients it has (e.g. already averaged by DDP). The module docstring has the contract.
+    every update from the gradients it has (e.g. already averaged by DDP). polar_express_dtype: auto | bf16 | fp32.
+    bucket_mb: transport bucket size. param_names: stable checkpoint names (default: the parameter index).
+    The module docstring has the contract; set sync_grads before each backward when accumulating micro-batches.
     """
 
-    def __init__(self, params, lr, weight_decay=0.0, momentum=MOMENTUM_START, distributed=None):
+    def __init__(self, params, lr, weight_decay=0.0, momentum=MOMENTUM_START, distributed=None,
+                 polar_express_dtype="auto", bucket_mb=BUCKET_MB, param_names=None):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
-        for p in self._params():
+        params = self._params()
+        for p in params:
             if p.ndim != 2:
                 raise ValueError(f"Muon takes matrices only, got a parameter of shape {tuple(p.shape)}")
+        self.names = [str(i) for i in range(len(params))] if param_names is None else list(param_names)
+        if len(self.names) != len(params) or len(set(self.names)) != len(params):
+            raise ValueError(f"param_names must be {len(params)} distinct names, one per parameter")
         self.world_size = world_size() if distributed in (None, True) else 1
         self.rank = dist.get_rank() if self.world_size > 1 else 0
+        self.polar_express_dtype = resolve_polar_express_dtype(polar_express_dtype, params[0].device)
+        self.bucket_bytes = int(bucket_mb * 2 ** 20)
+        self.index = {p: i for i, p in enumerate(params)}
+        self.group_of = [g for g, group in enumerate(self.param_groups) for _ in group["params"]]
+        self.owners = assign_owners([p.shape for p in params], self.world_size)
+        self.owned = [p for i, p in enumerate(params) if self.owners[i] == self.rank]
+        for p in self.owned:  # all owned state up front: its size is known and state_dict() never allocates
+            self.state[p].update(momentum_buffer=torch.zeros_like(p), second_moment=torch.zeros(
+                second_moment_shape(p.shape), dtype=torch.float32, device=p.device))
+        self.stepped = [False] * len(params)  # replicated: True once a matrix's state may be non-zero
+        self.sync_grads = True
+        self._plans = {}
+        self._expected = self._plan(range(len(params)))  # the buckets hooks fill; re-planned from each step's grads
+        self._next_bucket, self._ready, self._in_flight = 0, set(), []
+        self._reduced, self._owned_grads = set(), {}  # matrices reduced this step; averaged grads of the owned ones
+        if self.world_size > 1:
+            for p in params:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
 
-    def _owners(self):
-        """Parameter -> owning rank: largest first to the least-loaded rank (deterministic, the same on all ranks)."""
-        load, owner = [0] * self.world_size, {}
-        for p in sorted(self._params(), key=lambda p: -p.numel()):  # stable sort: ties keep parameter order
-            rank = min(range(self.world_size), key=load.__getitem__)
-            owner[p], load[rank] = rank, load[rank] + p.numel()
-        return owner
+    def _plan(self, indices):
+        key = tuple(indices)
+        if key not in self._plans:
+            shapes = [p.shape for p in self._params()]
+            self._plans[key] = plan_buckets(key, shapes, self.owners, self.world_size, self.bucket_bytes)
+        return self._plans[key]
 
-    @staticmethod
-    def _fresh_state(p):
-        return {"momentum_buffer": torch.zeros_like(p),
-                "second_moment": torch.zeros(second_moment_shape(p.shape), dtype=torch.float32, device=p.device)}
+    def owned_bytes(self):
+        """Bytes this rank's Muon state holds (see per_rank_bytes for the gradients)."""
+        return sum(t.numel() * t.element_size() for p in self.owned for t in self.state[p].values())
 
-    def _state(self, p):
-        if not self.state[p]:
-            self.state[p].update(self._fresh_state(p))
-        return self.state[p]
+    # --- gradient reduction ----------------------------------------------------------------------------------------
+
+    def _grad_ready(self, p):
+        """Post-accumulate-grad hook: launch every complete bucket, strictly in plan order (the same on all ranks)."""
+        if not self.sync_grads:
+            return
+        self._ready.add(self.index[p])
+        while self._next_bucket < len(self._expected) and \
+                self._ready.issuperset(self._expected[self._next_bucket].members):
+            self._launch_reduce(self._expected[self._next_bucket])
+            self._next_bucket += 1
+        if self._next_bucket == len(self._expected):  # every bucket went: the next synced backward starts over
+            self._next_bucket, self._ready = 0, set()
+
+    def _launch_reduce(self, bucket):
+        params = self._params()
+        flat = torch.cat([params[i].grad.reshape(-1) for i in bucket.members])
+        for i in bucket.members:
+            params[i].grad = None  # the bucket's copy replaces the gradient; non-owned ones are gone after the reduce
+        if bucket.scatter:
+            out = flat.new_empty(flat.numel() // self.world_size)
+            work = dist.reduce_scatter_single(out, flat, async_op=True)
+        else:
+            out, work = flat, dist.reduce(flat, dst=bucket.owner, async_op=True)
+        self._reduced.update(bucket.members)
+        self._in_flight.append((bucket, out, work))
+
+    def _finish_reductions(self):
+        params = self._params()
+        for bucket, out, work in self._in_flight:
+            work.wait()
+            offset = 0
+            for i in bucket.chunks[self.rank]:
+                grad = out[offset:offset + params[i].numel()].view_as(params[i])
+                offset += params[i].numel()
+                if i in self._owned_grads:  # reduced in an earlier micro-batch too
+                    self._owned_grads[i].add_(grad, alpha=1 / self.world_size)
+                else:
+                    self._owned_grads[i] = grad.div_(self.world_size)
+        self._in_flight = []
+
+    def _reduce_grads(self):
+        """Wait for backward's buckets, reduce whatever is left; returns the indices that had a gradient this step."""
+        self._finish_reductions()
+        left = [i for i, p in enumerate(self._params()) if p.grad is not None]  # the same on every rank
+        for bucket in self._plan(left) if left else []:
+            self._launch_reduce(bucket)
+        self._finish_reductions()
+        with_grad, self._reduced = sorted(self._reduced), set()
+        self._next_bucket, self._ready = 0, set()
+        self._expected = self._plan(with_grad)
+        return with_grad
+
+    # --- the step ---------------------------------------------------------------------------------------------------
+
+    def _update(self, indices, grads):
+        """The full Muon update of the given (owned) matrices; a missing gradient counts as zero."""
+        params, by_key = self._params(), defaultdict(list)
+        for i in indices:  # same-shape matrices of a group are updated as one batch; the math is per matrix
+            by_key[self.group_of[i], tuple(params[i].shape)].append(i)
+        for (g, shape), batch in by_key.items():
+            group = self.param_groups[g]
+            states = [self.state[params[i]] for i in batch]
+            weights = torch.stack([params[i] for i in batch])
+            momentum_buffers = torch.stack([s["momentum_buffer"] for s in states])
+            second_moments = torch.stack([s["second_moment"] for s in states])
+            grad = torch.stack([grads[i] if i in grads else torch.zeros_like(params[i]) for i in batch])
+            update = muon_direction(grad, momentum_buffers, second_moments, group["momentum"],
+                                    self.polar_express_dtype)
+            apply_update(weights, update, group["lr"] * shape_lr_factor(shape), group["weight_decay"])
+            for k, (i, s) in enumerate(zip(batch, states)):
+                params[i].copy_(weights[k])
+                s["momentum_buffer"].copy_(momentum_buffers[k])
+                s["second_moment"].copy_(second_moments[k])
+
+    def _decay_only(self, p):
+        """The zero-gradient step of a matrix with zero state: update 0, so W <- W - lr_s*wd*W (mask all true)."""
+        group = self.param_groups[self.group_of[self.index[p]]]
+        p.sub_(p * bf16_scalar(group["lr"] * shape_lr_factor(p.shape) * group["weight_decay"]))
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -190,57 +427,112 @@ class Muon(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        with_grad = [p for p in self._params() if p.grad is not None]
-        owner = self._owners()
+        params = self._params()
         if self.world_size > 1:
-            all_reduce_mean([p.grad for p in with_grad])
-        for group in self.param_groups:
-            by_shape = defaultdict(list)  # same-shape matrices are updated as one batch; the math is per matrix
-            for p in group["params"]:
-                if p.grad is not None and owner[p] == self.rank:
-                    by_shape[p.shape].append(p)
-            for shape, params in by_shape.items():
-                states = [self._state(p) for p in params]
-                weights = torch.stack(params)
-                momentum_buffers = torch.stack([s["momentum_buffer"] for s in states])
-                second_moments = torch.stack([s["second_moment"] for s in states])
-                update = muon_direction(torch.stack([p.grad for p in params]), momentum_buffers, second_moments,
-                                        group["momentum"])
-                apply_update(weights, update, group["lr"] * shape_lr_factor(shape), group["weight_decay"])
-                for i, (p, s) in enumerate(zip(params, states)):
-                    p.copy_(weights[i])
-                    s["momentum_buffer"].copy_(momentum_buffers[i])
-                    s["second_moment"].copy_(second_moments[i])
-        if self.world_size > 1:
-            self._broadcast_from_owners([(p, owner[p]) for p in with_grad])
+            with_grad = self._reduce_grads()
+            grads, self._owned_grads = self._owned_grads, {}
+        else:
+            grads = {i: p.grad for i, p in enumerate(params) if p.grad is not None}
+            with_grad = sorted(grads)
+        has_grad = set(with_grad)
+        moving = [i for i in range(len(params)) if i in has_grad or self.stepped[i]]
+        for i in range(len(params)):
+            if i not in has_grad and not self.stepped[i]:
+                self._decay_only(params[i])  # on every rank alike: no communication
+        if self.world_size == 1:
+            self._update(moving, grads)
+        else:
+            self._update_and_gather(moving, grads)
+        for i in with_grad:
+            self.stepped[i] = True
         return loss
 
-    def _broadcast_from_owners(self, tensors_and_owners):
-        for tensor, owner in tensors_and_owners:
-            dist.broadcast(tensor, src=owner)
+    def _update_and_gather(self, moving, grads):
+        """Owners update bucket by bucket; each bucket's new weights travel while the next one is computed."""
+        params, pending = self._params(), []
+        for bucket in self._plan(moving):
+            mine = bucket.chunks[self.rank]
+            self._update(mine, grads)
+            if bucket.scatter:
+                local = torch.cat([params[i].reshape(-1) for i in mine])
+                out = local.new_empty(local.numel() * self.world_size)
+                pending.append((bucket, out, dist.all_gather_single(out, local, async_op=True)))
+            else:
+                out = torch.cat([params[i].reshape(-1) for i in bucket.members])
+                pending.append((bucket, out, dist.broadcast(out, src=bucket.owner, async_op=True)))
+        for bucket, out, work in pending:
+            work.wait()
+            offset = 0
+            for i in bucket.members:
+                if self.owners[i] != self.rank:
+                    params[i].copy_(out[offset:offset + params[i].numel()].view_as(params[i]))
+                offset += params[i].numel()
+
+    # --- checkpoints ------------------------------------------------------------------------------------------------
 
     def state_dict(self):
-        """Complete state on every rank. Distributed: collective (every rank must call it), owners broadcast their
-        state; a parameter that never had state appears with zero buffers, which is exactly its fresh state."""
-        state_dict = super().state_dict()
-        if self.world_size == 1:
-            return state_dict
-        owner, full_state, transfers = self._owners(), {}, []
-        for index, p in enumerate(self._params()):  # same numbering as torch.optim.Optimizer.state_dict
-            state = self._state(p) if owner[p] == self.rank else self._fresh_state(p)
-            full_state[index] = state
-            transfers += [(state["momentum_buffer"], owner[p]), (state["second_moment"], owner[p])]
-        self._broadcast_from_owners(transfers)
-        state_dict["state"] = full_state
+        """This rank's shard (live tensors, no copies): the owned matrices' state under stable names, plus the
+        replicated param_groups (hyperparameters) and stepped flags. Not collective."""
+        groups = [dict({k: v for k, v in group.items() if k != "params"},
+                       params=[self.names[self.index[p]] for p in group["params"]]) for group in self.param_groups]
+        state_dict = dict(param_groups=groups, stepped=torch.tensor(self.stepped))
+        for p in self.owned:
+            for key, tensor in self.state[p].items():
+                state_dict[f"state.{self.names[self.index[p]]}.{key}"] = tensor
         return state_dict
 
     def load_state_dict(self, state_dict):
-        """Load a complete state (from state_dict() of any world size); in distributed mode keep only the owned part."""
-        super().load_state_dict(state_dict)
-        for p in self.state:  # the base class casts floating state to the parameter's dtype; S stays fp32 here
-            if "second_moment" in self.state[p]:
-                self.state[p]["second_moment"] = self.state[p]["second_moment"].float()
+        """Load a shard (state_dict() of any world size, e.g. a template filled by dcp.load, or all shards merged)
+        or a complete single-process state ({"state": {index: {...}}, ...}); keeps only what this rank owns."""
+        saved_groups = state_dict["param_groups"]
+        if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in self.param_groups]:
+            raise ValueError("optimizer state was saved for other parameter groups; resume with the same model")
+        for group, saved in zip(self.param_groups, saved_groups):
+            group.update({k: v for k, v in saved.items() if k != "params"})
+        complete = state_dict.get("state")
+        for p in self.owned:
+            i = self.index[p]
+            for key, tensor in self.state[p].items():
+                if complete is not None:
+                    saved = complete.get(i, {}).get(key)
+                else:
+                    saved = state_dict.get(f"state.{self.names[i]}.{key}")
+                    if saved is None:
+                        raise ValueError(f"the optimizer state has no {key} for matrix {self.names[i]}")
+                if saved is None:
+                    tensor.zero_()
+                elif saved is not tensor:
+                    tensor.copy_(saved)
+        if complete is not None:  # every rank sees every matrix: non-zero state means stepped
+            self.stepped = [any(torch.is_tensor(t) and bool(t.any()) for t in complete.get(i, {}).values())
+                            for i in range(len(self.names))]
+        else:
+            self.stepped = [bool(s) for s in state_dict["stepped"].tolist()]
+
+
+class ReplicatedGrads:
+    """Rank-averaged .grad for parameters every rank steps itself (the AdamW embedding and lm_head): each finished
+    gradient is all-reduced asynchronously from its post-accumulate-grad hook while sync_grads is True (DDP's
+    traffic, overlapped with the rest of backward); wait() completes them (and reduces any left) before the step."""
+
+    def __init__(self, params):
+        self.params, self.sync_grads, self._in_flight = list(params), True, []
+        self.world_size = world_size()
         if self.world_size > 1:
-            owner = self._owners()
-            for p in [p for p in self.state if owner[p] != self.rank]:
-                del self.state[p]
+            for p in self.params:
+                p.register_post_accumulate_grad_hook(self._grad_ready)
+
+    def _grad_ready(self, p):
+        if self.sync_grads:
+            grad, p.grad = p.grad, None  # a later backward accumulates afresh, not into the tensor in flight
+            self._in_flight.append((p, grad, dist.all_reduce(grad, async_op=True)))
+
+    def wait(self):
+        if self.world_size == 1:
+            return
+        all_reduce_grads(self.params)  # gradients not reduced in backward (sync_grads False on the last one)
+        for p, grad, work in self._in_flight:
+            work.wait()
+            grad.div_(self.world_size)
+            p.grad = grad if p.grad is None else p.grad.add_(grad)
+        self._in_flight = []

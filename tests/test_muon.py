@@ -1,5 +1,7 @@
-"""Tests for muon.py: the Muon variant's pieces against spec §3.3, a full step against a plain fp32 reference written
-from the spec formulas, AdamW against spec §3.2, state reset, the zero-LR re-warm step, and a 2-process gloo run."""
+"""Tests for muon.py: the Muon variant's pieces against the release's formulas, a full step against a plain fp32
+reference, AdamW against its formula, state reset, the zero-LR re-warm step, no-grad = zero gradient, Polar-Express
+precisions, ownership, and the distributed transport (1, 2 and 4 gloo processes through growth, byte counts, gradient
+memory, sharded DCP checkpoints resumed on another world size)."""
 import math
 import os
 
@@ -10,7 +12,7 @@ import torch.multiprocessing as mp
 
 import muon
 
-SPEC_COEFFS = [  # spec §3.3, copied here so a typo in muon.py cannot hide
+SPEC_COEFFS = [  # the release's coefficients, copied here so a typo in muon.py cannot hide
     (8.156554524902461, -22.48329292557795, 15.878769915207462),
     (4.042929935166739, -2.808917465908714, 0.5000178451051316),
     (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
@@ -24,7 +26,7 @@ def relative_error(a, b):
 
 
 def reference_muon_step(weight, grad, state, lr, wd, mu, beta2=0.95):
-    """Spec §3.3 for one matrix, plainly, in fp32 (no bf16 anywhere)."""
+    """The release's Muon for one matrix, plainly, in fp32 (no bf16 anywhere)."""
     rows, cols = weight.shape
     state["m"] = mu * state["m"] + (1 - mu) * grad
     u = (1 - mu) * grad + mu * state["m"]
@@ -80,7 +82,7 @@ def test_second_moment_rescaling_preserves_frobenius_norm(shape):
     out = muon.normuon_rescale(x, second_moment, muon.bf16_scalar(0.95))
     assert out.dtype == torch.bfloat16
     assert abs(out.float().norm() / x.float().norm() - 1) < 5e-3
-    beta2 = 0.94921875  # spec: bf16(0.95), what the release's kernel effectively uses
+    beta2 = 0.94921875  # bf16(0.95), what the release's kernel effectively uses
     xf = x.float()
     v = (xf ** 2).mean(dim=1, keepdim=True) if shape[0] >= shape[1] else (xf ** 2).mean(dim=0, keepdim=True)
     expected_s = beta2 * initial + (1 - beta2) * v
@@ -141,12 +143,13 @@ def schedule(step):
     return 0.02 * (1.0, 0.7, 0.0, 0.5, 0.25)[step], muon.muon_momentum(100 * step)  # lr, momentum (LR 0 at step 2)
 
 
-def test_full_step_matches_spec_reference():
+@pytest.mark.parametrize("polar_express_dtype", ["bf16", "fp32"])
+def test_full_step_matches_reference(polar_express_dtype):
     """Four steps (one at LR 0) on tall, wide and square matrices, two of the same shape (updated as one batch), against
     the plain fp32 reference. A bf16 Polar-Express differs from fp32 by ~5 % (its rounding is amplified by the large
     coefficients; even a bf16 reimplementation that only normalises in fp32 first differs by that much), hence 12 %."""
     params = make_matrices()
-    opt = muon.Muon(params, lr=0.02, weight_decay=0.1)
+    opt = muon.Muon(params, lr=0.02, weight_decay=0.1, polar_express_dtype=polar_express_dtype)
     reference_states = [dict(m=torch.zeros_like(p), s=torch.zeros(muon.second_moment_shape(p.shape))) for p in params]
     for step in range(4):
         lr, mu = schedule(step)
@@ -188,18 +191,78 @@ def test_zero_lr_step_keeps_weights_but_updates_moments():
     assert adamw.state[embedding]["exp_avg"].abs().sum() > 0
 
 
-def test_params_without_grad_are_skipped():
-    params = make_matrices()[:2]
-    before = params[1].detach().clone()
-    opt = muon.Muon(params, lr=0.02, weight_decay=0.1)
-    params[0].grad = torch.randn(params[0].shape)
-    opt.step()
-    assert torch.equal(params[1].detach(), before) and params[1] not in opt.state
+def test_missing_grad_is_the_release_zero_gradient_step():
+    """No .grad = the release's explicit zero gradient, bit for bit: pure decay while the state is zero (no state
+    read or written), the full zero-gradient update once the state is non-zero; also after reset_state."""
+    implicit, explicit = make_matrices()[:2], make_matrices()[:2]
+    opts = [muon.Muon(params, lr=0.02, weight_decay=0.1) for params in (implicit, explicit)]
+    for step in range(5):
+        grads = make_grads(implicit, step, seed=11)
+        for params in (implicit, explicit):
+            params[0].grad = grads[0].clone()
+            params[1].grad = grads[1].clone() if step == 2 else None  # params[1]: no grad, then one, then none again
+        explicit[1].grad = explicit[1].grad if step == 2 else torch.zeros_like(explicit[1])
+        if step == 4:
+            for opt, params in zip(opts, (implicit, explicit)):
+                muon.reset_state(opt, [params[1]])
+        for opt in opts:
+            set_step(opt, step % 4)
+            opt.step()
+        for a, b in zip(implicit, explicit):
+            assert torch.equal(a.detach(), b.detach()), step
+        for key in ("momentum_buffer", "second_moment"):
+            assert torch.equal(opts[0].state[implicit[1]][key], opts[1].state[explicit[1]][key]), (step, key)
+    assert opts[0].stepped == [True, False]  # reset at step 4, not stepped with a gradient since
     with pytest.raises(ValueError):
         muon.Muon([torch.nn.Parameter(torch.zeros(3))], lr=0.1)
 
 
-def test_adamw_is_spec_formula():
+def conditioned(shape, seed):
+    generator = torch.Generator().manual_seed(seed)
+    k = min(shape)
+    left, _ = torch.linalg.qr(torch.randn(shape[0], k, generator=generator))
+    right, _ = torch.linalg.qr(torch.randn(shape[1], k, generator=generator))
+    return left, right, 7.0 * left @ torch.diag(torch.logspace(-2, 0, k)) @ right.T  # condition number 100
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (96, 32), (32, 96)])
+def test_polar_express_fp32_path_matches_bf16(shape):
+    """Both precisions land in the same singular-value band, and the fp32 path differs from the bf16 one by no more
+    than the bf16 iteration moves when its input moves by one bf16 rounding (the iteration amplifies rounding: both
+    are ~4 %), so the fp32 path is the release's numerics to bf16 tolerance."""
+    left, right, u = conditioned(shape, seed=0)
+    outputs = {}
+    for dtype in (torch.bfloat16, torch.float32):
+        out = muon.polar_express(u, dtype)
+        assert out.dtype == torch.bfloat16 and out.shape == shape
+        sv = torch.linalg.svdvals(out.float())
+        assert sv.min() > 0.75 and sv.max() < 1.25, (dtype, sv.min(), sv.max())
+        assert relative_error(out.float(), left @ right.T) < 0.15
+        outputs[dtype] = out.float()
+    nudged = u * (1 + 2 ** -9 * torch.randn(shape, generator=torch.Generator().manual_seed(1)))
+    bf16_spread = relative_error(muon.polar_express(nudged, torch.bfloat16).float(), outputs[torch.bfloat16])
+    difference = relative_error(outputs[torch.float32], outputs[torch.bfloat16])
+    assert difference < max(2 * bf16_spread, 0.02) and difference < 0.08, (difference, bf16_spread)
+
+
+def test_polar_express_dtype_by_hardware(monkeypatch):
+    monkeypatch.setattr(muon, "cpu_flags", lambda: {"avx2", "fma"})
+    assert muon.resolve_polar_express_dtype("auto", "cpu") == torch.float32
+    monkeypatch.setattr(muon, "cpu_flags", lambda: {"avx512f", "avx512_bf16"})
+    assert muon.resolve_polar_express_dtype("auto", "cpu") == torch.bfloat16
+    monkeypatch.setattr(muon, "cpu_flags", lambda: {"amx_bf16", "amx_tile"})
+    assert muon.resolve_polar_express_dtype("auto", "cpu") == torch.bfloat16
+    assert muon.resolve_polar_express_dtype("bf16", "cpu") == torch.bfloat16
+    assert muon.resolve_polar_express_dtype("fp32", "cpu") == torch.float32
+    monkeypatch.setattr(muon, "cpu_flags", lambda: set())
+    params = make_matrices()[:1]
+    assert muon.Muon(params, lr=0.02).polar_express_dtype == torch.float32
+    assert muon.Muon(params, lr=0.02, polar_express_dtype="bf16").polar_express_dtype == torch.bfloat16
+    with pytest.raises(ValueError):
+        muon.Muon(params, lr=0.02, polar_express_dtype="fp16")
+
+
+def test_adamw_is_the_formula():
     torch.manual_seed(2)
     weight = torch.nn.Parameter(torch.randn(6, 5))
     lr, wd, beta1, beta2, eps = 0.01, 0.1, 0.8, 0.95, 1e-3  # eps large enough to tell inside from outside the sqrt
@@ -255,49 +318,161 @@ def test_reset_state_gives_fresh_state():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Distributed: 2 gloo processes, each with its own gradient, against one process with the averaged gradient.
+# Ownership, buckets and byte accounting (pure functions).
 
-WORLD_SIZE = 2
+def tiny_config():
+    import model
+    return model.config_for("untied_grow", 3, width_per_depth=8, head_dim=8, seq_len=16, vocab_size=64, mlp_multiple=8)
+
+
+def test_ownership_is_balanced_and_the_bytes_function_matches_it():
+    import model
+    matrices = model.GPT(tiny_config()).param_groups()["matrix"]  # 6 blocks: prelude, 4 untied cores, coda
+    shapes = [p.shape for p in matrices]
+    for world in (1, 2, 4):
+        owners = muon.assign_owners(shapes, world)
+        load = [sum(math.prod(s) for s, r in zip(shapes, owners) if r == rank) for rank in range(world)]
+        assert max(load) - min(load) <= max(math.prod(s) for s in shapes), (world, load)
+        per_rank = muon.per_rank_bytes(shapes, world)
+        assert sum(r["owned_grads"] for r in per_rank) == 4 * sum(p.numel() for p in matrices)
+        assert [r["owned_grads"] for r in per_rank] == [4 * n for n in load]
+    # before growth (cores 3 and 4 dormant) the active matrices still pair up into stacks: no owner-bucket fallback
+    owners = muon.assign_owners(shapes, 2)
+    active = [i for i in range(len(matrices)) if i // 7 not in (3, 4)]  # 7 matrices per block
+    buckets = muon.plan_buckets(active, shapes, owners, 2, bucket_bytes=4 * 24 * 64 * 4)
+    assert all(b.scatter for b in buckets) and sorted(i for b in buckets for i in b.members) == active
+    assert len(buckets) > 1  # the bucket size splits them
+    for b in buckets:
+        assert len({sum(math.prod(shapes[i]) for i in chunk) for chunk in b.chunks}) == 1  # equal chunks
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Distributed: model.GPT at a tiny Untied-Grow config trained through growth with 1, 2 and 4 gloo processes
+# (micro-batch accumulation, sync only on the last micro-batch), sharded DCP checkpoints and byte counts.
+
+GLOBAL_SEQS, STEPS, GROW_AT, SAVE_AT = 4, 7, 3, 4
 
 
 def set_step(opt, step):
     for group in opt.param_groups:
-        group["lr"], group["momentum"] = schedule(step)
+        group["lr"], group["momentum"] = schedule(step % 5)
 
 
-def distributed_worker(rank, port, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=WORLD_SIZE)
-    try:
-        params = make_matrices()
-        skipped = torch.nn.Parameter(torch.randn(8, 8, generator=torch.Generator().manual_seed(9)))  # never has a grad
-        opt = muon.Muon([{"params": params[:4]}, {"params": params[4:] + [skipped], "weight_decay": 0.3}],
-                        lr=0.02, weight_decay=0.1)
-        for step in range(3):
-            for p, g in zip(params, make_grads(params, step, seed=rank)):
-                p.grad = g
-            set_step(opt, step)
-            opt.step()
-        owned = [i for i, p in enumerate(params) if p in opt.state]
-        state_dict = opt.state_dict()  # collective
-        torch.save(dict(params=[p.detach().clone() for p in params], state_dict=state_dict, owned=owned,
-                        skipped=skipped.detach().clone()), f"{out_dir}/rank{rank}.pt")
+def build_run():
+    import model
+    torch.manual_seed(0)
+    net = model.GPT(tiny_config())
+    for p in net.parameters():  # non-zero out-projections, so weight decay and updates are visible everywhere
+        torch.nn.init.normal_(p, std=0.05)
+    groups = net.param_groups()
+    names = [n for n, p in net.named_parameters() if n.startswith("transformer.h.")]
+    opt = muon.Muon(groups["matrix"], lr=0.02, weight_decay=0.1, bucket_mb=0.02, param_names=names)
+    adam_params = groups["embedding"] + groups["unembedding"]
+    adamw = torch.optim.AdamW(adam_params, lr=0.01, weight_decay=0.1)
+    return net, opt, adamw, muon.ReplicatedGrads(adam_params)
+
+
+def exact_grad(step, sequence, index, shape):
+    """A per-sequence gradient on a coarse grid (k / 1024, |k| <= 8): sums and power-of-two means of such values are
+    exact in fp32, so every world size averages to bit-identical gradients. (Real losses differ in the last bit with
+    the summation order, and the update's bf16 rounding turns that into ~1e-5 weight differences within a few steps,
+    which would test luck, not the transport.)"""
+    generator = torch.Generator().manual_seed(100_000 * step + 1_000 * sequence + index)
+    return torch.randint(-8, 9, shape, generator=generator).float() / 1024
+
+
+def train_step(net, opt, adamw, replicated, step, rank, world, probe=None):
+    """One step as train.py runs it: growth (copy cores, fresh state), micro-batches of one sequence with sync only on
+    the last, ReplicatedGrads.wait, the optimizers. Blocks 3 and 4 (cores 3, 4) get no gradient before growth, block 4
+    none on the last step (a 3-pass step: state but no gradient)."""
+    if step == GROW_AT:
+        muon.reset_state(opt, net.grow(4))
+    skipped = (3, 4) if step < GROW_AT else (4,) if step == STEPS - 1 else ()
+    matrices = opt.param_groups[0]["params"]
+    trained = [(i, p) for i, p in enumerate(matrices) if i // 7 not in skipped]  # 7 matrices per block
+    trained += [(len(matrices) + k, p) for k, p in enumerate(replicated.params)]
+    set_step(opt, step)
+    mine = range(rank * GLOBAL_SEQS // world, (rank + 1) * GLOBAL_SEQS // world)
+    for k, sequence in enumerate(mine):
+        opt.sync_grads = replicated.sync_grads = k == len(mine) - 1  # communicate on the last micro-batch only
+        loss = sum((p * exact_grad(step, sequence, i, p.shape)).sum() for i, p in trained) / len(mine)
+        loss.backward()
+    if probe is not None:
+        probe["grads_after_backward"] = [p.grad is not None for p in matrices]
+    replicated.wait()
+    opt.step()
+    adamw.step()
+    net.zero_grad(set_to_none=True)
+
+
+def count_collectives(counts, world):
+    """Wrap the collectives muon.py calls; per-rank wire bytes of bandwidth-optimal (ring) algorithms."""
+    factors = dict(reduce_scatter_single=(world - 1) / world, all_gather_single=(world - 1) / world,
+                   all_reduce=2 * (world - 1) / world, reduce=1.0, broadcast=1.0)
+    for name, factor in factors.items():
+        original = getattr(dist, name)
+
+        def counted(*args, _original=original, _name=name, _factor=factor, **kwargs):
+            tensor = args[1] if _name == "reduce_scatter_single" else args[0]  # the full-size buffer
+            counts.append((_name, tensor.numel() * tensor.element_size(), _factor))
+            return _original(*args, **kwargs)
+        setattr(dist, name, counted)
+
+
+def storage_bytes(opt):
+    storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                for state in opt.state.values() for t in state.values()}
+    return sum(storages.values())
+
+
+def trajectory(rank, world, out_dir):
+    """Uninterrupted run (world 2 also saves a DCP checkpoint, counts bytes and checks memory), then a run resumed
+    from the 2-rank checkpoint at SAVE_AT."""
+    import torch.distributed.checkpoint as dcp
+    net, opt, adamw, replicated = build_run()
+    report = dict(steps={})
+    counts = []
+    if world == 2:
+        count_collectives(counts, world)
+    for step in range(STEPS):
+        if step == SAVE_AT and world == 2:
+            before = storage_bytes(opt)
+            shard = opt.state_dict()
+            assert all(t.untyped_storage().data_ptr() in {s.untyped_storage().data_ptr() for st in opt.state.values()
+                                                           for s in st.values()}
+                       for k, t in shard.items() if k.startswith("state."))
+            dcp.save(dict(model=net.state_dict(), muon=shard), checkpoint_id=f"{out_dir}/ckpt")
+            if rank == 0:
+                torch.save(adamw.state_dict(), f"{out_dir}/adamw.pt")
+            report.update(state_bytes_before=before, state_bytes_after=storage_bytes(opt),
+                          predicted_state_bytes=muon.per_rank_bytes([p.shape for p in opt._params()], 2)[rank]["state"],
+                          shard={k: v.clone() for k, v in shard.items() if k.startswith("state.")})
+        start = len(counts)
+        probe = {}
+        train_step(net, opt, adamw, replicated, step, rank, world, probe)
+        report["steps"][step] = dict(counts=counts[start:], grads_after_backward=probe["grads_after_backward"],
+                                     grads_after_step=[p.grad is not None for p in opt._params()])
+    report["final"] = {k: v.clone() for k, v in net.state_dict().items()}
+    if world == 2:
         dist.barrier()
-        # resume: fresh optimizer on the same weights, loading the single file rank 0 wrote
-        saved = torch.load(f"{out_dir}/rank0.pt")
-        resumed_params = [torch.nn.Parameter(p.clone()) for p in saved["params"]]
-        resumed = muon.Muon([{"params": resumed_params[:4]},
-                             {"params": resumed_params[4:] + [torch.nn.Parameter(saved["skipped"].clone())],
-                              "weight_decay": 0.3}], lr=0.02, weight_decay=0.1)
-        resumed.load_state_dict(saved["state_dict"])
-        resumed_owned = [i for i, p in enumerate(resumed_params) if p in resumed.state]
-        for step in (3, 4):
-            for p, g in zip(resumed_params, make_grads(resumed_params, step, seed=rank)):
-                p.grad = g
-            set_step(resumed, step)
-            resumed.step()
-        torch.save(dict(params=[p.detach().clone() for p in resumed_params], owned=resumed_owned),
-                   f"{out_dir}/resumed{rank}.pt")
+    net, opt, adamw, replicated = build_run()
+    net.grow(4)  # SAVE_AT is after growth: the checkpoint holds the grown model
+    state = dict(model=net.state_dict(), muon=opt.state_dict())
+    dcp.load(state, checkpoint_id=f"{out_dir}/ckpt")
+    opt.load_state_dict(state["muon"])
+    adamw.load_state_dict(torch.load(f"{out_dir}/adamw.pt"))
+    report["loaded"] = {k: v.clone() for k, v in opt.state_dict().items() if k.startswith("state.")}
+    for step in range(SAVE_AT, STEPS):
+        train_step(net, opt, adamw, replicated, step, rank, world)
+    report["resumed"] = {k: v.clone() for k, v in net.state_dict().items()}
+    return report
+
+
+def transport_worker(rank, world, port, out_dir):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        torch.save(trajectory(rank, world, out_dir), f"{out_dir}/w{world}_rank{rank}.pt")
     finally:
         dist.destroy_process_group()
     # Skip interpreter teardown: gloo's worker thread can still be freeing a finished collective's tensors then, needs
@@ -305,38 +480,80 @@ def distributed_worker(rank, port, out_dir):
     os._exit(0)
 
 
-def test_distributed_gloo_matches_single_process(tmp_path, free_port):
-    mp.spawn(distributed_worker, args=(free_port, str(tmp_path)), nprocs=WORLD_SIZE, join=True)
-    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(WORLD_SIZE)]
-    resumed = [torch.load(tmp_path / f"resumed{r}.pt") for r in range(WORLD_SIZE)]
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    import socket
+    out_dir = tmp_path_factory.mktemp("transport")
+    results = {}
+    for world in (2, 4):  # 2 first: it writes the checkpoint the others resume from
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mp.spawn(transport_worker, args=(world, port, str(out_dir)), nprocs=world, join=True)
+        results[world] = [torch.load(out_dir / f"w{world}_rank{r}.pt") for r in range(world)]
+    results[1] = [trajectory(0, 1, str(out_dir))]  # one process, no process group
+    return results
 
-    params = make_matrices()
-    opt = muon.Muon([{"params": params[:4]}, {"params": params[4:], "weight_decay": 0.3}], lr=0.02, weight_decay=0.1)
-    for step in range(5):
-        per_rank = [make_grads(params, step, seed=r) for r in range(WORLD_SIZE)]
-        for i, p in enumerate(params):
-            p.grad = (per_rank[0][i] + per_rank[1][i]) / WORLD_SIZE
-        set_step(opt, step)
-        opt.step()
-        if step == 2:
-            after_three = [p.detach().clone() for p in params]
-            single_state = {k: {n: t.clone() for n, t in v.items()} for k, v in opt.state_dict()["state"].items()}
 
-    # work is split (each rank owns some matrices, together all of them) and all ranks end with the same weights
-    owned = [set(r["owned"]) for r in ranks]
-    assert owned[0] and owned[1] and not owned[0] & owned[1] and owned[0] | owned[1] == set(range(len(params)))
-    for i, expected in enumerate(after_three):
-        assert torch.equal(ranks[0]["params"][i], ranks[1]["params"][i])
-        assert torch.allclose(ranks[0]["params"][i], expected, rtol=1e-5, atol=1e-7)
-    assert torch.equal(ranks[0]["skipped"], ranks[1]["skipped"])
-    # rank 0's state_dict is complete and equals the single-process state
-    state = ranks[0]["state_dict"]["state"]
-    for index, expected in single_state.items():
-        for name, tensor in expected.items():
-            assert torch.allclose(state[index][name], tensor, rtol=1e-5, atol=1e-9), (index, name)
-    assert state[len(params)]["momentum_buffer"].abs().sum() == 0  # the gradient-less matrix: fresh (zero) state
-    # after loading, each rank keeps only what it owns, and the resumed run continues the single-process trajectory
-    assert [set(r["owned"]) for r in resumed] == owned
-    for i, p in enumerate(params):
-        assert torch.equal(resumed[0]["params"][i], resumed[1]["params"][i])
-        assert torch.allclose(resumed[0]["params"][i], p.detach(), rtol=1e-5, atol=1e-7)
+def assert_close_states(a, b, tol):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], rtol=tol, atol=tol), (k, (a[k] - b[k]).abs().max())
+
+
+def test_1_2_4_processes_give_the_same_weights_through_growth(runs):
+    reference = runs[1][0]["final"]
+    for world in (2, 4):
+        for r in range(world):
+            assert all(torch.equal(runs[world][r]["final"][k], runs[world][0]["final"][k]) for k in reference)
+        assert_close_states(runs[world][0]["final"], reference, 1e-6)
+    initial = build_run()[0].state_dict()
+    assert all(not torch.allclose(reference[k], initial[k], rtol=1e-3, atol=1e-4) for k in reference)  # all moved
+
+
+def test_sharded_checkpoint_resumes_on_1_2_and_4_ranks(runs):
+    saved = {k: v for r in runs[2] for k, v in r["shard"].items()}  # the union of the 2 ranks' shards
+    assert set(runs[2][0]["shard"]).isdisjoint(runs[2][1]["shard"])
+    assert {k for r in runs[1] for k in r["loaded"]} == set(saved)
+    for world in (1, 2, 4):
+        loaded = {k: v for r in runs[world] for k, v in r["loaded"].items()}
+        assert loaded.keys() == saved.keys() and all(torch.equal(loaded[k], saved[k]) for k in saved), world
+        assert sum(len(r["loaded"]) for r in runs[world]) == len(saved)  # each rank keeps only what it owns
+    for r in range(2):  # same world size: bit-identical to the uninterrupted run
+        assert all(torch.equal(runs[2][r]["resumed"][k], runs[2][r]["final"][k]) for k in runs[2][r]["final"])
+    for world in (1, 4):
+        assert_close_states(runs[world][0]["resumed"], runs[2][0]["final"], 1e-6)
+        for r in range(world):
+            assert all(torch.equal(runs[world][r]["resumed"][k], runs[world][0]["resumed"][k])
+                       for k in runs[world][0]["resumed"])
+
+
+def test_save_keeps_optimizer_memory(runs):
+    for r in runs[2]:
+        assert r["state_bytes_after"] == r["state_bytes_before"] == r["predicted_state_bytes"]
+
+
+def test_bytes_per_step_and_gradient_memory(runs):
+    """Per step on 2 ranks: Muon's traffic <= 1.05 x (one reduce-scatter + one all-gather of the matrices it moves),
+    counted as ring wire bytes; payloads say exactly which matrices moved: none of the dormant cores."""
+    import model
+    cfg = tiny_config()
+    matrix_bytes = [4 * p.numel() for p in model.GPT(cfg).param_groups()["matrix"]]
+    adam_bytes = 4 * 2 * cfg.padded_vocab * cfg.width
+    cases = {1: ((3, 4), (3, 4)),  # before growth: cores 3 and 4 dormant (zero state): no gradient, no weights
+             GROW_AT + 1: ((), ()),  # after growth: everything
+             STEPS - 1: ((4,), ())}  # 3 passes: core 4 has state but no gradient: only its new weights travel
+    for step, (no_grad_blocks, fixed_blocks) in cases.items():
+        info = runs[2][0]["steps"][step]
+        reduced = sum(n for i, n in enumerate(matrix_bytes) if i // 7 not in no_grad_blocks)
+        gathered = sum(n for i, n in enumerate(matrix_bytes) if i // 7 not in fixed_blocks)
+        muon_counts = [c for c in info["counts"] if c[0] != "all_reduce"]
+        reduce_payload = sum(n for name, n, _ in muon_counts if name in ("reduce_scatter_single", "reduce"))
+        gather_payload = sum(n for name, n, _ in muon_counts if name in ("all_gather_single", "broadcast"))
+        assert (reduce_payload, gather_payload) == (reduced, gathered), step
+        wire = sum(n * factor for _, n, factor in muon_counts)
+        assert wire <= 1.05 * 0.5 * (reduced + gathered), (step, wire / (0.5 * (reduced + gathered)))
+        assert sum(n for name, n, _ in info["counts"] if name == "all_reduce") == adam_bytes
+        assert not any(info["grads_after_step"])
+    for step in (1, GROW_AT + 1):  # the bucket plan matches the gradients: all reduced (and freed) during backward
+        assert not any(runs[2][0]["steps"][step]["grads_after_backward"]), step
