@@ -225,7 +225,7 @@ def describe(cfg):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Memory per rank: bytes, pure functions of a ModelConfig, for the planner of train.py (--dry-run prints them).
+# Memory per rank: bytes, pure functions of a ModelConfig, for train.py's micro-batch planner and --dry-run.
 # Activations are what eager autograd saves in this model's forward (tests/test_memory.py measures it on CPU with
 # saved_tensors_hooks); torch.compile saves less (it recomputes pointwise ops), so the eager numbers are an upper
 # bound for the compiled model. Every formula below names the tensors it counts.
