@@ -20,6 +20,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import arms
+import muon
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
 from cli import Parser, UsageError, cli_main
 
@@ -101,13 +102,10 @@ def block_matrix_shapes(cfg):
 
 
 def muon_owner_loads(shapes, world_size):
-    """Per rank, the shapes it owns under Muon's rule: largest numel first to the least-loaded rank, ties in
-    parameter order (muon.py's greedy balance, reproduced on shapes)."""
-    load, owned = [0] * world_size, [[] for _ in range(world_size)]
-    for shape in sorted(shapes, key=lambda s: -s[0] * s[1]):
-        rank = min(range(world_size), key=load.__getitem__)
+    """Per rank, the shapes it owns under muon.assign_owners (the rule the optimizer itself uses)."""
+    owned = [[] for _ in range(world_size)]
+    for shape, rank in zip(shapes, muon.assign_owners(shapes, world_size)):
         owned[rank].append(shape)
-        load[rank] += shape[0] * shape[1]
     return owned
 
 

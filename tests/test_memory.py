@@ -186,11 +186,12 @@ def test_owner_rule_on_shapes_matches_muon(world):
     cfg = config_for("untied_grow", 4, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=16)
     params = model.GPT(cfg).param_groups()["matrix"]
     assert [tuple(p.shape) for p in params] == model.block_matrix_shapes(cfg)
-    opt = muon.Muon(params, lr=0.02)
-    opt.world_size = world  # the owner map is a pure function of the shapes and the world size
-    owners = opt._owners()
-    expected = [sorted(tuple(p.shape) for p in params if owners[p] == r) for r in range(world)]
+    owners = muon.assign_owners([tuple(p.shape) for p in params], world)
+    expected = [sorted(tuple(p.shape) for p, o in zip(params, owners) if o == r) for r in range(world)]
     assert [sorted(o) for o in model.muon_owner_loads(model.block_matrix_shapes(cfg), world)] == expected
+    per_rank = muon.per_rank_bytes(model.block_matrix_shapes(cfg), world)
+    assert [4 * sum(model.muon_state_numel(s) for s in o) for o in model.muon_owner_loads(
+        model.block_matrix_shapes(cfg), world)] == [r["state"] for r in per_rank]
 
 
 def test_state_per_rank_shrinks_with_world_size_and_zero2():
