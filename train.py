@@ -9,7 +9,8 @@ sees the same tokens whatever the world size, so a run can be resumed on a diffe
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
     python train.py --arch operator_1 --depth 3 --preset cpu             # offline, byte-level stdlib corpus
     python train.py --arch operator_1 --depth 8 --passes 4 --data-constrained tuned-wd
-    python train.py --bench --preset cpu                                 # step-time ratios between arms
+    python train.py --bench --depth 4                                    # GFLOP/s vs roofline, arm ratios
+    python train.py --gpu-check                                          # GPU acceptance run -> gpu_check.json
 
 Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}.pt.
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
@@ -34,8 +35,6 @@ from cli import Parser, UsageError, atomic_write, exit_process, write_json
 import arms
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from model import ModelConfig, autocast
-
-H100_BF16_PEAK_FLOPS = 989e12
 
 # ---------------------------------------------------------------------------------------------------------------
 # The plan: everything derived from --arch/--depth before touching data (paper App. A.3-A.4; docs/recipe.md).
@@ -384,7 +383,7 @@ def open_run(args, plan):
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
                val=val, token_bytes=token_bytes, device_batch=device_batch,
                accumulation=rank_seqs // device_batch, environment=environment,
-               peak_flops=args.peak_flops * world if device.type == "cuda" else None)
+               peak_flops=peak * world if (peak := gpu_peak_flops(device, args.peak_flops)) else None)
 
 
 def open_trajectory(run, step):
@@ -561,46 +560,318 @@ def finish(run, state, trajectory, mfu):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Benchmark: training-step time per arm at one shape (ratios are the point; absolute numbers depend on the box).
+# Benchmark: training-step time per arm at one shape, achieved FLOP/s against a matmul roofline measured in the same
+# run (ratios are the point; absolute numbers depend on the box).
+
+BENCH_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2")
+BENCH_SHAPES = {  # --bench-shape: flags of a named shape on top of --preset
+    "d6w384": dict(depth=6, width_per_depth=64, head_dim=64, seq_len=256, tokenizer="gpt2"),
+}
+GPU_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 per GPU
+
+
+def gpu_peak_flops(device, given=None):
+    """--peak-flops, else the dense bf16 peak of the detected GPU (GPU_PEAK_FLOPS); None off CUDA or when unknown."""
+    if given or device.type != "cuda":
+        return given
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_roofline(device, size=1024, calls=8, tries=5):
+    """FLOP/s of a plain size^3 matmul loop (fp32 on CPU, bf16 on CUDA), best of `tries`: what this box can do."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    out = torch.empty_like(a)
+    best = math.inf
+    for _ in range(tries + 1):  # the first try warms up
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.mm(a, b, out=out)
+        synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size ** 3 * calls / best
+
+
+def bench_arm(args, arch, device):
+    """A randomly initialised arm at the bench shape with its optimizers and one fixed batch."""
+    args.arch = arch
+    plan = make_plan(args)
+    cfg = plan.model_config
+    torch.manual_seed(0)
+    model = model_lib.GPT(cfg).to_device(device)
+    for p in model.parameters():  # non-zero out-projections so every branch does real work
+        torch.nn.init.normal_(p, std=0.02)
+    optimizers = build_optimizers(model, plan)
+    step_fn = torch.compile(model) if args.compile and device.type == "cuda" else model
+    x = torch.randint(0, cfg.vocab_size, (args.bench_batch, plan.seq_len + 1), device=device)
+    return dict(plan=plan, model=model, optimizers=optimizers, step_fn=step_fn, x=x)
+
+
+def bench_steps(arm, device, steps):
+    """Median seconds of `steps` full training steps (forward, backward, every optimizer step)."""
+    elapsed = []
+    for _ in range(steps):
+        synchronize(device)
+        t0 = time.perf_counter()
+        with autocast(device):
+            loss = arm["step_fn"](arm["x"][:, :-1], targets=arm["x"][:, 1:])
+        loss.backward()
+        for opt in arm["optimizers"]:
+            opt.step()
+        arm["model"].zero_grad(set_to_none=True)
+        synchronize(device)
+        elapsed.append(time.perf_counter() - t0)
+    return sorted(elapsed)[len(elapsed) // 2]
+
+
+def median(values):
+    values = sorted(values)
+    return values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
+
 
 def bench(args):
+    """Four arms at one shape; `--bench-repeats` repetitions, arm order rotated each time, roofline re-measured
+    each time; prints the medians. Achieved FLOP/s = model training FLOPs per token (model.flops_per_token: forward
+    and backward, attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time."""
     rank, world, device = model_lib.setup_distributed(args.device)
     args.depth = args.depth or PRESETS[args.preset].anchor_depth
-    batch = args.device_batch_size or (8 if device.type == "cpu" else PRESETS[args.preset].device_batch_size)
+    args.bench_batch = args.device_batch_size or (8 if device.type == "cpu" else PRESETS[args.preset].device_batch_size)
+    arms_built = {arch: bench_arm(args, arch, device) for arch in BENCH_ARMS}
+    for arm in arms_built.values():  # warm-up (first-call allocations, compilation) is not timed
+        bench_steps(arm, device, 2)
+    times, rooflines = {arch: [] for arch in BENCH_ARMS}, []
+    for rep in range(args.bench_repeats):
+        rooflines.append(matmul_roofline(device))
+        for arch in BENCH_ARMS[rep % 4:] + BENCH_ARMS[:rep % 4]:
+            times[arch].append(bench_steps(arms_built[arch], device, args.bench_steps))
+    roofline = median(rooflines)
+    cfg0 = arms_built["vanilla"]["plan"].model_config
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    print(f"bench: {args.preset} preset d{args.depth}, width {cfg0.width}, head_dim {cfg0.head_dim}, T {cfg0.seq_len}, "
+          f"vocab {cfg0.vocab_size}, batch {args.bench_batch}, {torch.get_num_threads()} threads; medians of "
+          f"{args.bench_repeats} interleaved repetitions x {args.bench_steps} steps")
+    print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({dtype} 1024^3 matmul loop, best of 5, median over repetitions)")
+    peak = gpu_peak_flops(device, args.peak_flops)
+    results = {}
+    for arch, arm in arms_built.items():
+        cfg, dt = arm["plan"].model_config, median(times[arch])
+        tok_s = args.bench_batch * arm["plan"].seq_len / dt
+        achieved = model_lib.flops_per_token(cfg, cfg.passes) * tok_s
+        results[arch] = dict(seconds=dt, tokens_per_second=tok_s, flops_per_second=achieved,
+                             roofline_fraction=achieved / roofline)
+        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step | {tok_s:10,.0f} tok/s | {achieved / 1e9:8.1f} GFLOP/s | "
+              f"{100 * achieved / roofline:5.1f}% of roofline" + (f" | mfu {100 * achieved / peak:.1f}%" if peak else ""))
+    print("(model training FLOPs only: the Muon/AdamW steps' FLOPs are not counted, their time is)")
+    print(f"operator_1/vanilla = {results['operator_1']['seconds'] / results['vanilla']['seconds']:.3f} "
+          "(target <= 1.02)")
+    print(f"untied_2/loop_2    = {results['untied_2']['seconds'] / results['loop_2']['seconds']:.3f} "
+          "(target 1.00 +- 0.02)")
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# GPU acceptance check (--gpu-check): one command that measures what a first GPU session needs, on synthetic tokens
+# (uniform random ids: no dataset, no network), each section recorded or its error recorded, then one JSON file.
+
+GPU_CHECK = {  # per preset: the runs and their steps; "cpu" is the tiny mode the tests run
+    "paper": dict(vanilla_depth=12, grow_depth=8, steps=30, crossover_step=10, ratio_depth=12, ratio_steps=5,
+                  core_examples=40),
+    "cpu": dict(vanilla_depth=2, grow_depth=3, steps=3, crossover_step=1, ratio_depth=2, ratio_steps=2,
+                core_examples=6),
+}
+
+
+class SyntheticLoader:
+    """data.TrainLoader's batch() on uniform random token ids (seeded per step): the step's cost without a pool."""
+
+    def __init__(self, vocab_size, seq_len, batch_seqs):
+        self.vocab_size, self.seq_len, self.batch_seqs, self.steps_per_epoch = vocab_size, seq_len, batch_seqs, 10 ** 9
+
+    def batch(self, step, rank, world):
+        generator = torch.Generator().manual_seed(step)
+        windows = torch.randint(0, self.vocab_size, (self.batch_seqs, self.seq_len + 1), generator=generator)
+        per_rank = self.batch_seqs // world
+        return 1, windows[rank * per_rank:(rank + 1) * per_rank]
+
+
+def synthetic_run(plan, device, device_batch=None, peak_flops=None):
+    """A one-process Run over SyntheticLoader: what train_step needs, nothing written to disk."""
+    seqs = plan.tokens_per_step // plan.seq_len
+    device_batch = min(device_batch or default_device_batch(plan), seqs)
+    return Run(plan=plan, rank=0, world=1, device=device, run_dir="", data_dir="", data_manifest={},
+               loader=SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, seqs), val=None, token_bytes=None,
+               device_batch=device_batch, accumulation=seqs // device_batch, environment={}, peak_flops=peak_flops)
+
+
+def check_plan(args, arch, depth, steps, crossover_step=None, total_batch_tokens=None):
+    """make_plan for one check run: the preset's recipe at this depth, `steps` steps, growth forced at crossover_step."""
+    run_args = argparse.Namespace(**vars(args))
+    run_args.arch, run_args.depth, run_args.steps = arch, depth, steps
+    run_args.crossover_fractions = [crossover_step / steps] if crossover_step else None
+    if total_batch_tokens:
+        run_args.total_batch_tokens = total_batch_tokens
+    return make_plan(run_args)
+
+
+def timed_steps(run, model, step_model, optimizers, state):
+    """train_step until the plan's end -> per-step seconds (CUDA events on GPU, perf_counter on CPU)."""
+    seconds = []
+    while state.step < run.plan.steps:
+        if run.device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        loss, passes, _, _ = train_step(run, model, step_model, optimizers, state)
+        if run.device.type == "cuda":
+            end.record()
+            torch.cuda.synchronize(run.device)
+            seconds.append(start.elapsed_time(end) / 1000)
+        else:
+            seconds.append(time.perf_counter() - t0)
+        if not math.isfinite(loss):
+            raise RuntimeError(f"non-finite loss {loss} at step {state.step}")
+        count_step(run, state, passes, seconds[-1])
+    return seconds, loss
+
+
+def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
+    """~steps compiled training steps of one arm on synthetic tokens: step time, tokens/s, MFU, memory vs model."""
+    plan = check_plan(args, arch, depth, steps, crossover_step)
+    run = synthetic_run(plan, device, args.device_batch_size, peak)
+    torch.manual_seed(plan.seed)
+    model = model_lib.GPT(plan.model_config).to_device(device)
+    model.set_passes(plan.pass_stages[0])
+    optimizers = build_optimizers(model, plan)
+    step_model = torch.compile(model) if device.type == "cuda" else model
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    state = RunState()
+    t0 = time.perf_counter()
+    seconds, loss = timed_steps(run, model, step_model, optimizers, state)
+    warm = seconds[2:] if len(seconds) > 3 else seconds  # the first steps compile (and grow)
+    if crossover_step and len(seconds) > crossover_step + 3:  # after growth: the grown model's steady state
+        warm = seconds[crossover_step + 2:]
+    step_seconds = median(warm)
+    flops_per_token = model_lib.flops_per_token(plan.model_config, model.active_passes)
+    predicted = max(model_lib.memory_per_rank(plan.model_config, k, run.device_batch, device=device.type)["peak"]
+                    for k in plan.pass_stages)
+    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return dict(arch=arch, depth=depth, steps=steps, crossover_step=crossover_step, pass_stages=list(plan.pass_stages),
+                growth_events=state.growth_events, micro_batch=run.device_batch, accumulation=run.accumulation,
+                tokens_per_step=plan.tokens_per_step, compiled=device.type == "cuda", final_loss=loss,
+                wall_seconds=time.perf_counter() - t0, first_step_seconds=seconds[0], step_seconds=step_seconds,
+                tokens_per_second=plan.tokens_per_step / step_seconds,
+                mfu=flops_per_token * plan.tokens_per_step / step_seconds / peak if peak else None,
+                max_memory_allocated_bytes=measured, predicted_peak_bytes=predicted,
+                memory_measured_over_predicted=measured / predicted if measured else None)
+
+
+def check_ratios(args, device, depth, steps):
+    """Step-time ratios Operator-1/Vanilla and Untied-2/Loop-2 at one shape, one micro-batch per step (compiled on
+    CUDA), arms interleaved after one warm-up each."""
+    micro = args.device_batch_size or default_device_batch(check_plan(args, "vanilla", depth, 1))
+    seq_len = PRESETS[args.preset].seq_len if args.seq_len is None else args.seq_len
     times = {}
-    for arch in ("vanilla", "operator_1", "loop_2", "untied_2"):
-        args.arch = arch
-        plan = make_plan(args)
-        cfg = plan.model_config
+    for arch in BENCH_ARMS:
+        plan = check_plan(args, arch, depth, steps + 1, total_batch_tokens=micro * seq_len)
+        run = synthetic_run(plan, device, micro)
         torch.manual_seed(0)
-        model = model_lib.GPT(cfg).to(device)
+        model = model_lib.GPT(plan.model_config).to_device(device)
         for p in model.parameters():  # non-zero out-projections so every branch does real work
             torch.nn.init.normal_(p, std=0.02)
         optimizers = build_optimizers(model, plan)
-        step_fn = torch.compile(model) if args.compile and device.type == "cuda" else model
-        x = torch.randint(0, cfg.vocab_size, (batch, plan.seq_len + 1), device=device)
-        elapsed = []
-        for i in range(args.bench_steps + 3):
-            t0 = time.perf_counter()
-            with autocast(device):
-                loss = step_fn(x[:, :-1], targets=x[:, 1:])
-            loss.backward()
-            for opt in optimizers:
-                opt.step()
-            model.zero_grad(set_to_none=True)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            if i >= 3:  # warm-up steps are not timed
-                elapsed.append(time.perf_counter() - t0)
-        dt = sorted(elapsed)[len(elapsed) // 2]
-        tok_s = batch * plan.seq_len / dt
-        mfu = model_lib.flops_per_token(cfg, cfg.passes) * tok_s / args.peak_flops if device.type == "cuda" else None
-        times[arch] = dt
-        print(f"{arch:11s} d{args.depth} | {1000 * dt:8.1f} ms/step | {tok_s:12,.0f} tok/s"
-              + (f" | mfu {100 * mfu:.1f}%" if mfu is not None else ""))
-    print(f"operator_1/vanilla = {times['operator_1'] / times['vanilla']:.3f} (target <= 1.02)")
-    print(f"untied_2/loop_2    = {times['untied_2'] / times['loop_2']:.3f} (target 1.00 +- 0.02)")
-    return 0
+        step_model = torch.compile(model) if device.type == "cuda" else model
+        seconds, _ = timed_steps(run, model, step_model, optimizers, RunState())
+        times[arch] = median(seconds[1:])
+        del model, optimizers, step_model
+    return dict(depth=depth, micro_batch=micro, step_seconds=times,
+                operator_1_over_vanilla=times["operator_1"] / times["vanilla"],
+                untied_2_over_loop_2=times["untied_2"] / times["loop_2"])
+
+
+def synthetic_core_tasks(n, seed=0):
+    """Small CORE-format tasks of each type (multiple choice, schema, language modelling) with random words."""
+    rng = random.Random(seed)
+    word = lambda: "".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6)))
+    phrase = lambda k: " ".join(word() for _ in range(k))
+    mc = [dict(query=phrase(6), choices=[phrase(2) for _ in range(4)], gold=rng.randrange(4)) for _ in range(n)]
+    schema = [dict(context_options=[phrase(5) for _ in range(2)], continuation=phrase(3), gold=rng.randrange(2))
+              for _ in range(n)]
+    lm = [dict(context=phrase(8), continuation=phrase(2)) for _ in range(n)]
+    return [dict(label=label, type=kind, shots=shots, delimiter=" ", baseline=baseline, items=items)
+            for label, kind, shots, baseline, items in [("synthetic_mc", "multiple_choice", 2, 0.25, mc),
+                                                        ("synthetic_schema", "schema", 1, 0.5, schema),
+                                                        ("synthetic_lm", "language_modeling", 2, 0.0, lm)]]
+
+
+def check_core_scoring(args, device, examples):
+    """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA): per task the
+    largest accuracy and answer-NLL difference from the one-at-a-time reference path."""
+    import core_eval
+    plan = check_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
+    torch.manual_seed(0)
+    net = model_lib.GPT(plan.model_config).to_device(device).eval()
+    for p in net.parameters():  # a random model with non-zero logits: ties would hide disagreements
+        torch.nn.init.normal_(p, std=0.02)
+    tasks = core_eval.load_tasks(args.bundle_dir) if args.bundle_dir else synthetic_core_tasks(examples)
+    enc = data.get_tokenizer("bytes")  # offline; its ids are valid for any vocabulary >= 257
+    scores = {s: core_eval.evaluate_tasks(net, enc, tasks, [0], examples, plan.seq_len, device, scoring=s,
+                                          show_progress=False)[0] for s in core_eval.SCORING}
+    reference = scores["one_at_a_time"]
+    diffs = {s: {label: dict(accuracy=abs(per[0][0] - reference[label][0][0]),
+                             nll=abs(per[0][1] - reference[label][0][1])) for label, per in scores[s].items()}
+             for s in core_eval.SCORING if s != "one_at_a_time"}
+    worst = max(d["nll"] for per in diffs.values() for d in per.values())
+    return dict(tasks=[t["label"] for t in tasks], examples_per_task=examples, source="bundle" if args.bundle_dir
+                else "synthetic", autocast="bf16" if device.type == "cuda" else "fp32", max_nll_difference=worst,
+                max_accuracy_difference=max(d["accuracy"] for per in diffs.values() for d in per.values()),
+                differences=diffs)
+
+
+def gpu_check(args):
+    rank, world, device = model_lib.setup_distributed(args.device)
+    if world > 1:
+        raise UsageError("--gpu-check runs on one GPU; start it with python, not torchrun")
+    peak = gpu_peak_flops(device, args.peak_flops)
+    if device.type == "cuda" and peak is None:
+        raise UsageError(f"unknown GPU {torch.cuda.get_device_name(device)!r}: pass its dense bf16 peak, e.g. "
+                         "--peak-flops 989e12")
+    if args.bundle_dir and not os.path.isdir(args.bundle_dir):
+        raise UsageError(f"--bundle-dir {args.bundle_dir} is not a directory")
+    recipe = GPU_CHECK[args.preset]
+    out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if device.type == "cuda"
+               else "cpu", torch=torch.__version__, preset=args.preset, tokens="synthetic (uniform random ids)",
+               peak_flops=peak, errors={})
+    sections = dict(
+        roofline=lambda: dict(flops_per_second=matmul_roofline(device, size=4096 if device.type == "cuda" else 512)),
+        vanilla=lambda: check_training(args, device, peak, "vanilla", recipe["vanilla_depth"], recipe["steps"]),
+        untied_grow=lambda: check_training(args, device, peak, "untied_grow", recipe["grow_depth"], recipe["steps"],
+                                           recipe["crossover_step"]),
+        ratios=lambda: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"]),
+        core_scoring=lambda: check_core_scoring(args, device, recipe["core_examples"]))
+    t0 = time.perf_counter()
+    for name, section in sections.items():
+        start = time.perf_counter()
+        try:
+            out[name] = section()
+        except Exception as exc:  # a GPU minute is precious: record it and go on with the next section
+            out[name] = None
+            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+        print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): "
+              + (json.dumps(out[name], default=str)[:400] if out[name] else out["errors"][name]), flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    out["total_seconds"] = time.perf_counter() - t0
+    write_json(args.gpu_check_out, out)
+    print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed")
+    return 1 if out["errors"] else 0
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -615,6 +886,15 @@ def build_parser():
     p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
     p.add_argument("--bench", action="store_true", help="time training steps of four arms and print ratios")
     p.add_argument("--bench-steps", type=int, default=10)
+    perf = p.add_argument_group("benchmark and GPU acceptance check")
+    perf.add_argument("--bench-repeats", type=int, default=3, help="interleaved repetitions (medians are printed)")
+    perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
+                      help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
+    perf.add_argument("--gpu-check", action="store_true",
+                      help="compiled vanilla d12 and untied_grow d8 (growth at step 10) on synthetic tokens: MFU, "
+                           "tok/s, memory vs model, arm ratios, CORE scoring agreement (--preset cpu: tiny)")
+    perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
+    perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
     run = p.add_argument_group("run control")
     run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
@@ -631,7 +911,8 @@ def build_parser():
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
-    run.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
+    run.add_argument("--peak-flops", type=float, default=None,
+                     help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
     rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
@@ -649,9 +930,12 @@ def build_parser():
 def parse_args(argv):
     p = build_parser()
     args = p.parse_args(argv)
-    if not args.bench and (args.arch is None or args.depth is None):
+    if not (args.bench or args.gpu_check) and (args.arch is None or args.depth is None):
         p.error("--arch and --depth are required")
     args.preset = args.preset or ("cpu" if args.bench and not torch.cuda.is_available() else "paper")
+    for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
+        if getattr(args, name) is None:
+            setattr(args, name, [value] if name == "depth" else value)
     args.depths = args.depth or [None]
     if len(args.depths) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
@@ -661,8 +945,13 @@ def parse_args(argv):
 
 def run_command(argv):
     args = parse_args(argv)
-    if args.bench or not args.dry_run:
-        return bench(args) if args.bench else train(args)
+    if args.gpu_check:
+        return gpu_check(args)
+    if args.bench:
+        bench(args)
+        return 0
+    if not args.dry_run:
+        return train(args)
     for depth in args.depths:  # --dry-run: one JSON line per depth
         args.depth = depth
         print(json.dumps({k: v for k, v in make_plan(args).as_dict().items() if k != "model_config"}))
