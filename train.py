@@ -245,11 +245,11 @@ def build_optimizers(model, plan):
                    dict(params=groups["unembedding"], lr=plan.unembedding_lr, base_lr=plan.unembedding_lr)]
     if plan.optimizer == "adamw":
         adam_groups.append(dict(params=groups["matrix"], lr=plan.matrix_lr, base_lr=plan.matrix_lr))
-        return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd)]
+        return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
     matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
-    return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd)]
+    return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
 
 
 def grow(model, optimizers, passes):

@@ -344,3 +344,24 @@ def test_gpu_check_records_a_failed_section_and_goes_on(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
     assert result["ratios"] is None and result["vanilla"]["tokens_per_second"] > 0
+
+
+def test_adamw_uses_foreach_kernels_with_the_for_loop_numerics_bit_for_bit():
+    """build_optimizers asks torch for the multi-tensor AdamW (CUDA's default, not CPU's); it must not change a bit."""
+    plan = plan_for("--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--optimizer", "adamw")
+    weights = {}
+    for foreach in (True, False):
+        torch.manual_seed(0)
+        net = model.GPT(plan.model_config)
+        opt, = train.build_optimizers(net, plan)
+        assert opt.defaults["foreach"] is True
+        if not foreach:
+            for group in opt.param_groups:
+                group["foreach"] = False
+        generator = torch.Generator().manual_seed(1)
+        for _ in range(3):
+            for p in net.parameters():
+                p.grad = torch.randn(p.shape, generator=generator)
+            opt.step()
+        weights[foreach] = [p.detach().clone() for p in net.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(weights[True], weights[False]))
