@@ -411,10 +411,9 @@ class Muon(torch.optim.Optimizer):
             update = muon_direction(grad, momentum_buffers, second_moments, group["momentum"],
                                     self.polar_express_dtype)
             apply_update(weights, update, group["lr"] * shape_lr_factor(shape), group["weight_decay"])
-            for k, (i, s) in enumerate(zip(batch, states)):
-                params[i].copy_(weights[k])
-                s["momentum_buffer"].copy_(momentum_buffers[k])
-                s["second_moment"].copy_(second_moments[k])
+            torch._foreach_copy_([params[i] for i in batch] + [s["momentum_buffer"] for s in states]
+                                 + [s["second_moment"] for s in states],
+                                 [*weights.unbind(), *momentum_buffers.unbind(), *second_moments.unbind()])
 
     def _decay_only(self, p):
         """The zero-gradient step of a matrix with zero state: update 0, so W <- W - lr_s*wd*W (mask all true)."""
