@@ -933,6 +933,8 @@ def parse_args(argv):
     if not (args.bench or args.gpu_check) and (args.arch is None or args.depth is None):
         p.error("--arch and --depth are required")
     args.preset = args.preset or ("cpu" if args.bench and not torch.cuda.is_available() else "paper")
+    if args.bench_steps < 1 or args.bench_repeats < 1:
+        p.error("--bench-steps and --bench-repeats must be at least 1")
     for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
         if getattr(args, name) is None:
             setattr(args, name, [value] if name == "depth" else value)

@@ -136,6 +136,12 @@ def test_help_is_usage_and_exit_0():
     assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
 
 
+def test_gpu_check_target_is_train_py_gpu_check(tmp_path):
+    """ladder.sh gpu-check hands its arguments to train.py --gpu-check (a bad one fails there, before any work)."""
+    r = ladder("gpu-check", "--device", "cpu", "--bundle-dir", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "--bundle-dir" in r.stderr and "is not a directory" in r.stderr
+
+
 def test_data_dir_with_spaces_stays_one_argument():
     r = ladder("untied_grow", "--preset", "d26", "--dry-run", env=dict(DATA_DIR="/data/my corpus"))
     assert r.returncode == 0, r.stderr

@@ -130,6 +130,8 @@ def test_dry_run_cli_prints_one_json_object():
      "prepare"),
     (["--arch", "vanilla", "--depth", "2", "--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--depth", "2"], "--arch and --depth are required"),
+    (["--bench", "--bench-repeats", "0"], "--bench-repeats must be at least 1"),
+    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message):
     r = subprocess.run([sys.executable, "train.py"] + argv, cwd=ROOT, capture_output=True, text=True)
