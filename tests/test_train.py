@@ -367,3 +367,12 @@ def test_adamw_uses_foreach_kernels_with_the_for_loop_numerics_bit_for_bit():
             opt.step()
         weights[foreach] = [p.detach().clone() for p in net.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(weights[True], weights[False]))
+
+
+def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
+    monkeypatch.setitem(train.GPU_CHECK, "cpu", dict(train.GPU_CHECK["cpu"], budget_seconds=-1))
+    out = tmp_path / "gpu_check.json"
+    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert set(result["errors"]) == {"roofline", "vanilla", "untied_grow", "ratios", "core_scoring"}
+    assert all("budget" in e for e in result["errors"].values())
