@@ -835,7 +835,28 @@ def check_core_scoring(args, device, examples):
                 differences=diffs)
 
 
+def check_summary(name, result):
+    """One line per section: the numbers the issue asks for."""
+    if name in ("vanilla", "untied_grow"):
+        memory = result["max_memory_allocated_bytes"]
+        return (f"{result['arch']} d{result['depth']}: {1000 * result['step_seconds']:.0f} ms/step, "
+                f"{result['tokens_per_second']:,.0f} tok/s" + (f", MFU {100 * result['mfu']:.1f}%" if result["mfu"]
+                                                                 else "")
+                + (f", peak memory {memory / model_lib.GIB:.1f} GiB" if memory else "")
+                + f" (model predicts {result['predicted_peak_bytes'] / model_lib.GIB:.1f} GiB)"
+                + (f", growth {result['growth_events']}" if result["growth_events"] else ""))
+    if name == "ratios":
+        return (f"operator_1/vanilla = {result['operator_1_over_vanilla']:.3f} (target <= 1.02), untied_2/loop_2 = "
+                f"{result['untied_2_over_loop_2']:.3f} (target 1.00 +- 0.02) at d{result['depth']}")
+    if name == "core_scoring":
+        return (f"{result['source']} tasks, {result['autocast']}: largest difference from one_at_a_time: accuracy "
+                f"{result['max_accuracy_difference']:.4f}, answer NLL {result['max_nll_difference']:.2e}")
+    return f"matmul roofline {result['flops_per_second'] / 1e9:,.1f} GFLOP/s"
+
+
 def gpu_check(args):
+    """--gpu-check: the sections of GPU_CHECK[preset] in order, each recorded (or its error); the JSON is rewritten
+    after every section, so a run cut short still leaves what it measured."""
     rank, world, device = model_lib.setup_distributed(args.device)
     if world > 1:
         raise UsageError("--gpu-check runs on one GPU; start it with python, not torchrun")
@@ -845,6 +866,10 @@ def gpu_check(args):
                          "--peak-flops 989e12")
     if args.bundle_dir and not os.path.isdir(args.bundle_dir):
         raise UsageError(f"--bundle-dir {args.bundle_dir} is not a directory")
+    if os.path.exists(args.gpu_check_out):
+        raise UsageError(f"{args.gpu_check_out} already exists; pass another --gpu-check-out or move it away")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.gpu_check_out))):
+        raise UsageError(f"the folder of --gpu-check-out {args.gpu_check_out} does not exist")
     recipe = GPU_CHECK[args.preset]
     out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if device.type == "cuda"
                else "cpu", torch=torch.__version__, preset=args.preset, tokens="synthetic (uniform random ids)",
@@ -867,11 +892,11 @@ def gpu_check(args):
             out[name] = None
             out["errors"][name] = f"{type(exc).__name__}: {exc}"
         print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): "
-              + (json.dumps(out[name], default=str)[:400] if out[name] else out["errors"][name]), flush=True)
+              + (check_summary(name, out[name]) if out[name] else out["errors"][name]), flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    out["total_seconds"] = time.perf_counter() - t0
-    write_json(args.gpu_check_out, out)
+        out["total_seconds"] = time.perf_counter() - t0
+        write_json(args.gpu_check_out, out)
     print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed")
     return 1 if out["errors"] else 0
 

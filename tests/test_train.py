@@ -132,6 +132,7 @@ def test_dry_run_cli_prints_one_json_object():
     (["--depth", "2"], "--arch and --depth are required"),
     (["--bench", "--bench-repeats", "0"], "--bench-repeats must be at least 1"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
+    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message):
     r = subprocess.run([sys.executable, "train.py"] + argv, cwd=ROOT, capture_output=True, text=True)
