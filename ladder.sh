@@ -159,7 +159,7 @@ for line in sys.stdin:
     except train.UsageError as e:
         print(f"ladder.sh: error: {name}: {e}", file=sys.stderr); sys.exit(2)
     n += 1
-hours = flops / (train.H100_BF16_PEAK_FLOPS * mfu) / 3600
+hours = flops / (train.GPU_PEAK_FLOPS["H100"] * mfu) / 3600
 print(f"{n} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {mfu:.0%} MFU of an H100 | {nproc} GPUs/node x {nnodes} nodes")
 ' "${MFU:-0.4}" "$nproc" "$nnodes" "${extra[@]}"
     exit 0
