@@ -38,7 +38,7 @@ import yaml
 
 import data
 import model
-from cli import Parser, UsageError, exit_process, sha256_file, write_json
+from cli import Parser, UsageError, exit_process, finite_float, sha256_file, write_json
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (paper App. C.2) and evaluator defaults
@@ -654,7 +654,7 @@ def parse_args(argv=None):
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
     p.add_argument("--lens-tokens", type=int, default=EVAL["lens_tokens"])
-    p.add_argument("--kl-threshold", type=float, default=EVAL["kl_threshold"])
+    p.add_argument("--kl-threshold", type=finite_float, default=EVAL["kl_threshold"])
     p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
     return p.parse_args(argv)
 

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 import data
 import model as model_lib
 import muon
-from cli import Parser, UsageError, atomic_write, exit_process, write_json
+from cli import Parser, UsageError, atomic_write, exit_process, finite_float, write_json
 import arms
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from model import ModelConfig, autocast
@@ -631,14 +631,14 @@ def build_parser():
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
-    run.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
+    run.add_argument("--peak-flops", type=finite_float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
     rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
     arms.add_knob_flags(rec, arms.Arm, "train")
     arms.add_knob_flags(rec, arms.Preset, "train")
-    rec.add_argument("--crossover-fractions", type=float, nargs="+", default=None,
+    rec.add_argument("--crossover-fractions", type=finite_float, nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")
     rec.add_argument("--random-passes", type=int, nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
