@@ -389,3 +389,58 @@ def test_two_trainers_on_one_run_dir(tmp_path, pool):
     steps = [json.loads(line)["step"] for line in open(tmp_path / "runs" / "r" / "trajectory.jsonl")]
     assert steps == list(range(1, 31))
     assert json.load(open(tmp_path / "runs" / "r" / "result.json"))["status"] == "complete"
+
+
+def hold_lock(path, text):
+    """A child process holding the run lock, as a running trainer does."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write(sys.argv[2]); f.flush(); print('held', flush=True); "
+                               "time.sleep(120)", str(path), text], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_ladder_refuses_a_run_being_trained(tmp_path):
+    holder = hold_lock(tmp_path / "vanilla_d1" / "train.lock", "PID 4242 on elsewhere")
+    try:
+        r = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, RUNS_DIR=str(tmp_path)))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "run vanilla_d1 is being trained by another process (PID 4242 on elsewhere)" in r.stderr
+        assert not (tmp_path / "vanilla_d1" / "train.log").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_orphaned_torchrun_worker_keeps_the_lock(tmp_path, pool, free_port):
+    """torchrun killed with -9 (as when a ladder's process group is killed) leaves its worker running: the worker,
+    not torchrun, holds the lock, so a re-run is refused instead of becoming a second writer."""
+    import signal
+    import time
+    args = [a.replace("{d}/pool", pool).replace("{d}", str(tmp_path)) for a in RUN[:-4]] + ["--steps", "100000",
+                                                                                              "--run-name", "r"]
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_addr",
+                              "127.0.0.1", "--master_port", str(free_port), "train.py", *args], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lock = tmp_path / "runs" / "r" / "train.lock"
+    worker = None
+    try:
+        for _ in range(2400):
+            if lock.exists() and lock.read_text().startswith("PID "):
+                worker = int(lock.read_text().split()[1])
+                break
+            assert agent.poll() is None
+            time.sleep(0.05)
+        assert worker and worker != agent.pid
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        os.kill(worker, 0)  # the orphan is still alive ...
+        code, err = run_in_process("train.py", [*args, "--resume"])
+        assert code == 2 and f"(PID {worker} on " in err, err  # ... and a re-run is refused
+    finally:
+        agent.kill()
+        if worker:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
