@@ -218,6 +218,9 @@ def read_task_items(label, task_type, path):
         if not isinstance(item, dict) or any(k not in item for k in ITEM_FIELDS[task_type]):
             raise UsageError(f"{where}: a {task_type} row needs {' and '.join(ITEM_FIELDS[task_type])}")
         options = item.get("choices" if task_type == "multiple_choice" else "context_options")
+        texts = [item[k] for k in ITEM_FIELDS[task_type] if k not in ("choices", "context_options")]
+        if not all(isinstance(t, str) for t in texts + (options if isinstance(options, list) else [])):
+            raise UsageError(f"{where}: {', '.join(ITEM_FIELDS[task_type])} must be text")
         if task_type != "language_modeling":
             if not isinstance(options, list) or not options:
                 raise UsageError(f"{where}: no answer options")

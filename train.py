@@ -643,7 +643,11 @@ def check_fresh_run_dir(run_dir, resume):
     (A folder with a result.json is open_run's case: continue it with --resume.)"""
     if resume or os.path.exists(os.path.join(run_dir, "result.json")):
         return
-    foreign = sorted(set(os.listdir(run_dir)) - set(FOREIGN_OK))
+    def ours_and_empty(name):  # what a run killed before its first result.json leaves behind
+        path = os.path.join(run_dir, name)
+        return name in ("checkpoints", "trajectory.jsonl") and (os.listdir(path) == [] if os.path.isdir(path)
+                                                                 else os.path.getsize(path) == 0)
+    foreign = sorted(name for name in os.listdir(run_dir) if name not in FOREIGN_OK and not ours_and_empty(name))
     if foreign:
         raise UsageError(f"{run_dir} is not empty ({foreign[0]}, ...) and holds no train.py run; choose another "
                          "--run-name or --runs-dir")
