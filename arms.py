@@ -9,7 +9,7 @@ import argparse
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from cli import UsageError
+from cli import UsageError, finite_float
 
 
 def knob(flag, default=MISSING, help=None):
@@ -170,9 +170,9 @@ def add_knob_flags(group, cls, flag):
         if f.type is bool:
             group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
         elif f.type is tuple:
-            group.add_argument(name, type=float, nargs=2, default=None, help=help)
+            group.add_argument(name, type=finite_float, nargs=2, default=None, help=help)
         else:
-            group.add_argument(name, type=f.type, default=None, help=help)
+            group.add_argument(name, type=finite_float if f.type is float else f.type, default=None, help=help)
 
 
 def given_knobs(args, cls, flag):

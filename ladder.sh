@@ -164,6 +164,10 @@ fi
 for r in "${runs[@]}"; do
     read -r name args <<<"$r"
     run_dir="$runs_dir/$name"
+    # train.py holds this lock while it trains the run: another ladder (or an orphaned worker) is on it
+    if [ -f "$run_dir/train.lock" ] && command -v flock >/dev/null && ! flock -n "$run_dir/train.lock" true; then
+        die "run $name is being trained by another process ($(head -n 1 "$run_dir/train.lock")); wait for it or stop it first"
+    fi
     resume=()
     if [ -f "$run_dir/result.json" ]; then
         status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \

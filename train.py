@@ -15,10 +15,13 @@ Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
 """
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
 import random
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -30,7 +33,7 @@ import torch.nn.functional as F
 import data
 import model as model_lib
 import muon
-from cli import Parser, UsageError, atomic_write, exit_process, write_json
+from cli import Parser, UsageError, atomic_write, exit_process, finite_float, write_json
 import arms
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from model import ModelConfig, autocast
@@ -348,7 +351,7 @@ class Run:
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = model_lib.setup_distributed(args.device)
-    run_dir = os.path.join(args.runs_dir, args.run_name or f"{args.arch}_d{args.depth}")
+    run_dir = run_dir_of(args)
     result_path = os.path.join(run_dir, "result.json")
     if os.path.exists(result_path) and not args.resume:
         raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-name")
@@ -358,7 +361,7 @@ def open_run(args, plan):
         return None
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
-    if rank == 0 and plan.preset == "cpu":
+    if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
     if world > 1:
         dist.barrier()
@@ -366,6 +369,7 @@ def open_run(args, plan):
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
+    check_pool_tokens(data_dir, train_pool, val_pool, plan)
     batch_seqs = plan.tokens_per_step // plan.seq_len
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
@@ -561,6 +565,102 @@ def finish(run, state, trajectory, mfu):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Refusals before any long work: flag ranges, output folders, the pool's token ids, one writer per run
+
+FLAG_MINIMUMS = dict(steps=1, stop_after=1, save_every=0, log_every=1, bench_steps=1, train_token_limit=1, epochs=1)
+LOCK_FILE = "train.lock"             # in the run folder; holds "PID n on host" of the writer
+FOREIGN_OK = (LOCK_FILE, "train.log")  # what may already be in a fresh run's folder (ladder.sh writes the log)
+
+
+def check_flags(args):
+    if args.bench and args.dry_run:
+        raise UsageError("--bench and --dry-run are mutually exclusive; drop one")
+    for name, low in FLAG_MINIMUMS.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if args.peak_flops <= 0:
+        raise UsageError(f"--peak-flops must be > 0, got {args.peak_flops}")
+    if args.random_passes and min(args.random_passes) < 1:
+        raise UsageError(f"--random-passes must be >= 1, got {min(args.random_passes)}")
+    if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
+        raise UsageError(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for "
+                         "the parent folder")
+
+
+def run_dir_of(args):
+    return os.path.join(args.runs_dir, args.run_name or f"{args.arch}_d{args.depth}")
+
+
+def make_run_dir(run_dir):
+    """The run folder exists and is writable after this, or a one-line error says why not."""
+    for path, what in ((os.path.dirname(run_dir), "--runs-dir"), (run_dir, "the run folder")):
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"{what} {path} is a file, not a directory; pass another --runs-dir or --run-name")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the run folder {run_dir}: {e.strerror}; pass a writable --runs-dir") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UsageError(f"the run folder {run_dir} is not writable (read-only filesystem or permissions); pass a "
+                         "writable --runs-dir")
+
+
+@contextlib.contextmanager
+def run_lock(args):
+    """One writer per run: rank 0 (the only rank that writes the run folder) holds an exclusive flock on
+    <run dir>/train.lock for its whole life; the kernel drops it when the process dies, however it dies. A second
+    train.py or ladder.sh on the same run stops here (exit 2) naming the holder, instead of interleaving checkpoints
+    and trajectory lines. Taken before anything in the run folder is written. (flock is per host on most network
+    filesystems: two nodes writing one run folder are not detected.)"""
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    run_dir = run_dir_of(args)
+    make_run_dir(run_dir)
+    path = os.path.join(run_dir, LOCK_FILE)
+    try:
+        lock = open(path, "a+")
+    except OSError as e:
+        raise UsageError(f"cannot open the lock file {path}: {e.strerror}; pass a writable --runs-dir") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "a process that has not written its PID yet"
+            raise UsageError(f"{run_dir} is being written by another train.py ({holder}); wait for it to finish or "
+                             "stop that process first") from None
+        lock.truncate(0)
+        lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
+        lock.flush()
+        check_fresh_run_dir(run_dir, args.resume)
+        yield
+
+
+def check_fresh_run_dir(run_dir, resume):
+    """A new run (no --resume) goes only into an empty folder or one ladder.sh prepared: never over someone's files.
+    (A folder with a result.json is open_run's case: continue it with --resume.)"""
+    if resume or os.path.exists(os.path.join(run_dir, "result.json")):
+        return
+    def ours_and_empty(name):  # what a run killed before its first result.json leaves behind
+        path = os.path.join(run_dir, name)
+        return name in ("checkpoints", "trajectory.jsonl") and (os.listdir(path) == [] if os.path.isdir(path)
+                                                                 else os.path.getsize(path) == 0)
+    foreign = sorted(name for name in os.listdir(run_dir) if name not in FOREIGN_OK and not ours_and_empty(name))
+    if foreign:
+        raise UsageError(f"{run_dir} is not empty ({foreign[0]}, ...) and holds no train.py run; choose another "
+                         "--run-name or --runs-dir")
+
+
+def check_pool_tokens(data_dir, train_pool, val_pool, plan):
+    """Token ids of the pool prefix this run reads are < the model's vocab (a flipped byte is caught here)."""
+    vocab = plan.model_config.vocab_size
+    data.check_token_range(data_dir, train_pool, vocab, plan.train_token_limit)
+    data.check_token_range(data_dir, val_pool, vocab, (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Benchmark: training-step time per arm at one shape (ratios are the point; absolute numbers depend on the box).
 
 def bench(args):
@@ -631,14 +731,14 @@ def build_parser():
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
-    run.add_argument("--peak-flops", type=float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
+    run.add_argument("--peak-flops", type=finite_float, default=H100_BF16_PEAK_FLOPS, help="per-GPU peak for MFU")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
     rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
     arms.add_knob_flags(rec, arms.Arm, "train")
     arms.add_knob_flags(rec, arms.Preset, "train")
-    rec.add_argument("--crossover-fractions", type=float, nargs="+", default=None,
+    rec.add_argument("--crossover-fractions", type=finite_float, nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")
     rec.add_argument("--random-passes", type=int, nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
@@ -651,6 +751,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not args.bench and (args.arch is None or args.depth is None):
         p.error("--arch and --depth are required")
+    check_flags(args)
     args.preset = args.preset or ("cpu" if args.bench and not torch.cuda.is_available() else "paper")
     args.depths = args.depth or [None]
     if len(args.depths) > 1 and not args.dry_run:
@@ -661,8 +762,12 @@ def parse_args(argv):
 
 def run_command(argv):
     args = parse_args(argv)
-    if args.bench or not args.dry_run:
-        return bench(args) if args.bench else train(args)
+    if args.bench:
+        return bench(args)
+    if not args.dry_run:
+        make_plan(args)  # bad flags are reported before the run folder is created
+        with run_lock(args):
+            return train(args)
     for depth in args.depths:  # --dry-run: one JSON line per depth
         args.depth = depth
         print(json.dumps({k: v for k, v in make_plan(args).as_dict().items() if k != "model_config"}))
