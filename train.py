@@ -216,9 +216,14 @@ def lr_multiplier(step, plan):
     return m
 
 
+def stage_index(step, plan):
+    """Which growth stage is in force at an optimizer step (0 before the first growth)."""
+    return sum(step >= c for c in plan.crossover_steps)
+
+
 def stage_at(step, plan):
     """The growth stage's pass count in force at an optimizer step."""
-    return plan.pass_stages[sum(step >= c for c in plan.crossover_steps)]
+    return plan.pass_stages[stage_index(step, plan)]
 
 
 def passes_at(step, plan):
@@ -229,13 +234,111 @@ def passes_at(step, plan):
     return stage_at(step, plan)
 
 
-def default_device_batch(plan):
-    """The preset's micro-batch: per depth where it has a table (the release's H100 runs), else one number."""
-    preset = PRESETS[plan.preset]
-    table = preset.device_batch_grow if len(plan.pass_stages) > 1 else preset.device_batch_fixed
-    if not table:
-        return preset.device_batch_size
-    return table.get(plan.depth, min(table.values()) if plan.depth > max(table) else preset.device_batch_size)
+# ---------------------------------------------------------------------------------------------------------------
+# Memory: the micro-batch of each pass stage, from model.py's memory model (README "Memory per GPU"). It depends on
+# the world size and the device, so it is kept out of the Plan (a run resumes on another world size): result.json
+# and the dry run hold it under "memory".
+
+H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
+
+
+def memory_pass_stages(plan):
+    """The passes each stage is planned for; random recurrence (App. B.4) plans for its largest draw."""
+    stages = list(plan.pass_stages)
+    if plan.random_passes:
+        stages[-1] = max(stages[-1], *plan.random_passes)
+    return stages
+
+
+def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda"):
+    """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
+    check of --device-batch-size (one value, or one per stage). Gradients stay replicated (reduced once per step)
+    when that fits, else they are sharded over the ranks by the owner-sharded transport, which then reduces every
+    micro-batch (zero2). -> model.MemoryPlan; UsageError when nothing fits."""
+    batch_seqs = plan.tokens_per_step // plan.seq_len
+    if batch_seqs % world:
+        raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
+    rank_seqs, stages = batch_seqs // world, memory_pass_stages(plan)
+    explicit = None
+    if device_batch:
+        if len(device_batch) not in (1, len(stages)):
+            raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
+        explicit = [min(b, rank_seqs) for b in device_batch] * (len(stages) // len(device_batch))
+    mem = fit_memory(plan, world, gpu_memory_gib, explicit, device)
+    if isinstance(mem, model_lib.MemoryPlan):
+        return mem
+    if explicit is not None:
+        raise UsageError(f"--device-batch-size: {mem} ({world} GPUs)")
+    more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
+                 and isinstance(fit_memory(plan, w, gpu_memory_gib, None, device), model_lib.MemoryPlan)), None)
+    raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
+                     "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
+                     (f"it fits on {more} GPUs" if more else "no world size fits"))
+
+
+def fit_memory(plan, world, gpu_memory_gib, explicit, device):
+    """model.plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
+    ValueError of the last try."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    for zero2 in (False, True) if world > 1 else (False,):
+        try:
+            return model_lib.plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib,
+                                         world, zero2, explicit, device)
+        except ValueError as e:
+            error = e
+    return error
+
+
+def memory_report(mem, plan):
+    """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
+    the predicted GiB per rank (model.memory_per_rank: eager, an upper bound for a compiled run)."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
+    gradients = ("sharded over the ranks and reduced every micro-batch (the owner-sharded transport is required: "
+                 "replicated gradients do not fit)" if mem.zero2 else "replicated, reduced once per step")
+    return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
+                world_size=mem.world_size, sequences_per_rank=rank_seqs, sync_every_micro_batch=mem.zero2,
+                gradients=gradients,
+                stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
+                             accumulation=rank_seqs // s.micro_batch,
+                             gib={k: round(v / model_lib.GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
+
+
+def device_memory_plan(args, plan, world, device):
+    """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
+    (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given."""
+    if device.type == "cuda":
+        gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / model_lib.GIB
+        return plan_micro_batches(plan, world, gpu, args.device_batch_size, "cuda")
+    if args.gpu_memory:
+        return plan_micro_batches(plan, world, args.gpu_memory, args.device_batch_size, "cpu")
+    return plan_micro_batches(plan, world, math.inf, args.device_batch_size or [PRESETS[plan.preset].device_batch_size],
+                              "cpu")
+
+
+def dry_run(args):
+    """One JSON line per --depth: the plan and its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA)."""
+    world = args.world_size or int(os.environ.get("NPROC_PER_NODE", 8)) * int(os.environ.get("NNODES", 1))
+    for depth in args.depths:
+        args.depth = depth
+        plan = make_plan(args)
+        mem = plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, args.device_batch_size)
+        out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
+        print(json.dumps(dict(out, memory=memory_report(mem, plan))))
+    return 0
+
+
+def use_compile(args, device):
+    """torch.compile by default on CUDA; --no-compile opts out; CPU stays eager unless --compile."""
+    return args.compile if args.compile is not None else device.type == "cuda"
+
+
+def compile_model(model, plan):
+    """dynamic=False: the pass count (the int model.active_passes, or eval's passes argument) and the micro-batch
+    are constants of a graph, so a run compiles one graph per pass stage and one for eval (plus one for a shorter
+    last eval batch); random recurrence compiles one per pass value drawn, which the recompile limit allows."""
+    graphs = len(plan.pass_stages) + len(plan.random_passes) + 2
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
+    return torch.compile(model, dynamic=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -336,8 +439,9 @@ class Run:
     loader: data.TrainLoader
     val: torch.Tensor
     token_bytes: torch.Tensor
-    device_batch: int
-    accumulation: int
+    micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
+    sync_every_micro_batch: bool  # reduce gradients every micro-batch: the memory plan shards them (zero2)
+    memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
 
@@ -359,6 +463,7 @@ def open_run(args, plan):
         if rank == 0:
             print(f"{run_dir} is already complete; nothing to do")
         return None
+    mem = device_memory_plan(args, plan, world, device)  # before any data work: a run that cannot fit stops here
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
@@ -371,23 +476,17 @@ def open_run(args, plan):
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
     check_pool_tokens(data_dir, train_pool, val_pool, plan)
     batch_seqs = plan.tokens_per_step // plan.seq_len
-    if batch_seqs % world:
-        raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
-    rank_seqs = batch_seqs // world
-    device_batch = min(args.device_batch_size or default_device_batch(plan), rank_seqs)
-    if rank_seqs % device_batch:
-        raise UsageError(f"--device-batch-size {device_batch} does not divide the {rank_seqs} sequences per rank")
     loader = data.TrainLoader(train_pool, plan.seq_len, batch_seqs, token_limit=plan.train_token_limit,
                               seed=plan.seed)
     val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                       compiled=bool(args.compile and device.type == "cuda"))
+                       compiled=use_compile(args, device))
     return Run(plan=plan, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
-               val=val, token_bytes=token_bytes, device_batch=device_batch,
-               accumulation=rank_seqs // device_batch, environment=environment,
+               val=val, token_bytes=token_bytes, micro_batches=tuple(s.micro_batch for s in mem.stages),
+               sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan), environment=environment,
                peak_flops=args.peak_flops * world if device.type == "cuda" else None)
 
 
@@ -408,7 +507,8 @@ def write_result(run, state, status, mfu=None, **extra):
     evals = state.evals
     write_json(run.result_path, dict(  # the keys fit.py and the tests read
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
-        device_batch_size=run.device_batch, gradient_accumulation_steps=run.accumulation, data_dir=run.data_dir,
+        device_batch_size=list(run.micro_batches), memory=run.memory,
+        gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
         growth_events=state.growth_events, final_val_loss=evals[-1]["val_loss"] if evals else None,
         best_val_loss=min((e["val_loss"] for e in evals), default=None),
@@ -420,7 +520,7 @@ def write_result(run, state, status, mfu=None, **extra):
 
 
 def validate(run, model, state):
-    loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.device_batch, run.token_bytes, run.rank,
+    loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.micro_batches[-1], run.token_bytes, run.rank,
                          run.world, run.device)
     state.evals.append(dict(step=state.step, epoch=state.step // run.loader.steps_per_epoch + 1, val_loss=loss,
                             val_bpb=bpb))
@@ -451,13 +551,15 @@ def train_step(run, model, step_model, optimizers, state):
             if isinstance(opt, muon.Muon):
                 group["momentum"] = muon.muon_momentum(step)
     epoch, windows = run.loader.batch(step, run.rank, run.world)
+    micro_batch = run.micro_batches[stage_index(step, plan)]  # the memory plan's, changing at growth
+    accumulation = len(windows) // micro_batch
     batch_loss = torch.zeros((), device=run.device)
-    for micro in windows.split(run.device_batch):
+    for micro in windows.split(micro_batch):
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = step_model(micro[:, :-1], targets=micro[:, 1:])
-        (loss / run.accumulation).backward()
-        batch_loss += loss.detach() / run.accumulation
+        (loss / accumulation).backward()
+        batch_loss += loss.detach() / accumulation
     for p in model.param_groups()["matrix"]:  # dormant untied cores get an explicit zero gradient, as in the release
         if p.grad is None:
             p.grad = torch.zeros_like(p)
@@ -510,7 +612,7 @@ def train(args):
     if run is None:
         return 0
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config).to(run.device)
+    model = model_lib.GPT(plan.model_config).to_device(run.device)
     model.set_passes(plan.pass_stages[0])
     optimizers = build_optimizers(model, plan)
     state = RunState()
@@ -519,7 +621,7 @@ def train(args):
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     trajectory = open_trajectory(run, state.step)
-    step_model = torch.compile(model) if args.compile and run.device.type == "cuda" else model
+    step_model = compile_model(model, plan) if use_compile(args, run.device) else model
     write_result(run, state, "running")
     if state.step == 0 and not state.evals:
         validate(run, step_model, state)
@@ -666,7 +768,7 @@ def check_pool_tokens(data_dir, train_pool, val_pool, plan):
 def bench(args):
     rank, world, device = model_lib.setup_distributed(args.device)
     args.depth = args.depth or PRESETS[args.preset].anchor_depth
-    batch = args.device_batch_size or (8 if device.type == "cpu" else PRESETS[args.preset].device_batch_size)
+    batch = (args.device_batch_size or [8 if device.type == "cpu" else PRESETS[args.preset].device_batch_size])[0]
     times = {}
     for arch in ("vanilla", "operator_1", "loop_2", "untied_2"):
         args.arch = arch
@@ -726,8 +828,6 @@ def build_parser():
     run.add_argument("--resume", action="store_true")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    run.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
-    run.add_argument("--device-batch-size", type=int, default=None, help="sequences per micro-batch")
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
@@ -742,6 +842,16 @@ def build_parser():
                      help="fraction of steps before each growth (rho = 1 - f)")
     rec.add_argument("--random-passes", type=int, nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
+    mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
+    mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                     help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
+                          f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
+    mem.add_argument("--world-size", type=int, default=None,
+                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
+    mem.add_argument("--device-batch-size", type=int, nargs="+", default=None,
+                     help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
+    mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the model (default: on CUDA; CPU stays eager)")
     arms.add_model_flags(p)
     return p
 
@@ -757,6 +867,12 @@ def parse_args(argv):
     if len(args.depths) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
     args.depth = args.depths[0]
+    if args.world_size is not None and (args.world_size < 1 or not args.dry_run):
+        p.error("--world-size is a positive number of GPUs for --dry-run (torchrun sets it for training)")
+    if args.gpu_memory is not None and args.gpu_memory <= 0:
+        p.error("--gpu-memory must be a positive number of GiB, e.g. --gpu-memory 80")
+    if args.device_batch_size and min(args.device_batch_size) < 1:
+        p.error("--device-batch-size must be positive, e.g. --device-batch-size 16")
     return args
 
 
@@ -764,13 +880,11 @@ def run_command(argv):
     args = parse_args(argv)
     if args.bench:
         return bench(args)
-    if not args.dry_run:
-        make_plan(args)  # bad flags are reported before the run folder is created
-        with run_lock(args):
-            return train(args)
-    for depth in args.depths:  # --dry-run: one JSON line per depth
-        args.depth = depth
-        print(json.dumps({k: v for k, v in make_plan(args).as_dict().items() if k != "model_config"}))
+    if args.dry_run:
+        return dry_run(args)
+    make_plan(args)  # bad flags are reported before the run folder is created
+    with run_lock(args):
+        return train(args)
 
 
 def main(argv=None):

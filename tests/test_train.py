@@ -40,11 +40,19 @@ def test_plan_matches_spec_table(row):
     assert plan["total_flops"] == pytest.approx(float(row["total_flops"]), rel=1e-6)
 
 
-def test_default_device_batch_matches_the_release_scripts():
+def test_planner_picks_the_largest_fitting_micro_batch_for_every_spec_run():
     for row in SPEC_ROWS:
         plan = plan_for("--arch", row["arch"], "--depth", row["depth"])
-        expected = int(row["device_batch_cutoff"].split("/")[0].split()[0])  # "32/8", "2 (low-K 4)/128, ..."
-        assert train.default_device_batch(plan) == expected, row
+        world = 16 if plan.depth == 26 else 8
+        mem = train.plan_micro_batches(plan, world, train.H100_80GB_GIB)
+        assert mem.zero2 == (plan.depth == 26), row  # only d26 needs the sharded gradients
+        for stage, passes in zip(mem.stages, train.memory_pass_stages(plan)):
+            assert stage.passes == passes and 32 * 8 // world % stage.micro_batch == 0
+            assert stage.bytes["required"] <= train.H100_80GB_GIB * model.GIB
+            bigger = 2 * stage.micro_batch
+            if bigger <= 32 * 8 // world:
+                assert model.memory_per_rank(plan.model_config, passes, bigger, world, mem.zero2)["required"] > \
+                    train.H100_80GB_GIB * model.GIB, row
 
 
 def test_total_flops_match_all_58_release_ladder_rows():
@@ -130,6 +138,9 @@ def test_dry_run_cli_prints_one_json_object():
      "prepare"),
     (["--arch", "vanilla", "--depth", "2", "--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--depth", "2"], "--arch and --depth are required"),
+    (["--arch", "vanilla", "--depth", "20", "--device-batch-size", "32", "--dry-run"], "the largest that fits is 8"),
+    (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--dry-run"], "it fits on 16 GPUs"),
+    (["--arch", "vanilla", "--depth", "8", "--world-size", "8"], "--world-size"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message):
     r = subprocess.run([sys.executable, "train.py"] + argv, cwd=ROOT, capture_output=True, text=True)
@@ -271,3 +282,96 @@ def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     latest = os.path.join(tmp_path, "nan", "checkpoints", "latest.pt")
     assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
     assert torch.load(latest, weights_only=False)["step"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The memory planner in the dry run and in training; compilation.
+
+def test_dry_run_prints_memory_per_stage_and_the_micro_batch_drop_at_growth(capsys):
+    assert train.main(["--arch", "untied_grow", "--depth", "12", "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["steps"], out["crossover_step"]) == (plan_for("--arch", "untied_grow", "--depth", "12").steps,
+                                                     plan_for("--arch", "untied_grow", "--depth", "12").crossover_step)
+    memory = out["memory"]
+    assert memory["world_size"] == 8 and memory["sequences_per_rank"] == 32 and not memory["sync_every_micro_batch"]
+    assert [(s["passes"], s["micro_batch"], s["accumulation"]) for s in memory["stages"]] == [(2, 16, 2), (4, 8, 4)]
+    for stage in memory["stages"]:
+        gib = stage["gib"]
+        parts = ("parameters", "gradients", "muon_state", "adamw_state", "weight_copies", "activations", "loss_path",
+                 "step_transient")
+        assert gib["peak"] == pytest.approx(sum(gib[k] for k in parts), abs=0.06)
+        assert gib["required"] <= memory["gpu_memory_gib"] == round(train.H100_80GB_GIB, 2)
+
+
+def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatch):
+    monkeypatch.setenv("NNODES", "2")
+    assert train.main(["--arch", "untied_grow", "--depth", "26", "--dry-run"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert memory["world_size"] == 16 and memory["sync_every_micro_batch"] and "sharded" in memory["gradients"]
+    assert [s["micro_batch"] for s in memory["stages"]] == [1, 1]
+    assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
+    h200 = train.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
+    assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
+
+
+def test_data_constrained_plans_for_the_executed_depth():
+    def micro(k):
+        plan = plan_for("--arch", "operator_1", "--depth", "8", "--passes", str(k), "--data-constrained", "tuned-wd")
+        assert plan.model_config.passes == k
+        (stage,) = train.plan_micro_batches(plan, 8, train.H100_80GB_GIB).stages
+        return stage.micro_batch, stage.executed_blocks
+    assert micro(1) == (32, 8) and micro(12) == (8, 41)
+
+
+def spy_on_forward(monkeypatch):
+    """Records (training?, sequences, active passes) for every forward of every GPT."""
+    calls, forward = [], model.GPT.forward
+
+    def recording(self, idx, *args, **kwargs):
+        calls.append((kwargs.get("targets") is not None, idx.size(0), self.active_passes))
+        return forward(self, idx, *args, **kwargs)
+    monkeypatch.setattr(model.GPT, "forward", recording)
+    return calls
+
+
+def test_training_splits_each_step_by_its_stage_micro_batch(pool, tmp_path, monkeypatch):
+    calls = spy_on_forward(monkeypatch)
+    assert train.main(tiny(pool, tmp_path, "untied_grow", "--run-name", "m", "--crossover-fractions", "0.5",
+                           "--device-batch-size", "8", "4", "--save-every", "0", steps=4)) == 0
+    training = [(b, k) for is_train, b, k in calls if is_train]
+    assert training == [(8, 2)] * 2 + [(4, 4)] * 4  # 8 sequences per step: 1 micro-batch of 8, then 2 of 4
+    result, _ = read_run(tmp_path, "m")
+    assert result["device_batch_size"] == [8, 4] and result["gradient_accumulation_steps"] == [1, 2]
+    assert [s["micro_batch"] for s in result["memory"]["stages"]] == [8, 4]
+
+
+@pytest.fixture(scope="module")
+def compiled_and_eager(pool, tmp_path_factory):
+    """The same tiny growth run eager and compiled (aot_eager: CPU inductor takes minutes per graph on 2 cores; it
+    traces the same graphs through AOTAutograd), counting the graphs Dynamo hands to the backend."""
+    runs = tmp_path_factory.mktemp("compile")
+    args = tiny(pool, runs, "untied_grow", "--crossover-fractions", "0.5", "--save-every", "0", steps=6)
+    assert train.main(args + ["--run-name", "eager"]) == 0
+    graphs, real_compile = [], torch.compile
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.backends.registry.lookup_backend("aot_eager")(gm, example_inputs)
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend=counting, **kw))
+        assert train.main(args + ["--run-name", "compiled", "--compile"]) == 0
+    torch._dynamo.reset()
+    return read_run(runs, "eager"), read_run(runs, "compiled"), graphs
+
+
+def test_compiled_run_has_one_graph_per_pass_stage_and_one_for_eval(compiled_and_eager):
+    _, (result, trajectory), graphs = compiled_and_eager
+    assert [t["passes"] for t in trajectory] == [2, 2, 2, 4, 4, 4] and result["environment"]["compiled"]
+    assert len(graphs) == 3  # K=2 training, K=4 training, eval (no graph breaks, no recompiles per step)
+
+
+def test_compiled_equals_eager(compiled_and_eager):
+    (eager, eager_traj), (compiled, compiled_traj), _ = compiled_and_eager
+    assert [t["loss"] for t in compiled_traj] == pytest.approx([t["loss"] for t in eager_traj], rel=1e-5)
+    assert compiled["final_val_loss"] == pytest.approx(eager["final_val_loss"], rel=1e-5)
