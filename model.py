@@ -720,7 +720,7 @@ def checkpoint_weights_path(path):
         hint = f"pass {found[0]}" if found else "pass a checkpoint folder such as runs/NAME/checkpoints/final"
         raise ValueError(f"checkpoint {path} is {what} (no {CHECKPOINT_WEIGHTS}); {hint}")
     if not os.path.exists(path):
-        raise ValueError(f"checkpoint {path} not found")
+        raise ValueError(f"checkpoint {path} does not exist")
     folder = os.path.dirname(os.path.abspath(path))
     if os.path.basename(path) == CHECKPOINT_WEIGHTS and os.path.exists(os.path.join(folder, CHECKPOINT_MANIFEST)):
         verify_checkpoint(folder, only=CHECKPOINT_WEIGHTS)

@@ -465,7 +465,7 @@ def test_load_checkpoint_model_roundtrip(tmp_path):
     assert ckpt["step"] == 7 and loaded.active_passes == 4 and not loaded.training
     idx = tokens(cfg)
     assert torch.equal(loaded(idx), net(idx, passes=4))
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ValueError, match="does not exist"):
         model.load_checkpoint_model(str(tmp_path / "missing.pt"))
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError):
