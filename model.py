@@ -738,8 +738,8 @@ def load_checkpoint_model(path, device="cpu"):
         model.load_state_dict(ckpt["model"])
         model.set_passes(int(ckpt["passes"]))
     except pickle.UnpicklingError:
-        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it holds objects other than tensors "
-                         "and plain types (refused unread; train.py never writes such files)") from None
+        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
+                         "other than tensors and plain types (refused without running it)") from None
     except Exception as exc:  # truncation, missing keys, shape mismatch: all mean "not a usable checkpoint"
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None

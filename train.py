@@ -469,8 +469,9 @@ def load_checkpoint(folder, plan, model, optimizers):
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
         state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})
     except pickle.UnpicklingError as e:
-        raise UsageError(f"checkpoint {folder} holds objects other than tensors and plain types ({e}); refused "
-                         "unread") from None
+        detail = f" ({e})" if len(str(e)) < 120 else ""  # ours are short; torch's weights_only text is a page
+        raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
+                         f"{detail}; refused without running it") from None
     except Exception as e:  # missing files or keys, shapes of another model: not this run's checkpoint
         raise UsageError(f"checkpoint {folder} is not usable: {type(e).__name__}: "
                          f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
