@@ -433,7 +433,7 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None):
     barrier()
 
 
-CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (model.load_checkpoint_model reads it)
+CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
 
 
 def primitive_args(args):

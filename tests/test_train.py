@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -300,7 +301,6 @@ def test_sharded_resume_across_world_sizes(pool, tmp_path, free_port):
     _, cut = read_run(tmp_path, "cut")
     assert [t["loss"] for t in cut] == [t["loss"] for t in full[:4]]
     for world in (2, 1, 4):
-        import shutil
         shutil.copytree(os.path.join(tmp_path, "cut"), os.path.join(tmp_path, f"on{world}"))
         torchrun(args + ["--run-name", f"on{world}", "--resume"], world, free_port, env)
         result, resumed = read_run(tmp_path, f"on{world}")
@@ -361,7 +361,6 @@ def test_recover_after_a_crash_between_the_renames(pool, tmp_path):
     assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", "--save-every", "2", "--stop-after", "4",
                            steps=8)) == 0
     ckpt = os.path.join(tmp_path, "r", "checkpoints")
-    import shutil
     shutil.copytree(os.path.join(ckpt, "latest"), os.path.join(ckpt, "latest.tmp"))  # the new copy, complete
     os.replace(os.path.join(ckpt, "latest"), os.path.join(ckpt, "latest.old"))     # crash after the first rename
     os.makedirs(os.path.join(ckpt, "final.tmp"))                                    # a dead writer's partial save
@@ -398,3 +397,15 @@ def test_resume_or_start_starts_a_run_without_checkpoint(pool, tmp_path):
     assert train.main(args + ["--resume-or-start"]) == 0
     result, trajectory = read_run(tmp_path, "r")
     assert result["status"] == "complete" and len(trajectory) == 4
+
+
+def test_adamw_ablation_two_processes_equals_one(pool, tmp_path, free_port):
+    """--optimizer adamw under torchrun: every parameter's gradient goes through muon.ReplicatedGrads."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--optimizer", "adamw",
+                "--device-batch-size", "2", steps=8)
+    torchrun(args + ["--run-name", "one"], 1, free_port, env)
+    torchrun(args + ["--run-name", "two"], 2, free_port, env)
+    (_, one), (_, two) = read_run(tmp_path, "one"), read_run(tmp_path, "two")
+    assert [t["loss"] for t in two] == pytest.approx([t["loss"] for t in one], rel=1e-5)
+    assert two[-1]["loss"] < two[0]["loss"]
