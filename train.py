@@ -617,8 +617,9 @@ def resume_point(args, run_dir, rank):
     run finished training but its result.json was not written), or None (step 0 of a new run). Refuses to start
     over an existing run, and --resume without a checkpoint (--resume-or-start starts such a run at step 0)."""
     status, ckpt_dir = run_status(run_dir), os.path.join(run_dir, "checkpoints")
-    started = status is not None or os.path.exists(os.path.join(run_dir, "trajectory.jsonl")) or \
-        os.path.isdir(ckpt_dir)
+    trajectory = os.path.join(run_dir, "trajectory.jsonl")  # empty files of a start killed at once do not count
+    started = status is not None or (os.path.exists(trajectory) and os.path.getsize(trajectory) > 0) or \
+        (os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) != [])
     if not (args.resume or args.resume_or_start):
         if started:
             raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
