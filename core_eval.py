@@ -8,7 +8,7 @@ to the model context; MC/schema pick the candidate with the lowest mean token lo
 correct only if every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
 Many examples run per forward, and an example's candidates share one pass over their common prefix (--scoring).
 
-    python core_eval.py --checkpoint runs/X/checkpoints/final.pt                     # full suite, seeds 0 1 2
+    python core_eval.py --checkpoint runs/X/checkpoints/final                        # full suite, seeds 0 1 2
     python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
@@ -601,8 +601,8 @@ def effective_depth(curve, threshold):
 # Model loading, CLI
 
 def load_model(checkpoint, device, passes=None):
-    if not os.path.isfile(checkpoint):
-        raise UsageError(f"checkpoint {checkpoint} does not exist; pass the final.pt that train.py wrote")
+    """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
+    state."""
     try:
         net, ckpt = model.load_checkpoint_model(checkpoint, device=device)
     except ValueError as e:
@@ -625,8 +625,11 @@ def get_encoding(name):
 
 
 def default_out(checkpoint, passes):
-    folder = os.path.dirname(os.path.abspath(checkpoint))
-    if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final.pt -> runs/<name>/eval.json
+    path = os.path.abspath(checkpoint)
+    if os.path.basename(path) == model.CHECKPOINT_WEIGHTS:  # runs/<name>/checkpoints/final/model.pt
+        path = os.path.dirname(path)
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final(.pt) -> runs/<name>/eval.json
         folder = os.path.dirname(folder)
     return os.path.join(folder, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
@@ -727,7 +730,8 @@ def run_bench(args, device):
 
 def parse_args(argv=None):
     p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--checkpoint", help="train.py checkpoint (runs/<name>/checkpoints/final.pt)")
+    p.add_argument("--checkpoint", help="train.py checkpoint folder (runs/<name>/checkpoints/final), its model.pt, "
+                   "or an older single-file final.pt")
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
@@ -759,8 +763,10 @@ def run(argv):
         return run_bench(args, torch.device("cpu"))
     if not args.checkpoint:
         raise UsageError("--checkpoint is required (or --bench)")
-    if not os.path.isfile(args.checkpoint):
-        raise UsageError(f"checkpoint {args.checkpoint} does not exist; pass the final.pt that train.py wrote")
+    try:  # before any work: a missing file, a run folder instead of its checkpoint, a failed manifest
+        model.checkpoint_weights_path(args.checkpoint)
+    except ValueError as e:
+        raise UsageError(f"{e} (train.py writes runs/NAME/checkpoints/final)")
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
     out_path = args.out or default_out(args.checkpoint, args.passes)

@@ -184,7 +184,7 @@ for r in "${runs[@]}"; do
         status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
                  2>/dev/null || echo unreadable)
         if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
-        resume=(--resume)
+        resume=(--resume-or-start)
     fi
     mkdir -p "$run_dir"
     log="$run_dir/train.log"

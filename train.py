@@ -11,7 +11,9 @@ sees the same tokens whatever the world size, so a run can be resumed on a diffe
     python train.py --arch operator_1 --depth 8 --passes 4 --data-constrained tuned-wd
     python train.py --bench --preset cpu                                 # step-time ratios between arms
 
-Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}.pt.
+Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}/ (folders: model.pt
+holds the weights core_eval.py reads). --resume continues from checkpoints/latest; --resume-or-start also starts a
+run that has none yet.
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
 """
 import argparse
@@ -20,20 +22,24 @@ import fcntl
 import json
 import math
 import os
+import pickle
 import random
+import shutil
 import socket
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 
 import data
 import model as model_lib
 import muon
-from cli import Parser, UsageError, atomic_write, exit_process, finite_float, write_json
+from cli import Parser, UsageError, atomic_write, exit_process, finite_float, sha256_file, write_json
 import arms
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from model import ModelConfig, autocast
@@ -344,7 +350,7 @@ def compile_model(model, plan):
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation, checkpoints
 
-def build_optimizers(model, plan):
+def build_optimizers(model, plan, polar_express_dtype="auto"):
     """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all)."""
     groups = model.param_groups()
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
@@ -353,10 +359,18 @@ def build_optimizers(model, plan):
     if plan.optimizer == "adamw":
         adam_groups.append(dict(params=groups["matrix"], lr=plan.matrix_lr, base_lr=plan.matrix_lr))
         return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd)]
-    matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd)
+    names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
+    matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
+                       param_names=names)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
     return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd)]
+
+
+def replicated_grads(optimizers):
+    """Rank-averaged gradients for every AdamW parameter (muon.ReplicatedGrads; Muon reduces its own)."""
+    return muon.ReplicatedGrads([p for opt in optimizers if isinstance(opt, torch.optim.AdamW)
+                                 for group in opt.param_groups for p in group["params"]])
 
 
 def grow(model, optimizers, passes):
@@ -401,26 +415,224 @@ class RunState:
     tokens: int = 0
 
 
-def save_checkpoint(path, model, optimizer_states, state, plan):
-    plan_dict = plan.as_dict()
-    ckpt = dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
-                model={k: v.detach().float().cpu() for k, v in model.state_dict().items()},
-                optimizers=optimizer_states, rng=torch.get_rng_state(), plan=plan_dict, **asdict(state))
-    atomic_write(path, lambda tmp: torch.save(ckpt, tmp))
+# A checkpoint is a folder (checkpoints/latest, checkpoints/final): model.pt (weights, model_config, passes, tokenizer,
+# step; rank 0), muon/ (torch.distributed.checkpoint: every rank writes the Muon state it owns), adamw.pt (the
+# replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters) and, written
+# last, MANIFEST.json (size and sha256 of every file). Everything is tensors and plain types: every torch.load uses
+# weights_only=True, and DCP's metadata pickle goes through SafeMetadataReader.
+
+# DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 
-def load_checkpoint(path, plan, model, optimizers):
-    """Restore weights, optimizer and RNG state written by save_checkpoint under the same plan -> RunState."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    if ckpt["plan"] != plan.as_dict():
-        raise UsageError(f"{path} was written with another plan; resume with the same flags")
-    model.load_state_dict(ckpt["model"])
-    for opt, opt_state in zip(optimizers, ckpt["optimizers"]):
-        opt.load_state_dict(opt_state)
-    torch.set_rng_state(ckpt["rng"])
-    state = RunState(**{f.name: ckpt[f.name] for f in fields(RunState)})
+class SafeMetadataReader(dcp.FileSystemReader):
+    """DCP's file reader with a safe .metadata: torch 2.13's FileSystemReader.read_metadata is a plain pickle.load
+    (its tensor data is read with torch.load(weights_only=True)), so this one unpickles only DCP's metadata classes,
+    and refuses non-tensor entries, which DCP's load planner would read with torch.load(weights_only=False)."""
+
+    ALLOWED = {"torch.distributed.checkpoint.metadata": {"Metadata", "TensorStorageMetadata", "TensorProperties",
+                                                         "ChunkStorageMetadata", "MetadataIndex", "StorageMeta",
+                                                         "_MEM_FORMAT_ENCODING", "BytesStorageMetadata"},
+               "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+               "torch.serialization": {"_get_layout"}, "torch": {"Size"}, "pathlib": {"PosixPath"},
+               "collections": {"OrderedDict"}}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if name in SafeMetadataReader.ALLOWED.get(module, ()) or \
+                    (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint's metadata")
+
+    def read_metadata(self, *args, **kwargs):
+        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
+            metadata = self.Unpickler(f).load()
+        entries = getattr(metadata, "state_dict_metadata", None)
+        if not isinstance(entries, dict) or not all(isinstance(v, dcp.metadata.TensorStorageMetadata)
+                                                    for v in entries.values()):
+            raise pickle.UnpicklingError("the metadata lists entries other than tensors")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp.metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def process():
+    """(rank, world size) of this process."""
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def gather(obj):
+    """Every rank's obj, in rank order (a list of one without a process group)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def write_manifest(folder):
+    """Collective: every rank hashes its share of the files, rank 0 writes MANIFEST.json (last: it marks the
+    checkpoint complete)."""
+    rank, world = process()
+    names = sorted(os.path.relpath(os.path.join(base, n), folder) for base, _, files in os.walk(folder) for n in files)
+    mine = {rel: dict(size=os.path.getsize(os.path.join(folder, rel)), sha256=sha256_file(os.path.join(folder, rel)))
+            for rel in names[rank::world]}
+    parts = gather(mine)
+    if rank == 0:
+        write_json(os.path.join(folder, model_lib.CHECKPOINT_MANIFEST),
+                   dict(files={k: v for part in parts for k, v in sorted(part.items())}))
+
+
+def verify(folder):
+    """Collective: the manifest check (model.verify_checkpoint), its files shared among the ranks -> UsageError on
+    every rank when any share fails."""
+    rank, world = process()
+    try:
+        model_lib.verify_checkpoint(folder, share=(rank, world))
+        error = None
+    except ValueError as e:
+        error = str(e)
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
+
+
+def save_checkpoint(folder, model, optimizers, state, plan, args=None):
+    """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
+    folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
+    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors."""
+    rank, world = process()
+    tmp = folder + ".tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    barrier()
+    matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    shard = {k: v for k, v in matrix[0].state_dict().items() if k != "param_groups"} if matrix else {}
+    if matrix:
+        dcp.save(dict(muon=shard), storage_writer=dcp.FileSystemWriter(os.path.join(tmp, "muon")), no_dist=world == 1)
+    if rank == 0:
+        plan_dict = plan.as_dict()
+        torch.save(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
+                        step=state.step, model={k: v.detach().float().cpu() for k, v in model.state_dict().items()}),
+                   os.path.join(tmp, model_lib.CHECKPOINT_WEIGHTS))
+        torch.save([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
+                   os.path.join(tmp, "adamw.pt"))
+        muon_groups = [{k: v for k, v in g.items()} for g in matrix[0].state_dict()["param_groups"]] if matrix else []
+        write_json(os.path.join(tmp, "meta.json"), dict(
+            format=CHECKPOINT_FORMAT, plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
+            muon_param_groups=muon_groups, args=primitive_args(args), **asdict(state)))
+    barrier()
+    write_manifest(tmp)
+    if rank == 0:
+        if os.path.exists(folder):
+            os.replace(folder, folder + ".old")
+        os.replace(tmp, folder)
+        shutil.rmtree(folder + ".old", ignore_errors=True)
+        remove_dead_temp_files(os.path.dirname(folder))
+    barrier()
+
+
+CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
+
+
+def primitive_args(args):
+    """The command line as a dict of JSON primitives (for the record; the plan decides what a resume must match)."""
+    if args is None:
+        return {}
+    return {k: v for k, v in vars(args).items()
+            if v is None or isinstance(v, (bool, int, float, str)) or
+            (isinstance(v, list) and all(isinstance(x, (bool, int, float, str)) for x in v))}
+
+
+def load_checkpoint(folder, plan, model, optimizers):
+    """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
+    world size -> RunState. A checkpoint that fails its manifest, its plan or its loading is a UsageError."""
+    verify(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
+        raise UsageError(f"{folder} was written with another plan; resume with the same flags")
+    try:
+        weights = torch.load(os.path.join(folder, model_lib.CHECKPOINT_WEIGHTS), map_location="cpu",
+                             weights_only=True)
+        model.load_state_dict(weights["model"])
+        for opt in optimizers:
+            if isinstance(opt, muon.Muon):
+                reader = SafeMetadataReader(os.path.join(folder, "muon"))
+                reader.read_metadata()  # refuses a crafted pickle here, with its own message
+                template = dict(muon={k: v for k, v in opt.state_dict().items() if k != "param_groups"})
+                dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
+                opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
+        adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
+        for opt, saved in zip(adamw, torch.load(os.path.join(folder, "adamw.pt"), weights_only=True), strict=True):
+            opt.load_state_dict(saved)
+        torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+        state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+    except pickle.UnpicklingError as e:
+        detail = f" ({e})" if len(str(e)) < 120 else ""  # ours are short; torch's weights_only text is a page
+        raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
+                         f"{detail}; refused without running it") from None
+    except Exception as e:  # missing files or keys, shapes of another model: not this run's checkpoint
+        raise UsageError(f"checkpoint {folder} is not usable: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
     model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
     return state
+
+
+def read_run_state(folder):
+    """The RunState of a checkpoint (after its manifest check), without loading any tensor."""
+    verify(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    return RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+
+
+def checkpoint_step(folder):
+    """The step of a complete checkpoint folder, None if it is not complete."""
+    try:
+        model_lib.verify_checkpoint(folder)
+        return json.load(open(os.path.join(folder, "meta.json")))["step"]
+    except (ValueError, OSError, KeyError, TypeError):
+        return None
+
+
+def recover_checkpoints(ckpt_dir):
+    """Rank 0 at start: after a crash inside a save, keep the newest complete copy of latest/ and final/ (among X,
+    X.old, X.tmp) as X and remove the other copies; remove temporary files of dead writers."""
+    for name in ("latest", "final"):
+        copies = [os.path.join(ckpt_dir, name + suffix) for suffix in ("", ".old", ".tmp")]
+        present = [c for c in copies if os.path.isdir(c)]
+        if present in ([], [copies[0]]):
+            continue  # nothing interrupted: a lone folder is left as it is, even if incomplete (resume says so)
+        steps = {c: checkpoint_step(c) for c in present}
+        complete = [c for c in present if steps[c] is not None]
+        best = max(complete, key=lambda c: (steps[c], c == copies[0])) if complete else None
+        for c in present:
+            if c != best and (best is not None or c == copies[2]):
+                shutil.rmtree(c)
+        if best is not None and best != copies[0]:
+            os.replace(best, copies[0])
+    remove_dead_temp_files(ckpt_dir)
+
+
+def remove_dead_temp_files(folder):
+    """Delete cli.atomic_write's leftovers (NAME.tmp<pid>) whose writer process no longer runs on this host."""
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        stem, sep, pid = name.rpartition(".tmp")
+        if not (sep and stem and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except PermissionError:
+            pass  # alive, another user's
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -444,10 +656,13 @@ class Run:
     memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
+    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
+    args: object = None          # the parsed command line (recorded in checkpoints)
 
     master = property(lambda self: self.rank == 0)
     ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
-    latest = property(lambda self: os.path.join(self.ckpt_dir, "latest.pt"))
+    latest = property(lambda self: os.path.join(self.ckpt_dir, "latest"))
+    final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
     result_path = property(lambda self: os.path.join(self.run_dir, "result.json"))
     trajectory_path = property(lambda self: os.path.join(self.run_dir, "trajectory.jsonl"))
 
@@ -456,12 +671,8 @@ def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = model_lib.setup_distributed(args.device)
     run_dir = run_dir_of(args)
-    result_path = os.path.join(run_dir, "result.json")
-    if os.path.exists(result_path) and not args.resume:
-        raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-name")
-    if args.resume and os.path.exists(result_path) and json.load(open(result_path)).get("status") == "complete":
-        if rank == 0:
-            print(f"{run_dir} is already complete; nothing to do")
+    resume_from = resume_point(args, run_dir, rank)
+    if resume_from == "complete":
         return None
     mem = device_memory_plan(args, plan, world, device)  # before any data work: a run that cannot fit stops here
     preset = PRESETS[plan.preset]
@@ -487,17 +698,70 @@ def open_run(args, plan):
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
                val=val, token_bytes=token_bytes, micro_batches=tuple(s.micro_batch for s in mem.stages),
                sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan), environment=environment,
-               peak_flops=args.peak_flops * world if device.type == "cuda" else None)
+               peak_flops=args.peak_flops * world if device.type == "cuda" else None, resume_from=resume_from,
+               args=args)
+
+
+def run_status(run_dir):
+    """result.json's status (None when there is none yet)."""
+    path = os.path.join(run_dir, "result.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        return json.load(open(path))["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"{path} is not a train.py result.json; move it away or choose another --run-name") \
+            from None
+
+
+def resume_point(args, run_dir, rank):
+    """Where this invocation starts, never guessed: "complete" (nothing to do), a checkpoint folder (final/ when the
+    run finished training but its result.json was not written), or None (step 0 of a new run). Refuses to start
+    over an existing run, and --resume without a checkpoint (--resume-or-start starts such a run at step 0)."""
+    status, ckpt_dir = run_status(run_dir), os.path.join(run_dir, "checkpoints")
+    trajectory = os.path.join(run_dir, "trajectory.jsonl")  # empty files of a start killed at once do not count
+    started = status is not None or (os.path.exists(trajectory) and os.path.getsize(trajectory) > 0) or \
+        (os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) != [])
+    if not (args.resume or args.resume_or_start):
+        if started:
+            raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
+                             "--run-name")
+        return None
+    if status == "complete":
+        if rank == 0:
+            print(f"{run_dir} is already complete; nothing to do")
+        return "complete"
+    if rank == 0 and os.path.isdir(ckpt_dir):
+        recover_checkpoints(ckpt_dir)
+    barrier()
+    for name in ("final", "latest"):
+        if os.path.isdir(os.path.join(ckpt_dir, name)):
+            return os.path.join(ckpt_dir, name)
+    old = [n for n in ("final.pt", "latest.pt") if os.path.exists(os.path.join(ckpt_dir, n))]
+    if old:
+        raise UsageError(f"{os.path.join(ckpt_dir, old[0])} is a single-file checkpoint of an earlier train.py, "
+                         "which cannot be resumed (core_eval.py still reads it); start the run again under another "
+                         "--run-name")
+    if args.resume:
+        raise UsageError(f"--resume: {run_dir} has no checkpoint to resume from ({ckpt_dir}/latest); pass "
+                         "--resume-or-start to start it at step 0")
+    return None
 
 
 def open_trajectory(run, step):
     """trajectory.jsonl cut back to the first `step` lines (the checkpoint resumed from), open for appending."""
+    lines = open(run.trajectory_path).readlines() if os.path.exists(run.trajectory_path) else []
+    if len(lines) < step:  # on every rank, so that all of them stop
+        raise UsageError(f"{run.trajectory_path} has {len(lines)} lines but the checkpoint is at step {step}; "
+                         "restore the file or start the run again under another --run-name")
     if not run.master:
         return None
     os.makedirs(run.ckpt_dir, exist_ok=True)
-    keep = [line for line in open(run.trajectory_path)][:step] if os.path.exists(run.trajectory_path) else []
-    with open(run.trajectory_path, "w") as f:
-        f.writelines(keep)
+    if len(lines) > step:
+        def write(tmp):
+            with open(tmp, "w") as f:
+                f.writelines(lines[:step])
+        atomic_write(run.trajectory_path, write)
     return open(run.trajectory_path, "a")
 
 
@@ -516,7 +780,7 @@ def write_result(run, state, status, mfu=None, **extra):
         tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
         total_training_time_seconds=state.train_seconds,
         tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
-        last_train_mfu=mfu, final_checkpoint_path=os.path.join(run.ckpt_dir, "final.pt"), **extra))
+        last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))
 
 
 def validate(run, model, state):
@@ -537,9 +801,12 @@ def grow_if_due(run, model, optimizers, state):
                                         reset_parameters=len(overwritten)))
 
 
-def train_step(run, model, step_model, optimizers, state):
+def train_step(run, model, step_model, optimizers, replicated, state):
     """One optimizer step at state.step: growth if due, passes, LR and momentum, the accumulated micro-batches,
-    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier)."""
+    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier).
+
+    Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
+    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch."""
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
     passes = passes_at(step, plan)
@@ -554,18 +821,19 @@ def train_step(run, model, step_model, optimizers, state):
     micro_batch = run.micro_batches[stage_index(step, plan)]  # the memory plan's, changing at growth
     accumulation = len(windows) // micro_batch
     batch_loss = torch.zeros((), device=run.device)
-    for micro in windows.split(micro_batch):
+    micros = windows.split(micro_batch)
+    for k, micro in enumerate(micros):
+        replicated.sync_grads = run.sync_every_micro_batch or k == len(micros) - 1
+        for opt in optimizers:
+            if isinstance(opt, muon.Muon):
+                opt.sync_grads = replicated.sync_grads
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = step_model(micro[:, :-1], targets=micro[:, 1:])
         (loss / accumulation).backward()
         batch_loss += loss.detach() / accumulation
-    for p in model.param_groups()["matrix"]:  # dormant untied cores get an explicit zero gradient, as in the release
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    muon.all_reduce_grads([p for opt in optimizers if isinstance(opt, torch.optim.AdamW)
-                           for g in opt.param_groups for p in g["params"]])
-    for opt in optimizers:
+    replicated.wait()
+    for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
         opt.step()
     step_model.zero_grad(set_to_none=True)
     if run.world > 1:
@@ -599,11 +867,11 @@ def log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log
 
 
 def save(run, model, optimizers, state, trajectory, mfu):
-    optimizer_states = [opt.state_dict() for opt in optimizers]  # collective: distributed Muon gathers
+    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress."""
     if run.master:
         trajectory.flush()
-        save_checkpoint(run.latest, model, optimizer_states, state, run.plan)
-        write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
+    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args)
+    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
 
 
 def train(args):
@@ -611,13 +879,20 @@ def train(args):
     run = open_run(args, plan)
     if run is None:
         return 0
+    if run.resume_from == run.final:  # trained to the end; only result.json was not written
+        state = read_run_state(run.final)
+        if run.master:
+            write_result(run, state, "complete")
+            print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
+        return 0
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config).to_device(run.device)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan)
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype)
+    replicated = replicated_grads(optimizers)
     state = RunState()
-    if args.resume and os.path.exists(run.latest):
-        state = load_checkpoint(run.latest, plan, model, optimizers)
+    if run.resume_from:
+        state = load_checkpoint(run.resume_from, plan, model, optimizers)
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     trajectory = open_trajectory(run, state.step)
@@ -631,7 +906,7 @@ def train(args):
     mfu = None
     while state.step < stop:
         t0 = time.perf_counter()
-        loss, passes, epoch, lrm = train_step(run, model, step_model, optimizers, state)
+        loss, passes, epoch, lrm = train_step(run, model, step_model, optimizers, replicated, state)
         if run.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
@@ -657,7 +932,7 @@ def finish(run, state, trajectory, mfu):
         return
     trajectory.close()
     if state.step == run.plan.steps:
-        os.replace(run.latest, os.path.join(run.ckpt_dir, "final.pt"))
+        os.replace(run.latest, run.final)
         write_result(run, state, "complete", mfu)
         print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | "
               f"{state.flops:.3e} FLOPs | {state.train_seconds:.0f}s | {run.run_dir}")
@@ -736,7 +1011,7 @@ def run_lock(args):
         lock.truncate(0)
         lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
         lock.flush()
-        check_fresh_run_dir(run_dir, args.resume)
+        check_fresh_run_dir(run_dir, args.resume or args.resume_or_start)
         yield
 
 
@@ -825,7 +1100,11 @@ def build_parser():
     run.add_argument("--steps", type=int, default=None, help="override the derived step count")
     run.add_argument("--stop-after", type=int, default=None, help="stop after N steps without changing the plan")
     run.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--resume", action="store_true")
+    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
+    run.add_argument("--resume-or-start", action="store_true",
+                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
+    run.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                     help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--train-token-limit", type=int, default=None)

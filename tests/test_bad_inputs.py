@@ -8,10 +8,12 @@ import importlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -450,3 +452,134 @@ def test_orphaned_torchrun_worker_keeps_the_lock(tmp_path, pool, free_port):
         if worker:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(worker, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------------ train.py checkpoints
+class CodeOnLoad:
+    """Unpickling this runs code (writes a marker file): a crafted checkpoint."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def tiny_run_argv(pool, *extra):
+    return ["--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16",
+            "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
+            "--runs-dir", "{d}/runs", "--run-name", "r", "--steps", "4", "--warmup-steps", "0", *extra]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(pool, tmp_path_factory):
+    """A run stopped after step 2: checkpoints/latest holds model.pt, muon/ (DCP), adamw.pt, meta.json, MANIFEST.json."""
+    d = str(tmp_path_factory.mktemp("stopped"))
+    argv = [a.replace("{d}", d) for a in tiny_run_argv(pool, "--stop-after", "2")]
+    assert run_in_process("train.py", argv)[0] == 0
+    return os.path.join(d, "runs", "r")
+
+
+def rehash(folder):
+    """Rewrite a checkpoint's manifest for its current files (what a deliberate forger would do)."""
+    import cli
+    names = sorted(os.path.relpath(os.path.join(b, n), folder) for b, _, ns in os.walk(folder) for n in ns
+                   if n != "MANIFEST.json")
+    files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=cli.sha256_file(os.path.join(folder, n)))
+             for n in names}
+    with open(os.path.join(folder, "MANIFEST.json"), "w") as f:
+        json.dump(dict(files=files), f)
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def random_bytes(path):
+    size = os.path.getsize(path)
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+
+
+def edit_manifest_sha(latest):
+    manifest = json.load(open(os.path.join(latest, "MANIFEST.json")))
+    manifest["files"]["meta.json"]["sha256"] = "0" * 64
+    with open(os.path.join(latest, "MANIFEST.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def crafted(path, marker):
+    torch.save(CodeOnLoad(marker), path)
+
+
+def crafted_metadata(path, marker):
+    import pickle
+    with open(path, "wb") as f:
+        pickle.dump(CodeOnLoad(marker), f)
+
+
+RESUME = ["--resume"]
+L = "runs/r/checkpoints/latest"
+# (id, mutation of the copied run (run dir, marker path), script, argv after the run's flags, message)
+CHECKPOINT_CASES = [
+    ("resume-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "train.py", RESUME,
+     "is truncated or corrupted: model.pt has"),
+    ("resume-random-bytes", lambda r, m: random_bytes(f"{r}/checkpoints/latest/muon/__0_0.distcp"), "train.py",
+     RESUME, "is corrupted: muon/__0_0.distcp does not match its sha256"),
+    ("resume-random-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/adamw.pt"),
+                                                   rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "is unreadable or holds objects other than tensors"),
+    ("resume-manifest-mismatch", lambda r, m: edit_manifest_sha(f"{r}/checkpoints/latest"), "train.py", RESUME,
+     "is corrupted: meta.json does not match its sha256"),
+    ("resume-save-never-finished", lambda r, m: os.remove(f"{r}/checkpoints/latest/MANIFEST.json"), "train.py",
+     RESUME, "is incomplete (no MANIFEST.json"),
+    ("resume-crafted-model-pickle", lambda r, m: (crafted(f"{r}/checkpoints/latest/model.pt", m),
+                                                  rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "holds objects other than tensors and plain types"),
+    ("resume-crafted-dcp-metadata", lambda r, m: (crafted_metadata(f"{r}/checkpoints/latest/muon/.metadata", m),
+                                                  rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "holds objects other than tensors and plain types"),
+    ("resume-no-checkpoint", lambda r, m: shutil.rmtree(f"{r}/checkpoints"), "train.py", RESUME,
+     "has no checkpoint to resume from"),
+    ("resume-old-single-file", lambda r, m: (shutil.rmtree(f"{r}/checkpoints/latest"),
+                                             open(f"{r}/checkpoints/latest.pt", "wb").close()), "train.py", RESUME,
+     "single-file checkpoint of an earlier train.py"),
+    ("resume-short-trajectory", lambda r, m: open(f"{r}/trajectory.jsonl", "w").close(), "train.py", RESUME,
+     "has 0 lines but the checkpoint is at step 2"),
+    ("fresh-start-over-a-run", lambda r, m: os.remove(f"{r}/result.json"), "train.py", [], "already holds a run"),
+    ("eval-random-bytes-file", lambda r, m: open(f"{r}/final.pt", "wb").write(os.urandom(4096)), "core_eval.py",
+     ["--checkpoint", "{d}/runs/r/final.pt"], "is not a usable model checkpoint"),
+    ("eval-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "core_eval.py",
+     ["--checkpoint", "{d}/" + L], "is truncated or corrupted: model.pt has"),
+    ("eval-crafted-pickle", lambda r, m: (crafted(f"{r}/checkpoints/latest/model.pt", m),
+                                          rehash(f"{r}/checkpoints/latest")), "core_eval.py",
+     ["--checkpoint", "{d}/" + L + "/model.pt"], "holds objects other than tensors and plain types"),
+    ("eval-run-folder", lambda r, m: None, "core_eval.py", ["--checkpoint", "{d}/runs/r"],
+     "is a run folder (no model.pt); pass"),
+    ("eval-checkpoints-folder", lambda r, m: None, "core_eval.py", ["--checkpoint", "{d}/runs/r/checkpoints"],
+     "is a folder of checkpoints (no model.pt); pass"),
+]
+
+
+@pytest.mark.parametrize("mutate, script, argv, message", [c[1:] for c in CHECKPOINT_CASES],
+                         ids=[c[0] for c in CHECKPOINT_CASES])
+def test_checkpoint_bad_input(pool, stopped_run, tmp_path, mutate, script, argv, message):
+    run_dir, marker = os.path.join(tmp_path, "runs", "r"), os.path.join(tmp_path, "marker")
+    shutil.copytree(stopped_run, run_dir)
+    mutate(run_dir, marker)
+    full = tiny_run_argv(pool) + argv if script == "train.py" else argv + ["--bundle-dir", "{d}/no-bundle"]
+    assert_refused(script, full, tmp_path, message, runner=run_in_process)
+    assert not os.path.exists(marker), "the crafted pickle ran"
+
+
+def test_resume_of_a_complete_run_is_nothing_to_do(pool, tmp_path):
+    """--resume on a complete run exits 0 with "nothing to do" on stdout and touches nothing (not exit 2: ladder.sh
+    re-submitted after a failure is expected to pass over finished runs)."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool)]
+    assert run_in_process("train.py", argv)[0] == 0
+    before = snapshot(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert importlib.import_module("train").main(argv + ["--resume"]) == 0
+    assert "nothing to do" in out.getvalue() and snapshot(tmp_path) == before
