@@ -1017,8 +1017,9 @@ def run_lock(args):
 
 def check_fresh_run_dir(run_dir, resume):
     """A new run (no --resume) goes only into an empty folder or one ladder.sh prepared: never over someone's files.
-    (A folder with a result.json is open_run's case: continue it with --resume.)"""
-    if resume or os.path.exists(os.path.join(run_dir, "result.json")):
+    (A folder with a result.json or a checkpoint is a started run, resume_point's case: continue it with --resume.)"""
+    if resume or os.path.exists(os.path.join(run_dir, "result.json")) or \
+            os.path.isdir(os.path.join(run_dir, "checkpoints", "latest")):
         return
     def ours_and_empty(name):  # what a run killed before its first result.json leaves behind
         path = os.path.join(run_dir, name)
