@@ -9,7 +9,7 @@ import argparse
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from cli import UsageError
+from cli import UsageError, finite_float
 
 
 def knob(flag, default=MISSING, help=None):
@@ -134,9 +134,7 @@ class Preset:
     mlp_multiple: int = knob("model", help="MLP hidden size is rounded up to a multiple of this")
     total_batch_tokens: int = knob("train", help="tokens per optimizer step")
     val_tokens: int = knob("train", help="validation target tokens (multiple of --seq-len)")
-    device_batch_size: int              # sequences per micro-batch (memory only: the math never changes) ...
-    device_batch_fixed: dict = field(default_factory=dict)  # ... or per depth, as on the release's 80 GB H100s
-    device_batch_grow: dict = field(default_factory=dict)   # (the growth arms' deeper executed stacks need less)
+    device_batch_size: int              # CPU runs' micro-batch; on GPUs train.py's memory planner picks it
     anchor_depth: int                   # the depth whose LRs the table gives
     lr_multiplier: float = knob("train", help="multiplies all three LRs (preset default)")
     data_dir: str
@@ -149,8 +147,6 @@ class Preset:
 PRESETS = {
     "paper": Preset(width_per_depth=128, head_dim=128, seq_len=2048, mlp_multiple=256, total_batch_tokens=524_288,
                     val_tokens=9_961_472, device_batch_size=32,
-                    device_batch_fixed={6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8},
-                    device_batch_grow={6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: 2},
                     anchor_depth=8, lr_multiplier=1.0, data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2",
                     save_every=500, log_every=10),
     "cpu": Preset(width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, total_batch_tokens=2048,
@@ -170,9 +166,9 @@ def add_knob_flags(group, cls, flag):
         if f.type is bool:
             group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
         elif f.type is tuple:
-            group.add_argument(name, type=float, nargs=2, default=None, help=help)
+            group.add_argument(name, type=finite_float, nargs=2, default=None, help=help)
         else:
-            group.add_argument(name, type=f.type, default=None, help=help)
+            group.add_argument(name, type=finite_float if f.type is float else f.type, default=None, help=help)
 
 
 def given_knobs(args, cls, flag):

@@ -15,6 +15,7 @@
 import argparse
 import hashlib
 import json
+import math
 import os
 import sys
 
@@ -35,10 +36,25 @@ def cli_main(run, prog, argv=None):
     '<prog>: error: <message>' on stderr and exit code 2."""
     try:
         code = run(argv)
+        sys.stdout.flush()  # a closed pipe (`... | head -1`) surfaces here, inside the handler below
     except UsageError as e:
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         code = 2
+    except BrokenPipeError:  # the reader went away: stop quietly, as Unix tools do (128 + SIGPIPE)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        code = 141
     return 0 if code is None else code
+
+
+def finite_float(text):
+    """argparse type: a float that is finite (nan/inf would flow into plans and JSON as invalid numbers)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
 
 
 def exit_process(code):

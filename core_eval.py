@@ -8,7 +8,7 @@ to the model context; MC/schema pick the candidate with the lowest mean token lo
 correct only if every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
 Many examples run per forward, and an example's candidates share one pass over their common prefix (--scoring).
 
-    python core_eval.py --checkpoint runs/X/checkpoints/final.pt                     # full suite, seeds 0 1 2
+    python core_eval.py --checkpoint runs/X/checkpoints/final                        # full suite, seeds 0 1 2
     python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
@@ -38,7 +38,7 @@ import yaml
 
 import data
 import model
-from cli import Parser, UsageError, exit_process, sha256_file, write_json
+from cli import Parser, UsageError, exit_process, finite_float, sha256_file, write_json
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (paper App. C.2) and evaluator defaults
@@ -55,6 +55,8 @@ EVAL = dict(
     examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
     lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
     kl_threshold=2.0,           # nats (paper Fig. 6)
+    bundle_max_bytes=1 << 30,   # extraction caps: the real bundle is 77 files, well under 1 GiB unpacked
+    bundle_max_files=10_000,
 )
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
 SCORING = ("one_at_a_time", "batched", "shared")  # score_examples paths; the results are the same
@@ -73,14 +75,32 @@ DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".
 # ------------------------------------------------------------------------------------------------------------------
 # Bundle: download, safe extraction, content fingerprint, task loading
 
-def safe_extract(zip_path, dest):
-    """Extract a zip, refusing members with absolute paths or '..' components (zip-slip)."""
+def safe_extract(zip_path, dest, max_bytes=EVAL["bundle_max_bytes"], max_files=EVAL["bundle_max_files"]):
+    """Extract a zip, refusing members with absolute paths or '..' components (zip-slip) and archives that unpack to
+    more than max_files files or max_bytes bytes (counted while writing, so lying headers do not help a zip bomb)."""
     with zipfile.ZipFile(zip_path) as zf:
+        members = zf.infolist()
         for name in zf.namelist():
             parts = name.replace("\\", "/").split("/")
             if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":"):
                 raise UsageError(f"refusing unsafe zip member {name!r} in {zip_path} (absolute path or '..')")
-        zf.extractall(dest)
+        if len(members) > max_files:
+            raise UsageError(f"refusing {zip_path}: {len(members)} members, more than the cap of {max_files} for a "
+                             "CORE bundle")
+        written = 0
+        for member in members:
+            target = os.path.join(dest, member.filename)
+            if member.is_dir():
+                os.makedirs(target, exist_ok=True)
+                continue
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with zf.open(member) as src, open(target, "wb") as out:
+                while chunk := src.read(1 << 20):
+                    written += len(chunk)
+                    if written > max_bytes:
+                        raise UsageError(f"refusing {zip_path}: it unpacks to more than {max_bytes >> 20} MiB, the "
+                                         "cap for a CORE bundle (a zip bomb?)")
+                    out.write(chunk)
 
 
 def download_bundle(url, bundle_dir):
@@ -153,7 +173,12 @@ def load_tasks(bundle_dir):
     if not isinstance(config, dict) or not config.get("icl_tasks"):
         raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
     tasks = []
-    for spec in config["icl_tasks"]:
+    for number, spec in enumerate(config["icl_tasks"], 1):
+        missing = [k for k in ("label", "dataset_uri", "icl_task_type", "num_fewshot")
+                   if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
+        if missing:
+            raise UsageError(f"bad CORE bundle: icl_tasks entry {number} of {bundle_dir}/core.yaml has no "
+                             f"{', '.join(missing)}")
         label = spec.get("label")
         if spec.get("icl_task_type") not in TASK_TYPES:
             raise UsageError(f"task {label}: unknown icl_task_type {spec.get('icl_task_type')!r} "
@@ -161,16 +186,51 @@ def load_tasks(bundle_dir):
         if label not in baselines:
             raise UsageError(f"task {label}: no 'Random baseline' row in {bundle_dir}/eval_meta_data.csv")
         path = os.path.join(bundle_dir, "eval_data", spec["dataset_uri"])
-        try:
-            with open(path, encoding="utf-8") as f:
-                items = [json.loads(line) for line in f if line.strip()]
-        except (OSError, ValueError) as e:
-            raise UsageError(f"task {label}: cannot read {path} ({e})")
-        if not items:
-            raise UsageError(f"task {label}: {path} is empty")
+        items = read_task_items(label, spec["icl_task_type"], path)
+        if not isinstance(spec["num_fewshot"], list) or not isinstance(spec["num_fewshot"][0], int) \
+                or spec["num_fewshot"][0] < 0:
+            raise UsageError(f"task {label}: num_fewshot in {bundle_dir}/core.yaml must be a list like [10]")
         tasks.append(dict(label=label, type=spec["icl_task_type"], shots=int(spec["num_fewshot"][0]),
                           delimiter=spec.get("continuation_delimiter") or " ", baseline=baselines[label], items=items))
     return tasks
+
+
+ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
+                   language_modeling=("context", "continuation"))
+
+
+def read_task_items(label, task_type, path):
+    """A task's JSONL rows, each checked against its task type before any task runs: one line names file and line."""
+    try:
+        with open(path, "rb") as f:  # binary: lines end at \n only, so line numbers are the editor's
+            lines = f.read().split(b"\n")
+    except OSError as e:
+        raise UsageError(f"task {label}: cannot read {path} ({e.strerror})") from None
+    items = []
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"task {label}: {path}:{line_no}"
+        try:
+            item = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            raise UsageError(f"{where}: not a JSON object") from None
+        if not isinstance(item, dict) or any(k not in item for k in ITEM_FIELDS[task_type]):
+            raise UsageError(f"{where}: a {task_type} row needs {' and '.join(ITEM_FIELDS[task_type])}")
+        options = item.get("choices" if task_type == "multiple_choice" else "context_options")
+        texts = [item[k] for k in ITEM_FIELDS[task_type] if k not in ("choices", "context_options")]
+        if not all(isinstance(t, str) for t in texts + (options if isinstance(options, list) else [])):
+            raise UsageError(f"{where}: {', '.join(ITEM_FIELDS[task_type])} must be text")
+        if task_type != "language_modeling":
+            if not isinstance(options, list) or not options:
+                raise UsageError(f"{where}: no answer options")
+            gold = item.get("gold")
+            if not isinstance(gold, int) or isinstance(gold, bool) or not 0 <= gold < len(options):
+                raise UsageError(f"{where}: gold {gold!r} is not an index into its {len(options)} options")
+        items.append(item)
+    if not items:
+        raise UsageError(f"task {label}: {path} is empty")
+    return items
 
 
 def shuffled_items(items, max_per_task):
@@ -541,8 +601,8 @@ def effective_depth(curve, threshold):
 # Model loading, CLI
 
 def load_model(checkpoint, device, passes=None):
-    if not os.path.isfile(checkpoint):
-        raise UsageError(f"checkpoint {checkpoint} does not exist; pass the final.pt that train.py wrote")
+    """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
+    state."""
     try:
         net, ckpt = model.load_checkpoint_model(checkpoint, device=device)
     except ValueError as e:
@@ -565,8 +625,11 @@ def get_encoding(name):
 
 
 def default_out(checkpoint, passes):
-    folder = os.path.dirname(os.path.abspath(checkpoint))
-    if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final.pt -> runs/<name>/eval.json
+    path = os.path.abspath(checkpoint)
+    if os.path.basename(path) == model.CHECKPOINT_WEIGHTS:  # runs/<name>/checkpoints/final/model.pt
+        path = os.path.dirname(path)
+    folder = os.path.dirname(path)
+    if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final(.pt) -> runs/<name>/eval.json
         folder = os.path.dirname(folder)
     return os.path.join(folder, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
@@ -583,6 +646,7 @@ def run_eval(args, rank, world_size, device):
         raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, expected "
                          f"{args.expect_fingerprint}; re-download it (delete the folder) or remove extra files")
     max_len = ckpt["model_config"]["seq_len"]
+    windows = lens_windows(args, max_len, ckpt["model_config"]["vocab_size"]) if args.effective_depth else None
     raw, counts, clipped = evaluate_tasks(net, enc, tasks, args.seeds, args.max_per_task, max_len, device,
                                           args.batch_size, args.scoring, rank=rank, world_size=world_size)
     out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds)
@@ -594,16 +658,45 @@ def run_eval(args, rank, world_size, device):
                model_config=ckpt["model_config"], passes=net.active_passes, scoring=args.scoring, device=device.type,
                world_size=world_size)
     if args.effective_depth:
-        try:
-            pool = data.load_pool(args.data_dir, "val")
-            windows = data.val_windows(pool, max_len, args.lens_tokens)
-        except data.DataError as e:
-            raise UsageError(f"--effective-depth: {e}")
         depth, curve = kl_effective_depth(net, windows, args.kl_threshold, device, rank, world_size)
         out.update(kl_effective_depth=depth, kl_per_block=curve, kl_threshold=args.kl_threshold,
                    lens_tokens=len(windows) * max_len)
     out["elapsed_seconds"] = time.time() - t0
     return out
+
+
+def lens_windows(args, max_len, vocab_size):
+    """The --effective-depth validation windows, loaded (and checked) before the CORE evaluation starts."""
+    try:
+        pool = data.load_pool(args.data_dir, "val")
+        windows = data.val_windows(pool, max_len, args.lens_tokens)
+        data.check_token_range(args.data_dir, pool, vocab_size, windows.numel())
+    except data.DataError as e:
+        raise UsageError(f"--effective-depth: {e}") from None
+    return windows
+
+
+def check_out_path(out_path, checkpoint, overwrite):
+    """Write only into an existing writable folder, and replace only an eval of this same checkpoint (or anything,
+    with --overwrite): a results file that core_eval did not write for this checkpoint is never overwritten."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"--out {out_path}: its folder does not exist")
+    if not os.access(folder, os.W_OK):
+        raise UsageError(f"--out {out_path}: its folder is not writable (read-only filesystem or permissions)")
+    if os.path.isdir(out_path):
+        raise UsageError(f"--out {out_path} is a directory; pass a file name such as {out_path}/eval.json")
+    if os.path.exists(out_path) and not overwrite:
+        try:
+            with open(out_path) as f:
+                previous = json.load(f)
+        except (OSError, ValueError):
+            previous = None
+        ours = isinstance(previous, dict) and "core_metric" in previous \
+            and previous.get("checkpoint") == os.path.abspath(checkpoint)
+        if not ours:
+            raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass "
+                             "another --out, or --overwrite to replace it")
 
 
 def run_bench(args, device):
@@ -637,7 +730,8 @@ def run_bench(args, device):
 
 def parse_args(argv=None):
     p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--checkpoint", help="train.py checkpoint (runs/<name>/checkpoints/final.pt)")
+    p.add_argument("--checkpoint", help="train.py checkpoint folder (runs/<name>/checkpoints/final), its model.pt, "
+                   "or an older single-file final.pt")
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
@@ -650,11 +744,13 @@ def parse_args(argv=None):
     p.add_argument("--scoring", choices=SCORING, default="shared",
                    help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
                         "forward; shared: batched, and each example's common prefix runs once")
-    p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json)")
+    p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json); an existing file is\n"
+                   "replaced only if it is core_eval's result for the same checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out whatever it holds")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
     p.add_argument("--lens-tokens", type=int, default=EVAL["lens_tokens"])
-    p.add_argument("--kl-threshold", type=float, default=EVAL["kl_threshold"])
+    p.add_argument("--kl-threshold", type=finite_float, default=EVAL["kl_threshold"])
     p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
     return p.parse_args(argv)
 
@@ -667,13 +763,16 @@ def run(argv):
         return run_bench(args, torch.device("cpu"))
     if not args.checkpoint:
         raise UsageError("--checkpoint is required (or --bench)")
-    if not os.path.isfile(args.checkpoint):
-        raise UsageError(f"checkpoint {args.checkpoint} does not exist; pass the final.pt that train.py wrote")
+    try:  # before any work: a missing file, a run folder instead of its checkpoint, a failed manifest
+        model.checkpoint_weights_path(args.checkpoint)
+    except ValueError as e:
+        raise UsageError(f"{e} (train.py writes runs/NAME/checkpoints/final)")
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
     out_path = args.out or default_out(args.checkpoint, args.passes)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))):
-        raise UsageError(f"--out {out_path}: its folder does not exist")
+    check_out_path(out_path, args.checkpoint, args.overwrite)
+    if args.lens_tokens < 1:
+        raise UsageError(f"--lens-tokens must be >= 1, got {args.lens_tokens}")
     rank, world_size, device = model.setup_distributed()
     out = run_eval(args, rank, world_size, device)
     if rank != 0:

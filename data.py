@@ -273,13 +273,18 @@ def read_texts(path):
         except (KeyError, ValueError, OSError) as e:  # pyarrow reports a missing column / bad file this way
             raise DataError(f"cannot read a 'text' column from {path}: {e}".splitlines()[0]) from None
     elif path.endswith(".jsonl"):
-        with open(path, encoding="utf-8") as f:
+        with open(path, "rb") as f:  # binary: lines end at \n only, so line numbers are the editor's
             for line_no, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        yield json.loads(line)["text"]
+                        text = json.loads(line.decode("utf-8"))["text"]
+                    except UnicodeDecodeError:
+                        raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
                     except (json.JSONDecodeError, KeyError, TypeError):
                         raise DataError(f"{path}:{line_no}: not a JSON object with a 'text' field") from None
+                    if not isinstance(text, str):
+                        raise DataError(f"{path}:{line_no}: the 'text' field is not a string")
+                    yield text
     else:
         with open(path, "rb") as f:
             raw = f.read()
@@ -438,6 +443,21 @@ def _start_manifest(out, old, same, settings, names, workdir):
     return manifest, resume
 
 
+def _refuse_foreign(out, old, settings):
+    """A pool is created only where nothing is and resumed only under its own settings: anything else in `out` (a
+    folder without corpus.json, another corpus's or budget's interrupted prepare) is refused, never overwritten."""
+    if old is None:
+        if os.path.isdir(out) and os.listdir(out):
+            raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
+        return
+    if not isinstance(old, dict) or "status" not in old or "splits" not in old:
+        raise DataError(f"{out}/corpus.json is not a data.py pool manifest; use another --out")
+    if old.get("status") != "complete" and any(old.get(k) != v for k, v in settings.items()):
+        differ = ", ".join(f"{k} {old.get(k)!r}" for k, v in settings.items() if old.get(k) != v)
+        raise DataError(f"{out} holds an unfinished prepare with other settings ({differ}); re-run that prepare to "
+                        f"finish it, or use another --out")
+
+
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
     """Build, resume or confirm the pool in `out`. Returns its finished manifest."""
     settings = corpus_settings(corpus, files_glob)
@@ -452,6 +472,7 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
                     dedup=recipe.get("dedup", False))
 
     old = _read_manifest(out)
+    _refuse_foreign(out, old, settings)
     same = old is not None and all(old.get(k) == v for k, v in settings.items())
     if old is not None and old.get("status") == "complete":
         if not same:
@@ -508,6 +529,9 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
                 if not any(writer.wants(s) for s in SPLITS):
                     break
         write_pending()
+    if writer.count["train"] + writer.count["val"] == writer.docs["train"] + writer.docs["val"]:  # BOS tokens only
+        raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at non-empty "
+                        f".txt/.jsonl/.parquet files")
     writer.finish()
     for name in os.listdir(workdir):  # e.g. the shard in which the budget ran out
         os.remove(os.path.join(workdir, name))
@@ -578,13 +602,27 @@ def load_pool(data_dir, split, verify_hash=False):
 
 
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
-    """Prepare `data_dir` if it holds no complete pool (train.py --preset cpu uses the offline default)."""
+    """Prepare `data_dir` where nothing is, or finish an interrupted prepare of this same pool (train.py --preset cpu
+    does this for its default folder); any other content is refused by prepare, never overwritten."""
     manifest = _read_manifest(data_dir)
     if manifest is None or manifest.get("status") != "complete":
         prepare(corpus, data_dir, tokenizer=tokenizer)
     for split in SPLITS:
         load_pool(data_dir, split)
     return data_dir
+
+
+def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
+    """Every token id among the first n_tokens (all by default) is < vocab_size: a flipped byte would otherwise
+    surface as an IndexError deep inside a training step."""
+    n = len(pool.tokens) if n_tokens is None else min(int(n_tokens), len(pool.tokens))
+    for start in range(0, n, chunk):
+        block = np.asarray(pool.tokens[start:min(start + chunk, n)])
+        if block.size and int(block.max()) >= vocab_size:
+            offset = start + int(np.argmax(block >= vocab_size))
+            raise DataError(f"{_token_path(data_dir, pool.split)} holds token id {int(block[offset - start])} >= "
+                            f"vocab size {vocab_size} at position {offset:,}; the pool is corrupt (python data.py "
+                            f"verify {data_dir}), prepare it again")
 
 
 # ---------------------------------------------------------------------------------------------------------------

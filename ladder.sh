@@ -147,20 +147,31 @@ if [ "$dry_run" = 1 ]; then
         # shellcheck disable=SC2086
         echo "${launch[*]} train.py $args$(printf ' %q' ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" ${extra[@]+"${extra[@]}"})"
     done
-    # One Python process plans every run (train.py's own derivation), then sums FLOPs and GPU-hours.
+    # One Python process plans every run (train.py's own derivation and micro-batch planner), prints each run's
+    # per-rank memory, then sums FLOPs and GPU-hours.
     printf '%s\n' "${runs[@]}" | python -c '
 import sys, train
 mfu, nproc, nnodes, extra = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
-flops, n = 0, 0
+flops, n, peaks = 0, 0, []
 for line in sys.stdin:
     name, *args = line.split()
     try:
-        flops += train.make_plan(train.parse_args(args + extra)).total_flops
+        args = train.parse_args(args + extra)
+        plan = train.make_plan(args)
+        gpu = args.gpu_memory or train.H100_80GB_GIB
+        mem = train.plan_micro_batches(plan, int(nproc) * int(nnodes), gpu, args.device_batch_size)
     except train.UsageError as e:
         print(f"ladder.sh: error: {name}: {e}", file=sys.stderr); sys.exit(2)
+    flops += plan.total_flops
     n += 1
+    peak = [s.bytes["peak"] / train.model_lib.GIB for s in mem.stages]
+    peaks.append((max(peak), name))
+    print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
+          + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {gpu:.1f} GiB"
+          + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else ""))
 hours = flops / (train.GPU_PEAK_FLOPS["H100"] * mfu) / 3600
-print(f"{n} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {mfu:.0%} MFU of an H100 | {nproc} GPUs/node x {nnodes} nodes")
+print(f"{n} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {mfu:.0%} MFU of an H100 | {nproc} GPUs/node x {nnodes} nodes"
+      f" | max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
 ' "${MFU:-0.4}" "$nproc" "$nnodes" "${extra[@]}"
     exit 0
 fi
@@ -168,12 +179,16 @@ fi
 for r in "${runs[@]}"; do
     read -r name args <<<"$r"
     run_dir="$runs_dir/$name"
+    # train.py holds this lock while it trains the run: another ladder (or an orphaned worker) is on it
+    if [ -f "$run_dir/train.lock" ] && command -v flock >/dev/null && ! flock -n "$run_dir/train.lock" true; then
+        die "run $name is being trained by another process ($(head -n 1 "$run_dir/train.lock")); wait for it or stop it first"
+    fi
     resume=()
     if [ -f "$run_dir/result.json" ]; then
         status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
                  2>/dev/null || echo unreadable)
         if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
-        resume=(--resume)
+        resume=(--resume-or-start)
     fi
     mkdir -p "$run_dir"
     log="$run_dir/train.log"

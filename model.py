@@ -11,6 +11,7 @@ and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes 
 import json
 import math
 import os
+import pickle
 import sys
 from dataclasses import dataclass, replace
 
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 import arms
 import muon
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
-from cli import Parser, UsageError, cli_main
+from cli import Parser, UsageError, cli_main, sha256_file
 
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
@@ -671,19 +672,77 @@ def autocast(device):
     return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
 
 
-def load_checkpoint_model(path, device="cpu"):
-    """Rebuild a GPT from a train.py checkpoint (model_config, model, passes); returns (model in eval mode, ckpt)."""
+CHECKPOINT_MANIFEST = "MANIFEST.json"  # {"files": {relative path: {"size", "sha256"}}}, written last by train.py
+CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the fp32 weights: all core_eval reads
+
+
+def verify_checkpoint(folder, only=None, share=(0, 1)):
+    """Raise ValueError unless `folder` holds a complete train.py checkpoint: a manifest whose sizes and sha256 match
+    every listed file (or only the listed file `only`; or, share=(rank, world), that rank's share of the files).
+    A missing manifest means the save never finished."""
+    manifest_path = os.path.join(folder, CHECKPOINT_MANIFEST)
     try:
-        # our own checkpoints: they also hold optimizer/RNG state and args, which weights_only loading rejects
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        with open(manifest_path) as f:
+            files = json.load(f)["files"]
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {folder} is incomplete (no {CHECKPOINT_MANIFEST}: its save did not finish)") \
+            from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} ({exc})") from None
+    if not isinstance(files, dict) or not all(isinstance(w, dict) and {"size", "sha256"} <= w.keys()
+                                              for w in files.values()):
+        raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} (not a train.py manifest)")
+    if only is not None and only not in files:
+        raise ValueError(f"checkpoint {folder} is corrupted: its manifest does not list {only}")
+    for rel, want in sorted(files.items())[share[0]::share[1]]:
+        if only is not None and rel != only:
+            continue
+        path = os.path.join(folder, rel)
+        size = os.path.getsize(path) if os.path.isfile(path) else None
+        if size != want["size"]:
+            raise ValueError(f"checkpoint {folder} is truncated or corrupted: {rel} has "
+                             f"{'no file' if size is None else f'{size} bytes'}, the manifest says {want['size']}")
+        if sha256_file(path) != want["sha256"]:
+            raise ValueError(f"checkpoint {folder} is corrupted: {rel} does not match its sha256 in the manifest")
+
+
+def checkpoint_weights_path(path):
+    """The weights file to read for `path`: a checkpoint folder (its model.pt, after the manifest check), its
+    model.pt, or an old single-file checkpoint (latest.pt/final.pt). A run folder or checkpoints/ is named as such."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, CHECKPOINT_WEIGHTS)):
+            verify_checkpoint(path, only=CHECKPOINT_WEIGHTS)
+            return os.path.join(path, CHECKPOINT_WEIGHTS)
+        inner = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+        found = [os.path.join(inner, n) for n in ("final", "latest", "final.pt", "latest.pt")
+                 if os.path.exists(os.path.join(inner, n))]
+        what = "a run folder" if inner != path else "a folder of checkpoints" if found else "not a checkpoint folder"
+        hint = f"pass {found[0]}" if found else "pass a checkpoint folder such as runs/NAME/checkpoints/final"
+        raise ValueError(f"checkpoint {path} is {what} (no {CHECKPOINT_WEIGHTS}); {hint}")
+    if not os.path.exists(path):
+        raise ValueError(f"checkpoint {path} does not exist")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == CHECKPOINT_WEIGHTS and os.path.exists(os.path.join(folder, CHECKPOINT_MANIFEST)):
+        verify_checkpoint(folder, only=CHECKPOINT_WEIGHTS)
+    return path
+
+
+def load_checkpoint_model(path, device="cpu"):
+    """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its dict: model_config, passes, tokenizer,
+    step, model). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
+    would construct anything but tensors and plain types is rejected before it runs."""
+    weights = checkpoint_weights_path(path)
+    try:
+        ckpt = torch.load(weights, map_location="cpu", weights_only=True)
         model = GPT(ModelConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
         model.set_passes(int(ckpt["passes"]))
-    except FileNotFoundError:
-        raise ValueError(f"checkpoint {path} not found") from None
-    except Exception as exc:  # unpickling, missing keys, shape mismatch: all mean "not a usable checkpoint"
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"checkpoint {path} is not a usable model checkpoint: {message}") from None
+    except pickle.UnpicklingError:
+        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
+                         "other than tensors and plain types (refused without running it)") from None
+    except Exception as exc:  # truncation, missing keys, shape mismatch: all mean "not a usable checkpoint"
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None
     return model.to(device).eval(), ckpt
 
 

@@ -12,26 +12,35 @@ sees the same tokens whatever the world size, so a run can be resumed on a diffe
     python train.py --bench --depth 4                                    # GFLOP/s vs roofline, arm ratios
     python train.py --gpu-check                                          # GPU acceptance run -> gpu_check.json
 
-Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}.pt.
+Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}/ (folders: model.pt
+holds the weights core_eval.py reads). --resume continues from checkpoints/latest; --resume-or-start also starts a
+run that has none yet.
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
 """
 import argparse
+import contextlib
+import fcntl
 import json
 import math
 import os
+import pickle
 import random
+import shutil
+import socket
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 
 import data
 import model as model_lib
 import muon
-from cli import Parser, UsageError, atomic_write, exit_process, write_json
+from cli import Parser, UsageError, atomic_write, exit_process, finite_float, sha256_file, write_json
 import arms
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from model import ModelConfig, autocast
@@ -212,9 +221,14 @@ def lr_multiplier(step, plan):
     return m
 
 
+def stage_index(step, plan):
+    """Which growth stage is in force at an optimizer step (0 before the first growth)."""
+    return sum(step >= c for c in plan.crossover_steps)
+
+
 def stage_at(step, plan):
     """The growth stage's pass count in force at an optimizer step."""
-    return plan.pass_stages[sum(step >= c for c in plan.crossover_steps)]
+    return plan.pass_stages[stage_index(step, plan)]
 
 
 def passes_at(step, plan):
@@ -225,19 +239,117 @@ def passes_at(step, plan):
     return stage_at(step, plan)
 
 
-def default_device_batch(plan):
-    """The preset's micro-batch: per depth where it has a table (the release's H100 runs), else one number."""
-    preset = PRESETS[plan.preset]
-    table = preset.device_batch_grow if len(plan.pass_stages) > 1 else preset.device_batch_fixed
-    if not table:
-        return preset.device_batch_size
-    return table.get(plan.depth, min(table.values()) if plan.depth > max(table) else preset.device_batch_size)
+# ---------------------------------------------------------------------------------------------------------------
+# Memory: the micro-batch of each pass stage, from model.py's memory model (README "Memory per GPU"). It depends on
+# the world size and the device, so it is kept out of the Plan (a run resumes on another world size): result.json
+# and the dry run hold it under "memory".
+
+H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
+
+
+def memory_pass_stages(plan):
+    """The passes each stage is planned for; random recurrence (App. B.4) plans for its largest draw."""
+    stages = list(plan.pass_stages)
+    if plan.random_passes:
+        stages[-1] = max(stages[-1], *plan.random_passes)
+    return stages
+
+
+def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda"):
+    """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
+    check of --device-batch-size (one value, or one per stage). Gradients stay replicated (reduced once per step)
+    when that fits, else they are sharded over the ranks by the owner-sharded transport, which then reduces every
+    micro-batch (zero2). -> model.MemoryPlan; UsageError when nothing fits."""
+    batch_seqs = plan.tokens_per_step // plan.seq_len
+    if batch_seqs % world:
+        raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
+    rank_seqs, stages = batch_seqs // world, memory_pass_stages(plan)
+    explicit = None
+    if device_batch:
+        if len(device_batch) not in (1, len(stages)):
+            raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
+        explicit = [min(b, rank_seqs) for b in device_batch] * (len(stages) // len(device_batch))
+    mem = fit_memory(plan, world, gpu_memory_gib, explicit, device)
+    if isinstance(mem, model_lib.MemoryPlan):
+        return mem
+    if explicit is not None:
+        raise UsageError(f"--device-batch-size: {mem} ({world} GPUs)")
+    more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
+                 and isinstance(fit_memory(plan, w, gpu_memory_gib, None, device), model_lib.MemoryPlan)), None)
+    raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
+                     "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
+                     (f"it fits on {more} GPUs" if more else "no world size fits"))
+
+
+def fit_memory(plan, world, gpu_memory_gib, explicit, device):
+    """model.plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
+    ValueError of the last try."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    for zero2 in (False, True) if world > 1 else (False,):
+        try:
+            return model_lib.plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib,
+                                         world, zero2, explicit, device)
+        except ValueError as e:
+            error = e
+    return error
+
+
+def memory_report(mem, plan):
+    """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
+    the predicted GiB per rank (model.memory_per_rank: eager, an upper bound for a compiled run)."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
+    gradients = ("sharded over the ranks and reduced every micro-batch (the owner-sharded transport is required: "
+                 "replicated gradients do not fit)" if mem.zero2 else "replicated, reduced once per step")
+    return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
+                world_size=mem.world_size, sequences_per_rank=rank_seqs, sync_every_micro_batch=mem.zero2,
+                gradients=gradients,
+                stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
+                             accumulation=rank_seqs // s.micro_batch,
+                             gib={k: round(v / model_lib.GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
+
+
+def device_memory_plan(args, plan, world, device):
+    """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
+    (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given."""
+    if device.type == "cuda":
+        gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / model_lib.GIB
+        return plan_micro_batches(plan, world, gpu, args.device_batch_size, "cuda")
+    if args.gpu_memory:
+        return plan_micro_batches(plan, world, args.gpu_memory, args.device_batch_size, "cpu")
+    return plan_micro_batches(plan, world, math.inf, args.device_batch_size or [PRESETS[plan.preset].device_batch_size],
+                              "cpu")
+
+
+def dry_run(args):
+    """One JSON line per --depth: the plan and its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA)."""
+    world = args.world_size or int(os.environ.get("NPROC_PER_NODE", 8)) * int(os.environ.get("NNODES", 1))
+    for depth in args.depths:
+        args.depth = depth
+        plan = make_plan(args)
+        mem = plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, args.device_batch_size)
+        out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
+        print(json.dumps(dict(out, memory=memory_report(mem, plan))))
+    return 0
+
+
+def use_compile(args, device):
+    """torch.compile by default on CUDA; --no-compile opts out; CPU stays eager unless --compile."""
+    return args.compile if args.compile is not None else device.type == "cuda"
+
+
+def compile_model(model, plan):
+    """dynamic=False: the pass count (the int model.active_passes, or eval's passes argument) and the micro-batch
+    are constants of a graph, so a run compiles one graph per pass stage and one for eval (plus one for a shorter
+    last eval batch); random recurrence compiles one per pass value drawn, which the recompile limit allows."""
+    graphs = len(plan.pass_stages) + len(plan.random_passes) + 2
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
+    return torch.compile(model, dynamic=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation, checkpoints
 
-def build_optimizers(model, plan):
+def build_optimizers(model, plan, polar_express_dtype="auto"):
     """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all)."""
     groups = model.param_groups()
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
@@ -246,10 +358,18 @@ def build_optimizers(model, plan):
     if plan.optimizer == "adamw":
         adam_groups.append(dict(params=groups["matrix"], lr=plan.matrix_lr, base_lr=plan.matrix_lr))
         return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
-    matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd)
+    names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
+    matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
+                       param_names=names)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
     return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
+
+
+def replicated_grads(optimizers):
+    """Rank-averaged gradients for every AdamW parameter (muon.ReplicatedGrads; Muon reduces its own)."""
+    return muon.ReplicatedGrads([p for opt in optimizers if isinstance(opt, torch.optim.AdamW)
+                                 for group in opt.param_groups for p in group["params"]])
 
 
 def grow(model, optimizers, passes):
@@ -294,26 +414,224 @@ class RunState:
     tokens: int = 0
 
 
-def save_checkpoint(path, model, optimizer_states, state, plan):
-    plan_dict = plan.as_dict()
-    ckpt = dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
-                model={k: v.detach().float().cpu() for k, v in model.state_dict().items()},
-                optimizers=optimizer_states, rng=torch.get_rng_state(), plan=plan_dict, **asdict(state))
-    atomic_write(path, lambda tmp: torch.save(ckpt, tmp))
+# A checkpoint is a folder (checkpoints/latest, checkpoints/final): model.pt (weights, model_config, passes, tokenizer,
+# step; rank 0), muon/ (torch.distributed.checkpoint: every rank writes the Muon state it owns), adamw.pt (the
+# replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters) and, written
+# last, MANIFEST.json (size and sha256 of every file). Everything is tensors and plain types: every torch.load uses
+# weights_only=True, and DCP's metadata pickle goes through SafeMetadataReader.
+
+# DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 
-def load_checkpoint(path, plan, model, optimizers):
-    """Restore weights, optimizer and RNG state written by save_checkpoint under the same plan -> RunState."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    if ckpt["plan"] != plan.as_dict():
-        raise UsageError(f"{path} was written with another plan; resume with the same flags")
-    model.load_state_dict(ckpt["model"])
-    for opt, opt_state in zip(optimizers, ckpt["optimizers"]):
-        opt.load_state_dict(opt_state)
-    torch.set_rng_state(ckpt["rng"])
-    state = RunState(**{f.name: ckpt[f.name] for f in fields(RunState)})
+class SafeMetadataReader(dcp.FileSystemReader):
+    """DCP's file reader with a safe .metadata: torch 2.13's FileSystemReader.read_metadata is a plain pickle.load
+    (its tensor data is read with torch.load(weights_only=True)), so this one unpickles only DCP's metadata classes,
+    and refuses non-tensor entries, which DCP's load planner would read with torch.load(weights_only=False)."""
+
+    ALLOWED = {"torch.distributed.checkpoint.metadata": {"Metadata", "TensorStorageMetadata", "TensorProperties",
+                                                         "ChunkStorageMetadata", "MetadataIndex", "StorageMeta",
+                                                         "_MEM_FORMAT_ENCODING", "BytesStorageMetadata"},
+               "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+               "torch.serialization": {"_get_layout"}, "torch": {"Size"}, "pathlib": {"PosixPath"},
+               "collections": {"OrderedDict"}}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if name in SafeMetadataReader.ALLOWED.get(module, ()) or \
+                    (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint's metadata")
+
+    def read_metadata(self, *args, **kwargs):
+        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
+            metadata = self.Unpickler(f).load()
+        entries = getattr(metadata, "state_dict_metadata", None)
+        if not isinstance(entries, dict) or not all(isinstance(v, dcp.metadata.TensorStorageMetadata)
+                                                    for v in entries.values()):
+            raise pickle.UnpicklingError("the metadata lists entries other than tensors")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp.metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def process():
+    """(rank, world size) of this process."""
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def gather(obj):
+    """Every rank's obj, in rank order (a list of one without a process group)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def write_manifest(folder):
+    """Collective: every rank hashes its share of the files, rank 0 writes MANIFEST.json (last: it marks the
+    checkpoint complete)."""
+    rank, world = process()
+    names = sorted(os.path.relpath(os.path.join(base, n), folder) for base, _, files in os.walk(folder) for n in files)
+    mine = {rel: dict(size=os.path.getsize(os.path.join(folder, rel)), sha256=sha256_file(os.path.join(folder, rel)))
+            for rel in names[rank::world]}
+    parts = gather(mine)
+    if rank == 0:
+        write_json(os.path.join(folder, model_lib.CHECKPOINT_MANIFEST),
+                   dict(files={k: v for part in parts for k, v in sorted(part.items())}))
+
+
+def verify(folder):
+    """Collective: the manifest check (model.verify_checkpoint), its files shared among the ranks -> UsageError on
+    every rank when any share fails."""
+    rank, world = process()
+    try:
+        model_lib.verify_checkpoint(folder, share=(rank, world))
+        error = None
+    except ValueError as e:
+        error = str(e)
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
+
+
+def save_checkpoint(folder, model, optimizers, state, plan, args=None):
+    """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
+    folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
+    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors."""
+    rank, world = process()
+    tmp = folder + ".tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    barrier()
+    matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    shard = {k: v for k, v in matrix[0].state_dict().items() if k != "param_groups"} if matrix else {}
+    if matrix:
+        dcp.save(dict(muon=shard), storage_writer=dcp.FileSystemWriter(os.path.join(tmp, "muon")), no_dist=world == 1)
+    if rank == 0:
+        plan_dict = plan.as_dict()
+        torch.save(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
+                        step=state.step, model={k: v.detach().float().cpu() for k, v in model.state_dict().items()}),
+                   os.path.join(tmp, model_lib.CHECKPOINT_WEIGHTS))
+        torch.save([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
+                   os.path.join(tmp, "adamw.pt"))
+        muon_groups = [{k: v for k, v in g.items()} for g in matrix[0].state_dict()["param_groups"]] if matrix else []
+        write_json(os.path.join(tmp, "meta.json"), dict(
+            format=CHECKPOINT_FORMAT, plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
+            muon_param_groups=muon_groups, args=primitive_args(args), **asdict(state)))
+    barrier()
+    write_manifest(tmp)
+    if rank == 0:
+        if os.path.exists(folder):
+            os.replace(folder, folder + ".old")
+        os.replace(tmp, folder)
+        shutil.rmtree(folder + ".old", ignore_errors=True)
+        remove_dead_temp_files(os.path.dirname(folder))
+    barrier()
+
+
+CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
+
+
+def primitive_args(args):
+    """The command line as a dict of JSON primitives (for the record; the plan decides what a resume must match)."""
+    if args is None:
+        return {}
+    return {k: v for k, v in vars(args).items()
+            if v is None or isinstance(v, (bool, int, float, str)) or
+            (isinstance(v, list) and all(isinstance(x, (bool, int, float, str)) for x in v))}
+
+
+def load_checkpoint(folder, plan, model, optimizers):
+    """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
+    world size -> RunState. A checkpoint that fails its manifest, its plan or its loading is a UsageError."""
+    verify(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
+        raise UsageError(f"{folder} was written with another plan; resume with the same flags")
+    try:
+        weights = torch.load(os.path.join(folder, model_lib.CHECKPOINT_WEIGHTS), map_location="cpu",
+                             weights_only=True)
+        model.load_state_dict(weights["model"])
+        for opt in optimizers:
+            if isinstance(opt, muon.Muon):
+                reader = SafeMetadataReader(os.path.join(folder, "muon"))
+                reader.read_metadata()  # refuses a crafted pickle here, with its own message
+                template = dict(muon={k: v for k, v in opt.state_dict().items() if k != "param_groups"})
+                dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
+                opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
+        adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
+        for opt, saved in zip(adamw, torch.load(os.path.join(folder, "adamw.pt"), weights_only=True), strict=True):
+            opt.load_state_dict(saved)
+        torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+        state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+    except pickle.UnpicklingError as e:
+        detail = f" ({e})" if len(str(e)) < 120 else ""  # ours are short; torch's weights_only text is a page
+        raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
+                         f"{detail}; refused without running it") from None
+    except Exception as e:  # missing files or keys, shapes of another model: not this run's checkpoint
+        raise UsageError(f"checkpoint {folder} is not usable: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
     model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
     return state
+
+
+def read_run_state(folder):
+    """The RunState of a checkpoint (after its manifest check), without loading any tensor."""
+    verify(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    return RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+
+
+def checkpoint_step(folder):
+    """The step of a complete checkpoint folder, None if it is not complete."""
+    try:
+        model_lib.verify_checkpoint(folder)
+        return json.load(open(os.path.join(folder, "meta.json")))["step"]
+    except (ValueError, OSError, KeyError, TypeError):
+        return None
+
+
+def recover_checkpoints(ckpt_dir):
+    """Rank 0 at start: after a crash inside a save, keep the newest complete copy of latest/ and final/ (among X,
+    X.old, X.tmp) as X and remove the other copies; remove temporary files of dead writers."""
+    for name in ("latest", "final"):
+        copies = [os.path.join(ckpt_dir, name + suffix) for suffix in ("", ".old", ".tmp")]
+        present = [c for c in copies if os.path.isdir(c)]
+        if present in ([], [copies[0]]):
+            continue  # nothing interrupted: a lone folder is left as it is, even if incomplete (resume says so)
+        steps = {c: checkpoint_step(c) for c in present}
+        complete = [c for c in present if steps[c] is not None]
+        best = max(complete, key=lambda c: (steps[c], c == copies[0])) if complete else None
+        for c in present:
+            if c != best and (best is not None or c == copies[2]):
+                shutil.rmtree(c)
+        if best is not None and best != copies[0]:
+            os.replace(best, copies[0])
+    remove_dead_temp_files(ckpt_dir)
+
+
+def remove_dead_temp_files(folder):
+    """Delete cli.atomic_write's leftovers (NAME.tmp<pid>) whose writer process no longer runs on this host."""
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        stem, sep, pid = name.rpartition(".tmp")
+        if not (sep and stem and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except PermissionError:
+            pass  # alive, another user's
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -332,14 +650,18 @@ class Run:
     loader: data.TrainLoader
     val: torch.Tensor
     token_bytes: torch.Tensor
-    device_batch: int
-    accumulation: int
+    micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
+    sync_every_micro_batch: bool  # reduce gradients every micro-batch: the memory plan shards them (zero2)
+    memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
+    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
+    args: object = None          # the parsed command line (recorded in checkpoints)
 
     master = property(lambda self: self.rank == 0)
     ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
-    latest = property(lambda self: os.path.join(self.ckpt_dir, "latest.pt"))
+    latest = property(lambda self: os.path.join(self.ckpt_dir, "latest"))
+    final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
     result_path = property(lambda self: os.path.join(self.run_dir, "result.json"))
     trajectory_path = property(lambda self: os.path.join(self.run_dir, "trajectory.jsonl"))
 
@@ -347,17 +669,14 @@ class Run:
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = model_lib.setup_distributed(args.device)
-    run_dir = os.path.join(args.runs_dir, args.run_name or f"{args.arch}_d{args.depth}")
-    result_path = os.path.join(run_dir, "result.json")
-    if os.path.exists(result_path) and not args.resume:
-        raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another --run-name")
-    if args.resume and os.path.exists(result_path) and json.load(open(result_path)).get("status") == "complete":
-        if rank == 0:
-            print(f"{run_dir} is already complete; nothing to do")
+    run_dir = run_dir_of(args)
+    resume_from = resume_point(args, run_dir, rank)
+    if resume_from == "complete":
         return None
+    mem = device_memory_plan(args, plan, world, device)  # before any data work: a run that cannot fit stops here
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
-    if rank == 0 and plan.preset == "cpu":
+    if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
     if world > 1:
         dist.barrier()
@@ -365,35 +684,84 @@ def open_run(args, plan):
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
+    check_pool_tokens(data_dir, train_pool, val_pool, plan)
     batch_seqs = plan.tokens_per_step // plan.seq_len
-    if batch_seqs % world:
-        raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
-    rank_seqs = batch_seqs // world
-    device_batch = min(args.device_batch_size or default_device_batch(plan), rank_seqs)
-    if rank_seqs % device_batch:
-        raise UsageError(f"--device-batch-size {device_batch} does not divide the {rank_seqs} sequences per rank")
     loader = data.TrainLoader(train_pool, plan.seq_len, batch_seqs, token_limit=plan.train_token_limit,
                               seed=plan.seed)
     val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                       compiled=bool(args.compile and device.type == "cuda"))
+                       compiled=use_compile(args, device))
     return Run(plan=plan, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
-               val=val, token_bytes=token_bytes, device_batch=device_batch,
-               accumulation=rank_seqs // device_batch, environment=environment,
-               peak_flops=peak * world if (peak := gpu_peak_flops(device, args.peak_flops)) else None)
+               val=val, token_bytes=token_bytes, micro_batches=tuple(s.micro_batch for s in mem.stages),
+               sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan), environment=environment,
+               peak_flops=peak * world if (peak := gpu_peak_flops(device, args.peak_flops)) else None,
+               resume_from=resume_from,
+               args=args)
+
+
+def run_status(run_dir):
+    """result.json's status (None when there is none yet)."""
+    path = os.path.join(run_dir, "result.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        return json.load(open(path))["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"{path} is not a train.py result.json; move it away or choose another --run-name") \
+            from None
+
+
+def resume_point(args, run_dir, rank):
+    """Where this invocation starts, never guessed: "complete" (nothing to do), a checkpoint folder (final/ when the
+    run finished training but its result.json was not written), or None (step 0 of a new run). Refuses to start
+    over an existing run, and --resume without a checkpoint (--resume-or-start starts such a run at step 0)."""
+    status, ckpt_dir = run_status(run_dir), os.path.join(run_dir, "checkpoints")
+    trajectory = os.path.join(run_dir, "trajectory.jsonl")  # empty files of a start killed at once do not count
+    started = status is not None or (os.path.exists(trajectory) and os.path.getsize(trajectory) > 0) or \
+        (os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) != [])
+    if not (args.resume or args.resume_or_start):
+        if started:
+            raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
+                             "--run-name")
+        return None
+    if status == "complete":
+        if rank == 0:
+            print(f"{run_dir} is already complete; nothing to do")
+        return "complete"
+    if rank == 0 and os.path.isdir(ckpt_dir):
+        recover_checkpoints(ckpt_dir)
+    barrier()
+    for name in ("final", "latest"):
+        if os.path.isdir(os.path.join(ckpt_dir, name)):
+            return os.path.join(ckpt_dir, name)
+    old = [n for n in ("final.pt", "latest.pt") if os.path.exists(os.path.join(ckpt_dir, n))]
+    if old:
+        raise UsageError(f"{os.path.join(ckpt_dir, old[0])} is a single-file checkpoint of an earlier train.py, "
+                         "which cannot be resumed (core_eval.py still reads it); start the run again under another "
+                         "--run-name")
+    if args.resume:
+        raise UsageError(f"--resume: {run_dir} has no checkpoint to resume from ({ckpt_dir}/latest); pass "
+                         "--resume-or-start to start it at step 0")
+    return None
 
 
 def open_trajectory(run, step):
     """trajectory.jsonl cut back to the first `step` lines (the checkpoint resumed from), open for appending."""
+    lines = open(run.trajectory_path).readlines() if os.path.exists(run.trajectory_path) else []
+    if len(lines) < step:  # on every rank, so that all of them stop
+        raise UsageError(f"{run.trajectory_path} has {len(lines)} lines but the checkpoint is at step {step}; "
+                         "restore the file or start the run again under another --run-name")
     if not run.master:
         return None
     os.makedirs(run.ckpt_dir, exist_ok=True)
-    keep = [line for line in open(run.trajectory_path)][:step] if os.path.exists(run.trajectory_path) else []
-    with open(run.trajectory_path, "w") as f:
-        f.writelines(keep)
+    if len(lines) > step:
+        def write(tmp):
+            with open(tmp, "w") as f:
+                f.writelines(lines[:step])
+        atomic_write(run.trajectory_path, write)
     return open(run.trajectory_path, "a")
 
 
@@ -403,7 +771,8 @@ def write_result(run, state, status, mfu=None, **extra):
     evals = state.evals
     write_json(run.result_path, dict(  # the keys fit.py and the tests read
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
-        device_batch_size=run.device_batch, gradient_accumulation_steps=run.accumulation, data_dir=run.data_dir,
+        device_batch_size=list(run.micro_batches), memory=run.memory,
+        gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
         growth_events=state.growth_events, final_val_loss=evals[-1]["val_loss"] if evals else None,
         best_val_loss=min((e["val_loss"] for e in evals), default=None),
@@ -411,11 +780,11 @@ def write_result(run, state, status, mfu=None, **extra):
         tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
         total_training_time_seconds=state.train_seconds,
         tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
-        last_train_mfu=mfu, final_checkpoint_path=os.path.join(run.ckpt_dir, "final.pt"), **extra))
+        last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))
 
 
 def validate(run, model, state):
-    loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.device_batch, run.token_bytes, run.rank,
+    loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.micro_batches[-1], run.token_bytes, run.rank,
                          run.world, run.device)
     state.evals.append(dict(step=state.step, epoch=state.step // run.loader.steps_per_epoch + 1, val_loss=loss,
                             val_bpb=bpb))
@@ -432,9 +801,12 @@ def grow_if_due(run, model, optimizers, state):
                                         reset_parameters=len(overwritten)))
 
 
-def train_step(run, model, step_model, optimizers, state):
+def train_step(run, model, step_model, optimizers, replicated, state):
     """One optimizer step at state.step: growth if due, passes, LR and momentum, the accumulated micro-batches,
-    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier)."""
+    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier).
+
+    Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
+    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch."""
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
     passes = passes_at(step, plan)
@@ -446,19 +818,22 @@ def train_step(run, model, step_model, optimizers, state):
             if isinstance(opt, muon.Muon):
                 group["momentum"] = muon.muon_momentum(step)
     epoch, windows = run.loader.batch(step, run.rank, run.world)
+    micro_batch = run.micro_batches[stage_index(step, plan)]  # the memory plan's, changing at growth
+    accumulation = len(windows) // micro_batch
     batch_loss = torch.zeros((), device=run.device)
-    for micro in windows.split(run.device_batch):
+    micros = windows.split(micro_batch)
+    for k, micro in enumerate(micros):
+        replicated.sync_grads = run.sync_every_micro_batch or k == len(micros) - 1
+        for opt in optimizers:
+            if isinstance(opt, muon.Muon):
+                opt.sync_grads = replicated.sync_grads
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = step_model(micro[:, :-1], targets=micro[:, 1:])
-        (loss / run.accumulation).backward()
-        batch_loss += loss.detach() / run.accumulation
-    for p in model.param_groups()["matrix"]:  # dormant untied cores get an explicit zero gradient, as in the release
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-    muon.all_reduce_grads([p for opt in optimizers if isinstance(opt, torch.optim.AdamW)
-                           for g in opt.param_groups for p in g["params"]])
-    for opt in optimizers:
+        (loss / accumulation).backward()
+        batch_loss += loss.detach() / accumulation
+    replicated.wait()
+    for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
         opt.step()
     step_model.zero_grad(set_to_none=True)
     if run.world > 1:
@@ -492,11 +867,11 @@ def log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log
 
 
 def save(run, model, optimizers, state, trajectory, mfu):
-    optimizer_states = [opt.state_dict() for opt in optimizers]  # collective: distributed Muon gathers
+    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress."""
     if run.master:
         trajectory.flush()
-        save_checkpoint(run.latest, model, optimizer_states, state, run.plan)
-        write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
+    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args)
+    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
 
 
 def train(args):
@@ -504,17 +879,24 @@ def train(args):
     run = open_run(args, plan)
     if run is None:
         return 0
+    if run.resume_from == run.final:  # trained to the end; only result.json was not written
+        state = read_run_state(run.final)
+        if run.master:
+            write_result(run, state, "complete")
+            print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
+        return 0
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config).to(run.device)
+    model = model_lib.GPT(plan.model_config).to_device(run.device)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan)
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype)
+    replicated = replicated_grads(optimizers)
     state = RunState()
-    if args.resume and os.path.exists(run.latest):
-        state = load_checkpoint(run.latest, plan, model, optimizers)
+    if run.resume_from:
+        state = load_checkpoint(run.resume_from, plan, model, optimizers)
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     trajectory = open_trajectory(run, state.step)
-    step_model = torch.compile(model) if args.compile and run.device.type == "cuda" else model
+    step_model = compile_model(model, plan) if use_compile(args, run.device) else model
     write_result(run, state, "running")
     if state.step == 0 and not state.evals:
         validate(run, step_model, state)
@@ -524,7 +906,7 @@ def train(args):
     mfu = None
     while state.step < stop:
         t0 = time.perf_counter()
-        loss, passes, epoch, lrm = train_step(run, model, step_model, optimizers, state)
+        loss, passes, epoch, lrm = train_step(run, model, step_model, optimizers, replicated, state)
         if run.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
@@ -550,13 +932,110 @@ def finish(run, state, trajectory, mfu):
         return
     trajectory.close()
     if state.step == run.plan.steps:
-        os.replace(run.latest, os.path.join(run.ckpt_dir, "final.pt"))
+        os.replace(run.latest, run.final)
         write_result(run, state, "complete", mfu)
         print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | "
               f"{state.flops:.3e} FLOPs | {state.train_seconds:.0f}s | {run.run_dir}")
     else:
         write_result(run, state, "stopped", mfu, stopped_early=True)
         print(f"stopped after step {state.step} (--stop-after); continue with --resume")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Refusals before any long work: flag ranges, output folders, the pool's token ids, one writer per run
+
+FLAG_MINIMUMS = dict(steps=1, stop_after=1, save_every=0, log_every=1, bench_steps=1, train_token_limit=1, epochs=1)
+LOCK_FILE = "train.lock"             # in the run folder; holds "PID n on host" of the writer
+FOREIGN_OK = (LOCK_FILE, "train.log")  # what may already be in a fresh run's folder (ladder.sh writes the log)
+
+
+def check_flags(args):
+    if args.bench and args.dry_run:
+        raise UsageError("--bench and --dry-run are mutually exclusive; drop one")
+    for name, low in FLAG_MINIMUMS.items():
+        value = getattr(args, name)
+        if value is not None and value < low:
+            raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if args.peak_flops is not None and args.peak_flops <= 0:
+        raise UsageError(f"--peak-flops must be > 0, got {args.peak_flops}")
+    if args.random_passes and min(args.random_passes) < 1:
+        raise UsageError(f"--random-passes must be >= 1, got {min(args.random_passes)}")
+    if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
+        raise UsageError(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for "
+                         "the parent folder")
+
+
+def run_dir_of(args):
+    return os.path.join(args.runs_dir, args.run_name or f"{args.arch}_d{args.depth}")
+
+
+def make_run_dir(run_dir):
+    """The run folder exists and is writable after this, or a one-line error says why not."""
+    for path, what in ((os.path.dirname(run_dir), "--runs-dir"), (run_dir, "the run folder")):
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"{what} {path} is a file, not a directory; pass another --runs-dir or --run-name")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the run folder {run_dir}: {e.strerror}; pass a writable --runs-dir") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UsageError(f"the run folder {run_dir} is not writable (read-only filesystem or permissions); pass a "
+                         "writable --runs-dir")
+
+
+@contextlib.contextmanager
+def run_lock(args):
+    """One writer per run: rank 0 (the only rank that writes the run folder) holds an exclusive flock on
+    <run dir>/train.lock for its whole life; the kernel drops it when the process dies, however it dies. A second
+    train.py or ladder.sh on the same run stops here (exit 2) naming the holder, instead of interleaving checkpoints
+    and trajectory lines. Taken before anything in the run folder is written. (flock is per host on most network
+    filesystems: two nodes writing one run folder are not detected.)"""
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    run_dir = run_dir_of(args)
+    make_run_dir(run_dir)
+    path = os.path.join(run_dir, LOCK_FILE)
+    try:
+        lock = open(path, "a+")
+    except OSError as e:
+        raise UsageError(f"cannot open the lock file {path}: {e.strerror}; pass a writable --runs-dir") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "a process that has not written its PID yet"
+            raise UsageError(f"{run_dir} is being written by another train.py ({holder}); wait for it to finish or "
+                             "stop that process first") from None
+        lock.truncate(0)
+        lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
+        lock.flush()
+        check_fresh_run_dir(run_dir, args.resume or args.resume_or_start)
+        yield
+
+
+def check_fresh_run_dir(run_dir, resume):
+    """A new run (no --resume) goes only into an empty folder or one ladder.sh prepared: never over someone's files.
+    (A folder with a result.json or a checkpoint is a started run, resume_point's case: continue it with --resume.)"""
+    if resume or os.path.exists(os.path.join(run_dir, "result.json")) or \
+            os.path.isdir(os.path.join(run_dir, "checkpoints", "latest")):
+        return
+    def ours_and_empty(name):  # what a run killed before its first result.json leaves behind
+        path = os.path.join(run_dir, name)
+        return name in ("checkpoints", "trajectory.jsonl") and (os.listdir(path) == [] if os.path.isdir(path)
+                                                                 else os.path.getsize(path) == 0)
+    foreign = sorted(name for name in os.listdir(run_dir) if name not in FOREIGN_OK and not ours_and_empty(name))
+    if foreign:
+        raise UsageError(f"{run_dir} is not empty ({foreign[0]}, ...) and holds no train.py run; choose another "
+                         "--run-name or --runs-dir")
+
+
+def check_pool_tokens(data_dir, train_pool, val_pool, plan):
+    """Token ids of the pool prefix this run reads are < the model's vocab (a flipped byte is caught here)."""
+    vocab = plan.model_config.vocab_size
+    data.check_token_range(data_dir, train_pool, vocab, plan.train_token_limit)
+    data.check_token_range(data_dir, val_pool, vocab, (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -642,7 +1121,7 @@ def bench(args):
     and backward, attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time."""
     rank, world, device = model_lib.setup_distributed(args.device)
     args.depth = args.depth or PRESETS[args.preset].anchor_depth
-    args.bench_batch = args.device_batch_size or (8 if device.type == "cpu" else PRESETS[args.preset].device_batch_size)
+    args.bench_batch = (args.device_batch_size or [8 if device.type == "cpu" else PRESETS[args.preset].device_batch_size])[0]
     arms_built = {arch: bench_arm(args, arch, device) for arch in BENCH_ARMS}
     for arm in arms_built.values():  # warm-up (first-call allocations, compilation) is not timed
         bench_steps(arm, device, 2)
@@ -701,13 +1180,15 @@ class SyntheticLoader:
         return 1, windows[rank * per_rank:(rank + 1) * per_rank]
 
 
-def synthetic_run(plan, device, device_batch=None, peak_flops=None):
-    """A one-process Run over SyntheticLoader: what train_step needs, nothing written to disk."""
+def synthetic_run(args, plan, device, peak_flops=None):
+    """A one-process Run over SyntheticLoader with the memory planner's micro-batches: what train_step needs,
+    nothing written to disk."""
     seqs = plan.tokens_per_step // plan.seq_len
-    device_batch = min(device_batch or default_device_batch(plan), seqs)
+    mem = device_memory_plan(args, plan, 1, device)
     return Run(plan=plan, rank=0, world=1, device=device, run_dir="", data_dir="", data_manifest={},
                loader=SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, seqs), val=None, token_bytes=None,
-               device_batch=device_batch, accumulation=seqs // device_batch, environment={}, peak_flops=peak_flops)
+               micro_batches=tuple(s.micro_batch for s in mem.stages), sync_every_micro_batch=mem.zero2,
+               memory=memory_report(mem, plan), environment={}, peak_flops=peak_flops)
 
 
 def check_plan(args, arch, depth, steps, crossover_step=None, total_batch_tokens=None):
@@ -722,13 +1203,13 @@ def check_plan(args, arch, depth, steps, crossover_step=None, total_batch_tokens
 
 def timed_steps(run, model, step_model, optimizers, state):
     """train_step until the plan's end -> per-step seconds (CUDA events on GPU, perf_counter on CPU)."""
-    seconds = []
+    seconds, replicated = [], replicated_grads(optimizers)
     while state.step < run.plan.steps:
         if run.device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         t0 = time.perf_counter()
-        loss, passes, _, _ = train_step(run, model, step_model, optimizers, state)
+        loss, passes, _, _ = train_step(run, model, step_model, optimizers, replicated, state)
         if run.device.type == "cuda":
             end.record()
             torch.cuda.synchronize(run.device)
@@ -744,7 +1225,7 @@ def timed_steps(run, model, step_model, optimizers, state):
 def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
     """~steps compiled training steps of one arm on synthetic tokens: step time, tokens/s, MFU, memory vs model."""
     plan = check_plan(args, arch, depth, steps, crossover_step)
-    run = synthetic_run(plan, device, args.device_batch_size, peak)
+    run = synthetic_run(args, plan, device, peak)
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config).to_device(device)
     model.set_passes(plan.pass_stages[0])
@@ -760,11 +1241,11 @@ def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
         warm = seconds[crossover_step + 2:]
     step_seconds = median(warm)
     flops_per_token = model_lib.flops_per_token(plan.model_config, model.active_passes)
-    predicted = max(model_lib.memory_per_rank(plan.model_config, k, run.device_batch, device=device.type)["peak"]
-                    for k in plan.pass_stages)
+    predicted = max(model_lib.memory_per_rank(plan.model_config, k, micro, device=device.type)["peak"]
+                    for k, micro in zip(plan.pass_stages, run.micro_batches))
     measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return dict(arch=arch, depth=depth, steps=steps, crossover_step=crossover_step, pass_stages=list(plan.pass_stages),
-                growth_events=state.growth_events, micro_batch=run.device_batch, accumulation=run.accumulation,
+                growth_events=state.growth_events, micro_batches=list(run.micro_batches),
                 tokens_per_step=plan.tokens_per_step, compiled=device.type == "cuda", final_loss=loss,
                 wall_seconds=time.perf_counter() - t0, first_step_seconds=seconds[0], step_seconds=step_seconds,
                 tokens_per_second=plan.tokens_per_step / step_seconds,
@@ -776,12 +1257,13 @@ def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
 def check_ratios(args, device, depth, steps):
     """Step-time ratios Operator-1/Vanilla and Untied-2/Loop-2 at one shape, one micro-batch per step (compiled on
     CUDA), arms interleaved after one warm-up each."""
-    micro = args.device_batch_size or default_device_batch(check_plan(args, "vanilla", depth, 1))
+    micro = device_memory_plan(args, check_plan(args, "vanilla", depth, 1), 1, device).stages[0].micro_batch
+    one_micro_batch = argparse.Namespace(**dict(vars(args), device_batch_size=[micro]))
     seq_len = PRESETS[args.preset].seq_len if args.seq_len is None else args.seq_len
     times = {}
     for arch in BENCH_ARMS:
         plan = check_plan(args, arch, depth, steps + 1, total_batch_tokens=micro * seq_len)
-        run = synthetic_run(plan, device, micro)
+        run = synthetic_run(one_micro_batch, plan, device)
         torch.manual_seed(0)
         model = model_lib.GPT(plan.model_config).to_device(device)
         for p in model.parameters():  # non-zero out-projections so every branch does real work
@@ -930,15 +1412,17 @@ def build_parser():
     run.add_argument("--steps", type=int, default=None, help="override the derived step count")
     run.add_argument("--stop-after", type=int, default=None, help="stop after N steps without changing the plan")
     run.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--resume", action="store_true")
+    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
+    run.add_argument("--resume-or-start", action="store_true",
+                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
+    run.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                     help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    run.add_argument("--compile", action="store_true", help="torch.compile the model (CUDA)")
-    run.add_argument("--device-batch-size", type=int, default=None, help="sequences per micro-batch")
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
-    run.add_argument("--peak-flops", type=float, default=None,
+    run.add_argument("--peak-flops", type=finite_float, default=None,
                      help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
@@ -946,10 +1430,20 @@ def build_parser():
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
     arms.add_knob_flags(rec, arms.Arm, "train")
     arms.add_knob_flags(rec, arms.Preset, "train")
-    rec.add_argument("--crossover-fractions", type=float, nargs="+", default=None,
+    rec.add_argument("--crossover-fractions", type=finite_float, nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")
     rec.add_argument("--random-passes", type=int, nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
+    mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
+    mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+                     help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
+                          f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
+    mem.add_argument("--world-size", type=int, default=None,
+                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
+    mem.add_argument("--device-batch-size", type=int, nargs="+", default=None,
+                     help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
+    mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the model (default: on CUDA; CPU stays eager)")
     arms.add_model_flags(p)
     return p
 
@@ -959,6 +1453,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if not (args.bench or args.gpu_check) and (args.arch is None or args.depth is None):
         p.error("--arch and --depth are required")
+    check_flags(args)
     args.preset = args.preset or ("cpu" if args.bench and not torch.cuda.is_available() else "paper")
     if args.bench_steps < 1 or args.bench_repeats < 1:
         p.error("--bench-steps and --bench-repeats must be at least 1")
@@ -969,6 +1464,12 @@ def parse_args(argv):
     if len(args.depths) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
     args.depth = args.depths[0]
+    if args.world_size is not None and (args.world_size < 1 or not args.dry_run):
+        p.error("--world-size is a positive number of GPUs for --dry-run (torchrun sets it for training)")
+    if args.gpu_memory is not None and args.gpu_memory <= 0:
+        p.error("--gpu-memory must be a positive number of GiB, e.g. --gpu-memory 80")
+    if args.device_batch_size and min(args.device_batch_size) < 1:
+        p.error("--device-batch-size must be positive, e.g. --device-batch-size 16")
     return args
 
 
@@ -979,11 +1480,11 @@ def run_command(argv):
     if args.bench:
         bench(args)
         return 0
-    if not args.dry_run:
+    if args.dry_run:
+        return dry_run(args)
+    make_plan(args)  # bad flags are reported before the run folder is created
+    with run_lock(args):
         return train(args)
-    for depth in args.depths:  # --dry-run: one JSON line per depth
-        args.depth = depth
-        print(json.dumps({k: v for k, v in make_plan(args).as_dict().items() if k != "model_config"}))
 
 
 def main(argv=None):

@@ -8,10 +8,12 @@ import importlib
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -157,3 +159,427 @@ def test_fit_bad_input(tmp_path, files, argv, message):
 def test_fit_bad_input_as_a_process(tmp_path):
     # the same contract through the interpreter: the one-line message really is all a user sees
     assert_refused("fit.py", ["ladders", "{d}/l.csv", "--extrapolate=-1"], tmp_path, "--extrapolate: must be", GOOD)
+
+
+# ------------------------------------------------------------------------------------------------ train.py
+# {d}/pool is a fresh copy of the session's small stdlib pool, so the pool is part of what must stay byte-identical.
+TINY = ["--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16", "--seq-len", "32", "--total-batch-tokens",
+        "256", "--val-tokens", "1024", "--warmup-steps", "0", "--data-dir", "{d}/pool", "--runs-dir", "{d}/runs"]
+RUN = ["--arch", "vanilla", "--depth", "2", *TINY, "--steps", "4", "--run-name", "r"]
+COMPLETE = json.dumps(dict(status="complete", arch="vanilla", depth=2))
+
+TRAIN_CASES = [
+    ("steps-zero", {}, [*RUN, "--steps", "0"], "--steps must be >= 1, got 0"),
+    ("save-every-negative", {}, [*RUN, "--save-every", "-1"], "--save-every must be >= 0"),
+    ("stop-after-zero", {}, [*RUN, "--stop-after", "0"], "--stop-after must be >= 1"),
+    ("bench-and-dry-run", {}, ["--bench", "--dry-run"], "mutually exclusive"),
+    ("alpha-nan", {}, ["--arch", "operator_1", "--depth", "2", "--alpha", "nan", "--dry-run"],
+     "argument --alpha: must be a finite number"),
+    ("matrix-lr-inf", {}, [*RUN, "--matrix-lr", "inf"], "argument --matrix-lr: must be a finite number"),
+    ("crossover-nan", {}, ["--arch", "untied_grow", "--depth", "2", "--crossover-fractions", "nan", "--dry-run"],
+     "must be a finite number"),
+    ("run-name-with-slash", {}, [*RUN, "--run-name", "../escape"], "must be a plain folder name"),
+    ("runs-dir-is-a-file", {"runs": "a file"}, RUN, "is a file, not a directory"),
+    ("runs-dir-not-writable", {}, [*RUN, "--runs-dir", "/sys/scaling_exponents_runs"], "cannot create the run folder"),
+    ("run-dir-is-a-file", {"runs/r": "a file"}, RUN, "is a file, not a directory"),
+    ("foreign-run-dir", {"runs/r/notes.txt": "my notes"}, RUN, "is not empty (notes.txt"),
+    ("run-dir-with-a-foreign-trajectory", {"runs/r/trajectory.jsonl": '{"step": 1}\n'}, RUN,
+     "is not empty (trajectory.jsonl"),
+    ("existing-run-without-resume", {"runs/r/result.json": COMPLETE}, RUN, "already holds a run"),
+    ("explicit-data-dir-without-pool", {"typo/readme": "not a pool"}, [*RUN, "--data-dir", "{d}/typo"],
+     "no pool in"),
+    ("interrupted-pool", {"half/corpus.json": json.dumps(dict(status="running", splits={}))},
+     [*RUN, "--data-dir", "{d}/half"], "is incomplete"),
+]
+
+
+@pytest.fixture
+def pool_copy(pool, tmp_path):
+    import shutil
+    shutil.copytree(pool, tmp_path / "pool")
+    return tmp_path / "pool"
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in TRAIN_CASES], ids=[c[0] for c in TRAIN_CASES])
+def test_train_bad_input(tmp_path, pool_copy, files, argv, message):
+    assert_refused("train.py", argv, tmp_path, message, files, runner=run_in_process)
+
+
+def test_train_refuses_a_pool_with_flipped_bytes(tmp_path, pool_copy):
+    # token id 0xffff >= the byte vocab (257): an IndexError inside the first step before; result.json never written
+    with open(pool_copy / "train.bin", "r+b") as f:
+        f.seek(20)
+        f.write(b"\xff\xff")
+    assert_refused("train.py", RUN, tmp_path, "holds token id 65535 >= vocab size 257 at position 10",
+                   runner=run_in_process)
+    assert not (tmp_path / "runs" / "r" / "result.json").exists()
+
+
+def test_train_refuses_a_locked_run(tmp_path, pool_copy):
+    """The lock is held by another open file description (here: a child process), as a running trainer holds it."""
+    os.makedirs(tmp_path / "runs" / "r")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write('PID 4242 on elsewhere'); f.flush(); "
+                               "print('held', flush=True); time.sleep(60)", str(tmp_path / "runs" / "r" / "train.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert_refused("train.py", RUN, tmp_path, "is being written by another train.py (PID 4242 on elsewhere)",
+                       runner=run_in_process)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+# ------------------------------------------------------------------------------------------------ model.py
+MODEL_CASES = [
+    ("alpha-nan", {}, ["--arch", "operator_1", "--depth", "8", "--alpha", "nan"], "--alpha: must be a finite number"),
+    ("alpha-inf-json", {}, ["--arch", "operator_1", "--depth", "8", "--alpha=-inf", "--json"], "finite"),
+    ("unknown-arch", {}, ["--arch", "nope", "--depth", "8"], "unknown arch 'nope'"),
+    ("impossible-split", {}, ["--arch", "operator_1", "--depth", "3", "--prelude", "2", "--coda", "2"],
+     "impossible split"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in MODEL_CASES], ids=[c[0] for c in MODEL_CASES])
+def test_model_bad_input(tmp_path, files, argv, message):
+    assert_refused("model.py", argv, tmp_path, message, files, runner=run_in_process)
+
+
+def test_model_into_a_closed_pipe_is_quiet():
+    r = subprocess.run("python model.py --arch vanilla --depth 8 | head -1", shell=True, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.stdout.startswith("arch") and r.stdout.count("\n") == 1
+    assert r.stderr == "", r.stderr
+
+
+# ------------------------------------------------------------------------------------------------ data.py
+PREP = ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--train-tokens", "1000", "--val-tokens", "1000"]
+OTHER_PREPARE = json.dumps(dict(schema_version=1, status="running", corpus="files", files="mine/*.txt",
+                                tokenizer="bytes", splits={}, sources=[], sources_done=3))
+
+DATA_CASES = [
+    ("prepare-into-foreign-folder", {"mine/notes.txt": "my notes"}, [*PREP, "--out", "{d}/mine"],
+     "is not empty and holds no pool"),
+    ("prepare-over-another-unfinished-prepare", {"pool/corpus.json": OTHER_PREPARE, "pool/train.bin": b"\x01\x00"},
+     [*PREP, "--out", "{d}/pool"], "holds an unfinished prepare with other settings (corpus 'files'"),
+    ("corpus-json-not-a-manifest", {"pool/corpus.json": "[1, 2]"}, [*PREP, "--out", "{d}/pool"],
+     "is not a data.py pool manifest"),
+    ("files-all-empty", {"in/a.txt": "", "in/b.txt": ""},
+     ["prepare", "--corpus", "files", "--files", "{d}/in/*.txt", "--tokenizer", "bytes", "--workers", "1",
+      "--out", "{d}/out"], "hold no text"),
+    ("jsonl-text-not-a-string", {"in/a.jsonl": '{"text": "a"}\n\n{"text": 5}\n'},
+     ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
+      "--out", "{d}/out"], "a.jsonl:3: the 'text' field is not a string"),
+    ("jsonl-line-after-a-carriage-return", {"in/a.jsonl": b'{"text": "a"}\n{"text": "b\rc"}\n{"text": "d"}\n'},
+     ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
+      "--out", "{d}/out"], "a.jsonl:2: not a JSON object"),
+    ("jsonl-not-utf8", {"in/a.jsonl": b'{"text": "a"}\n{"text": "\xff"}\n'},
+     ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
+      "--out", "{d}/out"], "a.jsonl:2: not UTF-8"),
+    ("negative-budget", {}, [*PREP, "--train-tokens=-5", "--out", "{d}/p"], "--train-tokens must be >= 0"),
+    ("verify-missing-pool", {}, ["verify", "{d}/nothing"], "no pool in"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in DATA_CASES], ids=[c[0] for c in DATA_CASES])
+def test_data_bad_input(tmp_path, files, argv, message):
+    assert_refused("data.py", argv, tmp_path, message, files, runner=run_in_process)
+
+
+# ------------------------------------------------------------------------------------------------ core_eval.py
+def bundle_files(rows=None, spec=None, prefix="b"):
+    """A one-task bundle: an MC task whose rows are given as raw JSONL lines."""
+    rows = rows or [json.dumps(dict(query=f"q{i}", choices=["x", "y"], gold=i % 2)) for i in range(4)]
+    spec = spec or dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0], icl_task_type="multiple_choice")
+    import yaml
+    return {f"{prefix}/core.yaml": yaml.safe_dump(dict(icl_tasks=[spec])),
+            f"{prefix}/eval_meta_data.csv": "Eval Task,Random baseline\nt,50\n",
+            f"{prefix}/eval_data/t.jsonl": "\n".join(rows) + "\n"}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    import dataclasses
+    import torch
+    import model
+    cfg = model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=257)
+    net = model.GPT(cfg)
+    path = tmp_path_factory.mktemp("ckpt") / "final.pt"
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=1, tokenizer="bytes",
+                    step=0), path)
+    return str(path)
+
+
+GOOD_ROW = json.dumps(dict(query="q", choices=["x", "y"], gold=0))
+EVAL = ["--checkpoint", "{ckpt}", "--bundle-dir", "{d}/b", "--seeds", "0", "--out", "{d}/eval.json"]
+CORE_EVAL_CASES = [
+    ("core-yaml-without-dataset-uri", bundle_files(spec=dict(label="t", num_fewshot=[0], icl_task_type="schema")),
+     EVAL, "icl_tasks entry 1 of"),
+    ("gold-out-of-range", bundle_files([GOOD_ROW, json.dumps(dict(query="q", choices=["x", "y"], gold=7))]), EVAL,
+     "t.jsonl:2: gold 7 is not an index into its 2 options"),
+    ("no-choices", bundle_files([json.dumps(dict(query="q", choices=[], gold=0))]), EVAL, "t.jsonl:1: no answer options"),
+    ("row-missing-field", bundle_files([GOOD_ROW, GOOD_ROW, json.dumps(dict(query="q"))]), EVAL,
+     "t.jsonl:3: a multiple_choice row needs query and choices"),
+    ("lm-continuation-not-text", bundle_files([json.dumps(dict(context="c", continuation=3))],
+                                              spec=dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0],
+                                                        icl_task_type="language_modeling")), EVAL,
+     "t.jsonl:1: context, continuation must be text"),
+    ("bad-json-line", bundle_files([GOOD_ROW, "", GOOD_ROW, "{not json"]), EVAL, "t.jsonl:4: not a JSON object"),
+    ("foreign-eval-json", dict(bundle_files(), **{"eval.json": '{"mine": 1}'}), EVAL,
+     "exists and is not core_eval's result"),
+    ("out-is-a-directory", dict(bundle_files(), **{"eval.json/x": "x"}), EVAL, "is a directory"),
+    ("effective-depth-pool-missing", bundle_files(), [*EVAL, "--effective-depth", "--data-dir", "{d}/nopool"],
+     "--effective-depth: no pool in"),
+    ("kl-threshold-nan", bundle_files(), [*EVAL, "--kl-threshold", "nan"], "must be a finite number"),
+    ("lens-tokens-zero", bundle_files(), [*EVAL, "--lens-tokens", "0"], "--lens-tokens must be >= 1"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in CORE_EVAL_CASES], ids=[c[0] for c in CORE_EVAL_CASES])
+def test_core_eval_bad_input(tmp_path, checkpoint, files, argv, message):
+    argv = [a.replace("{ckpt}", checkpoint) for a in argv]
+    assert_refused("core_eval.py", argv, tmp_path, message, files, runner=run_in_process)
+
+
+def test_core_eval_zip_caps(tmp_path):
+    import zipfile
+    import core_eval
+    bomb = tmp_path / "bomb.zip"
+    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("eval_bundle/core.yaml", b"\0" * (3 << 20))  # 3 MiB of zeros: a few KiB compressed
+    with pytest.raises(core_eval.UsageError, match="unpacks to more than 2 MiB"):
+        core_eval.safe_extract(str(bomb), str(tmp_path / "x"), max_bytes=2 << 20)
+    with pytest.raises(core_eval.UsageError, match="more than the cap of 0"):
+        core_eval.safe_extract(str(bomb), str(tmp_path / "y"), max_files=0)
+    core_eval.safe_extract(str(bomb), str(tmp_path / "z"), max_bytes=4 << 20)  # under the cap: extracted whole
+    assert os.path.getsize(tmp_path / "z" / "eval_bundle" / "core.yaml") == 3 << 20
+
+
+# ------------------------------------------------------------------------------------------------ ladder.sh
+def run_ladder(script, argv):
+    r = subprocess.run(["bash", script, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return r.returncode, r.stderr
+
+
+LADDER_CASES = [
+    ("unknown-arch", {}, ["nope"], "unknown arch 'nope'"),
+    ("option-first", {}, ["--depths", "6"], "the first argument is ARCH"),
+    ("depth-not-a-number", {}, ["vanilla", "--depths", "6 x"], "--depths must be whole numbers, got 'x'"),
+    ("unknown-preset", {}, ["vanilla", "--preset", "huge"], "unknown preset 'huge'"),
+    ("replicates-without-seeds", {}, ["vanilla", "--replicate-depths", "16"], "--replicate-depths needs --seeds"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in LADDER_CASES], ids=[c[0] for c in LADDER_CASES])
+def test_ladder_bad_input(tmp_path, files, argv, message):
+    assert_refused("ladder.sh", argv, tmp_path, message, files, runner=run_ladder)
+
+
+# ------------------------------------------------------------------------------------------------ fault: two writers
+def test_two_trainers_on_one_run_dir(tmp_path, pool):
+    """The second trainer exits 2 naming the first one's PID; the first completes with steps 1..N in order."""
+    args = [a.replace("{d}/pool", pool).replace("{d}", str(tmp_path)) for a in RUN[:-4]] + ["--steps", "30",
+                                                                                              "--run-name", "r"]
+    first = subprocess.Popen([sys.executable, "train.py", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lock = tmp_path / "runs" / "r" / "train.lock"
+    for _ in range(1200):  # until the first trainer holds the lock (torch import takes seconds)
+        if lock.exists() and f"PID {first.pid}" in lock.read_text():
+            break
+        assert first.poll() is None, first.communicate()
+        import time
+        time.sleep(0.05)
+    code, err = run_in_process("train.py", args)
+    assert code == 2 and len(err.splitlines()) == 1 and f"(PID {first.pid} on " in err, err
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-2000:]
+    steps = [json.loads(line)["step"] for line in open(tmp_path / "runs" / "r" / "trajectory.jsonl")]
+    assert steps == list(range(1, 31))
+    assert json.load(open(tmp_path / "runs" / "r" / "result.json"))["status"] == "complete"
+
+
+def hold_lock(path, text):
+    """A child process holding the run lock, as a running trainer does."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a+'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); f.write(sys.argv[2]); f.flush(); print('held', flush=True); "
+                               "time.sleep(120)", str(path), text], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_ladder_refuses_a_run_being_trained(tmp_path):
+    holder = hold_lock(tmp_path / "vanilla_d1" / "train.lock", "PID 4242 on elsewhere")
+    try:
+        r = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=300, env=dict(os.environ, RUNS_DIR=str(tmp_path)))
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+        assert "run vanilla_d1 is being trained by another process (PID 4242 on elsewhere)" in r.stderr
+        assert not (tmp_path / "vanilla_d1" / "train.log").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_orphaned_torchrun_worker_keeps_the_lock(tmp_path, pool, free_port):
+    """torchrun killed with -9 (as when a ladder's process group is killed) leaves its worker running: the worker,
+    not torchrun, holds the lock, so a re-run is refused instead of becoming a second writer."""
+    import signal
+    import time
+    args = [a.replace("{d}/pool", pool).replace("{d}", str(tmp_path)) for a in RUN[:-4]] + ["--steps", "100000",
+                                                                                              "--run-name", "r"]
+    agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1", "--master_addr",
+                              "127.0.0.1", "--master_port", str(free_port), "train.py", *args], cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lock = tmp_path / "runs" / "r" / "train.lock"
+    worker = None
+    try:
+        for _ in range(2400):
+            if lock.exists() and lock.read_text().startswith("PID "):
+                worker = int(lock.read_text().split()[1])
+                break
+            assert agent.poll() is None
+            time.sleep(0.05)
+        assert worker and worker != agent.pid
+        agent.send_signal(signal.SIGKILL)
+        agent.wait()
+        os.kill(worker, 0)  # the orphan is still alive ...
+        code, err = run_in_process("train.py", [*args, "--resume"])
+        assert code == 2 and f"(PID {worker} on " in err, err  # ... and a re-run is refused
+    finally:
+        agent.kill()
+        if worker:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(worker, signal.SIGKILL)
+
+
+# ------------------------------------------------------------------------------------------------ train.py checkpoints
+class CodeOnLoad:
+    """Unpickling this runs code (writes a marker file): a crafted checkpoint."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def tiny_run_argv(pool, *extra):
+    return ["--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16",
+            "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
+            "--runs-dir", "{d}/runs", "--run-name", "r", "--steps", "4", "--warmup-steps", "0", *extra]
+
+
+@pytest.fixture(scope="module")
+def stopped_run(pool, tmp_path_factory):
+    """A run stopped after step 2: checkpoints/latest holds model.pt, muon/ (DCP), adamw.pt, meta.json, MANIFEST.json."""
+    d = str(tmp_path_factory.mktemp("stopped"))
+    argv = [a.replace("{d}", d) for a in tiny_run_argv(pool, "--stop-after", "2")]
+    assert run_in_process("train.py", argv)[0] == 0
+    return os.path.join(d, "runs", "r")
+
+
+def rehash(folder):
+    """Rewrite a checkpoint's manifest for its current files (what a deliberate forger would do)."""
+    import cli
+    names = sorted(os.path.relpath(os.path.join(b, n), folder) for b, _, ns in os.walk(folder) for n in ns
+                   if n != "MANIFEST.json")
+    files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=cli.sha256_file(os.path.join(folder, n)))
+             for n in names}
+    with open(os.path.join(folder, "MANIFEST.json"), "w") as f:
+        json.dump(dict(files=files), f)
+
+
+def truncate(path):
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+
+
+def random_bytes(path):
+    size = os.path.getsize(path)
+    with open(path, "wb") as f:
+        f.write(os.urandom(size))
+
+
+def edit_manifest_sha(latest):
+    manifest = json.load(open(os.path.join(latest, "MANIFEST.json")))
+    manifest["files"]["meta.json"]["sha256"] = "0" * 64
+    with open(os.path.join(latest, "MANIFEST.json"), "w") as f:
+        json.dump(manifest, f)
+
+
+def crafted(path, marker):
+    torch.save(CodeOnLoad(marker), path)
+
+
+def crafted_metadata(path, marker):
+    import pickle
+    with open(path, "wb") as f:
+        pickle.dump(CodeOnLoad(marker), f)
+
+
+RESUME = ["--resume"]
+L = "runs/r/checkpoints/latest"
+# (id, mutation of the copied run (run dir, marker path), script, argv after the run's flags, message)
+CHECKPOINT_CASES = [
+    ("resume-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "train.py", RESUME,
+     "is truncated or corrupted: model.pt has"),
+    ("resume-random-bytes", lambda r, m: random_bytes(f"{r}/checkpoints/latest/muon/__0_0.distcp"), "train.py",
+     RESUME, "is corrupted: muon/__0_0.distcp does not match its sha256"),
+    ("resume-random-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/adamw.pt"),
+                                                   rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "is unreadable or holds objects other than tensors"),
+    ("resume-manifest-mismatch", lambda r, m: edit_manifest_sha(f"{r}/checkpoints/latest"), "train.py", RESUME,
+     "is corrupted: meta.json does not match its sha256"),
+    ("resume-save-never-finished", lambda r, m: os.remove(f"{r}/checkpoints/latest/MANIFEST.json"), "train.py",
+     RESUME, "is incomplete (no MANIFEST.json"),
+    ("resume-crafted-model-pickle", lambda r, m: (crafted(f"{r}/checkpoints/latest/model.pt", m),
+                                                  rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "holds objects other than tensors and plain types"),
+    ("resume-crafted-dcp-metadata", lambda r, m: (crafted_metadata(f"{r}/checkpoints/latest/muon/.metadata", m),
+                                                  rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "holds objects other than tensors and plain types"),
+    ("resume-no-checkpoint", lambda r, m: shutil.rmtree(f"{r}/checkpoints"), "train.py", RESUME,
+     "has no checkpoint to resume from"),
+    ("resume-old-single-file", lambda r, m: (shutil.rmtree(f"{r}/checkpoints/latest"),
+                                             open(f"{r}/checkpoints/latest.pt", "wb").close()), "train.py", RESUME,
+     "single-file checkpoint of an earlier train.py"),
+    ("resume-short-trajectory", lambda r, m: open(f"{r}/trajectory.jsonl", "w").close(), "train.py", RESUME,
+     "has 0 lines but the checkpoint is at step 2"),
+    ("fresh-start-over-a-run", lambda r, m: os.remove(f"{r}/result.json"), "train.py", [], "already holds a run"),
+    ("eval-random-bytes-file", lambda r, m: open(f"{r}/final.pt", "wb").write(os.urandom(4096)), "core_eval.py",
+     ["--checkpoint", "{d}/runs/r/final.pt"], "is not a usable model checkpoint"),
+    ("eval-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "core_eval.py",
+     ["--checkpoint", "{d}/" + L], "is truncated or corrupted: model.pt has"),
+    ("eval-crafted-pickle", lambda r, m: (crafted(f"{r}/checkpoints/latest/model.pt", m),
+                                          rehash(f"{r}/checkpoints/latest")), "core_eval.py",
+     ["--checkpoint", "{d}/" + L + "/model.pt"], "holds objects other than tensors and plain types"),
+    ("eval-run-folder", lambda r, m: None, "core_eval.py", ["--checkpoint", "{d}/runs/r"],
+     "is a run folder (no model.pt); pass"),
+    ("eval-checkpoints-folder", lambda r, m: None, "core_eval.py", ["--checkpoint", "{d}/runs/r/checkpoints"],
+     "is a folder of checkpoints (no model.pt); pass"),
+]
+
+
+@pytest.mark.parametrize("mutate, script, argv, message", [c[1:] for c in CHECKPOINT_CASES],
+                         ids=[c[0] for c in CHECKPOINT_CASES])
+def test_checkpoint_bad_input(pool, stopped_run, tmp_path, mutate, script, argv, message):
+    run_dir, marker = os.path.join(tmp_path, "runs", "r"), os.path.join(tmp_path, "marker")
+    shutil.copytree(stopped_run, run_dir)
+    mutate(run_dir, marker)
+    full = tiny_run_argv(pool) + argv if script == "train.py" else argv + ["--bundle-dir", "{d}/no-bundle"]
+    assert_refused(script, full, tmp_path, message, runner=run_in_process)
+    assert not os.path.exists(marker), "the crafted pickle ran"
+
+
+def test_resume_of_a_complete_run_is_nothing_to_do(pool, tmp_path):
+    """--resume on a complete run exits 0 with "nothing to do" on stdout and touches nothing (not exit 2: ladder.sh
+    re-submitted after a failure is expected to pass over finished runs)."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool)]
+    assert run_in_process("train.py", argv)[0] == 0
+    before = snapshot(tmp_path)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert importlib.import_module("train").main(argv + ["--resume"]) == 0
+    assert "nothing to do" in out.getvalue() and snapshot(tmp_path) == before

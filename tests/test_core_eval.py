@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import random
 import subprocess
 import sys
@@ -523,3 +524,25 @@ def test_real_bundle_every_task(tmp_path, capsys):
     assert all(np.isfinite(out["losses"][t]) and 0 <= out["results"][t] <= 1 for t in labels)
     if not out["complete_suite"]:
         assert out["core_metric_filtered"] is None and out["core_metric_label"] != "CORE-22"
+
+
+def test_checkpoint_folder_of_train_py(tmp_path, tiny, capsys):
+    """The folder train.py writes (checkpoints/final: model.pt + MANIFEST.json + optimizer state core_eval never
+    opens) gives the same scores as the weights in a single file; a run folder gets a message naming what to pass."""
+    from cli import sha256_file
+    final = tmp_path / "run" / "checkpoints" / "final"
+    final.mkdir(parents=True)
+    shutil.copy(tiny["ckpt"], final / "model.pt")
+    (final / "adamw.pt").write_bytes(b"optimizer state: never read by core_eval")
+    files = {n: dict(size=os.path.getsize(final / n), sha256=sha256_file(final / n)) for n in ("model.pt", "adamw.pt")}
+    (final / "MANIFEST.json").write_text(json.dumps(dict(files=files)))
+    args = ["--bundle-dir", tiny["bundle"], "--seeds", "0"]
+    assert core_eval.main(["--checkpoint", str(final), *args]) == 0
+    from_folder = json.loads((tmp_path / "run" / "eval.json").read_text())  # runs/NAME/eval.json by default
+    assert core_eval.main(["--checkpoint", tiny["ckpt"], *args, "--out", str(tmp_path / "single.json")]) == 0
+    single = json.loads((tmp_path / "single.json").read_text())
+    assert from_folder["centered_results"] == single["centered_results"]
+    capsys.readouterr()
+    for folder in (tmp_path / "run", tmp_path / "run" / "checkpoints"):
+        code, err = run_main(["--checkpoint", str(folder), *args], capsys)
+        assert code == 2 and err.count("\n") == 1 and f"pass {final}" in err, err

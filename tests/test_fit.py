@@ -1,4 +1,4 @@
-"""Tests for fit.py: the spec B.7 reproduction on the release data, synthetic laws with known answers, edge cases, CLI."""
+"""Tests for fit.py: the paper's Figure 3 numbers reproduced from the release data, synthetic laws with known answers, edge cases, CLI."""
 import csv
 import json
 import math
@@ -13,7 +13,7 @@ import fit
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(REPO, "reference", "fineweb_ladders.csv")
 
-# spec B.7: arm -> (gamma, ln A at C0, multipliers at d8..d20)
+# the paper's Figure 3 fit of the release data: arm -> (gamma, ln A at C0, multipliers at d8..d20)
 B7 = {
     "vanilla": (0.111249, 0.48585, [1.0] * 7),
     "deep_vanilla": (0.111394, 0.47654, [1.0543, 1.0771, 1.0928, 1.0894, 1.0781, 1.0787, 1.0841]),
@@ -77,7 +77,7 @@ def test_reproduces_spec_b7(capsys):
         assert r["final_multiplier"] == pytest.approx(mults[-1], abs=0.002)
     assert out["arms"]["vanilla"]["gamma_se"] == pytest.approx(0.000298, abs=2e-6)
     assert out["arms"]["untied_grow"]["gamma_se"] == pytest.approx(0.000828, abs=2e-6)
-    # spec B.7 caution: the per-arm free-E fits are very different; only Untied-Grow's own data reject the shared E
+    # caution: the per-arm free-E fits are very different; only Untied-Grow's own data reject the shared E
     ug = out["arms"]["untied_grow"]
     assert ug["free_gamma"] == pytest.approx(0.0977, abs=1e-3) and ug["free_E"] == pytest.approx(1.474, abs=2e-3)
     assert ug["free_disagrees"] and not out["arms"]["vanilla"]["free_disagrees"]

@@ -109,7 +109,7 @@ def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
             "--data-dir", pool]
     proc = subprocess.Popen(["bash", "ladder.sh", *argv], cwd=ROOT, env=dict(os.environ, **env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    checkpoint = tmp_path / "operator_1_d2" / "checkpoints" / "latest.pt"
+    checkpoint = tmp_path / "operator_1_d2" / "checkpoints" / "latest" / "MANIFEST.json"
     deadline = time.time() + 120
     while not checkpoint.exists() and time.time() < deadline:
         time.sleep(0.2)

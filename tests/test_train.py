@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -40,11 +41,19 @@ def test_plan_matches_spec_table(row):
     assert plan["total_flops"] == pytest.approx(float(row["total_flops"]), rel=1e-6)
 
 
-def test_default_device_batch_matches_the_release_scripts():
+def test_planner_picks_the_largest_fitting_micro_batch_for_every_spec_run():
     for row in SPEC_ROWS:
         plan = plan_for("--arch", row["arch"], "--depth", row["depth"])
-        expected = int(row["device_batch_cutoff"].split("/")[0].split()[0])  # "32/8", "2 (low-K 4)/128, ..."
-        assert train.default_device_batch(plan) == expected, row
+        world = 16 if plan.depth == 26 else 8
+        mem = train.plan_micro_batches(plan, world, train.H100_80GB_GIB)
+        assert mem.zero2 == (plan.depth == 26), row  # only d26 needs the sharded gradients
+        for stage, passes in zip(mem.stages, train.memory_pass_stages(plan)):
+            assert stage.passes == passes and 32 * 8 // world % stage.micro_batch == 0
+            assert stage.bytes["required"] <= train.H100_80GB_GIB * model.GIB
+            bigger = 2 * stage.micro_batch
+            if bigger <= 32 * 8 // world:
+                assert model.memory_per_rank(plan.model_config, passes, bigger, world, mem.zero2)["required"] > \
+                    train.H100_80GB_GIB * model.GIB, row
 
 
 def test_total_flops_match_all_58_release_ladder_rows():
@@ -133,6 +142,9 @@ def test_dry_run_cli_prints_one_json_object():
     (["--bench", "--bench-repeats", "0"], "--bench-repeats must be at least 1"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
+    (["--arch", "vanilla", "--depth", "20", "--device-batch-size", "32", "--dry-run"], "the largest that fits is 8"),
+    (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--dry-run"], "it fits on 16 GPUs"),
+    (["--arch", "vanilla", "--depth", "8", "--world-size", "8"], "--world-size"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message):
     r = subprocess.run([sys.executable, "train.py"] + argv, cwd=ROOT, capture_output=True, text=True)
@@ -167,7 +179,7 @@ def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
     assert trajectory[-1]["loss"] < trajectory[0]["loss"]
     assert result["estimated_training_flops"] == result["plan"]["total_flops"]
-    assert os.path.exists(os.path.join(tmp_path, "r", "checkpoints", "final.pt"))
+    assert os.path.exists(os.path.join(tmp_path, "r", "checkpoints", "final", "model.pt"))
 
 
 def test_adamw_ablation_trains(pool, tmp_path):
@@ -176,8 +188,9 @@ def test_adamw_ablation_trains(pool, tmp_path):
     muon_plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "operator_1")))
     assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
         muon_plan.matrix_lr / arms.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
-    checkpoint = torch.load(os.path.join(tmp_path, "a", "checkpoints", "final.pt"), weights_only=False)
-    assert len(checkpoint["optimizers"]) == 1  # one AdamW for every group
+    final = os.path.join(tmp_path, "a", "checkpoints", "final")
+    assert len(torch.load(os.path.join(final, "adamw.pt"), weights_only=True)) == 1  # one AdamW for every group
+    assert not os.path.exists(os.path.join(final, "muon"))
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
 
 
@@ -202,9 +215,6 @@ def test_grow_copies_cores_and_resets_their_optimizer_state():
     x = torch.randint(0, 257, (4, 17))
     for _ in range(3):
         net(x[:, :-1], targets=x[:, 1:]).backward()
-        for p in net.param_groups()["matrix"]:
-            if p.grad is None:
-                p.grad = torch.zeros_like(p)
         for opt in optimizers:
             opt.step()
         net.zero_grad()
@@ -234,8 +244,8 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
     cut, cut_traj = read_run(tmp_path, "cut")
     assert [t["loss"] for t in cut_traj] == [t["loss"] for t in full_traj]
     assert cut["final_val_loss"] == full["final_val_loss"]
-    a = torch.load(os.path.join(tmp_path, "full", "checkpoints", "final.pt"), weights_only=False)["model"]
-    b = torch.load(os.path.join(tmp_path, "cut", "checkpoints", "final.pt"), weights_only=False)["model"]
+    a = torch.load(os.path.join(tmp_path, "full", "checkpoints", "final", "model.pt"), weights_only=True)["model"]
+    b = torch.load(os.path.join(tmp_path, "cut", "checkpoints", "final", "model.pt"), weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
@@ -271,9 +281,245 @@ def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     assert r.returncode == 3, r.stderr
     assert "non-finite" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert json.load(open(os.path.join(tmp_path, "nan", "result.json")))["status"] == "failed"
-    latest = os.path.join(tmp_path, "nan", "checkpoints", "latest.pt")
+    latest = os.path.join(tmp_path, "nan", "checkpoints", "latest")
     assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
-    assert torch.load(latest, weights_only=False)["step"] == 2
+    assert torch.load(os.path.join(latest, "model.pt"), weights_only=True)["step"] == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The memory planner in the dry run and in training; compilation.
+
+def test_dry_run_prints_memory_per_stage_and_the_micro_batch_drop_at_growth(capsys):
+    assert train.main(["--arch", "untied_grow", "--depth", "12", "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["steps"], out["crossover_step"]) == (plan_for("--arch", "untied_grow", "--depth", "12").steps,
+                                                     plan_for("--arch", "untied_grow", "--depth", "12").crossover_step)
+    memory = out["memory"]
+    assert memory["world_size"] == 8 and memory["sequences_per_rank"] == 32 and not memory["sync_every_micro_batch"]
+    assert [(s["passes"], s["micro_batch"], s["accumulation"]) for s in memory["stages"]] == [(2, 16, 2), (4, 8, 4)]
+    for stage in memory["stages"]:
+        gib = stage["gib"]
+        parts = ("parameters", "gradients", "muon_state", "adamw_state", "weight_copies", "activations", "loss_path",
+                 "step_transient")
+        assert gib["peak"] == pytest.approx(sum(gib[k] for k in parts), abs=0.06)
+        assert gib["required"] <= memory["gpu_memory_gib"] == round(train.H100_80GB_GIB, 2)
+
+
+def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatch):
+    monkeypatch.setenv("NNODES", "2")
+    assert train.main(["--arch", "untied_grow", "--depth", "26", "--dry-run"]) == 0
+    memory = json.loads(capsys.readouterr().out)["memory"]
+    assert memory["world_size"] == 16 and memory["sync_every_micro_batch"] and "sharded" in memory["gradients"]
+    assert [s["micro_batch"] for s in memory["stages"]] == [1, 1]
+    assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
+    h200 = train.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
+    assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
+
+
+def test_data_constrained_plans_for_the_executed_depth():
+    def micro(k):
+        plan = plan_for("--arch", "operator_1", "--depth", "8", "--passes", str(k), "--data-constrained", "tuned-wd")
+        assert plan.model_config.passes == k
+        (stage,) = train.plan_micro_batches(plan, 8, train.H100_80GB_GIB).stages
+        return stage.micro_batch, stage.executed_blocks
+    assert micro(1) == (32, 8) and micro(12) == (8, 41)
+
+
+def spy_on_forward(monkeypatch):
+    """Records (training?, sequences, active passes) for every forward of every GPT."""
+    calls, forward = [], model.GPT.forward
+
+    def recording(self, idx, *args, **kwargs):
+        calls.append((kwargs.get("targets") is not None, idx.size(0), self.active_passes))
+        return forward(self, idx, *args, **kwargs)
+    monkeypatch.setattr(model.GPT, "forward", recording)
+    return calls
+
+
+def test_training_splits_each_step_by_its_stage_micro_batch(pool, tmp_path, monkeypatch):
+    calls = spy_on_forward(monkeypatch)
+    assert train.main(tiny(pool, tmp_path, "untied_grow", "--run-name", "m", "--crossover-fractions", "0.5",
+                           "--device-batch-size", "8", "4", "--save-every", "0", steps=4)) == 0
+    training = [(b, k) for is_train, b, k in calls if is_train]
+    assert training == [(8, 2)] * 2 + [(4, 4)] * 4  # 8 sequences per step: 1 micro-batch of 8, then 2 of 4
+    result, _ = read_run(tmp_path, "m")
+    assert result["device_batch_size"] == [8, 4] and result["gradient_accumulation_steps"] == [1, 2]
+    assert [s["micro_batch"] for s in result["memory"]["stages"]] == [8, 4]
+
+
+@pytest.fixture(scope="module")
+def compiled_and_eager(pool, tmp_path_factory):
+    """The same tiny growth run eager and compiled (aot_eager: CPU inductor takes minutes per graph on 2 cores; it
+    traces the same graphs through AOTAutograd), counting the graphs Dynamo hands to the backend."""
+    runs = tmp_path_factory.mktemp("compile")
+    args = tiny(pool, runs, "untied_grow", "--crossover-fractions", "0.5", "--save-every", "0", steps=6)
+    assert train.main(args + ["--run-name", "eager"]) == 0
+    graphs, real_compile = [], torch.compile
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.backends.registry.lookup_backend("aot_eager")(gm, example_inputs)
+    torch._dynamo.reset()
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch, "compile", lambda model, **kw: real_compile(model, backend=counting, **kw))
+        assert train.main(args + ["--run-name", "compiled", "--compile"]) == 0
+    torch._dynamo.reset()
+    return read_run(runs, "eager"), read_run(runs, "compiled"), graphs
+
+
+def test_compiled_run_has_one_graph_per_pass_stage_and_one_for_eval(compiled_and_eager):
+    _, (result, trajectory), graphs = compiled_and_eager
+    assert [t["passes"] for t in trajectory] == [2, 2, 2, 4, 4, 4] and result["environment"]["compiled"]
+    assert len(graphs) == 3  # K=2 training, K=4 training, eval (no graph breaks, no recompiles per step)
+
+
+def test_compiled_equals_eager(compiled_and_eager):
+    (eager, eager_traj), (compiled, compiled_traj), _ = compiled_and_eager
+    assert [t["loss"] for t in compiled_traj] == pytest.approx([t["loss"] for t in eager_traj], rel=1e-5)
+    assert compiled["final_val_loss"] == pytest.approx(eager["final_val_loss"], rel=1e-5)
+
+
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints: sharded save, resume across world sizes, recovery, no copies, refusals
+
+def torchrun(args, world, port, env):
+    """train.py under `torch.distributed.run` on `world` gloo processes (one process: plain python)."""
+    launch = [sys.executable, "train.py"] if world == 1 else [
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
+        "--master_port", str(port), "train.py"]
+    r = subprocess.run(launch + args, cwd=ROOT, capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r
+
+
+def test_sharded_resume_across_world_sizes(pool, tmp_path, free_port):
+    """Save on 2 gloo ranks at step 4 (Muon shards written by both), resume on 2, 1 and 4 through the growth step 5.
+
+    Same world size: bit-identical to the uninterrupted 2-rank run. Other world sizes sum the gradients in another
+    order (4 + 4 micro-batches vs 8 vs 2 + 2 + 2 + 2), so, as in the 1- vs 2-process test above, trajectories agree to
+    1e-4 relative, the first resumed step (the same weights and state, a sum's order apart) to 1e-6."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--device-batch-size", "2", steps=10)
+    torchrun(args + ["--run-name", "full"], 2, free_port, env)
+    torchrun(args + ["--run-name", "cut", "--stop-after", "4"], 2, free_port, env)
+    shards = os.listdir(os.path.join(tmp_path, "cut", "checkpoints", "latest", "muon"))
+    assert sorted(n for n in shards if n.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
+    _, full = read_run(tmp_path, "full")
+    _, cut = read_run(tmp_path, "cut")
+    assert [t["loss"] for t in cut] == [t["loss"] for t in full[:4]]
+    for world in (2, 1, 4):
+        shutil.copytree(os.path.join(tmp_path, "cut"), os.path.join(tmp_path, f"on{world}"))
+        torchrun(args + ["--run-name", f"on{world}", "--resume"], world, free_port, env)
+        result, resumed = read_run(tmp_path, f"on{world}")
+        assert result["status"] == "complete" and result["world_size"] == world
+        assert resumed[:4] == cut  # the lines before the checkpoint are kept as they were
+        losses, expected = [t["loss"] for t in resumed], [t["loss"] for t in full]
+        if world == 2:
+            assert losses == expected
+        else:
+            assert losses[4] == pytest.approx(expected[4], rel=1e-6)
+            assert losses == pytest.approx(expected, rel=1e-4)
+        assert [t["passes"] for t in resumed] == [2] * 5 + [4] * 5
+
+
+def save_worker(rank, world, port, out_dir, plan_argv):
+    """One rank of a 2-process save: the optimizer state's storages before and after save_checkpoint."""
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        plan = train.make_plan(train.parse_args(plan_argv))
+        torch.manual_seed(0)
+        net = model.GPT(plan.model_config)
+        net.set_passes(plan.pass_stages[0])
+        optimizers = train.build_optimizers(net, plan)
+        replicated = train.replicated_grads(optimizers)
+        x = torch.randint(0, 257, (2, plan.seq_len + 1), generator=torch.Generator().manual_seed(rank))
+        net(x[:, :-1], targets=x[:, 1:]).backward()
+        replicated.wait()
+        for opt in optimizers:
+            opt.step()
+
+        def storages():
+            return sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                          for opt in optimizers for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
+        before = storages()
+        train.save_checkpoint(os.path.join(out_dir, "latest"), net, optimizers, train.RunState(step=1), plan)
+        torch.save(dict(before=before, after=storages(), owned=optimizers[0].owned_bytes()),
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)  # gloo teardown can abort in its worker thread (pytorch/pytorch#190489); results are on disk
+
+
+def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
+    """issue 12 item 7: after a 2-process save each rank's optimizer state references exactly the storages it did
+    before (Muon.state_dict and AdamW.state_dict hand DCP/torch.save the live tensors)."""
+    import torch.multiprocessing as mp
+    argv = tiny(pool, tmp_path, "vanilla")
+    mp.spawn(save_worker, args=(2, free_port, str(tmp_path), argv), nprocs=2, join=True)
+    for rank in range(2):
+        r = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"), weights_only=True)
+        assert r["before"] == r["after"] and r["owned"] > 0
+    model.verify_checkpoint(os.path.join(tmp_path, "latest"))  # complete, manifest written last
+
+
+def test_recover_after_a_crash_between_the_renames(pool, tmp_path):
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", "--save-every", "2", "--stop-after", "4",
+                           steps=8)) == 0
+    ckpt = os.path.join(tmp_path, "r", "checkpoints")
+    shutil.copytree(os.path.join(ckpt, "latest"), os.path.join(ckpt, "latest.tmp"))  # the new copy, complete
+    os.replace(os.path.join(ckpt, "latest"), os.path.join(ckpt, "latest.old"))     # crash after the first rename
+    os.makedirs(os.path.join(ckpt, "final.tmp"))                                    # a dead writer's partial save
+    dead = os.path.join(tmp_path, "r", "checkpoints", "latest.pt.tmp999999999")
+    open(dead, "w").close()
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", "--resume", steps=8)) == 0
+    assert sorted(os.listdir(ckpt)) == ["final"]
+    result, trajectory = read_run(tmp_path, "r")
+    assert result["status"] == "complete" and [t["step"] for t in trajectory] == list(range(1, 9))
+
+
+def test_finished_training_is_finished_not_retrained(pool, tmp_path):
+    args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
+    assert train.main(args) == 0
+    result_path = os.path.join(tmp_path, "r", "result.json")
+    complete = json.load(open(result_path))
+    with open(result_path, "w") as f:  # killed after checkpoints/final was in place, before result.json said so
+        json.dump(dict(complete, status="running"), f)
+    trajectory = open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read()
+    weights = open(os.path.join(tmp_path, "r", "checkpoints", "final", "model.pt"), "rb").read()
+    assert train.main(args + ["--resume"]) == 0
+    finished = json.load(open(result_path))
+    assert finished["status"] == "complete" and finished["evals"] == complete["evals"]
+    assert open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read() == trajectory
+    assert open(os.path.join(tmp_path, "r", "checkpoints", "final", "model.pt"), "rb").read() == weights
+
+
+def test_resume_or_start_starts_a_run_without_checkpoint(pool, tmp_path):
+    args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
+    os.makedirs(os.path.join(tmp_path, "r"))
+    with open(os.path.join(tmp_path, "r", "result.json"), "w") as f:  # killed before its first checkpoint
+        json.dump(dict(status="running"), f)
+    assert train.main(args + ["--resume"]) == 2
+    assert train.main(args + ["--resume-or-start"]) == 0
+    result, trajectory = read_run(tmp_path, "r")
+    assert result["status"] == "complete" and len(trajectory) == 4
+
+
+def test_adamw_ablation_two_processes_equals_one(pool, tmp_path, free_port):
+    """--optimizer adamw under torchrun: every parameter's gradient goes through muon.ReplicatedGrads."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--optimizer", "adamw",
+                "--device-batch-size", "2", steps=8)
+    torchrun(args + ["--run-name", "one"], 1, free_port, env)
+    torchrun(args + ["--run-name", "two"], 2, free_port, env)
+    (_, one), (_, two) = read_run(tmp_path, "one"), read_run(tmp_path, "two")
+    assert [t["loss"] for t in two] == pytest.approx([t["loss"] for t in one], rel=1e-5)
+    assert two[-1]["loss"] < two[0]["loss"]
+
+
 
 
 # --- benchmark and GPU acceptance check -------------------------------------------------------------------------
