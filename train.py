@@ -867,10 +867,22 @@ def log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log
 
 
 def save(run, model, optimizers, state, trajectory, mfu):
-    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress."""
+    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress. A save that
+    cannot be written (disk full, a read-only or vanished folder) leaves the last good checkpoint as it was and stops
+    the run with one line."""
     if run.master:
         trajectory.flush()
-    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args)
+    try:
+        save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args)
+    except (OSError, dcp.api.CheckpointException) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        if run.master:
+            shutil.rmtree(run.latest + ".tmp", ignore_errors=True)
+            with contextlib.suppress(OSError):
+                write_result(run, state, "failed", mfu, error=f"checkpoint at step {state.step} not written: {reason}")
+        kept = f"the last good checkpoint {run.latest} is kept" if os.path.isdir(run.latest) else "no checkpoint yet"
+        raise UsageError(f"cannot write the checkpoint of step {state.step} into {run.ckpt_dir}: {reason}; {kept}. "
+                         "Free space (or fix the folder) and continue with --resume") from None
     write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
 
 

@@ -1,6 +1,7 @@
 """train.py: the plan (the release's per-run values in tests/data/spec_plans.csv and its compute column), schedules,
 and short CPU training runs."""
 import csv
+import errno
 import json
 import math
 import os
@@ -272,6 +273,31 @@ def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path, f
     assert t2[0]["loss"] == pytest.approx(t1[0]["loss"], rel=1e-6)  # before any update: only a sum's order differs
     assert [t["loss"] for t in t2] == pytest.approx([t["loss"] for t in t1], rel=1e-4)
     assert r2["final_val_loss"] == pytest.approx(r1["final_val_loss"], rel=1e-4)
+
+
+def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(pool, tmp_path, monkeypatch, capsys):
+    """The step-4 save fails with ENOSPC inside the model file's write: one line, exit 2, result.json 'failed', the
+    step-2 checkpoint untouched and no half-written folder left; --resume then finishes the run."""
+    real_save, calls = torch.save, []
+
+    def full_disk(obj, path, *args, **kwargs):
+        if str(path).endswith(os.path.join("latest.tmp", "model.pt")):
+            calls.append(path)
+            if len(calls) == 2:  # the second checkpoint's weights
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real_save(obj, path, *args, **kwargs)
+    monkeypatch.setattr(torch, "save", full_disk)
+    argv = tiny(pool, tmp_path, "vanilla", "--run-name", "full", "--save-every", "2", steps=6)
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left on device" in err and "last good checkpoint" in err, err
+    run_dir = tmp_path / "full"
+    assert json.load(open(run_dir / "result.json"))["status"] == "failed"
+    assert torch.load(run_dir / "checkpoints" / "latest" / "model.pt", weights_only=True)["step"] == 2
+    assert sorted(os.listdir(run_dir / "checkpoints")) == ["latest"]
+    monkeypatch.setattr(torch, "save", real_save)
+    assert train.main(argv + ["--resume"]) == 0
+    assert [t["step"] for t in read_run(tmp_path, "full")[1]] == list(range(1, 7))
 
 
 def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
