@@ -15,7 +15,7 @@
 # SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
 # each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
 # `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
-# Idempotent: a run whose result.json says "complete" is skipped, any other started run is resumed (--resume);
+# Idempotent: a run whose result.json says "complete" is skipped, any other started run is resumed (--resume-or-start);
 # the first failing run stops the ladder and names its log.
 # Seed replicates: --seeds "S1 S2 ..." names every run ARCH_dD_sS and passes --seed S to train.py; with
 # --replicate-depths only those depths get every seed, the others get S1 only. fit.py ladders pools the replicates.
