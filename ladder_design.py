@@ -15,9 +15,9 @@ import json, math, os, re, sys
 import numpy as np
 
 import fit
+from arms import GPU_PEAK_FLOPS
 from fit import FIT, UsageError, FitError
 
-GPU_PEAK_FLOPS = dict(h100=989e12, h200=989e12, a100=312e12, b200=2250e12)  # dense bf16 per GPU
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
 DESIGN_SPEC = re.compile(r"^(?:d(\d+)-(\d+))?\s*(?:x(\d+)(?:@(top\d+|[\d,]+))?)?$")
 
@@ -208,7 +208,7 @@ def cmd_design(args):
     designs = {spec or "plan": apply_design(plan, spec) for spec in (args.design or [""])}
     if args.reference_arm not in next(iter(designs.values())):
         raise UsageError(f"reference arm {args.reference_arm!r} is not in the plan")
-    peak = args.peak_flops or GPU_PEAK_FLOPS[args.gpu]
+    peak = args.peak_flops or GPU_PEAK_FLOPS[args.gpu.upper()]
     results = []
     for spec, arms in designs.items():
         for a, (x, n, ds) in arms.items():

@@ -30,6 +30,7 @@ import socket
 import sys
 import time
 import warnings
+from statistics import median
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import torch
@@ -42,7 +43,7 @@ import model as model_lib
 import muon
 from cli import Parser, UsageError, atomic_write, exit_process, finite_float, sha256_file, write_json
 import arms
-from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
+from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
 from model import ModelConfig, autocast
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1058,7 +1059,6 @@ BENCH_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2")
 BENCH_SHAPES = {  # --bench-shape: flags of a named shape on top of --preset
     "d6w384": dict(depth=6, width_per_depth=64, head_dim=64, seq_len=256, tokenizer="gpt2"),
 }
-GPU_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # dense bf16 per GPU
 
 
 def gpu_peak_flops(device, given=None):
@@ -1120,11 +1120,6 @@ def bench_steps(arm, device, steps):
         synchronize(device)
         elapsed.append(time.perf_counter() - t0)
     return sorted(elapsed)[len(elapsed) // 2]
-
-
-def median(values):
-    values = sorted(values)
-    return values[len(values) // 2] if len(values) % 2 else (values[len(values) // 2 - 1] + values[len(values) // 2]) / 2
 
 
 def bench(args):
