@@ -38,6 +38,7 @@ import yaml
 
 import data
 import model
+from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
 from cli import Parser, UsageError, exit_process, finite_float, sha256_file, write_json
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -604,7 +605,7 @@ def load_model(checkpoint, device, passes=None):
     """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
     state."""
     try:
-        net, ckpt = model.load_checkpoint_model(checkpoint, device=device)
+        net, ckpt = load_checkpoint_model(checkpoint, device=device)
     except ValueError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
     if passes is not None:
@@ -626,7 +627,7 @@ def get_encoding(name):
 
 def default_out(checkpoint, passes):
     path = os.path.abspath(checkpoint)
-    if os.path.basename(path) == model.CHECKPOINT_WEIGHTS:  # runs/<name>/checkpoints/final/model.pt
+    if os.path.basename(path) == CHECKPOINT_WEIGHTS:  # runs/<name>/checkpoints/final/model.pt
         path = os.path.dirname(path)
     folder = os.path.dirname(path)
     if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final(.pt) -> runs/<name>/eval.json
@@ -764,7 +765,7 @@ def run(argv):
     if not args.checkpoint:
         raise UsageError("--checkpoint is required (or --bench)")
     try:  # before any work: a missing file, a run folder instead of its checkpoint, a failed manifest
-        model.checkpoint_weights_path(args.checkpoint)
+        checkpoint_weights_path(args.checkpoint)
     except ValueError as e:
         raise UsageError(f"{e} (train.py writes runs/NAME/checkpoints/final)")
     if args.effective_depth and not args.data_dir:

@@ -150,7 +150,7 @@ if [ "$dry_run" = 1 ]; then
     # One Python process plans every run (train.py's own derivation and micro-batch planner), prints each run's
     # per-rank memory, then sums FLOPs and GPU-hours.
     printf '%s\n' "${runs[@]}" | python -c '
-import sys, train
+import sys, memory, train
 mfu, nproc, nnodes, extra = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 flops, n, peaks = 0, 0, []
 for line in sys.stdin:
@@ -158,13 +158,13 @@ for line in sys.stdin:
     try:
         args = train.parse_args(args + extra)
         plan = train.make_plan(args)
-        gpu = args.gpu_memory or train.H100_80GB_GIB
-        mem = train.plan_micro_batches(plan, int(nproc) * int(nnodes), gpu, args.device_batch_size)
+        gpu = args.gpu_memory or memory.H100_80GB_GIB
+        mem = memory.plan_micro_batches(plan, int(nproc) * int(nnodes), gpu, args.device_batch_size)
     except train.UsageError as e:
         print(f"ladder.sh: error: {name}: {e}", file=sys.stderr); sys.exit(2)
     flops += plan.total_flops
     n += 1
-    peak = [s.bytes["peak"] / train.model_lib.GIB for s in mem.stages]
+    peak = [s.bytes["peak"] / memory.GIB for s in mem.stages]
     peaks.append((max(peak), name))
     print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
           + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {gpu:.1f} GiB"

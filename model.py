@@ -11,7 +11,6 @@ and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes 
 import json
 import math
 import os
-import pickle
 import sys
 from dataclasses import dataclass, replace
 
@@ -21,9 +20,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import arms
-import muon
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
-from cli import Parser, UsageError, cli_main, sha256_file
+from cli import Parser, UsageError, cli_main
 
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
@@ -79,197 +77,14 @@ class ModelConfig:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Memory per rank: bytes, pure functions of a ModelConfig, for train.py's micro-batch planner and --dry-run.
-# Activations are what eager autograd saves in this model's forward (tests/test_memory.py measures it on CPU with
-# saved_tensors_hooks); torch.compile saves less (it recomputes pointwise ops), so the eager numbers are an upper
-# bound for the compiled model. Every formula below names the tensors it counts.
+# The loss and the embedding's dtype (memory.py counts the bytes of both)
 
-GIB = 2 ** 30
 LOSS_CHUNK_ROWS = 4096                 # rows of the (rows, vocab) fp32 logits alive at once in the chunked loss
-ZERO2_BUCKET_BYTES = 256 * 2 ** 20     # one gradient bucket in flight in the owner-sharded (ZeRO-2) transport
-MEMORY_MARGIN_BYTES = 3 * GIB          # CUDA context, cuBLAS/NCCL workspaces, compile autotuning
-MEMORY_MARGIN_FRACTION = 0.10          # caching-allocator fragmentation, on top of the tracked peak
 
 
 def embedding_dtype(device):
     """The release keeps the embedding table, and so its AdamW moments, in bf16 on CUDA; fp32 elsewhere."""
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-
-
-def block_matrix_shapes(cfg):
-    """(rows, cols) of every stored block matrix in parameter order (the order Muon sees them)."""
-    C, H = cfg.width, cfg.mlp_hidden
-    return [(C, C), (C, C), (C, C), (C, C), (H, C), (H, C), (C, H)] * stored_blocks(cfg)
-
-
-def muon_owner_loads(shapes, world_size):
-    """Per rank, the shapes it owns under muon.assign_owners (the rule the optimizer itself uses)."""
-    owned = [[] for _ in range(world_size)]
-    for shape, rank in zip(shapes, muon.assign_owners(shapes, world_size)):
-        owned[rank].append(shape)
-    return owned
-
-
-def muon_state_numel(shape):
-    """Momentum (rows x cols) plus the NorMuon second moment (one value per row if rows >= cols, else per column)."""
-    rows, cols = shape
-    return rows * cols + (rows if rows >= cols else cols)
-
-
-def block_activation_bytes_per_token(cfg, autocast=True):
-    """Bytes autograd saves per token in one executed Block (eager), e = bytes of the matmul dtype (bf16 under
-    autocast). Per token, C = width, H = mlp_hidden, h = heads:
-      2 residual RMSNorms (attention, MLP input): fp32 input 4C + rstd 4, each
-      linear inputs: under autocast c_q, c_k, c_v, c_gate, c_fc each save their own bf16 cast of the normed input
-        (5 * 2C); in fp32 the two normed inputs are shared (2 * 4C)
-      QK-norm on q and k: an fp32 copy 4C + rstd 4h, each (CPU's composite rms_norm upcasts; CUDA's fused kernel may
-        keep the bf16 input, 2C: the fp32 count is the bound)
-      SDPA (flash on CUDA and on CPU): q, k, v, out in e bytes (4eC) + fp32 logsumexp 4h; c_proj's input is a view
-      MLP: gate output, SiLU output, up output, their product: 4eH
-    """
-    C, H, h = cfg.width, cfg.mlp_hidden, cfg.n_head
-    e = 2 if autocast else 4
-    linear_inputs = 5 * 2 * C if autocast else 2 * 4 * C
-    return 2 * (4 * C + 4) + linear_inputs + 2 * (4 * C + 4 * h) + (4 * e * C + 4 * h) + 4 * e * H
-
-
-def activation_bytes(cfg, passes, micro_batch, autocast=True):
-    """Bytes autograd saves for one micro-batch from the embedding to the last block (the loss path excluded):
-    embedding (int64 ids 8 + its RMSNorm input 4C + rstd 4 per token), every executed block, the recurrence norm of
-    each pass (its fp32 input 4C + rstd 4 per token; the injection saves nothing), and per executed block the bf16
-    casts of the rotary tables for q and k under autocast (4 * T * head_dim bytes, independent of the batch)."""
-    tokens = micro_batch * cfg.seq_len
-    blocks = executed_blocks(cfg, passes)
-    per_token = 8 + 4 * cfg.width + 4 + blocks * block_activation_bytes_per_token(cfg, autocast)
-    if cfg.recurrence_norm:
-        per_token += passes * (4 * cfg.width + 4)
-    rotary = blocks * 4 * cfg.seq_len * cfg.head_dim if autocast else 0
-    return tokens * per_token + rotary
-
-
-def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
-    """(saved, peak) bytes of the final norm, lm_head and cross-entropy for one micro-batch; peak adds the transient
-    tensors of its forward and backward. V = vocab, Vp = padded vocab, R = LOSS_CHUNK_ROWS, e = matmul dtype bytes.
-    chunked (GPT.loss): saved = final RMSNorm input 4C + rstd 4 and d(loss)/dx eC per token, d(loss)/d(lm_head)
-    fp32 4*Vp*C; transient = the normed input 4C per token, the lm_head cast (2*Vp*C under autocast), one chunk's
-    d(lm_head) product e*Vp*C, and per chunk row the logits (2Vp bf16 + 4V fp32 under autocast, 4Vp in fp32; the
-    probabilities overwrite them) and the row's input cast and gradient (2eC).
-    unchunked (F.cross_entropy on decode()): saved = final norm 4C + 4, lm_head input eC (its cast, or in fp32 the
-    normed output), fp32 log-softmax 4V and int64 targets 8 per token; backward holds two more fp32 (tokens, V)."""
-    C, V, Vp = cfg.width, cfg.vocab_size, cfg.padded_vocab
-    tokens = micro_batch * cfg.seq_len
-    e = 2 if autocast else 4
-    if chunked:
-        saved = tokens * (4 * C + 4 + e * C) + 4 * Vp * C
-        rows = min(LOSS_CHUNK_ROWS, tokens)
-        logits_row = 2 * Vp + 4 * V if autocast else 4 * Vp  # e-byte lm_head output, its fp32 slice (same in fp32)
-        transient = tokens * 4 * C + (2 * Vp * C if autocast else 0) + e * Vp * C + rows * (logits_row + 2 * e * C)
-        return saved, saved + transient
-    saved = tokens * (4 * C + 4 + e * C + 4 * V + 8)
-    return saved, saved + 2 * tokens * 4 * V
-
-
-def weight_copy_bytes(cfg, passes, autocast=True):
-    """bf16 copies of the executed block matrices that autocast caches in the forward and the backward keeps (a tied
-    core is cast once; dormant untied cores are not executed). The lm_head cast is the loss path's."""
-    return 2 * stored_blocks(cfg, passes) * params_per_block(cfg) if autocast else 0
-
-
-def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda"):
-    """Parameters, gradients and optimizer state per rank, and the largest owned same-shape group Muon stacks.
-    Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
-    Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
-    only the matrices it owns plus one bucket in flight, and the AdamW gradients in full. Muon: momentum fp32 and the
-    NorMuon second moment for owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the
-    parameter dtype."""
-    C, Vp = cfg.width, cfg.padded_vocab
-    emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
-    matrices = stored_blocks(cfg) * params_per_block(cfg)
-    owned = max(muon_owner_loads(block_matrix_shapes(cfg), world_size), key=lambda o: sum(r * c for r, c in o))
-    owned_numel = sum(r * c for r, c in owned)
-    groups = {}
-    for shape in owned:
-        groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
-    rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
-    matrix_grads = 4 * (owned_numel if zero2 else matrices) + (ZERO2_BUCKET_BYTES if zero2 else 0)
-    return dict(
-        parameters=4 * (matrices + Vp * C) + emb + rotary,
-        gradients=matrix_grads + 4 * Vp * C + emb,
-        muon_state=4 * sum(muon_state_numel(s) for s in owned),
-        adamw_state=2 * (4 * Vp * C + emb),
-        # Muon.step stacks one shape group (weights, grads, momentum and ~5 fp32-sized temporaries)
-        optimizer_step=8 * 4 * max(groups.values(), default=0),
-    )
-
-
-def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda"):
-    """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
-    autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
-    report; 'required' adds the margin. The step's peak is the larger of two moments: the end of the forward / start
-    of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
-    backward working set of one block's activations plus two fp32 residual-stream gradients), and the Muon step."""
-    autocast = torch.device(device).type == "cuda"
-    parts = persistent_bytes(cfg, world_size, zero2, device)
-    optimizer_step = parts.pop("optimizer_step")
-    static = sum(parts.values())
-    loss_saved, loss_peak = loss_path_bytes(cfg, micro_batch, autocast)
-    tokens = micro_batch * cfg.seq_len
-    backward_working = tokens * (block_activation_bytes_per_token(cfg, autocast) + 2 * 4 * cfg.width)
-    parts.update(weight_copies=weight_copy_bytes(cfg, passes, autocast),
-                 activations=activation_bytes(cfg, passes, micro_batch, autocast), loss_path=loss_saved,
-                 step_transient=max(loss_peak - loss_saved, backward_working), optimizer_step=optimizer_step)
-    training = parts["weight_copies"] + parts["activations"] + loss_saved + parts["step_transient"]
-    peak = static + max(training, optimizer_step)
-    margin = MEMORY_MARGIN_BYTES + round(MEMORY_MARGIN_FRACTION * peak)
-    return dict(parts, peak=peak, margin=margin, required=peak + margin)
-
-
-@dataclass
-class StageMemory:
-    passes: int
-    executed_blocks: int
-    micro_batch: int
-    bytes: dict          # memory_per_rank at this micro-batch: the components, peak, margin, required
-
-
-@dataclass
-class MemoryPlan:
-    gpu_memory_gib: float
-    world_size: int
-    zero2: bool
-    stages: list         # one StageMemory per pass stage, in training order
-
-
-def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, device_batch=None,
-                device="cuda"):
-    """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
-    whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
-    executed depth p + K*c + q is what costs memory. device_batch (one int, or one per stage) is checked instead of
-    chosen: one that does not divide or does not fit raises ValueError naming the largest that fits."""
-    capacity = gpu_memory_gib * GIB
-    divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
-    explicit = [device_batch] * len(pass_stages) if isinstance(device_batch, int) else device_batch
-    if explicit is not None and len(explicit) != len(pass_stages):
-        raise ValueError(f"device_batch needs one value per pass stage {list(pass_stages)}, got {list(explicit)}")
-    stages = []
-    for i, passes in enumerate(pass_stages):
-        def need(b):
-            return memory_per_rank(cfg, passes, b, world_size, zero2, device)
-        fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
-        where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
-        if explicit is None and fitting is None:
-            raise ValueError(f"{where} does not fit {gpu_memory_gib:g} GiB per GPU even at micro-batch 1 (needs "
-                             f"{need(1)['required'] / GIB:.1f} GiB); use more GPUs or the owner-sharded transport")
-        choice = fitting if explicit is None else explicit[i]
-        if explicit is not None:
-            if not isinstance(choice, int) or choice < 1 or rank_sequences % choice:
-                raise ValueError(f"micro-batch {choice!r} does not divide the {rank_sequences} sequences per rank")
-            if need(choice)["required"] > capacity:
-                largest = f"the largest that fits is {fitting}" if fitting else "none fits, not even 1"
-                raise ValueError(f"micro-batch {choice} needs {need(choice)['required'] / GIB:.1f} GiB per GPU for "
-                                 f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
-        stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice)))
-    return MemoryPlan(gpu_memory_gib, world_size, zero2, stages)
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
@@ -641,7 +456,7 @@ def describe(cfg):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Devices and checkpoints (train.py and core_eval.py)
+# Devices (train.py and core_eval.py)
 
 def setup_distributed(device_flag="auto"):
     """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
@@ -670,80 +485,6 @@ def cli_main_distributed(run, prog, argv=None):
 def autocast(device):
     """bf16 autocast on CUDA; plain fp32 on CPU."""
     return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
-
-
-CHECKPOINT_MANIFEST = "MANIFEST.json"  # {"files": {relative path: {"size", "sha256"}}}, written last by train.py
-CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the fp32 weights: all core_eval reads
-
-
-def verify_checkpoint(folder, only=None, share=(0, 1)):
-    """Raise ValueError unless `folder` holds a complete train.py checkpoint: a manifest whose sizes and sha256 match
-    every listed file (or only the listed file `only`; or, share=(rank, world), that rank's share of the files).
-    A missing manifest means the save never finished."""
-    manifest_path = os.path.join(folder, CHECKPOINT_MANIFEST)
-    try:
-        with open(manifest_path) as f:
-            files = json.load(f)["files"]
-    except FileNotFoundError:
-        raise ValueError(f"checkpoint {folder} is incomplete (no {CHECKPOINT_MANIFEST}: its save did not finish)") \
-            from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} ({exc})") from None
-    if not isinstance(files, dict) or not all(isinstance(w, dict) and {"size", "sha256"} <= w.keys()
-                                              for w in files.values()):
-        raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} (not a train.py manifest)")
-    if only is not None and only not in files:
-        raise ValueError(f"checkpoint {folder} is corrupted: its manifest does not list {only}")
-    for rel, want in sorted(files.items())[share[0]::share[1]]:
-        if only is not None and rel != only:
-            continue
-        path = os.path.join(folder, rel)
-        size = os.path.getsize(path) if os.path.isfile(path) else None
-        if size != want["size"]:
-            raise ValueError(f"checkpoint {folder} is truncated or corrupted: {rel} has "
-                             f"{'no file' if size is None else f'{size} bytes'}, the manifest says {want['size']}")
-        if sha256_file(path) != want["sha256"]:
-            raise ValueError(f"checkpoint {folder} is corrupted: {rel} does not match its sha256 in the manifest")
-
-
-def checkpoint_weights_path(path):
-    """The weights file to read for `path`: a checkpoint folder (its model.pt, after the manifest check), its
-    model.pt, or an old single-file checkpoint (latest.pt/final.pt). A run folder or checkpoints/ is named as such."""
-    if os.path.isdir(path):
-        if os.path.isfile(os.path.join(path, CHECKPOINT_WEIGHTS)):
-            verify_checkpoint(path, only=CHECKPOINT_WEIGHTS)
-            return os.path.join(path, CHECKPOINT_WEIGHTS)
-        inner = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
-        found = [os.path.join(inner, n) for n in ("final", "latest", "final.pt", "latest.pt")
-                 if os.path.exists(os.path.join(inner, n))]
-        what = "a run folder" if inner != path else "a folder of checkpoints" if found else "not a checkpoint folder"
-        hint = f"pass {found[0]}" if found else "pass a checkpoint folder such as runs/NAME/checkpoints/final"
-        raise ValueError(f"checkpoint {path} is {what} (no {CHECKPOINT_WEIGHTS}); {hint}")
-    if not os.path.exists(path):
-        raise ValueError(f"checkpoint {path} does not exist")
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.basename(path) == CHECKPOINT_WEIGHTS and os.path.exists(os.path.join(folder, CHECKPOINT_MANIFEST)):
-        verify_checkpoint(folder, only=CHECKPOINT_WEIGHTS)
-    return path
-
-
-def load_checkpoint_model(path, device="cpu"):
-    """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its dict: model_config, passes, tokenizer,
-    step, model). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
-    would construct anything but tensors and plain types is rejected before it runs."""
-    weights = checkpoint_weights_path(path)
-    try:
-        ckpt = torch.load(weights, map_location="cpu", weights_only=True)
-        model = GPT(ModelConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt["model"])
-        model.set_passes(int(ckpt["passes"]))
-    except pickle.UnpicklingError:
-        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
-                         "other than tensors and plain types (refused without running it)") from None
-    except Exception as exc:  # truncation, missing keys, shape mismatch: all mean "not a usable checkpoint"
-        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None
-    return model.to(device).eval(), ckpt
 
 
 # ----------------------------------------------------------------------------------------------------------------------

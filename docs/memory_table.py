@@ -7,6 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import memory  # noqa: E402
 import model  # noqa: E402
 import train  # noqa: E402
 
@@ -26,17 +27,17 @@ RELEASE_DC = {6: {k: 32 for k in DC_LOOPS[6]}, 8: {1: 32, 2: 32, 3: 32, 4: 32, 6
 
 def cell(plan, world, gpu):
     try:
-        mem = train.plan_micro_batches(plan, world, gpu)
+        mem = memory.plan_micro_batches(plan, world, gpu)
     except train.UsageError:
         return "does not fit"
     return ("→".join(str(s.micro_batch) for s in mem.stages) + " (" +
-            " → ".join(f"{s.bytes['peak'] / model.GIB:.1f}" for s in mem.stages) + ")" + (" zero2" if mem.zero2 else ""))
+            " → ".join(f"{s.bytes['peak'] / memory.GIB:.1f}" for s in mem.stages) + ")" + (" zero2" if mem.zero2 else ""))
 
 
 def row(name, argv, release, world=8):
     plan = train.make_plan(train.parse_args(argv + ["--dry-run"]))
-    blocks = "→".join(str(model.executed_blocks(plan.model_config, k)) for k in train.memory_pass_stages(plan))
-    return f"| {name} | {blocks} | {release} | {cell(plan, world, train.H100_80GB_GIB)} | {cell(plan, world, H200_141GB_GIB)} |"
+    blocks = "→".join(str(model.executed_blocks(plan.model_config, k)) for k in memory.memory_pass_stages(plan))
+    return f"| {name} | {blocks} | {release} | {cell(plan, world, memory.H100_80GB_GIB)} | {cell(plan, world, H200_141GB_GIB)} |"
 
 
 HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (peak GiB) | 141 GB: micro-batch (peak GiB) |"

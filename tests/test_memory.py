@@ -1,4 +1,4 @@
-"""Tests for model.py's memory model, planner, chunked loss and bf16 embedding: the predicted saved bytes against
+"""Tests for memory.py's memory model, planner, chunked loss and bf16 embedding: the predicted saved bytes against
 what autograd really saves on CPU (saved_tensors_hooks, unique storages), the predicted peak against torch's
 MemTracker, the chunked loss against F.cross_entropy, and the planner's choices and errors."""
 import pytest
@@ -6,9 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch.distributed._tools.mem_tracker import MemTracker
 
+import memory
 import model
 import muon
-from model import GIB, config_for
+from memory import GIB
+from model import config_for
 
 SHAPES = {  # two small shapes with different width, heads, head_dim, T, vocab padding and batch
     "a": dict(depth=3, width_per_depth=32, head_dim=16, seq_len=64, vocab_size=300, mlp_multiple=64, batch=2),
@@ -82,9 +84,9 @@ def close(measured, predicted, tolerance=0.10):
 def test_predicted_saved_bytes_match_autograd(arch, passes, shape, autocast):
     cfg, batch = shaped(arch, shape)
     activations, weight_copies, loss_path, _ = measure(cfg, passes, batch, autocast)
-    assert close(activations, model.activation_bytes(cfg, passes, batch, autocast))
-    assert close(loss_path, model.loss_path_bytes(cfg, batch, autocast)[0])
-    assert weight_copies == model.weight_copy_bytes(cfg, passes, autocast)
+    assert close(activations, memory.activation_bytes(cfg, passes, batch, autocast))
+    assert close(loss_path, memory.loss_path_bytes(cfg, batch, autocast)[0])
+    assert weight_copies == memory.weight_copy_bytes(cfg, passes, autocast)
 
 
 @pytest.mark.parametrize("autocast", [True, False], ids=["bf16", "fp32"])
@@ -93,7 +95,7 @@ def test_unchunked_loss_path_formula_and_what_chunking_saves(shape, autocast):
     cfg, batch = shaped("loop_2", shape)
     _, _, unchunked, unchunked_largest = measure(cfg, 2, batch, autocast, chunked=False)
     _, _, _, chunked_largest = measure(cfg, 2, batch, autocast)
-    assert close(unchunked, model.loss_path_bytes(cfg, batch, autocast, chunked=False)[0])
+    assert close(unchunked, memory.loss_path_bytes(cfg, batch, autocast, chunked=False)[0])
     logits_fp32 = batch * cfg.seq_len * cfg.vocab_size * 4
     assert unchunked_largest == logits_fp32  # the log-softmax kept for backward
     assert chunked_largest == cfg.padded_vocab * cfg.width * 4 < logits_fp32  # only d(loss)/d(lm_head) is that big
@@ -112,8 +114,8 @@ def test_predicted_peak_bounds_the_measured_peak(chunked):
         loss = net(idx, targets) if chunked else F.cross_entropy(net(idx).flatten(0, 1), targets.flatten())
         loss.backward()
     measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
-    m = model.memory_per_rank(cfg, 2, 4, device="cpu")
-    loss_saved, loss_peak = model.loss_path_bytes(cfg, 4, autocast=False, chunked=chunked)
+    m = memory.memory_per_rank(cfg, 2, 4, device="cpu")
+    loss_saved, loss_peak = memory.loss_path_bytes(cfg, 4, autocast=False, chunked=chunked)
     predicted = m["parameters"] + m["gradients"] + m["activations"] + loss_saved + \
         max(loss_peak - loss_saved, m["step_transient"] if chunked else 0)
     assert measured <= predicted <= 1.25 * measured
@@ -185,46 +187,46 @@ def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
 def test_owner_rule_on_shapes_matches_muon(world):
     cfg = config_for("untied_grow", 4, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=16)
     params = model.GPT(cfg).param_groups()["matrix"]
-    assert [tuple(p.shape) for p in params] == model.block_matrix_shapes(cfg)
+    assert [tuple(p.shape) for p in params] == memory.block_matrix_shapes(cfg)
     owners = muon.assign_owners([tuple(p.shape) for p in params], world)
     expected = [sorted(tuple(p.shape) for p, o in zip(params, owners) if o == r) for r in range(world)]
-    assert [sorted(o) for o in model.muon_owner_loads(model.block_matrix_shapes(cfg), world)] == expected
-    per_rank = muon.per_rank_bytes(model.block_matrix_shapes(cfg), world)
-    assert [4 * sum(model.muon_state_numel(s) for s in o) for o in model.muon_owner_loads(
-        model.block_matrix_shapes(cfg), world)] == [r["state"] for r in per_rank]
+    assert [sorted(o) for o in memory.muon_owner_loads(memory.block_matrix_shapes(cfg), world)] == expected
+    per_rank = muon.per_rank_bytes(memory.block_matrix_shapes(cfg), world)
+    assert [4 * sum(memory.muon_state_numel(s) for s in o) for o in memory.muon_owner_loads(
+        memory.block_matrix_shapes(cfg), world)] == [r["state"] for r in per_rank]
 
 
 def test_state_per_rank_shrinks_with_world_size_and_zero2():
     cfg = config_for("untied_grow", 18)
-    one, eight = model.persistent_bytes(cfg, 1), model.persistent_bytes(cfg, 8)
-    sharded = model.persistent_bytes(cfg, 8, zero2=True)
+    one, eight = memory.persistent_bytes(cfg, 1), memory.persistent_bytes(cfg, 8)
+    sharded = memory.persistent_bytes(cfg, 8, zero2=True)
     assert eight["parameters"] == one["parameters"] and eight["gradients"] == one["gradients"]
     assert one["muon_state"] / 8 <= eight["muon_state"] <= one["muon_state"] / 8 * 1.1
     assert sharded["gradients"] < eight["gradients"] / 2 and sharded["muon_state"] == eight["muon_state"]
-    assert one["parameters"] - model.persistent_bytes(cfg, 1, device="cpu")["parameters"] == \
+    assert one["parameters"] - memory.persistent_bytes(cfg, 1, device="cpu")["parameters"] == \
         -2 * cfg.padded_vocab * cfg.width  # the bf16 embedding on CUDA
 
 
 def test_planner_drops_micro_batch_at_growth_and_names_what_fits():
     cfg = config_for("untied_grow", 8)
-    need = {(k, b): model.memory_per_rank(cfg, k, b)["required"] for k in (2, 4) for b in (2, 4)}
+    need = {(k, b): memory.memory_per_rank(cfg, k, b)["required"] for k in (2, 4) for b in (2, 4)}
     assert need[2, 4] < need[4, 4] and need[4, 2] < need[4, 4]
     gib = (max(need[2, 4], need[4, 2]) + need[4, 4]) / 2 / GIB
-    plan = model.plan_memory(cfg, [2, 4], 4, gib)
+    plan = memory.plan_memory(cfg, [2, 4], 4, gib)
     assert [s.micro_batch for s in plan.stages] == [4, 2]
     assert [s.executed_blocks for s in plan.stages] == [11, 17]
     assert all(s.bytes["required"] <= gib * GIB for s in plan.stages)
-    assert [s.micro_batch for s in model.plan_memory(cfg, [2, 4], 4, gib, device_batch=[4, 2]).stages] == [4, 2]
+    assert [s.micro_batch for s in memory.plan_memory(cfg, [2, 4], 4, gib, device_batch=[4, 2]).stages] == [4, 2]
     with pytest.raises(ValueError, match="micro-batch 4 needs .* the largest that fits is 2"):
-        model.plan_memory(cfg, [2, 4], 4, gib, device_batch=4)
+        memory.plan_memory(cfg, [2, 4], 4, gib, device_batch=4)
     with pytest.raises(ValueError, match="does not divide the 4 sequences"):
-        model.plan_memory(cfg, [2, 4], 4, gib, device_batch=3)
+        memory.plan_memory(cfg, [2, 4], 4, gib, device_batch=3)
     with pytest.raises(ValueError, match="even at micro-batch 1"):
-        model.plan_memory(cfg, [2, 4], 4, 4.0)
+        memory.plan_memory(cfg, [2, 4], 4, 4.0)
 
 
 def test_data_constrained_planning_uses_executed_depth():
     one, twelve = config_for("operator_1", 8, passes=1), config_for("operator_1", 8, passes=12)
-    shallow, deep = model.plan_memory(one, [1], 32, 80), model.plan_memory(twelve, [12], 32, 80)
+    shallow, deep = memory.plan_memory(one, [1], 32, 80), memory.plan_memory(twelve, [12], 32, 80)
     assert deep.stages[0].executed_blocks == 2 + 12 * 3 + 3
     assert deep.stages[0].micro_batch < shallow.stages[0].micro_batch

@@ -14,7 +14,6 @@ import torch.nn.functional as F
 
 import arms
 import model
-import muon
 from model import GPT, config_for, describe, executed_blocks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -451,97 +450,3 @@ def test_param_groups_cover_every_parameter_once():
     assert sum(p.numel() for p in groups["matrix"]) == model.stored_blocks(net.cfg) * model.params_per_block(net.cfg)
     names = {n for n, _ in net.named_parameters()}
     assert {"transformer.h.0.attn.c_q.weight", "transformer.h.0.mlp.c_gate.weight", "lm_head.weight"} <= names
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Checkpoints
-
-def test_load_checkpoint_model_roundtrip(tmp_path):
-    cfg = tiny("loop_grow")
-    net = build(cfg)
-    path = tmp_path / "final.pt"
-    torch.save(dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=4, tokenizer="bytes", step=7),
-               path)
-    loaded, ckpt = model.load_checkpoint_model(str(path))
-    assert ckpt["step"] == 7 and loaded.active_passes == 4 and not loaded.training
-    idx = tokens(cfg)
-    assert torch.equal(loaded(idx), net(idx, passes=4))
-    with pytest.raises(ValueError, match="does not exist"):
-        model.load_checkpoint_model(str(tmp_path / "missing.pt"))
-    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError):
-        model.load_checkpoint_model(str(tmp_path / "bad.pt"))
-    torch.save(dict(model_config=dataclasses.asdict(cfg), model={}, passes=4), tmp_path / "empty.pt")
-    with pytest.raises(ValueError):
-        model.load_checkpoint_model(str(tmp_path / "empty.pt"))
-
-
-class CodeOnLoad:
-    """Unpickling this runs code (it writes a marker file): what a crafted checkpoint would do."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
-
-
-def write_checkpoint_folder(folder, weights):
-    """A checkpoint folder as train.py writes it, as far as model.load_checkpoint_model reads it."""
-    from cli import sha256_file
-    os.makedirs(folder, exist_ok=True)
-    torch.save(weights, os.path.join(folder, "model.pt"))
-    files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=sha256_file(os.path.join(folder, n)))
-             for n in sorted(os.listdir(folder))}
-    with open(os.path.join(folder, "MANIFEST.json"), "w") as f:
-        json.dump(dict(files=files), f)
-
-
-def test_load_checkpoint_model_reads_folders_and_old_files_weights_only(tmp_path):
-    cfg = tiny("loop_grow")
-    net = build(cfg)
-    weights = dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=4, tokenizer="bytes", step=7)
-    final = tmp_path / "run" / "checkpoints" / "final"
-    write_checkpoint_folder(str(final), weights)
-    idx = tokens(cfg)
-    for path in (final, final / "model.pt"):
-        loaded, ckpt = model.load_checkpoint_model(str(path))
-        assert ckpt["step"] == 7 and torch.equal(loaded(idx), net(idx, passes=4))
-    # an old single-file checkpoint (train.py before checkpoint folders) holds only tensors and plain types too
-    muon_opt = muon.Muon(list(net.transformer.h.parameters()), lr=0.02)
-    adamw = torch.optim.AdamW([net.transformer.wte.weight], lr=0.01, betas=(0.8, 0.95))
-    net(idx, targets=idx).backward()
-    muon_opt.step(), adamw.step()
-    old = dict(weights, optimizers=[muon_opt.state_dict(), adamw.state_dict()], rng=torch.get_rng_state(),
-               plan=dict(arch="loop_grow", adam_betas=[0.8, 0.95], crossover_step=None, total_flops=10 ** 20),
-               evals=[dict(step=0, val_loss=5.5, val_bpb=None)], growth_events=[], flops=0, train_seconds=1.5)
-    torch.save(old, tmp_path / "final.pt")
-    assert model.load_checkpoint_model(str(tmp_path / "final.pt"))[1]["evals"][0]["val_loss"] == 5.5
-    # a run folder or checkpoints/ names what to pass
-    with pytest.raises(ValueError, match=r"is a run folder .*; pass .*checkpoints/final$"):
-        model.load_checkpoint_model(str(tmp_path / "run"))
-    with pytest.raises(ValueError, match=r"is a folder of checkpoints .*; pass .*checkpoints/final$"):
-        model.load_checkpoint_model(str(tmp_path / "run" / "checkpoints"))
-    # content check: a flipped byte or a truncated file is reported as such
-    data = bytearray((final / "model.pt").read_bytes())
-    data[len(data) // 2] ^= 1
-    (final / "model.pt").write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="corrupted: model.pt does not match its sha256"):
-        model.load_checkpoint_model(str(final))
-    (final / "model.pt").write_bytes(bytes(data[:100]))
-    with pytest.raises(ValueError, match="truncated or corrupted: model.pt has 100 bytes"):
-        model.load_checkpoint_model(str(final / "model.pt"))
-
-
-def test_crafted_pickle_checkpoint_is_refused_without_running(tmp_path):
-    marker = str(tmp_path / "marker")
-    torch.save(CodeOnLoad(marker), tmp_path / "control.pt")
-    torch.load(tmp_path / "control.pt", weights_only=False)  # the payload is real: full unpickling runs it
-    assert os.path.exists(marker)
-    os.remove(marker)
-    write_checkpoint_folder(str(tmp_path / "final"), CodeOnLoad(marker))  # with a matching manifest
-    torch.save(dict(model_config={}, model=CodeOnLoad(marker)), tmp_path / "final.pt")
-    for path in (tmp_path / "final", tmp_path / "final.pt"):
-        with pytest.raises(ValueError, match="holds objects other than tensors and plain types"):
-            model.load_checkpoint_model(str(path))
-        assert not os.path.exists(marker)

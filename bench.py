@@ -1,0 +1,330 @@
+"""Step-time benchmark and GPU acceptance check, run through train.py's flags (they share its parser):
+
+    python train.py --bench --depth 4                 # cpu preset: achieved GFLOP/s vs a matmul roofline, arm ratios
+    python train.py --bench --bench-shape d6w384 --preset cpu
+    python train.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
+
+Both time train.py's own train_step on synthetic tokens (uniform random ids: no dataset, no network), with the
+memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench
+interleaves the arms over --bench-repeats repetitions (arm order rotated, roofline re-measured each time) and prints
+medians; ratios are the point, absolute numbers depend on the box.
+
+    python -m pytest -q tests/test_bench.py
+"""
+import argparse
+import math
+import os
+import random
+import time
+from statistics import median
+
+import torch
+
+import data
+import memory as memory_lib
+import model as model_lib
+from arms import PRESETS
+from checkpoint import Run, RunState
+from cli import UsageError, write_json
+from train import (build_optimizers, compile_model, count_step, gpu_peak_flops, make_plan, replicated_grads,
+                   train_step, use_compile)
+
+
+BENCH_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2")
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_roofline(device, size=1024, calls=8, tries=5):
+    """FLOP/s of a plain size^3 matmul loop (fp32 on CPU, bf16 on CUDA), best of `tries`: what this box can do."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
+    out = torch.empty_like(a)
+    best = math.inf
+    for _ in range(tries + 1):  # the first try warms up
+        synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            torch.mm(a, b, out=out)
+        synchronize(device)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * size ** 3 * calls / best
+
+
+class SyntheticLoader:
+    """data.TrainLoader's batch() on uniform random token ids (seeded per step): the step's cost without a pool."""
+
+    def __init__(self, vocab_size, seq_len, batch_seqs):
+        self.vocab_size, self.seq_len, self.batch_seqs, self.steps_per_epoch = vocab_size, seq_len, batch_seqs, 10 ** 9
+
+    def batch(self, step, rank, world):
+        generator = torch.Generator().manual_seed(step)
+        windows = torch.randint(0, self.vocab_size, (self.batch_seqs, self.seq_len + 1), generator=generator)
+        per_rank = self.batch_seqs // world
+        return 1, windows[rank * per_rank:(rank + 1) * per_rank]
+
+
+def synthetic_plan(args, arch, depth, steps, crossover_step=None, total_batch_tokens=None):
+    """make_plan for one timed arm: the preset's recipe at this depth, `steps` steps, growth forced at
+    crossover_step, optionally another batch."""
+    run_args = argparse.Namespace(**vars(args))
+    run_args.arch, run_args.depth, run_args.steps = arch, depth, steps
+    run_args.crossover_fractions = [crossover_step / steps] if crossover_step else None
+    if total_batch_tokens:
+        run_args.total_batch_tokens = total_batch_tokens
+    return make_plan(run_args)
+
+
+def synthetic_arm(args, plan, device, peak_flops=None, random_init=False):
+    """What train_step needs for `plan` on one process, over SyntheticLoader with the memory planner's
+    micro-batches; nothing is written to disk. random_init: every parameter N(0, 0.02), so that zero-initialised
+    out-projections do not make a branch trivially cheap."""
+    mem = memory_lib.device_memory_plan(args, plan, 1, device)
+    run = Run(plan=plan, rank=0, world=1, device=device, run_dir="", data_dir="", data_manifest={},
+              loader=SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len),
+              val=None, token_bytes=None, micro_batches=tuple(s.micro_batch for s in mem.stages),
+              sync_every_micro_batch=mem.zero2, memory=memory_lib.memory_report(mem, plan), environment={},
+              peak_flops=peak_flops)
+    torch.manual_seed(plan.seed)
+    model = model_lib.GPT(plan.model_config).to_device(device)
+    model.set_passes(plan.pass_stages[0])
+    if random_init:
+        for p in model.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+    optimizers = build_optimizers(model, plan)
+    step_model = compile_model(model, plan) if use_compile(args, device) else model
+    return argparse.Namespace(run=run, model=model, step_model=step_model, optimizers=optimizers,
+                              replicated=replicated_grads(optimizers), state=RunState())
+
+
+def timed_steps(arm, steps):
+    """`steps` more train_steps of `arm` -> (per-step seconds: CUDA events on GPU, perf_counter on CPU; last loss)."""
+    seconds, device, loss = [], arm.run.device, None
+    for _ in range(steps):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+        t0 = time.perf_counter()
+        loss, passes, _, _ = train_step(arm.run, arm.model, arm.step_model, arm.optimizers, arm.replicated, arm.state)
+        if device.type == "cuda":
+            end.record()
+            torch.cuda.synchronize(device)
+            seconds.append(start.elapsed_time(end) / 1000)
+        else:
+            seconds.append(time.perf_counter() - t0)
+        if not math.isfinite(loss):
+            raise RuntimeError(f"non-finite loss {loss} at step {arm.state.step}")
+        count_step(arm.run, arm.state, passes, seconds[-1])
+    return seconds, loss
+
+
+def interleaved_arms(args, device, depth, steps, repeats):
+    """The four BENCH_ARMS at one shape, one micro-batch per step (--device-batch-size, else the planner's for a
+    quarter of the device: all four stay resident), one untimed warm-up step each (compilation), then `repeats`
+    repetitions of `steps` steps, arm order rotated, the roofline re-measured in each ->
+    (arms, {arch: median over repetitions of the median step seconds}, median roofline FLOP/s)."""
+    plan_args = argparse.Namespace(**vars(args))
+    if device.type == "cuda" and not args.device_batch_size:
+        total = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / memory_lib.GIB
+        plan_args.gpu_memory = total / len(BENCH_ARMS)
+    probe = synthetic_plan(plan_args, "vanilla", depth, 1)
+    micro = memory_lib.device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch
+    plan_args.device_batch_size = [micro]
+    arms = {arch: synthetic_arm(plan_args, synthetic_plan(plan_args, arch, depth, 10 ** 6,
+                                                          total_batch_tokens=micro * probe.seq_len),
+                                device, random_init=True) for arch in BENCH_ARMS}
+    for arm in arms.values():
+        timed_steps(arm, 1)
+    times, rooflines = {arch: [] for arch in BENCH_ARMS}, []
+    for rep in range(repeats):
+        rooflines.append(matmul_roofline(device))
+        for arch in BENCH_ARMS[rep % 4:] + BENCH_ARMS[:rep % 4]:
+            times[arch].append(median(timed_steps(arms[arch], steps)[0]))
+    return arms, {arch: median(t) for arch, t in times.items()}, median(rooflines)
+
+
+def bench(args):
+    """--bench: achieved FLOP/s per arm = model training FLOPs per token (model.flops_per_token: forward and backward,
+    attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, against the
+    roofline, and the two step-time ratios of the issue."""
+    rank, world, device = model_lib.setup_distributed(args.device)
+    if world > 1:
+        raise UsageError("--bench runs in one process; start it with python, not torchrun")
+    depth = args.depth or PRESETS[args.preset].anchor_depth
+    arms, seconds, roofline = interleaved_arms(args, device, depth, args.bench_steps, args.bench_repeats)
+    plan0 = arms["vanilla"].run.plan
+    cfg0, micro = plan0.model_config, arms["vanilla"].run.micro_batches[0]
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    print(f"bench: {args.preset} preset d{depth}, width {cfg0.width}, head_dim {cfg0.head_dim}, T {cfg0.seq_len}, "
+          f"vocab {cfg0.vocab_size}, batch {micro}, {torch.get_num_threads()} threads, "
+          f"{'compiled' if use_compile(args, device) else 'eager'}; medians of {args.bench_repeats} interleaved "
+          f"repetitions x {args.bench_steps} steps")
+    print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({dtype} 1024^3 matmul loop, best of 5, median over repetitions)")
+    peak = gpu_peak_flops(device, args.peak_flops)
+    results = {}
+    for arch, arm in arms.items():
+        cfg, dt = arm.run.plan.model_config, seconds[arch]
+        tok_s = arm.run.plan.tokens_per_step / dt
+        achieved = model_lib.flops_per_token(cfg, cfg.passes) * tok_s
+        results[arch] = dict(seconds=dt, tokens_per_second=tok_s, flops_per_second=achieved,
+                             roofline_fraction=achieved / roofline)
+        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step | {tok_s:10,.0f} tok/s | {achieved / 1e9:8.1f} GFLOP/s | "
+              f"{100 * achieved / roofline:5.1f}% of roofline" + (f" | mfu {100 * achieved / peak:.1f}%" if peak else ""))
+    print("(model training FLOPs only: the Muon/AdamW steps' FLOPs are not counted, their time is)")
+    print(f"operator_1/vanilla = {results['operator_1']['seconds'] / results['vanilla']['seconds']:.3f} "
+          "(target <= 1.02)")
+    print(f"untied_2/loop_2    = {results['untied_2']['seconds'] / results['loop_2']['seconds']:.3f} "
+          "(target 1.00 +- 0.02)")
+    return results
+
+
+GPU_CHECK = {  # per preset: the runs and their steps; "cpu" is the tiny mode the tests run
+    "paper": dict(vanilla_depth=12, grow_depth=8, steps=30, crossover_step=10, ratio_depth=12, ratio_steps=5,
+                  ratio_repeats=3, core_examples=40, budget_seconds=450),
+    "cpu": dict(vanilla_depth=2, grow_depth=3, steps=3, crossover_step=1, ratio_depth=2, ratio_steps=2,
+                ratio_repeats=1, core_examples=6, budget_seconds=600),
+}  # budget_seconds: a section that would start later is skipped (recorded in "errors"), so the whole stays <= 8 min
+
+
+def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
+    """`steps` training steps of one arm (compiled on CUDA) on synthetic tokens: step time, tokens/s, MFU, memory
+    vs the memory model."""
+    plan = synthetic_plan(args, arch, depth, steps, crossover_step)
+    arm = synthetic_arm(args, plan, device, peak)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    t0 = time.perf_counter()
+    seconds, loss = timed_steps(arm, steps)
+    warm = seconds[2:] if len(seconds) > 3 else seconds  # the first steps compile (and grow)
+    if crossover_step and len(seconds) > crossover_step + 3:  # after growth: the grown model's steady state
+        warm = seconds[crossover_step + 2:]
+    step_seconds = median(warm)
+    flops_per_token = model_lib.flops_per_token(plan.model_config, arm.model.active_passes)
+    predicted = max(memory_lib.memory_per_rank(plan.model_config, k, micro, device=device.type)["peak"]
+                    for k, micro in zip(plan.pass_stages, arm.run.micro_batches))
+    measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return dict(arch=arch, depth=depth, steps=steps, crossover_step=crossover_step, pass_stages=list(plan.pass_stages),
+                growth_events=arm.state.growth_events, micro_batches=list(arm.run.micro_batches),
+                tokens_per_step=plan.tokens_per_step, compiled=use_compile(args, device), final_loss=loss,
+                wall_seconds=time.perf_counter() - t0, first_step_seconds=seconds[0], step_seconds=step_seconds,
+                tokens_per_second=plan.tokens_per_step / step_seconds,
+                mfu=flops_per_token * plan.tokens_per_step / step_seconds / peak if peak else None,
+                max_memory_allocated_bytes=measured, predicted_peak_bytes=predicted,
+                memory_measured_over_predicted=measured / predicted if measured else None)
+
+
+def check_ratios(args, device, depth, steps, repeats):
+    """The bench's step-time ratios Operator-1/Vanilla and Untied-2/Loop-2 at one shape."""
+    arms, times, _ = interleaved_arms(args, device, depth, steps, repeats)
+    return dict(depth=depth, micro_batch=arms["vanilla"].run.micro_batches[0], step_seconds=times,
+                operator_1_over_vanilla=times["operator_1"] / times["vanilla"],
+                untied_2_over_loop_2=times["untied_2"] / times["loop_2"])
+
+
+def synthetic_core_tasks(n, seed=0):
+    """Small CORE-format tasks of each type (multiple choice, schema, language modelling) with random words."""
+    rng = random.Random(seed)
+    word = lambda: "".join(rng.choice("abcdefghij") for _ in range(rng.randint(2, 6)))
+    phrase = lambda k: " ".join(word() for _ in range(k))
+    mc = [dict(query=phrase(6), choices=[phrase(2) for _ in range(4)], gold=rng.randrange(4)) for _ in range(n)]
+    schema = [dict(context_options=[phrase(5) for _ in range(2)], continuation=phrase(3), gold=rng.randrange(2))
+              for _ in range(n)]
+    lm = [dict(context=phrase(8), continuation=phrase(2)) for _ in range(n)]
+    return [dict(label=label, type=kind, shots=shots, delimiter=" ", baseline=baseline, items=items)
+            for label, kind, shots, baseline, items in [("synthetic_mc", "multiple_choice", 2, 0.25, mc),
+                                                        ("synthetic_schema", "schema", 1, 0.5, schema),
+                                                        ("synthetic_lm", "language_modeling", 2, 0.0, lm)]]
+
+
+def check_core_scoring(args, device, examples):
+    """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA): per task the
+    largest accuracy and answer-NLL difference from the one-at-a-time reference path."""
+    import core_eval
+    plan = synthetic_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
+    torch.manual_seed(0)
+    net = model_lib.GPT(plan.model_config).to_device(device).eval()
+    for p in net.parameters():  # a random model with non-zero logits: ties would hide disagreements
+        torch.nn.init.normal_(p, std=0.02)
+    tasks = core_eval.load_tasks(args.bundle_dir) if args.bundle_dir else synthetic_core_tasks(examples)
+    enc = data.get_tokenizer("bytes")  # offline; its ids are valid for any vocabulary >= 257
+    scores = {s: core_eval.evaluate_tasks(net, enc, tasks, [0], examples, plan.seq_len, device, scoring=s,
+                                          show_progress=False)[0] for s in core_eval.SCORING}
+    reference = scores["one_at_a_time"]
+    diffs = {s: {label: dict(accuracy=abs(per[0][0] - reference[label][0][0]),
+                             nll=abs(per[0][1] - reference[label][0][1])) for label, per in scores[s].items()}
+             for s in core_eval.SCORING if s != "one_at_a_time"}
+    worst = max(d["nll"] for per in diffs.values() for d in per.values())
+    return dict(tasks=[t["label"] for t in tasks], examples_per_task=examples, source="bundle" if args.bundle_dir
+                else "synthetic", autocast="bf16" if device.type == "cuda" else "fp32", max_nll_difference=worst,
+                max_accuracy_difference=max(d["accuracy"] for per in diffs.values() for d in per.values()),
+                differences=diffs)
+
+
+def check_summary(name, result):
+    """One line per section: the numbers the issue asks for."""
+    if name in ("vanilla", "untied_grow"):
+        memory = result["max_memory_allocated_bytes"]
+        return (f"{result['arch']} d{result['depth']}: {1000 * result['step_seconds']:.0f} ms/step, "
+                f"{result['tokens_per_second']:,.0f} tok/s" + (f", MFU {100 * result['mfu']:.1f}%" if result["mfu"]
+                                                                 else "")
+                + (f", peak memory {memory / memory_lib.GIB:.1f} GiB" if memory else "")
+                + f" (model predicts {result['predicted_peak_bytes'] / memory_lib.GIB:.1f} GiB)"
+                + (f", growth {result['growth_events']}" if result["growth_events"] else ""))
+    if name == "ratios":
+        return (f"operator_1/vanilla = {result['operator_1_over_vanilla']:.3f} (target <= 1.02), untied_2/loop_2 = "
+                f"{result['untied_2_over_loop_2']:.3f} (target 1.00 +- 0.02) at d{result['depth']}")
+    if name == "core_scoring":
+        return (f"{result['source']} tasks, {result['autocast']}: largest difference from one_at_a_time: accuracy "
+                f"{result['max_accuracy_difference']:.4f}, answer NLL {result['max_nll_difference']:.2e}")
+    return f"matmul roofline {result['flops_per_second'] / 1e9:,.1f} GFLOP/s"
+
+
+def gpu_check(args):
+    """--gpu-check: the sections of GPU_CHECK[preset] in order, each recorded (or its error); the JSON is rewritten
+    after every section, so a run cut short still leaves what it measured."""
+    rank, world, device = model_lib.setup_distributed(args.device)
+    if world > 1:
+        raise UsageError("--gpu-check runs on one GPU; start it with python, not torchrun")
+    peak = gpu_peak_flops(device, args.peak_flops)
+    if device.type == "cuda" and peak is None:
+        raise UsageError(f"unknown GPU {torch.cuda.get_device_name(device)!r}: pass its dense bf16 peak, e.g. "
+                         "--peak-flops 989e12")
+    if args.bundle_dir and not os.path.isdir(args.bundle_dir):
+        raise UsageError(f"--bundle-dir {args.bundle_dir} is not a directory")
+    if os.path.exists(args.gpu_check_out):
+        raise UsageError(f"{args.gpu_check_out} already exists; pass another --gpu-check-out or move it away")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.gpu_check_out))):
+        raise UsageError(f"the folder of --gpu-check-out {args.gpu_check_out} does not exist")
+    recipe = GPU_CHECK[args.preset]
+    out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if device.type == "cuda"
+               else "cpu", torch=torch.__version__, preset=args.preset, tokens="synthetic (uniform random ids)",
+               peak_flops=peak, errors={})
+    sections = dict(
+        roofline=lambda: dict(flops_per_second=matmul_roofline(device, size=4096 if device.type == "cuda" else 512)),
+        vanilla=lambda: check_training(args, device, peak, "vanilla", recipe["vanilla_depth"], recipe["steps"]),
+        untied_grow=lambda: check_training(args, device, peak, "untied_grow", recipe["grow_depth"], recipe["steps"],
+                                           recipe["crossover_step"]),
+        ratios=lambda: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"],
+                                     recipe["ratio_repeats"]),
+        core_scoring=lambda: check_core_scoring(args, device, recipe["core_examples"]))
+    t0 = time.perf_counter()
+    for name, section in sections.items():
+        start = time.perf_counter()
+        try:
+            if start - t0 > recipe["budget_seconds"]:
+                raise TimeoutError(f"skipped: the {recipe['budget_seconds']} s budget was spent")
+            out[name] = section()
+        except Exception as exc:  # a GPU minute is precious: record it and go on with the next section
+            out[name] = None
+            out["errors"][name] = f"{type(exc).__name__}: {exc}"
+        print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): "
+              + (check_summary(name, out[name]) if out[name] else out["errors"][name]), flush=True)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        out["total_seconds"] = time.perf_counter() - t0
+        write_json(args.gpu_check_out, out)
+    print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed")
+    return 1 if out["errors"] else 0

@@ -1,0 +1,517 @@
+"""A run's folder on disk: sharded checkpoints (save, verify, load, recover after a crash), the one-writer lock, and
+where an invocation resumes from. train.py writes and resumes runs with it; core_eval.py reads weights with
+load_checkpoint_model.
+
+A checkpoint is a folder (checkpoints/latest, checkpoints/final): model.pt (weights, model_config, passes, tokenizer,
+step; rank 0), muon/ (torch.distributed.checkpoint: every rank writes the Muon state it owns), adamw.pt (the
+replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters) and, written
+last, MANIFEST.json (size and sha256 of every file). Everything is tensors and plain types: every torch.load uses
+weights_only=True, and DCP's metadata pickle goes through SafeMetadataReader.
+
+    python -m pytest -q tests/test_checkpoint.py
+"""
+import contextlib
+import fcntl
+import json
+import os
+import pickle
+import shutil
+import socket
+import warnings
+from dataclasses import asdict, dataclass, field, fields
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+import muon
+from cli import UsageError, atomic_write, sha256_file, write_json
+from model import GPT, ModelConfig
+
+# DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading a checkpoint's weights (core_eval.py, and train.py's resume)
+
+CHECKPOINT_MANIFEST = "MANIFEST.json"  # {"files": {relative path: {"size", "sha256"}}}, written last by train.py
+CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the fp32 weights: all core_eval reads
+
+
+def verify_checkpoint(folder, only=None, share=(0, 1)):
+    """Raise ValueError unless `folder` holds a complete train.py checkpoint: a manifest whose sizes and sha256 match
+    every listed file (or only the listed file `only`; or, share=(rank, world), that rank's share of the files).
+    A missing manifest means the save never finished."""
+    manifest_path = os.path.join(folder, CHECKPOINT_MANIFEST)
+    try:
+        with open(manifest_path) as f:
+            files = json.load(f)["files"]
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {folder} is incomplete (no {CHECKPOINT_MANIFEST}: its save did not finish)") \
+            from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} ({exc})") from None
+    if not isinstance(files, dict) or not all(isinstance(w, dict) and {"size", "sha256"} <= w.keys()
+                                              for w in files.values()):
+        raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} (not a train.py manifest)")
+    if only is not None and only not in files:
+        raise ValueError(f"checkpoint {folder} is corrupted: its manifest does not list {only}")
+    for rel, want in sorted(files.items())[share[0]::share[1]]:
+        if only is not None and rel != only:
+            continue
+        path = os.path.join(folder, rel)
+        size = os.path.getsize(path) if os.path.isfile(path) else None
+        if size != want["size"]:
+            raise ValueError(f"checkpoint {folder} is truncated or corrupted: {rel} has "
+                             f"{'no file' if size is None else f'{size} bytes'}, the manifest says {want['size']}")
+        if sha256_file(path) != want["sha256"]:
+            raise ValueError(f"checkpoint {folder} is corrupted: {rel} does not match its sha256 in the manifest")
+
+
+def checkpoint_weights_path(path):
+    """The weights file to read for `path`: a checkpoint folder (its model.pt, after the manifest check), its
+    model.pt, or an old single-file checkpoint (latest.pt/final.pt). A run folder or checkpoints/ is named as such."""
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, CHECKPOINT_WEIGHTS)):
+            verify_checkpoint(path, only=CHECKPOINT_WEIGHTS)
+            return os.path.join(path, CHECKPOINT_WEIGHTS)
+        inner = os.path.join(path, "checkpoints") if os.path.isdir(os.path.join(path, "checkpoints")) else path
+        found = [os.path.join(inner, n) for n in ("final", "latest", "final.pt", "latest.pt")
+                 if os.path.exists(os.path.join(inner, n))]
+        what = "a run folder" if inner != path else "a folder of checkpoints" if found else "not a checkpoint folder"
+        hint = f"pass {found[0]}" if found else "pass a checkpoint folder such as runs/NAME/checkpoints/final"
+        raise ValueError(f"checkpoint {path} is {what} (no {CHECKPOINT_WEIGHTS}); {hint}")
+    if not os.path.exists(path):
+        raise ValueError(f"checkpoint {path} does not exist")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(path) == CHECKPOINT_WEIGHTS and os.path.exists(os.path.join(folder, CHECKPOINT_MANIFEST)):
+        verify_checkpoint(folder, only=CHECKPOINT_WEIGHTS)
+    return path
+
+
+def load_checkpoint_model(path, device="cpu"):
+    """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its dict: model_config, passes, tokenizer,
+    step, model). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
+    would construct anything but tensors and plain types is rejected before it runs."""
+    weights = checkpoint_weights_path(path)
+    try:
+        ckpt = torch.load(weights, map_location="cpu", weights_only=True)
+        model = GPT(ModelConfig(**ckpt["model_config"]))
+        model.load_state_dict(ckpt["model"])
+        model.set_passes(int(ckpt["passes"]))
+    except pickle.UnpicklingError:
+        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
+                         "other than tensors and plain types (refused without running it)") from None
+    except Exception as exc:  # truncation, missing keys, shape mismatch: all mean "not a usable checkpoint"
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None
+    return model.to(device).eval(), ckpt
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Writing and resuming a checkpoint (collective under torchrun: every rank calls these)
+
+@dataclass
+class RunState:
+    """What changes as a run trains; a checkpoint holds these fields at its top level."""
+    step: int = 0
+    evals: list = field(default_factory=list)
+    growth_events: list = field(default_factory=list)
+    flops: int = 0
+    matrix_flops: int = 0        # without attention: the convention of the paper's data-constrained loop grid
+    train_seconds: float = 0.0
+    tokens: int = 0
+
+
+class SafeMetadataReader(dcp.FileSystemReader):
+    """DCP's file reader with a safe .metadata: torch 2.13's FileSystemReader.read_metadata is a plain pickle.load
+    (its tensor data is read with torch.load(weights_only=True)), so this one unpickles only DCP's metadata classes,
+    and refuses non-tensor entries, which DCP's load planner would read with torch.load(weights_only=False)."""
+
+    ALLOWED = {"torch.distributed.checkpoint.metadata": {"Metadata", "TensorStorageMetadata", "TensorProperties",
+                                                         "ChunkStorageMetadata", "MetadataIndex", "StorageMeta",
+                                                         "_MEM_FORMAT_ENCODING", "BytesStorageMetadata"},
+               "torch.distributed.checkpoint.filesystem": {"_StorageInfo"},
+               "torch.serialization": {"_get_layout"}, "torch": {"Size"}, "pathlib": {"PosixPath"},
+               "collections": {"OrderedDict"}}
+
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if name in SafeMetadataReader.ALLOWED.get(module, ()) or \
+                    (module == "torch" and isinstance(getattr(torch, name, None), torch.dtype)):
+                return super().find_class(module, name)
+            raise pickle.UnpicklingError(f"{module}.{name} is not allowed in a checkpoint's metadata")
+
+    def read_metadata(self, *args, **kwargs):
+        with self.fs.create_stream(self._get_metadata_path(kwargs.get("rank")), "rb") as f:
+            metadata = self.Unpickler(f).load()
+        entries = getattr(metadata, "state_dict_metadata", None)
+        if not isinstance(entries, dict) or not all(isinstance(v, dcp.metadata.TensorStorageMetadata)
+                                                    for v in entries.values()):
+            raise pickle.UnpicklingError("the metadata lists entries other than tensors")
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = dcp.metadata.StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+def process():
+    """(rank, world size) of this process."""
+    return (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+
+
+def gather(obj):
+    """Every rank's obj, in rank order (a list of one without a process group)."""
+    if not dist.is_initialized():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier():
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def write_manifest(folder):
+    """Collective: every rank hashes its share of the files, rank 0 writes MANIFEST.json (last: it marks the
+    checkpoint complete)."""
+    rank, world = process()
+    names = sorted(os.path.relpath(os.path.join(base, n), folder) for base, _, files in os.walk(folder) for n in files)
+    mine = {rel: dict(size=os.path.getsize(os.path.join(folder, rel)), sha256=sha256_file(os.path.join(folder, rel)))
+            for rel in names[rank::world]}
+    parts = gather(mine)
+    if rank == 0:
+        write_json(os.path.join(folder, CHECKPOINT_MANIFEST),
+                   dict(files={k: v for part in parts for k, v in sorted(part.items())}))
+
+
+def verify(folder):
+    """Collective: the manifest check (model.verify_checkpoint), its files shared among the ranks -> UsageError on
+    every rank when any share fails."""
+    rank, world = process()
+    try:
+        verify_checkpoint(folder, share=(rank, world))
+        error = None
+    except ValueError as e:
+        error = str(e)
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
+
+
+def save_checkpoint(folder, model, optimizers, state, plan, args=None):
+    """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
+    folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
+    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors."""
+    rank, world = process()
+    tmp = folder + ".tmp"
+    if rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+    barrier()
+    matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    shard = {k: v for k, v in matrix[0].state_dict().items() if k != "param_groups"} if matrix else {}
+    if matrix:
+        dcp.save(dict(muon=shard), storage_writer=dcp.FileSystemWriter(os.path.join(tmp, "muon")), no_dist=world == 1)
+    if rank == 0:
+        plan_dict = plan.as_dict()
+        torch.save(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
+                        step=state.step, model={k: v.detach().float().cpu() for k, v in model.state_dict().items()}),
+                   os.path.join(tmp, CHECKPOINT_WEIGHTS))
+        torch.save([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
+                   os.path.join(tmp, "adamw.pt"))
+        muon_groups = [{k: v for k, v in g.items()} for g in matrix[0].state_dict()["param_groups"]] if matrix else []
+        write_json(os.path.join(tmp, "meta.json"), dict(
+            format=CHECKPOINT_FORMAT, plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
+            muon_param_groups=muon_groups, args=primitive_args(args), **asdict(state)))
+    barrier()
+    write_manifest(tmp)
+    if rank == 0:
+        if os.path.exists(folder):
+            os.replace(folder, folder + ".old")
+        os.replace(tmp, folder)
+        shutil.rmtree(folder + ".old", ignore_errors=True)
+        remove_dead_temp_files(os.path.dirname(folder))
+    barrier()
+
+
+CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
+
+
+def primitive_args(args):
+    """The command line as a dict of JSON primitives (for the record; the plan decides what a resume must match)."""
+    if args is None:
+        return {}
+    return {k: v for k, v in vars(args).items()
+            if v is None or isinstance(v, (bool, int, float, str)) or
+            (isinstance(v, list) and all(isinstance(x, (bool, int, float, str)) for x in v))}
+
+
+def load_checkpoint(folder, plan, model, optimizers):
+    """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
+    world size -> RunState (the caller sets the model's passes for its step). A checkpoint that fails its manifest,
+    its plan or its loading is a UsageError."""
+    verify(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
+        raise UsageError(f"{folder} was written with another plan; resume with the same flags")
+    try:
+        weights = torch.load(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu",
+                             weights_only=True)
+        model.load_state_dict(weights["model"])
+        for opt in optimizers:
+            if isinstance(opt, muon.Muon):
+                reader = SafeMetadataReader(os.path.join(folder, "muon"))
+                reader.read_metadata()  # refuses a crafted pickle here, with its own message
+                template = dict(muon={k: v for k, v in opt.state_dict().items() if k != "param_groups"})
+                dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
+                opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
+        adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
+        for opt, saved in zip(adamw, torch.load(os.path.join(folder, "adamw.pt"), weights_only=True), strict=True):
+            opt.load_state_dict(saved)
+        torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+        state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+    except pickle.UnpicklingError as e:
+        detail = f" ({e})" if len(str(e)) < 120 else ""  # ours are short; torch's weights_only text is a page
+        raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
+                         f"{detail}; refused without running it") from None
+    except Exception as e:  # missing files or keys, shapes of another model: not this run's checkpoint
+        raise UsageError(f"checkpoint {folder} is not usable: {type(e).__name__}: "
+                         f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
+    return state
+
+
+def read_run_state(folder):
+    """The RunState of a checkpoint (after its manifest check), without loading any tensor."""
+    verify(folder)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    return RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+
+
+def checkpoint_step(folder):
+    """The step of a complete checkpoint folder, None if it is not complete."""
+    try:
+        verify_checkpoint(folder)
+        return json.load(open(os.path.join(folder, "meta.json")))["step"]
+    except (ValueError, OSError, KeyError, TypeError):
+        return None
+
+
+def recover_checkpoints(ckpt_dir):
+    """Rank 0 at start: after a crash inside a save, keep the newest complete copy of latest/ and final/ (among X,
+    X.old, X.tmp) as X and remove the other copies; remove temporary files of dead writers."""
+    for name in ("latest", "final"):
+        copies = [os.path.join(ckpt_dir, name + suffix) for suffix in ("", ".old", ".tmp")]
+        present = [c for c in copies if os.path.isdir(c)]
+        if present in ([], [copies[0]]):
+            continue  # nothing interrupted: a lone folder is left as it is, even if incomplete (resume says so)
+        steps = {c: checkpoint_step(c) for c in present}
+        complete = [c for c in present if steps[c] is not None]
+        best = max(complete, key=lambda c: (steps[c], c == copies[0])) if complete else None
+        for c in present:
+            if c != best and (best is not None or c == copies[2]):
+                shutil.rmtree(c)
+        if best is not None and best != copies[0]:
+            os.replace(best, copies[0])
+    remove_dead_temp_files(ckpt_dir)
+
+
+def remove_dead_temp_files(folder):
+    """Delete cli.atomic_write's leftovers (NAME.tmp<pid>) whose writer process no longer runs on this host."""
+    for name in os.listdir(folder) if os.path.isdir(folder) else []:
+        stem, sep, pid = name.rpartition(".tmp")
+        if not (sep and stem and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            path = os.path.join(folder, name)
+            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+        except PermissionError:
+            pass  # alive, another user's
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The run folder: where an invocation starts, one writer at a time, result.json and trajectory.jsonl
+
+def run_status(run_dir):
+    """result.json's status (None when there is none yet)."""
+    path = os.path.join(run_dir, "result.json")
+    if not os.path.exists(path):
+        return None
+    try:
+        return json.load(open(path))["status"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise UsageError(f"{path} is not a train.py result.json; move it away or choose another --run-name") \
+            from None
+
+
+def resume_point(args, run_dir, rank):
+    """Where this invocation starts, never guessed: "complete" (nothing to do), a checkpoint folder (final/ when the
+    run finished training but its result.json was not written), or None (step 0 of a new run). Refuses to start
+    over an existing run, and --resume without a checkpoint (--resume-or-start starts such a run at step 0)."""
+    status, ckpt_dir = run_status(run_dir), os.path.join(run_dir, "checkpoints")
+    trajectory = os.path.join(run_dir, "trajectory.jsonl")  # empty files of a start killed at once do not count
+    started = status is not None or (os.path.exists(trajectory) and os.path.getsize(trajectory) > 0) or \
+        (os.path.isdir(ckpt_dir) and os.listdir(ckpt_dir) != [])
+    if not (args.resume or args.resume_or_start):
+        if started:
+            raise UsageError(f"{run_dir} already holds a run; pass --resume to continue it or choose another "
+                             "--run-name")
+        return None
+    if status == "complete":
+        if rank == 0:
+            print(f"{run_dir} is already complete; nothing to do")
+        return "complete"
+    if rank == 0 and os.path.isdir(ckpt_dir):
+        recover_checkpoints(ckpt_dir)
+    barrier()
+    for name in ("final", "latest"):
+        if os.path.isdir(os.path.join(ckpt_dir, name)):
+            return os.path.join(ckpt_dir, name)
+    old = [n for n in ("final.pt", "latest.pt") if os.path.exists(os.path.join(ckpt_dir, n))]
+    if old:
+        raise UsageError(f"{os.path.join(ckpt_dir, old[0])} is a single-file checkpoint of an earlier train.py, "
+                         "which cannot be resumed (core_eval.py still reads it); start the run again under another "
+                         "--run-name")
+    if args.resume:
+        raise UsageError(f"--resume: {run_dir} has no checkpoint to resume from ({ckpt_dir}/latest); pass "
+                         "--resume-or-start to start it at step 0")
+    return None
+
+
+LOCK_FILE = "train.lock"             # in the run folder; holds "PID n on host" of the writer
+FOREIGN_OK = (LOCK_FILE, "train.log")  # what may already be in a fresh run's folder (ladder.sh writes the log)
+
+
+def run_dir_of(args):
+    return os.path.join(args.runs_dir, args.run_name or f"{args.arch}_d{args.depth}")
+
+
+def make_run_dir(run_dir):
+    """The run folder exists and is writable after this, or a one-line error says why not."""
+    for path, what in ((os.path.dirname(run_dir), "--runs-dir"), (run_dir, "the run folder")):
+        if path and os.path.exists(path) and not os.path.isdir(path):
+            raise UsageError(f"{what} {path} is a file, not a directory; pass another --runs-dir or --run-name")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as e:
+        raise UsageError(f"cannot create the run folder {run_dir}: {e.strerror}; pass a writable --runs-dir") from None
+    if not os.access(run_dir, os.W_OK):
+        raise UsageError(f"the run folder {run_dir} is not writable (read-only filesystem or permissions); pass a "
+                         "writable --runs-dir")
+
+
+@contextlib.contextmanager
+def run_lock(args):
+    """One writer per run: rank 0 (the only rank that writes the run folder) holds an exclusive flock on
+    <run dir>/train.lock for its whole life; the kernel drops it when the process dies, however it dies. A second
+    train.py or ladder.sh on the same run stops here (exit 2) naming the holder, instead of interleaving checkpoints
+    and trajectory lines. Taken before anything in the run folder is written. (flock is per host on most network
+    filesystems: two nodes writing one run folder are not detected.)"""
+    if int(os.environ.get("RANK", "0")) != 0:
+        yield
+        return
+    run_dir = run_dir_of(args)
+    make_run_dir(run_dir)
+    path = os.path.join(run_dir, LOCK_FILE)
+    try:
+        lock = open(path, "a+")
+    except OSError as e:
+        raise UsageError(f"cannot open the lock file {path}: {e.strerror}; pass a writable --runs-dir") from None
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "a process that has not written its PID yet"
+            raise UsageError(f"{run_dir} is being written by another train.py ({holder}); wait for it to finish or "
+                             "stop that process first") from None
+        lock.truncate(0)
+        lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
+        lock.flush()
+        check_fresh_run_dir(run_dir, args.resume or args.resume_or_start)
+        yield
+
+
+def check_fresh_run_dir(run_dir, resume):
+    """A new run (no --resume) goes only into an empty folder or one ladder.sh prepared: never over someone's files.
+    (A folder with a result.json or a checkpoint is a started run, resume_point's case: continue it with --resume.)"""
+    if resume or os.path.exists(os.path.join(run_dir, "result.json")) or \
+            os.path.isdir(os.path.join(run_dir, "checkpoints", "latest")):
+        return
+    def ours_and_empty(name):  # what a run killed before its first result.json leaves behind
+        path = os.path.join(run_dir, name)
+        return name in ("checkpoints", "trajectory.jsonl") and (os.listdir(path) == [] if os.path.isdir(path)
+                                                                 else os.path.getsize(path) == 0)
+    foreign = sorted(name for name in os.listdir(run_dir) if name not in FOREIGN_OK and not ours_and_empty(name))
+    if foreign:
+        raise UsageError(f"{run_dir} is not empty ({foreign[0]}, ...) and holds no train.py run; choose another "
+                         "--run-name or --runs-dir")
+
+
+@dataclass
+class Run:
+    """A run's fixed context: its plan, process, output paths and data."""
+    plan: object                 # train.Plan
+    rank: int
+    world: int
+    device: torch.device
+    run_dir: str
+    data_dir: str
+    data_manifest: dict
+    loader: object               # data.TrainLoader (or bench.SyntheticLoader)
+    val: torch.Tensor
+    token_bytes: torch.Tensor
+    micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
+    sync_every_micro_batch: bool  # reduce gradients every micro-batch: the memory plan shards them (zero2)
+    memory: dict                 # memory_report of the memory plan, for result.json
+    environment: dict
+    peak_flops: float            # of all ranks together, for MFU (None off CUDA)
+    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
+    args: object = None          # the parsed command line (recorded in checkpoints)
+
+    master = property(lambda self: self.rank == 0)
+    ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
+    latest = property(lambda self: os.path.join(self.ckpt_dir, "latest"))
+    final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
+    result_path = property(lambda self: os.path.join(self.run_dir, "result.json"))
+    trajectory_path = property(lambda self: os.path.join(self.run_dir, "trajectory.jsonl"))
+
+
+def open_trajectory(run, step):
+    """trajectory.jsonl cut back to the first `step` lines (the checkpoint resumed from), open for appending."""
+    lines = open(run.trajectory_path).readlines() if os.path.exists(run.trajectory_path) else []
+    if len(lines) < step:  # on every rank, so that all of them stop
+        raise UsageError(f"{run.trajectory_path} has {len(lines)} lines but the checkpoint is at step {step}; "
+                         "restore the file or start the run again under another --run-name")
+    if not run.master:
+        return None
+    os.makedirs(run.ckpt_dir, exist_ok=True)
+    if len(lines) > step:
+        def write(tmp):
+            with open(tmp, "w") as f:
+                f.writelines(lines[:step])
+        atomic_write(run.trajectory_path, write)
+    return open(run.trajectory_path, "a")
+
+
+def write_result(run, state, status, mfu=None, **extra):
+    if not run.master:
+        return
+    evals = state.evals
+    write_json(run.result_path, dict(  # the keys fit.py and the tests read
+        status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
+        device_batch_size=list(run.micro_batches), memory=run.memory,
+        gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
+        environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
+        growth_events=state.growth_events, final_val_loss=evals[-1]["val_loss"] if evals else None,
+        best_val_loss=min((e["val_loss"] for e in evals), default=None),
+        final_val_bpb=evals[-1]["val_bpb"] if evals else None, estimated_training_flops=state.flops,
+        tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
+        total_training_time_seconds=state.train_seconds,
+        tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
+        last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))

@@ -1,0 +1,91 @@
+"""bench.py (train.py --bench and --gpu-check): achieved FLOP/s against the roofline, the arm ratios, and the GPU
+acceptance check in its tiny CPU mode."""
+import json
+import math
+import types
+
+import pytest
+import torch
+
+import bench
+import model
+import train
+
+
+def test_bench_prints_achieved_flops_roofline_and_fraction_per_arm(capsys):
+    args = train.parse_args(["--bench", "--depth", "2", "--bench-steps", "1", "--bench-repeats", "1"])
+    results = bench.bench(args)
+    out = capsys.readouterr().out
+    roofline = float(out.split("roofline: ")[1].split(" GFLOP/s")[0].replace(",", "")) * 1e9
+    assert roofline > 0
+    for arch in bench.BENCH_ARMS:
+        line = next(l for l in out.splitlines() if l.startswith(arch + " "))
+        assert "GFLOP/s" in line and "% of roofline" in line
+        r = results[arch]
+        cfg = train.make_plan(train.parse_args(["--bench", "--depth", "2", "--arch", arch])).model_config
+        assert r["flops_per_second"] == pytest.approx(model.flops_per_token(cfg, cfg.passes) * r["tokens_per_second"])
+        assert 0 < r["roofline_fraction"] == pytest.approx(r["flops_per_second"] / roofline, rel=2e-3)
+    assert "operator_1/vanilla = " in out and "untied_2/loop_2    = " in out and "not counted" in out
+
+
+def test_bench_shape_d6w384_is_the_issue_shape():
+    args = train.parse_args(["--bench", "--bench-shape", "d6w384", "--preset", "cpu"])
+    cfg = train.make_plan(argparse_with(args, arch="vanilla")).model_config
+    assert (cfg.depth, cfg.width, cfg.head_dim, cfg.seq_len, cfg.vocab_size) == (6, 384, 64, 256, 50257)
+    args = train.parse_args(["--bench", "--bench-shape", "d6w384", "--preset", "cpu", "--depth", "4"])
+    assert args.depth == 4  # an explicit flag wins over the shape's
+
+
+def argparse_with(args, **changes):
+    return types.SimpleNamespace(**{**vars(args), **changes})
+
+
+def test_gpu_peak_lookup(monkeypatch):
+    cuda = torch.device("cuda", 0)
+    for name, peak in [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA A100-SXM4-80GB", 312e12),
+                       ("Tesla T4", None)]:
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, name=name: name)
+        assert train.gpu_peak_flops(cuda) == peak
+    assert train.gpu_peak_flops(cuda, 1e15) == 1e15 and train.gpu_peak_flops(torch.device("cpu")) is None
+
+
+def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path):
+    out = tmp_path / "gpu_check.json"
+    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["errors"] == {} and result["tokens"].startswith("synthetic")
+    assert result["roofline"]["flops_per_second"] > 0
+    for name, arch in [("vanilla", "vanilla"), ("untied_grow", "untied_grow")]:
+        run = result[name]
+        assert run["arch"] == arch and run["steps"] == 3 and math.isfinite(run["final_loss"])
+        assert run["tokens_per_second"] > 0 and run["step_seconds"] > 0 and run["predicted_peak_bytes"] > 0
+        assert run["mfu"] is None and run["max_memory_allocated_bytes"] is None  # CPU: no peak, no CUDA allocator
+    assert result["untied_grow"]["growth_events"] == [dict(step=1, passes_from=2, passes_to=4, reset_parameters=14)]
+    ratios = result["ratios"]
+    assert set(ratios["step_seconds"]) == set(bench.BENCH_ARMS)
+    assert ratios["operator_1_over_vanilla"] > 0 and ratios["untied_2_over_loop_2"] > 0
+    core = result["core_scoring"]
+    assert core["source"] == "synthetic" and len(core["tasks"]) == 3
+    assert core["max_nll_difference"] < 1e-4 and core["max_accuracy_difference"] == 0
+
+
+def test_gpu_check_records_a_failed_section_and_goes_on(tmp_path, monkeypatch):
+    def broken(*args):
+        raise RuntimeError("out of memory")
+    monkeypatch.setattr(bench, "check_ratios", broken)
+    monkeypatch.setattr(bench, "check_core_scoring", broken)
+    monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], steps=2, crossover_step=1))
+    out = tmp_path / "gpu_check.json"
+    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
+    assert result["ratios"] is None and result["vanilla"]["tokens_per_second"] > 0
+
+
+def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
+    monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], budget_seconds=-1))
+    out = tmp_path / "gpu_check.json"
+    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    result = json.loads(out.read_text())
+    assert set(result["errors"]) == {"roofline", "vanilla", "untied_grow", "ratios", "core_scoring"}
+    assert all("budget" in e for e in result["errors"].values())

@@ -1,0 +1,149 @@
+"""checkpoint.py: checkpoint folders (weights-only loading, old single files, refused pickles) and a 2-process
+sharded save that copies no optimizer state. Resume, recovery and the run folder's refusals run train.py: they are
+in tests/test_train.py and tests/test_bad_inputs.py."""
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+
+import checkpoint
+import model
+import muon
+import train
+from test_model import build, tiny as tiny_config, tokens
+from test_train import tiny
+
+
+def test_load_checkpoint_model_roundtrip(tmp_path):
+    cfg = tiny_config("loop_grow")
+    net = build(cfg)
+    path = tmp_path / "final.pt"
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=4, tokenizer="bytes", step=7),
+               path)
+    loaded, ckpt = checkpoint.load_checkpoint_model(str(path))
+    assert ckpt["step"] == 7 and loaded.active_passes == 4 and not loaded.training
+    idx = tokens(cfg)
+    assert torch.equal(loaded(idx), net(idx, passes=4))
+    with pytest.raises(ValueError, match="does not exist"):
+        checkpoint.load_checkpoint_model(str(tmp_path / "missing.pt"))
+    (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError):
+        checkpoint.load_checkpoint_model(str(tmp_path / "bad.pt"))
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model={}, passes=4), tmp_path / "empty.pt")
+    with pytest.raises(ValueError):
+        checkpoint.load_checkpoint_model(str(tmp_path / "empty.pt"))
+
+
+class CodeOnLoad:
+    """Unpickling this runs code (it writes a marker file): what a crafted checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return exec, (f"open({self.marker!r}, 'w').write('ran')",)
+
+
+def write_checkpoint_folder(folder, weights):
+    """A checkpoint folder as train.py writes it, as far as checkpoint.load_checkpoint_model reads it."""
+    from cli import sha256_file
+    os.makedirs(folder, exist_ok=True)
+    torch.save(weights, os.path.join(folder, "model.pt"))
+    files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=sha256_file(os.path.join(folder, n)))
+             for n in sorted(os.listdir(folder))}
+    with open(os.path.join(folder, "MANIFEST.json"), "w") as f:
+        json.dump(dict(files=files), f)
+
+
+def test_load_checkpoint_model_reads_folders_and_old_files_weights_only(tmp_path):
+    cfg = tiny_config("loop_grow")
+    net = build(cfg)
+    weights = dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=4, tokenizer="bytes", step=7)
+    final = tmp_path / "run" / "checkpoints" / "final"
+    write_checkpoint_folder(str(final), weights)
+    idx = tokens(cfg)
+    for path in (final, final / "model.pt"):
+        loaded, ckpt = checkpoint.load_checkpoint_model(str(path))
+        assert ckpt["step"] == 7 and torch.equal(loaded(idx), net(idx, passes=4))
+    # an old single-file checkpoint (train.py before checkpoint folders) holds only tensors and plain types too
+    muon_opt = muon.Muon(list(net.transformer.h.parameters()), lr=0.02)
+    adamw = torch.optim.AdamW([net.transformer.wte.weight], lr=0.01, betas=(0.8, 0.95))
+    net(idx, targets=idx).backward()
+    muon_opt.step(), adamw.step()
+    old = dict(weights, optimizers=[muon_opt.state_dict(), adamw.state_dict()], rng=torch.get_rng_state(),
+               plan=dict(arch="loop_grow", adam_betas=[0.8, 0.95], crossover_step=None, total_flops=10 ** 20),
+               evals=[dict(step=0, val_loss=5.5, val_bpb=None)], growth_events=[], flops=0, train_seconds=1.5)
+    torch.save(old, tmp_path / "final.pt")
+    assert checkpoint.load_checkpoint_model(str(tmp_path / "final.pt"))[1]["evals"][0]["val_loss"] == 5.5
+    # a run folder or checkpoints/ names what to pass
+    with pytest.raises(ValueError, match=r"is a run folder .*; pass .*checkpoints/final$"):
+        checkpoint.load_checkpoint_model(str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=r"is a folder of checkpoints .*; pass .*checkpoints/final$"):
+        checkpoint.load_checkpoint_model(str(tmp_path / "run" / "checkpoints"))
+    # content check: a flipped byte or a truncated file is reported as such
+    data = bytearray((final / "model.pt").read_bytes())
+    data[len(data) // 2] ^= 1
+    (final / "model.pt").write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="corrupted: model.pt does not match its sha256"):
+        checkpoint.load_checkpoint_model(str(final))
+    (final / "model.pt").write_bytes(bytes(data[:100]))
+    with pytest.raises(ValueError, match="truncated or corrupted: model.pt has 100 bytes"):
+        checkpoint.load_checkpoint_model(str(final / "model.pt"))
+
+
+def test_crafted_pickle_checkpoint_is_refused_without_running(tmp_path):
+    marker = str(tmp_path / "marker")
+    torch.save(CodeOnLoad(marker), tmp_path / "control.pt")
+    torch.load(tmp_path / "control.pt", weights_only=False)  # the payload is real: full unpickling runs it
+    assert os.path.exists(marker)
+    os.remove(marker)
+    write_checkpoint_folder(str(tmp_path / "final"), CodeOnLoad(marker))  # with a matching manifest
+    torch.save(dict(model_config={}, model=CodeOnLoad(marker)), tmp_path / "final.pt")
+    for path in (tmp_path / "final", tmp_path / "final.pt"):
+        with pytest.raises(ValueError, match="holds objects other than tensors and plain types"):
+            checkpoint.load_checkpoint_model(str(path))
+        assert not os.path.exists(marker)
+
+
+def save_worker(rank, world, port, out_dir, plan_argv):
+    """One rank of a 2-process save: the optimizer state's storages before and after save_checkpoint."""
+    torch.set_num_threads(1)
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    try:
+        plan = train.make_plan(train.parse_args(plan_argv))
+        torch.manual_seed(0)
+        net = model.GPT(plan.model_config)
+        net.set_passes(plan.pass_stages[0])
+        optimizers = train.build_optimizers(net, plan)
+        replicated = train.replicated_grads(optimizers)
+        x = torch.randint(0, 257, (2, plan.seq_len + 1), generator=torch.Generator().manual_seed(rank))
+        net(x[:, :-1], targets=x[:, 1:]).backward()
+        replicated.wait()
+        for opt in optimizers:
+            opt.step()
+
+        def storages():
+            return sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+                          for opt in optimizers for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
+        before = storages()
+        checkpoint.save_checkpoint(os.path.join(out_dir, "latest"), net, optimizers, checkpoint.RunState(step=1), plan)
+        torch.save(dict(before=before, after=storages(), owned=optimizers[0].owned_bytes()),
+                   os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+    os._exit(0)  # gloo teardown can abort in its worker thread (pytorch/pytorch#190489); results are on disk
+
+
+def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
+    """issue 12 item 7: after a 2-process save each rank's optimizer state references exactly the storages it did
+    before (Muon.state_dict and AdamW.state_dict hand DCP/torch.save the live tensors)."""
+    import torch.multiprocessing as mp
+    argv = tiny(pool, tmp_path, "vanilla")
+    mp.spawn(save_worker, args=(2, free_port, str(tmp_path), argv), nprocs=2, join=True)
+    for rank in range(2):
+        r = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"), weights_only=True)
+        assert r["before"] == r["after"] and r["owned"] > 0
+    checkpoint.verify_checkpoint(os.path.join(tmp_path, "latest"))  # complete, manifest written last
