@@ -189,7 +189,7 @@ def write_manifest(folder):
 
 
 def verify(folder):
-    """Collective: the manifest check (model.verify_checkpoint), its files shared among the ranks -> UsageError on
+    """Collective: the manifest check (verify_checkpoint), its files shared among the ranks -> UsageError on
     every rank when any share fails."""
     rank, world = process()
     try:

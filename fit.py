@@ -23,7 +23,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
 --out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
-import argparse, csv, glob, json, math, os, sys, time
+import argparse, csv, glob, importlib, json, math, os, sys, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -49,15 +49,11 @@ FIT = dict(
     loop_budgets=(0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18),
 )
 MANIFEST = "fit_manifest.json"  # in every --out directory: the files fit.py wrote there (and may overwrite)
-# Surface-fit bounds (a = ln A, b = ln B, e = ln E): generous enough for N, D in raw counts, tight enough for L-BFGS-B.
-SURFACE_BOUNDS = dict(a=(-10, 50), b=(-10, 50), alpha=(0.01, 2.0), beta=(0.01, 2.0), e=(-10, 3), k=(0.05, 5.0))
 ARM_STYLE = {  # arm -> (label, colour) for figures
     "vanilla": ("Vanilla", "black"), "deep_vanilla": ("Deep Vanilla", "tab:gray"),
     "deep_vanilla_grow": ("Deep Vanilla Grow", "tab:brown"), "operator_1": ("Operator-1", "tab:blue"),
     "loop_2": ("Loop-2", "tab:cyan"), "loop_grow": ("Loop-Grow", "tab:green"),
     "untied_2": ("Untied-2", "tab:orange"), "untied_grow": ("Untied-Grow", "tab:red")}
-FIG2_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
-LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
 
 
 class FitError(Exception):
@@ -531,78 +527,6 @@ def noise_lines(fit):
     return lines
 
 
-def ladder_figures(data, fit, out_dir, xname):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
-    record_outputs(out_dir, LADDER_FIGURES)
-    E, c_ref = fit["E"], fit["c_ref"]
-    style = lambda a: ARM_STYLE.get(a, (a, None))
-    xlabel = "training compute (FLOPs)" if xname == "FLOPs" else "training time (s)"
-
-    def loss_panel(ax, arms):
-        xmax = max(data[a]["x"].max() for a in arms)
-        inset = ax.inset_axes([0.52, 0.5, 0.45, 0.45])
-        for a in arms:
-            label, color = style(a)
-            r, d = fit["arms"][a], data[a]
-            xs = np.geomspace(d["x"].min(), d["x"].max(), 100)
-            for axis in (ax, inset):
-                axis.plot(d["x"], d["loss"], "o", ms=3.5, color=color)
-                axis.plot(xs, E + r["A"] * (xs / c_ref) ** -r["gamma"], "-", lw=1.2, color=color,
-                          label=f"{label} (γ={r['gamma']:.3f})" if axis is ax else None)
-        ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}")
-        ax.legend(loc="lower left", frameon=False)
-        lo = xmax / FIT["inset_span"]
-        sel = [l for a in arms for x, l in zip(data[a]["x"], data[a]["loss"]) if x >= lo]
-        inset.set(xscale="log", xlim=(lo / 1.1, xmax * 1.1))
-        if sel:
-            inset.set_ylim(min(sel) - 0.01, max(sel) + 0.01)
-        inset.tick_params(labelsize=7)
-        inset.xaxis.set_minor_formatter(plt.NullFormatter())
-
-    def mult_panel(ax, arms):
-        best = None
-        for a in arms:
-            label, color = style(a)
-            m = fit["arms"][a]["multipliers"]
-            if m:
-                ax.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o-", ms=3.5, color=color, label=label)
-                if a != fit["reference_arm"] and (best is None or m[-1]["multiplier"] > best):
-                    best = m[-1]["multiplier"]
-        ax.set(xscale="log", xlabel=f"{fit['reference_arm']} {xlabel}", ylabel=f"multiplier over {fit['reference_arm']}")
-        if best is not None:
-            twin = ax.twinx()
-            twin.set_ylim(ax.get_ylim())
-            twin.set_yticks([best], [f"{best:.2f}×"])
-        ax.legend(loc="upper left", frameon=False)
-
-    def save(fig, name):
-        fig.tight_layout()
-        for ext in ("png", "pdf"):
-            fig.savefig(os.path.join(out_dir, f"{name}.{ext}"), dpi=200)
-        plt.close(fig)
-        return [os.path.join(out_dir, f"{name}.{ext}") for ext in ("png", "pdf")]
-
-    arms = list(fit["arms"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    loss_panel(axes[0], arms)
-    mult_panel(axes[1], arms)
-    for a in arms:
-        r = fit["arms"][a]
-        axes[2].plot(r["logA_C0"], r["gamma"], "o", color=style(a)[1])
-        axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
-    axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
-    axes[2].invert_xaxis()
-    paths = save(fig, "fig3_ladders")
-    arms2 = [a for a in FIG2_ARMS if a in fit["arms"]] or arms
-    fig, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
-    loss_panel(axes[0], arms2)
-    mult_panel(axes[1], arms2)
-    return paths + save(fig, "fig2_left")
-
-
 def positive_float(v):
     """argparse type: a finite float > 0."""
     try:
@@ -616,7 +540,8 @@ def positive_float(v):
 
 def cmd_ladders(args):
     if args.out:
-        check_outputs(args.out, LADDER_FIGURES)
+        import figures  # matplotlib is loaded only when figures are asked for
+        check_outputs(args.out, figures.LADDER_FIGURES)
     data = load_ladders(args.inputs, args.time, args.replicates)
     held = hold_out(data, args.holdout or [])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
@@ -652,7 +577,7 @@ def cmd_ladders(args):
         h["forecast_loss"] = forecast(ref_free, None if h["arm"] == args.reference_arm else law, h["compute"] / c_ref)[0] \
             if law else np.nan
         h["residual"] = h["loss"] - h["forecast_loss"]
-    paths = ladder_figures(data, fit, args.out, xname) if args.out else []
+    paths = figures.ladder_figures(data, fit, args.out, xname) if args.out else []
     if args.json:
         keep = ("gamma", "gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
@@ -684,147 +609,6 @@ def cmd_ladders(args):
     print(f"\nfit: {t_fit:.2f} s" + (f"; bootstrap {n_boot} resamples: {t_boot:.1f} s" if t_boot else ""))
     for p in paths:
         print(f"wrote {p}")
-
-
-# ---------------------------------------------------------------------------------------------------- surface
-def surface_objective(theta, lnN, lnD, logL, delta, skaling):
-    """Huber(delta) of ln L_hat - ln L and its gradient; theta = (a, b, alpha, beta, e[, k]) with A, B, E in logs."""
-    a, b, al, be, e = theta[:5]
-    k = theta[5] if skaling else 1.0
-    u1, u2 = a - al * lnN, b - be * lnD
-    s = np.logaddexp(u1, u2)  # ln(A/N^alpha + B/D^beta)
-    pred = np.logaddexp(k * s, e)
-    p = np.exp(k * s - pred)  # share of the reducible term in L_hat
-    w1 = np.exp(u1 - s)
-    r = pred - logL
-    h = np.where(np.abs(r) <= delta, 0.5 * r ** 2, delta * (np.abs(r) - 0.5 * delta))
-    dr = np.clip(r, -delta, delta)
-    ds = dr * p * k
-    grad = [ds @ w1, ds @ (1 - w1), -(ds * w1) @ lnN, -(ds * (1 - w1)) @ lnD, dr @ (1 - p)]
-    if skaling:
-        grad.append((dr * p) @ s)
-    return h.sum() / delta ** 2, np.array(grad) / delta ** 2  # /delta^2: O(1) values so L-BFGS-B's tolerances bite
-
-
-def surface_predict(params, N, D):
-    return (params["A"] / N ** params["alpha"] + params["B"] / D ** params["beta"]) ** params.get("k", 1.0) + params["E"]
-
-
-def fit_surface(N, D, L, form, delta, hops, seed):
-    """L-BFGS-B from a grid of starts, then basin-hopping from the best start."""
-    skaling = form == "skaling"
-    names = ["a", "b", "alpha", "beta", "e"] + (["k"] if skaling else [])
-    bounds = [SURFACE_BOUNDS[n] for n in names]
-    lnN, lnD, logL = np.log(N), np.log(D), np.log(L)
-    fun = lambda th: surface_objective(th, lnN, lnD, logL, delta, skaling)
-    local = dict(method="L-BFGS-B", jac=True, bounds=bounds)  # grid starts and hops: default tolerances
-    best = None
-    for al in (0.1, 0.3, 0.6):
-        for be in (0.1, 0.3, 0.6):
-            for E0 in (0.5 * L.min(), 0.9 * L.min()):
-                for k in ((0.5, 1.0) if skaling else (1.0,)):
-                    half = (np.median(L) - E0) ** (1 / k) / 2  # each inner term's share at the grid's median (N, D)
-                    x0 = [math.log(half) + al * np.median(lnN), math.log(half) + be * np.median(lnD), al, be,
-                          math.log(E0)] + ([k] if skaling else [])
-                    res = optimize.minimize(fun, np.clip(x0, *np.array(bounds).T), **local)
-                    if best is None or res.fun < best.fun:
-                        best = res
-    if hops:
-        res = optimize.basinhopping(fun, best.x, niter=hops, rng=np.random.default_rng(seed),
-                                    minimizer_kwargs=local)
-        best = res if res.fun < best.fun else best
-    best = optimize.minimize(fun, best.x, **local, options=dict(ftol=1e-15, gtol=1e-9, maxiter=10000))  # polish
-    th = dict(zip(names, best.x))
-    return dict(A=math.exp(th["a"]), B=math.exp(th["b"]), alpha=th["alpha"], beta=th["beta"], E=math.exp(th["e"]),
-                k=th.get("k", 1.0), objective=float(best.fun))
-
-
-def compute_optimal(p, C):
-    """Closed form on C = 6 N D (the outer power k does not move the minimum): N* = G (C/6)^(b/(a+b))."""
-    a, b = p["alpha"], p["beta"]
-    G = (a * p["A"] / (b * p["B"])) ** (1 / (a + b))
-    N = G * (C / 6) ** (b / (a + b))
-    D = C / 6 / N
-    return dict(compute=C, N=N, D=D, ratio=D / N, loss=float(surface_predict(p, N, D)))
-
-
-def mape(p, N, D, L):
-    return float(100 * np.mean(np.abs(surface_predict(p, N, D) - L) / L)) if len(L) else np.nan
-
-
-def split_regimes(N, D, frac):
-    """Regimes of the (N, D) grid: the largest ceil(frac * #distinct N) N values are 'large N', same for D.
-    interpolation = neither large (the only points ever fitted in CV), extrapolate_N = large N only,
-    extrapolate_D = large D only, far = both large."""
-    def large(v):
-        v = np.round(np.log(v), 9)  # D = C / 6N carries rounding noise
-        u = np.unique(v)
-        return v > u[-max(1, math.ceil(frac * len(u))) - 1] if len(u) > 1 else np.zeros(len(v), bool)
-    bn, bd = large(N), large(D)
-    return dict(interpolation=~bn & ~bd, extrapolate_N=bn & ~bd, extrapolate_D=~bn & bd, far=bn & bd)
-
-
-def cmd_surface(args):
-    c = read_csv(args.data, ["N", "loss"])
-    have = [k for k in ("D", "compute") if k in c]
-    if not have:
-        raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
-    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]])
-    N, L = c["N"], c["loss"]
-    D = c["D"] if "D" in c else c["compute"] / (6 * N)
-    dropped = []
-    if args.drop_highest:  # e.g. Hoffmann et al. drop the 5 highest-loss runs before fitting
-        order = np.argsort(-L, kind="stable")[:args.drop_highest]
-        dropped = [dict(line=c["_line"][i], N=N[i], D=D[i], loss=L[i]) for i in order]
-        keep = ~np.isin(np.arange(len(L)), order)
-        N, D, L = N[keep], D[keep], L[keep]
-    if len(L) < 7:
-        raise UsageError(f"{args.data}: need >= 7 rows to fit, have {len(L)}" + (" after --drop-highest" if dropped else ""))
-    forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
-    delta = {f: args.delta if args.delta is not None else FIT["surface_delta"][f] for f in forms}
-    regimes = split_regimes(N, D, args.holdout)
-    out = dict(delta=delta, dropped=dropped, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
-    C = 6 * N * D
-    budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))
-    folds = np.array_split(np.random.default_rng(args.seed).permutation(np.flatnonzero(regimes["interpolation"])),
-                           args.folds)
-    for form in forms:
-        p = fit_surface(N, D, L, form, delta[form], args.hops, args.seed)
-        r = dict(params=p, mape_all=mape(p, N, D, L), optimal=[compute_optimal(p, b) for b in budgets],
-                 ratio_exponent=(p["alpha"] - p["beta"]) / (p["alpha"] + p["beta"]))
-        cv = {k: [] for k in regimes}
-        for fold in folds:
-            train = regimes["interpolation"].copy()
-            train[fold] = False
-            pf = fit_surface(N[train], D[train], L[train], form, delta[form], args.hops, args.seed)
-            for k, m in regimes.items():
-                m = m.copy() if k != "interpolation" else np.isin(np.arange(len(L)), fold)
-                cv[k].append(mape(pf, N[m], D[m], L[m]))
-        r["cv_mape"] = {k: dict(mean=float(np.mean(v)), std=float(np.std(v))) for k, v in cv.items()}
-        if args.sparse_l:
-            sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
-            ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
-            r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]),
-                                 mape_far_rest=mape(ps, N[~sub & regimes["far"]], D[~sub & regimes["far"]],
-                                                    L[~sub & regimes["far"]]))
-        out["forms"][form] = r
-    if args.json:
-        print(json.dumps(jsonable(out), allow_nan=False))
-        return
-    print(f"regimes (largest {args.holdout:.0%} of distinct N / D held out): {out['regimes']}; "
-          f"{args.folds}-fold CV over the interpolation points"
-          + (f"; dropped the {len(dropped)} highest-loss rows (lines {', '.join(str(d['line']) for d in dropped)})" if dropped else ""))
-    for form, r in out["forms"].items():
-        p = r["params"]
-        print(f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} B={p['B']:.4g} beta={p['beta']:.4f} "
-              f"k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%")
-        print("  CV MAPE %: " + ", ".join(f"{k} {v['mean']:.3f}±{v['std']:.3f}" for k, v in r["cv_mape"].items()))
-        print(f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}")
-        for o in r["optimal"]:
-            print(f"  C={o['compute']:.3g}: N*={o['N']:.4g} D*={o['D']:.4g} D*/N*={o['ratio']:.2f} L*={o['loss']:.4f}")
-        if "sparse_l" in r:
-            s = r["sparse_l"]
-            print(f"  L-shaped subset ({s['n_fit']} points): MAPE rest {s['mape_rest']:.3f}%, far {fnum(s['mape_far_rest'], '.3f')}%")
 
 
 # ---------------------------------------------------------------------------------------------------- downstream (B.6)
@@ -897,185 +681,6 @@ def cmd_downstream(args):
                                                                          if ref and a != args.reference_arm else "")
                                    for t, C in o["compute_for_target"].items())
               + "".join(f"; CORE@{C:.3g} = {v:.4f}" for C, v in o["core_at"].items()))
-
-
-# ---------------------------------------------------------------------------------------------------- tpp / growth / lr / loops
-def quad_vertex(x, y):
-    """Vertex of a least-squares quadratic y(x) -> (x*, y*, inside the measured range?)."""
-    if len(np.unique(x)) < 3:
-        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
-    c2, c1, c0 = np.polyfit(x, y, 2)
-    if c2 <= 0:
-        raise FitError("no interior minimum (curvature <= 0)")
-    xv = -c1 / (2 * c2)
-    return xv, c0 - c1 ** 2 / (4 * c2), bool(x.min() <= xv <= x.max())
-
-
-def grouped_vertices(keys, x, y, label):
-    out = {}
-    for key in dict.fromkeys(keys):
-        m = np.array([k == key for k in keys])
-        try:
-            out[key] = quad_vertex(x[m], y[m])
-            if not out[key][2]:
-                note(f"{label} {key}: vertex outside the swept range (extrapolated)")
-        except FitError as e:
-            note(f"{label} {key}: {e}; skipped")
-    return out
-
-
-def cmd_tpp(args):
-    c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
-                 positive=["compute_flops", "tpp", "val_loss"])
-    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), "budget")
-    out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
-    if not v:
-        raise UsageError(f"{args.data}: no budget could be fitted")
-    tpps = np.array([b["tpp"] for b in out["budgets"]])
-    out["mean_tpp"] = float(tpps.mean())
-    if len(v) >= 3:  # scale-shift test: log TPP* = a + beta log C, two-sided p of beta = 0
-        reg = stats.linregress(np.log(list(v)), np.log(tpps))
-        out["scale_shift"] = dict(beta=reg.slope, beta_se=reg.stderr, p_value=reg.pvalue)
-    emit(args, out, [f"C={b['compute']:.4g}: TPP*={b['tpp']:.3f} loss*={b['loss']:.4f}" for b in out["budgets"]]
-         + [f"mean TPP* = {out['mean_tpp']:.3f}"] + ([f"scale shift beta = {out['scale_shift']['beta']:+.4f} ± "
-                                                    f"{out['scale_shift']['beta_se']:.4f} (p = {out['scale_shift']['p_value']:.3f})"]
-                                                   if "scale_shift" in out else []))
-
-
-def cmd_growth(args):
-    c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
-                 positive=["depth", "compute_flops", "val_loss"])
-    keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
-    v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
-    if not v:
-        raise UsageError(f"{args.data}: no (depth, budget) group could be fitted")
-    out = dict(groups=[dict(depth=k[0], compute=k[1], rho=xv, loss=yv, inside=ins) for k, (xv, yv, ins) in v.items()])
-    out["mean_rho"] = float(np.mean([g["rho"] for g in out["groups"]]))
-    out["rho"] = round(out["mean_rho"], 1)  # A.4.3: average the fitted optima and round to one decimal
-    emit(args, out, [f"d{g['depth']} C={g['compute']:.4g}: rho*={g['rho']:.3f} loss*={g['loss']:.4f}" for g in out["groups"]]
-         + [f"mean rho* = {out['mean_rho']:.3f} -> rho = {out['rho']:.1f}"])
-
-
-def cmd_lr(args):
-    c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"],
-                 positive=["params", "value", "val_loss"])
-    hp = c.get("hparam", ["lr"] * len(c["params"]))
-    out, lines = {}, []
-    for h in dict.fromkeys(hp):
-        m = np.array([x == h for x in hp])
-        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]), f"{h} size")
-        sizes = np.array(sorted(v))
-        if len(sizes) < 2:
-            note(f"{h}: fewer than 2 sizes with an optimum; no drift exponent")
-            continue
-        opt = np.array([v[s][0] for s in sizes])
-        reg = stats.linregress(np.log(sizes), opt)
-        out[h] = dict(optima=[dict(params=s, value=math.exp(o)) for s, o in zip(sizes, opt)], beta=reg.slope,
-                      beta_se=reg.stderr if len(sizes) > 2 else np.nan,
-                      anchor=dict(params=sizes[0], value=math.exp(reg.intercept + reg.slope * math.log(sizes[0]))))
-        lines.append(f"{h}: optimum ∝ N^{reg.slope:+.3f} ± {fnum(out[h]['beta_se'], '.3f')}; "
-                     + ", ".join(f"N={s:.3g}: {math.exp(o):.4g}" for s, o in zip(sizes, opt)))
-    if not out:
-        raise UsageError(f"{args.data}: no hyperparameter could be fitted")
-    emit(args, out, lines)
-
-
-def lower_envelope(x, y):
-    """Lower convex envelope of the Pareto front (less compute, lower loss) in linear (compute, loss) space."""
-    pts, best = [], np.inf
-    for xi, yi in sorted(zip(x, y)):
-        if yi < best:
-            pts.append((xi, yi))
-            best = yi
-    hull = []
-    for p in pts:
-        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) - \
-                (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) <= 0:
-            hull.pop()
-        hull.append(p)
-    return np.array(hull)
-
-
-def compute_at_loss_linear(env, target):
-    """Compute where the (decreasing) envelope reaches `target`, linear in compute; NaN outside it."""
-    if not len(env) or target < env[-1, 1] or target > env[0, 1]:
-        return np.nan
-    return float(np.interp(target, env[::-1, 1], env[::-1, 0]))
-
-
-LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
-
-
-def loop_grid_from_runs(item):
-    """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
-    as in the paper's loop_grid.csv."""
-    paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
-    rows = []
-    for path in paths:
-        r = read_result_json(path, ", ".join(LOOP_COLUMNS))
-        if r["status"] == "complete" and "estimated_matrix_flops" in r:
-            try:
-                p = r["plan"]
-                rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
-                                                     r["estimated_matrix_flops"], r["final_val_loss"])))
-            except (KeyError, TypeError, ValueError):
-                raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
-                                 "estimated_matrix_flops and final_val_loss")
-    if not rows:
-        raise UsageError(f"{item}: no complete train.py runs (result.json) found")
-    return {n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}
-
-
-def cmd_loops(args):
-    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
-                                                           positive=["depth", "loops", "compute_flops", "val_loss"]) if args.data.endswith(".csv") \
-        else loop_grid_from_runs(args.data)
-    at_wd = np.isclose(c["weight_decay"], args.wd)
-    if not at_wd.any():
-        raise UsageError(f"{args.data}: no rows at weight decay {args.wd} (have {sorted(set(c['weight_decay']))})")
-    curves = {}
-    for K in sorted(set(c["loops"][at_wd])):
-        m = at_wd & (c["loops"] == K)
-        o = np.argsort(c["compute_flops"][m])
-        curves[K] = (c["compute_flops"][m][o], c["val_loss"][m][o])
-    budgets = args.budgets or list(FIT["loop_budgets"])
-    out = dict(weight_decay=args.wd, budgets=[])
-    for C in budgets:  # loss of each K at C, linear in compute between neighbouring depths, no extrapolation
-        Ks = [K for K, (x, _) in curves.items() if x[0] <= C <= x[-1]]
-        losses = np.array([np.interp(C, *curves[K]) for K in Ks])
-        try:
-            xv, yv, inside = quad_vertex(np.log(Ks), np.log(losses))
-            row = dict(compute=C, best_loops=math.exp(xv), best_loss=math.exp(yv), inside=inside)
-        except FitError as e:
-            note(f"budget {C:.3g}: {e} ({len(Ks)} loop counts cover it); skipped")
-            continue
-        if 1 in Ks:
-            row["gap_to_k1"] = float(losses[Ks.index(1)] - row["best_loss"])
-        out["budgets"].append(row)
-    k1 = c["loops"] == 1
-    op1 = []  # Operator-1 at the best weight decay per depth
-    for d in sorted(set(c["depth"][k1])):
-        m = k1 & (c["depth"] == d)
-        i = np.argmin(c["val_loss"][m])
-        op1.append((c["compute_flops"][m][i], c["val_loss"][m][i]))
-    op1.sort()
-    env_wd = lower_envelope(c["compute_flops"][at_wd], c["val_loss"][at_wd])
-    env_all = lower_envelope(c["compute_flops"], c["val_loss"])
-    if op1:
-        C_op, L_op = op1[-1]
-        out["operator_1_tuned"] = [dict(compute=x, loss=y) for x, y in op1]
-        out["gain_fixed_wd"] = C_op / compute_at_loss_linear(env_wd, L_op)
-        out["gain_all_wd"] = C_op / compute_at_loss_linear(env_all, L_op)
-        out["frontier_fixed_wd"] = [dict(compute=x, loss=y) for x, y in env_wd if x <= C_op]
-    emit(args, out, [f"C={b['compute']:.3g}: K*={b['best_loops']:.2f} loss*={b['best_loss']:.4f}"
-                     + (f" gap to K=1 {b['gap_to_k1']:.4f}" if "gap_to_k1" in b else "") for b in out["budgets"]]
-         + ([f"Operator-1 (best WD per depth) last point {C_op:.3g} FLOPs, loss {L_op:.4f}: loop scaling at WD {args.wd} "
-             f"needs {fnum(out['gain_fixed_wd'], '.2f')}x less compute (all-WD frontier {fnum(out['gain_all_wd'], '.2f')}x)"]
-            if op1 else []))
-
-
-def emit(args, out, lines):
-    print(json.dumps(jsonable(out), allow_nan=False) if args.json else "\n".join(lines))
 
 
 # ---------------------------------------------------------------------------------------------------- CLI
@@ -1185,9 +790,9 @@ def build_parser():
     return p
 
 
-def cmd_design(args):
-    import ladder_design  # the simulator lives in its own module; it imports this one
-    ladder_design.cmd_design(args)
+# subcommand -> the module with its cmd_<subcommand>; the others import this one, so they are imported when used
+SUBCOMMAND_MODULES = dict(ladders="fit", downstream="fit", design="ladder_design", surface="surface", tpp="sweeps",
+                          growth="sweeps", lr="sweeps", loops="sweeps")
 
 
 def run(argv):
@@ -1195,8 +800,7 @@ def run(argv):
     for flag in ("bootstrap", "drop_highest", "anchor_depth"):
         if (getattr(args, flag, None) or 0) < 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
-    {"ladders": cmd_ladders, "design": cmd_design, "surface": cmd_surface, "downstream": cmd_downstream, "tpp": cmd_tpp,
-     "growth": cmd_growth, "lr": cmd_lr, "loops": cmd_loops}[args.cmd](args)
+    getattr(importlib.import_module(SUBCOMMAND_MODULES[args.cmd]), f"cmd_{args.cmd}")(args)
 
 
 def main(argv=None):
@@ -1204,5 +808,5 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("fit", sys.modules[__name__])  # `import fit` (ladder_design) gets this module's functions
+    sys.modules.setdefault("fit", sys.modules[__name__])  # `import fit` (its subcommand modules) gets this module
     exit_process(main())

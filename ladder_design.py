@@ -10,7 +10,7 @@ and the plan's FLOPs and GPU-hours.
   python fit.py ladders reference/fineweb_ladders.csv --json > pilot.json
   python fit.py design plan.jsonl --truth pilot.json --noise 0.002 --design d6-18 --design "d6-18 x3@top2"
 """
-import json, math, os, re, sys
+import json, math, re, sys
 
 import numpy as np
 
@@ -18,7 +18,6 @@ import fit
 from arms import GPU_PEAK_FLOPS
 from fit import FIT, UsageError, FitError
 
-DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
 DESIGN_SPEC = re.compile(r"^(?:d(\d+)-(\d+))?\s*(?:x(\d+)(?:@(top\d+|[\d,]+))?)?$")
 
 
@@ -159,37 +158,6 @@ def true_laws(args, arms):
     return E, laws
 
 
-def design_figure(results, ref_arm, out_dir, gpu):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fit.record_outputs(out_dir, DESIGN_FIGURE)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    arms = list(results[0]["arms"])
-    for a in arms:
-        label, color = fit.ARM_STYLE.get(a, (a, None))
-        for ax, key in zip(axes, ("gamma_ci_halfwidth", "delta_gamma_ci_halfwidth")):
-            if key in results[0]["arms"][a]:
-                pts = sorted((r["gpu_hours"], r["arms"][a][key]) for r in results)
-                ax.plot(*zip(*pts), "o-", color=color, label=label)
-        if a != ref_arm:
-            axes[1].axhline(abs(results[0]["arms"][a]["delta_gamma_true"]), color=color, ls=":", lw=1)
-    for r in results:
-        for ax, key in zip(axes, ("gamma_ci_halfwidth", "delta_gamma_ci_halfwidth")):
-            ys = [v[key] for v in r["arms"].values() if key in v]
-            ax.annotate(r["design"], (r["gpu_hours"], max(ys)), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    axes[0].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel="expected 95% CI half-width of γ")
-    axes[1].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel=f"expected 95% CI half-width of γ − γ_{ref_arm}",
-                title="dotted: each arm's true |Δγ|")
-    axes[0].legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    paths = [os.path.join(out_dir, n) for n in DESIGN_FIGURE]
-    for p in paths:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return paths
-
-
 def cmd_design(args):
     if args.noise is None:
         raise UsageError("--noise SIGMA is required: the relative run-to-run noise (sd of ln val_loss of one run), "
@@ -197,7 +165,8 @@ def cmd_design(args):
     if args.sims < 20:
         raise UsageError(f"--sims must be >= 20, got {args.sims}")
     if args.out:
-        fit.check_outputs(args.out, DESIGN_FIGURE)
+        import figures  # matplotlib is loaded only when figures are asked for
+        fit.check_outputs(args.out, figures.DESIGN_FIGURE)
     plan = {}
     for path in args.plan:
         for key, v in read_plan(path).items():
@@ -222,7 +191,7 @@ def cmd_design(args):
                             gpu_hours=flops / (peak * args.mfu) / 3600,
                             depths={a: dict(zip(map(int, ds), map(int, n))) for a, (_, n, ds) in arms.items()},
                             arms=summarize(points, laws, E, args.reference_arm, args.noise, draws)))
-    paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
+    paths = figures.design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
     out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
                seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
     if args.json:

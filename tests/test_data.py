@@ -1,5 +1,5 @@
-"""Tests for data.py: downloads against a local fake Hugging Face server, pool preparation (FineWeb split and
-de-dup, FineWeb-Edu, stdlib, local files, resume), the loader's world-size invariance, and CLI errors."""
+"""Tests for data.py and download.py: downloads against a local fake Hugging Face server, pool preparation (FineWeb
+split and de-dup, FineWeb-Edu, stdlib, local files, resume), the loader's world-size invariance, and CLI errors."""
 import hashlib
 import io
 import json
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import data
+import download
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FW = data.CORPORA["fineweb"]
@@ -84,8 +85,8 @@ def hub(monkeypatch):
     thread = threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True)
     thread.start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
-    monkeypatch.setattr(data, "HF_ENDPOINT", url)
-    monkeypatch.setitem(data.DOWNLOAD, "backoff_s", 0.01)
+    monkeypatch.setattr(download, "HF_ENDPOINT", url)
+    monkeypatch.setitem(download.DOWNLOAD, "backoff_s", 0.01)
     yield url
     server.shutdown()
     server.server_close()
@@ -136,9 +137,9 @@ def test_download_resumes_after_cut_off(hub, tmp_path):
     key = f"{FW['repo']}/{FW['revision']}/sample/10BT/000_00000.parquet"
     FakeHub.files[key] = payload
     FakeHub.cut_once.add(key)
-    url = data.hf_url(FW["repo"], FW["revision"], "sample/10BT/000_00000.parquet")
+    url = download.hf_url(FW["repo"], FW["revision"], "sample/10BT/000_00000.parquet")
     dest = str(tmp_path / "shard.parquet")
-    data.download(url, dest, len(payload), hashlib.sha256(payload).hexdigest())
+    download.download(url, dest, len(payload), hashlib.sha256(payload).hexdigest())
     assert open(dest, "rb").read() == payload
     assert not os.path.exists(dest + ".part")
     ranges = [r for p, r in FakeHub.log]
@@ -154,7 +155,7 @@ def test_download_of_an_interrupted_part_file_continues(hub, tmp_path, monkeypat
     dest = str(tmp_path / "x.parquet")
     open(dest + ".part", "wb").write(payload[:12_345])  # left behind by a killed process
     monkeypatch.setenv("HF_TOKEN", "secret")
-    data.download(f"{hub}/datasets/o/r/resolve/rev/x.parquet", dest, len(payload))
+    download.download(f"{hub}/datasets/o/r/resolve/rev/x.parquet", dest, len(payload))
     assert open(dest, "rb").read() == payload
     assert FakeHub.log == [("/datasets/o/r/resolve/rev/x.parquet", "bytes=12345-")]
 
@@ -163,16 +164,16 @@ def test_download_size_mismatch_fails_clearly(hub, tmp_path):
     key = "o/r/rev/y.parquet"
     FakeHub.files[key] = b"x" * 1000
     dest = str(tmp_path / "y.parquet")
-    with pytest.raises(data.DataError, match="size mismatch.*1000 bytes.*1200"):
-        data.download(f"{hub}/datasets/o/r/resolve/rev/y.parquet", dest, expected_size=1200)
+    with pytest.raises(download.DownloadError, match="size mismatch.*1000 bytes.*1200"):
+        download.download(f"{hub}/datasets/o/r/resolve/rev/y.parquet", dest, expected_size=1200)
     assert not os.path.exists(dest)
 
 
 def test_download_wrong_sha256_is_not_kept(hub, tmp_path):
     FakeHub.files["o/r/rev/z.parquet"] = b"abc"
     dest = str(tmp_path / "z.parquet")
-    with pytest.raises(data.DataError, match="sha256 mismatch"):
-        data.download(f"{hub}/datasets/o/r/resolve/rev/z.parquet", dest, 3, "0" * 64)
+    with pytest.raises(download.DownloadError, match="sha256 mismatch"):
+        download.download(f"{hub}/datasets/o/r/resolve/rev/z.parquet", dest, 3, "0" * 64)
     assert not os.path.exists(dest) and not os.path.exists(dest + ".part")
 
 

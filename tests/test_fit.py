@@ -1,14 +1,20 @@
-"""Tests for fit.py: the paper's Figure 3 numbers reproduced from the release data, synthetic laws with known answers, edge cases, CLI."""
+"""Tests for fit.py and the modules of its subcommands (figures.py, surface.py, sweeps.py): the paper's Figure 3
+numbers reproduced from the release data, synthetic laws with known answers, edge cases, CLI."""
 import csv
 import json
 import math
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as fit.py does: tiny fits, threaded BLAS only adds contention
 import numpy as np
 import pytest
 
+import figures
 import fit
+import surface
+import sweeps
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(REPO, "reference", "fineweb_ladders.csv")
@@ -240,24 +246,24 @@ def surface_grid(k, noise, seed=0, A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.
 @pytest.mark.parametrize("form,k", [("chinchilla", 1.0), ("skaling", 0.5), ("skaling", 1.0)])
 def test_surface_recovers_parameters(form, k):
     N, D, L = surface_grid(k, noise=5e-4)
-    p = fit.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
+    p = surface.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
     assert p["k"] == pytest.approx(k, abs=0.1)  # k = 1 data gives k ~ 1 under the Skaling form
     assert p["alpha"] == pytest.approx(0.4, abs=0.05) and p["beta"] == pytest.approx(0.3, abs=0.05)
     assert p["E"] == pytest.approx(1.5, abs=0.1)
-    assert fit.mape(p, N, D, L) < 0.1
+    assert surface.mape(p, N, D, L) < 0.1
 
 
 def test_compute_optimal_closed_form():
     p = dict(A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.5, k=0.5)
-    o = fit.compute_optimal(p, 1e21)
+    o = surface.compute_optimal(p, 1e21)
     Ns = np.geomspace(o["N"] / 3, o["N"] * 3, 2001)  # brute force along 6 N D = C
-    assert Ns[np.argmin(fit.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
+    assert Ns[np.argmin(surface.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
     assert 6 * o["N"] * o["D"] == pytest.approx(1e21) and o["ratio"] == pytest.approx(o["D"] / o["N"])
 
 
 def test_regime_split_as_documented():
     N, D, _ = surface_grid(1.0, 0.0)  # 6 x 6 grid; frac 0.25 -> the largest ceil(1.5) = 2 N and 2 D values are 'large'
-    r = fit.split_regimes(N, D, 0.25)
+    r = surface.split_regimes(N, D, 0.25)
     assert {k: int(v.sum()) for k, v in r.items()} == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
     big_n, big_d = np.unique(N)[-2:], np.unique(D)[-2:]
     assert np.array_equal(r["far"], np.isin(N, big_n) & np.isin(D, big_d))
@@ -359,9 +365,9 @@ def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
 def test_loops_gain_exact():
     # a frontier that reaches every Operator-1 loss with 2.2x less compute
     op = [(1e18 * 2 ** i, 3.0 - 0.1 * i) for i in range(5)]
-    env = fit.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
-    assert op[-1][0] / fit.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
-    assert math.isnan(fit.compute_at_loss_linear(env, 2.0))
+    env = sweeps.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
+    assert op[-1][0] / sweeps.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
+    assert math.isnan(sweeps.compute_at_loss_linear(env, 2.0))
 
 
 # ------------------------------------------------------------------------------------------------ replicates and noise
@@ -498,7 +504,7 @@ def test_out_manifest_allows_rerun_and_refuses_foreign_files(tmp_path, capsys):
     figs = tmp_path / "figs"
     run(capsys, "ladders", path, "--out", figs)
     run(capsys, "ladders", path, "--out", figs)  # its own files: regenerated
-    assert sorted(json.load(open(figs / "fit_manifest.json"))["files"]) == sorted(fit.LADDER_FIGURES)
+    assert sorted(json.load(open(figs / "fit_manifest.json"))["files"]) == sorted(figures.LADDER_FIGURES)
     other = tmp_path / "other"
     os.makedirs(other)
     (other / "fig2_left.pdf").write_bytes(b"mine")
@@ -513,6 +519,13 @@ def test_subcommand_help_shows_contracts(capsys):
             fit.main([cmd, "-h"])
         assert needle in capsys.readouterr().out, cmd
     assert len(fit.FIT["loop_budgets"]) == 5
+
+
+def test_fit_is_torch_free_and_loads_matplotlib_only_for_figures():
+    code = ("import sys, fit, ladder_design, surface, sweeps; assert fit.main(['ladders', sys.argv[1]]) == 0; "
+            "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules")
+    r = subprocess.run([sys.executable, "-c", code, RELEASE], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith("E = 1.706433 "), r.stderr
 
 
 def test_loops_default_budgets_are_the_release_five(tmp_path, capsys):

@@ -8,6 +8,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import pytest
 
+import figures
 import fit
 import ladder_design
 
@@ -82,7 +83,7 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
     assert small["flops"] == pytest.approx(flops) and small["gpu_hours"] == pytest.approx(flops / (312e12 * 0.5) / 3600)
     assert big["arms"]["better"]["gamma_se_known_E"] < small["arms"]["better"]["gamma_se_known_E"]
     assert big["depths"]["better"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
-    for name in ladder_design.DESIGN_FIGURE:
+    for name in figures.DESIGN_FIGURE:
         assert os.path.getsize(tmp_path / "figs" / name) > 1000
     # E/gamma/A flags instead of a pilot: every other arm is the reference + --delta-gamma
     fit.main(["design", str(tmp_path / "plan.jsonl"), "--E", "1.7", "--gamma", "0.11", "--A", "1.6",
