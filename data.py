@@ -353,6 +353,20 @@ def _refuse_foreign(out, old, settings):
                         f"finish it, or use another --out")
 
 
+def confirm_complete(out, old, same):
+    """True when `out` already holds this complete pool (every file's hash checked); refuses one with other
+    settings."""
+    if old is None or old.get("status") != "complete":
+        return False
+    if not same:
+        raise DataError(f"{out} already holds a complete {old.get('corpus')} pool with other settings; "
+                        f"use another --out or delete it first")
+    for split in SPLITS:
+        load_pool(out, split, verify_hash=True)
+    print(f"{out}: pool already complete and verified", file=sys.stderr)
+    return True
+
+
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
     """Build, resume or confirm the pool in `out`. Returns its finished manifest."""
     settings = corpus_settings(corpus, files_glob)
@@ -369,13 +383,7 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
     old = _read_manifest(out)
     _refuse_foreign(out, old, settings)
     same = old is not None and all(old.get(k) == v for k, v in settings.items())
-    if old is not None and old.get("status") == "complete":
-        if not same:
-            raise DataError(f"{out} already holds a complete {old.get('corpus')} pool with other settings; "
-                            f"use another --out or delete it first")
-        for split in SPLITS:
-            load_pool(out, split, verify_hash=True)
-        print(f"{out}: pool already complete and verified", file=sys.stderr)
+    if confirm_complete(out, old, same):
         return old
     sources = list_sources(corpus, files_glob)
     workdir = os.path.join(out, "downloads")
