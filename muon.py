@@ -46,6 +46,20 @@ release's ZeRO-2-style transport, same math:
   writes its own shard; load_state_dict() of a template filled by dcp.load works at any world size, and it still
   takes today's complete single-file state ({"state": {index: ...}, "param_groups": ...}), keeping what this rank owns.
 
+Fixed reduction order (fixed_order=True on Muon and ReplicatedGrads; train.py --fixed-reduce-order): the summed
+gradient is bit-identical on every power-of-two world size W. The caller runs global micro-batch k*W + r as rank r's
+k-th, scales every loss by 1/M (M micro-batches per step in all) and calls finish_micro_batch() after every backward.
+The sum is one canonical fold of the M micro-batch gradients in global order (fold(): a binary counter, then the
+stack collapsed right to left). Every micro-batch's gradients go to their owners (sync_grads is ignored): scatter
+buckets by all_to_all (each rank's chunk r to rank r, the bytes of a reduce-scatter), single-owner buckets by gather;
+the owner sums the W leaves of a micro-batch time as a complete binary tree and pushes that subtree at level log2(W),
+which leaves the counter exactly as pushing the W leaves one by one would, for any M / W (tests/test_muon.py checks
+it). The owner keeps up to floor(log2(M / W)) + 1 partial sums of each owned matrix. ReplicatedGrads splits each
+flat gradient into W equal chunks (zero-padded), all_to_all's them, folds chunk r on rank r, and wait() all-gathers
+the folded chunks (the bytes of an all-reduce, the reduce-scatter half paid per micro-batch). With one process the
+fold is local. Muon's batched update of same-shape matrices is bitwise independent of the batch's other matrices
+on CPU (tested), so the update needs no change.
+
 Tests: python -m pytest -q tests/test_muon.py
 """
 import math
@@ -209,6 +223,49 @@ def reset_state(optimizer, params):
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The fixed-order fold: the canonical sum of a step's micro-batch gradients (module docstring). A stack holds
+# (level, partial sum of 2**level adjacent leaves) pairs, oldest first.
+
+def push(stack, level, tensor):
+    """Binary-counter step: push a partial sum at `level`; equal-level neighbours merge as left + right (into left)."""
+    while stack and stack[-1][0] == level:
+        tensor = stack.pop()[1].add_(tensor)
+        level += 1
+    stack.append((level, tensor))
+
+
+def collapse(stack):
+    """The stack's total, right to left: s0 + (s1 + (... + s_last)), in place into s0."""
+    total = stack[-1][1]
+    for _, left in reversed(stack[:-1]):
+        total = left.add_(total)
+    return total
+
+
+def fold(leaves):
+    """The canonical sum of `leaves` in their order: each pushed at level 0, then collapsed (adds into the leaves)."""
+    stack = []
+    for leaf in leaves:
+        push(stack, 0, leaf)
+    return collapse(stack)
+
+
+def tree_sum(leaves):
+    """The sum of 2**L leaves as a complete binary tree, adjacent pairs level by level: what fold() computes for them.
+    The leaves are left as they are (one leaf is returned itself)."""
+    while len(leaves) > 1:
+        leaves = [a + b for a, b in zip(leaves[0::2], leaves[1::2])]
+    return leaves[0]
+
+
+def leaf_level(world_size):
+    """log2(world_size): the level at which one micro-batch time's W leaves enter the fold."""
+    if world_size & (world_size - 1):
+        raise ValueError(f"the fixed reduction order needs a power-of-two world size, got {world_size}")
+    return world_size.bit_length() - 1
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Ownership and buckets: pure functions of the matrix shapes, the same on every rank.
 
 def assign_owners(shapes, world_size):
@@ -293,11 +350,12 @@ class Muon(torch.optim.Optimizer):
     distributed: None = automatic (torch.distributed initialised with world size > 1); False = every rank computes
     every update from the gradients it has (e.g. already averaged by DDP). polar_express_dtype: auto | bf16 | fp32.
     bucket_mb: transport bucket size. param_names: stable checkpoint names (default: the parameter index).
+    fixed_order: the world-size-invariant sum (call finish_micro_batch() after every backward).
     The module docstring has the contract; set sync_grads before each backward when accumulating micro-batches.
     """
 
     def __init__(self, params, lr, weight_decay=0.0, momentum=MOMENTUM_START, distributed=None,
-                 polar_express_dtype="auto", bucket_mb=BUCKET_MB, param_names=None):
+                 polar_express_dtype="auto", bucket_mb=BUCKET_MB, param_names=None, fixed_order=False):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
         params = self._params()
         for p in params:
@@ -318,12 +376,14 @@ class Muon(torch.optim.Optimizer):
             self.state[p].update(momentum_buffer=torch.zeros_like(p), second_moment=torch.zeros(
                 second_moment_shape(p.shape), dtype=torch.float32, device=p.device))
         self.stepped = [False] * len(params)  # replicated: True once a matrix's state may be non-zero
-        self.sync_grads = True
+        self.sync_grads, self.fixed_order = True, fixed_order
+        self._leaf_level = leaf_level(self.world_size) if fixed_order else None
+        self._stacks = defaultdict(list)  # fixed order: index -> partial sums of an owned matrix's gradient
         self._plans = {}
         self._expected = self._plan(range(len(params)))  # the buckets hooks fill; re-planned from each step's grads
         self._next_bucket, self._ready, self._in_flight = 0, set(), []
         self._reduced, self._owned_grads = set(), {}  # matrices reduced this step; averaged grads of the owned ones
-        if self.world_size > 1:
+        if self.world_size > 1 or fixed_order:
             for p in params:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
 
@@ -344,8 +404,14 @@ class Muon(torch.optim.Optimizer):
     # --- gradient reduction ----------------------------------------------------------------------------------------
 
     def _grad_ready(self, p):
-        """Post-accumulate-grad hook: launch every complete bucket, strictly in plan order (the same on all ranks)."""
-        if not self.sync_grads:
+        """Post-accumulate-grad hook: launch every complete bucket, strictly in plan order (the same on all ranks).
+        Fixed order in one process: the gradient is the leaf, pushed at once."""
+        if self.fixed_order and self.world_size == 1:
+            push(self._stacks[self.index[p]], 0, p.grad)
+            p.grad = None
+            self._reduced.add(self.index[p])
+            return
+        if not (self.sync_grads or self.fixed_order):
             return
         self._ready.add(self.index[p])
         while self._next_bucket < len(self._expected) and \
@@ -360,7 +426,13 @@ class Muon(torch.optim.Optimizer):
         flat = torch.cat([params[i].grad.reshape(-1) for i in bucket.members])
         for i in bucket.members:
             params[i].grad = None  # the bucket's copy replaces the gradient; non-owned ones are gone after the reduce
-        if bucket.scatter:
+        if self.fixed_order and bucket.scatter:  # out on rank r: its chunk of every rank, in rank order
+            out = torch.empty_like(flat)
+            work = dist.all_to_all_single(out, flat, async_op=True)
+        elif self.fixed_order:
+            out = [torch.empty_like(flat) for _ in range(self.world_size)] if self.rank == bucket.owner else None
+            work = dist.gather(flat, out, dst=bucket.owner, async_op=True)
+        elif bucket.scatter:
             out = flat.new_empty(flat.numel() // self.world_size)
             work = dist.reduce_scatter_single(out, flat, async_op=True)
         else:
@@ -372,6 +444,9 @@ class Muon(torch.optim.Optimizer):
         params = self._params()
         for bucket, out, work in self._in_flight:
             work.wait()
+            if self.fixed_order:
+                self._push_leaves(bucket.chunks[self.rank], out)
+                continue
             offset = 0
             for i in bucket.chunks[self.rank]:
                 grad = out[offset:offset + params[i].numel()].view_as(params[i])
@@ -382,13 +457,41 @@ class Muon(torch.optim.Optimizer):
                     self._owned_grads[i] = grad.div_(self.world_size)
         self._in_flight = []
 
-    def _reduce_grads(self):
-        """Wait for backward's buckets, reduce whatever is left; returns the indices that had a gradient this step."""
+    def _push_leaves(self, owned, out):
+        """Fixed order: the W leaves of one micro-batch time of the owned matrices (a bucket's received chunks, or the
+        gathered matrix), summed as a tree and pushed at level log2(W) on each matrix's stack."""
+        if not owned:
+            return
+        params = self._params()
+        leaves = out if isinstance(out, list) else list(out.view(self.world_size, -1).unbind())
+        folded, offset = tree_sum(leaves), 0
+        for i in owned:
+            push(self._stacks[i], self._leaf_level, folded[offset:offset + params[i].numel()].view_as(params[i]))
+            offset += params[i].numel()
+
+    def _reduce_leftovers(self):
+        """Wait for backward's buckets and send whatever backward's hooks did not (a bucket plan made from another
+        step's gradients, or sync_grads off) -> whether anything was left."""
         self._finish_reductions()
         left = [i for i, p in enumerate(self._params()) if p.grad is not None]  # the same on every rank
         for bucket in self._plan(left) if left else []:
             self._launch_reduce(bucket)
         self._finish_reductions()
+        return bool(left)
+
+    def finish_micro_batch(self):
+        """Fixed order, after every micro-batch's backward: its gradients are exchanged and folded into the owners'
+        partial sums before the next backward could accumulate into them."""
+        if self._reduce_leftovers():  # the next micro-batches' hooks launch buckets of this step's gradients
+            self._expected = self._plan(sorted(self._reduced))
+        self._next_bucket, self._ready = 0, set()
+
+    def _reduce_grads(self):
+        """Wait for backward's buckets, reduce whatever is left; returns the indices that had a gradient this step."""
+        self._reduce_leftovers()
+        if self.fixed_order:
+            self._owned_grads = {i: collapse(stack) for i, stack in self._stacks.items()}
+            self._stacks.clear()
         with_grad, self._reduced = sorted(self._reduced), set()
         self._next_bucket, self._ready = 0, set()
         self._expected = self._plan(with_grad)
@@ -427,7 +530,7 @@ class Muon(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         params = self._params()
-        if self.world_size > 1:
+        if self.world_size > 1 or self.fixed_order:
             with_grad = self._reduce_grads()
             grads, self._owned_grads = self._owned_grads, {}
         else:
@@ -512,21 +615,50 @@ class Muon(torch.optim.Optimizer):
 class ReplicatedGrads:
     """Rank-averaged .grad for parameters every rank steps itself (the AdamW embedding and lm_head): each finished
     gradient is all-reduced asynchronously from its post-accumulate-grad hook while sync_grads is True (DDP's
-    traffic, overlapped with the rest of backward); wait() completes them (and reduces any left) before the step."""
+    traffic, overlapped with the rest of backward); wait() completes them (and reduces any left) before the step.
+    fixed_order: the world-size-invariant sum of the module docstring (finish_micro_batch() after every backward;
+    .grad is then the sum of the micro-batch gradients, the caller having scaled each loss by 1/M)."""
 
-    def __init__(self, params):
+    def __init__(self, params, fixed_order=False):
         self.params, self.sync_grads, self._in_flight = list(params), True, []
-        self.world_size = world_size()
-        if self.world_size > 1:
+        self.world_size, self.fixed_order = world_size(), fixed_order
+        self._leaf_level = leaf_level(self.world_size) if fixed_order else None
+        self._stacks = defaultdict(list)  # fixed order: parameter -> partial sums of this rank's chunk
+        if self.world_size > 1 or fixed_order:
             for p in self.params:
                 p.register_post_accumulate_grad_hook(self._grad_ready)
 
     def _grad_ready(self, p):
-        if self.sync_grads:
+        if self.fixed_order:
+            self._send_chunks(p)
+        elif self.sync_grads:
             grad, p.grad = p.grad, None  # a later backward accumulates afresh, not into the tensor in flight
             self._in_flight.append((p, grad, dist.all_reduce(grad, async_op=True)))
 
+    def _send_chunks(self, p):
+        """Fixed order: this micro-batch's gradient of p in W equal chunks (zero-padded), chunk r to rank r."""
+        grad, p.grad = p.grad, None
+        if self.world_size == 1:
+            push(self._stacks[p], 0, grad)
+            return
+        flat = grad.reshape(-1)
+        if flat.numel() % self.world_size:
+            flat = torch.cat([flat, flat.new_zeros(-flat.numel() % self.world_size)])
+        out = torch.empty_like(flat)
+        self._in_flight.append((p, out, dist.all_to_all_single(out, flat, async_op=True)))
+
+    def finish_micro_batch(self):
+        """Fixed order, after every micro-batch's backward: this rank's chunk of each gradient from every rank, summed
+        as a tree and pushed at level log2(W)."""
+        for p, out, work in self._in_flight:
+            work.wait()
+            push(self._stacks[p], self._leaf_level, tree_sum(list(out.view(self.world_size, -1).unbind())))
+        self._in_flight = []
+
     def wait(self):
+        if self.fixed_order:
+            self._gather_sums()
+            return
         if self.world_size == 1:
             return
         all_reduce_grads(self.params)  # gradients not reduced in backward (sync_grads False on the last one)
@@ -535,3 +667,19 @@ class ReplicatedGrads:
             grad.div_(self.world_size)
             p.grad = grad if p.grad is None else p.grad.add_(grad)
         self._in_flight = []
+
+    def _gather_sums(self):
+        """Fixed order: each rank's collapsed chunk, all-gathered into the full sum on every rank."""
+        self.finish_micro_batch()
+        pending = []
+        for p, stack in self._stacks.items():  # in hook order: the same on every rank
+            mine = collapse(stack)
+            if self.world_size == 1:
+                p.grad = mine
+                continue
+            full = mine.new_empty(mine.numel() * self.world_size)
+            pending.append((p, full, dist.all_gather_single(full, mine, async_op=True)))
+        for p, full, work in pending:
+            work.wait()
+            p.grad = full[:p.numel()].view_as(p)
+        self._stacks.clear()

@@ -318,6 +318,66 @@ def test_reset_state_gives_fresh_state():
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The fixed-order fold (pure functions) and the batched update's independence of its batch partners.
+
+def random_leaves(n, seed):
+    """fp32 leaves spread over 6 orders of magnitude: their sums round differently in different orders."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.randn(3, 5, generator=generator) * 10.0 ** torch.randint(-3, 3, (3, 5), generator=generator)
+            for _ in range(n)]
+
+
+def test_fold_equals_the_fold_of_per_time_subtrees_at_any_world_size():
+    """The owner's fold (rank r runs global micro-batch k*W + r; at time k the W leaves are summed as a tree and pushed
+    at level log2 W) equals the fold of all M leaves one by one, bit for bit, for any M / W, also not a power of two;
+    and the leaves are such that another order (left to right) gives other bits."""
+    order_matters = False
+    for m in (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 40):
+        leaves = random_leaves(m, seed=m)
+        reference = muon.fold([leaf.clone() for leaf in leaves])
+        for world in (1, 2, 4, 8):
+            if m % world:
+                continue
+            stack = []
+            for k in range(m // world):
+                subtree = muon.tree_sum([leaf.clone() for leaf in leaves[k * world:(k + 1) * world]])
+                muon.push(stack, muon.leaf_level(world), subtree)
+            assert torch.equal(muon.collapse(stack), reference), (m, world)
+        left_to_right = leaves[0].clone()
+        for leaf in leaves[1:]:
+            left_to_right += leaf
+        order_matters |= not torch.equal(left_to_right, reference)
+    assert order_matters
+    assert [muon.leaf_level(w) for w in (1, 2, 4, 8, 16)] == [0, 1, 2, 3, 4]
+    for world in (3, 6, 12):
+        with pytest.raises(ValueError, match="power-of-two"):
+            muon.leaf_level(world)
+
+
+@pytest.mark.parametrize("polar_express_dtype", [torch.float32, torch.bfloat16])
+def test_batched_update_is_independent_of_its_batch_partners_on_cpu(polar_express_dtype):
+    """Muon._update stacks the owned same-shape matrices of a group, and which those are depends on the world size: on
+    CPU a matrix's update, momentum, second moment and new weights are bitwise the same alone, with partners, and at
+    another position in the batch (so the fixed reduction order needs no other batching)."""
+    generator = torch.Generator().manual_seed(0)
+    for shape in [(32, 32), (96, 32), (32, 96)]:
+        grads, weights = (torch.randn(6, *shape, generator=generator) for _ in range(2))
+        momenta = torch.randn(6, *shape, generator=generator)
+        second = torch.rand(6, *muon.second_moment_shape(shape), generator=generator)
+
+        def update(batch):
+            momentum, moment, weight = momenta[batch].clone(), second[batch].clone(), weights[batch].clone()
+            out = muon.muon_direction(grads[batch], momentum, moment, 0.9, polar_express_dtype)
+            muon.apply_update(weight, out, 0.02, 0.1)
+            return out, momentum, moment, weight
+        alone = update([0])
+        for batch in ([0, 1], [0, 1, 2], [0, 5, 3, 4, 1, 2], [2, 0]):
+            position = batch.index(0)
+            for a, b in zip(alone, update(batch)):
+                assert torch.equal(a[0], b[position]), (shape, batch)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Ownership, buckets and byte accounting (pure functions).
 
 def tiny_config():
@@ -358,7 +418,7 @@ def set_step(opt, step):
         group["lr"], group["momentum"] = schedule(step % 5)
 
 
-def build_run():
+def build_run(fixed_order=False):
     import model
     torch.manual_seed(0)
     net = model.GPT(tiny_config())
@@ -366,10 +426,11 @@ def build_run():
         torch.nn.init.normal_(p, std=0.05)
     groups = net.param_groups()
     names = [n for n, p in net.named_parameters() if n.startswith("transformer.h.")]
-    opt = muon.Muon(groups["matrix"], lr=0.02, weight_decay=0.1, bucket_mb=0.02, param_names=names)
+    opt = muon.Muon(groups["matrix"], lr=0.02, weight_decay=0.1, bucket_mb=0.02, param_names=names,
+                    fixed_order=fixed_order)
     adam_params = groups["embedding"] + groups["unembedding"]
     adamw = torch.optim.AdamW(adam_params, lr=0.01, weight_decay=0.1)
-    return net, opt, adamw, muon.ReplicatedGrads(adam_params)
+    return net, opt, adamw, muon.ReplicatedGrads(adam_params, fixed_order=fixed_order)
 
 
 def exact_grad(step, sequence, index, shape):
@@ -408,12 +469,13 @@ def train_step(net, opt, adamw, replicated, step, rank, world, probe=None):
 def count_collectives(counts, world):
     """Wrap the collectives muon.py calls; per-rank wire bytes of bandwidth-optimal (ring) algorithms."""
     factors = dict(reduce_scatter_single=(world - 1) / world, all_gather_single=(world - 1) / world,
-                   all_reduce=2 * (world - 1) / world, reduce=1.0, broadcast=1.0)
+                   all_reduce=2 * (world - 1) / world, reduce=1.0, broadcast=1.0,
+                   all_to_all_single=(world - 1) / world, gather=1.0)  # all_to_all: keeps 1/world of its input
     for name, factor in factors.items():
         original = getattr(dist, name)
 
         def counted(*args, _original=original, _name=name, _factor=factor, **kwargs):
-            tensor = args[1] if _name == "reduce_scatter_single" else args[0]  # the full-size buffer
+            tensor = args[1] if _name in ("reduce_scatter_single", "all_to_all_single") else args[0]  # full size
             counts.append((_name, tensor.numel() * tensor.element_size(), _factor))
             return _original(*args, **kwargs)
         setattr(dist, name, counted)
@@ -425,15 +487,12 @@ def storage_bytes(opt):
     return sum(storages.values())
 
 
-def trajectory(rank, world, out_dir):
-    """Uninterrupted run (world 2 also saves a DCP checkpoint, counts bytes and checks memory), then a run resumed
-    from the 2-rank checkpoint at SAVE_AT."""
+def trajectory(rank, world, out_dir, counts):
+    """Uninterrupted run (world 2 also saves a DCP checkpoint, counts bytes into `counts` and checks memory), then a
+    run resumed from the 2-rank checkpoint at SAVE_AT."""
     import torch.distributed.checkpoint as dcp
     net, opt, adamw, replicated = build_run()
     report = dict(steps={})
-    counts = []
-    if world == 2:
-        count_collectives(counts, world)
     for step in range(STEPS):
         if step == SAVE_AT and world == 2:
             before = storage_bytes(opt)
@@ -468,11 +527,56 @@ def trajectory(rank, world, out_dir):
     return report
 
 
+FIXED_SEQS = 8  # global micro-batches per step in the fixed-order runs: 8, 4 and 2 per rank on 1, 2 and 4 ranks
+
+
+def random_grad(step, micro_batch, index, shape):
+    """A per-micro-batch gradient of arbitrary fp32 values: unlike exact_grad, its sums depend on their order."""
+    generator = torch.Generator().manual_seed(100_000 * step + 1_000 * micro_batch + index)
+    return torch.randn(shape, generator=generator)
+
+
+def fixed_trajectory(rank, world, counts):
+    """train.py's --fixed-reduce-order step through growth: rank r runs global micro-batches k*W + r, every loss is
+    scaled by 1/M, and finish_micro_batch follows every backward. -> final weights, and on 2 ranks the collectives of
+    each micro-batch and of each step's end."""
+    net, opt, adamw, replicated = build_run(fixed_order=True)
+    report = dict(steps={})
+    for step in range(STEPS):
+        if step == GROW_AT:
+            muon.reset_state(opt, net.grow(4))
+        skipped = (3, 4) if step < GROW_AT else (4,) if step == STEPS - 1 else ()
+        matrices = opt.param_groups[0]["params"]
+        trained = [(i, p) for i, p in enumerate(matrices) if i // 7 not in skipped]
+        trained += [(len(matrices) + k, p) for k, p in enumerate(replicated.params)]
+        set_step(opt, step)
+        marks = [len(counts)]
+        for k in range(FIXED_SEQS // world):
+            j = k * world + rank
+            (sum((p * random_grad(step, j, i, p.shape)).sum() for i, p in trained) / FIXED_SEQS).backward()
+            replicated.finish_micro_batch()
+            opt.finish_micro_batch()
+            marks.append(len(counts))
+        replicated.wait()
+        opt.step()
+        adamw.step()
+        net.zero_grad(set_to_none=True)
+        report["steps"][step] = dict(micro_batches=[counts[a:b] for a, b in zip(marks, marks[1:])],
+                                     end=counts[marks[-1]:])
+    report["final"] = {k: v.clone() for k, v in net.state_dict().items()}
+    return report
+
+
 def transport_worker(rank, world, port, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        torch.save(trajectory(rank, world, out_dir), f"{out_dir}/w{world}_rank{rank}.pt")
+        counts = []
+        if world == 2:
+            count_collectives(counts, world)
+        report = trajectory(rank, world, out_dir, counts)
+        report["fixed"] = fixed_trajectory(rank, world, counts)
+        torch.save(report, f"{out_dir}/w{world}_rank{rank}.pt")
     finally:
         dist.destroy_process_group()
     # Skip interpreter teardown: gloo's worker thread can still be freeing a finished collective's tensors then, needs
@@ -491,7 +595,7 @@ def runs(tmp_path_factory):
             port = s.getsockname()[1]
         mp.spawn(transport_worker, args=(world, port, str(out_dir)), nprocs=world, join=True)
         results[world] = [torch.load(out_dir / f"w{world}_rank{r}.pt") for r in range(world)]
-    results[1] = [trajectory(0, 1, str(out_dir))]  # one process, no process group
+    results[1] = [dict(trajectory(0, 1, str(out_dir), []), fixed=fixed_trajectory(0, 1, []))]  # no process group
     return results
 
 
@@ -557,3 +661,38 @@ def test_bytes_per_step_and_gradient_memory(runs):
         assert not any(info["grads_after_step"])
     for step in (1, GROW_AT + 1):  # the bucket plan matches the gradients: all reduced (and freed) during backward
         assert not any(runs[2][0]["steps"][step]["grads_after_backward"]), step
+
+
+def test_fixed_order_1_2_4_processes_give_bit_identical_weights_through_growth(runs):
+    """Order-sensitive gradients, 8 global micro-batches (8, 4, 2 per rank), growth and dormant cores: with the fixed
+    reduction order every world size ends with the same weights to the bit (default order: 1e-6, see above)."""
+    reference = runs[1][0]["fixed"]["final"]
+    for world in (2, 4):
+        for r in range(world):
+            final = runs[world][r]["fixed"]["final"]
+            assert all(torch.equal(final[k], reference[k]) for k in reference), (world, r)
+    initial = build_run()[0].state_dict()
+    assert all(not torch.equal(reference[k], initial[k]) for k in reference)
+
+
+def test_fixed_order_bytes_per_micro_batch_and_step(runs):
+    """On 2 ranks, per micro-batch: every trained gradient once (all_to_all / gather payloads = the trained matrices
+    and the AdamW parameters; wire <= 1.05 x one reduce-scatter of them); per step: one all-gather of the weights that
+    moved and of the AdamW gradients. Dormant cores: 0 bytes."""
+    import model
+    cfg = tiny_config()
+    matrix_bytes = [4 * p.numel() for p in model.GPT(cfg).param_groups()["matrix"]]
+    adam_bytes = 4 * 2 * cfg.padded_vocab * cfg.width  # padded_vocab * width is even: no chunk padding on 2 ranks
+    cases = {1: ((3, 4), (3, 4)), GROW_AT + 1: ((), ()), STEPS - 1: ((4,), ())}  # as in the default-order test
+    for step, (no_grad_blocks, fixed_blocks) in cases.items():
+        info = runs[2][0]["fixed"]["steps"][step]
+        reduced = sum(n for i, n in enumerate(matrix_bytes) if i // 7 not in no_grad_blocks) + adam_bytes
+        gathered = sum(n for i, n in enumerate(matrix_bytes) if i // 7 not in fixed_blocks) + adam_bytes
+        assert len(info["micro_batches"]) == FIXED_SEQS // 2
+        for counts in info["micro_batches"]:
+            assert {name for name, _, _ in counts} <= {"all_to_all_single", "gather"}, step
+            assert sum(n for _, n, _ in counts) == reduced, step
+            wire = sum(n * factor for _, n, factor in counts)
+            assert wire <= 1.05 * 0.5 * reduced, (step, wire / (0.5 * reduced))
+        assert {name for name, _, _ in info["end"]} <= {"all_gather_single", "broadcast"}, step
+        assert sum(n for _, n, _ in info["end"]) == gathered, step
