@@ -122,13 +122,15 @@ def weight_copy_bytes(cfg, passes, autocast=True):
 
 
 
-def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda"):
+def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums=0):
     """Parameters, gradients and optimizer state per rank, and the largest owned same-shape group Muon stacks.
     Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
     Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
-    only the matrices it owns plus one bucket in flight, and the AdamW gradients in full. Muon: momentum fp32 and the
-    NorMuon second moment for owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the
-    parameter dtype."""
+    only the matrices it owns plus one bucket in flight, and the AdamW gradients in full. partial_sums > 0 (the fixed
+    reduction order, muon.py; replaces both): that many partial sums of each owned matrix plus one bucket sent and one
+    received, and of the AdamW gradients the full local one, its received chunks and partial_sums chunks of 1/W (with
+    one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
+    owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the parameter dtype."""
     C, Vp = cfg.width, cfg.padded_vocab
     emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
     matrices = stored_blocks(cfg) * params_per_block(cfg)
@@ -139,9 +141,15 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda"):
         groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
     rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
     matrix_grads = 4 * (owned_numel if zero2 else matrices) + (ZERO2_BUCKET_BYTES if zero2 else 0)
+    adamw_grads = 4 * Vp * C + emb
+    if partial_sums and world_size == 1:
+        matrix_grads, adamw_grads = 4 * matrices * partial_sums, adamw_grads * partial_sums
+    elif partial_sums:
+        matrix_grads = 4 * owned_numel * partial_sums + 2 * ZERO2_BUCKET_BYTES
+        adamw_grads = 2 * adamw_grads + adamw_grads * partial_sums // world_size
     return dict(
         parameters=4 * (matrices + Vp * C) + emb + rotary,
-        gradients=matrix_grads + 4 * Vp * C + emb,
+        gradients=matrix_grads + adamw_grads,
         muon_state=4 * sum(muon_state_numel(s) for s in owned),
         adamw_state=2 * (4 * Vp * C + emb),
         # Muon.step stacks one shape group (weights, grads, momentum and ~5 fp32-sized temporaries)
@@ -150,14 +158,15 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda"):
 
 
 
-def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda"):
+def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
     autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
     report; 'required' adds the margin. The step's peak is the larger of two moments: the end of the forward / start
     of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
-    backward working set of one block's activations plus two fp32 residual-stream gradients), and the Muon step."""
+    backward working set of one block's activations plus two fp32 residual-stream gradients), and the Muon step.
+    partial_sums: see persistent_bytes (0: the default reduction order)."""
     autocast = torch.device(device).type == "cuda"
-    parts = persistent_bytes(cfg, world_size, zero2, device)
+    parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums)
     optimizer_step = parts.pop("optimizer_step")
     static = sum(parts.values())
     loss_saved, loss_peak = loss_path_bytes(cfg, micro_batch, autocast)
@@ -192,11 +201,12 @@ class MemoryPlan:
 
 
 def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, device_batch=None,
-                device="cuda"):
+                device="cuda", fixed_order=False):
     """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
     whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
     executed depth p + K*c + q is what costs memory. device_batch (one int, or one per stage) is checked instead of
-    chosen: one that does not divide or does not fit raises ValueError naming the largest that fits."""
+    chosen: one that does not divide or does not fit raises ValueError naming the largest that fits. fixed_order:
+    the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1 (muon.py)."""
     capacity = gpu_memory_gib * GIB
     divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
     explicit = [device_batch] * len(pass_stages) if isinstance(device_batch, int) else device_batch
@@ -205,7 +215,8 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
     stages = []
     for i, passes in enumerate(pass_stages):
         def need(b):
-            return memory_per_rank(cfg, passes, b, world_size, zero2, device)
+            partial_sums = (rank_sequences // b).bit_length() if fixed_order else 0  # floor(log2(n)) + 1
+            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums)
         fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
         where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
         if explicit is None and fitting is None:

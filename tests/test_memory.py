@@ -207,6 +207,25 @@ def test_state_per_rank_shrinks_with_world_size_and_zero2():
         -2 * cfg.padded_vocab * cfg.width  # the bf16 embedding on CUDA
 
 
+def test_fixed_reduce_order_partial_sums():
+    """The fixed reduction order's owner keeps floor(log2(micro-batches per rank)) + 1 partial sums of its matrices:
+    W times the default gradients' bytes at one process, 1/W of them per sum (plus two buckets) at W ranks; the
+    default (partial_sums=0) is today's number."""
+    cfg = config_for("untied_grow", 12)
+    matrices = 4 * model.stored_blocks(cfg) * model.params_per_block(cfg)
+    adamw = 4 * cfg.padded_vocab * cfg.width + 2 * cfg.padded_vocab * cfg.width  # lm_head fp32, bf16 embedding
+    default = memory.persistent_bytes(cfg, 8)
+    assert default == memory.persistent_bytes(cfg, 8, partial_sums=0) and default["gradients"] == matrices + adamw
+    assert memory.persistent_bytes(cfg, 1, partial_sums=3)["gradients"] == 3 * (matrices + adamw)
+    owned = 4 * max(sum(r * c for r, c in o) for o in memory.muon_owner_loads(memory.block_matrix_shapes(cfg), 8))
+    assert memory.persistent_bytes(cfg, 8, partial_sums=3)["gradients"] == \
+        3 * owned + 2 * memory.ZERO2_BUCKET_BYTES + 2 * adamw + 3 * adamw // 8
+    need = {b: memory.memory_per_rank(cfg, 4, b, 8, partial_sums=(32 // b).bit_length()) for b in (4, 16)}
+    plan = memory.plan_memory(cfg, [2, 4], 32, 200, world_size=8, device_batch=[4, 16], fixed_order=True)
+    assert [s.bytes for s in plan.stages[1:]] == [need[16]]  # 2 micro-batches per rank: 2 partial sums
+    assert need[4]["gradients"] - need[16]["gradients"] == 2 * owned + 2 * adamw // 8  # 8 per rank: 4 sums
+
+
 def test_planner_drops_micro_batch_at_growth_and_names_what_fits():
     cfg = config_for("untied_grow", 8)
     need = {(k, b): memory.memory_per_rank(cfg, k, b)["required"] for k in (2, 4) for b in (2, 4)}
