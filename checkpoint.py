@@ -4,9 +4,9 @@ load_checkpoint_model.
 
 A checkpoint is a folder (checkpoints/latest, checkpoints/final): model.pt (weights, model_config, passes, tokenizer,
 step; rank 0), muon/ (torch.distributed.checkpoint: every rank writes the Muon state it owns), adamw.pt (the
-replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters) and, written
-last, MANIFEST.json (size and sha256 of every file). Everything is tensors and plain types: every torch.load uses
-weights_only=True, and DCP's metadata pickle goes through SafeMetadataReader.
+replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters, the reduction
+order and micro-batches) and, written last, MANIFEST.json (size and sha256 of every file). Everything is tensors
+and plain types: every torch.load uses weights_only=True, and DCP's metadata pickle goes through SafeMetadataReader.
 
     python -m pytest -q tests/test_checkpoint.py
 """
@@ -202,10 +202,11 @@ def verify(folder):
         raise UsageError(errors[0])
 
 
-def save_checkpoint(folder, model, optimizers, state, plan, args=None):
+def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_reduce_order=False, micro_batches=None):
     """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
     folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
-    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors."""
+    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors. meta.json records the
+    reduction order and the micro-batches per pass stage (a --fixed-reduce-order run resumes with both)."""
     rank, world = process()
     tmp = folder + ".tmp"
     if rank == 0:
@@ -226,7 +227,8 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None):
         muon_groups = [{k: v for k, v in g.items()} for g in matrix[0].state_dict()["param_groups"]] if matrix else []
         write_json(os.path.join(tmp, "meta.json"), dict(
             format=CHECKPOINT_FORMAT, plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
-            muon_param_groups=muon_groups, args=primitive_args(args), **asdict(state)))
+            muon_param_groups=muon_groups, args=primitive_args(args), fixed_reduce_order=fixed_reduce_order,
+            micro_batches=list(micro_batches) if micro_batches else None, **asdict(state)))
     barrier()
     write_manifest(tmp)
     if rank == 0:
@@ -282,6 +284,22 @@ def load_checkpoint(folder, plan, model, optimizers):
         raise UsageError(f"checkpoint {folder} is not usable: {type(e).__name__}: "
                          f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
     return state
+
+
+def recorded_micro_batches(folder, fixed_reduce_order):
+    """On resume, before any long work: the checkpoint's reduction order must be this invocation's (the other order
+    sums the gradients differently, so the run would silently stop being bit-identical); in the fixed order -> the
+    micro-batches the run started with. An unreadable meta.json is left to load_checkpoint's manifest check."""
+    try:
+        meta = json.load(open(os.path.join(folder, "meta.json")))
+        was_fixed, micro_batches = bool(meta.get("fixed_reduce_order", False)), meta.get("micro_batches")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if was_fixed != fixed_reduce_order:
+        raise UsageError(f"{folder} was written {'with' if was_fixed else 'without'} --fixed-reduce-order; resume "
+                         f"{'with' if was_fixed else 'without'} it too (the other reduction order would silently end "
+                         "the run's bit-identity)")
+    return micro_batches if fixed_reduce_order else None
 
 
 def read_run_state(folder):
@@ -473,6 +491,7 @@ class Run:
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
     resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
     args: object = None          # the parsed command line (recorded in checkpoints)
+    fixed_reduce_order: bool = False  # --fixed-reduce-order: gradients and losses summed in one world-size-free order
 
     master = property(lambda self: self.rank == 0)
     ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
@@ -505,7 +524,7 @@ def write_result(run, state, status, mfu=None, **extra):
     evals = state.evals
     write_json(run.result_path, dict(  # the keys fit.py and the tests read
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
-        device_batch_size=list(run.micro_batches), memory=run.memory,
+        fixed_reduce_order=run.fixed_reduce_order, device_batch_size=list(run.micro_batches), memory=run.memory,
         gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
         growth_events=state.growth_events, final_val_loss=evals[-1]["val_loss"] if evals else None,

@@ -10,6 +10,7 @@ plan in --dry-run ("memory"); docs/memory_table.py prints README's table.
     python -m pytest -q tests/test_memory.py
 """
 import math
+import os
 from dataclasses import dataclass
 
 import torch
@@ -252,11 +253,13 @@ def memory_pass_stages(plan):
 
 
 
-def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda"):
+def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda", fixed_order=False,
+                       what="--device-batch-size"):
     """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
-    check of --device-batch-size (one value, or one per stage). Gradients stay replicated (reduced once per step)
-    when that fits, else they are sharded over the ranks by the owner-sharded transport, which then reduces every
-    micro-batch (zero2). -> model.MemoryPlan; UsageError when nothing fits."""
+    check of --device-batch-size (one value, or one per stage; `what` names it in errors). Gradients stay replicated
+    (reduced once per step) when that fits, else they are sharded over the ranks by the owner-sharded transport, which
+    then reduces every micro-batch (zero2). fixed_order: the fixed reduction order's gradient memory (always sharded,
+    exchanged every micro-batch). -> model.MemoryPlan; UsageError when nothing fits."""
     batch_seqs = plan.tokens_per_step // plan.seq_len
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
@@ -266,55 +269,79 @@ def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="c
         if len(device_batch) not in (1, len(stages)):
             raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
         explicit = [min(b, rank_seqs) for b in device_batch] * (len(stages) // len(device_batch))
-    mem = fit_memory(plan, world, gpu_memory_gib, explicit, device)
+    mem = fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order)
     if isinstance(mem, MemoryPlan):
         return mem
     if explicit is not None:
-        raise UsageError(f"--device-batch-size: {mem} ({world} GPUs)")
+        raise UsageError(f"{what}: {mem} ({world} GPUs)")
     more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
-                 and isinstance(fit_memory(plan, w, gpu_memory_gib, None, device), MemoryPlan)), None)
+                 and isinstance(fit_memory(plan, w, gpu_memory_gib, None, device, fixed_order), MemoryPlan)), None)
     raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
                      "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
                      (f"it fits on {more} GPUs" if more else "no world size fits"))
 
 
 
-def fit_memory(plan, world, gpu_memory_gib, explicit, device):
+def fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order=False):
     """model.plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
-    ValueError of the last try."""
+    ValueError of the last try. The fixed reduction order has one gradient layout of its own."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // world
-    for zero2 in (False, True) if world > 1 else (False,):
+    for zero2 in (False, True) if world > 1 and not fixed_order else (False,):
         try:
             return plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib,
-                                         world, zero2, explicit, device)
+                                         world, zero2, explicit, device, fixed_order)
         except ValueError as e:
             error = e
     return error
 
 
 
-def memory_report(mem, plan):
+def memory_report(mem, plan, fixed_order=False):
     """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
     the predicted GiB per rank (model.memory_per_rank: eager, an upper bound for a compiled run)."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
     gradients = ("sharded over the ranks and reduced every micro-batch (the owner-sharded transport is required: "
                  "replicated gradients do not fit)" if mem.zero2 else "replicated, reduced once per step")
+    if fixed_order:
+        gradients = ("fixed reduction order: sent to their owners every micro-batch; an owner keeps up to "
+                     "floor(log2(accumulation)) + 1 partial sums of its matrices")
     return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
-                world_size=mem.world_size, sequences_per_rank=rank_seqs, sync_every_micro_batch=mem.zero2,
-                gradients=gradients,
+                world_size=mem.world_size, sequences_per_rank=rank_seqs,
+                sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, fixed_reduce_order=fixed_order,
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
                              accumulation=rank_seqs // s.micro_batch,
                              gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
 
 
 
-def device_memory_plan(args, plan, world, device):
+def device_memory_plan(args, plan, world, device, recorded=None):
     """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
-    (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given."""
+    (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given. recorded: the
+    micro-batches a resumed --fixed-reduce-order run started with, checked instead."""
+    fixed, device_batch, what = args.fixed_reduce_order, args.device_batch_size, "--device-batch-size"
+    if recorded:
+        device_batch = resumed_micro_batches(args, plan, world, recorded)
+        what = f"the micro-batches {recorded} this --fixed-reduce-order run started with (bit-identity needs them)"
     if device.type == "cuda":
         gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
-        return plan_micro_batches(plan, world, gpu, args.device_batch_size, "cuda")
+        return plan_micro_batches(plan, world, gpu, device_batch, "cuda", fixed, what)
     if args.gpu_memory:
-        return plan_micro_batches(plan, world, args.gpu_memory, args.device_batch_size, "cpu")
-    return plan_micro_batches(plan, world, math.inf, args.device_batch_size or [PRESETS[plan.preset].device_batch_size],
-                              "cpu")
+        return plan_micro_batches(plan, world, args.gpu_memory, device_batch, "cpu", fixed, what)
+    return plan_micro_batches(plan, world, math.inf, device_batch or [PRESETS[plan.preset].device_batch_size],
+                              "cpu", fixed, what)
+
+
+def resumed_micro_batches(args, plan, world, recorded):
+    """A --fixed-reduce-order run resumes with the micro-batches it started with, at any world size whose sequences
+    per rank they divide: the same micro-batches are what makes the trajectory bit-identical."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    bad = [b for b in recorded if rank_seqs % b]
+    if bad:
+        raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded}, which bit-identity "
+                         f"needs, but {world} processes get {rank_seqs} sequences each, not a multiple of {bad[0]}; "
+                         "resume on fewer processes")
+    if args.device_batch_size and int(os.environ.get("RANK", "0")) == 0 and \
+            args.device_batch_size * (len(recorded) // len(args.device_batch_size)) != recorded:
+        print(f"--device-batch-size {' '.join(map(str, args.device_batch_size))} is not used: a --fixed-reduce-order "
+              f"run resumes with the micro-batches it started with, {recorded}")
+    return recorded

@@ -3,7 +3,9 @@
 One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter, steps, LRs and the growth step
 from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one GPU, or under
 torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every optimizer step
-sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
+sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs; with
+--fixed-reduce-order its gradients and losses are also summed in one order, so the trajectory is bit-identical on any
+power-of-two number of processes (README, "Bit-identical on any number of processes").
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
@@ -37,8 +39,8 @@ import data
 import memory as memory_lib
 import model as model_lib
 import muon
-from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of,
-                        run_lock, save_checkpoint, write_result)
+from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, recorded_micro_batches,
+                        resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
 from cli import Parser, UsageError, exit_process, finite_float
 import arms
 from arms import ADAMW_MATRIX_LR, ARMS, BENCH_SHAPES, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
@@ -244,14 +246,23 @@ def passes_at(step, plan):
 def dry_run(args):
     """One JSON line per --depth: the plan and its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA)."""
     world = args.world_size or int(os.environ.get("NPROC_PER_NODE", 8)) * int(os.environ.get("NNODES", 1))
+    check_reduce_order(args, world)
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
         mem = memory_lib.plan_micro_batches(plan, world, args.gpu_memory or memory_lib.H100_80GB_GIB,
-                                            args.device_batch_size)
+                                            args.device_batch_size, fixed_order=args.fixed_reduce_order)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        print(json.dumps(dict(out, memory=memory_lib.memory_report(mem, plan))))
+        print(json.dumps(dict(out, memory=memory_lib.memory_report(mem, plan, args.fixed_reduce_order))))
     return 0
+
+
+def check_reduce_order(args, world):
+    """--fixed-reduce-order adds each micro-batch time's W gradients as a complete binary tree: W a power of two."""
+    if args.fixed_reduce_order and world & (world - 1):
+        raise UsageError(f"--fixed-reduce-order needs a power-of-two number of processes, got {world} (its canonical "
+                         "sum adds the ranks' gradients as a complete binary tree); use 1, 2, 4, 8, ... or drop the "
+                         "flag")
 
 
 def gpu_peak_flops(device, given=None):
@@ -279,8 +290,9 @@ def compile_model(model, plan):
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation
 
-def build_optimizers(model, plan, polar_express_dtype="auto"):
-    """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all)."""
+def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False):
+    """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all); fixed_order:
+    Muon's fixed reduction order (--fixed-reduce-order)."""
     groups = model.param_groups()
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam_groups = [dict(params=groups["embedding"], lr=plan.embedding_lr, base_lr=plan.embedding_lr),
@@ -290,16 +302,16 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
         return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
     names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
     matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
-                       param_names=names)
+                       param_names=names, fixed_order=fixed_order)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
     return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
 
 
-def replicated_grads(optimizers):
+def replicated_grads(optimizers, fixed_order=False):
     """Rank-averaged gradients for every AdamW parameter (muon.ReplicatedGrads; Muon reduces its own)."""
     return muon.ReplicatedGrads([p for opt in optimizers if isinstance(opt, torch.optim.AdamW)
-                                 for group in opt.param_groups for p in group["params"]])
+                                 for group in opt.param_groups for p in group["params"]], fixed_order)
 
 
 def grow(model, optimizers, passes):
@@ -310,22 +322,45 @@ def grow(model, optimizers, passes):
     return overwritten
 
 
+def in_global_order(local, world):
+    """Every rank's rows of `local`, all-gathered and interleaved: row k of rank r becomes row k * world + r."""
+    if world == 1:
+        return local
+    everyone = local.new_empty(world * local.numel())
+    dist.all_gather_single(everyone, local.reshape(-1))
+    return everyone.view(world, *local.shape).transpose(0, 1).reshape(-1, *local.shape[1:])
+
+
+def batch_sums(model, windows, passes, token_bytes, device):
+    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64)."""
+    window = windows.to(device)
+    with autocast(device):
+        logits = model(window[:, :-1], passes=passes)
+    ce = F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten(), reduction="none").double()
+    nbytes = token_bytes[window[:, 1:].flatten()].double()
+    return torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
+                        (ce * (nbytes > 0)).sum(), nbytes.sum()])
+
+
 @torch.no_grad()
-def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device):
-    """Validation loss in nats per target token (and bits per byte), examples sharded over ranks."""
+def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, fixed_order=False):
+    """Validation loss in nats per target token (and bits per byte), examples sharded over ranks. fixed_order: batch
+    i (of batch_size windows) runs on rank i % world and every rank adds the batches' sums in batch order (muon.fold),
+    so the loss is bit-identical at any world size."""
     model.eval()
-    shard = val[rank * len(val) // world:(rank + 1) * len(val) // world]
-    sums = torch.zeros(4, dtype=torch.float64, device=device)  # CE, targets, CE over byte-bearing targets, bytes
-    for i in range(0, len(shard), batch_size):
-        window = shard[i:i + batch_size].to(device)
-        with autocast(device):
-            logits = model(window[:, :-1], passes=passes)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten(), reduction="none").double()
-        nbytes = token_bytes[window[:, 1:].flatten()].double()
-        sums += torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
-                             (ce * (nbytes > 0)).sum(), nbytes.sum()])
-    if world > 1:
-        dist.all_reduce(sums)
+    if fixed_order:
+        starts = range(0, len(val), batch_size)
+        mine = torch.zeros(-(-len(starts) // world), 4, dtype=torch.float64, device=device)
+        for k, i in enumerate(starts[rank::world]):
+            mine[k] = batch_sums(model, val[i:i + batch_size], passes, token_bytes, device)
+        sums = muon.fold(list(in_global_order(mine, world)[:len(starts)].unbind()))
+    else:
+        shard = val[rank * len(val) // world:(rank + 1) * len(val) // world]
+        sums = torch.zeros(4, dtype=torch.float64, device=device)  # CE, targets, CE over byte-bearing targets, bytes
+        for i in range(0, len(shard), batch_size):
+            sums += batch_sums(model, shard[i:i + batch_size], passes, token_bytes, device)
+        if world > 1:
+            dist.all_reduce(sums)
     model.train()
     loss = (sums[0] / sums[1]).item()
     bpb = (sums[2] / (math.log(2) * sums[3])).item() if sums[3] > 0 else None
@@ -339,11 +374,13 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device):
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = model_lib.setup_distributed(args.device)
+    check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
     if resume_from == "complete":
         return None
-    mem = memory_lib.device_memory_plan(args, plan, world, device)  # before any data work: a misfit stops here
+    recorded = recorded_micro_batches(resume_from, args.fixed_reduce_order) if resume_from else None
+    mem = memory_lib.device_memory_plan(args, plan, world, device, recorded)  # before any data work: a misfit stops
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
@@ -368,15 +405,15 @@ def open_run(args, plan):
     return Run(plan=plan, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
                val=val, token_bytes=token_bytes, micro_batches=tuple(s.micro_batch for s in mem.stages),
-               sync_every_micro_batch=mem.zero2, memory=memory_lib.memory_report(mem, plan), environment=environment,
+               sync_every_micro_batch=mem.zero2, memory=memory_lib.memory_report(mem, plan, args.fixed_reduce_order),
+               environment=environment,
                peak_flops=peak * world if (peak := gpu_peak_flops(device, args.peak_flops)) else None,
-               resume_from=resume_from,
-               args=args)
+               resume_from=resume_from, args=args, fixed_reduce_order=args.fixed_reduce_order)
 
 
 def validate(run, model, state):
     loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.micro_batches[-1], run.token_bytes, run.rank,
-                         run.world, run.device)
+                         run.world, run.device, run.fixed_reduce_order)
     state.evals.append(dict(step=state.step, epoch=state.step // run.loader.steps_per_epoch + 1, val_loss=loss,
                             val_bpb=bpb))
     if run.master:
@@ -397,7 +434,9 @@ def train_step(run, model, step_model, optimizers, replicated, state):
     gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier).
 
     Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
-    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch."""
+    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch.
+    run.fixed_reduce_order: rank r's k-th micro-batch is the step's (k * world + r)-th, each loss is scaled by 1/M (M
+    micro-batches in all) and its gradients are folded into the world-size-free sum right after its backward."""
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
     passes = passes_at(step, plan)
@@ -408,29 +447,48 @@ def train_step(run, model, step_model, optimizers, replicated, state):
             group["lr"] = group["base_lr"] * lrm
             if isinstance(opt, muon.Muon):
                 group["momentum"] = muon.muon_momentum(step)
-    epoch, windows = run.loader.batch(step, run.rank, run.world)
     micro_batch = run.micro_batches[stage_index(step, plan)]  # the memory plan's, changing at growth
+    fixed = run.fixed_reduce_order
+    if fixed:  # rank r's k-th micro-batch is the step's (k * world + r)-th
+        epoch, windows = run.loader.batch(step, run.rank, run.world, micro_batch=micro_batch)
+    else:
+        epoch, windows = run.loader.batch(step, run.rank, run.world)
     accumulation = len(windows) // micro_batch
-    batch_loss = torch.zeros((), device=run.device)
+    scale = accumulation * run.world if fixed else accumulation  # fixed: 1/M, the same float at every world size
+    matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    losses = []
     micros = windows.split(micro_batch)
     for k, micro in enumerate(micros):
         replicated.sync_grads = run.sync_every_micro_batch or k == len(micros) - 1
-        for opt in optimizers:
-            if isinstance(opt, muon.Muon):
-                opt.sync_grads = replicated.sync_grads
+        for opt in matrix:
+            opt.sync_grads = replicated.sync_grads
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = step_model(micro[:, :-1], targets=micro[:, 1:])
-        (loss / accumulation).backward()
-        batch_loss += loss.detach() / accumulation
+        (loss / scale).backward()
+        for transport in [replicated, *matrix] if fixed else []:
+            transport.finish_micro_batch()
+        losses.append(loss.detach())
     replicated.wait()
     for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
         opt.step()
     step_model.zero_grad(set_to_none=True)
+    return step_loss(run, losses, accumulation), passes, epoch, lrm
+
+
+def step_loss(run, losses, accumulation):
+    """The step's mean training loss over every rank's micro-batches; with the fixed reduction order the M losses are
+    all-gathered and added in global micro-batch order (muon.fold), the same bits at every world size."""
+    if run.fixed_reduce_order:
+        ordered = in_global_order(torch.stack(losses), run.world)
+        return (muon.fold(list(ordered.unbind())) / len(ordered)).item()
+    batch_loss = torch.zeros((), device=run.device)
+    for loss in losses:
+        batch_loss += loss / accumulation
     if run.world > 1:
         dist.all_reduce(batch_loss)
         batch_loss /= run.world
-    return batch_loss.item(), passes, epoch, lrm
+    return batch_loss.item()
 
 
 def count_step(run, state, passes, seconds):
@@ -464,7 +522,8 @@ def save(run, model, optimizers, state, trajectory, mfu):
     if run.master:
         trajectory.flush()
     try:
-        save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args)
+        save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args, run.fixed_reduce_order,
+                        run.micro_batches)
     except (OSError, dcp.api.CheckpointException) as e:
         reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
         if run.master:
@@ -491,8 +550,8 @@ def train(args):
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config).to_device(run.device)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan, args.polar_express_dtype)
-    replicated = replicated_grads(optimizers)
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
+    replicated = replicated_grads(optimizers, run.fixed_reduce_order)
     state = RunState()
     if run.resume_from:
         state = load_checkpoint(run.resume_from, plan, model, optimizers)
@@ -555,6 +614,9 @@ FLAG_MINIMUMS = dict(steps=1, stop_after=1, save_every=0, log_every=1, bench_ste
 def check_flags(args):
     if args.bench and args.dry_run:
         raise UsageError("--bench and --dry-run are mutually exclusive; drop one")
+    if args.fixed_reduce_order and (args.bench or args.gpu_check):
+        raise UsageError("--fixed-reduce-order is for training runs and their --dry-run; drop it for --bench and "
+                         "--gpu-check")
     for name, low in FLAG_MINIMUMS.items():
         value = getattr(args, name)
         if value is not None and value < low:
@@ -602,6 +664,9 @@ def build_parser():
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
     run.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
                      help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
+    run.add_argument("--fixed-reduce-order", action="store_true",
+                     help="sum gradients and losses in one canonical order: bit-identical runs, and resumes, on any "
+                          "power-of-two number of processes at the same micro-batch (README)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--train-token-limit", type=int, default=None)

@@ -190,6 +190,10 @@ TRAIN_CASES = [
      "no pool in"),
     ("interrupted-pool", {"half/corpus.json": json.dumps(dict(status="running", splits={}))},
      [*RUN, "--data-dir", "{d}/half"], "is incomplete"),
+    ("fixed-reduce-order-with-bench", {}, ["--bench", "--fixed-reduce-order"], "is for training runs"),
+    ("fixed-reduce-order-on-3-processes", {}, ["--arch", "vanilla", "--depth", "2", "--fixed-reduce-order",
+                                               "--dry-run", "--world-size", "3"],
+     "--fixed-reduce-order needs a power-of-two number of processes, got 3"),
 ]
 
 
@@ -509,6 +513,16 @@ def edit_manifest_sha(latest):
         json.dump(manifest, f)
 
 
+def edit_meta(latest, **changes):
+    """Change meta.json's fields and rehash: a checkpoint written in another reduction order, as far as resume sees."""
+    path = os.path.join(latest, "meta.json")
+    meta = json.load(open(path))
+    meta.update(changes)
+    with open(path, "w") as f:
+        json.dump(meta, f)
+    rehash(latest)
+
+
 def crafted(path, marker):
     torch.save(CodeOnLoad(marker), path)
 
@@ -548,6 +562,18 @@ CHECKPOINT_CASES = [
     ("resume-short-trajectory", lambda r, m: open(f"{r}/trajectory.jsonl", "w").close(), "train.py", RESUME,
      "has 0 lines but the checkpoint is at step 2"),
     ("fresh-start-over-a-run", lambda r, m: os.remove(f"{r}/result.json"), "train.py", [], "already holds a run"),
+    ("resume-in-the-fixed-reduce-order", lambda r, m: None, "train.py", [*RESUME, "--fixed-reduce-order"],
+     "was written without --fixed-reduce-order; resume without it too"),
+    ("resume-a-fixed-order-run-without-it", lambda r, m: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
+                                                                   micro_batches=[8]), "train.py", RESUME,
+     "was written with --fixed-reduce-order; resume with it too"),
+    ("resume-fixed-order-micro-batch-not-dividing", lambda r, m: edit_meta(
+        f"{r}/checkpoints/latest", fixed_reduce_order=True, micro_batches=[3]), "train.py",
+     [*RESUME, "--fixed-reduce-order"], "8 sequences each, not a multiple of 3; resume on fewer processes"),
+    ("resume-fixed-order-micro-batch-not-fitting", lambda r, m: edit_meta(
+        f"{r}/checkpoints/latest", fixed_reduce_order=True, micro_batches=[8]), "train.py",
+     [*RESUME, "--fixed-reduce-order", "--gpu-memory", "0.01"],
+     "the micro-batches [8] this --fixed-reduce-order run started with (bit-identity needs them): micro-batch 8 needs"),
     ("eval-random-bytes-file", lambda r, m: open(f"{r}/final.pt", "wb").write(os.urandom(4096)), "core_eval.py",
      ["--checkpoint", "{d}/runs/r/final.pt"], "is not a usable model checkpoint"),
     ("eval-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "core_eval.py",
