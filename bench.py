@@ -172,7 +172,8 @@ def bench(args):
         results[arch] = dict(seconds=dt, tokens_per_second=tok_s, flops_per_second=achieved,
                              roofline_fraction=achieved / roofline)
         print(f"{arch:11s} | {1000 * dt:8.1f} ms/step | {tok_s:10,.0f} tok/s | {achieved / 1e9:8.1f} GFLOP/s | "
-              f"{100 * achieved / roofline:5.1f}% of roofline" + (f" | mfu {100 * achieved / peak:.1f}%" if peak else ""))
+              f"{100 * achieved / roofline:5.1f}% of roofline"
+              + (f" | mfu {100 * achieved / peak:.1f}%" if peak else ""))
     print("(model training FLOPs only: the Muon/AdamW steps' FLOPs are not counted, their time is)")
     print(f"operator_1/vanilla = {results['operator_1']['seconds'] / results['vanilla']['seconds']:.3f} "
           "(target <= 1.02)")

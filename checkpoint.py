@@ -474,7 +474,7 @@ def check_fresh_run_dir(run_dir, resume):
 @dataclass
 class Run:
     """A run's fixed context: its plan, process, output paths and data."""
-    plan: object                 # train.Plan
+    plan: object                 # plan.Plan
     rank: int
     world: int
     device: torch.device

@@ -1,5 +1,5 @@
-"""train.py: the plan (the release's per-run values in tests/data/spec_plans.csv and its compute column), schedules,
-and short CPU training runs."""
+"""train.py and plan.py: the plan (the release's per-run values in tests/data/spec_plans.csv and its compute
+column), schedules, and short CPU training runs."""
 import csv
 import errno
 import json
@@ -17,6 +17,7 @@ import arms
 import memory as memory_lib
 import model
 import train
+from plan import lr_multiplier, passes_at, wsd_multiplier
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPEC_ROWS = list(csv.DictReader(open(os.path.join(ROOT, "tests", "data", "spec_plans.csv"))))
@@ -91,21 +92,21 @@ def test_data_constrained_plan():
 def test_wsd_schedule_examples():
     # Vanilla d8: S = 1962, W = 40, r = 0.6 -> decay from step 785, 0 on the last step.
     plan = plan_for("--arch", "vanilla", "--depth", "8")
-    m = [train.lr_multiplier(i, plan) for i in range(plan.steps)]
+    m = [lr_multiplier(i, plan) for i in range(plan.steps)]
     assert m[0] == 1 / 40 and m[39] == 1.0 and m[784] == 1.0 and m[785] == 1.0 and m[786] < 1.0
     assert m[-1] == 0.0
     op1 = plan_for("--arch", "operator_1", "--depth", "8")
-    m = [train.lr_multiplier(i, op1) for i in range(op1.steps)]
+    m = [lr_multiplier(i, op1) for i in range(op1.steps)]
     assert m[0] == 1.0 and m[471] == 1.0 and m[472] < 1.0 and m[-1] == 0.0
 
 
 def test_growth_rewarm_and_passes():
     plan = plan_for("--arch", "untied_grow", "--depth", "8")
     c = plan.crossover_step
-    assert train.lr_multiplier(c, plan) == 0.0
-    assert train.lr_multiplier(c + 1, plan) == pytest.approx(train.wsd_multiplier(c + 1, 3341, 40, 1.0) / 40)
-    assert train.lr_multiplier(c + 40, plan) == train.wsd_multiplier(c + 40, 3341, 40, 1.0)
-    assert [train.passes_at(s, plan) for s in (0, c - 1, c, plan.steps - 1)] == [2, 2, 4, 4]
+    assert lr_multiplier(c, plan) == 0.0
+    assert lr_multiplier(c + 1, plan) == pytest.approx(wsd_multiplier(c + 1, 3341, 40, 1.0) / 40)
+    assert lr_multiplier(c + 40, plan) == wsd_multiplier(c + 40, 3341, 40, 1.0)
+    assert [passes_at(s, plan) for s in (0, c - 1, c, plan.steps - 1)] == [2, 2, 4, 4]
 
 
 def test_staged_and_random_recurrence_plans():
@@ -115,7 +116,7 @@ def test_staged_and_random_recurrence_plans():
     assert staged.crossover_steps == (math.floor(0.5 * s), math.floor(0.75 * s))
     assert staged.passes_final == 6 and staged.model_config.passes_initial == 2
     rand = plan_for("--arch", "loop_grow", "--depth", "8", "--random-passes", "2", "3", "4", "5", "6")
-    after = [train.passes_at(i, rand) for i in range(rand.crossover_step, rand.steps)]
+    after = [passes_at(i, rand) for i in range(rand.crossover_step, rand.steps)]
     assert set(after) == {2, 3, 4, 5, 6} and rand.passes_final == 4
     assert rand.total_flops != plan_for("--arch", "loop_grow", "--depth", "8").total_flops
 
