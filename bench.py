@@ -133,7 +133,8 @@ def interleaved_arms(args, device, depth, steps, repeats):
     probe = synthetic_plan(plan_args, "vanilla", depth, 1)
     micro = memory_lib.device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch
     plan_args.device_batch_size = [micro]
-    arms = {arch: synthetic_arm(plan_args, synthetic_plan(plan_args, arch, depth, 10 ** 6,
+    total_steps = 1 + repeats * steps  # the warm-up step and the timed ones
+    arms = {arch: synthetic_arm(plan_args, synthetic_plan(plan_args, arch, depth, total_steps,
                                                           total_batch_tokens=micro * probe.seq_len),
                                 device, random_init=True) for arch in BENCH_ARMS}
     for arm in arms.values():
@@ -309,7 +310,7 @@ def gpu_check(args):
         untied_grow=lambda: check_training(args, device, peak, "untied_grow", recipe["grow_depth"], recipe["steps"],
                                            recipe["crossover_step"]),
         ratios=lambda: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"],
-                                     recipe["ratio_repeats"]),
+                                    recipe["ratio_repeats"]),
         core_scoring=lambda: check_core_scoring(args, device, recipe["core_examples"]))
     t0 = time.perf_counter()
     for name, section in sections.items():

@@ -24,24 +24,19 @@ from model import LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, embedding_dtype, executed_
 GIB = 2 ** 30
 
 
-
 ZERO2_BUCKET_BYTES = 256 * 2 ** 20     # one gradient bucket in flight in the owner-sharded (ZeRO-2) transport
-
 
 
 MEMORY_MARGIN_BYTES = 3 * GIB          # CUDA context, cuBLAS/NCCL workspaces, compile autotuning
 
 
-
 MEMORY_MARGIN_FRACTION = 0.10          # caching-allocator fragmentation, on top of the tracked peak
-
 
 
 def block_matrix_shapes(cfg):
     """(rows, cols) of every stored block matrix in parameter order (the order Muon sees them)."""
     C, H = cfg.width, cfg.mlp_hidden
     return [(C, C), (C, C), (C, C), (C, C), (H, C), (H, C), (C, H)] * stored_blocks(cfg)
-
 
 
 def muon_owner_loads(shapes, world_size):
@@ -52,12 +47,10 @@ def muon_owner_loads(shapes, world_size):
     return owned
 
 
-
 def muon_state_numel(shape):
     """Momentum (rows x cols) plus the NorMuon second moment (one value per row if rows >= cols, else per column)."""
     rows, cols = shape
     return rows * cols + (rows if rows >= cols else cols)
-
 
 
 def block_activation_bytes_per_token(cfg, autocast=True):
@@ -77,7 +70,6 @@ def block_activation_bytes_per_token(cfg, autocast=True):
     return 2 * (4 * C + 4) + linear_inputs + 2 * (4 * C + 4 * h) + (4 * e * C + 4 * h) + 4 * e * H
 
 
-
 def activation_bytes(cfg, passes, micro_batch, autocast=True):
     """Bytes autograd saves for one micro-batch from the embedding to the last block (the loss path excluded):
     embedding (int64 ids 8 + its RMSNorm input 4C + rstd 4 per token), every executed block, the recurrence norm of
@@ -90,7 +82,6 @@ def activation_bytes(cfg, passes, micro_batch, autocast=True):
         per_token += passes * (4 * cfg.width + 4)
     rotary = blocks * 4 * cfg.seq_len * cfg.head_dim if autocast else 0
     return tokens * per_token + rotary
-
 
 
 def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
@@ -115,12 +106,10 @@ def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
     return saved, saved + 2 * tokens * 4 * V
 
 
-
 def weight_copy_bytes(cfg, passes, autocast=True):
     """bf16 copies of the executed block matrices that autocast caches in the forward and the backward keeps (a tied
     core is cast once; dormant untied cores are not executed). The lm_head cast is the loss path's."""
     return 2 * stored_blocks(cfg, passes) * params_per_block(cfg) if autocast else 0
-
 
 
 def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums=0):
@@ -158,7 +147,6 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
     )
 
 
-
 def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
     autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
@@ -182,7 +170,6 @@ def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device=
     return dict(parts, peak=peak, margin=margin, required=peak + margin)
 
 
-
 @dataclass
 class StageMemory:
     passes: int
@@ -191,14 +178,12 @@ class StageMemory:
     bytes: dict          # memory_per_rank at this micro-batch: the components, peak, margin, required
 
 
-
 @dataclass
 class MemoryPlan:
     gpu_memory_gib: float
     world_size: int
     zero2: bool
     stages: list         # one StageMemory per pass stage, in training order
-
 
 
 def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, device_batch=None,
@@ -243,7 +228,6 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
 H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
 
 
-
 def memory_pass_stages(plan):
     """The passes each stage is planned for; random recurrence (App. B.4) plans for its largest draw."""
     stages = list(plan.pass_stages)
@@ -252,14 +236,13 @@ def memory_pass_stages(plan):
     return stages
 
 
-
 def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda", fixed_order=False,
                        what="--device-batch-size"):
     """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
     check of --device-batch-size (one value, or one per stage; `what` names it in errors). Gradients stay replicated
     (reduced once per step) when that fits, else they are sharded over the ranks by the owner-sharded transport, which
     then reduces every micro-batch (zero2). fixed_order: the fixed reduction order's gradient memory (always sharded,
-    exchanged every micro-batch). -> model.MemoryPlan; UsageError when nothing fits."""
+    exchanged every micro-batch). -> MemoryPlan; UsageError when nothing fits."""
     batch_seqs = plan.tokens_per_step // plan.seq_len
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
@@ -281,24 +264,22 @@ def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="c
                      (f"it fits on {more} GPUs" if more else "no world size fits"))
 
 
-
 def fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order=False):
-    """model.plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
+    """plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
     ValueError of the last try. The fixed reduction order has one gradient layout of its own."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // world
     for zero2 in (False, True) if world > 1 and not fixed_order else (False,):
         try:
             return plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib,
-                                         world, zero2, explicit, device, fixed_order)
+                               world, zero2, explicit, device, fixed_order)
         except ValueError as e:
             error = e
     return error
 
 
-
 def memory_report(mem, plan, fixed_order=False):
     """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
-    the predicted GiB per rank (model.memory_per_rank: eager, an upper bound for a compiled run)."""
+    the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run)."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
     gradients = ("sharded over the ranks and reduced every micro-batch (the owner-sharded transport is required: "
                  "replicated gradients do not fit)" if mem.zero2 else "replicated, reduced once per step")
@@ -311,7 +292,6 @@ def memory_report(mem, plan, fixed_order=False):
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
                              accumulation=rank_seqs // s.micro_batch,
                              gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
-
 
 
 def device_memory_plan(args, plan, world, device, recorded=None):

@@ -67,7 +67,6 @@ class Plan:
         return out
 
 
-
 def make_plan(args):
     """The plan of one run. Pure arithmetic, in numbered steps."""
     if args.depth is None or args.depth < 1:
@@ -147,7 +146,6 @@ def make_plan(args):
     return replace(plan, total_flops=total_flops(plan))
 
 
-
 def growth_fractions(flag, recipe, depth, stages):
     """--crossover-fractions, else the recipe's fraction at this depth; one increasing fraction in (0, 1) per growth."""
     fractions = flag
@@ -158,7 +156,6 @@ def growth_fractions(flag, recipe, depth, stages):
         raise UsageError(f"growth {'->'.join(map(str, stages))} needs {len(stages) - 1} increasing "
                          "--crossover-fractions in (0, 1), e.g. --crossover-fractions 0.75")
     return fractions
-
 
 
 def total_flops(plan):
@@ -174,7 +171,6 @@ def total_flops(plan):
     return sum(per_step) * plan.tokens_per_step
 
 
-
 def wsd_multiplier(step, steps, warmup, warmdown_ratio):
     """Warmup (i+1)/W, then stable, then linear decay reaching exactly 0 on the last step (docs/recipe.md)."""
     if warmup > 0 and step < warmup:
@@ -183,7 +179,6 @@ def wsd_multiplier(step, steps, warmup, warmdown_ratio):
     if step < start:
         return 1.0
     return min(1.0, max(0.0, 1.0 - (step - start) / max(steps - start - 1, 1)))
-
 
 
 def lr_multiplier(step, plan):
@@ -195,17 +190,14 @@ def lr_multiplier(step, plan):
     return m
 
 
-
 def stage_index(step, plan):
     """Which growth stage is in force at an optimizer step (0 before the first growth)."""
     return sum(step >= c for c in plan.crossover_steps)
 
 
-
 def stage_at(step, plan):
     """The growth stage's pass count in force at an optimizer step."""
     return plan.pass_stages[stage_index(step, plan)]
-
 
 
 def passes_at(step, plan):

@@ -414,8 +414,6 @@ def test_compiled_equals_eager(compiled_and_eager):
     assert compiled["final_val_loss"] == pytest.approx(eager["final_val_loss"], rel=1e-5)
 
 
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Checkpoints: sharded save, resume across world sizes, recovery, no copies, refusals
 
