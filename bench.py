@@ -97,7 +97,24 @@ def synthetic_arm(args, plan, device, peak_flops=None, random_init=False):
     optimizers = build_optimizers(model, plan)
     step_model = compile_model(model, plan) if use_compile(args, device) else model
     return argparse.Namespace(run=run, model=model, step_model=step_model, optimizers=optimizers,
-                              replicated=replicated_grads(optimizers), state=RunState())
+                              replicated=replicated_grads(optimizers), state=RunState(),
+                              optimizer_clock=time_optimizer_steps(optimizers, device))
+
+
+def time_optimizer_steps(optimizers, device):
+    """Wrap every optimizer's step() so that its wall time (synchronised on CUDA) adds up in the returned one-element
+    list: the bench splits a step into the model's forward and backward and the optimizer steps."""
+    clock = [0.0]
+    for opt in optimizers:
+        def timed_step(*args, _step=opt.step, **kwargs):
+            synchronize(device)
+            t0 = time.perf_counter()
+            out = _step(*args, **kwargs)
+            synchronize(device)
+            clock[0] += time.perf_counter() - t0
+            return out
+        opt.step = timed_step
+    return clock
 
 
 def timed_steps(arm, steps):
@@ -124,8 +141,9 @@ def timed_steps(arm, steps):
 def interleaved_arms(args, device, depth, steps, repeats):
     """The four BENCH_ARMS at one shape, one micro-batch per step (--device-batch-size, else the planner's for a
     quarter of the device: all four stay resident), one untimed warm-up step each (compilation), then `repeats`
-    repetitions of `steps` steps, arm order rotated, the roofline re-measured in each ->
-    (arms, {arch: median over repetitions of the median step seconds}, median roofline FLOP/s)."""
+    repetitions of `steps` rounds. A round is one roofline sample and one step of every arm, the arm order rotated
+    each round, so the arms and the roofline see the same state of a shared box (its speed drifts by tens of percent
+    over seconds on a VM) -> (arms, per repetition {arch: median step seconds, "roofline": median FLOP/s})."""
     plan_args = argparse.Namespace(**vars(args))
     if device.type == "cuda" and not args.device_batch_size:
         total = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / memory_lib.GIB
@@ -139,48 +157,71 @@ def interleaved_arms(args, device, depth, steps, repeats):
                                 device, random_init=True) for arch in BENCH_ARMS}
     for arm in arms.values():
         timed_steps(arm, 1)
-    times, rooflines = {arch: [] for arch in BENCH_ARMS}, []
+    repetitions = []
     for rep in range(repeats):
-        rooflines.append(matmul_roofline(device))
-        for arch in BENCH_ARMS[rep % 4:] + BENCH_ARMS[:rep % 4]:
-            times[arch].append(median(timed_steps(arms[arch], steps)[0]))
-    return arms, {arch: median(t) for arch, t in times.items()}, median(rooflines)
+        samples = {name: [] for name in (*BENCH_ARMS, *(a + " model" for a in BENCH_ARMS), "roofline")}
+        for k in range(steps):
+            samples["roofline"].append(matmul_roofline(device, tries=1))
+            shift = (rep * steps + k) % len(BENCH_ARMS)
+            for arch in BENCH_ARMS[shift:] + BENCH_ARMS[:shift]:
+                clock, before = arms[arch].optimizer_clock, arms[arch].optimizer_clock[0]
+                seconds = timed_steps(arms[arch], 1)[0][0]
+                samples[arch].append(seconds)
+                samples[arch + " model"].append(seconds - (clock[0] - before))
+        repetitions.append({name: median(values) for name, values in samples.items()})
+    return arms, repetitions
+
+
+def step_ratios(repetitions):
+    """Operator-1/Vanilla and Untied-2/Loop-2 step-time ratios, of the whole step and of its model part (forward and
+    backward: the step less the optimizer steps): the median over repetitions of each one's ratio."""
+    ratio = lambda a, b, part="": median(r[a + part] / r[b + part] for r in repetitions)
+    return dict(operator_1_over_vanilla=ratio("operator_1", "vanilla"),
+                untied_2_over_loop_2=ratio("untied_2", "loop_2"),
+                operator_1_over_vanilla_model=ratio("operator_1", "vanilla", " model"),
+                untied_2_over_loop_2_model=ratio("untied_2", "loop_2", " model"))
 
 
 def bench(args):
     """--bench: achieved FLOP/s per arm = model training FLOPs per token (model.flops_per_token: forward and backward,
     attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, against the
-    roofline, and the two step-time ratios of the issue."""
+    roofline of the same rounds, and the two step-time ratios of the issue; every number is the median over the
+    repetitions of that repetition's value."""
     rank, world, device = model_lib.setup_distributed(args.device)
     if world > 1:
         raise UsageError("--bench runs in one process; start it with python, not torchrun")
     depth = args.depth or PRESETS[args.preset].anchor_depth
-    arms, seconds, roofline = interleaved_arms(args, device, depth, args.bench_steps, args.bench_repeats)
+    arms, repetitions = interleaved_arms(args, device, depth, args.bench_steps, args.bench_repeats)
     plan0 = arms["vanilla"].run.plan
     cfg0, micro = plan0.model_config, arms["vanilla"].run.micro_batches[0]
     dtype = "bf16" if device.type == "cuda" else "fp32"
+    roofline = median(r["roofline"] for r in repetitions)
     print(f"bench: {args.preset} preset d{depth}, width {cfg0.width}, head_dim {cfg0.head_dim}, T {cfg0.seq_len}, "
           f"vocab {cfg0.vocab_size}, batch {micro}, {torch.get_num_threads()} threads, "
-          f"{'compiled' if use_compile(args, device) else 'eager'}; medians of {args.bench_repeats} interleaved "
-          f"repetitions x {args.bench_steps} steps")
-    print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({dtype} 1024^3 matmul loop, best of 5, median over repetitions)")
+          f"{'compiled' if use_compile(args, device) else 'eager'}; medians of {args.bench_repeats} repetitions x "
+          f"{args.bench_steps} rounds (one step of each arm and one roofline sample, interleaved)")
+    print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({dtype} loop of 8 1024^3 matmuls, median over the rounds)")
     peak = gpu_peak_flops(device, args.peak_flops)
     results = {}
     for arch, arm in arms.items():
-        cfg, dt = arm.run.plan.model_config, seconds[arch]
-        tok_s = arm.run.plan.tokens_per_step / dt
-        achieved = model_lib.flops_per_token(cfg, cfg.passes) * tok_s
-        results[arch] = dict(seconds=dt, tokens_per_second=tok_s, flops_per_second=achieved,
-                             roofline_fraction=achieved / roofline)
-        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step | {tok_s:10,.0f} tok/s | {achieved / 1e9:8.1f} GFLOP/s | "
-              f"{100 * achieved / roofline:5.1f}% of roofline"
-              + (f" | mfu {100 * achieved / peak:.1f}%" if peak else ""))
+        cfg = arm.run.plan.model_config
+        flops_per_step = model_lib.flops_per_token(cfg, cfg.passes) * arm.run.plan.tokens_per_step
+        dt = median(r[arch] for r in repetitions)
+        achieved = flops_per_step / dt
+        fraction = median(flops_per_step / r[arch] / r["roofline"] for r in repetitions)
+        optimizer = dt - median(r[arch + " model"] for r in repetitions)
+        results[arch] = dict(seconds=dt, optimizer_seconds=optimizer, tokens_per_second=arm.run.plan.tokens_per_step
+                             / dt, flops_per_second=achieved, roofline_fraction=fraction)
+        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step ({1000 * optimizer:5.1f} optimizer) | "
+              f"{results[arch]['tokens_per_second']:10,.0f} tok/s | {achieved / 1e9:8.1f} GFLOP/s | "
+              f"{100 * fraction:5.1f}% of roofline" + (f" | mfu {100 * achieved / peak:.1f}%" if peak else ""))
     print("(model training FLOPs only: the Muon/AdamW steps' FLOPs are not counted, their time is)")
-    print(f"operator_1/vanilla = {results['operator_1']['seconds'] / results['vanilla']['seconds']:.3f} "
-          "(target <= 1.02)")
-    print(f"untied_2/loop_2    = {results['untied_2']['seconds'] / results['loop_2']['seconds']:.3f} "
-          "(target 1.00 +- 0.02)")
-    return results
+    ratios = step_ratios(repetitions)
+    print(f"operator_1/vanilla = {ratios['operator_1_over_vanilla']:.3f} (target <= 1.02); forward+backward only "
+          f"{ratios['operator_1_over_vanilla_model']:.3f}")
+    print(f"untied_2/loop_2    = {ratios['untied_2_over_loop_2']:.3f} (target 1.00 +- 0.02); forward+backward only "
+          f"{ratios['untied_2_over_loop_2_model']:.3f}")
+    return dict(results, roofline_flops_per_second=roofline, **ratios)
 
 
 GPU_CHECK = {  # per preset: the runs and their steps; "cpu" is the tiny mode the tests run
@@ -220,10 +261,10 @@ def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
 
 def check_ratios(args, device, depth, steps, repeats):
     """The bench's step-time ratios Operator-1/Vanilla and Untied-2/Loop-2 at one shape."""
-    arms, times, _ = interleaved_arms(args, device, depth, steps, repeats)
-    return dict(depth=depth, micro_batch=arms["vanilla"].run.micro_batches[0], step_seconds=times,
-                operator_1_over_vanilla=times["operator_1"] / times["vanilla"],
-                untied_2_over_loop_2=times["untied_2"] / times["loop_2"])
+    arms, repetitions = interleaved_arms(args, device, depth, steps, repeats)
+    return dict(depth=depth, micro_batch=arms["vanilla"].run.micro_batches[0],
+                step_seconds={arch: median(r[arch] for r in repetitions) for arch in BENCH_ARMS},
+                **step_ratios(repetitions))
 
 
 def synthetic_core_tasks(n, seed=0):

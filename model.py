@@ -8,6 +8,7 @@ and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes 
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
     python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
 """
+import ctypes
 import json
 import math
 import os
@@ -458,6 +459,23 @@ def describe(cfg):
 # ----------------------------------------------------------------------------------------------------------------------
 # Devices (train.py and core_eval.py)
 
+GLIBC_M_TRIM_THRESHOLD, GLIBC_M_MMAP_THRESHOLD = -1, -3  # mallopt parameter numbers (malloc.h)
+GLIBC_MMAP_THRESHOLD_MAX = 32 * 2 ** 20                  # the largest M_MMAP_THRESHOLD glibc accepts on 64-bit
+
+
+def keep_freed_cpu_memory():
+    """Make glibc keep freed blocks below 32 MiB for reuse instead of handing them back to the kernel, the CPU
+    counterpart of CUDA's caching allocator. By default a step's activations of a few MB are mmapped and unmapped
+    again, and every step re-faults their pages: 600-1,800 page faults and ~8 % of a cpu-preset Loop-2 / Untied-2
+    d4 step (README "Benchmarks"). -> whether glibc took both settings (False without glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(GLIBC_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD_MAX)
+                and libc.mallopt(GLIBC_M_TRIM_THRESHOLD, 2 ** 31 - 1))
+
+
 def setup_distributed(device_flag="auto"):
     """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
@@ -468,6 +486,8 @@ def setup_distributed(device_flag="auto"):
     if use_cuda:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if not use_cuda:
+        keep_freed_cpu_memory()
     if world > 1:
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
     return rank, world, device

@@ -136,17 +136,14 @@ def resolve_polar_express_dtype(choice, device):
 def polar_express(u, dtype=torch.bfloat16):
     """Approximate orthogonal polar factor of u (..., rows, cols): 5 Polar-Express iterations in `dtype` (the
     release: bf16, with the input cast before its Frobenius normalisation); returns bf16."""
-    x = u.to(dtype)
+    x = u.to(dtype).reshape(-1, *u.shape[-2:])  # baddbmm takes a batch of matrices
     x = x / (x.norm(dim=(-2, -1), keepdim=True) * POLAR_EXPRESS_SAFETY + POLAR_EXPRESS_EPS)
     tall = x.size(-2) > x.size(-1)
     for a, b, c in POLAR_EXPRESS_COEFFS:
-        if tall:
-            gram = x.mT @ x
-            x = a * x + x @ (b * gram + c * (gram @ gram))
-        else:
-            gram = x @ x.mT
-            x = a * x + (b * gram + c * (gram @ gram)) @ x
-    return x.bfloat16()
+        gram = x.mT @ x if tall else x @ x.mT
+        poly = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # b*gram + c*gram@gram in one GEMM
+        x = torch.baddbmm(x, x, poly, beta=a) if tall else torch.baddbmm(x, poly, x, beta=a)  # a*x + x@poly
+    return x.bfloat16().reshape(u.shape)
 
 
 def second_moment_shape(shape):

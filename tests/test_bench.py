@@ -89,3 +89,28 @@ def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
     result = json.loads(out.read_text())
     assert set(result["errors"]) == {"roofline", "vanilla", "untied_grow", "ratios", "core_scoring"}
     assert all("budget" in e for e in result["errors"].values())
+
+
+def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(monkeypatch):
+    calls, real_timed_steps = [], bench.timed_steps
+    monkeypatch.setattr(bench, "matmul_roofline", lambda device, **kw: calls.append("roofline") or 1e9)
+
+    def logged(arm, steps):
+        calls.append(arm.run.plan.model_config.arch)
+        return real_timed_steps(arm, steps)
+    monkeypatch.setattr(bench, "timed_steps", logged)
+    args = train.parse_args(["--bench", "--depth", "2"])
+    arms, repetitions = bench.interleaved_arms(args, torch.device("cpu"), 2, steps=3, repeats=2)
+    assert calls[:4] == list(bench.BENCH_ARMS)  # the untimed warm-up step of each
+    rounds = [calls[4 + 5 * k: 9 + 5 * k] for k in range(6)]
+    assert len(calls) == 4 + 5 * 6
+    for k, r in enumerate(rounds):  # each round: a roofline sample, then every arm once, the order rotated by one
+        assert r[0] == "roofline" and r[1:] == list(bench.BENCH_ARMS[k % 4:] + bench.BENCH_ARMS[:k % 4])
+    for rep in repetitions:
+        assert rep["roofline"] == 1e9
+        for arch in bench.BENCH_ARMS:  # the model part is the step less its timed optimizer steps
+            assert 0 < rep[arch + " model"] < rep[arch]
+    ratios = bench.step_ratios(repetitions)
+    assert ratios["untied_2_over_loop_2"] == pytest.approx(
+        sorted(r["untied_2"] / r["loop_2"] for r in repetitions)[0] / 2
+        + sorted(r["untied_2"] / r["loop_2"] for r in repetitions)[1] / 2)  # the median of the two repetitions
