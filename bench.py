@@ -5,9 +5,10 @@
     python train.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
 
 Both time train.py's own train_step on synthetic tokens (uniform random ids: no dataset, no network), with the
-memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench
-interleaves the arms over --bench-repeats repetitions (arm order rotated, roofline re-measured each time) and prints
-medians; ratios are the point, absolute numbers depend on the box.
+memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench runs
+--bench-repeats repetitions of --bench-steps rounds, each round a roofline sample and one step of every arm (order
+rotated), and prints medians, the optimizer steps' share of each step and the arm ratios with and without it; ratios
+are the point, absolute numbers depend on the box.
 
     python -m pytest -q tests/test_bench.py
 """

@@ -446,7 +446,8 @@ def build_parser():
                    help="paper (default) or cpu (default for --bench without CUDA)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
     p.add_argument("--bench", action="store_true", help="time training steps of four arms and print ratios")
-    p.add_argument("--bench-steps", type=int, default=10)
+    p.add_argument("--bench-steps", type=int, default=10, help="rounds per repetition: a roofline sample and one "
+                   "step of every arm")
     perf = p.add_argument_group("benchmark and GPU acceptance check")
     perf.add_argument("--bench-repeats", type=int, default=3, help="interleaved repetitions (medians are printed)")
     perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
