@@ -696,3 +696,21 @@ def test_fixed_order_bytes_per_micro_batch_and_step(runs):
             assert wire <= 1.05 * 0.5 * reduced, (step, wire / (0.5 * reduced))
         assert {name for name, _, _ in info["end"]} <= {"all_gather_single", "broadcast"}, step
         assert sum(n for _, n, _ in info["end"]) == gathered, step
+
+
+@pytest.mark.parametrize("shape", [(64, 64), (96, 32), (32, 96), (3, 48, 16)])
+def test_polar_express_gemm_fused_iteration_is_the_papers_formula(shape):
+    """The baddbmm iteration is X <- aX + X(bA + cA^2) with A = X^T X (tall) or X <- aX + (bA + cA^2)X with A = X X^T:
+    in float64 it agrees with the formula written out to one final bf16 rounding."""
+    u = torch.randn(shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x = u / (u.norm(dim=(-2, -1), keepdim=True) * muon.POLAR_EXPRESS_SAFETY + muon.POLAR_EXPRESS_EPS)
+    for a, b, c in muon.POLAR_EXPRESS_COEFFS:
+        if x.size(-2) > x.size(-1):
+            gram = x.mT @ x
+            x = a * x + x @ (b * gram + c * gram @ gram)
+        else:
+            gram = x @ x.mT
+            x = a * x + (b * gram + c * gram @ gram) @ x
+    out = muon.polar_express(u, torch.float64)
+    assert out.shape == u.shape and out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), x, rtol=2 ** -7, atol=1e-6)
