@@ -105,8 +105,7 @@ def synthetic_arm(args, plan, device, peak_flops=None, random_init=False):
     optimizers = build_optimizers(model, plan)
     step_model = compile_model(model, plan) if use_compile(args, device) else model
     return argparse.Namespace(run=run, model=model, step_model=step_model, optimizers=optimizers,
-                              replicated=replicated_grads(optimizers), state=RunState(),
-                              optimizer_clock=time_optimizer_steps(optimizers, device))
+                              replicated=replicated_grads(optimizers), state=RunState())
 
 
 def time_optimizer_steps(optimizers, device):
@@ -151,7 +150,7 @@ def interleaved_arms(args, device, depth, steps, repeats):
     quarter of the device: all four stay resident), one untimed warm-up step each (compilation), then `repeats`
     repetitions of `steps` rounds. A round is one roofline sample and one step of every arm, the arm order rotated
     each round, so the arms and the roofline see the same state of a shared box (its speed drifts by tens of percent
-    over seconds on a VM) -> (arms, per repetition {arch: median step seconds, "roofline": median FLOP/s})."""
+    within minutes on a VM) -> (arms, per repetition {arch: median step seconds, "roofline": median FLOP/s})."""
     plan_args = argparse.Namespace(**vars(args))
     if device.type == "cuda" and not args.device_batch_size:
         total = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / memory_lib.GIB
@@ -165,6 +164,7 @@ def interleaved_arms(args, device, depth, steps, repeats):
                                 device, random_init=True) for arch in BENCH_ARMS}
     for arm in arms.values():
         timed_steps(arm, 1)
+        arm.optimizer_clock = time_optimizer_steps(arm.optimizers, device)
     repetitions = []
     for rep in range(repeats):
         samples = {name: [] for name in (*BENCH_ARMS, *(a + " model" for a in BENCH_ARMS), "roofline")}

@@ -465,9 +465,10 @@ GLIBC_MMAP_THRESHOLD_MAX = 32 * 2 ** 20                  # the largest M_MMAP_TH
 
 def keep_freed_cpu_memory():
     """Make glibc keep freed blocks below 32 MiB for reuse instead of handing them back to the kernel, the CPU
-    counterpart of CUDA's caching allocator. By default a step's activations of a few MB are mmapped and unmapped
-    again, and every step re-faults their pages: 600-1,800 page faults and ~8 % of a cpu-preset Loop-2 / Untied-2
-    d4 step (README "Benchmarks"). -> whether glibc took both settings (False without glibc)."""
+    counterpart of CUDA's caching allocator. By default glibc mmaps some of a step's activations of a few MB and
+    trims the freed heap top, so every step re-faults their pages: 630-1,830 page faults and 7-10 % of a
+    cpu-preset Loop-2 / Untied-2 d4 step (README "Measured numbers"). -> whether glibc took both settings (False
+    without glibc)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:

@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+from statistics import median
 
 import pytest
 import torch
@@ -472,6 +473,5 @@ def test_keep_freed_cpu_memory_stops_refaulting_freed_tensors():
     faults = {mode: [int(f) for f in subprocess.run([sys.executable, "-c", KEEP_FREED_PROBE, mode], capture_output=True,
                                                     text=True, cwd=ROOT, check=True).stdout.split()]
               for mode in ("default", "keep")}
-    median = lambda xs: sorted(xs)[len(xs) // 2]
     assert median(faults["default"]) > 4000  # glibc trims the freed 32 MiB and a step faults its 8,192 pages again
     assert median(faults["keep"]) == 0 and sum(faults["keep"]) < sum(faults["default"]) / 4
