@@ -9,7 +9,7 @@ import argparse
 import math
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from cli import UsageError, finite_float
+from common import UsageError, finite_float
 
 
 def knob(flag, default=MISSING, help=None):

@@ -26,7 +26,7 @@ import memory as memory_lib
 import model as model_lib
 from arms import PRESETS
 from checkpoint import Run, RunState
-from cli import UsageError, write_json
+from common import UsageError, setup_distributed, write_json
 from train import (build_optimizers, compile_model, count_step, gpu_peak_flops, make_plan, replicated_grads,
                    train_step, use_compile)
 
@@ -195,7 +195,7 @@ def bench(args):
     attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, against the
     roofline of the same rounds, and the two step-time ratios of the issue; every number is the median over the
     repetitions of that repetition's value."""
-    rank, world, device = model_lib.setup_distributed(args.device)
+    rank, world, device = setup_distributed(args.device)
     if world > 1:
         raise UsageError("--bench runs in one process; start it with python, not torchrun")
     depth = args.depth or PRESETS[args.preset].anchor_depth
@@ -337,7 +337,7 @@ def check_summary(name, result):
 def gpu_check(args):
     """--gpu-check: the sections of GPU_CHECK[preset] in order, each recorded (or its error); the JSON is rewritten
     after every section, so a run cut short still leaves what it measured."""
-    rank, world, device = model_lib.setup_distributed(args.device)
+    rank, world, device = setup_distributed(args.device)
     if world > 1:
         raise UsageError("--gpu-check runs on one GPU; start it with python, not torchrun")
     peak = gpu_peak_flops(device, args.peak_flops)

@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 import muon
-from cli import UsageError, atomic_write, sha256_file, write_json
+from common import UsageError, atomic_write, sha256_file, write_json
 from model import GPT, ModelConfig
 
 # DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
@@ -338,7 +338,7 @@ def recover_checkpoints(ckpt_dir):
 
 
 def remove_dead_temp_files(folder):
-    """Delete cli.atomic_write's leftovers (NAME.tmp<pid>) whose writer process no longer runs on this host."""
+    """Delete common.atomic_write's leftovers (NAME.tmp<pid>) whose writer process no longer runs on this host."""
     for name in os.listdir(folder) if os.path.isdir(folder) else []:
         stem, sep, pid = name.rpartition(".tmp")
         if not (sep and stem and pid.isdigit()):

@@ -15,8 +15,7 @@ import zipfile
 
 import yaml
 
-import download
-from cli import UsageError, sha256_file
+from common import DownloadError, UsageError, download, sha256_file
 
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
 BUNDLE_MAX_BYTES = 1 << 30   # extraction caps: the real bundle is 77 files, well under 1 GiB unpacked
@@ -59,8 +58,8 @@ def download_bundle(url, bundle_dir):
     try:
         zip_path = os.path.join(tmp, "eval_bundle.zip")
         try:
-            download.download(url, zip_path)  # resumes and retries a cut connection
-        except download.DownloadError as e:
+            download(url, zip_path)  # resumes and retries a cut connection
+        except DownloadError as e:
             raise UsageError(f"could not download the CORE bundle ({e}); pass --bundle-dir with an extracted bundle "
                              "to run offline") from None
         try:

@@ -33,7 +33,8 @@ import torch.nn.functional as F
 import data
 import model
 from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
-from cli import Parser, UsageError, exit_process, finite_float, write_json
+from common import (Parser, UsageError, autocast, cli_main_distributed, exit_process, finite_float, setup_distributed,
+                    write_json)
 from core_bundle import bundle_fingerprint, download_bundle, load_tasks
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -289,7 +290,7 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
             same_branch = (branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None])
             attn_mask = (causal & same_branch)[:, None].to(device)
             positions = positions.to(device)
-        with model.autocast(device):
+        with autocast(device):
             h = net.residual_stream(x.to(device), positions=positions, attn_mask=attn_mask)
             logits = net.decode(h.flatten(0, 1)[torch.tensor(flat, device=device)]).float()
         targets = torch.tensor(targets, device=device)
@@ -423,13 +424,13 @@ def kl_effective_depth(net, windows, threshold, device, rank=0, world_size=1):
     sums, tokens = None, 0
     for window in windows[rank::world_size]:
         x = window[:-1].unsqueeze(0).to(device)
-        with model.autocast(device):
+        with autocast(device):
             logits, hidden = net(x, return_hidden=True)
         final = F.log_softmax(logits.float(), dim=-1)
         p_final = final.exp()
         kl = []
         for h in hidden[1:]:
-            with model.autocast(device):
+            with autocast(device):
                 lens = F.log_softmax(net.decode(h).float(), dim=-1)
             kl.append((p_final * (final - lens)).sum(-1).sum().double())
         kl = torch.stack(kl)
@@ -628,7 +629,7 @@ def run(argv):
     check_out_path(out_path, args.checkpoint, args.overwrite)
     if args.lens_tokens < 1:
         raise UsageError(f"--lens-tokens must be >= 1, got {args.lens_tokens}")
-    rank, world_size, device = model.setup_distributed()
+    rank, world_size, device = setup_distributed()
     out = run_eval(args, rank, world_size, device)
     if rank != 0:
         return
@@ -646,7 +647,7 @@ def run(argv):
 
 
 def main(argv=None):
-    return model.cli_main_distributed(run, "core_eval.py", argv)
+    return cli_main_distributed(run, "core_eval.py", argv)
 
 
 if __name__ == "__main__":

@@ -37,8 +37,8 @@ import pyarrow.parquet as pq
 import tiktoken
 import torch
 
-from cli import Parser, UsageError, cli_main, exit_process, sha256_file, write_json
-from download import download, hf_auth_headers, hf_list, hf_url
+from common import (Parser, UsageError, cli_main, download, exit_process, hf_auth_headers, hf_list, hf_url,
+                    sha256_file, write_json)
 
 # Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
 CORPORA = {

@@ -17,7 +17,7 @@ import torch
 
 import muon
 from arms import PRESETS
-from cli import UsageError
+from common import UsageError
 from model import LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, embedding_dtype, executed_blocks, params_per_block, stored_blocks
 
 

@@ -8,21 +8,18 @@ and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes 
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
     python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
 """
-import ctypes
 import json
 import math
-import os
 import sys
 from dataclasses import dataclass, replace
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
 import arms
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
-from cli import Parser, UsageError, cli_main
+from common import Parser, UsageError, cli_main
 
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
@@ -454,58 +451,6 @@ def describe(cfg):
         matrix_flops_per_token_final=matrix_flops_per_token(cfg, K),
         flops_per_token_initial=flops_per_token(cfg, K0), flops_per_token_final=flops_per_token(cfg, K),
     )
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Devices (train.py and core_eval.py)
-
-GLIBC_M_TRIM_THRESHOLD, GLIBC_M_MMAP_THRESHOLD = -1, -3  # mallopt parameter numbers (malloc.h)
-GLIBC_MMAP_THRESHOLD_MAX = 32 * 2 ** 20                  # the largest M_MMAP_THRESHOLD glibc accepts on 64-bit
-
-
-def keep_freed_cpu_memory():
-    """Make glibc keep freed blocks below 32 MiB for reuse instead of handing them back to the kernel, the CPU
-    counterpart of CUDA's caching allocator. By default glibc mmaps some of a step's activations of a few MB and
-    trims the freed heap top, so every step re-faults their pages: 630-1,830 page faults and 7-10 % of a
-    cpu-preset Loop-2 / Untied-2 d4 step (README "Measured numbers"). -> whether glibc took both settings (False
-    without glibc)."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    return bool(libc.mallopt(GLIBC_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD_MAX)
-                and libc.mallopt(GLIBC_M_TRIM_THRESHOLD, 2 ** 31 - 1))
-
-
-def setup_distributed(device_flag="auto"):
-    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
-    use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
-    if use_cuda and not torch.cuda.is_available():
-        raise UsageError("--device cuda but no CUDA device is visible")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
-    if not use_cuda:
-        keep_freed_cpu_memory()
-    if world > 1:
-        dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
-    return rank, world, device
-
-
-def cli_main_distributed(run, prog, argv=None):
-    """cli.cli_main for a script that may join a torchrun process group; the group is left on the way out."""
-    try:
-        return cli_main(run, prog, argv)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def autocast(device):
-    """bf16 autocast on CUDA; plain fp32 on CPU."""
-    return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import arms
 import data
 import model as model_lib
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED
-from cli import UsageError
+from common import UsageError
 from model import ModelConfig
 
 

@@ -39,10 +39,10 @@ import model as model_lib
 import muon
 from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, recorded_micro_batches,
                         resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
-from cli import Parser, UsageError, exit_process, finite_float
+from common import (Parser, UsageError, autocast, cli_main_distributed, exit_process, finite_float,
+                    setup_distributed)
 import arms
 from arms import ARMS, BENCH_SHAPES, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
-from model import autocast
 from plan import lr_multiplier, make_plan, passes_at, stage_at, stage_index
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, f
 
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
-    rank, world, device = model_lib.setup_distributed(args.device)
+    rank, world, device = setup_distributed(args.device)
     check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
@@ -543,7 +543,7 @@ def run_command(argv):
 
 
 def main(argv=None):
-    return model_lib.cli_main_distributed(run_command, "train.py", argv)
+    return cli_main_distributed(run_command, "train.py", argv)
 
 
 if __name__ == "__main__":

@@ -486,10 +486,10 @@ def stopped_run(pool, tmp_path_factory):
 
 def rehash(folder):
     """Rewrite a checkpoint's manifest for its current files (what a deliberate forger would do)."""
-    import cli
+    import common
     names = sorted(os.path.relpath(os.path.join(b, n), folder) for b, _, ns in os.walk(folder) for n in ns
                    if n != "MANIFEST.json")
-    files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=cli.sha256_file(os.path.join(folder, n)))
+    files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=common.sha256_file(os.path.join(folder, n)))
              for n in names}
     with open(os.path.join(folder, "MANIFEST.json"), "w") as f:
         json.dump(dict(files=files), f)

@@ -48,7 +48,7 @@ class CodeOnLoad:
 
 def write_checkpoint_folder(folder, weights):
     """A checkpoint folder as train.py writes it, as far as checkpoint.load_checkpoint_model reads it."""
-    from cli import sha256_file
+    from common import sha256_file
     os.makedirs(folder, exist_ok=True)
     torch.save(weights, os.path.join(folder, "model.pt"))
     files = {n: dict(size=os.path.getsize(os.path.join(folder, n)), sha256=sha256_file(os.path.join(folder, n)))

@@ -531,7 +531,7 @@ def test_real_bundle_every_task(tmp_path, capsys):
 def test_checkpoint_folder_of_train_py(tmp_path, tiny, capsys):
     """The folder train.py writes (checkpoints/final: model.pt + MANIFEST.json + optimizer state core_eval never
     opens) gives the same scores as the weights in a single file; a run folder gets a message naming what to pass."""
-    from cli import sha256_file
+    from common import sha256_file
     final = tmp_path / "run" / "checkpoints" / "final"
     final.mkdir(parents=True)
     shutil.copy(tiny["ckpt"], final / "model.pt")

@@ -7,7 +7,6 @@ import math
 import os
 import subprocess
 import sys
-from statistics import median
 
 import pytest
 import torch
@@ -451,27 +450,3 @@ def test_param_groups_cover_every_parameter_once():
     assert sum(p.numel() for p in groups["matrix"]) == model.stored_blocks(net.cfg) * model.params_per_block(net.cfg)
     names = {n for n, _ in net.named_parameters()}
     assert {"transformer.h.0.attn.c_q.weight", "transformer.h.0.mlp.c_gate.weight", "lm_head.weight"} <= names
-
-
-KEEP_FREED_PROBE = """
-import resource, sys, torch, model
-if sys.argv[1] == "keep":
-    assert model.keep_freed_cpu_memory()
-a = torch.randn(2 ** 20)  # 4 MiB
-faults = []
-for step in range(9):
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    saved = [a * 2.0 for _ in range(8)]  # a step's activations, freed together after its backward
-    del saved
-    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(" ".join(map(str, faults[1:])))  # the first step faults its pages in either way
-"""
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
-def test_keep_freed_cpu_memory_stops_refaulting_freed_tensors():
-    faults = {mode: [int(f) for f in subprocess.run([sys.executable, "-c", KEEP_FREED_PROBE, mode], capture_output=True,
-                                                    text=True, cwd=ROOT, check=True).stdout.split()]
-              for mode in ("default", "keep")}
-    assert median(faults["default"]) > 4000  # glibc trims the freed 32 MiB and a step faults its 8,192 pages again
-    assert median(faults["keep"]) == 0 and sum(faults["keep"]) < sum(faults["default"]) / 4

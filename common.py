@@ -1,0 +1,271 @@
+"""What the scripts share: the one-line error path, atomic writes and file hashes, resumable downloads (the Hugging
+Face Hub's listing too), and the process setup of a run (torchrun process group, device, autocast, CPU allocator).
+Importable without torch (arms.py and fit.py are torch-free): the device functions import it when called.
+
+    from common import UsageError, Parser, cli_main, exit_process
+
+    def run(argv):                                   # returns an exit code (None = 0)
+        args = Parser(prog="x.py").parse_args(argv)  # bad flags raise UsageError, no usage block
+        ...
+
+    def main(argv=None):
+        return cli_main(run, "x.py", argv)           # UsageError -> "x.py: error: <one line>" on stderr, exit code 2
+
+    if __name__ == "__main__":
+        exit_process(main())
+
+A download streams into <dest>.part, resumes with an HTTP Range request after a cut connection (retrying with backoff),
+and appears under <dest> only once its size and sha256 (where known) match. The Hub endpoint comes from $HF_ENDPOINT
+(a mirror), its login from $HF_TOKEN.
+"""
+import argparse
+import ctypes
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+
+import requests
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Command lines: one-line errors, exit codes
+
+class UsageError(Exception):
+    """Bad flags or inputs: reported as one line on stderr with exit code 2, never as a traceback."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors (and its subcommands' errors) raise UsageError instead of printing the usage block."""
+
+    def error(self, message):
+        raise UsageError(message)
+
+
+def cli_main(run, prog, argv=None):
+    """Call run(argv) and return its exit code (None counts as 0); a UsageError becomes one line
+    '<prog>: error: <message>' on stderr and exit code 2."""
+    try:
+        code = run(argv)
+        sys.stdout.flush()  # a closed pipe (`... | head -1`) surfaces here, inside the handler below
+    except UsageError as e:
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        code = 2
+    except BrokenPipeError:  # the reader went away: stop quietly, as Unix tools do (128 + SIGPIPE)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+        code = 141
+    return 0 if code is None else code
+
+
+def finite_float(text):
+    """argparse type: a float that is finite (nan/inf would flow into plans and JSON as invalid numbers)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def exit_process(code):
+    """Exit a script. Under torchrun with several ranks, leave with os._exit: gloo can abort in its worker thread
+    during interpreter shutdown (pytorch#190489)."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Files: atomic writes, hashes
+
+def atomic_write(path, write):
+    """write(tmp_path) writes the file; it then replaces `path` in one step, so a reader never sees half of it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path, obj, allow_nan=True):
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(json.dumps(obj, indent=2, allow_nan=allow_nan) + "\n")
+    atomic_write(path, write)
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(16 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Downloads: data.py's FineWeb shards, core_eval.py's CORE bundle
+
+HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+# A cut connection loses less than one chunk of what was received.
+DOWNLOAD = dict(retries=8, backoff_s=2.0, max_backoff_s=60.0, timeout_s=60, chunk_bytes=1 << 16)
+
+
+class DownloadError(UsageError):
+    """A listing or download that failed or does not match; the message is one line that says what to do."""
+
+
+def hf_auth_headers():
+    """The Hub's login ($HF_TOKEN), if one is set."""
+    token = os.environ.get("HF_TOKEN")
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def hf_list(repo, revision, path):
+    """Files directly under `path` of a dataset repo at `revision`: sorted [{path, size, sha256}]."""
+    url = f"{HF_ENDPOINT}/api/datasets/{repo}/tree/{revision}/{path}"
+    entries = []
+    while url:
+        try:
+            r = requests.get(url, headers=hf_auth_headers(), timeout=DOWNLOAD["timeout_s"])
+            r.raise_for_status()
+        except requests.RequestException as e:
+            raise DownloadError(f"cannot list {repo}@{revision}/{path}: {e}") from None
+        entries += r.json()
+        url = r.links.get("next", {}).get("url")  # the Hub paginates large folders with a Link header
+    files = [dict(path=e["path"], size=e.get("size"), sha256=(e.get("lfs") or {}).get("oid"))
+             for e in entries if e.get("type") == "file" and e["path"].endswith(".parquet")]
+    if not files:
+        raise DownloadError(f"no parquet files under {repo}@{revision}/{path}")
+    return sorted(files, key=lambda f: f["path"])
+
+
+def hf_url(repo, revision, path):
+    return f"{HF_ENDPOINT}/datasets/{repo}/resolve/{revision}/{path}"
+
+
+def _progress(name, done, total, start_bytes, t0):
+    rate = (done - start_bytes) / max(time.time() - t0, 1e-9)
+    eta = f"{(total - done) / rate:.0f}s" if total and rate > 0 else "?"
+    of = f"/{total / 1e6:.1f}" if total else ""
+    print(f"\r  {name}: {done / 1e6:.1f}{of} MB  {rate / 1e6:.1f} MB/s  ETA {eta}   ", end="", file=sys.stderr,
+          flush=True)
+
+
+def download(url, dest, expected_size=None, expected_sha256=None, headers=None):
+    """Stream `url` to dest + ".part", resuming with HTTP Range and retrying with backoff; the file appears
+    under `dest` only when its size (announced by the server and the listing) and sha256 (if known) match.
+    headers: extra request headers (the Hub's login)."""
+    part = dest + ".part"
+    name = os.path.basename(dest)
+    last_error = None
+    for attempt in range(DOWNLOAD["retries"]):
+        if attempt:
+            time.sleep(min(DOWNLOAD["backoff_s"] * 2 ** (attempt - 1), DOWNLOAD["max_backoff_s"]))
+        have = os.path.getsize(part) if os.path.exists(part) else 0
+        request_headers = dict(headers or {}, **({"Range": f"bytes={have}-"} if have else {}))
+        try:
+            with requests.get(url, headers=request_headers, stream=True, timeout=DOWNLOAD["timeout_s"]) as r:
+                if r.status_code == 416 and have:  # nothing left to send: the .part may already be whole
+                    total = r.headers.get("Content-Range", "*/*").rsplit("/", 1)[1]
+                    total = int(total) if total.isdigit() else None
+                elif r.status_code in (401, 403, 404):
+                    raise DownloadError(f"{url} answered HTTP {r.status_code}"
+                                    + ("; set HF_TOKEN if the dataset needs a login"
+                                       if headers is not None and r.status_code != 404 else ""))
+                else:
+                    r.raise_for_status()
+                    if r.status_code == 206:
+                        first, total = r.headers["Content-Range"].split(" ")[1].split("/")
+                        if int(first.split("-")[0]) != have:
+                            raise DownloadError(f"{url}: server resumed at the wrong offset ({first}, wanted {have})")
+                        total = int(total)
+                    else:  # a plain 200 restarts from byte 0
+                        have, total = 0, int(r.headers["Content-Length"]) if "Content-Length" in r.headers else None
+                    if expected_size is not None and total is not None and total != expected_size:
+                        raise DownloadError(f"size mismatch for {url}: server announces {total} bytes, the listing "
+                                        f"says {expected_size}; delete {part} and retry, or check the revision")
+                    t0, start, shown = time.time(), have, 0.0
+                    with open(part, "ab" if have else "wb") as f:
+                        for chunk in r.iter_content(DOWNLOAD["chunk_bytes"]):
+                            f.write(chunk)
+                            have += len(chunk)
+                            if time.time() - shown > 1.0 or have == total:
+                                _progress(name, have, total, start, t0)
+                                shown = time.time()
+                    print(file=sys.stderr)
+        except requests.RequestException as e:  # cut connections, timeouts, 5xx: resume on the next attempt
+            last_error = f"{type(e).__name__}: {e}"
+            continue
+        size = os.path.getsize(part)
+        want = expected_size if expected_size is not None else total
+        if want is not None and size < want:
+            last_error = f"got {size} of {want} bytes"
+            continue
+        if want is not None and size > want:
+            os.remove(part)
+            raise DownloadError(f"size mismatch for {url}: received {size} bytes, expected {want}")
+        if expected_sha256 and sha256_file(part) != expected_sha256:
+            os.remove(part)
+            raise DownloadError(f"sha256 mismatch for {url}; the partial file was removed, re-run to download again")
+        os.replace(part, dest)
+        return dest
+    raise DownloadError(f"download of {url} failed after {DOWNLOAD['retries']} attempts ({last_error}); "
+                    f"re-run to resume from {part}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Processes and devices (train.py, bench.py, core_eval.py); torch is imported here, not at the top
+
+GLIBC_M_TRIM_THRESHOLD, GLIBC_M_MMAP_THRESHOLD = -1, -3  # mallopt parameter numbers (malloc.h)
+GLIBC_MMAP_THRESHOLD_MAX = 32 * 2 ** 20                  # the largest M_MMAP_THRESHOLD glibc accepts on 64-bit
+
+
+def keep_freed_cpu_memory():
+    """Make glibc keep freed blocks below 32 MiB for reuse instead of handing them back to the kernel, the CPU
+    counterpart of CUDA's caching allocator: by default glibc mmaps a step's activations of a few MB and trims the
+    freed heap top, so every training step faults their pages in again. -> whether glibc took both settings (False
+    without glibc)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(GLIBC_M_MMAP_THRESHOLD, GLIBC_MMAP_THRESHOLD_MAX)
+                and libc.mallopt(GLIBC_M_TRIM_THRESHOLD, 2 ** 31 - 1))
+
+
+def setup_distributed(device_flag="auto"):
+    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
+    import torch
+    import torch.distributed as dist
+    use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
+    if use_cuda and not torch.cuda.is_available():
+        raise UsageError("--device cuda but no CUDA device is visible")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
+    if not use_cuda:
+        keep_freed_cpu_memory()
+    if world > 1:
+        dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+    return rank, world, device
+
+
+def cli_main_distributed(run, prog, argv=None):
+    """cli_main for a script that may join a torchrun process group; the group is left on the way out."""
+    import torch.distributed as dist
+    try:
+        return cli_main(run, prog, argv)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def autocast(device):
+    """bf16 autocast on CUDA; plain fp32 on CPU."""
+    import torch
+    return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)
