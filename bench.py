@@ -22,11 +22,11 @@ from statistics import median
 import torch
 
 import data
-import memory as memory_lib
 import model as model_lib
 from arms import PRESETS
 from checkpoint import Run, RunState
 from common import UsageError, setup_distributed, write_json
+from plan import GIB, device_memory_plan, memory_per_rank, memory_report
 from train import (build_optimizers, compile_model, count_step, gpu_peak_flops, make_plan, replicated_grads,
                    train_step, use_compile)
 
@@ -90,11 +90,11 @@ def synthetic_arm(args, plan, device, peak_flops=None, random_init=False):
     """What train_step needs for `plan` on one process, over SyntheticLoader with the memory planner's
     micro-batches; nothing is written to disk. random_init: every parameter N(0, 0.02), so that zero-initialised
     out-projections do not make a branch trivially cheap."""
-    mem = memory_lib.device_memory_plan(args, plan, 1, device)
+    mem = device_memory_plan(args, plan, 1, device)
     run = Run(plan=plan, rank=0, world=1, device=device, run_dir="", data_dir="", data_manifest={},
               loader=SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len),
               val=None, token_bytes=None, micro_batches=tuple(s.micro_batch for s in mem.stages),
-              sync_every_micro_batch=mem.zero2, memory=memory_lib.memory_report(mem, plan), environment={},
+              sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan), environment={},
               peak_flops=peak_flops)
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config).to_device(device)
@@ -153,10 +153,10 @@ def interleaved_arms(args, device, depth, steps, repeats):
     within minutes on a VM) -> (arms, per repetition {arch: median step seconds, "roofline": median FLOP/s})."""
     plan_args = argparse.Namespace(**vars(args))
     if device.type == "cuda" and not args.device_batch_size:
-        total = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / memory_lib.GIB
+        total = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
         plan_args.gpu_memory = total / len(BENCH_ARMS)
     probe = synthetic_plan(plan_args, "vanilla", depth, 1)
-    micro = memory_lib.device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch
+    micro = device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch
     plan_args.device_batch_size = [micro]
     total_steps = 1 + repeats * steps  # the warm-up step and the timed ones
     arms = {arch: synthetic_arm(plan_args, synthetic_plan(plan_args, arch, depth, total_steps,
@@ -255,7 +255,7 @@ def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
         warm = seconds[crossover_step + 2:]
     step_seconds = median(warm)
     flops_per_token = model_lib.flops_per_token(plan.model_config, arm.model.active_passes)
-    predicted = max(memory_lib.memory_per_rank(plan.model_config, k, micro, device=device.type)["peak"]
+    predicted = max(memory_per_rank(plan.model_config, k, micro, device=device.type)["peak"]
                     for k, micro in zip(plan.pass_stages, arm.run.micro_batches))
     measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return dict(arch=arch, depth=depth, steps=steps, crossover_step=crossover_step, pass_stages=list(plan.pass_stages),
@@ -322,8 +322,8 @@ def check_summary(name, result):
         return (f"{result['arch']} d{result['depth']}: {1000 * result['step_seconds']:.0f} ms/step, "
                 f"{result['tokens_per_second']:,.0f} tok/s" + (f", MFU {100 * result['mfu']:.1f}%" if result["mfu"]
                                                                  else "")
-                + (f", peak memory {memory / memory_lib.GIB:.1f} GiB" if memory else "")
-                + f" (model predicts {result['predicted_peak_bytes'] / memory_lib.GIB:.1f} GiB)"
+                + (f", peak memory {memory / GIB:.1f} GiB" if memory else "")
+                + f" (model predicts {result['predicted_peak_bytes'] / GIB:.1f} GiB)"
                 + (f", growth {result['growth_events']}" if result["growth_events"] else ""))
     if name == "ratios":
         return (f"operator_1/vanilla = {result['operator_1_over_vanilla']:.3f} (target <= 1.02), untied_2/loop_2 = "

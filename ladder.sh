@@ -150,7 +150,7 @@ if [ "$dry_run" = 1 ]; then
     # One Python process plans every run (train.py's own derivation and micro-batch planner), prints each run's
     # per-rank memory, then sums FLOPs and GPU-hours.
     printf '%s\n' "${runs[@]}" | python -c '
-import sys, memory, train
+import sys, plan as memory, train
 mfu, nproc, nnodes, extra = float(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4:]
 flops, n, peaks = 0, 0, []
 for line in sys.stdin:

@@ -1,20 +1,31 @@
-"""The plan of one run: everything `--arch A --depth d` (plus flags) derives before touching data, as a frozen Plan,
-and the schedules that read it (paper App. A.3-A.4; docs/recipe.md). Pure arithmetic on the table in arms.py and the
-accounting in model.py; train.py trains a Plan, and `--dry-run` prints it.
+"""Everything one run needs decided before it touches data: the plan of `--arch A --depth d` (plus flags) as a frozen
+Plan, the schedules that read it (paper App. A.3-A.4; docs/recipe.md), and the memory it needs per rank with the
+largest micro-batch per pass stage that fits a GPU. Pure arithmetic on the table in arms.py and the accounting in
+model.py; train.py trains a Plan, and `--dry-run` prints it with its "memory".
+
+Memory: bytes per rank as pure functions of a ModelConfig. Activations are what eager autograd saves in this model's
+forward (tests/test_plan.py measures it on CPU with saved_tensors_hooks); torch.compile saves less (it recomputes
+pointwise ops), so the eager numbers are an upper bound for the compiled model. Every formula names the tensors it
+counts; docs/memory_table.py prints the tables of every paper run.
 
     python train.py --arch untied_grow --depth 8 --dry-run      # Plan.as_dict() plus its "memory"
-    python -m pytest -q tests/test_train.py -k plan
+    python -m pytest -q tests/test_plan.py
 """
 import math
+import os
 import random
 from dataclasses import asdict, dataclass, fields, replace
+
+import torch
 
 import arms
 import data
 import model as model_lib
-from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED
+import muon
+from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from common import UsageError
-from model import ModelConfig
+from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, params_per_block,
+                   stored_blocks)
 
 
 @dataclass(frozen=True)
@@ -206,3 +217,305 @@ def passes_at(step, plan):
     if plan.random_passes and step >= (plan.crossover_steps or [0])[-1]:
         return random.Random(plan.seed * 1_000_003 + step).choice(plan.random_passes)
     return stage_at(step, plan)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Memory per rank
+
+GIB = 2 ** 30
+ZERO2_BUCKET_BYTES = 256 * 2 ** 20     # one gradient bucket in flight in the owner-sharded (ZeRO-2) transport
+MEMORY_MARGIN_BYTES = 3 * GIB          # CUDA context, cuBLAS/NCCL workspaces, compile autotuning
+MEMORY_MARGIN_FRACTION = 0.10          # caching-allocator fragmentation, on top of the tracked peak
+
+
+def block_matrix_shapes(cfg):
+    """(rows, cols) of every stored block matrix in parameter order (the order Muon sees them)."""
+    C, H = cfg.width, cfg.mlp_hidden
+    return [(C, C), (C, C), (C, C), (C, C), (H, C), (H, C), (C, H)] * stored_blocks(cfg)
+
+
+def muon_owner_loads(shapes, world_size):
+    """Per rank, the shapes it owns under muon.assign_owners (the rule the optimizer itself uses)."""
+    owned = [[] for _ in range(world_size)]
+    for shape, rank in zip(shapes, muon.assign_owners(shapes, world_size)):
+        owned[rank].append(shape)
+    return owned
+
+
+def muon_state_numel(shape):
+    """Momentum (rows x cols) plus the NorMuon second moment (one value per row if rows >= cols, else per column)."""
+    rows, cols = shape
+    return rows * cols + (rows if rows >= cols else cols)
+
+
+def block_activation_bytes_per_token(cfg, autocast=True):
+    """Bytes autograd saves per token in one executed Block (eager), e = bytes of the matmul dtype (bf16 under
+    autocast). Per token, C = width, H = mlp_hidden, h = heads:
+      2 residual RMSNorms (attention, MLP input): fp32 input 4C + rstd 4, each
+      linear inputs: under autocast c_q, c_k, c_v, c_gate, c_fc each save their own bf16 cast of the normed input
+        (5 * 2C); in fp32 the two normed inputs are shared (2 * 4C)
+      QK-norm on q and k: an fp32 copy 4C + rstd 4h, each (CPU's composite rms_norm upcasts; CUDA's fused kernel may
+        keep the bf16 input, 2C: the fp32 count is the bound)
+      SDPA (flash on CUDA and on CPU): q, k, v, out in e bytes (4eC) + fp32 logsumexp 4h; c_proj's input is a view
+      MLP: gate output, SiLU output, up output, their product: 4eH
+    """
+    C, H, h = cfg.width, cfg.mlp_hidden, cfg.n_head
+    e = 2 if autocast else 4
+    linear_inputs = 5 * 2 * C if autocast else 2 * 4 * C
+    return 2 * (4 * C + 4) + linear_inputs + 2 * (4 * C + 4 * h) + (4 * e * C + 4 * h) + 4 * e * H
+
+
+def activation_bytes(cfg, passes, micro_batch, autocast=True):
+    """Bytes autograd saves for one micro-batch from the embedding to the last block (the loss path excluded):
+    embedding (int64 ids 8 + its RMSNorm input 4C + rstd 4 per token), every executed block, the recurrence norm of
+    each pass (its fp32 input 4C + rstd 4 per token; the injection saves nothing), and per executed block the bf16
+    casts of the rotary tables for q and k under autocast (4 * T * head_dim bytes, independent of the batch)."""
+    tokens = micro_batch * cfg.seq_len
+    blocks = executed_blocks(cfg, passes)
+    per_token = 8 + 4 * cfg.width + 4 + blocks * block_activation_bytes_per_token(cfg, autocast)
+    if cfg.recurrence_norm:
+        per_token += passes * (4 * cfg.width + 4)
+    rotary = blocks * 4 * cfg.seq_len * cfg.head_dim if autocast else 0
+    return tokens * per_token + rotary
+
+
+def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
+    """(saved, peak) bytes of the final norm, lm_head and cross-entropy for one micro-batch; peak adds the transient
+    tensors of its forward and backward. V = vocab, Vp = padded vocab, R = LOSS_CHUNK_ROWS, e = matmul dtype bytes.
+    chunked (GPT.loss): saved = final RMSNorm input 4C + rstd 4 and d(loss)/dx eC per token, d(loss)/d(lm_head)
+    fp32 4*Vp*C; transient = the normed input 4C per token, the lm_head cast (2*Vp*C under autocast), one chunk's
+    d(lm_head) product e*Vp*C, and per chunk row the logits (2Vp bf16 + 4V fp32 under autocast, 4Vp in fp32; the
+    probabilities overwrite them) and the row's input cast and gradient (2eC).
+    unchunked (F.cross_entropy on decode()): saved = final norm 4C + 4, lm_head input eC (its cast, or in fp32 the
+    normed output), fp32 log-softmax 4V and int64 targets 8 per token; backward holds two more fp32 (tokens, V)."""
+    C, V, Vp = cfg.width, cfg.vocab_size, cfg.padded_vocab
+    tokens = micro_batch * cfg.seq_len
+    e = 2 if autocast else 4
+    if chunked:
+        saved = tokens * (4 * C + 4 + e * C) + 4 * Vp * C
+        rows = min(LOSS_CHUNK_ROWS, tokens)
+        logits_row = 2 * Vp + 4 * V if autocast else 4 * Vp  # e-byte lm_head output, its fp32 slice (same in fp32)
+        transient = tokens * 4 * C + (2 * Vp * C if autocast else 0) + e * Vp * C + rows * (logits_row + 2 * e * C)
+        return saved, saved + transient
+    saved = tokens * (4 * C + 4 + e * C + 4 * V + 8)
+    return saved, saved + 2 * tokens * 4 * V
+
+
+def weight_copy_bytes(cfg, passes, autocast=True):
+    """bf16 copies of the executed block matrices that autocast caches in the forward and the backward keeps (a tied
+    core is cast once; dormant untied cores are not executed). The lm_head cast is the loss path's."""
+    return 2 * stored_blocks(cfg, passes) * params_per_block(cfg) if autocast else 0
+
+
+def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums=0):
+    """Parameters, gradients and optimizer state per rank, and the largest owned same-shape group Muon stacks.
+    Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
+    Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
+    only the matrices it owns plus one bucket in flight, and the AdamW gradients in full. partial_sums > 0 (the fixed
+    reduction order, muon.py; replaces both): that many partial sums of each owned matrix plus one bucket sent and one
+    received, and of the AdamW gradients the full local one, its received chunks and partial_sums chunks of 1/W (with
+    one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
+    owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the parameter dtype."""
+    C, Vp = cfg.width, cfg.padded_vocab
+    emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
+    matrices = stored_blocks(cfg) * params_per_block(cfg)
+    owned = max(muon_owner_loads(block_matrix_shapes(cfg), world_size), key=lambda o: sum(r * c for r, c in o))
+    owned_numel = sum(r * c for r, c in owned)
+    groups = {}
+    for shape in owned:
+        groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
+    rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
+    matrix_grads = 4 * (owned_numel if zero2 else matrices) + (ZERO2_BUCKET_BYTES if zero2 else 0)
+    adamw_grads = 4 * Vp * C + emb
+    if partial_sums and world_size == 1:
+        matrix_grads, adamw_grads = 4 * matrices * partial_sums, adamw_grads * partial_sums
+    elif partial_sums:
+        matrix_grads = 4 * owned_numel * partial_sums + 2 * ZERO2_BUCKET_BYTES
+        adamw_grads = 2 * adamw_grads + adamw_grads * partial_sums // world_size
+    return dict(
+        parameters=4 * (matrices + Vp * C) + emb + rotary,
+        gradients=matrix_grads + adamw_grads,
+        muon_state=4 * sum(muon_state_numel(s) for s in owned),
+        adamw_state=2 * (4 * Vp * C + emb),
+        # Muon.step stacks one shape group (weights, grads, momentum and ~5 fp32-sized temporaries)
+        optimizer_step=8 * 4 * max(groups.values(), default=0),
+    )
+
+
+def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0):
+    """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
+    autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
+    report; 'required' adds the margin. The step's peak is the larger of two moments: the end of the forward / start
+    of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
+    backward working set of one block's activations plus two fp32 residual-stream gradients), and the Muon step.
+    partial_sums: see persistent_bytes (0: the default reduction order)."""
+    autocast = torch.device(device).type == "cuda"
+    parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums)
+    optimizer_step = parts.pop("optimizer_step")
+    static = sum(parts.values())
+    loss_saved, loss_peak = loss_path_bytes(cfg, micro_batch, autocast)
+    tokens = micro_batch * cfg.seq_len
+    backward_working = tokens * (block_activation_bytes_per_token(cfg, autocast) + 2 * 4 * cfg.width)
+    parts.update(weight_copies=weight_copy_bytes(cfg, passes, autocast),
+                 activations=activation_bytes(cfg, passes, micro_batch, autocast), loss_path=loss_saved,
+                 step_transient=max(loss_peak - loss_saved, backward_working), optimizer_step=optimizer_step)
+    training = parts["weight_copies"] + parts["activations"] + loss_saved + parts["step_transient"]
+    peak = static + max(training, optimizer_step)
+    margin = MEMORY_MARGIN_BYTES + round(MEMORY_MARGIN_FRACTION * peak)
+    return dict(parts, peak=peak, margin=margin, required=peak + margin)
+
+
+@dataclass
+class StageMemory:
+    passes: int
+    executed_blocks: int
+    micro_batch: int
+    bytes: dict          # memory_per_rank at this micro-batch: the components, peak, margin, required
+
+
+@dataclass
+class MemoryPlan:
+    gpu_memory_gib: float
+    world_size: int
+    zero2: bool
+    stages: list         # one StageMemory per pass stage, in training order
+
+
+def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, device_batch=None,
+                device="cuda", fixed_order=False):
+    """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
+    whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
+    executed depth p + K*c + q is what costs memory. device_batch (one int, or one per stage) is checked instead of
+    chosen: one that does not divide or does not fit raises ValueError naming the largest that fits. fixed_order:
+    the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1 (muon.py)."""
+    capacity = gpu_memory_gib * GIB
+    divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
+    explicit = [device_batch] * len(pass_stages) if isinstance(device_batch, int) else device_batch
+    if explicit is not None and len(explicit) != len(pass_stages):
+        raise ValueError(f"device_batch needs one value per pass stage {list(pass_stages)}, got {list(explicit)}")
+    stages = []
+    for i, passes in enumerate(pass_stages):
+        def need(b):
+            partial_sums = (rank_sequences // b).bit_length() if fixed_order else 0  # floor(log2(n)) + 1
+            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums)
+        fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
+        where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
+        if explicit is None and fitting is None:
+            raise ValueError(f"{where} does not fit {gpu_memory_gib:g} GiB per GPU even at micro-batch 1 (needs "
+                             f"{need(1)['required'] / GIB:.1f} GiB); use more GPUs or the owner-sharded transport")
+        choice = fitting if explicit is None else explicit[i]
+        if explicit is not None:
+            if not isinstance(choice, int) or choice < 1 or rank_sequences % choice:
+                raise ValueError(f"micro-batch {choice!r} does not divide the {rank_sequences} sequences per rank")
+            if need(choice)["required"] > capacity:
+                largest = f"the largest that fits is {fitting}" if fitting else "none fits, not even 1"
+                raise ValueError(f"micro-batch {choice} needs {need(choice)['required'] / GIB:.1f} GiB per GPU for "
+                                 f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
+        stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice)))
+    return MemoryPlan(gpu_memory_gib, world_size, zero2, stages)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The micro-batch planner: the micro-batch of each pass stage. It depends on the world size and the device, so it is
+# kept out of the Plan (a run resumes on another world size): result.json and the dry run hold it under "memory".
+
+H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
+
+
+def memory_pass_stages(plan):
+    """The passes each stage is planned for; random recurrence (App. B.4) plans for its largest draw."""
+    stages = list(plan.pass_stages)
+    if plan.random_passes:
+        stages[-1] = max(stages[-1], *plan.random_passes)
+    return stages
+
+
+def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda", fixed_order=False,
+                       what="--device-batch-size"):
+    """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
+    check of --device-batch-size (one value, or one per stage; `what` names it in errors). Gradients stay replicated
+    (reduced once per step) when that fits, else they are sharded over the ranks by the owner-sharded transport, which
+    then reduces every micro-batch (zero2). fixed_order: the fixed reduction order's gradient memory (always sharded,
+    exchanged every micro-batch). -> MemoryPlan; UsageError when nothing fits."""
+    batch_seqs = plan.tokens_per_step // plan.seq_len
+    if batch_seqs % world:
+        raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
+    rank_seqs, stages = batch_seqs // world, memory_pass_stages(plan)
+    explicit = None
+    if device_batch:
+        if len(device_batch) not in (1, len(stages)):
+            raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
+        explicit = [min(b, rank_seqs) for b in device_batch] * (len(stages) // len(device_batch))
+    mem = fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order)
+    if isinstance(mem, MemoryPlan):
+        return mem
+    if explicit is not None:
+        raise UsageError(f"{what}: {mem} ({world} GPUs)")
+    more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
+                 and isinstance(fit_memory(plan, w, gpu_memory_gib, None, device, fixed_order), MemoryPlan)), None)
+    raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
+                     "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
+                     (f"it fits on {more} GPUs" if more else "no world size fits"))
+
+
+def fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order=False):
+    """plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
+    ValueError of the last try. The fixed reduction order has one gradient layout of its own."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    for zero2 in (False, True) if world > 1 and not fixed_order else (False,):
+        try:
+            return plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib,
+                               world, zero2, explicit, device, fixed_order)
+        except ValueError as e:
+            error = e
+    return error
+
+
+def memory_report(mem, plan, fixed_order=False):
+    """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
+    the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run)."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
+    gradients = ("sharded over the ranks and reduced every micro-batch (the owner-sharded transport is required: "
+                 "replicated gradients do not fit)" if mem.zero2 else "replicated, reduced once per step")
+    if fixed_order:
+        gradients = ("fixed reduction order: sent to their owners every micro-batch; an owner keeps up to "
+                     "floor(log2(accumulation)) + 1 partial sums of its matrices")
+    return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
+                world_size=mem.world_size, sequences_per_rank=rank_seqs,
+                sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, fixed_reduce_order=fixed_order,
+                stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
+                             accumulation=rank_seqs // s.micro_batch,
+                             gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
+
+
+def device_memory_plan(args, plan, world, device, recorded=None):
+    """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
+    (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given. recorded: the
+    micro-batches a resumed --fixed-reduce-order run started with, checked instead."""
+    fixed, device_batch, what = args.fixed_reduce_order, args.device_batch_size, "--device-batch-size"
+    if recorded:
+        device_batch = resumed_micro_batches(args, plan, world, recorded)
+        what = f"the micro-batches {recorded} this --fixed-reduce-order run started with (bit-identity needs them)"
+    if device.type == "cuda":
+        gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
+        return plan_micro_batches(plan, world, gpu, device_batch, "cuda", fixed, what)
+    if args.gpu_memory:
+        return plan_micro_batches(plan, world, args.gpu_memory, device_batch, "cpu", fixed, what)
+    return plan_micro_batches(plan, world, math.inf, device_batch or [PRESETS[plan.preset].device_batch_size],
+                              "cpu", fixed, what)
+
+
+def resumed_micro_batches(args, plan, world, recorded):
+    """A --fixed-reduce-order run resumes with the micro-batches it started with, at any world size whose sequences
+    per rank they divide: the same micro-batches are what makes the trajectory bit-identical."""
+    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    bad = [b for b in recorded if rank_seqs % b]
+    if bad:
+        raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded}, which bit-identity "
+                         f"needs, but {world} processes get {rank_seqs} sequences each, not a multiple of {bad[0]}; "
+                         "resume on fewer processes")
+    if args.device_batch_size and int(os.environ.get("RANK", "0")) == 0 and \
+            args.device_batch_size * (len(recorded) // len(args.device_batch_size)) != recorded:
+        print(f"--device-batch-size {' '.join(map(str, args.device_batch_size))} is not used: a --fixed-reduce-order "
+              f"run resumes with the micro-batches it started with, {recorded}")
+    return recorded

@@ -34,7 +34,6 @@ import torch.distributed.checkpoint as dcp
 import torch.nn.functional as F
 
 import data
-import memory as memory_lib
 import model as model_lib
 import muon
 from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, recorded_micro_batches,
@@ -43,7 +42,8 @@ from common import (Parser, UsageError, autocast, cli_main_distributed, exit_pro
                     setup_distributed)
 import arms
 from arms import ARMS, BENCH_SHAPES, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
-from plan import lr_multiplier, make_plan, passes_at, stage_at, stage_index
+from plan import (H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
+                  plan_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -55,10 +55,10 @@ def dry_run(args):
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
-        mem = memory_lib.plan_micro_batches(plan, world, args.gpu_memory or memory_lib.H100_80GB_GIB,
+        mem = plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB,
                                             args.device_batch_size, fixed_order=args.fixed_reduce_order)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        print(json.dumps(dict(out, memory=memory_lib.memory_report(mem, plan, args.fixed_reduce_order))))
+        print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order))))
     return 0
 
 
@@ -185,7 +185,7 @@ def open_run(args, plan):
     if resume_from == "complete":
         return None
     recorded = recorded_micro_batches(resume_from, args.fixed_reduce_order) if resume_from else None
-    mem = memory_lib.device_memory_plan(args, plan, world, device, recorded)  # before any data work: a misfit stops
+    mem = device_memory_plan(args, plan, world, device, recorded)  # before any data work: a misfit stops
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
@@ -210,7 +210,7 @@ def open_run(args, plan):
     return Run(plan=plan, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
                data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
                val=val, token_bytes=token_bytes, micro_batches=tuple(s.micro_batch for s in mem.stages),
-               sync_every_micro_batch=mem.zero2, memory=memory_lib.memory_report(mem, plan, args.fixed_reduce_order),
+               sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan, args.fixed_reduce_order),
                environment=environment,
                peak_flops=peak * world if (peak := gpu_peak_flops(device, args.peak_flops)) else None,
                resume_from=resume_from, args=args, fixed_reduce_order=args.fixed_reduce_order)
@@ -493,7 +493,7 @@ def build_parser():
     mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
     mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
                      help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
-                          f"{memory_lib.H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
+                          f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
     mem.add_argument("--world-size", type=int, default=None,
                      help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
     mem.add_argument("--device-batch-size", type=int, nargs="+", default=None,

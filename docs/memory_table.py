@@ -7,8 +7,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import memory  # noqa: E402
 import model  # noqa: E402
+import plan  # noqa: E402
 import train  # noqa: E402
 
 H200_141GB_GIB = 143771 / 1024  # what torch reports for an H200 141GB
@@ -25,19 +25,20 @@ RELEASE_DC = {6: {k: 32 for k in DC_LOOPS[6]}, 8: {1: 32, 2: 32, 3: 32, 4: 32, 6
               14: {1: 16, 2: 16, 3: 16, 4: 8, 6: 8, 8: 4}, 16: {1: 16, 2: 8, 3: 8}, 18: {1: 8}}
 
 
-def cell(plan, world, gpu):
+def cell(run_plan, world, gpu):
     try:
-        mem = memory.plan_micro_batches(plan, world, gpu)
+        mem = plan.plan_micro_batches(run_plan, world, gpu)
     except train.UsageError:
         return "does not fit"
     return ("→".join(str(s.micro_batch) for s in mem.stages) + " (" +
-            " → ".join(f"{s.bytes['peak'] / memory.GIB:.1f}" for s in mem.stages) + ")" + (" zero2" if mem.zero2 else ""))
+            " → ".join(f"{s.bytes['peak'] / plan.GIB:.1f}" for s in mem.stages) + ")" + (" zero2" if mem.zero2 else ""))
 
 
 def row(name, argv, release, world=8):
-    plan = train.make_plan(train.parse_args(argv + ["--dry-run"]))
-    blocks = "→".join(str(model.executed_blocks(plan.model_config, k)) for k in memory.memory_pass_stages(plan))
-    return f"| {name} | {blocks} | {release} | {cell(plan, world, memory.H100_80GB_GIB)} | {cell(plan, world, H200_141GB_GIB)} |"
+    run_plan = train.make_plan(train.parse_args(argv + ["--dry-run"]))
+    blocks = "→".join(str(model.executed_blocks(run_plan.model_config, k)) for k in plan.memory_pass_stages(run_plan))
+    return (f"| {name} | {blocks} | {release} | {cell(run_plan, world, plan.H100_80GB_GIB)} | "
+            f"{cell(run_plan, world, H200_141GB_GIB)} |")
 
 
 HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (peak GiB) | 141 GB: micro-batch (peak GiB) |"

@@ -450,3 +450,68 @@ def test_param_groups_cover_every_parameter_once():
     assert sum(p.numel() for p in groups["matrix"]) == model.stored_blocks(net.cfg) * model.params_per_block(net.cfg)
     names = {n for n, _ in net.named_parameters()}
     assert {"transformer.h.0.attn.c_q.weight", "transformer.h.0.mlp.c_gate.weight", "lm_head.weight"} <= names
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The chunked loss and the bf16 embedding
+
+def reference_model(cfg, seed=1):
+    torch.manual_seed(seed)
+    net = model.GPT(cfg)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0, 0.3)
+    return net
+
+
+@pytest.mark.parametrize("chunk_rows", [7, model.LOSS_CHUNK_ROWS])
+def test_chunked_loss_equals_cross_entropy_fp32(monkeypatch, chunk_rows):
+    monkeypatch.setattr(model, "LOSS_CHUNK_ROWS", chunk_rows)
+    cfg = config_for("untied_grow", 3, width_per_depth=32, head_dim=16, seq_len=20, vocab_size=300, mlp_multiple=64)
+    idx, targets = torch.randint(0, cfg.vocab_size, (2, 3, cfg.seq_len))
+    targets[0, :5] = -1
+    targets[2, 7] = -1
+    chunked, plain = reference_model(cfg), reference_model(cfg)
+    loss = chunked(idx, targets)
+    expected = F.cross_entropy(plain(idx).flatten(0, 1), targets.flatten(), ignore_index=-1)
+    (3.0 * loss).backward()  # a non-unit upstream gradient, as with gradient accumulation
+    (3.0 * expected).backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-6)
+    for (name, p), q in zip(chunked.named_parameters(), plain.parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-6, msg=name)
+    with torch.no_grad():
+        torch.testing.assert_close(chunked(idx, targets), expected.detach(), rtol=1e-6, atol=1e-6)
+    assert chunked(idx).shape == (3, cfg.seq_len, cfg.vocab_size)  # without targets: logits, as before
+
+
+def test_chunked_loss_under_bf16_autocast_matches_unchunked():
+    cfg = config_for("loop_2", 3, width_per_depth=32, head_dim=16, seq_len=20, vocab_size=300, mlp_multiple=64)
+    idx, targets = torch.randint(0, cfg.vocab_size, (2, 3, cfg.seq_len))
+    chunked, plain = reference_model(cfg), reference_model(cfg)
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = chunked(idx, targets)
+        expected = F.cross_entropy(plain(idx).flatten(0, 1), targets.flatten())
+    loss.backward()
+    expected.backward()
+    torch.testing.assert_close(loss, expected, rtol=1e-5, atol=1e-5)
+    for p, q in zip(chunked.parameters(), plain.parameters()):  # one chunk: the same bf16 matmuls
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
+    assert model.embedding_dtype("cuda") == torch.bfloat16 and model.embedding_dtype("cpu") == torch.float32
+    cfg = config_for("operator_1", 3, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
+    net = reference_model(cfg).to_device("cpu")
+    assert {p.dtype for p in net.parameters()} == {torch.float32}
+    idx, targets = torch.randint(0, cfg.vocab_size, (2, 2, cfg.seq_len))
+    with torch.autocast("cpu", torch.bfloat16):
+        fp32_loss = net(idx, targets)
+    net.transformer.wte.to(torch.bfloat16)  # what to_device("cuda") does to the embedding
+    with torch.autocast("cpu", torch.bfloat16):
+        loss = net(idx, targets)
+    loss.backward()
+    torch.testing.assert_close(loss, fp32_loss, rtol=2e-2, atol=0)
+    opt = torch.optim.AdamW([net.transformer.wte.weight], lr=1e-3)
+    opt.step()
+    state = opt.state[net.transformer.wte.weight]
+    assert net.transformer.wte.weight.grad.dtype == state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.bfloat16

@@ -1,0 +1,311 @@
+"""Tests for plan.py: the plan against the release's per-run values (tests/data/spec_plans.csv) and its compute
+column, the schedules; the memory model against what autograd saves on CPU (saved_tensors_hooks, unique storages) and
+torch's MemTracker; the micro-batch planner's choices and errors."""
+import csv
+import math
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.distributed._tools.mem_tracker import MemTracker
+
+import model
+import muon
+import plan as plan_lib
+import train
+from model import config_for
+from plan import GIB, lr_multiplier, passes_at, wsd_multiplier
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPEC_ROWS = list(csv.DictReader(open(os.path.join(ROOT, "tests", "data", "spec_plans.csv"))))
+LADDER_ROWS = list(csv.DictReader(open(os.path.join(ROOT, "reference", "fineweb_ladders.csv"))))
+
+
+def plan_for(*argv):
+    return train.make_plan(train.parse_args(list(argv)))
+
+
+def sig6(x):
+    return float(f"{x:.6g}")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The plan and its schedules
+
+@pytest.mark.parametrize("row", SPEC_ROWS, ids=lambda r: f"{r['arch']}_d{r['depth']}")
+def test_plan_matches_spec_table(row):
+    plan = plan_for("--arch", row["arch"], "--depth", row["depth"]).as_dict()
+    for key in ("width", "heads", "mlp_hidden", "params_tpp", "params_stored", "steps", "train_token_limit",
+                "flops_per_token_final"):
+        assert plan[key] == int(row[key]), key
+    assert plan["crossover_step"] == (int(row["crossover_step"]) if row["crossover_step"] else None)
+    for key in ("matrix_lr", "embedding_lr", "unembedding_lr"):  # the table prints 6 significant figures
+        assert sig6(plan[key]) == float(row[key]), key
+    assert plan["total_flops"] == pytest.approx(float(row["total_flops"]), rel=1e-6)
+
+
+def test_planner_picks_the_largest_fitting_micro_batch_for_every_spec_run():
+    for row in SPEC_ROWS:
+        plan = plan_for("--arch", row["arch"], "--depth", row["depth"])
+        world = 16 if plan.depth == 26 else 8
+        mem = plan_lib.plan_micro_batches(plan, world, plan_lib.H100_80GB_GIB)
+        assert mem.zero2 == (plan.depth == 26), row  # only d26 needs the sharded gradients
+        for stage, passes in zip(mem.stages, plan_lib.memory_pass_stages(plan)):
+            assert stage.passes == passes and 32 * 8 // world % stage.micro_batch == 0
+            assert stage.bytes["required"] <= plan_lib.H100_80GB_GIB * plan_lib.GIB
+            bigger = 2 * stage.micro_batch
+            if bigger <= 32 * 8 // world:
+                assert plan_lib.memory_per_rank(plan.model_config, passes, bigger, world, mem.zero2)["required"] > \
+                    plan_lib.H100_80GB_GIB * plan_lib.GIB, row
+
+
+def test_total_flops_match_all_58_release_ladder_rows():
+    assert len(LADDER_ROWS) == 58
+    for row in LADDER_ROWS:
+        plan = plan_for("--arch", row["arm"], "--depth", row["depth"])
+        assert plan.total_flops == pytest.approx(float(row["compute_flops"]), rel=1e-6), row
+
+
+def test_worked_examples_exact():
+    vanilla = plan_for("--arch", "vanilla", "--depth", "8")
+    assert vanilla.embedding_lr == pytest.approx(0.01810193359836, rel=1e-12)
+    assert vanilla.total_flops == 1_055_750_772_932_739_072
+    grow = plan_for("--arch", "untied_grow", "--depth", "8")
+    assert (grow.steps, grow.crossover_step) == (3341, 2372)
+    assert grow.total_flops == 2_542_244_965_958_811_648
+    # Deep Vanilla Grow (INFERRED schedule, docs/recipe.md)
+    inferred = {6: (1334, 667), 8: (2330, 1165), 10: (3835, 1917), 12: (5729, 2864), 14: (8539, 4269),
+                16: (12236, 6118), 18: (16349, 8174)}
+    for d, expected in inferred.items():
+        p = plan_for("--arch", "deep_vanilla_grow", "--depth", str(d))
+        assert (p.steps, p.crossover_step) == expected
+
+
+def test_data_constrained_plan():
+    p = plan_for("--arch", "operator_1", "--depth", "8", "--data-constrained", "tuned-wd", "--passes", "4")
+    assert p.steps == 1900 and p.epochs == 10 and p.train_token_limit == 100_000_000
+    assert p.matrix_lr == 0.04 and p.weight_decay == 0.8 and p.passes_final == 4
+    assert plan_for("--arch", "operator_1", "--depth", "12", "--data-constrained", "tuned-wd").weight_decay == 1.2
+    assert plan_for("--arch", "operator_1", "--depth", "12", "--data-constrained", "fixed-wd").matrix_lr == 0.04
+
+
+def test_wsd_schedule_examples():
+    # Vanilla d8: S = 1962, W = 40, r = 0.6 -> decay from step 785, 0 on the last step.
+    plan = plan_for("--arch", "vanilla", "--depth", "8")
+    m = [lr_multiplier(i, plan) for i in range(plan.steps)]
+    assert m[0] == 1 / 40 and m[39] == 1.0 and m[784] == 1.0 and m[785] == 1.0 and m[786] < 1.0
+    assert m[-1] == 0.0
+    op1 = plan_for("--arch", "operator_1", "--depth", "8")
+    m = [lr_multiplier(i, op1) for i in range(op1.steps)]
+    assert m[0] == 1.0 and m[471] == 1.0 and m[472] < 1.0 and m[-1] == 0.0
+
+
+def test_growth_rewarm_and_passes():
+    plan = plan_for("--arch", "untied_grow", "--depth", "8")
+    c = plan.crossover_step
+    assert lr_multiplier(c, plan) == 0.0
+    assert lr_multiplier(c + 1, plan) == pytest.approx(wsd_multiplier(c + 1, 3341, 40, 1.0) / 40)
+    assert lr_multiplier(c + 40, plan) == wsd_multiplier(c + 40, 3341, 40, 1.0)
+    assert [passes_at(s, plan) for s in (0, c - 1, c, plan.steps - 1)] == [2, 2, 4, 4]
+
+
+def test_staged_and_random_recurrence_plans():
+    staged = plan_for("--arch", "untied_grow", "--depth", "8", "--pass-stages", "2", "4", "6",
+                      "--crossover-fractions", "0.5", "0.75")
+    s = staged.steps
+    assert staged.crossover_steps == (math.floor(0.5 * s), math.floor(0.75 * s))
+    assert staged.passes_final == 6 and staged.model_config.passes_initial == 2
+    rand = plan_for("--arch", "loop_grow", "--depth", "8", "--random-passes", "2", "3", "4", "5", "6")
+    after = [passes_at(i, rand) for i in range(rand.crossover_step, rand.steps)]
+    assert set(after) == {2, 3, 4, 5, 6} and rand.passes_final == 4
+    assert rand.total_flops != plan_for("--arch", "loop_grow", "--depth", "8").total_flops
+
+
+def test_data_constrained_plans_for_the_executed_depth():
+    def micro(k):
+        plan = plan_for("--arch", "operator_1", "--depth", "8", "--passes", str(k), "--data-constrained", "tuned-wd")
+        assert plan.model_config.passes == k
+        (stage,) = plan_lib.plan_micro_batches(plan, 8, plan_lib.H100_80GB_GIB).stages
+        return stage.micro_batch, stage.executed_blocks
+    assert micro(1) == (32, 8) and micro(12) == (8, 41)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Memory per rank and the micro-batch planner
+
+SHAPES = {  # two small shapes with different width, heads, head_dim, T, vocab padding and batch
+    "a": dict(depth=3, width_per_depth=32, head_dim=16, seq_len=64, vocab_size=300, mlp_multiple=64, batch=2),
+    "b": dict(depth=4, width_per_depth=24, head_dim=24, seq_len=96, vocab_size=515, mlp_multiple=32, batch=3),
+}
+ARMS_AND_PASSES = [("vanilla", 1), ("operator_1", 3), ("loop_2", 2), ("loop_2", 3),
+                   ("untied_grow", 2), ("untied_grow", 4)]
+VIEW_OR_CAST = {"ToCopyBackward0", "TBackward0", "ViewBackward0", "TransposeBackward0", "PermuteBackward0",
+                "SliceBackward0", "UnsafeViewBackward0", "ExpandBackward0", "AsStridedBackward0"}
+
+
+def shaped(arch, shape):
+    s = dict(SHAPES[shape])
+    batch, depth = s.pop("batch"), s.pop("depth")
+    return config_for(arch, depth, **s), batch
+
+
+def derived_from_weight(t):
+    """True for a parameter's cast or view (autocast's cached bf16 weight), following single-input view/cast nodes."""
+    fn = t.grad_fn
+    while fn is not None and type(fn).__name__ in VIEW_OR_CAST:
+        inputs = [f for f, _ in fn.next_functions if f is not None]
+        if len(inputs) != 1:
+            return False
+        fn = inputs[0]
+    return fn is not None and type(fn).__name__ == "AccumulateGrad"
+
+
+class SavedBytes:
+    """Bytes of the unique storages autograd saves inside ctx(): activations and weight copies, parameters and
+    buffers excluded (they are counted as parameters)."""
+
+    def __init__(self, net):
+        self.own = {t.untyped_storage().data_ptr() for t in [*net.parameters(), *net.buffers()]}
+        self.activations, self.weights = {}, {}
+
+    def pack(self, t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in self.own:
+            (self.weights if derived_from_weight(t) else self.activations)[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    def ctx(self):
+        return torch.autograd.graph.saved_tensors_hooks(self.pack, lambda t: t)
+
+
+def measure(cfg, passes, batch, autocast, chunked=True):
+    torch.manual_seed(0)
+    net = model.GPT(cfg)
+    net.set_passes(passes)
+    idx, targets = torch.randint(0, cfg.vocab_size, (2, batch, cfg.seq_len))
+    trunk, head = SavedBytes(net), SavedBytes(net)
+    with torch.autocast("cpu", torch.bfloat16, enabled=autocast):
+        with trunk.ctx():
+            h = net.residual_stream(idx)
+        with head.ctx():
+            loss = net.loss(h, targets) if chunked else \
+                F.cross_entropy(net.decode(h).flatten(0, 1), targets.flatten(), ignore_index=-1)
+    loss.backward()
+    return sum(trunk.activations.values()), sum(trunk.weights.values()), sum(head.activations.values()), \
+        max(head.activations.values())
+
+
+def close(measured, predicted, tolerance=0.10):
+    return abs(predicted - measured) <= tolerance * measured
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("arch,passes", ARMS_AND_PASSES)
+def test_predicted_saved_bytes_match_autograd(arch, passes, shape, autocast):
+    cfg, batch = shaped(arch, shape)
+    activations, weight_copies, loss_path, _ = measure(cfg, passes, batch, autocast)
+    assert close(activations, plan_lib.activation_bytes(cfg, passes, batch, autocast))
+    assert close(loss_path, plan_lib.loss_path_bytes(cfg, batch, autocast)[0])
+    assert weight_copies == plan_lib.weight_copy_bytes(cfg, passes, autocast)
+
+
+@pytest.mark.parametrize("autocast", [True, False], ids=["bf16", "fp32"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_unchunked_loss_path_formula_and_what_chunking_saves(shape, autocast):
+    cfg, batch = shaped("loop_2", shape)
+    _, _, unchunked, unchunked_largest = measure(cfg, 2, batch, autocast, chunked=False)
+    _, _, _, chunked_largest = measure(cfg, 2, batch, autocast)
+    assert close(unchunked, plan_lib.loss_path_bytes(cfg, batch, autocast, chunked=False)[0])
+    logits_fp32 = batch * cfg.seq_len * cfg.vocab_size * 4
+    assert unchunked_largest == logits_fp32  # the log-softmax kept for backward
+    assert chunked_largest == cfg.padded_vocab * cfg.width * 4 < logits_fp32  # only d(loss)/d(lm_head) is that big
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_predicted_peak_bounds_the_measured_peak(chunked):
+    """fwd+bwd without an optimizer: the prediction (its parameters, gradients, weight copies, activations and loss
+    path) is an upper bound of MemTracker's peak, and not a loose one."""
+    cfg = config_for("loop_2", 3, width_per_depth=32, head_dim=16, seq_len=64, vocab_size=8000, mlp_multiple=64)
+    net = model.GPT(cfg)
+    idx, targets = torch.randint(0, cfg.vocab_size, (2, 4, cfg.seq_len))
+    tracker = MemTracker()
+    tracker.track_external(net)
+    with tracker:
+        loss = net(idx, targets) if chunked else F.cross_entropy(net(idx).flatten(0, 1), targets.flatten())
+        loss.backward()
+    measured = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    m = plan_lib.memory_per_rank(cfg, 2, 4, device="cpu")
+    loss_saved, loss_peak = plan_lib.loss_path_bytes(cfg, 4, autocast=False, chunked=chunked)
+    predicted = m["parameters"] + m["gradients"] + m["activations"] + loss_saved + \
+        max(loss_peak - loss_saved, m["step_transient"] if chunked else 0)
+    assert measured <= predicted <= 1.25 * measured
+
+
+@pytest.mark.parametrize("world", [1, 3, 8])
+def test_owner_rule_on_shapes_matches_muon(world):
+    cfg = config_for("untied_grow", 4, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=16)
+    params = model.GPT(cfg).param_groups()["matrix"]
+    assert [tuple(p.shape) for p in params] == plan_lib.block_matrix_shapes(cfg)
+    owners = muon.assign_owners([tuple(p.shape) for p in params], world)
+    expected = [sorted(tuple(p.shape) for p, o in zip(params, owners) if o == r) for r in range(world)]
+    assert [sorted(o) for o in plan_lib.muon_owner_loads(plan_lib.block_matrix_shapes(cfg), world)] == expected
+    per_rank = muon.per_rank_bytes(plan_lib.block_matrix_shapes(cfg), world)
+    assert [4 * sum(plan_lib.muon_state_numel(s) for s in o) for o in plan_lib.muon_owner_loads(
+        plan_lib.block_matrix_shapes(cfg), world)] == [r["state"] for r in per_rank]
+
+
+def test_state_per_rank_shrinks_with_world_size_and_zero2():
+    cfg = config_for("untied_grow", 18)
+    one, eight = plan_lib.persistent_bytes(cfg, 1), plan_lib.persistent_bytes(cfg, 8)
+    sharded = plan_lib.persistent_bytes(cfg, 8, zero2=True)
+    assert eight["parameters"] == one["parameters"] and eight["gradients"] == one["gradients"]
+    assert one["muon_state"] / 8 <= eight["muon_state"] <= one["muon_state"] / 8 * 1.1
+    assert sharded["gradients"] < eight["gradients"] / 2 and sharded["muon_state"] == eight["muon_state"]
+    assert one["parameters"] - plan_lib.persistent_bytes(cfg, 1, device="cpu")["parameters"] == \
+        -2 * cfg.padded_vocab * cfg.width  # the bf16 embedding on CUDA
+
+
+def test_fixed_reduce_order_partial_sums():
+    """The fixed reduction order's owner keeps floor(log2(micro-batches per rank)) + 1 partial sums of its matrices:
+    W times the default gradients' bytes at one process, 1/W of them per sum (plus two buckets) at W ranks; the
+    default (partial_sums=0) is today's number."""
+    cfg = config_for("untied_grow", 12)
+    matrices = 4 * model.stored_blocks(cfg) * model.params_per_block(cfg)
+    adamw = 4 * cfg.padded_vocab * cfg.width + 2 * cfg.padded_vocab * cfg.width  # lm_head fp32, bf16 embedding
+    default = plan_lib.persistent_bytes(cfg, 8)
+    assert default == plan_lib.persistent_bytes(cfg, 8, partial_sums=0) and default["gradients"] == matrices + adamw
+    assert plan_lib.persistent_bytes(cfg, 1, partial_sums=3)["gradients"] == 3 * (matrices + adamw)
+    owned = 4 * max(sum(r * c for r, c in o) for o in plan_lib.muon_owner_loads(plan_lib.block_matrix_shapes(cfg), 8))
+    assert plan_lib.persistent_bytes(cfg, 8, partial_sums=3)["gradients"] == \
+        3 * owned + 2 * plan_lib.ZERO2_BUCKET_BYTES + 2 * adamw + 3 * adamw // 8
+    need = {b: plan_lib.memory_per_rank(cfg, 4, b, 8, partial_sums=(32 // b).bit_length()) for b in (4, 16)}
+    plan = plan_lib.plan_memory(cfg, [2, 4], 32, 200, world_size=8, device_batch=[4, 16], fixed_order=True)
+    assert [s.bytes for s in plan.stages[1:]] == [need[16]]  # 2 micro-batches per rank: 2 partial sums
+    assert need[4]["gradients"] - need[16]["gradients"] == 2 * owned + 2 * adamw // 8  # 8 per rank: 4 sums
+
+
+def test_planner_drops_micro_batch_at_growth_and_names_what_fits():
+    cfg = config_for("untied_grow", 8)
+    need = {(k, b): plan_lib.memory_per_rank(cfg, k, b)["required"] for k in (2, 4) for b in (2, 4)}
+    assert need[2, 4] < need[4, 4] and need[4, 2] < need[4, 4]
+    gib = (max(need[2, 4], need[4, 2]) + need[4, 4]) / 2 / GIB
+    plan = plan_lib.plan_memory(cfg, [2, 4], 4, gib)
+    assert [s.micro_batch for s in plan.stages] == [4, 2]
+    assert [s.executed_blocks for s in plan.stages] == [11, 17]
+    assert all(s.bytes["required"] <= gib * GIB for s in plan.stages)
+    assert [s.micro_batch for s in plan_lib.plan_memory(cfg, [2, 4], 4, gib, device_batch=[4, 2]).stages] == [4, 2]
+    with pytest.raises(ValueError, match="micro-batch 4 needs .* the largest that fits is 2"):
+        plan_lib.plan_memory(cfg, [2, 4], 4, gib, device_batch=4)
+    with pytest.raises(ValueError, match="does not divide the 4 sequences"):
+        plan_lib.plan_memory(cfg, [2, 4], 4, gib, device_batch=3)
+    with pytest.raises(ValueError, match="even at micro-batch 1"):
+        plan_lib.plan_memory(cfg, [2, 4], 4, 4.0)
+
+
+def test_data_constrained_planning_uses_executed_depth():
+    one, twelve = config_for("operator_1", 8, passes=1), config_for("operator_1", 8, passes=12)
+    shallow, deep = plan_lib.plan_memory(one, [1], 32, 80), plan_lib.plan_memory(twelve, [12], 32, 80)
+    assert deep.stages[0].executed_blocks == 2 + 12 * 3 + 3
+    assert deep.stages[0].micro_batch < shallow.stages[0].micro_batch
