@@ -348,15 +348,15 @@ def test_core_eval_bad_input(tmp_path, checkpoint, files, argv, message):
 
 def test_core_eval_zip_caps(tmp_path):
     import zipfile
-    import core_bundle
+    import core_eval
     bomb = tmp_path / "bomb.zip"
     with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("eval_bundle/core.yaml", b"\0" * (3 << 20))  # 3 MiB of zeros: a few KiB compressed
-    with pytest.raises(core_bundle.UsageError, match="unpacks to more than 2 MiB"):
-        core_bundle.safe_extract(str(bomb), str(tmp_path / "x"), max_bytes=2 << 20)
-    with pytest.raises(core_bundle.UsageError, match="more than the cap of 0"):
-        core_bundle.safe_extract(str(bomb), str(tmp_path / "y"), max_files=0)
-    core_bundle.safe_extract(str(bomb), str(tmp_path / "z"), max_bytes=4 << 20)  # under the cap: extracted whole
+    with pytest.raises(core_eval.UsageError, match="unpacks to more than 2 MiB"):
+        core_eval.safe_extract(str(bomb), str(tmp_path / "x"), max_bytes=2 << 20)
+    with pytest.raises(core_eval.UsageError, match="more than the cap of 0"):
+        core_eval.safe_extract(str(bomb), str(tmp_path / "y"), max_files=0)
+    core_eval.safe_extract(str(bomb), str(tmp_path / "z"), max_bytes=4 << 20)  # under the cap: extracted whole
     assert os.path.getsize(tmp_path / "z" / "eval_bundle" / "core.yaml") == 3 << 20
 
 

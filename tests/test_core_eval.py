@@ -1,5 +1,5 @@
-"""Tests for core_eval.py and core_bundle.py: tiny bundles written here (all three task types, both delimiters), a
-tiny random model."""
+"""Tests for core_eval.py (scoring and its bundle on disk): tiny bundles written here (all three task types, both
+delimiters), a tiny random model."""
 
 import dataclasses
 import functools
@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-import core_bundle
 import core_eval
 import data
 import model
@@ -177,7 +176,7 @@ def test_shuffle_and_subsample():
 
 
 def test_kshot_tokens_match_rendered_prompt(tiny):
-    task = next(t for t in core_bundle.load_tasks(tiny["bundle"]) if t["label"] == "mc_fewshot")
+    task = next(t for t in core_eval.load_tasks(tiny["bundle"]) if t["label"] == "mc_fewshot")
     assert task["delimiter"] == "\nAnswer: " and task["shots"] == 2 and task["baseline"] == 25
     items = core_eval.shuffled_items(task["items"], -1)
     encode_batch = lambda texts: [encode(t) for t in texts]
@@ -274,7 +273,7 @@ def test_answer_nll_equals_manual_cross_entropy(tiny):
 # Evaluation loop
 
 def test_batched_and_shared_equal_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
-    tasks = core_bundle.load_tasks(tiny["bundle"])
+    tasks = core_eval.load_tasks(tiny["bundle"])
     calls = []
     real = core_eval.task_examples
     def recording(task, items, seed, *args):
@@ -325,7 +324,7 @@ def test_shared_scoring_with_left_crops_on_a_looped_model(tiny):
     """Crops shift each row differently, so most few-shot rows stop sharing a prefix; the recurrent arm runs the
     mask through every pass. Both paths must still agree."""
     net = tiny_model("operator_1", depth=3, seq_len=48)
-    tasks = core_bundle.load_tasks(tiny["bundle"])
+    tasks = core_eval.load_tasks(tiny["bundle"])
     by_label = {t["label"]: t for t in tasks}
     build = lambda label: core_eval.task_examples(by_label[label], by_label[label]["items"], 0, [0, 1, 2],
                                                   lambda texts: [encode(t) for t in texts], 48)
@@ -396,9 +395,9 @@ def test_fingerprint(tmp_path):
     outer = hashlib.sha256()
     for rel in ("core.yaml", "zz.txt", "eval_data/a.jsonl", "eval_data/b/x.jsonl"):  # root files first, then sub-dirs
         outer.update(rel.encode() + hashlib.sha256(files[rel]).hexdigest().encode())
-    assert core_bundle.bundle_fingerprint(tmp_path) == outer.hexdigest()
+    assert core_eval.bundle_fingerprint(tmp_path) == outer.hexdigest()
     (tmp_path / ".DS_Store").write_bytes(b"")
-    assert core_bundle.bundle_fingerprint(tmp_path) != outer.hexdigest()
+    assert core_eval.bundle_fingerprint(tmp_path) != outer.hexdigest()
 
 
 @pytest.fixture
@@ -422,8 +421,8 @@ def test_download_and_zip_slip(tmp_path, http_dir, tiny):
                 zf.write(path, "eval_bundle/" + os.path.relpath(path, tiny["bundle"]))
     target = tmp_path / "cache" / "eval_bundle"
     core_eval.ensure_bundle(str(target), f"{url}/good.zip")
-    assert core_bundle.bundle_fingerprint(target) == core_bundle.bundle_fingerprint(tiny["bundle"])
-    assert [t["label"] for t in core_bundle.load_tasks(str(target))] == [t[0] for t in TINY_TASKS]
+    assert core_eval.bundle_fingerprint(target) == core_eval.bundle_fingerprint(tiny["bundle"])
+    assert [t["label"] for t in core_eval.load_tasks(str(target))] == [t[0] for t in TINY_TASKS]
     assert sorted(os.listdir(tmp_path / "cache")) == ["eval_bundle"]  # temp download dir cleaned up
 
     for evil in ("eval_bundle/../../evil.txt", "/tmp/evil_abs.txt"):
@@ -462,7 +461,7 @@ def test_cli_errors(tmp_path, tiny, capsys):
     assert code == 2 and err.count("\n") == 1 and "fingerprint" in err and not (tmp_path / "e.json").exists()
     # with the matching fingerprint the complete suite runs and gets the CORE-22 label and the filtered score
     assert core_eval.main(["--checkpoint", tiny["ckpt"], "--bundle-dir", full, "--out", str(tmp_path / "e.json"),
-                           "--expect-fingerprint", core_bundle.bundle_fingerprint(full), "--seeds", "0"]) == 0
+                           "--expect-fingerprint", core_eval.bundle_fingerprint(full), "--seeds", "0"]) == 0
     out = json.loads((tmp_path / "e.json").read_text())
     assert out["complete_suite"] and out["core_metric_label"] == "CORE-22" and out["fingerprint_verified"]
     assert out["core_metric_filtered"] == pytest.approx(np.mean([out["centered_results"][t]
@@ -496,7 +495,7 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch
         assert key in one
     assert one["seeds"] == [0, 1] and one["passes"] == 1 and not one["complete_suite"]
     assert one["missing_tasks"] == core_eval.CORE_TASKS and one["core_metric_filtered"] is None
-    assert one["suite_fingerprint"] == core_bundle.bundle_fingerprint(tiny["bundle"])
+    assert one["suite_fingerprint"] == core_eval.bundle_fingerprint(tiny["bundle"])
     assert len(one["kl_per_block"]) == 2 and one["lens_tokens"] == 256
 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
@@ -519,7 +518,7 @@ def test_real_bundle_every_task(tmp_path, capsys):
     assert core_eval.main(["--checkpoint", ckpt, "--bundle-dir", bundle, "--max-per-task", "20", "--seeds", "0",
                            "--out", str(tmp_path / "eval.json")]) == 0
     out = json.loads((tmp_path / "eval.json").read_text())
-    labels = [t["label"] for t in core_bundle.load_tasks(bundle)]
+    labels = [t["label"] for t in core_eval.load_tasks(bundle)]
     assert list(out["results"]) == labels and all(out["task_counts"][t] == 20 for t in labels)
     assert out["complete_suite"] == (sorted(labels) == sorted(core_eval.CORE_TASKS))
     assert out["missing_tasks"] == [t for t in core_eval.CORE_TASKS if t not in labels]
