@@ -153,7 +153,7 @@ PRESETS = {
                   val_tokens=65_536, device_batch_size=16, anchor_depth=3, lr_multiplier=2.0, data_dir="data/stdlib",
                   corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
 }
-BENCH_SHAPES = {  # train.py --bench-shape: flags of a named shape on top of --preset
+BENCH_SHAPES = {  # bench.py --bench-shape: flags of a named shape on top of --preset
     "d6w384": dict(depth=6, width_per_depth=64, head_dim=64, seq_len=256, tokenizer="gpt2"),
 }
 # Dense bf16 peak FLOP/s per GPU, for MFU (train.py) and GPU-hour estimates (ladder.sh, fit.py design)

@@ -1,8 +1,8 @@
-"""Step-time benchmark and GPU acceptance check, run through train.py's flags (they share its parser):
+"""bench.py — step-time benchmark and GPU acceptance check of train.py's training step (train.py's flags apply too).
 
-    python train.py --bench --depth 4                 # cpu preset: achieved GFLOP/s vs a matmul roofline, arm ratios
-    python train.py --bench --bench-shape d6w384 --preset cpu
-    python train.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
+    python bench.py --depth 4                         # cpu preset: achieved GFLOP/s vs a matmul roofline, arm ratios
+    python bench.py --bench-shape d6w384 --preset cpu
+    python bench.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
 
 Both time train.py's own train_step on synthetic tokens (uniform random ids: no dataset, no network), with the
 memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench runs
@@ -13,6 +13,7 @@ are the point, absolute numbers depend on the box.
     python -m pytest -q tests/test_bench.py
 """
 import argparse
+import contextlib
 import math
 import os
 import random
@@ -21,14 +22,14 @@ from statistics import median
 
 import torch
 
+import core_eval
 import data
 import model as model_lib
-from arms import PRESETS
-from checkpoint import Run, RunState
-from common import UsageError, setup_distributed, write_json
-from plan import GIB, device_memory_plan, memory_per_rank, memory_report
-from train import (build_optimizers, compile_model, count_step, gpu_peak_flops, make_plan, replicated_grads,
-                   train_step, use_compile)
+import train
+from arms import BENCH_SHAPES, PRESETS
+from common import UsageError, cli_main_distributed, exit_process, setup_distributed, write_json
+from plan import GIB, device_memory_plan, make_plan, memory_per_rank
+from train import count_step, gpu_peak_flops, train_step, use_compile
 
 
 BENCH_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2")
@@ -86,53 +87,45 @@ def synthetic_plan(args, arch, depth, steps, crossover_step=None, total_batch_to
     return make_plan(run_args)
 
 
-def synthetic_arm(args, plan, device, peak_flops=None, random_init=False):
-    """What train_step needs for `plan` on one process, over SyntheticLoader with the memory planner's
+def synthetic_training(args, plan, device, random_init=False):
+    """train.start_training for `plan` on one process, reading SyntheticLoader's batches at the memory planner's
     micro-batches; nothing is written to disk. random_init: every parameter N(0, 0.02), so that zero-initialised
     out-projections do not make a branch trivially cheap."""
     mem = device_memory_plan(args, plan, 1, device)
-    run = Run(plan=plan, rank=0, world=1, device=device, run_dir="", data_dir="", data_manifest={},
-              loader=SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len),
-              val=None, token_bytes=None, micro_batches=tuple(s.micro_batch for s in mem.stages),
-              sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan), environment={},
-              peak_flops=peak_flops)
-    torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config).to_device(device)
-    model.set_passes(plan.pass_stages[0])
+    loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len)
+    training = train.start_training(train.new_run(args, plan, mem, 0, 1, device, loader))
     if random_init:
-        for p in model.parameters():
+        for p in training.model.parameters():
             torch.nn.init.normal_(p, std=0.02)
-    optimizers = build_optimizers(model, plan)
-    step_model = compile_model(model, plan) if use_compile(args, device) else model
-    return argparse.Namespace(run=run, model=model, step_model=step_model, optimizers=optimizers,
-                              replicated=replicated_grads(optimizers), state=RunState())
+    return training
 
 
-def time_optimizer_steps(optimizers, device):
-    """Wrap every optimizer's step() so that its wall time (synchronised on CUDA) adds up in the returned one-element
-    list: the bench splits a step into the model's forward and backward and the optimizer steps."""
-    clock = [0.0]
-    for opt in optimizers:
-        def timed_step(*args, _step=opt.step, **kwargs):
-            synchronize(device)
-            t0 = time.perf_counter()
-            out = _step(*args, **kwargs)
-            synchronize(device)
-            clock[0] += time.perf_counter() - t0
-            return out
-        opt.step = timed_step
-    return clock
+class OptimizerClock:
+    """train_step's optimizer_timer: adds the wall time of the optimizers' steps (synchronised on CUDA) to .seconds,
+    so the bench splits a step into the model's forward and backward and the optimizer steps."""
+
+    def __init__(self, device):
+        self.device, self.seconds = device, 0.0
+
+    def __enter__(self):
+        synchronize(self.device)
+        self.start = time.perf_counter()
+
+    def __exit__(self, *exc):
+        synchronize(self.device)
+        self.seconds += time.perf_counter() - self.start
 
 
-def timed_steps(arm, steps):
-    """`steps` more train_steps of `arm` -> (per-step seconds: CUDA events on GPU, perf_counter on CPU; last loss)."""
+def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext()):
+    """`steps` more train_steps of `arm` (a train.Training) -> (per-step seconds: CUDA events on GPU, perf_counter on
+    CPU; last loss)."""
     seconds, device, loss = [], arm.run.device, None
     for _ in range(steps):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
         t0 = time.perf_counter()
-        loss, passes, _, _ = train_step(arm.run, arm.model, arm.step_model, arm.optimizers, arm.replicated, arm.state)
+        loss, passes, _, _ = train_step(arm, optimizer_timer)
         if device.type == "cuda":
             end.record()
             torch.cuda.synchronize(device)
@@ -159,12 +152,12 @@ def interleaved_arms(args, device, depth, steps, repeats):
     micro = device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch
     plan_args.device_batch_size = [micro]
     total_steps = 1 + repeats * steps  # the warm-up step and the timed ones
-    arms = {arch: synthetic_arm(plan_args, synthetic_plan(plan_args, arch, depth, total_steps,
-                                                          total_batch_tokens=micro * probe.seq_len),
-                                device, random_init=True) for arch in BENCH_ARMS}
+    arms = {arch: synthetic_training(plan_args, synthetic_plan(plan_args, arch, depth, total_steps,
+                                                               total_batch_tokens=micro * probe.seq_len),
+                                     device, random_init=True) for arch in BENCH_ARMS}
     for arm in arms.values():
         timed_steps(arm, 1)
-        arm.optimizer_clock = time_optimizer_steps(arm.optimizers, device)
+    clocks = {arch: OptimizerClock(device) for arch in BENCH_ARMS}
     repetitions = []
     for rep in range(repeats):
         samples = {name: [] for name in (*BENCH_ARMS, *(a + " model" for a in BENCH_ARMS), "roofline")}
@@ -172,10 +165,10 @@ def interleaved_arms(args, device, depth, steps, repeats):
             samples["roofline"].append(matmul_roofline(device, tries=1))
             shift = (rep * steps + k) % len(BENCH_ARMS)
             for arch in BENCH_ARMS[shift:] + BENCH_ARMS[:shift]:
-                clock, before = arms[arch].optimizer_clock, arms[arch].optimizer_clock[0]
-                seconds = timed_steps(arms[arch], 1)[0][0]
+                before = clocks[arch].seconds
+                seconds = timed_steps(arms[arch], 1, clocks[arch])[0][0]
                 samples[arch].append(seconds)
-                samples[arch + " model"].append(seconds - (clock[0] - before))
+                samples[arch + " model"].append(seconds - (clocks[arch].seconds - before))
         repetitions.append({name: median(values) for name, values in samples.items()})
     return arms, repetitions
 
@@ -191,13 +184,13 @@ def step_ratios(repetitions):
 
 
 def bench(args):
-    """--bench: achieved FLOP/s per arm = model training FLOPs per token (model.flops_per_token: forward and backward,
-    attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, against the
-    roofline of the same rounds, and the two step-time ratios of the issue; every number is the median over the
-    repetitions of that repetition's value."""
+    """python bench.py: achieved FLOP/s per arm = model training FLOPs per token (model.flops_per_token: forward and
+    backward, attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, against
+    the roofline of the same rounds, and the step-time ratios Operator-1/Vanilla and Untied-2/Loop-2; every number is
+    the median over the repetitions of that repetition's value."""
     rank, world, device = setup_distributed(args.device)
     if world > 1:
-        raise UsageError("--bench runs in one process; start it with python, not torchrun")
+        raise UsageError("bench.py runs in one process; start it with python, not torchrun")
     depth = args.depth or PRESETS[args.preset].anchor_depth
     arms, repetitions = interleaved_arms(args, device, depth, args.bench_steps, args.bench_repeats)
     plan0 = arms["vanilla"].run.plan
@@ -245,7 +238,7 @@ def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
     """`steps` training steps of one arm (compiled on CUDA) on synthetic tokens: step time, tokens/s, MFU, memory
     vs the memory model."""
     plan = synthetic_plan(args, arch, depth, steps, crossover_step)
-    arm = synthetic_arm(args, plan, device, peak)
+    arm = synthetic_training(args, plan, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     t0 = time.perf_counter()
@@ -294,7 +287,6 @@ def synthetic_core_tasks(n, seed=0):
 def check_core_scoring(args, device, examples):
     """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA): per task the
     largest accuracy and answer-NLL difference from the one-at-a-time reference path."""
-    import core_eval
     plan = synthetic_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
     torch.manual_seed(0)
     net = model_lib.GPT(plan.model_config).to_device(device).eval()
@@ -316,7 +308,7 @@ def check_core_scoring(args, device, examples):
 
 
 def check_summary(name, result):
-    """One line per section: the numbers the issue asks for."""
+    """One line per section: its headline numbers."""
     if name in ("vanilla", "untied_grow"):
         memory = result["max_memory_allocated_bytes"]
         return (f"{result['arch']} d{result['depth']}: {1000 * result['step_seconds']:.0f} ms/step, "
@@ -380,3 +372,46 @@ def gpu_check(args):
         write_json(args.gpu_check_out, out)
     print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed")
     return 1 if out["errors"] else 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Command line: train.py's flags (shapes, recipe, memory, --device, --compile, --peak-flops) and the bench's own
+
+def parse_args(argv):
+    p = train.build_parser("bench.py", __doc__.split("\n\n")[0])
+    perf = p.add_argument_group("benchmark and GPU acceptance check")
+    perf.add_argument("--gpu-check", action="store_true",
+                      help="compiled vanilla d12 and untied_grow d8 (growth at step 10) on synthetic tokens: MFU, "
+                           "tok/s, memory vs model, arm ratios, CORE scoring agreement (--preset cpu: tiny)")
+    perf.add_argument("--bench-steps", type=int, default=10, help="rounds per repetition: a roofline sample and one "
+                      "step of every arm")
+    perf.add_argument("--bench-repeats", type=int, default=3, help="interleaved repetitions (medians are printed)")
+    perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
+                      help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
+    perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
+    perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
+    args = p.parse_args(argv)
+    if args.dry_run:
+        raise UsageError("--dry-run plans a training run: python train.py --arch A --depth D --dry-run")
+    if args.fixed_reduce_order:
+        raise UsageError("--fixed-reduce-order is for training runs and their --dry-run; drop it for bench.py")
+    args.preset = args.preset or ("cpu" if not args.gpu_check and not torch.cuda.is_available() else "paper")
+    for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
+        if getattr(args, name) is None:
+            setattr(args, name, [value] if name == "depth" else value)
+    return train.checked_args(p, args, dict(train.FLAG_MINIMUMS, bench_steps=1, bench_repeats=1))
+
+
+def run(argv):
+    args = parse_args(argv)
+    if args.gpu_check:
+        return gpu_check(args)
+    bench(args)
+
+
+def main(argv=None):
+    return cli_main_distributed(run, "bench.py", argv)
+
+
+if __name__ == "__main__":
+    exit_process(main())

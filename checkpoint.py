@@ -473,25 +473,25 @@ def check_fresh_run_dir(run_dir, resume):
 
 @dataclass
 class Run:
-    """A run's fixed context: its plan, process, output paths and data."""
+    """A run's fixed context: its plan, process, batches, output paths and data (train.new_run builds it)."""
     plan: object                 # plan.Plan
     rank: int
     world: int
     device: torch.device
-    run_dir: str
-    data_dir: str
-    data_manifest: dict
     loader: object               # data.TrainLoader (or bench.SyntheticLoader)
-    val: torch.Tensor
-    token_bytes: torch.Tensor
     micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
     sync_every_micro_batch: bool  # reduce gradients every micro-batch: the memory plan shards them (zero2)
     memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
-    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
-    args: object = None          # the parsed command line (recorded in checkpoints)
+    args: object                 # the parsed command line (recorded in checkpoints)
     fixed_reduce_order: bool = False  # --fixed-reduce-order: gradients and losses summed in one world-size-free order
+    run_dir: str = ""            # the folder, data and validation windows ("" and None for bench.py's runs)
+    data_dir: str = ""
+    data_manifest: dict = field(default_factory=dict)
+    val: torch.Tensor = None
+    token_bytes: torch.Tensor = None
+    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
 
     master = property(lambda self: self.rank == 0)
     ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))

@@ -7,7 +7,7 @@
 #   bash ladder.sh untied_grow --preset d26               # d26 on two nodes (run once per node with NODE_RANK)
 #   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
 #   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
-#   bash ladder.sh gpu-check                              # one-GPU acceptance run: python train.py --gpu-check
+#   bash ladder.sh gpu-check                              # one-GPU acceptance run: python bench.py --gpu-check
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR,
@@ -48,8 +48,8 @@ case "$target" in
     -*) die "the first argument is ARCH, all or demo, got option '$target' ($usage)" ;;
 esac
 shift
-if [ "$target" = gpu-check ]; then  # the one-GPU acceptance run (train.py --gpu-check); arguments go to train.py
-    exec python train.py --gpu-check "$@"
+if [ "$target" = gpu-check ]; then  # the one-GPU acceptance run; arguments go to bench.py
+    exec python bench.py --gpu-check "$@"
 fi
 original_args=("$@")
 preset=paper depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()

@@ -11,8 +11,6 @@ on any power-of-two number of processes (README, "Bit-identical on any number of
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
     python train.py --arch operator_1 --depth 3 --preset cpu             # offline, byte-level stdlib corpus
     python train.py --arch operator_1 --depth 8 --passes 4 --data-constrained tuned-wd
-    python train.py --bench --depth 4                                    # GFLOP/s vs roofline, arm ratios
-    python train.py --gpu-check                                          # GPU acceptance run -> gpu_check.json
 
 Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}/ (folders: model.pt
 holds the weights core_eval.py reads). --resume continues from checkpoints/latest; --resume-or-start also starts a
@@ -27,6 +25,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -41,7 +40,7 @@ from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_ru
 from common import (Parser, UsageError, autocast, cli_main_distributed, exit_process, finite_float,
                     setup_distributed)
 import arms
-from arms import ARMS, BENCH_SHAPES, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
+from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
 from plan import (H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
                   plan_micro_batches, stage_at, stage_index)
 
@@ -204,16 +203,56 @@ def open_run(args, plan):
                               seed=plan.seed)
     val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
+    return new_run(args, plan, mem, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
+                   data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, val=val,
+                   token_bytes=token_bytes, resume_from=resume_from)
+
+
+def new_run(args, plan, mem, rank, world, device, loader, **where):
+    """The Run of `plan` in this process, reading batches from `loader`, with the memory plan's micro-batches and
+    gradient transport. where: its folder and data (run_dir, data_dir, data_manifest, val, token_bytes, resume_from);
+    bench.py's runs on synthetic tokens have none."""
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        compiled=use_compile(args, device))
-    return Run(plan=plan, rank=rank, world=world, device=device, run_dir=run_dir, data_dir=data_dir,
-               data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, loader=loader,
-               val=val, token_bytes=token_bytes, micro_batches=tuple(s.micro_batch for s in mem.stages),
-               sync_every_micro_batch=mem.zero2, memory=memory_report(mem, plan, args.fixed_reduce_order),
-               environment=environment,
-               peak_flops=peak * world if (peak := gpu_peak_flops(device, args.peak_flops)) else None,
-               resume_from=resume_from, args=args, fixed_reduce_order=args.fixed_reduce_order)
+    peak = gpu_peak_flops(device, args.peak_flops)
+    return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
+               micro_batches=tuple(s.micro_batch for s in mem.stages), sync_every_micro_batch=mem.zero2,
+               memory=memory_report(mem, plan, args.fixed_reduce_order), environment=environment,
+               peak_flops=peak * world if peak else None, args=args, fixed_reduce_order=args.fixed_reduce_order,
+               **where)
+
+
+@dataclass
+class Training:
+    """What a run trains: the model, the module its steps call (the compiled model, or the model itself), the
+    optimizers, the AdamW parameters' gradient transport (muon.ReplicatedGrads; Muon reduces its own) and the
+    counters."""
+    run: Run
+    model: model_lib.GPT
+    step_model: torch.nn.Module
+    optimizers: list
+    replicated: muon.ReplicatedGrads
+    state: RunState
+
+
+def start_training(run):
+    """The model at the plan's seed with its optimizers and counters, restored from run.resume_from when the run
+    resumes, compiled when the run compiles (use_compile)."""
+    plan, args = run.plan, run.args
+    torch.manual_seed(plan.seed)
+    model = model_lib.GPT(plan.model_config).to_device(run.device)
+    model.set_passes(plan.pass_stages[0])
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
+    replicated = replicated_grads(optimizers, run.fixed_reduce_order)
+    state = RunState()
+    if run.resume_from:
+        state = load_checkpoint(run.resume_from, plan, model, optimizers)
+        model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
+        if run.master:
+            print(f"resuming {run.run_dir} from step {state.step}")
+    step_model = compile_model(model, plan) if use_compile(args, run.device) else model
+    return Training(run, model, step_model, optimizers, replicated, state)
 
 
 def validate(run, model, state):
@@ -234,14 +273,17 @@ def grow_if_due(run, model, optimizers, state):
                                         reset_parameters=len(overwritten)))
 
 
-def train_step(run, model, step_model, optimizers, replicated, state):
+def train_step(training, optimizer_timer=contextlib.nullcontext()):
     """One optimizer step at state.step: growth if due, passes, LR and momentum, the accumulated micro-batches,
-    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier).
+    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier). optimizer_timer: a context
+    manager around the optimizers' steps (bench.py times them with it).
 
     Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
     the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch.
     run.fixed_reduce_order: rank r's k-th micro-batch is the step's (k * world + r)-th, each loss is scaled by 1/M (M
     micro-batches in all) and its gradients are folded into the world-size-free sum right after its backward."""
+    run, model, optimizers, replicated, state = (training.run, training.model, training.optimizers,
+                                                 training.replicated, training.state)
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
     passes = passes_at(step, plan)
@@ -269,15 +311,16 @@ def train_step(run, model, step_model, optimizers, replicated, state):
             opt.sync_grads = replicated.sync_grads
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
-            loss = step_model(micro[:, :-1], targets=micro[:, 1:])
+            loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
         (loss / scale).backward()
         for transport in [replicated, *matrix] if fixed else []:
             transport.finish_micro_batch()
         losses.append(loss.detach())
     replicated.wait()
-    for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
-        opt.step()
-    step_model.zero_grad(set_to_none=True)
+    with optimizer_timer:
+        for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
+            opt.step()
+    training.step_model.zero_grad(set_to_none=True)
     return step_loss(run, losses, accumulation), passes, epoch, lrm
 
 
@@ -352,19 +395,9 @@ def train(args):
             write_result(run, state, "complete")
             print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
         return 0
-    torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config).to_device(run.device)
-    model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
-    replicated = replicated_grads(optimizers, run.fixed_reduce_order)
-    state = RunState()
-    if run.resume_from:
-        state = load_checkpoint(run.resume_from, plan, model, optimizers)
-        model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
-        if run.master:
-            print(f"resuming {run.run_dir} from step {state.step}")
+    training = start_training(run)
+    model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
     trajectory = open_trajectory(run, state.step)
-    step_model = compile_model(model, plan) if use_compile(args, run.device) else model
     write_result(run, state, "running")
     if state.step == 0 and not state.evals:
         validate(run, step_model, state)
@@ -374,7 +407,7 @@ def train(args):
     mfu = None
     while state.step < stop:
         t0 = time.perf_counter()
-        loss, passes, epoch, lrm = train_step(run, model, step_model, optimizers, replicated, state)
+        loss, passes, epoch, lrm = train_step(training)
         if run.device.type == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
@@ -412,17 +445,11 @@ def finish(run, state, trajectory, mfu):
 # ---------------------------------------------------------------------------------------------------------------
 # Refusals before any long work: flag ranges (the run folder's: checkpoint.py; the pool's: open_run)
 
-FLAG_MINIMUMS = dict(steps=1, stop_after=1, save_every=0, log_every=1, bench_steps=1, bench_repeats=1,
-                     train_token_limit=1, epochs=1)
+FLAG_MINIMUMS = dict(steps=1, stop_after=1, save_every=0, log_every=1, train_token_limit=1, epochs=1)
 
 
-def check_flags(args):
-    if args.bench and args.dry_run:
-        raise UsageError("--bench and --dry-run are mutually exclusive; drop one")
-    if args.fixed_reduce_order and (args.bench or args.gpu_check):
-        raise UsageError("--fixed-reduce-order is for training runs and their --dry-run; drop it for --bench and "
-                         "--gpu-check")
-    for name, low in FLAG_MINIMUMS.items():
+def check_flags(args, minimums=FLAG_MINIMUMS):
+    for name, low in minimums.items():
         value = getattr(args, name)
         if value is not None and value < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
@@ -436,27 +463,15 @@ def check_flags(args):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Command line
+# Command line (bench.py adds its flags to this parser)
 
-def build_parser():
-    p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
+    p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--arch", choices=list(ARMS), default=None)
     p.add_argument("--depth", type=int, nargs="+", default=None, help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
-                   help="paper (default) or cpu (default for --bench without CUDA)")
+                   help="paper or cpu (default: paper; bench.py without CUDA: cpu)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
-    p.add_argument("--bench", action="store_true", help="time training steps of four arms and print ratios")
-    p.add_argument("--bench-steps", type=int, default=10, help="rounds per repetition: a roofline sample and one "
-                   "step of every arm")
-    perf = p.add_argument_group("benchmark and GPU acceptance check")
-    perf.add_argument("--bench-repeats", type=int, default=3, help="interleaved repetitions (medians are printed)")
-    perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
-                      help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
-    perf.add_argument("--gpu-check", action="store_true",
-                      help="compiled vanilla d12 and untied_grow d8 (growth at step 10) on synthetic tokens: MFU, "
-                           "tok/s, memory vs model, arm ratios, CORE scoring agreement (--preset cpu: tiny)")
-    perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
-    perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
     run = p.add_argument_group("run control")
     run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
@@ -507,34 +522,30 @@ def build_parser():
 def parse_args(argv):
     p = build_parser()
     args = p.parse_args(argv)
-    if not (args.bench or args.gpu_check) and (args.arch is None or args.depth is None):
+    if args.arch is None or args.depth is None:
         p.error("--arch and --depth are required")
-    check_flags(args)
-    args.preset = args.preset or ("cpu" if args.bench and not torch.cuda.is_available() else "paper")
-    for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
-        if getattr(args, name) is None:
-            setattr(args, name, [value] if name == "depth" else value)
+    args.preset = args.preset or "paper"
+    return checked_args(p, args)
+
+
+def checked_args(parser, args, minimums=FLAG_MINIMUMS):
+    """The checks of the flags train.py and bench.py share; args.depths holds every --depth, args.depth the first."""
+    check_flags(args, minimums)
     args.depths = args.depth or [None]
     if len(args.depths) > 1 and not args.dry_run:
-        p.error("several --depth values need --dry-run; train one depth per run")
+        parser.error("several --depth values need --dry-run; train one depth per run")
     args.depth = args.depths[0]
     if args.world_size is not None and (args.world_size < 1 or not args.dry_run):
-        p.error("--world-size is a positive number of GPUs for --dry-run (torchrun sets it for training)")
+        parser.error("--world-size is a positive number of GPUs for --dry-run (torchrun sets it for training)")
     if args.gpu_memory is not None and args.gpu_memory <= 0:
-        p.error("--gpu-memory must be a positive number of GiB, e.g. --gpu-memory 80")
+        parser.error("--gpu-memory must be a positive number of GiB, e.g. --gpu-memory 80")
     if args.device_batch_size and min(args.device_batch_size) < 1:
-        p.error("--device-batch-size must be positive, e.g. --device-batch-size 16")
+        parser.error("--device-batch-size must be positive, e.g. --device-batch-size 16")
     return args
 
 
 def run_command(argv):
     args = parse_args(argv)
-    if args.gpu_check or args.bench:
-        import bench  # it imports this module: both time train_step itself
-        if args.gpu_check:
-            return bench.gpu_check(args)
-        bench.bench(args)
-        return 0
     if args.dry_run:
         return dry_run(args)
     make_plan(args)  # bad flags are reported before the run folder is created

@@ -1,5 +1,5 @@
-"""bench.py (train.py --bench and --gpu-check): achieved FLOP/s against the roofline, the arm ratios, and the GPU
-acceptance check in its tiny CPU mode."""
+"""bench.py: achieved FLOP/s against the roofline, the arm ratios, the GPU acceptance check (--gpu-check) in its tiny
+CPU mode, and its command line."""
 import json
 import math
 import types
@@ -13,7 +13,7 @@ import train
 
 
 def test_bench_prints_achieved_flops_roofline_and_fraction_per_arm(capsys):
-    args = train.parse_args(["--bench", "--depth", "2", "--bench-steps", "1", "--bench-repeats", "1"])
+    args = bench.parse_args(["--depth", "2", "--bench-steps", "1", "--bench-repeats", "1"])
     results = bench.bench(args)
     out = capsys.readouterr().out
     roofline = float(out.split("roofline: ")[1].split(" GFLOP/s")[0].replace(",", "")) * 1e9
@@ -22,17 +22,17 @@ def test_bench_prints_achieved_flops_roofline_and_fraction_per_arm(capsys):
         line = next(l for l in out.splitlines() if l.startswith(arch + " "))
         assert "GFLOP/s" in line and "% of roofline" in line
         r = results[arch]
-        cfg = train.make_plan(train.parse_args(["--bench", "--depth", "2", "--arch", arch])).model_config
+        cfg = train.make_plan(bench.parse_args(["--depth", "2", "--arch", arch])).model_config
         assert r["flops_per_second"] == pytest.approx(model.flops_per_token(cfg, cfg.passes) * r["tokens_per_second"])
         assert 0 < r["roofline_fraction"] == pytest.approx(r["flops_per_second"] / roofline, rel=2e-3)
     assert "operator_1/vanilla = " in out and "untied_2/loop_2    = " in out and "not counted" in out
 
 
-def test_bench_shape_d6w384_is_the_issue_shape():
-    args = train.parse_args(["--bench", "--bench-shape", "d6w384", "--preset", "cpu"])
+def test_bench_shape_d6w384_sets_depth_width_head_dim_and_vocab():
+    args = bench.parse_args(["--bench-shape", "d6w384", "--preset", "cpu"])
     cfg = train.make_plan(argparse_with(args, arch="vanilla")).model_config
     assert (cfg.depth, cfg.width, cfg.head_dim, cfg.seq_len, cfg.vocab_size) == (6, 384, 64, 256, 50257)
-    args = train.parse_args(["--bench", "--bench-shape", "d6w384", "--preset", "cpu", "--depth", "4"])
+    args = bench.parse_args(["--bench-shape", "d6w384", "--preset", "cpu", "--depth", "4"])
     assert args.depth == 4  # an explicit flag wins over the shape's
 
 
@@ -51,7 +51,7 @@ def test_gpu_peak_lookup(monkeypatch):
 
 def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path):
     out = tmp_path / "gpu_check.json"
-    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
+    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["errors"] == {} and result["tokens"].startswith("synthetic")
     assert result["roofline"]["flops_per_second"] > 0
@@ -76,7 +76,7 @@ def test_gpu_check_records_a_failed_section_and_goes_on(tmp_path, monkeypatch):
     monkeypatch.setattr(bench, "check_core_scoring", broken)
     monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], steps=2, crossover_step=1))
     out = tmp_path / "gpu_check.json"
-    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
     result = json.loads(out.read_text())
     assert result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
     assert result["ratios"] is None and result["vanilla"]["tokens_per_second"] > 0
@@ -85,7 +85,7 @@ def test_gpu_check_records_a_failed_section_and_goes_on(tmp_path, monkeypatch):
 def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
     monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], budget_seconds=-1))
     out = tmp_path / "gpu_check.json"
-    assert train.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
     result = json.loads(out.read_text())
     assert set(result["errors"]) == {"roofline", "vanilla", "untied_grow", "ratios", "core_scoring"}
     assert all("budget" in e for e in result["errors"].values())
@@ -95,11 +95,11 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
     calls, real_timed_steps = [], bench.timed_steps
     monkeypatch.setattr(bench, "matmul_roofline", lambda device, **kw: calls.append("roofline") or 1e9)
 
-    def logged(arm, steps):
+    def logged(arm, steps, *timer):
         calls.append(arm.run.plan.model_config.arch)
-        return real_timed_steps(arm, steps)
+        return real_timed_steps(arm, steps, *timer)
     monkeypatch.setattr(bench, "timed_steps", logged)
-    args = train.parse_args(["--bench", "--depth", "2"])
+    args = bench.parse_args(["--depth", "2"])
     arms, repetitions = bench.interleaved_arms(args, torch.device("cpu"), 2, steps=3, repeats=2)
     assert calls[:4] == list(bench.BENCH_ARMS)  # the untimed warm-up step of each
     rounds = [calls[4 + 5 * k: 9 + 5 * k] for k in range(6)]
@@ -112,3 +112,17 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
             assert 0 < rep[arch + " model"] < rep[arch]
     per_repetition = [r["untied_2"] / r["loop_2"] for r in repetitions]
     assert bench.step_ratios(repetitions)["untied_2_over_loop_2"] == pytest.approx(sum(per_repetition) / 2)  # median
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--bench-repeats", "0"], "--bench-repeats must be >= 1"),
+    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
+    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
+    (["--dry-run"], "python train.py --arch A --depth D --dry-run"),
+    (["--fixed-reduce-order"], "drop it for bench.py"),
+])
+def test_bad_input_is_one_line_exit_2(argv, message, capsys):
+    assert bench.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bench.py: error:") and message in lines[0], lines
+

@@ -136,10 +136,10 @@ def test_help_is_usage_and_exit_0():
     assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
 
 
-def test_gpu_check_target_is_train_py_gpu_check(tmp_path):
-    """ladder.sh gpu-check hands its arguments to train.py --gpu-check (a bad one fails there, before any work)."""
+def test_gpu_check_target_is_bench_py_gpu_check(tmp_path):
+    """ladder.sh gpu-check hands its arguments to bench.py --gpu-check (a bad one fails there, before any work)."""
     r = ladder("gpu-check", "--device", "cpu", "--bundle-dir", str(tmp_path / "missing"))
-    assert r.returncode == 2 and "--bundle-dir" in r.stderr and "is not a directory" in r.stderr
+    assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --bundle-dir") and "is not a directory" in r.stderr
 
 
 def test_data_dir_with_spaces_stays_one_argument():
