@@ -7,9 +7,10 @@ model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob i
 """
 import argparse
 import math
+import sys
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from common import UsageError, finite_float
+from common import Parser, UsageError, cli_main, finite_float
 
 
 def knob(flag, default=MISSING, help=None):
@@ -48,6 +49,7 @@ class Arm:
     rewarm_steps: int = knob("train", 0, help="LR re-warm steps after each growth")
     crossover: dict = field(default_factory=dict)   # growth: per-depth fraction f of steps before growth (rho = 1-f)
     default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe)
+    ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
 
 
 SQRT2 = math.sqrt(2.0)
@@ -56,7 +58,8 @@ ARMS = {
         mode="none", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625,
         tpp=5, lr_exponent=0.8, matrix_lr=0.04, embedding_lr=0.01810193359836, unembedding_lr=0.0045254833996,
-        weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6),
+        weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6,
+        ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "deep_vanilla": Arm(
         mode="none", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
@@ -66,7 +69,8 @@ ARMS = {
         mode="loop", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.03620386719676, unembedding_lr=0.0032,
-        weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8),
+        weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8,
+        ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "loop_2": Arm(
         mode="loop", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
@@ -121,6 +125,9 @@ DATA_CONSTRAINED = {
     "fixed-wd": DataConstrained(weight_decay={}),
     "tuned-wd": DataConstrained(weight_decay={6: 0.4, 8: 0.8, 10: 0.8, 12: 1.2, 14: 1.2, 16: 1.6, 18: 1.6}),
 }
+# The grid's loop counts K per depth; every cell runs in both variants above
+DATA_CONSTRAINED_LOOPS = {6: (1, 2, 3, 4, 6), 8: (1, 2, 3, 4, 6, 8, 12), 10: (1, 2, 3, 4, 6, 8, 12),
+                          12: (1, 2, 3, 4, 6, 8, 12), 14: (1, 2, 3, 4, 6, 8), 16: (1, 2, 3), 18: (1,)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,3 +215,86 @@ def model_overrides(args):
 def preset_from_args(args):
     """The --preset with its shape (and, in train.py, batch) knobs replaced by the flags given."""
     return replace(PRESETS[args.preset], **given_knobs(args, Preset, "model"), **given_knobs(args, Preset, "train"))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Ladders: the runs ladder.sh launches (python arms.py ladder lists them)
+
+LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
+CPU_LADDER_DEPTHS = (1, 2, 3, 4)                   # every arm's ladder at the cpu preset
+DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: their cpu ladders, then the fit
+
+
+def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depths=None):
+    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" or "demo"
+    (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run NAME_sS with --seed S per seed, at
+    replicate_depths only (when given) and the first seed elsewhere."""
+    if preset not in LADDER_PRESETS:
+        raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
+    if replicate_depths and not seeds:
+        raise UsageError('--replicate-depths needs --seeds, e.g. --seeds "0 1 2"')
+    if target not in (*ARMS, "all", "demo"):
+        raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, all, demo)")
+    archs = list(ARMS) if target == "all" else list(DEMO_ARMS) if target == "demo" else [target]
+    if preset == "d26" and archs != ["untied_grow"]:
+        raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
+    if preset == "data-constrained" and archs != ["operator_1"]:
+        raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
+                         "data-constrained")
+    runs = []  # (name, depth, arguments)
+    for arch in archs:
+        if preset == "paper":
+            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d)])
+                     for d in depths or ARMS[arch].ladder_depths]
+        elif preset == "cpu":
+            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), "--preset", "cpu"])
+                     for d in depths or CPU_LADDER_DEPTHS]
+        elif preset == "d26":
+            runs.append(("untied_grow_d26", 26, ["--arch", "untied_grow", "--depth", "26"]))
+        else:
+            runs += [(f"dc_{wd}_d{d}_k{k}", d, ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
+                                                "--data-constrained", wd])
+                     for wd in DATA_CONSTRAINED for d in depths or DATA_CONSTRAINED_LOOPS
+                     for k in DATA_CONSTRAINED_LOOPS.get(d, ())]
+    if not runs:
+        raise UsageError(f"the data-constrained grid has no depth {' '.join(map(str, depths))} (its depths: "
+                         f"{' '.join(map(str, DATA_CONSTRAINED_LOOPS))})")
+    if not seeds:
+        return [(name, run_args) for name, _, run_args in runs]
+    return [(f"{name}_s{s}", run_args + ["--seed", str(s)]) for name, depth, run_args in runs
+            for s in (seeds if not replicate_depths or depth in replicate_depths else seeds[:1])]
+
+
+def whole_numbers(text, flag):
+    """ladder.sh's "6 8 10" -> [6, 8, 10]."""
+    bad = next((word for word in text.split() if not (word.isascii() and word.isdigit())), None)
+    if bad is not None:
+        raise UsageError(f"{flag} must be whole numbers, got '{bad}'")
+    return [int(word) for word in text.split()]
+
+
+def run(argv):
+    p = Parser(prog="arms.py", description="The lists ladder.sh launches: the arms, and the runs of a ladder.")
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("arms", help="the arm names, in the table's order")
+    ladder = sub.add_parser("ladder", help="one line per run of `bash ladder.sh TARGET ...`: its name, then its "
+                            "train.py arguments")
+    ladder.add_argument("target", help="an arm, all, or demo")
+    ladder.add_argument("--preset", default="paper", help=", ".join(LADDER_PRESETS))
+    for flag in ("--depths", "--seeds", "--replicate-depths"):
+        ladder.add_argument(flag, default="", type=lambda text, flag=flag: whole_numbers(text, flag),
+                            help='whole numbers in one argument, e.g. "6 8 10"')
+    args = p.parse_args(argv)
+    if args.command == "arms":
+        print(*ARMS)
+        return
+    for name, run_args in ladder_runs(args.target, args.preset, args.depths, args.seeds, args.replicate_depths):
+        print(name, *run_args)
+
+
+def main(argv=None):
+    return cli_main(run, "arms.py", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

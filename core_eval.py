@@ -4,9 +4,10 @@ core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE ac
 
 Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE").
 Examples are shuffled with Random(1337), few-shot examples are drawn with Random(seed + index) excluding the item
-itself, prompts get BOS prepended and are left-cropped to the model context; MC/schema pick the candidate with the lowest mean token loss over its scoring region, LM items are
-correct only if every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
-Many examples run per forward, and an example's candidates share one pass over their common prefix (--scoring).
+itself, prompts get BOS prepended and are left-cropped to the model context; MC/schema pick the candidate with the
+lowest mean token loss over its scoring region, LM items are correct only if every continuation token is the argmax;
+answer NLL is the mean token loss over the full gold answer. Many examples run per forward, and an example's
+candidates share one pass over their common prefix (--scoring).
 
     python core_eval.py --checkpoint runs/X/checkpoints/final                        # full suite, seeds 0 1 2
     python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0

@@ -37,11 +37,11 @@ import model as model_lib
 import muon
 from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, recorded_micro_batches,
                         resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
-from common import (Parser, UsageError, autocast, cli_main_distributed, exit_process, finite_float,
+from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed, exit_process, finite_float,
                     setup_distributed)
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
-from plan import (H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
+from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
                   plan_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -54,11 +54,48 @@ def dry_run(args):
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
-        mem = plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB,
-                                            args.device_batch_size, fixed_order=args.fixed_reduce_order)
+        mem = dry_run_memory(args, plan, world)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
         print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order))))
     return 0
+
+
+def dry_run_memory(args, plan, world):
+    """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it)."""
+    return plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, args.device_batch_size,
+                              fixed_order=args.fixed_reduce_order)
+
+
+def ladder_dry_run(argv):
+    """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
+    run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
+    prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
+    planner's, on N x M H100s unless --gpu-memory), then the ladder's FLOPs and GPU-hours at F of an H100's peak."""
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    p = Parser(prog="train.py --ladder-dry-run")
+    p.add_argument("--gpus-per-node", type=int, default=8)
+    p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--mfu", type=finite_float, default=0.4)
+    args = p.parse_args(ours)
+    world, flops, peaks = args.gpus_per_node * args.nodes, 0, []
+    for line in sys.stdin:
+        name, *run_args = line.split()
+        try:
+            run_args = parse_args(run_args + extra)
+            plan = make_plan(run_args)
+            mem = dry_run_memory(run_args, plan, world)
+        except UsageError as e:
+            raise UsageError(f"{name}: {e}") from None
+        flops += plan.total_flops
+        peak = [s.bytes["peak"] / GIB for s in mem.stages]
+        peaks.append((max(peak), name))
+        print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
+              + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {mem.gpu_memory_gib:.1f} GiB"
+              + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else ""))
+    hours = flops / (GPU_PEAK_FLOPS["H100"] * args.mfu) / 3600
+    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100 | "
+          f"{args.gpus_per_node} GPUs/node x {args.nodes} nodes | max peak {max(peaks)[0]:.1f} GiB per rank "
+          f"({max(peaks)[1]})")
 
 
 def check_reduce_order(args, world):
@@ -554,6 +591,9 @@ def run_command(argv):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--ladder-dry-run"]:
+        return cli_main(ladder_dry_run, "train.py", argv[1:])
     return cli_main_distributed(run_command, "train.py", argv)
 
 

@@ -10,17 +10,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import model  # noqa: E402
 import plan  # noqa: E402
 import train  # noqa: E402
+from arms import ARMS, DATA_CONSTRAINED_LOOPS, ladder_runs  # noqa: E402
 
 H200_141GB_GIB = 143771 / 1024  # what torch reports for an H200 141GB
-LADDER_DEPTHS = {arch: [6, 8, 10, 12, 14, 16, 18] + ([20] if arch in ("vanilla", "operator_1") else [])
-                 for arch in ("vanilla", "deep_vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow",
-                              "deep_vanilla_grow")}
-DC_LOOPS = {6: [1, 2, 3, 4, 6], 8: [1, 2, 3, 4, 6, 8, 12], 10: [1, 2, 3, 4, 6, 8, 12], 12: [1, 2, 3, 4, 6, 8, 12],
-            14: [1, 2, 3, 4, 6, 8], 16: [1, 2, 3], 18: [1]}  # ladder.sh's dc_loops
 # The release scripts' micro-batches on 80 GB H100s (compiled, FlashAttention-3): per depth, and per (depth, K).
 RELEASE_FIXED = {6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8}
 RELEASE_GROW = {6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: "4→2"}
-RELEASE_DC = {6: {k: 32 for k in DC_LOOPS[6]}, 8: {1: 32, 2: 32, 3: 32, 4: 32, 6: 32, 8: 16, 12: 8},
+RELEASE_DC = {6: {k: 32 for k in DATA_CONSTRAINED_LOOPS[6]}, 8: {1: 32, 2: 32, 3: 32, 4: 32, 6: 32, 8: 16, 12: 8},
               10: {1: 32, 2: 32, 3: 32, 4: 16, 6: 16, 8: 8, 12: 8}, 12: {1: 32, 2: 16, 3: 16, 4: 16, 6: 8, 8: 8, 12: 8},
               14: {1: 16, 2: 16, 3: 16, 4: 8, 6: 8, 8: 4}, 16: {1: 16, 2: 8, 3: 8}, 18: {1: 8}}
 
@@ -44,15 +40,16 @@ def row(name, argv, release, world=8):
 HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (peak GiB) | 141 GB: micro-batch (peak GiB) |"
           "\n|---|---|---|---|---|")
 print("Paper ladders (`bash ladder.sh all --dry-run`, 8 GPUs, 32 sequences per rank):\n\n" + HEADER)
-for arch, depths in LADDER_DEPTHS.items():
-    for d in depths:
-        grows = model.config_for(arch, d).passes_initial != model.config_for(arch, d).passes
-        print(row(f"{arch}_d{d}", ["--arch", arch, "--depth", str(d)], (RELEASE_GROW if grows else RELEASE_FIXED)[d]))
+for name, argv in ladder_runs("all"):
+    arch, depth = argv[1], int(argv[3])  # --arch A --depth D
+    grows = ARMS[arch].passes_initial is not None
+    print(row(name, argv, (RELEASE_GROW if grows else RELEASE_FIXED)[depth]))
 print("\nd26 preset (`bash ladder.sh untied_grow --preset d26`, 2 nodes × 8 GPUs, 16 sequences per rank):\n\n" + HEADER)
-print(row("untied_grow_d26", ["--arch", "untied_grow", "--depth", "26"], RELEASE_GROW[26], world=16))
+(name, argv), = ladder_runs("untied_grow", "d26")
+print(row(name, argv, RELEASE_GROW[26], world=16))
 print("\nData-constrained grid (`--arch operator_1 --passes K --data-constrained`; fixed-WD and tuned-WD cells alike, "
       "8 GPUs):\n\n" + HEADER)
-for d, loops in DC_LOOPS.items():
+for d, loops in DATA_CONSTRAINED_LOOPS.items():
     for k in loops:
         print(row(f"dc_d{d}_k{k}", ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
                                     "--data-constrained", "fixed-wd"], RELEASE_DC[d][k]))

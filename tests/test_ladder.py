@@ -1,5 +1,7 @@
 """ladder.sh: dry-run listings of the paper's ladders, idempotent CPU ladders, resume after a kill, bad input."""
 import csv
+import dataclasses
+import io
 import json
 import os
 import re
@@ -9,6 +11,9 @@ import sys
 import time
 
 import pytest
+
+import arms
+import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PAPER_DEPTHS = {"vanilla": range(6, 21, 2), "operator_1": range(6, 21, 2)}
@@ -67,11 +72,12 @@ def test_data_constrained_and_d26_dry_runs():
 def test_bad_input_is_one_line_exit_2(argv, message):
     r = ladder(*argv)
     assert r.returncode == 2 and message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("ladder.sh: error: "), r.stderr  # arms.py's checks too
 
 
 def test_missing_torchrun_is_one_line_exit_2(tmp_path):
-    r = ladder("vanilla", "--preset", "cpu", env=dict(PATH=f"{os.path.dirname(sys.executable)}:/usr/bin:/bin".replace(
-        os.path.dirname(sys.executable), str(tmp_path))))
+    (tmp_path / "python").symlink_to(sys.executable)  # python without the torchrun next to it
+    r = ladder("vanilla", "--preset", "cpu", env=dict(PATH=f"{tmp_path}:/usr/bin:/bin"))
     assert r.returncode == 2 and "torchrun not found" in r.stderr, r.stderr
 
 
@@ -242,3 +248,44 @@ def test_seed_replicates_train_with_their_seeds(pool, tmp_path):
     results = [json.load(open(tmp_path / f"vanilla_d1_s{s}" / "result.json")) for s in (3, 4)]
     assert [x["plan"]["seed"] for x in results] == [3, 4] and all(x["status"] == "complete" for x in results)
     assert results[0]["final_val_loss"] != results[1]["final_val_loss"]
+
+
+def test_arms_py_ladder_lists_the_runs_of_the_arms_table(monkeypatch, capsys):
+    """ladder.sh launches what `python arms.py ladder` prints, one "NAME ARGS" line per run, all of it from the
+    table: a changed ladder depth or loop grid shows up in the listing."""
+    monkeypatch.setitem(arms.ARMS, "loop_2", dataclasses.replace(arms.ARMS["loop_2"], ladder_depths=(6, 30)))
+    assert arms.main(["ladder", "loop_2"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["loop_2_d6 --arch loop_2 --depth 6",
+                                                    "loop_2_d30 --arch loop_2 --depth 30"]
+    monkeypatch.setattr(arms, "DATA_CONSTRAINED_LOOPS", {8: (5,)})
+    assert arms.main(["ladder", "operator_1", "--preset", "data-constrained"]) == 0
+    names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert names == ["dc_fixed-wd_d8_k5", "dc_tuned-wd_d8_k5"]
+    assert arms.main(["ladder", "demo", "--preset", "cpu", "--depths", "2"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{arch}_d2 --arch {arch} --depth 2 --preset cpu"
+                                                    for arch in arms.DEMO_ARMS]
+    assert arms.main(["ladder", "operator_1", "--preset", "data-constrained", "--depths", "20"]) == 2
+    assert "has no depth 20" in capsys.readouterr().err
+
+
+def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
+    """train.py --ladder-dry-run plans every run it reads (the flags after -- go to each): one memory line per run,
+    then the ladder's total; a run that does not plan is one line naming it."""
+    monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\nb --arch loop_2 --depth 8\n"))
+    assert train.main(["--ladder-dry-run", "--gpus-per-node", "4", "--", "--tpp", "10"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[:2]] == ["memory a", "memory b"]
+    flops = sum(train.make_plan(train.parse_args(argv)).total_flops for argv in (
+        ["--arch", "vanilla", "--depth", "6", "--tpp", "10"], ["--arch", "loop_2", "--depth", "8", "--tpp", "10"]))
+    assert lines[2].startswith(f"2 runs | {flops:.3e} FLOPs |") and "4 GPUs/node x 1 nodes" in lines[2]
+    monkeypatch.setattr("sys.stdin", io.StringIO("big --arch untied_grow --depth 26\n"))
+    assert train.main(["--ladder-dry-run", "--", "--gpu-memory", "40"]) == 2
+    assert "big: untied_grow d26 does not fit 40 GiB" in capsys.readouterr().err
+
+
+def test_demo_dry_run_lists_the_cpu_ladders_of_the_demo_arms_and_trains_nothing(tmp_path):
+    r = ladder("demo", "--depths", "1 2", "--dry-run", env=dict(RUNS_DIR=str(tmp_path), DATA_DIR=str(tmp_path / "d")))
+    assert r.returncode == 0, r.stderr
+    names = [re.search(r"--run-name (\S+)", line).group(1) for line in launched(r.stdout)]
+    assert names == [f"{arch}_d{d}" for arch in arms.DEMO_ARMS for d in (1, 2)]
+    assert r.stdout.strip().splitlines()[-1].startswith("6 runs |") and os.listdir(tmp_path) == []
