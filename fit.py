@@ -7,7 +7,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
                      the run-to-run noise that weights the fits and feeds a parametric bootstrap.
                      INPUT = CSV [arm, depth, compute_flops, val_loss (+ seed, training_seconds)] or train.py runs.
   design PLAN        simulate planned ladders under assumed laws and noise: CI half-widths of gamma and delta-gamma,
-                     detection probability, GPU-hours; compares designs (ladder_design.py).
+                     detection probability, GPU-hours; compares designs.
   surface DATA.csv   Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E  [N, D or compute, loss].
   downstream DATA.csv  CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)].
   tpp DATA.csv       quadratic vertex of log loss vs log TPP per budget (App. A.4.2)  [compute_flops, tpp, val_loss].
@@ -23,142 +23,19 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
 --out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
-import argparse, csv, glob, importlib, json, math, os, sys, time
+import argparse, glob, json, math, os, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
-from scipy import optimize, stats
+from scipy import optimize
 
-from cli import Parser, UsageError, cli_main, exit_process, write_json
+import studies
+from cli import Parser, UsageError, cli_main, exit_process
+from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
+                  forecast, jsonable, note, positive_float, pyplot, read_csv, read_result_json, record_outputs,
+                  robust_lsq)
 
-FIT = dict(
-    c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
-    e_grid=600, e_grid_top=0.995,       # E initialization grid: linspace(0, 0.995 min L, 600)
-    huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
-    anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
-    disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
-    extrapolate_warn=10.0,              # warn when --extrapolate C exceeds 10x the largest measured compute
-    ci=95.0, default_extrapolate_boot=200,
-    replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
-    inset_span=5.0,                     # Figure inset shows the top factor-5 of compute (2e19..1e20 on the paper)
-    nll_min_scale=0.002, sigmoid_min_scale=0.005,  # App. C.4 Huber f_scale floors
-    gpt3_targets=(0.329, 0.361, 0.385, 0.427),      # CORE of GPT-3 2.7B / 6.7B / 13B / 175B
-    surface_delta=dict(chinchilla=1e-3, skaling=0.05),  # Huber delta on ln L: Hoffmann et al.; the Skaling paper
-    # the release's five multi-epoch budgets (FLOPs without attention) at which the paper reads the loop grid
-    loop_budgets=(0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18),
-)
-MANIFEST = "fit_manifest.json"  # in every --out directory: the files fit.py wrote there (and may overwrite)
-ARM_STYLE = {  # arm -> (label, colour) for figures
-    "vanilla": ("Vanilla", "black"), "deep_vanilla": ("Deep Vanilla", "tab:gray"),
-    "deep_vanilla_grow": ("Deep Vanilla Grow", "tab:brown"), "operator_1": ("Operator-1", "tab:blue"),
-    "loop_2": ("Loop-2", "tab:cyan"), "loop_grow": ("Loop-Grow", "tab:green"),
-    "untied_2": ("Untied-2", "tab:orange"), "untied_grow": ("Untied-Grow", "tab:red")}
-
-
-class FitError(Exception):
-    """One arm / group cannot be fitted; the others go on."""
-
-
-def note(msg):
-    print(f"fit.py: {msg}", file=sys.stderr)
-
-
-def read_csv(path, required, numeric=(), positive=()):
-    """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line)."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
-            reader = csv.DictReader(f)
-            rows, lines = [], []
-            for r in reader:
-                rows.append(r)
-                lines.append(reader.line_num)
-            header = reader.fieldnames or []
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}")
-    except (UnicodeDecodeError, csv.Error) as e:
-        raise UsageError(f"{path}: not a UTF-8 CSV file ({e})")
-    missing = [c for c in required if c not in header]
-    if missing:
-        raise UsageError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(required)})")
-    cols = {c: [r[c] for r in rows] for c in header}
-    for c in (c for c in numeric if c in cols):  # an optional numeric column may be absent
-        values = []
-        for v, line in zip(cols[c], lines):
-            try:
-                values.append(float(v))
-            except (TypeError, ValueError):
-                raise UsageError(f"{path}:{line}: column {c} is {v!r}, not a number")
-            if not math.isfinite(values[-1]) or (c in positive and values[-1] <= 0):
-                raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
-        cols[c] = np.array(values)
-    cols["_line"] = lines
-    return cols
-
-
-def check_outputs(out_dir, names):
-    """Refuse, before any work, to write into a file path or over a file fit.py did not write (not in the manifest)."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UsageError(f"--out {out_dir} is a file, not a directory; pass a directory")
-    manifest = os.path.join(out_dir, MANIFEST)
-    listed = []
-    if os.path.exists(manifest):
-        try:
-            with open(manifest) as f:
-                listed = json.load(f)["files"]
-            assert isinstance(listed, list) and all(isinstance(n, str) for n in listed)
-        except (OSError, ValueError, KeyError, TypeError, AssertionError):
-            raise UsageError(f"{manifest} is not a fit.py manifest; move it away or pass another --out")
-    for name in names:
-        if os.path.exists(os.path.join(out_dir, name)) and name not in listed:
-            raise UsageError(f"{os.path.join(out_dir, name)} exists and was not written by fit.py (not listed in "
-                             f"{manifest}); move it away or pass another --out")
-    return listed
-
-
-def record_outputs(out_dir, names):
-    """Create OUT and list `names` in its manifest (atomically) just before writing them."""
-    listed = check_outputs(out_dir, names)
-    manifest = os.path.join(out_dir, MANIFEST)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        write_json(manifest, dict(written_by="fit.py", files=sorted(set(listed) | set(names))))
-    except OSError as e:
-        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror}")
-
-
-def fnum(x, fmt=".4f"):
-    return "—" if x is None or not np.isfinite(x) else format(x, fmt)
-
-
-def jsonable(obj):
-    if isinstance(obj, dict):
-        return {k: jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [jsonable(v) for v in obj]
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if np.isfinite(obj) else None
-    return obj.item() if isinstance(obj, np.generic) else obj
-
-
-# ---------------------------------------------------------------------------------------------------- ladders input
-RESULT_KEYS = "status, arch, depth, estimated_training_flops, final_val_loss"
-
-
-def read_result_json(path, table):
-    """A train.py result.json as a dict; anything else -> UsageError saying what is expected (`table`: the CSV form)."""
-    try:
-        with open(path) as f:
-            r = json.load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}")
-    except ValueError:
-        r = None
-    if not isinstance(r, dict) or "status" not in r:
-        raise UsageError(f"{path} is not a train.py result.json (needs {RESULT_KEYS}); pass train.py run dirs, "
-                         f"or a table as CSV [{table}]")
-    return r
 
 
 def ladder_rows_from_runs(paths, use_time):
@@ -281,212 +158,6 @@ def hold_out(data, specs):
     return held
 
 
-# ---------------------------------------------------------------------------------------------------- fits (Sec. 4.2)
-def robust_lsq(resid, x0, bounds, min_scale, **kw):
-    """Plain bounded least_squares, then the Huber refit with f_scale = max(1.345 MAD / 0.6745, min_scale)."""
-    plain = optimize.least_squares(resid, x0, bounds=bounds, **kw)
-    r = resid(plain.x)
-    mad = np.median(np.abs(r - np.median(r)))
-    f_scale = max(FIT["huber_k"] * mad / FIT["mad_to_sigma"], min_scale)
-    return optimize.least_squares(resid, plain.x, bounds=bounds, loss="huber", f_scale=f_scale, **kw).x
-
-
-def fit_free_e(x, loss, sd=None):
-    """L = E + A x^-gamma with E free -> (A, gamma, E). sd: each point's noise (loss units) to weight the residuals by;
-    None = unweighted, the paper's fit."""
-    if len(x) < 3:
-        raise FitError(f"fewer than 3 points ({len(x)})")
-    sd = np.ones_like(loss) if sd is None else sd
-    lx = np.log(x)
-    grid = np.linspace(0.0, FIT["e_grid_top"] * loss.min(), FIT["e_grid"])
-    y = np.log(loss[None, :] - grid[:, None])  # OLS of ln(L - E_j) on ln x for all 600 E_j at once (= np.polyfit deg 1)
-    dx = lx - lx.mean()
-    slope = (y - y.mean(1, keepdims=True)) @ dx / (dx @ dx)
-    icpt = y.mean(1) - slope * lx.mean()
-    A, g = np.exp(icpt), -slope
-    sse = ((((grid[:, None] + A[:, None] * x[None, :] ** -g[:, None]) - loss[None, :]) / sd) ** 2).sum(1)
-    sse[slope >= 0] = np.inf
-    j = int(np.argmin(sse))
-    if not np.isfinite(sse[j]):
-        raise FitError("loss does not decrease with compute (no negative slope for any E)")
-    resid = lambda p: (p[2] + p[0] * x ** -p[1] - loss) / sd
-    bounds = ([0, 0, 0], [np.inf, np.inf, np.nextafter(loss.min(), 0)])
-    return robust_lsq(resid, [A[j], g[j], grid[j]], bounds, FIT["min_f_scale"])
-
-
-def free_e_check(x, loss, E_shared, sd=None):
-    """This arm's own free-E fit, its linearised standard errors (from the residuals, or from sd when the noise is
-    known), and whether its data reject the shared floor."""
-    A, g, E = fit_free_e(x, loss, sd)
-    w = np.ones_like(loss) if sd is None else sd
-    J = np.stack([x ** -g, -A * x ** -g * np.log(x), np.ones_like(x)], 1) / w[:, None]  # d residual / d (A, gamma, E)
-    dof = len(x) - 3
-    r = (E + A * x ** -g - loss) / w
-    cov = np.linalg.pinv(J.T @ J) * (1.0 if sd is not None else r @ r / dof if dof > 0 else np.nan)
-    g_se, E_se = math.sqrt(cov[1, 1]), math.sqrt(cov[2, 2])
-    return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se,
-                free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if np.isfinite(E_se) else None)
-
-
-def fit_shared_e(x, loss, E, sd=None):
-    """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is weighted
-    least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2 (~1 when the
-    noise explains the scatter around the law)."""
-    if len(np.unique(x)) < 3:
-        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
-    if loss.min() <= E:
-        raise FitError(f"loss {loss.min():.4f} <= E = {E:.4f}; the shared floor is above this arm")
-    lx, y = np.log(x), np.log(loss - E)
-    if sd is None:
-        reg = stats.linregress(lx, y)
-        return dict(gamma=-reg.slope, A=math.exp(reg.intercept), gamma_se=reg.stderr, r2=reg.rvalue ** 2)
-    w = ((loss - E) / sd) ** 2
-    X = np.stack([np.ones_like(lx), lx], 1)
-    cov = np.linalg.inv(X.T @ (w[:, None] * X))
-    icpt, slope = cov @ (X.T @ (w * y))
-    res = y - icpt - slope * lx
-    return dict(gamma=-slope, A=math.exp(icpt), gamma_se=math.sqrt(cov[1, 1]),
-                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())), reduced_chi2=float(w @ res ** 2 / (len(x) - 2)))
-
-
-def compute_at_loss(x, loss, target):
-    """Smallest compute reaching `target` on improving segments (linear in loss, log in compute); NaN if none."""
-    best = np.nan
-    for x0, x1, l0, l1 in zip(x[:-1], x[1:], loss[:-1], loss[1:]):
-        if l1 < l0 and l1 <= target <= l0:
-            f = (target - l0) / (l1 - l0)
-            best = np.nanmin([best, math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))])
-    return best
-
-
-def fitted_multiplier(ref, arm, x):
-    """pi(C) = C / C_arm(L_ref(C)) from the two shared-E power laws (E cancels), x in c_ref units."""
-    lx = np.log(x)
-    return np.exp(lx - (math.log(arm["A"] / ref["A"]) + ref["gamma"] * lx) / arm["gamma"])
-
-
-def forecast(ref_free, arm_law, x):
-    """Figure 4 at x (c_ref units): the arm's forecast loss L_arm(x) and the gain C_ref(L_arm(x)) / x, C_ref inverting
-    the reference arm's free-E law (the reference arm itself is forecast by that law, so its gain is 1)."""
-    A, g, E = ref_free["A"], ref_free["gamma"], ref_free["E"]
-    loss = E + (A if arm_law is None else arm_law["A"]) * x ** -(g if arm_law is None else arm_law["gamma"])
-    return loss, ((loss - E) / A) ** (-1 / g) / x
-
-
-def point_sd(d, sigma):
-    """Each point's noise in loss units: relative sigma on one run, / sqrt(n) for the mean of n replicates."""
-    return None if sigma is None else sigma * d["loss"] / np.sqrt(d["n"])
-
-
-def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None):
-    if ref_arm not in data:
-        raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
-    r = data[ref_arm]
-    try:
-        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma))
-    except FitError as e:
-        raise UsageError(f"reference arm {ref_arm}: {e}")
-    keep = r["depth"] >= anchor_depth
-    budgets, targets = r["x"][keep], r["loss"][keep]
-    if not len(budgets):
-        raise UsageError(f"reference arm {ref_arm} has no point with depth >= {anchor_depth}; "
-                         "pass --anchor-depth (e.g. 3 for the cpu preset)")
-    c0 = r["x"][r["depth"] == anchor_depth][0] if (r["depth"] == anchor_depth).any() else budgets[0]
-    out = dict(E=E, reference_arm=ref_arm, C0=c0, c_ref=c_ref, budgets=budgets, targets=targets,
-               last_budget_index=int(np.flatnonzero(keep)[-1]), reference_free=dict(A=A_free, gamma=g_free, E=E),
-               arms={}, errors={})
-    for arm, d in data.items():
-        try:
-            res = fit_shared_e(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma))
-        except FitError as e:
-            out["errors"][arm] = str(e)
-            note(f"arm {arm}: {e}; skipped")
-            continue
-        res["logA_C0"] = math.log(res["A"]) - res["gamma"] * math.log(c0 / c_ref)
-        mult = [1.0] * len(budgets) if arm == ref_arm else \
-            [b / compute_at_loss(d["x"], d["loss"], t) for b, t in zip(budgets, targets)]
-        res["multipliers"] = [dict(compute=b, multiplier=m) for b, m in zip(budgets, mult) if np.isfinite(m)]
-        if len(res["multipliers"]) < len(budgets):
-            note(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of {len(budgets)} "
-                 f"reference budgets; those multipliers are missing")
-        res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
-        res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k)) for dp, x, l, k in
-                         zip(d["depth"], d["x"], d["loss"], d["n"])]
-        try:
-            res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
-        except FitError as e:
-            note(f"arm {arm}: free-E fit failed: {e}")
-        out["arms"][arm] = res
-    ref = out["arms"][ref_arm]
-    for res in out["arms"].values():
-        res["fitted_final_multiplier"] = float(fitted_multiplier(ref, res, budgets[-1] / c_ref))
-    return out
-
-
-def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
-    """CIs by refitting n re-drawn data sets: E on the reference arm, then every arm's gamma, its interpolated final
-    multiplier, pi(C) and, at --extrapolate, the forecast loss and gain.
-    noise=None: resample points within each arm with replacement (the reference arm's target loss at the last budget
-    stays its measured value). noise=(sigma, dof): parametric — keep every point and re-draw its run-to-run noise,
-    ln L* = ln L + s z / sqrt(n_i), with s^2 = sigma^2 chi2_dof / dof when sigma was estimated from replicates (dof > 0)
-    and s = sigma for a given --noise; fits are weighted by sigma and targets are the re-drawn reference losses."""
-    rng = np.random.default_rng(seed)
-    arms, c_ref, ref_arm = list(fit["arms"]), fit["c_ref"], fit["reference_arm"]
-    budget, last = fit["budgets"][-1], fit["last_budget_index"]
-    sigma = noise[0] if noise else None
-    pi_at = np.array([budget] + ([extrapolate] if extrapolate else [])) / c_ref
-    keys = ("gamma", "final", "pi", "forecast", "gain")
-    draws = {a: {k: np.full((n, len(pi_at)) if k == "pi" else n, np.nan) for k in keys} for a in arms}
-    E_draws = np.full(n, np.nan)
-    for b in range(n):
-        if noise is None:
-            idx = {a: np.sort(rng.integers(0, len(data[a]["x"]), len(data[a]["x"]))) for a in arms}
-            pts = {a: dict(x=data[a]["x"][i], loss=data[a]["loss"][i], n=data[a]["n"][i]) for a, i in idx.items()}
-            target = fit["targets"][-1]
-        else:
-            s = sigma * math.sqrt(rng.chisquare(noise[1]) / noise[1]) if noise[1] else sigma
-            pts = {a: dict(x=data[a]["x"], n=data[a]["n"], loss=data[a]["loss"] * np.exp(
-                s * rng.standard_normal(len(data[a]["x"])) / np.sqrt(data[a]["n"]))) for a in arms}
-            target = pts[ref_arm]["loss"][last]
-        laws = {}
-        try:
-            p = pts[ref_arm]
-            A_free, g_free, E = fit_free_e(p["x"] / c_ref, p["loss"], point_sd(p, sigma))
-        except FitError:
-            continue
-        ref_free = dict(A=A_free, gamma=g_free, E=E)
-        for a in arms:
-            p = pts[a]
-            try:
-                laws[a] = fit_shared_e(p["x"] / c_ref, p["loss"], E, point_sd(p, sigma))
-            except FitError:
-                continue
-            draws[a]["gamma"][b] = laws[a]["gamma"]
-            draws[a]["final"][b] = 1.0 if a == ref_arm else budget / compute_at_loss(p["x"], p["loss"], target)
-            if extrapolate:
-                draws[a]["forecast"][b], draws[a]["gain"][b] = forecast(ref_free, None if a == ref_arm else laws[a],
-                                                                        extrapolate / c_ref)
-        E_draws[b] = E
-        if ref_arm in laws:
-            for a in laws:
-                draws[a]["pi"][b] = fitted_multiplier(laws[ref_arm], laws[a], pi_at)
-    lo, hi = (100 - FIT["ci"]) / 2, 100 - (100 - FIT["ci"]) / 2
-
-    def ci(v):
-        v = v[np.isfinite(v)]
-        return [float(np.percentile(v, lo)), float(np.percentile(v, hi))] if len(v) > 1 else [np.nan, np.nan]
-    for a in arms:
-        g = draws[a]["gamma"]
-        fit["arms"][a].update(gamma_boot_se=float(np.nanstd(g)), gamma_ci=ci(g), bootstrap_valid=int(np.isfinite(g).sum()),
-                              delta_gamma_ci=ci(g - draws[ref_arm]["gamma"]), final_multiplier_ci=ci(draws[a]["final"]),
-                              fitted_final_multiplier_ci=ci(draws[a]["pi"][:, 0]))
-        if extrapolate:
-            fit["arms"][a].update(pi_at_extrapolate_ci=ci(draws[a]["pi"][:, 1]),
-                                  forecast_loss_ci=ci(draws[a]["forecast"]), gain_at_extrapolate_ci=ci(draws[a]["gain"]))
-    fit.update(E_ci=ci(E_draws), bootstrap=dict(n=n, seed=seed, ci=FIT["ci"], kind="noise" if noise else "points",
-                                                includes_seed_noise=bool(noise)))
-
-
 def ladder_table(fit, xname):
     def ci(r, key, fmt):  # " [lo, hi]" when a bootstrap CI exists
         c = r.get(f"{key}_ci")
@@ -527,21 +198,84 @@ def noise_lines(fit):
     return lines
 
 
-def positive_float(v):
-    """argparse type: a finite float > 0."""
-    try:
-        x = float(v)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {v!r}")
-    return x
+FIG2_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
+LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
+
+
+def ladder_figures(data, fit, out_dir, xname):
+    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left)."""
+    plt = pyplot()
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
+    record_outputs(out_dir, LADDER_FIGURES)
+    E, c_ref = fit["E"], fit["c_ref"]
+    style = lambda a: ARM_STYLE.get(a, (a, None))
+    xlabel = "training compute (FLOPs)" if xname == "FLOPs" else "training time (s)"
+
+    def loss_panel(ax, arms):
+        xmax = max(data[a]["x"].max() for a in arms)
+        inset = ax.inset_axes([0.52, 0.5, 0.45, 0.45])
+        for a in arms:
+            label, color = style(a)
+            r, d = fit["arms"][a], data[a]
+            xs = np.geomspace(d["x"].min(), d["x"].max(), 100)
+            for axis in (ax, inset):
+                axis.plot(d["x"], d["loss"], "o", ms=3.5, color=color)
+                axis.plot(xs, E + r["A"] * (xs / c_ref) ** -r["gamma"], "-", lw=1.2, color=color,
+                          label=f"{label} (γ={r['gamma']:.3f})" if axis is ax else None)
+        ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}")
+        ax.legend(loc="lower left", frameon=False)
+        lo = xmax / FIT["inset_span"]
+        sel = [l for a in arms for x, l in zip(data[a]["x"], data[a]["loss"]) if x >= lo]
+        inset.set(xscale="log", xlim=(lo / 1.1, xmax * 1.1))
+        if sel:
+            inset.set_ylim(min(sel) - 0.01, max(sel) + 0.01)
+        inset.tick_params(labelsize=7)
+        inset.xaxis.set_minor_formatter(plt.NullFormatter())
+
+    def mult_panel(ax, arms):
+        best = None
+        for a in arms:
+            label, color = style(a)
+            m = fit["arms"][a]["multipliers"]
+            if m:
+                ax.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o-", ms=3.5, color=color, label=label)
+                if a != fit["reference_arm"] and (best is None or m[-1]["multiplier"] > best):
+                    best = m[-1]["multiplier"]
+        ax.set(xscale="log", xlabel=f"{fit['reference_arm']} {xlabel}", ylabel=f"multiplier over {fit['reference_arm']}")
+        if best is not None:
+            twin = ax.twinx()
+            twin.set_ylim(ax.get_ylim())
+            twin.set_yticks([best], [f"{best:.2f}×"])
+        ax.legend(loc="upper left", frameon=False)
+
+    def save(fig, name):
+        fig.tight_layout()
+        for ext in ("png", "pdf"):
+            fig.savefig(os.path.join(out_dir, f"{name}.{ext}"), dpi=200)
+        plt.close(fig)
+        return [os.path.join(out_dir, f"{name}.{ext}") for ext in ("png", "pdf")]
+
+    arms = list(fit["arms"])
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    loss_panel(axes[0], arms)
+    mult_panel(axes[1], arms)
+    for a in arms:
+        r = fit["arms"][a]
+        axes[2].plot(r["logA_C0"], r["gamma"], "o", color=style(a)[1])
+        axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
+    axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
+    axes[2].invert_xaxis()
+    paths = save(fig, "fig3_ladders")
+    arms2 = [a for a in FIG2_ARMS if a in fit["arms"]] or arms
+    fig, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
+    loss_panel(axes[0], arms2)
+    mult_panel(axes[1], arms2)
+    return paths + save(fig, "fig2_left")
 
 
 def cmd_ladders(args):
     if args.out:
-        import figures  # matplotlib is loaded only when figures are asked for
-        check_outputs(args.out, figures.LADDER_FIGURES)
+        check_outputs(args.out, LADDER_FIGURES)
     data = load_ladders(args.inputs, args.time, args.replicates)
     held = hold_out(data, args.holdout or [])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
@@ -577,7 +311,7 @@ def cmd_ladders(args):
         h["forecast_loss"] = forecast(ref_free, None if h["arm"] == args.reference_arm else law, h["compute"] / c_ref)[0] \
             if law else np.nan
         h["residual"] = h["loss"] - h["forecast_loss"]
-    paths = figures.ladder_figures(data, fit, args.out, xname) if args.out else []
+    paths = ladder_figures(data, fit, args.out, xname) if args.out else []
     if args.json:
         keep = ("gamma", "gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
@@ -790,9 +524,8 @@ def build_parser():
     return p
 
 
-# subcommand -> the module with its cmd_<subcommand>; the others import this one, so they are imported when used
-SUBCOMMAND_MODULES = dict(ladders="fit", downstream="fit", design="ladder_design", surface="surface", tpp="sweeps",
-                          growth="sweeps", lr="sweeps", loops="sweeps")
+COMMANDS = dict(ladders=cmd_ladders, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
+                tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops)
 
 
 def run(argv):
@@ -800,7 +533,7 @@ def run(argv):
     for flag in ("bootstrap", "drop_highest", "anchor_depth"):
         if (getattr(args, flag, None) or 0) < 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
-    getattr(importlib.import_module(SUBCOMMAND_MODULES[args.cmd]), f"cmd_{args.cmd}")(args)
+    COMMANDS[args.cmd](args)
 
 
 def main(argv=None):
@@ -808,5 +541,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.modules.setdefault("fit", sys.modules[__name__])  # `import fit` (its subcommand modules) gets this module
     exit_process(main())

@@ -1,5 +1,5 @@
-"""Tests for fit.py and the modules of its subcommands (figures.py, surface.py, sweeps.py): the paper's Figure 3
-numbers reproduced from the release data, synthetic laws with known answers, edge cases, CLI."""
+"""Tests for fit.py and its modules laws.py and studies.py: the paper's Figure 3 numbers reproduced from the release
+data, synthetic laws with known answers, the design simulator against closed forms, edge cases, CLI."""
 import csv
 import json
 import math
@@ -11,16 +11,15 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as fit.py does: tiny fits,
 import numpy as np
 import pytest
 
-import figures
 import fit
-import surface
-import sweeps
+import laws
+import studies
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(REPO, "reference", "fineweb_ladders.csv")
 
 # the paper's Figure 3 fit of the release data: arm -> (gamma, ln A at C0, multipliers at d8..d20)
-B7 = {
+FIGURE3 = {
     "vanilla": (0.111249, 0.48585, [1.0] * 7),
     "deep_vanilla": (0.111394, 0.47654, [1.0543, 1.0771, 1.0928, 1.0894, 1.0781, 1.0787, 1.0841]),
     "deep_vanilla_grow": (0.113764, 0.46834, [1.1376, 1.1849, 1.2131, 1.2194, 1.2282, 1.2493, 1.2789]),
@@ -70,12 +69,12 @@ def synthetic_ladders(tmp_path, arms=None, noise=0.0, seed=0, extra_col=False):
 
 
 # ------------------------------------------------------------------------------------------------ ladders
-def test_reproduces_spec_b7(capsys):
+def test_release_data_reproduce_the_paper_figure3_fit(capsys):
     out = run_json(capsys, "ladders", RELEASE)
     assert out["E"] == pytest.approx(1.706433, abs=1e-5)
     assert out["C0"] == pytest.approx(1.055751e18, rel=1e-6)
-    assert set(out["arms"]) == set(B7)
-    for arm, (gamma, logA, mults) in B7.items():
+    assert set(out["arms"]) == set(FIGURE3)
+    for arm, (gamma, logA, mults) in FIGURE3.items():
         r = out["arms"][arm]
         assert r["gamma"] == pytest.approx(gamma, abs=5e-5), arm
         assert r["logA_C0"] == pytest.approx(logA, abs=5e-4), arm
@@ -114,14 +113,14 @@ def test_synthetic_ladders_recover_exponents_and_fitted_multiplier(tmp_path, cap
 def test_compute_at_loss_edge_cases():
     x = np.array([1.0, 2.0, 4.0, 8.0])
     # no bracket: target below every loss -> missing, never extrapolated
-    assert math.isnan(fit.compute_at_loss(x, np.array([3.0, 2.9, 2.8, 2.7]), 2.5))
+    assert math.isnan(laws.compute_at_loss(x, np.array([3.0, 2.9, 2.8, 2.7]), 2.5))
     # linear in loss, log in compute
-    assert fit.compute_at_loss(x, np.array([3.0, 2.0, 1.5, 1.0]), 2.5) == pytest.approx(math.sqrt(2))
+    assert laws.compute_at_loss(x, np.array([3.0, 2.0, 1.5, 1.0]), 2.5) == pytest.approx(math.sqrt(2))
     # a non-monotone (worsening) segment is skipped even if it brackets the target; the minimum compute wins
     loss = np.array([3.0, 2.0, 2.6, 2.2])
-    assert fit.compute_at_loss(x, loss, 2.4) == pytest.approx(2 ** 0.6)  # from the first segment only
-    assert fit.compute_at_loss(x, np.array([3.0, 3.0, 2.0, 1.0]), 2.99) == pytest.approx(4 * 2 ** -0.99)
-    assert math.isnan(fit.compute_at_loss(x, np.array([2.0, 2.5, 3.0, 3.5]), 2.2))
+    assert laws.compute_at_loss(x, loss, 2.4) == pytest.approx(2 ** 0.6)  # from the first segment only
+    assert laws.compute_at_loss(x, np.array([3.0, 3.0, 2.0, 1.0]), 2.99) == pytest.approx(4 * 2 ** -0.99)
+    assert math.isnan(laws.compute_at_loss(x, np.array([2.0, 2.5, 3.0, 3.5]), 2.2))
 
 
 def test_bad_arms_do_not_stop_others(tmp_path, capsys):
@@ -246,24 +245,24 @@ def surface_grid(k, noise, seed=0, A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.
 @pytest.mark.parametrize("form,k", [("chinchilla", 1.0), ("skaling", 0.5), ("skaling", 1.0)])
 def test_surface_recovers_parameters(form, k):
     N, D, L = surface_grid(k, noise=5e-4)
-    p = surface.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
+    p = studies.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
     assert p["k"] == pytest.approx(k, abs=0.1)  # k = 1 data gives k ~ 1 under the Skaling form
     assert p["alpha"] == pytest.approx(0.4, abs=0.05) and p["beta"] == pytest.approx(0.3, abs=0.05)
     assert p["E"] == pytest.approx(1.5, abs=0.1)
-    assert surface.mape(p, N, D, L) < 0.1
+    assert studies.mape(p, N, D, L) < 0.1
 
 
 def test_compute_optimal_closed_form():
     p = dict(A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.5, k=0.5)
-    o = surface.compute_optimal(p, 1e21)
+    o = studies.compute_optimal(p, 1e21)
     Ns = np.geomspace(o["N"] / 3, o["N"] * 3, 2001)  # brute force along 6 N D = C
-    assert Ns[np.argmin(surface.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
+    assert Ns[np.argmin(studies.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
     assert 6 * o["N"] * o["D"] == pytest.approx(1e21) and o["ratio"] == pytest.approx(o["D"] / o["N"])
 
 
 def test_regime_split_as_documented():
     N, D, _ = surface_grid(1.0, 0.0)  # 6 x 6 grid; frac 0.25 -> the largest ceil(1.5) = 2 N and 2 D values are 'large'
-    r = surface.split_regimes(N, D, 0.25)
+    r = studies.split_regimes(N, D, 0.25)
     assert {k: int(v.sum()) for k, v in r.items()} == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
     big_n, big_d = np.unique(N)[-2:], np.unique(D)[-2:]
     assert np.array_equal(r["far"], np.isin(N, big_n) & np.isin(D, big_d))
@@ -365,9 +364,9 @@ def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
 def test_loops_gain_exact():
     # a frontier that reaches every Operator-1 loss with 2.2x less compute
     op = [(1e18 * 2 ** i, 3.0 - 0.1 * i) for i in range(5)]
-    env = sweeps.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
-    assert op[-1][0] / sweeps.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
-    assert math.isnan(sweeps.compute_at_loss_linear(env, 2.0))
+    env = studies.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
+    assert op[-1][0] / studies.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
+    assert math.isnan(studies.compute_at_loss_linear(env, 2.0))
 
 
 # ------------------------------------------------------------------------------------------------ replicates and noise
@@ -404,10 +403,10 @@ def test_weighted_shared_e_fit_is_weighted_least_squares():
     x = np.geomspace(1, 100, 7)
     loss = 1.7 + 1.6 * x ** -0.11 + 0.003 * rng.standard_normal(7)
     sd = 0.001 * np.arange(1, 8)
-    r = fit.fit_shared_e(x, loss, 1.7, sd)
+    r = laws.fit_shared_e(x, loss, 1.7, sd)
     slope, icpt = np.polyfit(np.log(x), np.log(loss - 1.7), 1, w=(loss - 1.7) / sd)  # w = 1 / sd of ln(L - E)
     assert r["gamma"] == pytest.approx(-slope, rel=1e-9) and r["A"] == pytest.approx(math.exp(icpt), rel=1e-9)
-    unweighted = fit.fit_shared_e(x, loss, 1.7)
+    unweighted = laws.fit_shared_e(x, loss, 1.7)
     assert r["gamma"] != pytest.approx(unweighted["gamma"], rel=1e-4)
     # known-noise standard error: exactly (X^T W X)^-1, independent of the residuals
     X = np.stack([np.ones(7), np.log(x)], 1)
@@ -504,7 +503,7 @@ def test_out_manifest_allows_rerun_and_refuses_foreign_files(tmp_path, capsys):
     figs = tmp_path / "figs"
     run(capsys, "ladders", path, "--out", figs)
     run(capsys, "ladders", path, "--out", figs)  # its own files: regenerated
-    assert sorted(json.load(open(figs / "fit_manifest.json"))["files"]) == sorted(figures.LADDER_FIGURES)
+    assert sorted(json.load(open(figs / "fit_manifest.json"))["files"]) == sorted(fit.LADDER_FIGURES)
     other = tmp_path / "other"
     os.makedirs(other)
     (other / "fig2_left.pdf").write_bytes(b"mine")
@@ -518,14 +517,27 @@ def test_subcommand_help_shows_contracts(capsys):
         with pytest.raises(SystemExit):
             fit.main([cmd, "-h"])
         assert needle in capsys.readouterr().out, cmd
-    assert len(fit.FIT["loop_budgets"]) == 5
+    assert len(laws.FIT["loop_budgets"]) == 5
 
 
 def test_fit_is_torch_free_and_loads_matplotlib_only_for_figures():
-    code = ("import sys, fit, ladder_design, surface, sweeps; assert fit.main(['ladders', sys.argv[1]]) == 0; "
+    code = ("import sys, fit, laws, studies; assert fit.main(['ladders', sys.argv[1]]) == 0; "
             "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code, RELEASE], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("E = 1.706433 "), r.stderr
+
+
+def test_fit_modules_import_one_way():
+    # fit -> studies -> laws, fit -> laws; no import back, not even inside a function, and no importlib dispatch
+    import ast
+    imported = {}
+    for name in ("fit", "laws", "studies"):
+        tree = ast.parse(open(os.path.join(REPO, f"{name}.py")).read())
+        imported[name] = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | \
+            {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert imported["laws"].isdisjoint({"fit", "studies", "importlib"})
+    assert imported["studies"].isdisjoint({"fit", "importlib"}) and "laws" in imported["studies"]
+    assert {"laws", "studies"} <= imported["fit"] and "importlib" not in imported["fit"]
 
 
 def test_loops_default_budgets_are_the_release_five(tmp_path, capsys):
@@ -542,3 +554,92 @@ def test_surface_drop_highest_and_delta_per_form(tmp_path, capsys):
     out = run_json(capsys, "surface", path, "--form", "skaling", "--hops", 0, "--folds", 2, "--drop-highest", 2)
     assert sorted(d["line"] for d in out["dropped"]) == [5, 12] and out["delta"] == dict(skaling=0.05)
     assert out["forms"]["skaling"]["mape_all"] < 0.2
+
+
+# ------------------------------------------------------------------------------------------------ design
+X = np.geomspace(1.0, 100.0, 8)  # compute in 1e18 FLOPs
+LAWS = {"vanilla": (1.6, 0.11), "better": (1.55, 0.115)}
+
+
+def test_simulated_gamma_spread_matches_the_analytic_loglog_error():
+    # E known: gamma is a weighted linear fit in log-log space, whose standard error is closed-form
+    n = np.array([1, 1, 1, 1, 1, 1, 3, 3])
+    points = {"vanilla": (X, n)}
+    sigma = 0.002
+    draws = studies.simulate(points, {"vanilla": LAWS["vanilla"]}, 1.7, "vanilla", sigma, 2000,
+                                   np.random.default_rng(0), fixed_E=True)["vanilla"]
+    se = studies.analytic_gamma_se(X, n, 1.7, *LAWS["vanilla"], sigma)
+    assert np.std(draws) == pytest.approx(se, rel=0.06)
+    assert np.mean(draws) == pytest.approx(0.11, abs=3 * se / math.sqrt(2000) + 2e-5)
+    # the same plan with 4 seeds everywhere halves the error (variance of a mean of 4)
+    assert studies.analytic_gamma_se(X, 4 * n, 1.7, *LAWS["vanilla"], sigma) == pytest.approx(se / 2)
+
+
+def test_refitting_E_widens_gamma_but_delta_gamma_less():
+    points = {a: (X, np.ones(8, int)) for a in LAWS}
+    rng = lambda: np.random.default_rng(1)
+    known = studies.summarize(points, LAWS, 1.7, "vanilla", 0.002,
+                                    studies.simulate(points, LAWS, 1.7, "vanilla", 0.002, 150, rng(), True))
+    refit = studies.summarize(points, LAWS, 1.7, "vanilla", 0.002,
+                                    studies.simulate(points, LAWS, 1.7, "vanilla", 0.002, 150, rng()))
+    assert refit["better"]["gamma_ci_halfwidth"] > 2 * known["better"]["gamma_ci_halfwidth"]
+    assert refit["better"]["delta_gamma_ci_halfwidth"] < 0.5 * refit["better"]["gamma_ci_halfwidth"]
+
+
+def test_detection_probability_tracks_the_effect():
+    points = {a: (X, np.ones(8, int)) for a in LAWS}
+    sim = lambda truth: studies.summarize(points, truth, 1.7, "vanilla", 0.002, studies.simulate(
+        points, truth, 1.7, "vanilla", 0.002, 600, np.random.default_rng(2), fixed_E=True))["better"]
+    null = sim({"vanilla": (1.6, 0.11), "better": (1.6, 0.11)})
+    strong = sim(LAWS)
+    assert null["detect_probability"] < 0.06
+    # for a normal estimate with sd s = h / 1.96: P(estimate > h) = Phi(delta / s - 1.96)
+    from scipy.stats import norm
+    expected = norm.cdf(0.005 / (strong["delta_gamma_ci_halfwidth"] / 1.96) - 1.96)
+    assert 0.5 < expected < 0.98 and strong["detect_probability"] == pytest.approx(expected, abs=0.04)
+    assert null["delta_gamma_true"] == 0 and strong["delta_gamma_true"] == pytest.approx(0.005)
+
+
+def test_design_specs_select_depths_and_seeds():
+    plan = {(a, d): (1e18 * d, 1) for a in ("vanilla", "better") for d in range(6, 24, 2) if a == "vanilla" or d <= 18}
+    x, n, ds = studies.apply_design(plan, "d6-18 x3@top2")["vanilla"]
+    assert ds == list(range(6, 20, 2)) and list(n) == [1] * 5 + [3, 3] and list(x) == [1e18 * d for d in ds]
+    top = studies.apply_design(plan, "d6-22 x3@top2")
+    assert top["vanilla"][2][-1] == 22 and top["better"][2][-1] == 18 and list(top["better"][1][-2:]) == [3, 3]
+    assert list(studies.apply_design(plan, "x2@8,10")["better"][1][:3]) == [1, 2, 2]
+    with pytest.raises(fit.UsageError, match="no planned run has depth 26"):
+        studies.apply_design(plan, "d6-26")
+    with pytest.raises(fit.UsageError, match="use 'd6-18'"):
+        studies.apply_design(plan, "depths 6 to 18")
+
+
+def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
+    lines = [json.dumps(dict(arch=a, depth=d, total_flops=1e18 * (d / 8) ** 4.5)) for a in LAWS for d in range(6, 22, 2)]
+    (tmp_path / "plan.jsonl").write_text("\n".join(lines) + "\n")
+    pilot = dict(E=1.7, arms={a: dict(A=A, gamma=g) for a, (A, g) in LAWS.items()})
+    (tmp_path / "pilot.json").write_text(json.dumps(pilot))
+    fit.main(["design", str(tmp_path / "plan.jsonl"), "--truth", str(tmp_path / "pilot.json"), "--noise", "0.002",
+              "--design", "d6-16", "--design", "d6-20 x3@top2", "--sims", "40", "--mfu", "0.5", "--gpu", "a100",
+              "--out", str(tmp_path / "figs"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    small, big = out["designs"]
+    assert small["runs"] == 12 and big["runs"] == 16 + 2 * 4
+    flops = sum(1e18 * (d / 8) ** 4.5 for d in range(6, 18, 2)) * 2
+    assert small["flops"] == pytest.approx(flops) and small["gpu_hours"] == pytest.approx(flops / (312e12 * 0.5) / 3600)
+    assert big["arms"]["better"]["gamma_se_known_E"] < small["arms"]["better"]["gamma_se_known_E"]
+    assert big["depths"]["better"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
+    for name in studies.DESIGN_FIGURE:
+        assert os.path.getsize(tmp_path / "figs" / name) > 1000
+    # E/gamma/A flags instead of a pilot: every other arm is the reference + --delta-gamma
+    fit.main(["design", str(tmp_path / "plan.jsonl"), "--E", "1.7", "--gamma", "0.11", "--A", "1.6",
+              "--delta-gamma", "0.004", "--noise", "0.002", "--sims", "20"])
+    text = capsys.readouterr().out
+    assert "better" in text and "+0.0040" in text and "GPU-hours" in text
+
+
+def test_release_pilot_designs_run(capsys):
+    fit.main(["design", RELEASE, "--E", "1.706433", "--gamma", "0.111249", "--A", "1.6354", "--delta-gamma", "0.0055",
+              "--noise", "0.001", "--design", "x3@top2", "--sims", "20", "--json"])
+    d = json.loads(capsys.readouterr().out)["designs"][0]
+    assert d["depths"]["vanilla"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
+    assert d["depths"]["untied_grow"]["18"] == 3 and d["runs"] == 58 + 8 * 2 * 2
