@@ -31,7 +31,7 @@ import numpy as np
 from scipy import optimize
 
 import studies
-from cli import Parser, UsageError, cli_main, exit_process
+from common import Parser, UsageError, cli_main, exit_process
 from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
                   forecast, jsonable, note, positive_float, pyplot, read_csv, read_result_json, record_outputs,
                   robust_lsq)

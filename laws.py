@@ -10,7 +10,7 @@ import argparse, csv, json, math, os, sys
 import numpy as np
 from scipy import optimize, stats
 
-from cli import UsageError, write_json
+from common import UsageError, write_json
 
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time

@@ -26,7 +26,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
-from cli import UsageError
+from common import UsageError
 from laws import (ARM_STYLE, FIT, FitError, check_outputs, fit_free_e, fit_shared_e, fnum, jsonable, note, pyplot,
                   read_csv, read_result_json, record_outputs)
 
