@@ -42,7 +42,7 @@ from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
-                  plan_micro_batches, stage_at, stage_index)
+                  plan_micro_batches, requested_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -62,7 +62,7 @@ def dry_run(args):
 
 def dry_run_memory(args, plan, world):
     """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it)."""
-    return plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, args.device_batch_size,
+    return plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, requested_micro_batches(args, plan, world),
                               fixed_order=args.fixed_reduce_order)
 
 
