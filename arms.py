@@ -25,7 +25,7 @@ def knob_fields(cls, flag):
 class Arm:
     """One arm: architecture, init and training recipe. LRs are the anchor-depth (d8) values; train.py scales them to
     depth d by (N(anchor) / N(d)) ** lr_exponent (paper App. A.4.4)."""
-    mode: str                                    # 'none' plain stack | 'loop' tied core | 'dep' untied cores
+    mode: str                                    # 'plain' stack | 'tied' core (one, looped) | 'untied' cores
     deep: bool = False                           # Deep Vanilla: a plain stack of d + core(d) blocks
     passes: int = knob("model", help="core passes K (final K for growth arms)")
     passes_initial: int = knob("model", None, help="passes before growth (default: the arm's)")
@@ -55,41 +55,41 @@ class Arm:
 SQRT2 = math.sqrt(2.0)
 ARMS = {
     "vanilla": Arm(
-        mode="none", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
+        mode="plain", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625,
         tpp=5, lr_exponent=0.8, matrix_lr=0.04, embedding_lr=0.01810193359836, unembedding_lr=0.0045254833996,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6,
         ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "deep_vanilla": Arm(
-        mode="none", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
+        mode="plain", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
         tpp=6, lr_exponent=0.7, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
         weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8),
     "operator_1": Arm(
-        mode="loop", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
+        mode="tied", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.03620386719676, unembedding_lr=0.0032,
         weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8,
         ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "loop_2": Arm(
-        mode="loop", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
+        mode="tied", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
         weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0),
     "untied_2": Arm(
-        mode="dep", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
+        mode="untied", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0),
     "loop_grow": Arm(
-        mode="loop", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
+        mode="tied", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
         tpp=7, lr_exponent=0.5, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
         weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0,
         rewarm_steps=40, crossover={6: .75, 8: .82, 10: .86, 12: .85, 14: .86, 16: .88, 18: .87},
         default_crossover=0.83),
     "untied_grow": Arm(
-        mode="dep", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
+        mode="untied", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
         tpp=8, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0,
@@ -99,7 +99,7 @@ ARMS = {
     # no recurrence norm. The schedule (TPP 6 on Deep Vanilla's N, f = 0.5) reproduces the release's compute column;
     # multipliers, init and optimizer recipe are ASSUMED: Deep Vanilla's, with matrix LR 0.036 and a 40-step re-warm.
     "deep_vanilla_grow": Arm(
-        mode="dep", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
+        mode="untied", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
         tpp=6, lr_exponent=0.7, matrix_lr=0.036, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
         weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8,

@@ -37,6 +37,7 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavai
 
 CHECKPOINT_MANIFEST = "MANIFEST.json"  # {"files": {relative path: {"size", "sha256"}}}, written last by train.py
 CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the fp32 weights: all core_eval reads
+EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # ModelConfig.mode in older checkpoints
 
 
 def verify_checkpoint(folder, only=None, share=(0, 1)):
@@ -97,7 +98,9 @@ def load_checkpoint_model(path, device="cpu"):
     weights = checkpoint_weights_path(path)
     try:
         ckpt = torch.load(weights, map_location="cpu", weights_only=True)
-        model = GPT(ModelConfig(**ckpt["model_config"]))
+        config = dict(ckpt["model_config"])
+        config["mode"] = EARLIER_MODE_NAMES.get(config["mode"], config["mode"])
+        model = GPT(ModelConfig(**config))
         model.load_state_dict(ckpt["model"])
         model.set_passes(int(ckpt["passes"]))
     except pickle.UnpicklingError:

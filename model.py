@@ -1,9 +1,9 @@
 """The prelude-core-coda transformer family of the paper (all eight arms) with exact parameter and FLOP accounting
  (arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
 
-One network covers every arm: a prelude of blocks, a core of blocks applied K times (tied 'loop' or untied 'dep'),
-and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda. A plain stack
-('none') is the same code path with no prelude/coda, one pass and no operator. The per-arm numbers live in arms.py.
+One network covers every arm: a prelude of blocks, a core of blocks applied K times (one 'tied' core looped, or K
+'untied' cores), and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda.
+A 'plain' stack is the same code path with no prelude/coda, one pass and no operator. The per-arm numbers live in arms.py.
 
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
     python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
@@ -37,7 +37,7 @@ class ModelConfig:
     mlp_hidden: int
     vocab_size: int          # the REAL vocab (50257 for GPT-2, 257 for the byte tokenizer)
     seq_len: int
-    mode: str                # 'none' (plain stack) | 'loop' (tied core) | 'dep' (untied cores)
+    mode: str                # 'plain' (stack) | 'tied' (one core, looped) | 'untied' (K cores)
     n_prelude: int
     n_core: int
     n_coda: int
@@ -54,8 +54,8 @@ class ModelConfig:
 
     def __post_init__(self):
         problems = []
-        if self.mode not in ("none", "loop", "dep"):
-            problems.append(f"mode must be none|loop|dep, got {self.mode!r}")
+        if self.mode not in ("plain", "tied", "untied"):
+            problems.append(f"mode must be plain|tied|untied, got {self.mode!r}")
         if self.width != self.n_head * self.head_dim:
             problems.append(f"width {self.width} != n_head {self.n_head} * head_dim {self.head_dim}")
         if self.head_dim % 2:
@@ -64,8 +64,8 @@ class ModelConfig:
             problems.append(f"need prelude >= 0, core >= 1, coda >= 0; got {self.n_prelude}/{self.n_core}/{self.n_coda}")
         if not 1 <= self.passes_initial <= self.passes:
             problems.append(f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}")
-        if self.mode == "none" and (self.passes != 1 or self.n_prelude or self.n_coda or self.alpha or self.recurrence_norm):
-            problems.append("a plain stack (mode none) has one pass, no prelude/coda and no boundary operator")
+        if self.mode == "plain" and (self.passes != 1 or self.n_prelude or self.n_coda or self.alpha or self.recurrence_norm):
+            problems.append("a plain stack has one pass, no prelude/coda and no boundary operator")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -221,12 +221,12 @@ class GPT(nn.Module):
         self.transformer.wte.weight.normal_(0.0, self.cfg.wte_init_std)
         self.lm_head.weight.zero_()
 
-    # block layout in transformer.h: prelude, core_1 .. core_K (dep) or the one core (loop), coda
+    # block layout in transformer.h: prelude, core_1 .. core_K (untied) or the one core (tied), coda
     def prelude_blocks(self):
         return self.transformer.h[:self.cfg.n_prelude]
 
     def core_blocks(self, pass_index):
-        start = self.cfg.n_prelude + (pass_index * self.cfg.n_core if self.cfg.mode == "dep" else 0)
+        start = self.cfg.n_prelude + (pass_index * self.cfg.n_core if self.cfg.mode == "untied" else 0)
         return self.transformer.h[start:start + self.cfg.n_core]
 
     def coda_blocks(self):
@@ -235,9 +235,9 @@ class GPT(nn.Module):
     def check_passes(self, k):
         if not isinstance(k, int) or k < 1:
             raise ValueError(f"passes must be an integer >= 1, got {k!r}")
-        if self.cfg.mode == "none" and k != 1:
+        if self.cfg.mode == "plain" and k != 1:
             raise ValueError("a plain stack runs exactly one pass")
-        if self.cfg.mode == "dep" and k > self.cfg.passes:
+        if self.cfg.mode == "untied" and k > self.cfg.passes:
             raise ValueError(f"an untied model can run at most its {self.cfg.passes} allocated cores, got passes={k}")
 
     def set_passes(self, k):
@@ -253,7 +253,7 @@ class GPT(nn.Module):
         if new_passes <= old:
             raise ValueError(f"grow needs more passes than the active {old}, got {new_passes}")
         overwritten = []
-        if self.cfg.mode == "dep":
+        if self.cfg.mode == "untied":
             for j in range(old, new_passes):
                 for dst_block, src_block in zip(self.core_blocks(j), self.core_blocks(j % old)):
                     for dst, src in zip(dst_block.parameters(), src_block.parameters()):
@@ -367,7 +367,7 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         raise ValueError(f"width {width} (= {width_per_depth} * depth {depth}) is not a multiple of head_dim {head_dim}")
     mlp_hidden = -(-(8 * width // 3) // mlp_multiple) * mlp_multiple
     p, c, q = split_depth(depth)
-    if arm.mode == "none":
+    if arm.mode == "plain":
         if prelude is not None or coda is not None:
             raise ValueError(f"{arch} is a plain stack: --prelude/--coda do not apply")
         p, c, q = 0, depth + (c if arm.deep else 0), 0
@@ -379,7 +379,7 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
             raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
     final = arm.passes
     initial = final if arm.passes_initial is None else arm.passes_initial  # growth arms keep their low K
-    if arm.mode == "none" and final != 1:
+    if arm.mode == "plain" and final != 1:
         raise ValueError(f"{arch} is a plain stack: passes must be 1, got {final}")
     if final < 1 or not 1 <= initial <= final:
         raise ValueError(f"need 1 <= passes_initial <= passes, got passes_initial {initial} and passes {final}")
@@ -400,8 +400,8 @@ def params_per_block(cfg):
 
 
 def stored_blocks(cfg, passes=None):
-    """Allocated blocks: untied cores are all allocated up front (dep = p + K_final*c + q)."""
-    cores = (cfg.passes if passes is None else passes) if cfg.mode == "dep" else 1
+    """Allocated blocks: untied cores are all allocated up front (p + K_final*c + q)."""
+    cores = (cfg.passes if passes is None else passes) if cfg.mode == "untied" else 1
     return cfg.n_prelude + cores * cfg.n_core + cfg.n_coda
 
 

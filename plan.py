@@ -381,18 +381,16 @@ class MemoryPlan:
     stages: list         # one StageMemory per pass stage, in training order
 
 
-def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, device_batch=None,
+def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, micro_batches=None,
                 device="cuda", fixed_order=False):
     """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
     whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
-    executed depth p + K*c + q is what costs memory. device_batch (one int, or one per stage) is checked instead of
-    chosen: one that does not divide or does not fit raises ValueError naming the largest that fits. fixed_order:
-    the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1 (muon.py)."""
+    executed depth p + K*c + q is what costs memory. micro_batches (one per stage, each a divisor of rank_sequences:
+    requested_micro_batches) are checked instead of chosen: one that does not fit raises ValueError naming the
+    largest that fits. fixed_order: the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1
+    (muon.py)."""
     capacity = gpu_memory_gib * GIB
     divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
-    explicit = [device_batch] * len(pass_stages) if isinstance(device_batch, int) else device_batch
-    if explicit is not None and len(explicit) != len(pass_stages):
-        raise ValueError(f"device_batch needs one value per pass stage {list(pass_stages)}, got {list(explicit)}")
     stages = []
     for i, passes in enumerate(pass_stages):
         def need(b):
@@ -400,17 +398,14 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
             return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums)
         fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
         where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
-        if explicit is None and fitting is None:
+        if micro_batches is None and fitting is None:
             raise ValueError(f"{where} does not fit {gpu_memory_gib:g} GiB per GPU even at micro-batch 1 (needs "
                              f"{need(1)['required'] / GIB:.1f} GiB); use more GPUs or the owner-sharded transport")
-        choice = fitting if explicit is None else explicit[i]
-        if explicit is not None:
-            if not isinstance(choice, int) or choice < 1 or rank_sequences % choice:
-                raise ValueError(f"micro-batch {choice!r} does not divide the {rank_sequences} sequences per rank")
-            if need(choice)["required"] > capacity:
-                largest = f"the largest that fits is {fitting}" if fitting else "none fits, not even 1"
-                raise ValueError(f"micro-batch {choice} needs {need(choice)['required'] / GIB:.1f} GiB per GPU for "
-                                 f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
+        choice = fitting if micro_batches is None else micro_batches[i]
+        if need(choice)["required"] > capacity:
+            largest = f"the largest that fits is {fitting}" if fitting else "none fits, not even 1"
+            raise ValueError(f"micro-batch {choice} needs {need(choice)['required'] / GIB:.1f} GiB per GPU for "
+                             f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
         stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice)))
     return MemoryPlan(gpu_memory_gib, world_size, zero2, stages)
 
@@ -430,45 +425,75 @@ def memory_pass_stages(plan):
     return stages
 
 
-def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="cuda", fixed_order=False,
-                       what="--device-batch-size"):
-    """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
-    check of --device-batch-size (one value, or one per stage; `what` names it in errors). Gradients stay replicated
-    (reduced once per step) when that fits, else they are sharded over the ranks by the owner-sharded transport, which
-    then reduces every micro-batch (zero2). fixed_order: the fixed reduction order's gradient memory (always sharded,
-    exchanged every micro-batch). -> MemoryPlan; UsageError when nothing fits."""
+def sequences_per_rank(plan, world):
     batch_seqs = plan.tokens_per_step // plan.seq_len
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
-    rank_seqs, stages = batch_seqs // world, memory_pass_stages(plan)
-    explicit = None
-    if device_batch:
-        if len(device_batch) not in (1, len(stages)):
-            raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
-        explicit = [min(b, rank_seqs) for b in device_batch] * (len(stages) // len(device_batch))
-    mem = fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order)
-    if isinstance(mem, MemoryPlan):
-        return mem
-    if explicit is not None:
-        raise UsageError(f"{what}: {mem} ({world} GPUs)")
+    return batch_seqs // world
+
+
+def requested_micro_batches(args, plan, world, device="cuda"):
+    """The micro-batches this invocation asks for, one per pass stage, or None (the planner chooses them):
+    --device-batch-size (one value, or one per stage; capped at the sequences per rank, which each must divide), else
+    on CPU without --gpu-memory the preset's micro-batch (a CPU run is not fitted to host memory)."""
+    wanted = args.device_batch_size
+    if not wanted and device == "cpu" and not args.gpu_memory:
+        wanted = [PRESETS[plan.preset].device_batch_size]
+    if not wanted:
+        return None
+    rank_seqs, stages = sequences_per_rank(plan, world), memory_pass_stages(plan)
+    if len(wanted) not in (1, len(stages)):
+        raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
+    micro_batches = [min(b, rank_seqs) for b in wanted] * (len(stages) // len(wanted))
+    bad = next((b for b in micro_batches if rank_seqs % b), None)
+    if bad:
+        raise UsageError(f"--device-batch-size: micro-batch {bad} does not divide the {rank_seqs} sequences per rank "
+                         f"({world} GPUs)")
+    return micro_batches
+
+
+def plan_micro_batches(plan, world, gpu_memory_gib, micro_batches=None, device="cuda", fixed_order=False,
+                       what="--device-batch-size"):
+    """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
+    check that the given micro_batches fit (one per stage: requested_micro_batches or a resumed run's; `what` names
+    them in errors). Gradients stay replicated (reduced once per step) when that fits, else they are sharded over the
+    ranks by the owner-sharded transport, which then reduces every micro-batch (zero2). fixed_order: the fixed
+    reduction order's gradient memory (always sharded, exchanged every micro-batch). -> MemoryPlan; UsageError when
+    nothing fits."""
+    batch_seqs = sequences_per_rank(plan, world) * world
+    try:
+        return fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order)
+    except ValueError as e:
+        if micro_batches is not None:
+            raise UsageError(f"{what}: {e} ({world} GPUs)") from None
     more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
-                 and isinstance(fit_memory(plan, w, gpu_memory_gib, None, device, fixed_order), MemoryPlan)), None)
+                 and fits(plan, w, gpu_memory_gib, device, fixed_order)), None)
     raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
                      "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
                      (f"it fits on {more} GPUs" if more else "no world size fits"))
 
 
-def fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order=False):
-    """plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan, or the
-    ValueError of the last try. The fixed reduction order has one gradient layout of its own."""
+def fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order=False):
+    """plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan; raises the ValueError
+    of the last layout tried. The fixed reduction order has one gradient layout of its own."""
+    layouts = (False, True) if world > 1 and not fixed_order else (False,)
     rank_seqs = plan.tokens_per_step // plan.seq_len // world
-    for zero2 in (False, True) if world > 1 and not fixed_order else (False,):
+    for zero2 in layouts:
         try:
-            return plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib,
-                               world, zero2, explicit, device, fixed_order)
-        except ValueError as e:
-            error = e
-    return error
+            return plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib, world, zero2,
+                               micro_batches, device, fixed_order)
+        except ValueError:
+            if zero2 == layouts[-1]:
+                raise
+
+
+def fits(plan, world, gpu_memory_gib, device, fixed_order):
+    """Whether the planner finds micro-batches for `plan` on `world` GPUs of gpu_memory_gib."""
+    try:
+        fit_memory(plan, world, gpu_memory_gib, None, device, fixed_order)
+    except ValueError:
+        return False
+    return True
 
 
 def memory_report(mem, plan, fixed_order=False):
@@ -490,30 +515,32 @@ def memory_report(mem, plan, fixed_order=False):
 
 def device_memory_plan(args, plan, world, device, recorded=None):
     """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
-    (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given. recorded: the
-    micro-batches a resumed --fixed-reduce-order run started with, checked instead."""
-    fixed, device_batch, what = args.fixed_reduce_order, args.device_batch_size, "--device-batch-size"
+    (fp32, host memory) requested_micro_batches, fitted to --gpu-memory if given. recorded: the micro-batches a
+    resumed --fixed-reduce-order run started with, used instead."""
     if recorded:
-        device_batch = resumed_micro_batches(args, plan, world, recorded)
+        micro_batches = resumed_micro_batches(args, plan, world, recorded)
         what = f"the micro-batches {recorded} this --fixed-reduce-order run started with (bit-identity needs them)"
+    else:
+        micro_batches, what = requested_micro_batches(args, plan, world, device.type), "--device-batch-size"
     if device.type == "cuda":
         gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
-        return plan_micro_batches(plan, world, gpu, device_batch, "cuda", fixed, what)
-    if args.gpu_memory:
-        return plan_micro_batches(plan, world, args.gpu_memory, device_batch, "cpu", fixed, what)
-    return plan_micro_batches(plan, world, math.inf, device_batch or [PRESETS[plan.preset].device_batch_size],
-                              "cpu", fixed, what)
+    else:
+        gpu = args.gpu_memory or math.inf
+    return plan_micro_batches(plan, world, gpu, micro_batches, device.type, args.fixed_reduce_order, what)
 
 
 def resumed_micro_batches(args, plan, world, recorded):
     """A --fixed-reduce-order run resumes with the micro-batches it started with, at any world size whose sequences
     per rank they divide: the same micro-batches are what makes the trajectory bit-identical."""
-    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    rank_seqs = sequences_per_rank(plan, world)
     bad = [b for b in recorded if rank_seqs % b]
     if bad:
         raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded}, which bit-identity "
                          f"needs, but {world} processes get {rank_seqs} sequences each, not a multiple of {bad[0]}; "
                          "resume on fewer processes")
+    if len(recorded) != len(memory_pass_stages(plan)):
+        raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded} for another plan; "
+                         "resume with the flags it started with")
     if args.device_batch_size and int(os.environ.get("RANK", "0")) == 0 and \
             args.device_batch_size * (len(recorded) // len(args.device_batch_size)) != recorded:
         print(f"--device-batch-size {' '.join(map(str, args.device_batch_size))} is not used: a --fixed-reduce-order "

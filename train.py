@@ -42,7 +42,7 @@ from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
-                  plan_micro_batches, stage_at, stage_index)
+                  plan_micro_batches, requested_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -62,7 +62,8 @@ def dry_run(args):
 
 def dry_run_memory(args, plan, world):
     """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it)."""
-    return plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, args.device_batch_size,
+    gpu = args.gpu_memory or H100_80GB_GIB
+    return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world),
                               fixed_order=args.fixed_reduce_order)
 
 
@@ -72,11 +73,11 @@ def ladder_dry_run(argv):
     prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
     planner's, on N x M H100s unless --gpu-memory), then the ladder's FLOPs and GPU-hours at F of an H100's peak."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = Parser(prog="train.py --ladder-dry-run")
-    p.add_argument("--gpus-per-node", type=int, default=8)
-    p.add_argument("--nodes", type=int, default=1)
-    p.add_argument("--mfu", type=finite_float, default=0.4)
-    args = p.parse_args(ours)
+    parser = Parser(prog="train.py --ladder-dry-run")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--mfu", type=finite_float, default=0.4)
+    args = parser.parse_args(ours)
     world, flops, peaks = args.gpus_per_node * args.nodes, 0, []
     for line in sys.stdin:
         name, *run_args = line.split()

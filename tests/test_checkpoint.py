@@ -67,16 +67,20 @@ def test_load_checkpoint_model_reads_folders_and_old_files_weights_only(tmp_path
     for path in (final, final / "model.pt"):
         loaded, ckpt = checkpoint.load_checkpoint_model(str(path))
         assert ckpt["step"] == 7 and torch.equal(loaded(idx), net(idx, passes=4))
-    # an old single-file checkpoint (train.py before checkpoint folders) holds only tensors and plain types too
+    # an old single-file checkpoint (train.py before checkpoint folders, and before the mode was called "tied") holds
+    # only tensors and plain types too
     muon_opt = muon.Muon(list(net.transformer.h.parameters()), lr=0.02)
     adamw = torch.optim.AdamW([net.transformer.wte.weight], lr=0.01, betas=(0.8, 0.95))
     net(idx, targets=idx).backward()
     muon_opt.step(), adamw.step()
-    old = dict(weights, optimizers=[muon_opt.state_dict(), adamw.state_dict()], rng=torch.get_rng_state(),
+    old = dict(weights, model_config=dict(weights["model_config"], mode="loop"),
+               optimizers=[muon_opt.state_dict(), adamw.state_dict()], rng=torch.get_rng_state(),
                plan=dict(arch="loop_grow", adam_betas=[0.8, 0.95], crossover_step=None, total_flops=10 ** 20),
                evals=[dict(step=0, val_loss=5.5, val_bpb=None)], growth_events=[], flops=0, train_seconds=1.5)
     torch.save(old, tmp_path / "final.pt")
-    assert checkpoint.load_checkpoint_model(str(tmp_path / "final.pt"))[1]["evals"][0]["val_loss"] == 5.5
+    loaded, ckpt = checkpoint.load_checkpoint_model(str(tmp_path / "final.pt"))
+    assert ckpt["evals"][0]["val_loss"] == 5.5 and loaded.cfg.mode == "tied"
+    assert torch.equal(loaded(idx), net(idx, passes=4))
     # a run folder or checkpoints/ names what to pass
     with pytest.raises(ValueError, match=r"is a run folder .*; pass .*checkpoints/final$"):
         checkpoint.load_checkpoint_model(str(tmp_path / "run"))
@@ -138,7 +142,7 @@ def save_worker(rank, world, port, out_dir, plan_argv):
 
 
 def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
-    """issue 12 item 7: after a 2-process save each rank's optimizer state references exactly the storages it did
+    """After a 2-process save each rank's optimizer state references exactly the storages it did
     before (Muon.state_dict and AdamW.state_dict hand DCP/torch.save the live tensors)."""
     import torch.multiprocessing as mp
     argv = tiny(pool, tmp_path, "vanilla")

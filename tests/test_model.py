@@ -48,24 +48,21 @@ def run_blocks(net, blocks, x):
     return x
 
 
-def reference_forward(net, idx, passes, alpha, recurrence_norm, coda_inject):
-    """The boundary operator as the release computes it (docs/recipe.md), written out by hand from the model's blocks."""
-    x = F.rms_norm(net.transformer.wte(idx), (net.cfg.width,))
-    e = run_blocks(net, net.prelude_blocks(), x)
-    h = e
-    for r in range(passes):
-        h = run_blocks(net, net.core_blocks(r), h)
-        if recurrence_norm:
-            h = F.rms_norm(h, (net.cfg.width,))
-        if alpha and (r < passes - 1 or coda_inject):
-            h = h + alpha * e
-    h = run_blocks(net, net.coda_blocks(), h)
-    logits = net.lm_head(F.rms_norm(h, (net.cfg.width,)))[..., :net.cfg.vocab_size]
-    return logits * net.cfg.output_multiplier
-
-
 def copy_block(dst, src):
     dst.load_state_dict(src.state_dict())
+
+
+def untied_with_equal_cores(tied, passes):
+    """An untied model of `passes` cores, each a copy of `tied`'s one core, with its prelude, coda, embedding and
+    lm_head: what the tied model computes at `passes` passes, with K sets of weights."""
+    untied = GPT(dataclasses.replace(tied.cfg, mode="untied", passes=passes, passes_initial=passes))
+    untied.transformer.wte.load_state_dict(tied.transformer.wte.state_dict())
+    untied.lm_head.load_state_dict(tied.lm_head.state_dict())
+    pairs = [*zip(untied.prelude_blocks(), tied.prelude_blocks()), *zip(untied.coda_blocks(), tied.coda_blocks())]
+    pairs += [pair for r in range(passes) for pair in zip(untied.core_blocks(r), tied.core_blocks(0))]
+    for dst, src in pairs:
+        copy_block(dst, src)
+    return untied
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -266,28 +263,23 @@ def test_operator_1_is_coda_of_norm_core_plus_e():
     assert torch.allclose(net(idx), logits, atol=1e-5, rtol=1e-5)
 
 
-def test_untied_2_with_equal_cores_equals_loop_2():
-    loop_cfg = tiny("loop_2")
-    loop = build(loop_cfg)
-    arm = {k: getattr(loop_cfg, k) for k in ("alpha", "residual_multiplier", "output_multiplier")}
-    untied = build(tiny("untied_2", **arm), seed=5)
-    p, c = loop_cfg.n_prelude, loop_cfg.n_core
-    untied.transformer.wte.load_state_dict(loop.transformer.wte.state_dict())
-    untied.lm_head.load_state_dict(loop.lm_head.state_dict())
-    for a, b in zip(list(untied.prelude_blocks()) + list(untied.coda_blocks()),
-                    list(loop.prelude_blocks()) + list(loop.coda_blocks())):
-        copy_block(a, b)
-    idx = tokens(loop_cfg)
-    assert not torch.allclose(untied(idx), loop(idx))  # cores still differ
-    for r in range(2):
-        for a, b in zip(untied.core_blocks(r), loop.core_blocks(0)):
-            copy_block(a, b)
-    assert torch.allclose(untied(idx), loop(idx), atol=1e-6, rtol=1e-6)
-    assert len(untied.transformer.h) == p + 2 * c + loop_cfg.n_coda and len(loop.transformer.h) == 3
+@pytest.mark.parametrize("passes", [1, 2, 3])
+def test_untied_cores_copied_equal_compute_what_the_tied_core_does(passes):
+    loop = build(tiny("loop_2"))
+    untied = untied_with_equal_cores(loop, passes)
+    idx = tokens(loop.cfg)
+    assert len(untied.transformer.h) == 2 + passes and len(loop.transformer.h) == 3  # p/c/q = 1/1/1
+    assert torch.allclose(untied(idx), loop(idx, passes=passes), atol=1e-6, rtol=1e-6)
+    with torch.no_grad():
+        untied.core_blocks(passes - 1)[0].attn.c_q.weight.add_(0.1)  # the last pass's core only
+    assert not torch.allclose(untied(idx), loop(idx, passes=passes), atol=1e-4)
 
 
-@pytest.mark.parametrize("boundary,coda_inject", [("full", True), ("full", False), ("norm_only", True),
-                                                  ("inject_only", True), ("inject_only", False), ("none", True)])
+ABLATIONS = [("full", True), ("full", False), ("norm_only", True), ("inject_only", True), ("inject_only", False),
+             ("none", True)]
+
+
+@pytest.mark.parametrize("boundary,coda_inject", ABLATIONS)
 def test_boundary_ablations_change_only_what_they_name(boundary, coda_inject):
     base = tiny("loop_2")
     cfg = tiny("loop_2", boundary=boundary, coda_inject=coda_inject)
@@ -300,15 +292,41 @@ def test_boundary_ablations_change_only_what_they_name(boundary, coda_inject):
     if not coda_inject:
         expected |= {"coda_inject"}
     assert changed == expected
-    full, ablated = build(base), GPT(cfg)
-    ablated.load_state_dict(full.state_dict())
+
+
+@pytest.mark.parametrize("boundary,coda_inject", ABLATIONS)
+def test_boundary_operator_is_what_each_pass_hands_on(boundary, coda_inject):
+    """Loop-2 at p/c/q = 1/1/1: the logit lens gives e (the prelude's output) and every block's output. The input of
+    the second pass is N(h) + alpha*e of the first pass's output h, the coda's input the same of the second pass's
+    (N = RMSNorm; norm_only drops alpha*e, inject_only drops N, none both; without coda injection the coda gets N(h)),
+    as the release computes the paper's operator: after every pass."""
+    cfg = tiny("loop_2", boundary=boundary, coda_inject=coda_inject)
+    net = build(cfg)
+    _, (_, e, first, second, out) = net(tokens(cfg), return_hidden=True)
+    normed, injected = boundary in ("full", "norm_only"), boundary in ("full", "inject_only")
+
+    def boundary_operator(h, last):
+        h = F.rms_norm(h, (cfg.width,)) if normed else h
+        return h + tiny("loop_2").alpha * e if injected and (coda_inject or not last) else h
+    core, coda = net.transformer.h[1], net.transformer.h[2]
+    assert torch.allclose(run_blocks(net, [core], boundary_operator(first, last=False)), second, atol=1e-5)
+    assert torch.allclose(run_blocks(net, [coda], boundary_operator(second, last=True)), out, atol=1e-5)
+
+
+@pytest.mark.parametrize("boundary,coda_inject,multiple", [
+    ("full", True, 1 + 2 ** -0.5), ("full", False, 1.0), ("norm_only", True, 1.0),
+    ("inject_only", True, 1 + 2 * 2 ** -0.5), ("inject_only", False, 1 + 2 ** -0.5), ("none", True, 1.0)])
+def test_boundary_operator_on_identity_blocks_by_hand(boundary, coda_inject, multiple):
+    """At init every block's out-projections are zero, so every block is the identity and the final state is a
+    multiple of x = RMSNorm(embedding) = e, worked out by hand for Loop-2 (alpha = 1/sqrt 2, N(c x) = x for c > 0, up
+    to RMSNorm's eps against the small embedding's mean square):
+    full: x -> N(x) + a x = (1 + a) x -> N((1 + a) x) + a x = (1 + a) x, or N(.) = x without coda injection;
+    inject_only: x + a x + a x, or x + a x; norm_only and none: x."""
+    cfg = tiny("loop_2", boundary=boundary, coda_inject=coda_inject)
+    net = build(cfg, randomize=False)
     idx = tokens(cfg)
-    want = reference_forward(full, idx, 2, alpha=base.alpha if boundary in ("full", "inject_only") else 0,
-                             recurrence_norm=boundary in ("full", "norm_only"), coda_inject=coda_inject)
-    assert torch.allclose(ablated(idx), want, atol=1e-5, rtol=1e-5)
-    assert torch.allclose(full(idx), reference_forward(full, idx, 2, base.alpha, True, True), atol=1e-5, rtol=1e-5)
-    if expected:
-        assert not torch.allclose(ablated(idx), full(idx), atol=1e-4)
+    x = F.rms_norm(net.transformer.wte(idx), (cfg.width,))
+    assert torch.allclose(net.residual_stream(idx), multiple * x, rtol=1e-3, atol=1e-6)
 
 
 def test_gradients_reach_every_pass():
@@ -322,7 +340,7 @@ def test_gradients_reach_every_pass():
             h.retain_grad()
         loss.backward()
         assert all(h.grad.abs().sum() > 0 for h in hidden)
-        assert all(p.grad.abs().sum() > 0 for p in net.parameters())  # dep: every core's weights
+        assert all(p.grad.abs().sum() > 0 for p in net.parameters())  # untied: every core's weights
 
 
 def test_passes_override_and_logit_lens():
@@ -330,11 +348,11 @@ def test_passes_override_and_logit_lens():
     net = build(cfg)
     idx = tokens(cfg)
     assert net.active_passes == 2
-    for k in (1, 2, 3, 5):  # test-time k != K for a tied model
+    for k in (1, 2, 3, 5):  # test-time k != K for a tied model: its core once more per pass
         logits, hidden = net(idx, passes=k, return_hidden=True)
         assert len(hidden) == executed_blocks(cfg, k) + 1 and all(h.dtype == torch.float32 for h in hidden)
         assert torch.allclose(net.decode(hidden[-1]), logits)
-        assert torch.allclose(logits, reference_forward(net, idx, k, cfg.alpha, True, True), atol=1e-5, rtol=1e-5)
+        assert torch.allclose(logits, untied_with_equal_cores(net, k)(idx), atol=1e-5, rtol=1e-5)
     assert net.active_passes == 2
     net.set_passes(3)
     assert torch.allclose(net(idx), net(idx, passes=3))

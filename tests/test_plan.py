@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.distributed._tools.mem_tracker import MemTracker
 
+import arms
 import model
 import muon
 import plan as plan_lib
@@ -281,7 +282,7 @@ def test_fixed_reduce_order_partial_sums():
     assert plan_lib.persistent_bytes(cfg, 8, partial_sums=3)["gradients"] == \
         3 * owned + 2 * plan_lib.ZERO2_BUCKET_BYTES + 2 * adamw + 3 * adamw // 8
     need = {b: plan_lib.memory_per_rank(cfg, 4, b, 8, partial_sums=(32 // b).bit_length()) for b in (4, 16)}
-    plan = plan_lib.plan_memory(cfg, [2, 4], 32, 200, world_size=8, device_batch=[4, 16], fixed_order=True)
+    plan = plan_lib.plan_memory(cfg, [2, 4], 32, 200, world_size=8, micro_batches=[4, 16], fixed_order=True)
     assert [s.bytes for s in plan.stages[1:]] == [need[16]]  # 2 micro-batches per rank: 2 partial sums
     assert need[4]["gradients"] - need[16]["gradients"] == 2 * owned + 2 * adamw // 8  # 8 per rank: 4 sums
 
@@ -295,11 +296,9 @@ def test_planner_drops_micro_batch_at_growth_and_names_what_fits():
     assert [s.micro_batch for s in plan.stages] == [4, 2]
     assert [s.executed_blocks for s in plan.stages] == [11, 17]
     assert all(s.bytes["required"] <= gib * GIB for s in plan.stages)
-    assert [s.micro_batch for s in plan_lib.plan_memory(cfg, [2, 4], 4, gib, device_batch=[4, 2]).stages] == [4, 2]
+    assert [s.micro_batch for s in plan_lib.plan_memory(cfg, [2, 4], 4, gib, micro_batches=[4, 2]).stages] == [4, 2]
     with pytest.raises(ValueError, match="micro-batch 4 needs .* the largest that fits is 2"):
-        plan_lib.plan_memory(cfg, [2, 4], 4, gib, device_batch=4)
-    with pytest.raises(ValueError, match="does not divide the 4 sequences"):
-        plan_lib.plan_memory(cfg, [2, 4], 4, gib, device_batch=3)
+        plan_lib.plan_memory(cfg, [2, 4], 4, gib, micro_batches=[4, 4])
     with pytest.raises(ValueError, match="even at micro-batch 1"):
         plan_lib.plan_memory(cfg, [2, 4], 4, 4.0)
 
@@ -309,3 +308,29 @@ def test_data_constrained_planning_uses_executed_depth():
     shallow, deep = plan_lib.plan_memory(one, [1], 32, 80), plan_lib.plan_memory(twelve, [12], 32, 80)
     assert deep.stages[0].executed_blocks == 2 + 12 * 3 + 3
     assert deep.stages[0].micro_batch < shallow.stages[0].micro_batch
+
+
+def test_requested_micro_batches_come_from_the_flag_or_the_cpu_preset_and_are_checked_once():
+    """--device-batch-size (or, on CPU without --gpu-memory, the preset's micro-batch) becomes one micro-batch per pass
+    stage, capped at the sequences per rank; the planner then only checks that they fit."""
+    def requested(*flags, world=8, device="cuda"):
+        args = train.parse_args(["--arch", "untied_grow", "--depth", "8", *flags])
+        return plan_lib.requested_micro_batches(args, train.make_plan(args), world, device)
+    assert requested() is None and requested(device="cpu") == [32, 32]  # on CPU: the paper preset's 32
+    assert requested("--device-batch-size", "8") == [8, 8] and requested("--device-batch-size", "16", "4") == [16, 4]
+    assert requested("--device-batch-size", "64") == [32, 32]  # capped at the 32 sequences per rank
+    assert requested("--gpu-memory", "80", device="cpu") is None
+    cpu = train.parse_args(["--arch", "vanilla", "--depth", "2", "--preset", "cpu"])
+    cpu_default = arms.PRESETS["cpu"].device_batch_size
+    assert plan_lib.requested_micro_batches(cpu, train.make_plan(cpu), 1, "cpu") == [cpu_default]
+    with pytest.raises(train.UsageError, match="one value or one per pass stage"):
+        requested("--device-batch-size", "8", "8", "8")
+    with pytest.raises(train.UsageError, match="micro-batch 3 does not divide the 32 sequences per rank"):
+        requested("--device-batch-size", "3")
+
+
+def test_fit_memory_raises_what_does_not_fit():
+    plan = plan_for("--arch", "untied_grow", "--depth", "26")
+    assert plan_lib.fit_memory(plan, 16, plan_lib.H100_80GB_GIB, None, "cuda").zero2  # sharded gradients fit
+    with pytest.raises(ValueError, match="does not fit 40 GiB per GPU even at micro-batch 1"):
+        plan_lib.fit_memory(plan, 16, 40, None, "cuda")
