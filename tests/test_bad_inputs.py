@@ -613,7 +613,7 @@ def test_resume_of_a_complete_run_is_nothing_to_do(pool, tmp_path):
 # Class 1: a full disk stops every writer with one line (exit 2), cleans its temporary files and keeps what it had.
 # The real case runs in one subprocess in a private mount namespace (root), on small tmpfs folders that fill up:
 # train.py (a checkpoint that no longer fits next to the last one), core_eval.py (no room for eval.json) and
-# data.py prepare (no room for the pool); train.py and prepare then get more room and continue.
+# data.py prepare (no room for the pool, which then gets more room and resumes).
 FULL_DISK_DRIVER = """
 import contextlib, importlib, io, json, subprocess, sys
 sys.path.insert(0, sys.argv[1])
@@ -653,8 +653,7 @@ def full_disks(pool, checkpoint, tmp_path_factory):
         (d / rel).write_text(content)
     run = [a.replace("{d}/pool", pool).replace("{d}/runs", str(mounts["train"])) for a in RUN]
     prep = [*PREP[:-4], "--train-tokens", "300000", "--val-tokens", "20000", "--workers", "1"]
-    steps = [("train.py", [*run, "--save-every", "1"]), ("grow", str(mounts["train"])),
-             ("train.py", [*run, "--resume"]),
+    steps = [("train.py", [*run, "--save-every", "1"]),
              ("core_eval.py", ["--checkpoint", checkpoint, "--bundle-dir", str(d / "b"), "--seeds", "0",
                                "--out", str(mounts["eval"] / "eval.json")]),
              ("data.py", [*prep, "--out", str(mounts["pool"] / "p")]), ("grow", str(mounts["pool"])),
@@ -689,41 +688,42 @@ def leftovers(folder):
 
 def test_class1_train_disk_full_on_a_real_filesystem(full_disks):
     """torch.save's RuntimeError on a full disk was a traceback; result.json stayed "running", latest.tmp stayed."""
-    (first, resumed, *_), kept = full_disks
-    one_line_refusal(first, "No space left on device", "checkpoints/latest is kept", "--resume")
+    (failed, *_), kept = full_disks
+    one_line_refusal(failed, "at step 2: No space left on device", "checkpoints/latest is kept", "--resume")
     import checkpoint
     run_dir = kept / "train" / "r"
-    assert json.loads((run_dir / "result.json").read_text())["status"] == "complete"  # after the resume
-    assert resumed["code"] == 0 and "resuming" in resumed["stdout"] and "from step 1" in resumed["stdout"], resumed
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "failed" and "No space left on device" in result["error"]
     assert leftovers(run_dir) == []
-    checkpoint.verify_checkpoint(str(run_dir / "checkpoints" / "final"))
+    checkpoint.verify_checkpoint(str(run_dir / "checkpoints" / "latest"))  # complete: the step-1 checkpoint
+    assert json.loads((run_dir / "checkpoints" / "latest" / "meta.json").read_text())["step"] == 1
 
 
 def test_class1_train_disk_full_marks_the_result_failed(pool_copy, tmp_path, monkeypatch):
-    """A trajectory line that cannot be written (ENOSPC injected at step 3) stops with one line; result.json says
-    failed and the checkpoint of step 2 is kept."""
+    """A trajectory line that cannot be written (ENOSPC injected at step 2) stops with one line; result.json says
+    failed and the checkpoint of step 1 is kept."""
     import errno
     import data
     import train
     log_step = train.log_step
 
-    def full_at_step_3(run, trajectory, state, *rest):
-        if state.step == 3:
+    def full_at_step_2(run, trajectory, state, *rest):
+        if state.step == 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return log_step(run, trajectory, state, *rest)
-    monkeypatch.setattr(train, "log_step", full_at_step_3)
+    monkeypatch.setattr(train, "log_step", full_at_step_2)
     data.check_pool_hashes(str(pool_copy))  # the copy's hashes recorded: a run then leaves the pool as it is
-    line = assert_refused("train.py", [*RUN, "--save-every", "2"], tmp_path, "No space left on device",
+    line = assert_refused("train.py", [*RUN, "--save-every", "1"], tmp_path, "No space left on device",
                           runner=run_in_process)
-    assert "step 3" in line and "--resume" in line
+    assert "step 2" in line and "--resume" in line
     result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
     assert result["status"] == "failed" and "No space left on device" in result["error"]
-    assert json.loads((tmp_path / "runs" / "r" / "checkpoints" / "latest" / "meta.json").read_text())["step"] == 2
+    assert json.loads((tmp_path / "runs" / "r" / "checkpoints" / "latest" / "meta.json").read_text())["step"] == 1
 
 
 def test_class1_core_eval_disk_full_keeps_the_results(full_disks):
     """A finished evaluation whose eval.json did not fit was lost in a traceback."""
-    (*_, evaluation, _, _), kept = full_disks
+    (_, evaluation, _, _), kept = full_disks
     line = one_line_refusal(evaluation, "No space left on device", "eval.json")
     saved = line.split("saved in ")[1].split()[0].rstrip(";,")
     results = json.load(open(saved))
@@ -734,7 +734,7 @@ def test_class1_core_eval_disk_full_keeps_the_results(full_disks):
 
 def test_class1_prepare_disk_full_then_resumes(full_disks):
     """data.py prepare on a full disk was a traceback; now one line, and the same command resumes with more room."""
-    (*_, failed, resumed), kept = full_disks
+    (_, _, failed, resumed), kept = full_disks
     one_line_refusal(failed, "No space left on device", "re-run the same command")
     assert resumed["code"] == 0, resumed
     assert leftovers(kept / "pool") == []
