@@ -186,9 +186,53 @@ def write_manifest(folder):
     mine = {rel: dict(size=os.path.getsize(os.path.join(folder, rel)), sha256=sha256_file(os.path.join(folder, rel)))
             for rel in names[rank::world]}
     parts = gather(mine)
-    if rank == 0:
-        write_json(os.path.join(folder, CHECKPOINT_MANIFEST),
-                   dict(files={k: v for part in parts for k, v in sorted(part.items())}))
+    on_rank_0(lambda: write_json(os.path.join(folder, CHECKPOINT_MANIFEST),
+                                 dict(files={k: v for part in parts for k, v in sorted(part.items())})))
+
+
+def on_rank_0(write):
+    """Collective: rank 0 runs write() while the other ranks wait. An OSError there (a full disk, a read-only or
+    vanished folder) is raised on every rank, so that no rank waits forever for one that has stopped."""
+    error = None
+    if process()[0] == 0:
+        try:
+            write()
+        except OSError as e:
+            error = e
+    reasons = gather(None if error is None else (error.errno, error.strerror or str(error)))
+    if error is not None:
+        raise error
+    if reasons[0] is not None:
+        raise OSError(*reasons[0])
+
+
+def save_tensors(obj, path):
+    """torch.save through a Python file, so that a full disk is the OSError it is (No space left on device): torch
+    reports it as a RuntimeError ("unexpected pos") raised while handling that OSError, and to a path without one."""
+    try:
+        with open(path, "wb") as f:
+            torch.save(obj, f)
+    except RuntimeError as e:
+        if isinstance(e.__context__, OSError):
+            raise e.__context__ from None
+        raise
+
+
+def dcp_cause(exc):
+    """The first failing rank's exception inside DCP's CheckpointException (a BaseException, not an Exception, whose
+    text is every rank's whole traceback); any other exception as it is."""
+    if isinstance(exc, dcp.api.CheckpointException) and exc.failures:
+        return min(exc.failures.items())[1][0]  # {rank: (exception, its stack)}
+    return exc
+
+
+def failure_reason(exc):
+    """One line for a failed write or read: an OSError's reason, or the type and first line of the error (inside
+    DCP's CheckpointException: the first failing rank's)."""
+    exc = dcp_cause(exc)
+    if isinstance(exc, OSError) and exc.strerror:
+        return f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:200]}"
 
 
 def verify(folder):
@@ -209,38 +253,43 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_red
     """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
     folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
     copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors. meta.json records the
-    reduction order and the micro-batches per pass stage (a --fixed-reduce-order run resumes with both)."""
-    rank, world = process()
+    reduction order and the micro-batches per pass stage (a --fixed-reduce-order run resumes with both). A write
+    that fails on any rank (a full disk) raises on every rank (OSError, or DCP's CheckpointException) and leaves
+    `folder` as it was (the caller removes folder.tmp; recover_checkpoints does after a crash)."""
+    world = process()[1]
     tmp = folder + ".tmp"
-    if rank == 0:
+
+    def start():
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
-    barrier()
+    on_rank_0(start)
     matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
     shard = {k: v for k, v in matrix[0].state_dict().items() if k != "param_groups"} if matrix else {}
     if matrix:
         dcp.save(dict(muon=shard), storage_writer=dcp.FileSystemWriter(os.path.join(tmp, "muon")), no_dist=world == 1)
-    if rank == 0:
+
+    def write_rank_0_files():
         plan_dict = plan.as_dict()
-        torch.save(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
-                        step=state.step, model={k: v.detach().float().cpu() for k, v in model.state_dict().items()}),
-                   os.path.join(tmp, CHECKPOINT_WEIGHTS))
-        torch.save([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
-                   os.path.join(tmp, "adamw.pt"))
+        save_tensors(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
+                          step=state.step, model={k: v.detach().float().cpu() for k, v in model.state_dict().items()}),
+                     os.path.join(tmp, CHECKPOINT_WEIGHTS))
+        save_tensors([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
+                     os.path.join(tmp, "adamw.pt"))
         muon_groups = [{k: v for k, v in g.items()} for g in matrix[0].state_dict()["param_groups"]] if matrix else []
         write_json(os.path.join(tmp, "meta.json"), dict(
             format=CHECKPOINT_FORMAT, plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
             muon_param_groups=muon_groups, args=primitive_args(args), fixed_reduce_order=fixed_reduce_order,
             micro_batches=list(micro_batches) if micro_batches else None, **asdict(state)))
-    barrier()
+    on_rank_0(write_rank_0_files)
     write_manifest(tmp)
-    if rank == 0:
+
+    def swap_in():
         if os.path.exists(folder):
             os.replace(folder, folder + ".old")
         os.replace(tmp, folder)
         shutil.rmtree(folder + ".old", ignore_errors=True)
         remove_dead_temp_files(os.path.dirname(folder))
-    barrier()
+    on_rank_0(swap_in)
 
 
 CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
@@ -258,7 +307,7 @@ def primitive_args(args):
 def load_checkpoint(folder, plan, model, optimizers):
     """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
     world size -> RunState (the caller sets the model's passes for its step). A checkpoint that fails its manifest,
-    its plan or its loading is a UsageError."""
+    its plan, its own records (check_self_consistent) or its loading is a UsageError."""
     verify(folder)
     meta = json.load(open(os.path.join(folder, "meta.json")))
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
@@ -266,6 +315,7 @@ def load_checkpoint(folder, plan, model, optimizers):
     try:
         weights = torch.load(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu",
                              weights_only=True)
+        check_self_consistent(folder, weights, meta, plan)
         model.load_state_dict(weights["model"])
         for opt in optimizers:
             if isinstance(opt, muon.Muon):
@@ -279,14 +329,41 @@ def load_checkpoint(folder, plan, model, optimizers):
             opt.load_state_dict(saved)
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
         state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})
-    except pickle.UnpicklingError as e:
-        detail = f" ({e})" if len(str(e)) < 120 else ""  # ours are short; torch's weights_only text is a page
-        raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
-                         f"{detail}; refused without running it") from None
-    except Exception as e:  # missing files or keys, shapes of another model: not this run's checkpoint
-        raise UsageError(f"checkpoint {folder} is not usable: {type(e).__name__}: "
-                         f"{(str(e).strip().splitlines() or [''])[0][:200]}") from None
+    except UsageError:
+        raise
+    except (Exception, dcp.api.CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+        # missing files or keys, another model's shapes, a damaged DCP shard: not this run's checkpoint
+        cause = dcp_cause(e)
+        if isinstance(cause, pickle.UnpicklingError):
+            detail = f" ({cause})" if len(str(cause)) < 120 else ""  # ours are short; torch's weights_only is a page
+            raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
+                             f"{detail}; refused without running it") from None
+        where = "muon/ does not load: " if cause is not e else ""
+        raise UsageError(f"checkpoint {folder} is not usable: {where}{failure_reason(cause)}") from None
     return state
+
+
+def check_self_consistent(folder, weights, meta, plan):
+    """What model.pt says about itself must agree with meta.json and the plan: a checkpoint put together from two
+    saves, or edited and rehashed, would otherwise resume at the wrong step, or under another model's record."""
+    fix = "resume from an intact checkpoint or start the run again under another --run-name"
+    step = meta.get("step")
+    if weights.get("step") != step:
+        raise UsageError(f"checkpoint {folder} is inconsistent: meta.json says step {step!r} but model.pt holds step "
+                         f"{weights.get('step')!r}; {fix}")
+    if not isinstance(step, int) or not 0 <= step <= plan.steps:
+        raise UsageError(f"checkpoint {folder} is inconsistent: step {step!r} is outside the plan's 0..{plan.steps}; "
+                         f"{fix}")
+    for key, planned in (("tokenizer", plan.tokenizer), ("passes", plan.passes_final)):
+        if weights.get(key) != planned:
+            raise UsageError(f"checkpoint {folder} is inconsistent: model.pt was written for {key} "
+                             f"{weights.get(key)!r} but the plan uses {planned!r}; {fix}")
+    config, planned = weights.get("model_config"), plan.as_dict()["model_config"]
+    differ = [k for k in planned if not isinstance(config, dict) or config.get(k) != planned[k]]
+    if differ:
+        have = config.get(differ[0]) if isinstance(config, dict) else config
+        raise UsageError(f"checkpoint {folder} is inconsistent: model.pt holds another model than the plan's "
+                         f"({differ[0]} {have!r}, planned {planned[differ[0]]!r}); {fix}")
 
 
 def recorded_micro_batches(folder, fixed_reduce_order):
@@ -451,9 +528,12 @@ def run_lock(args):
             holder = lock.read().strip() or "a process that has not written its PID yet"
             raise UsageError(f"{run_dir} is being written by another train.py ({holder}); wait for it to finish or "
                              "stop that process first") from None
-        lock.truncate(0)
-        lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
-        lock.flush()
+        try:  # unbuffered: a full disk fails here, not again when the file is closed
+            lock.truncate(0)
+            os.write(lock.fileno(), f"PID {os.getpid()} on {socket.gethostname()}\n".encode())
+        except OSError as e:
+            raise UsageError(f"cannot write the lock file {path}: {e.strerror}; free space or pass a writable "
+                             "--runs-dir") from None
         check_fresh_run_dir(run_dir, args.resume or args.resume_or_start)
         yield
 

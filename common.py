@@ -19,6 +19,7 @@ and appears under <dest> only once its size and sha256 (where known) match. The 
 (a mirror), its login from $HF_TOKEN.
 """
 import argparse
+import contextlib
 import ctypes
 import hashlib
 import json
@@ -84,10 +85,16 @@ def exit_process(code):
 # Files: atomic writes, hashes
 
 def atomic_write(path, write):
-    """write(tmp_path) writes the file; it then replaces `path` in one step, so a reader never sees half of it."""
+    """write(tmp_path) writes the file; it then replaces `path` in one step, so a reader never sees half of it. A write
+    that fails (a full disk) leaves `path` as it was and no temporary file behind."""
     tmp = f"{path}.tmp{os.getpid()}"
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def write_json(path, obj, allow_nan=True):

@@ -20,6 +20,7 @@ extracted with zip-slip, size and file caps, and fingerprinted; every task row i
 """
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import json
@@ -647,6 +648,11 @@ def run_eval(args, rank, world_size, device):
     t0 = time.time()
     net, ckpt = load_model(args.checkpoint, device, args.passes)
     enc = get_encoding(ckpt.get("tokenizer", "gpt2"))
+    vocab = ckpt["model_config"]["vocab_size"]
+    if vocab != enc.n_vocab:  # fewer ids: an IndexError inside the first forward; more: scores over the wrong ids
+        raise UsageError(f"checkpoint {args.checkpoint} has a vocabulary of {vocab} token ids but its tokenizer "
+                         f"{ckpt.get('tokenizer', 'gpt2')!r} has {enc.n_vocab}; it was not written by train.py with "
+                         "that tokenizer (its model_config or tokenizer was changed)")
     bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
     tasks = load_tasks(bundle_dir)
     fingerprint = bundle_fingerprint(bundle_dir)
@@ -706,6 +712,24 @@ def check_out_path(out_path, checkpoint, overwrite):
         if not ours:
             raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass "
                              "another --out, or --overwrite to replace it")
+
+
+def save_elsewhere(out, out_path):
+    """Keep the results of an evaluation whose --out cannot be written: in a file in the system's temporary folder,
+    else on stdout. -> where, for the error message."""
+    text = json.dumps(out, indent=2, allow_nan=False) + "\n"
+    path = None
+    try:
+        fd, path = tempfile.mkstemp(prefix="core_eval-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return f"the results are saved in {path} (move it to {out_path} once there is room)"
+    except OSError:
+        if path:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+        print(text, end="")
+        return "the results are printed on stdout"
 
 
 def run_bench(args, device):
@@ -786,7 +810,10 @@ def run(argv):
     out = run_eval(args, rank, world_size, device)
     if rank != 0:
         return
-    write_json(out_path, out, allow_nan=False)
+    try:
+        write_json(out_path, out, allow_nan=False)
+    except OSError as e:  # a full disk: the evaluation is done, keep its results
+        raise UsageError(f"cannot write {out_path}: {e.strerror}; {save_elsewhere(out, out_path)}") from None
     label, filtered = out["core_metric_label"], out["core_metric_filtered"]
     print(f"{label}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
           f"{out['core_loss']:.4f}  core_metric_filtered {'n/a' if filtered is None else f'{filtered:.4f}'}  "

@@ -12,6 +12,7 @@ A pool directory holds, per split ("train", "val"): `<split>.bin` (flat uint16 t
 (corpus, revision, tokenizer, counts, sha256, sources, status). Every document is [BOS] + tokens, no EOS.
 Pools are written incrementally with a checkpoint in corpus.json after each finished source, so a prepare
 that was interrupted anywhere resumes from the last checkpoint when re-run; "status": "complete" is written last.
+train.py records the token files whose sha256 it has checked in `verified.json` (check_pool_hashes).
 
 Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (endpoint from $HF_ENDPOINT, token from
 $HF_TOKEN); "stdlib", the running interpreter's standard-library .py files (validation = files with
@@ -21,6 +22,8 @@ files (validation = documents with sha1(text) mod 50 == 0).
 TrainLoader reproduces the release's packing (docs/recipe.md): what optimizer step s sees depends only on (seed, s), never on
 the world size or micro-batch size, so resuming is just continuing at the step.
 """
+import contextlib
+import errno
 import glob
 import hashlib
 import json
@@ -368,7 +371,18 @@ def confirm_complete(out, old, same):
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
-    """Build, resume or confirm the pool in `out`. Returns its finished manifest."""
+    """Build, resume or confirm the pool in `out`. Returns its finished manifest. A full disk stops it with one line
+    (DataError); what was checkpointed stays, and the same command resumes from there once there is room."""
+    try:
+        return _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers)
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        raise DataError(f"cannot write the pool {out}: {e.strerror}; free space and re-run the same command (it "
+                        "resumes from its last checkpoint)") from None
+
+
+def _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers):
     settings = corpus_settings(corpus, files_glob)
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
     if enc.n_vocab > 1 << 16:
@@ -502,6 +516,33 @@ def load_pool(data_dir, split, verify_hash=False):
         raise DataError(f"{_docs_path(data_dir, split)} holds invalid document offsets; delete {data_dir} and "
                         f"prepare it again")
     return Pool(tokens, doc_starts, manifest, split)
+
+
+VERIFIED = "verified.json"  # in a pool: {token file: [size, mtime_ns, ctime_ns, sha256]} of files that matched
+
+
+def check_pool_hashes(data_dir):
+    """Raise DataError unless every split's token file matches its sha256 in corpus.json. A file is hashed once: a
+    match is recorded in <pool>/verified.json with the file's size, mtime and ctime (any write changes ctime, even one
+    that restores mtime) and the sha256 it matched, and a file whose record still holds is not hashed again. A pool
+    on a read-only filesystem is hashed at every call."""
+    path = os.path.join(data_dir, VERIFIED)
+    try:
+        with open(path) as f:
+            verified = json.load(f)
+    except (OSError, ValueError):
+        verified = {}
+    records = {}
+    for split in SPLITS:
+        pool = load_pool(data_dir, split)  # a complete pool whose files have their recorded sizes
+        stat = os.stat(_token_path(data_dir, split))
+        name = os.path.basename(_token_path(data_dir, split))
+        records[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, pool.manifest["splits"][split]["sha256"]]
+        if not isinstance(verified, dict) or verified.get(name) != records[name]:
+            load_pool(data_dir, split, verify_hash=True)
+    if records != verified:
+        with contextlib.suppress(OSError):  # a read-only or full filesystem: hashed again next time
+            write_json(path, records)
 
 
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):

@@ -14,7 +14,8 @@ on any power-of-two number of processes (README, "Bit-identical on any number of
 
 Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}/ (folders: model.pt
 holds the weights core_eval.py reads). --resume continues from checkpoints/latest; --resume-or-start also starts a
-run that has none yet.
+run that has none yet. At start the pool's token files are checked against their sha256 in corpus.json (hashed once,
+then recorded in the pool's verified.json; --no-verify skips this).
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
 """
 import argparse
@@ -35,8 +36,8 @@ import torch.nn.functional as F
 import data
 import model as model_lib
 import muon
-from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, recorded_micro_batches,
-                        resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
+from checkpoint import (Run, RunState, failure_reason, gather, load_checkpoint, open_trajectory, read_run_state,
+                        recorded_micro_batches, resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
 from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed, exit_process, finite_float,
                     setup_distributed)
 import arms
@@ -236,6 +237,8 @@ def open_run(args, plan):
     vocab = plan.model_config.vocab_size  # the token ids this run reads are < vocab (a flipped byte is caught here)
     data.check_token_range(data_dir, train_pool, vocab, plan.train_token_limit)
     data.check_token_range(data_dir, val_pool, vocab, (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
+    if not args.no_verify:
+        verify_pool(data_dir)
     batch_seqs = plan.tokens_per_step // plan.seq_len
     loader = data.TrainLoader(train_pool, plan.seq_len, batch_seqs, token_limit=plan.train_token_limit,
                               seed=plan.seed)
@@ -244,6 +247,21 @@ def open_run(args, plan):
     return new_run(args, plan, mem, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
                    data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
+
+
+def verify_pool(data_dir):
+    """The pool's token files against their sha256 in corpus.json (data.check_pool_hashes: hashed once, then
+    recorded in the pool), before a step trains on them: one process per node hashes (the node's local rank 0: the
+    pool may be a copy per node) and every rank gets the verdict."""
+    error = None
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        try:
+            data.check_pool_hashes(data_dir)
+        except data.DataError as e:
+            error = f"{e} (--no-verify skips this check)"
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
 
 
 def new_run(args, plan, mem, rank, world, device, loader, **where):
@@ -402,24 +420,30 @@ def log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log
 
 
 def save(run, model, optimizers, state, trajectory, mfu):
-    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress. A save that
-    cannot be written (disk full, a read-only or vanished folder) leaves the last good checkpoint as it was and stops
-    the run with one line."""
+    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress."""
     if run.master:
         trajectory.flush()
+    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args, run.fixed_reduce_order,
+                    run.micro_batches)
+    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
+
+
+@contextlib.contextmanager
+def stop_on_write_failure(run, state):
+    """A file of the run that cannot be written (a full disk, a read-only or vanished folder) stops the run with one
+    line: the unfinished checkpoint is removed, result.json says "failed" where it can still be written, and the last
+    good checkpoint is kept for --resume."""
     try:
-        save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args, run.fixed_reduce_order,
-                        run.micro_batches)
-    except (OSError, dcp.api.CheckpointException) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        yield
+    except (OSError, dcp.api.CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+        reason = failure_reason(e)
         if run.master:
             shutil.rmtree(run.latest + ".tmp", ignore_errors=True)
             with contextlib.suppress(OSError):
-                write_result(run, state, "failed", mfu, error=f"checkpoint at step {state.step} not written: {reason}")
+                write_result(run, state, "failed", error=f"stopped at step {state.step}: {reason}")
         kept = f"the last good checkpoint {run.latest} is kept" if os.path.isdir(run.latest) else "no checkpoint yet"
-        raise UsageError(f"cannot write the checkpoint of step {state.step} into {run.ckpt_dir}: {reason}; {kept}. "
-                         "Free space (or fix the folder) and continue with --resume") from None
-    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
+        raise UsageError(f"cannot write into {run.run_dir} at step {state.step}: {reason}; {kept}. Free space (or fix "
+                         "the folder) and continue with --resume") from None
 
 
 def train(args):
@@ -430,39 +454,41 @@ def train(args):
     if run.resume_from == run.final:  # trained to the end; only result.json was not written
         state = read_run_state(run.final)
         if run.master:
-            write_result(run, state, "complete")
+            with stop_on_write_failure(run, state):
+                write_result(run, state, "complete")
             print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
         return 0
     training = start_training(run)
     model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
-    trajectory = open_trajectory(run, state.step)
-    write_result(run, state, "running")
-    if state.step == 0 and not state.evals:
-        validate(run, step_model, state)
-    stop = min(plan.steps, args.stop_after) if args.stop_after else plan.steps
-    save_every = args.save_every if args.save_every is not None else PRESETS[plan.preset].save_every
-    log_every = args.log_every or PRESETS[plan.preset].log_every
-    mfu = None
-    while state.step < stop:
-        t0 = time.perf_counter()
-        loss, passes, epoch, lrm = train_step(training)
-        if run.device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-        if not math.isfinite(loss):
-            write_result(run, state, "failed", mfu, error=f"non-finite loss at step {state.step}")
-            print(f"train.py: error: non-finite loss {loss} at step {state.step}; the last good checkpoint "
-                  f"is {run.latest}", file=sys.stderr)
-            return 3
-        mfu = count_step(run, state, passes, seconds)
-        log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log_every, stop)
-        # the one place where a step's eval, checkpoint and stop are decided
-        done = state.step == plan.steps
-        if done or state.step % run.loader.steps_per_epoch == 0:  # the end, and every epoch boundary
+    with stop_on_write_failure(run, state):
+        trajectory = open_trajectory(run, state.step)
+        write_result(run, state, "running")
+        if state.step == 0 and not state.evals:
             validate(run, step_model, state)
-        if done or state.step == stop or (save_every and state.step % save_every == 0):
-            save(run, model, optimizers, state, trajectory, mfu)
-    finish(run, state, trajectory, mfu)
+        stop = min(plan.steps, args.stop_after) if args.stop_after else plan.steps
+        save_every = args.save_every if args.save_every is not None else PRESETS[plan.preset].save_every
+        log_every = args.log_every or PRESETS[plan.preset].log_every
+        mfu = None
+        while state.step < stop:
+            t0 = time.perf_counter()
+            loss, passes, epoch, lrm = train_step(training)
+            if run.device.type == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
+            if not math.isfinite(loss):
+                write_result(run, state, "failed", mfu, error=f"non-finite loss at step {state.step}")
+                print(f"train.py: error: non-finite loss {loss} at step {state.step}; the last good checkpoint "
+                      f"is {run.latest}", file=sys.stderr)
+                return 3
+            mfu = count_step(run, state, passes, seconds)
+            log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log_every, stop)
+            # the one place where a step's eval, checkpoint and stop are decided
+            done = state.step == plan.steps
+            if done or state.step % run.loader.steps_per_epoch == 0:  # the end, and every epoch boundary
+                validate(run, step_model, state)
+            if done or state.step == stop or (save_every and state.step % save_every == 0):
+                save(run, model, optimizers, state, trajectory, mfu)
+        finish(run, state, trajectory, mfu)
     return 0
 
 
@@ -526,6 +552,9 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     run.add_argument("--fixed-reduce-order", action="store_true",
                      help="sum gradients and losses in one canonical order: bit-identical runs, and resumes, on any "
                           "power-of-two number of processes at the same micro-batch (README)")
+    run.add_argument("--no-verify", action="store_true",
+                     help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
+                          "recorded in the pool's verified.json)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--train-token-limit", type=int, default=None)

@@ -607,3 +607,212 @@ def test_resume_of_a_complete_run_is_nothing_to_do(pool, tmp_path):
     with contextlib.redirect_stdout(out):
         assert importlib.import_module("train").main(argv + ["--resume"]) == 0
     assert "nothing to do" in out.getvalue() and snapshot(tmp_path) == before
+
+
+# --- state: disk full, resume cross-checks, pool hashes (issue 23) ---
+# Class 1: a full disk stops every writer with one line (exit 2), cleans its temporary files and keeps what it had.
+# The real case runs in one subprocess in a private mount namespace (root), on small tmpfs folders that fill up:
+# train.py (a checkpoint that no longer fits next to the last one), core_eval.py (no room for eval.json) and
+# data.py prepare (no room for the pool, which then gets more room and resumes).
+FULL_DISK_DRIVER = """
+import contextlib, importlib, io, json, subprocess, sys
+sys.path.insert(0, sys.argv[1])
+results = []
+for step in json.loads(sys.argv[2]):
+    if step[0] == "grow":  # more room on a mount: what freeing space does
+        subprocess.run(["mount", "-o", "remount,size=4m", step[1]], check=True)
+        continue
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = importlib.import_module(step[0][:-3]).main(step[1])
+        except BaseException as e:  # what escaped main(): a traceback in a real run
+            code = f"raised {type(e).__name__}: {e}"
+    results.append(dict(code=code, stdout=out.getvalue(), stderr=err.getvalue()))
+print(json.dumps(results))
+"""
+
+
+def namespace_mounts_work(directory):
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {directory}"],
+                           capture_output=True, text=True) if shutil.which("unshare") else None
+    return probe is not None and probe.returncode == 0
+
+
+@pytest.fixture(scope="module")
+def full_disks(pool, checkpoint, tmp_path_factory):
+    """Run the three writers on full tmpfs mounts -> (results per call, the mounts' files copied to `kept`)."""
+    d = tmp_path_factory.mktemp("full")
+    mounts = {name: d / "mnt" / name for name in ("train", "eval", "pool")}
+    for m in mounts.values():
+        m.mkdir(parents=True)
+    if not namespace_mounts_work(mounts["train"]):
+        pytest.skip("no private mount namespace here (needs root and unshare -m): the real full-disk case cannot run")
+    for rel, content in bundle_files().items():
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_text(content)
+    run = [a.replace("{d}/pool", pool).replace("{d}/runs", str(mounts["train"])) for a in RUN]
+    prep = [*PREP[:-4], "--train-tokens", "300000", "--val-tokens", "20000", "--workers", "1"]
+    steps = [("train.py", [*run, "--save-every", "1"]),
+             ("core_eval.py", ["--checkpoint", checkpoint, "--bundle-dir", str(d / "b"), "--seeds", "0",
+                               "--out", str(mounts["eval"] / "eval.json")]),
+             ("data.py", [*prep, "--out", str(mounts["pool"] / "p")]), ("grow", str(mounts["pool"])),
+             ("data.py", [*prep, "--out", str(mounts["pool"] / "p")])]
+    # 900k: one tiny checkpoint (~580 KB) fits, a second one next to it does not
+    script = (f"mount -t tmpfs -o size=900k tmpfs {mounts['train']} && mount -t tmpfs -o size=64k tmpfs "
+              f"{mounts['eval']} && mount -t tmpfs -o size=128k tmpfs {mounts['pool']} && "
+              f"(head -c 1M /dev/zero > {mounts['eval']}/filler 2>/dev/null; true) && "
+              f"{sys.executable} -c '{FULL_DISK_DRIVER}' {ROOT} '{json.dumps(steps)}'; code=$?; "
+              f"cp -a {d / 'mnt'}/. {d / 'kept'}/; exit $code")
+    (d / "kept").mkdir()
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
+    return json.loads(r.stdout.splitlines()[-1]), d / "kept"
+
+
+def one_line_refusal(result, *phrases):
+    """Exit 2 and one error line, the last on stderr (core_eval's progress lines may come before it)."""
+    lines = result["stderr"].splitlines()
+    errors = [line for line in lines if "error" in line.lower() or "Traceback" in line]
+    assert result["code"] == 2 and errors == lines[-1:], result
+    for phrase in phrases:
+        assert phrase in lines[-1], lines[-1]
+    return lines[-1]
+
+
+def leftovers(folder):
+    return sorted(os.path.relpath(os.path.join(base, n), folder) for base, dirs, names in os.walk(folder)
+                  for n in dirs + names if ".tmp" in n)
+
+
+def test_class1_train_disk_full_on_a_real_filesystem(full_disks):
+    """torch.save's RuntimeError on a full disk was a traceback; result.json stayed "running", latest.tmp stayed."""
+    (failed, *_), kept = full_disks
+    one_line_refusal(failed, "at step 2: No space left on device", "checkpoints/latest is kept", "--resume")
+    import checkpoint
+    run_dir = kept / "train" / "r"
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "failed" and "No space left on device" in result["error"]
+    assert leftovers(run_dir) == []
+    checkpoint.verify_checkpoint(str(run_dir / "checkpoints" / "latest"))  # complete: the step-1 checkpoint
+    assert json.loads((run_dir / "checkpoints" / "latest" / "meta.json").read_text())["step"] == 1
+
+
+def test_class1_train_disk_full_marks_the_result_failed(pool_copy, tmp_path, monkeypatch):
+    """A trajectory line that cannot be written (ENOSPC injected at step 2) stops with one line; result.json says
+    failed and the checkpoint of step 1 is kept."""
+    import errno
+    import data
+    import train
+    log_step = train.log_step
+
+    def full_at_step_2(run, trajectory, state, *rest):
+        if state.step == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return log_step(run, trajectory, state, *rest)
+    monkeypatch.setattr(train, "log_step", full_at_step_2)
+    data.check_pool_hashes(str(pool_copy))  # the copy's hashes recorded: a run then leaves the pool as it is
+    line = assert_refused("train.py", [*RUN, "--save-every", "1"], tmp_path, "No space left on device",
+                          runner=run_in_process)
+    assert "step 2" in line and "--resume" in line
+    result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
+    assert result["status"] == "failed" and "No space left on device" in result["error"]
+    assert json.loads((tmp_path / "runs" / "r" / "checkpoints" / "latest" / "meta.json").read_text())["step"] == 1
+
+
+def test_class1_core_eval_disk_full_keeps_the_results(full_disks):
+    """A finished evaluation whose eval.json did not fit was lost in a traceback."""
+    (_, evaluation, _, _), kept = full_disks
+    line = one_line_refusal(evaluation, "No space left on device", "eval.json")
+    saved = line.split("saved in ")[1].split()[0].rstrip(";,")
+    results = json.load(open(saved))
+    os.remove(saved)
+    assert "core_metric" in results and results["checkpoint"].endswith("final.pt")
+    assert not (kept / "eval" / "eval.json").exists() and leftovers(kept / "eval") == []
+
+
+def test_class1_prepare_disk_full_then_resumes(full_disks):
+    """data.py prepare on a full disk was a traceback; now one line, and the same command resumes with more room."""
+    (_, _, failed, resumed), kept = full_disks
+    one_line_refusal(failed, "No space left on device", "re-run the same command")
+    assert resumed["code"] == 0, resumed
+    assert leftovers(kept / "pool") == []
+    import data
+    for split in data.SPLITS:
+        data.load_pool(str(kept / "pool" / "p"), split, verify_hash=True)
+
+
+# Class 6: what a checkpoint says about itself is cross-checked (meta.json vs model.pt vs the plan vs the tokenizer).
+def rewrite_weights(latest, **changes):
+    path = os.path.join(latest, "model.pt")
+    weights = torch.load(path, weights_only=True)
+    weights.update(changes)
+    torch.save(weights, path)
+    rehash(latest)
+
+
+CLASS6_RESUME_CASES = [
+    # meta.json's step 1 against model.pt's 2: resumed at step 1 with the weights of step 2, exit 0
+    ("meta-step-disagrees-with-weights", lambda latest: edit_meta(latest, step=1),
+     "meta.json says step 1 but model.pt holds step 2"),
+    # model.pt recorded another tokenizer than the plan's: resumed silently
+    ("weights-tokenizer-disagrees-with-plan", lambda latest: rewrite_weights(latest, tokenizer="gpt2"),
+     "model.pt was written for tokenizer 'gpt2' but the plan uses 'bytes'"),
+    # a damaged (rehashed) DCP shard: DCP's CheckpointException (a BaseException) escaped as a traceback
+    ("dcp-shard-damaged", lambda latest: (truncate(os.path.join(latest, "muon", "__0_0.distcp")), rehash(latest)),
+     "is not usable: muon/"),
+]
+
+
+@pytest.mark.parametrize("mutate, message", [c[1:] for c in CLASS6_RESUME_CASES],
+                         ids=[c[0] for c in CLASS6_RESUME_CASES])
+def test_class6_resume_cross_checks(pool, stopped_run, tmp_path, mutate, message):
+    run_dir = os.path.join(tmp_path, "runs", "r")
+    shutil.copytree(stopped_run, run_dir)
+    mutate(os.path.join(run_dir, "checkpoints", "latest"))
+    assert_refused("train.py", tiny_run_argv(pool, "--resume"), tmp_path, message, runner=run_in_process)
+
+
+def test_class6_core_eval_vocabulary_disagrees_with_tokenizer(tmp_path, checkpoint):
+    """A checkpoint of vocabulary 200 recorded with the byte tokenizer (257 ids): an IndexError inside the first
+    task's forward before; now refused before the bundle is read."""
+    import dataclasses
+    import model
+    cfg = model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=200)
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model=model.GPT(cfg).state_dict(), passes=1,
+                    tokenizer="bytes", step=0), tmp_path / "final.pt")
+    assert_refused("core_eval.py", [a.replace("{ckpt}", str(tmp_path / "final.pt")) for a in EVAL], tmp_path,
+                   "has a vocabulary of 200 token ids but its tokenizer 'bytes' has 257", bundle_files(),
+                   runner=run_in_process)
+
+
+# Class 7: train.py checks the pool's recorded sha256 at start (hashed once, then recorded in the pool).
+def test_class7_train_refuses_a_pool_corrupted_within_the_vocabulary(tmp_path, pool_copy):
+    """Token 65 written over a byte token: in range, so the id check passes and the run trained on it before."""
+    with open(pool_copy / "train.bin", "r+b") as f:
+        f.seek(20)
+        old = f.read(2)
+        f.seek(20)
+        f.write(bytes([(old[0] + 1) % 256, 0]))
+    line = assert_refused("train.py", RUN, tmp_path, "train.bin does not match its sha256", runner=run_in_process)
+    assert "--no-verify" in line
+    assert not (tmp_path / "runs" / "r" / "result.json").exists()
+    code, _ = run_in_process("train.py", [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1",
+                                                                                  "--no-verify"]])
+    assert code == 0
+
+
+def test_class7_verified_pool_is_hashed_once_and_again_when_rewritten(tmp_path, pool_copy, monkeypatch):
+    import data
+    data.check_pool_hashes(str(pool_copy))  # hashes both splits and records them
+    hashed = []
+    monkeypatch.setattr(data, "sha256_file", lambda path: hashed.append(path) or "0" * 64)
+    data.check_pool_hashes(str(pool_copy))
+    assert hashed == []  # recorded: not hashed again
+    stat = os.stat(pool_copy / "val.bin")
+    with open(pool_copy / "val.bin", "r+b") as f:
+        f.write(b"A\x00")
+    os.utime(pool_copy / "val.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size and mtime
+    with pytest.raises(data.DataError, match="val.bin does not match its sha256"):
+        data.check_pool_hashes(str(pool_copy))

@@ -189,8 +189,8 @@ def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(pool, tmp_path, 
     step-2 checkpoint untouched and no half-written folder left; --resume then finishes the run."""
     real_save, calls = torch.save, []
 
-    def full_disk(obj, path, *args, **kwargs):
-        if str(path).endswith(os.path.join("latest.tmp", "model.pt")):
+    def full_disk(obj, path, *args, **kwargs):  # path: the open file checkpoint.save_tensors writes through
+        if str(getattr(path, "name", path)).endswith(os.path.join("latest.tmp", "model.pt")):
             calls.append(path)
             if len(calls) == 2:  # the second checkpoint's weights
                 raise OSError(errno.ENOSPC, "No space left on device")
