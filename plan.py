@@ -12,7 +12,6 @@ counts; docs/memory_table.py prints the tables of every paper run.
     python -m pytest -q tests/test_plan.py
 """
 import math
-import os
 import random
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -23,7 +22,7 @@ import data
 import model as model_lib
 import muon
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
-from common import UsageError
+from common import UsageError, torchrun_ranks
 from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, params_per_block,
                    stored_blocks)
 
@@ -128,8 +127,9 @@ def make_plan(args):
     else:
         steps = round(recipe.tpp * n_tpp / batch_tokens)
     steps = args.steps or steps
-    if steps < 1:
-        raise UsageError(f"the plan has {steps} steps; raise --depth or --tpp, or pass --steps")
+    if not 1 <= steps <= arms.MAX_STEPS:
+        raise UsageError(f"the plan has {steps:,} steps, outside [1, {arms.MAX_STEPS:,}]; change --depth or --tpp, "
+                         "or pass --steps")
     if not regime:
         token_limit = args.train_token_limit or steps * batch_tokens * 101 // 100
     crossovers = [math.floor(f * steps) for f in fractions]
@@ -173,13 +173,12 @@ def total_flops(plan):
     """Sum over optimizer steps of F(L_step) * tokens per step (result.json's estimated_training_flops)."""
     cfg = plan.model_config
     if plan.random_passes:
-        per_step = [model_lib.flops_per_token(cfg, passes_at(s, plan)) for s in range(plan.steps)]
+        per_token = sum(model_lib.flops_per_token(cfg, passes_at(s, plan)) for s in range(plan.steps))
     else:
         bounds = [0, *plan.crossover_steps, plan.steps]
-        per_step = []
-        for k, a, b in zip(plan.pass_stages, bounds, bounds[1:]):
-            per_step += [model_lib.flops_per_token(cfg, k)] * (b - a)
-    return sum(per_step) * plan.tokens_per_step
+        per_token = sum(model_lib.flops_per_token(cfg, k) * (b - a)
+                        for k, a, b in zip(plan.pass_stages, bounds, bounds[1:]))
+    return per_token * plan.tokens_per_step
 
 
 def wsd_multiplier(step, steps, warmup, warmdown_ratio):
@@ -445,7 +444,7 @@ def plan_micro_batches(plan, world, gpu_memory_gib, device_batch=None, device="c
     if device_batch:
         if len(device_batch) not in (1, len(stages)):
             raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
-        explicit = [min(b, rank_seqs) for b in device_batch] * (len(stages) // len(device_batch))
+        explicit = list(device_batch) * (len(stages) // len(device_batch))
     mem = fit_memory(plan, world, gpu_memory_gib, explicit, device, fixed_order)
     if isinstance(mem, MemoryPlan):
         return mem
@@ -501,8 +500,9 @@ def device_memory_plan(args, plan, world, device, recorded=None):
         return plan_micro_batches(plan, world, gpu, device_batch, "cuda", fixed, what)
     if args.gpu_memory:
         return plan_micro_batches(plan, world, args.gpu_memory, device_batch, "cpu", fixed, what)
-    return plan_micro_batches(plan, world, math.inf, device_batch or [PRESETS[plan.preset].device_batch_size],
-                              "cpu", fixed, what)
+    rank_seqs = plan.tokens_per_step // plan.seq_len // world
+    preset_batch = [max(1, min(PRESETS[plan.preset].device_batch_size, rank_seqs))]  # a default may exceed a step
+    return plan_micro_batches(plan, world, math.inf, device_batch or preset_batch, "cpu", fixed, what)
 
 
 def resumed_micro_batches(args, plan, world, recorded):
@@ -514,7 +514,7 @@ def resumed_micro_batches(args, plan, world, recorded):
         raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded}, which bit-identity "
                          f"needs, but {world} processes get {rank_seqs} sequences each, not a multiple of {bad[0]}; "
                          "resume on fewer processes")
-    if args.device_batch_size and int(os.environ.get("RANK", "0")) == 0 and \
+    if args.device_batch_size and torchrun_ranks()[0] == 0 and \
             args.device_batch_size * (len(recorded) // len(args.device_batch_size)) != recorded:
         print(f"--device-batch-size {' '.join(map(str, args.device_batch_size))} is not used: a --fixed-reduce-order "
               f"run resumes with the micro-batches it started with, {recorded}")
