@@ -183,6 +183,8 @@ def add_knob_flags(group, cls, flag):
         name, help, bounds = "--" + f.name.replace("_", "-"), f.metadata["help"], f.metadata["range"]
         if f.type is bool:
             group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
+        elif bounds is None:
+            raise TypeError(f"the knob {f.name} declares no range (knob(..., range=...))")
         else:
             group.add_argument(name, type=integer(*bounds) if f.type is int else number(bounds),
                                nargs=2 if f.type is tuple else None, default=None, help=help)
