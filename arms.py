@@ -10,11 +10,16 @@ import math
 import sys
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from common import Parser, UsageError, cli_main, finite_float
+from common import Parser, UsageError, cli_main, integer, number
+
+MAX_DEPTH, MAX_PASSES, MAX_STEPS = 1024, 256, 10 ** 7   # the ranges of --depth, of pass counts, of step counts
+SEEDS = (0, 2 ** 63 - 1)                                 # train.py --seed, ladder.sh --seeds, core_eval.py --seeds
 
 
-def knob(flag, default=MISSING, help=None):
-    return field(default=default, metadata=dict(flag=flag, help=help))
+def knob(flag, default=MISSING, help=None, range=None):
+    """A field that is also an override flag; range: the values its flag accepts, (low, high) for a whole number or
+    an interval such as "(0, 1]" for a float (see common.integer and common.number)."""
+    return field(default=default, metadata=dict(flag=flag, help=help, range=range))
 
 
 def knob_fields(cls, flag):
@@ -27,26 +32,26 @@ class Arm:
     depth d by (N(anchor) / N(d)) ** lr_exponent (paper App. A.4.4)."""
     mode: str                                    # 'plain' stack | 'tied' core (one, looped) | 'untied' cores
     deep: bool = False                           # Deep Vanilla: a plain stack of d + core(d) blocks
-    passes: int = knob("model", help="core passes K (final K for growth arms)")
-    passes_initial: int = knob("model", None, help="passes before growth (default: the arm's)")
-    alpha: float = knob("model", help="injection scale of the boundary operator")
+    passes: int = knob("model", help="core passes K (final K for growth arms)", range=(1, MAX_PASSES))
+    passes_initial: int = knob("model", None, help="passes before growth (default: the arm's)", range=(1, MAX_PASSES))
+    alpha: float = knob("model", help="injection scale of the boundary operator", range="(-inf, inf)")
     recurrence_norm: bool = knob("model", help="RMSNorm the state after every core pass")
     coda_inject: bool = knob("model", help="inject alpha*e after the last pass, before the coda")
-    output_multiplier: float = knob("model")
-    residual_multiplier: float = knob("model")
-    wte_init_std: float = knob("model")
-    uniform_init_scale: float = knob("model")
-    tpp: float = knob("train", help="tokens per parameter N (growth arms: N at the initial passes)")
-    lr_exponent: float = knob("train")
-    matrix_lr: float = knob("train")
-    embedding_lr: float = knob("train")
-    unembedding_lr: float = knob("train")
-    weight_decay: float = knob("train")
-    adam_betas: tuple = knob("train")
-    adam_eps: float = knob("train")
-    warmup_steps: int = knob("train")
-    warmdown_ratio: float = knob("train")
-    rewarm_steps: int = knob("train", 0, help="LR re-warm steps after each growth")
+    output_multiplier: float = knob("model", range="(0, inf)")
+    residual_multiplier: float = knob("model", range="(0, inf)")
+    wte_init_std: float = knob("model", range="(0, inf)")
+    uniform_init_scale: float = knob("model", range="[0, inf)")
+    tpp: float = knob("train", help="tokens per parameter N (growth arms: N at the initial passes)", range="(0, inf)")
+    lr_exponent: float = knob("train", range="[0, inf)")
+    matrix_lr: float = knob("train", range="[0, inf)")
+    embedding_lr: float = knob("train", range="[0, inf)")
+    unembedding_lr: float = knob("train", range="[0, inf)")
+    weight_decay: float = knob("train", range="[0, inf)")
+    adam_betas: tuple = knob("train", range="[0, 1)")
+    adam_eps: float = knob("train", range="(0, inf)")
+    warmup_steps: int = knob("train", range=(0, MAX_STEPS))
+    warmdown_ratio: float = knob("train", range="[0, 1]")
+    rewarm_steps: int = knob("train", 0, help="LR re-warm steps after each growth", range=(0, MAX_STEPS))
     crossover: dict = field(default_factory=dict)   # growth: per-depth fraction f of steps before growth (rho = 1-f)
     default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe)
     ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
@@ -135,15 +140,15 @@ class Preset:
     """Shapes, batch and data of a family of runs. 'cpu' is small enough for a d2-d5 ladder in minutes on 2 cores;
     its anchor depth and LR scale come from a sweep at the anchor depth (README "CPU preset"); its LR exponents, TPP and
     growth fractions are the paper's."""
-    width_per_depth: int = knob("model", help="width = width_per_depth * depth")
-    head_dim: int = knob("model")
-    seq_len: int = knob("model")
-    mlp_multiple: int = knob("model", help="MLP hidden size is rounded up to a multiple of this")
-    total_batch_tokens: int = knob("train", help="tokens per optimizer step")
-    val_tokens: int = knob("train", help="validation target tokens (multiple of --seq-len)")
+    width_per_depth: int = knob("model", help="width = width_per_depth * depth", range=(1, 2 ** 16))
+    head_dim: int = knob("model", range=(2, 2 ** 12))
+    seq_len: int = knob("model", range=(1, 2 ** 20))
+    mlp_multiple: int = knob("model", help="MLP hidden size is rounded up to a multiple of this", range=(1, 2 ** 16))
+    total_batch_tokens: int = knob("train", help="tokens per optimizer step", range=(1, 2 ** 30))
+    val_tokens: int = knob("train", help="validation target tokens (multiple of --seq-len)", range=(1, 2 ** 40))
     device_batch_size: int              # CPU runs' micro-batch; on GPUs train.py's memory planner picks it
     anchor_depth: int                   # the depth whose LRs the table gives
-    lr_multiplier: float = knob("train", help="multiplies all three LRs (preset default)")
+    lr_multiplier: float = knob("train", help="multiplies all three LRs (preset default)", range="(0, inf)")
     data_dir: str
     corpus: str
     tokenizer: str
@@ -172,15 +177,17 @@ BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 # Override flags generated from the knob fields
 
 def add_knob_flags(group, cls, flag):
-    """One --name flag per `flag` knob of cls; every default is None (= keep the table's value)."""
+    """One --name flag per `flag` knob of cls, accepting its declared range; every default is None (= keep the
+    table's value)."""
     for f in knob_fields(cls, flag):
-        name, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
+        name, help, bounds = "--" + f.name.replace("_", "-"), f.metadata["help"], f.metadata["range"]
         if f.type is bool:
             group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
-        elif f.type is tuple:
-            group.add_argument(name, type=finite_float, nargs=2, default=None, help=help)
+        elif bounds is None:
+            raise TypeError(f"the knob {f.name} declares no range (knob(..., range=...))")
         else:
-            group.add_argument(name, type=finite_float if f.type is float else f.type, default=None, help=help)
+            group.add_argument(name, type=integer(*bounds) if f.type is int else number(bounds),
+                               nargs=2 if f.type is tuple else None, default=None, help=help)
 
 
 def given_knobs(args, cls, flag):
@@ -193,11 +200,12 @@ def add_model_flags(parser):
     group = parser.add_argument_group("model overrides (the same flags in model.py and train.py)")
     add_knob_flags(group, Preset, "model")
     add_knob_flags(group, Arm, "model")
-    group.add_argument("--prelude", type=int, default=None, help="fixed prelude blocks (core = depth - prelude - coda)")
-    group.add_argument("--coda", type=int, default=None, help="fixed coda blocks")
+    group.add_argument("--prelude", type=integer(0, MAX_DEPTH), default=None,
+                       help="fixed prelude blocks (core = depth - prelude - coda)")
+    group.add_argument("--coda", type=integer(0, MAX_DEPTH), default=None, help="fixed coda blocks")
     group.add_argument("--boundary", choices=BOUNDARY_ABLATIONS, default=None,
                        help="ablate the boundary operator (norm_only: no injection; inject_only: no norm)")
-    group.add_argument("--pass-stages", type=int, nargs="+", default=None,
+    group.add_argument("--pass-stages", type=integer(1, MAX_PASSES), nargs="+", default=None,
                        help="growth stages, e.g. 2 4 6 (sets --passes-initial and --passes)")
 
 
@@ -206,6 +214,8 @@ def model_overrides(args):
     overrides = given_knobs(args, Arm, "model")
     overrides.update({k: getattr(args, k) for k in ("prelude", "coda", "boundary") if getattr(args, k) is not None})
     if args.pass_stages:
+        if sorted(set(args.pass_stages)) != args.pass_stages:
+            raise UsageError(f"--pass-stages must increase, e.g. 2 4 6; got {' '.join(map(str, args.pass_stages))}")
         if "passes" in overrides or "passes_initial" in overrides:
             raise UsageError("--pass-stages sets the passes; drop --passes / --passes-initial")
         overrides.update(passes_initial=args.pass_stages[0], passes=args.pass_stages[-1])
@@ -259,18 +269,33 @@ def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depth
     if not runs:
         raise UsageError(f"the data-constrained grid has no depth {' '.join(map(str, depths))} (its depths: "
                          f"{' '.join(map(str, DATA_CONSTRAINED_LOOPS))})")
+    ladder_depths = sorted({depth for _, depth, _ in runs})
+    stray = [d for d in replicate_depths or () if d not in ladder_depths]
+    if stray:
+        raise UsageError(f"--replicate-depths {' '.join(map(str, stray))} is not a depth of this ladder (its depths: "
+                         f"{' '.join(map(str, ladder_depths))}); replicate depths it runs, or add them to --depths")
     if not seeds:
         return [(name, run_args) for name, _, run_args in runs]
     return [(f"{name}_s{s}", run_args + ["--seed", str(s)]) for name, depth, run_args in runs
             for s in (seeds if not replicate_depths or depth in replicate_depths else seeds[:1])]
 
 
+LADDER_LISTS = {"--depths": (1, MAX_DEPTH), "--seeds": SEEDS, "--replicate-depths": (1, MAX_DEPTH)}
+
+
 def whole_numbers(text, flag):
-    """ladder.sh's "6 8 10" -> [6, 8, 10]."""
-    bad = next((word for word in text.split() if not (word.isascii() and word.isdigit())), None)
+    """ladder.sh's "6 8 10" -> [6, 8, 10]: whole numbers in the flag's range, none twice (a repeated depth or seed
+    would plan one run twice and count its FLOPs twice)."""
+    low, high = LADDER_LISTS[flag]
+    words = text.split()
+    bad = next((w for w in words if not (w.isascii() and w.isdigit() and low <= int(w) <= high)), None)
     if bad is not None:
-        raise UsageError(f"{flag} must be whole numbers, got '{bad}'")
-    return [int(word) for word in text.split()]
+        raise UsageError(f"{flag} must be whole numbers, got '{bad}' (each in [{low}, {high}])")
+    values = [int(w) for w in words]
+    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+    if twice is not None:
+        raise UsageError(f"{flag} names {twice} twice ('{text}'): that plans one run twice; give each value once")
+    return values
 
 
 def run(argv):

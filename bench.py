@@ -27,7 +27,7 @@ import data
 import model as model_lib
 import train
 from arms import BENCH_SHAPES, PRESETS
-from common import UsageError, cli_main_distributed, exit_process, setup_distributed, write_json
+from common import UsageError, cli_main_distributed, exit_process, integer, setup_distributed, write_json
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
@@ -383,9 +383,10 @@ def parse_args(argv):
     perf.add_argument("--gpu-check", action="store_true",
                       help="compiled vanilla d12 and untied_grow d8 (growth at step 10) on synthetic tokens: MFU, "
                            "tok/s, memory vs model, arm ratios, CORE scoring agreement (--preset cpu: tiny)")
-    perf.add_argument("--bench-steps", type=int, default=10, help="rounds per repetition: a roofline sample and one "
-                      "step of every arm")
-    perf.add_argument("--bench-repeats", type=int, default=3, help="interleaved repetitions (medians are printed)")
+    perf.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
+                      help="rounds per repetition: a roofline sample and one step of every arm")
+    perf.add_argument("--bench-repeats", type=integer(1, 1000), default=3,
+                      help="interleaved repetitions (medians are printed)")
     perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
                       help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
     perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
@@ -399,7 +400,7 @@ def parse_args(argv):
     for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
         if getattr(args, name) is None:
             setattr(args, name, [value] if name == "depth" else value)
-    return train.checked_args(p, args, dict(train.FLAG_MINIMUMS, bench_steps=1, bench_repeats=1))
+    return train.checked_args(p, args)
 
 
 def run(argv):

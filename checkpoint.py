@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 import muon
-from common import UsageError, atomic_write, sha256_file, write_json
+from common import UsageError, atomic_write, sha256_file, torchrun_ranks, write_json
 from model import GPT, ModelConfig
 
 # DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
@@ -510,7 +510,7 @@ def run_lock(args):
     train.py or ladder.sh on the same run stops here (exit 2) naming the holder, instead of interleaving checkpoints
     and trajectory lines. Taken before anything in the run folder is written. (flock is per host on most network
     filesystems: two nodes writing one run folder are not detected.)"""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if torchrun_ranks()[0] != 0:
         yield
         return
     run_dir = run_dir_of(args)

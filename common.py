@@ -60,21 +60,71 @@ def cli_main(run, prog, argv=None):
     return 0 if code is None else code
 
 
-def finite_float(text):
-    """argparse type: a float that is finite (nan/inf would flow into plans and JSON as invalid numbers)."""
+# Every numeric flag declares its range where it is parsed, with one of these two argparse types; a value outside is
+# "argument --flag: must be ... in RANGE, got 'VALUE'" (exit 2) before any work starts.
+
+def integer(low, high):
+    """argparse type: a whole number in [low, high]."""
+    def whole_number(text):
+        value = whole_number_in(text, low, high)
+        if value is None:
+            raise argparse.ArgumentTypeError(f"must be a whole number in [{low}, {high}], got {text!r}")
+        return value
+    return whole_number
+
+
+def whole_number_in(text, low, high):
+    """int(text) when text is a whole number in [low, high], else None."""
     try:
-        value = float(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+        return None
+    return value if low <= value <= high else None
+
+
+def number(interval):
+    """argparse type: a finite float in `interval`, written as in mathematics: "(0, 1]", "[0, inf)", "(-inf, inf)"."""
+    low, high = (float(bound) for bound in interval[1:-1].split(","))
+    low_open, high_open = interval[0] == "(", interval[-1] == ")"
+    expected = "a finite number" + ("" if (low, high) == (-math.inf, math.inf) else f" in {interval}")
+
+    def finite_number(text):
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high) or (low_open and value == low) \
+                or (high_open and value == high):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
+        return value
+    return finite_number
+
+
+def env_integer(name, default, low, high):
+    """The whole number in environment variable `name` (unset or empty: default), checked to lie in [low, high]."""
+    text = os.environ.get(name, "")
+    if text == "":
+        return default
+    value = whole_number_in(text, low, high)
+    if value is None:
+        raise UsageError(f"environment variable {name} must be a whole number in [{low}, {high}], got {text!r}")
     return value
+
+
+MAX_PROCESSES_PER_NODE, MAX_NODES = 1024, 65536  # NPROC_PER_NODE, NNODES (ladder.sh declares the same ranges)
+
+
+def torchrun_ranks():
+    """(rank, local rank, world size) from torchrun's environment; one process (0, 0, 1) without it."""
+    world = env_integer("WORLD_SIZE", 1, 1, MAX_PROCESSES_PER_NODE * MAX_NODES)
+    return (env_integer("RANK", 0, 0, world - 1), env_integer("LOCAL_RANK", 0, 0, MAX_PROCESSES_PER_NODE - 1),
+            world)
 
 
 def exit_process(code):
     """Exit a script. Under torchrun with several ranks, leave with os._exit: gloo can abort in its worker thread
     during interpreter shutdown (pytorch#190489)."""
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+    if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # read as written: a bad value was the script's error
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
@@ -250,8 +300,7 @@ def setup_distributed(device_flag="auto"):
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible")
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    rank, local_rank, world = torchrun_ranks()
     if use_cuda:
         torch.cuda.set_device(local_rank)
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")

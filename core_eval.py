@@ -42,8 +42,9 @@ import yaml
 import data
 import model
 from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
-from common import (DownloadError, Parser, UsageError, autocast, cli_main_distributed, download, exit_process,
-                    finite_float, setup_distributed, sha256_file, write_json)
+from arms import MAX_PASSES, SEEDS
+from common import (DownloadError, Parser, UsageError, autocast, cli_main_distributed, download, exit_process, integer,
+                    number, setup_distributed, sha256_file, write_json)
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (paper App. C.2) and evaluator defaults
@@ -244,10 +245,10 @@ def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
 
 
 def shuffled_items(items, max_per_task):
-    """Copy, shuffle with Random(1337), keep the first max_per_task (when > 0)."""
+    """Copy, shuffle with Random(1337), keep the first max_per_task (None: all)."""
     items = list(items)
     random.Random(EVAL["shuffle_seed"]).shuffle(items)
-    return items[:max_per_task] if max_per_task > 0 else items
+    return items[:max_per_task]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -740,7 +741,7 @@ def run_bench(args, device):
     net = model.GPT(cfg).to(device).eval()
     tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
     enc = data.get_tokenizer("bytes")
-    max_per_task = args.max_per_task if args.max_per_task > 0 else 100
+    max_per_task = args.max_per_task or 100
     seeds = args.seeds[:1]
     n_examples = sum(min(len(t["items"]), max_per_task) for t in tasks)
     for scoring in SCORING:  # warm-up: first-call allocations and tokenizer start-up are not what is measured
@@ -769,11 +770,13 @@ def parse_args(argv=None):
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
                    help="content fingerprint required of a complete 22-task bundle")
-    p.add_argument("--seeds", type=int, nargs="+", default=EVAL["seeds"])
-    p.add_argument("--max-per-task", type=int, default=-1,
-                   help="keep the first N shuffled examples (-1: all; --bench: 100)")
-    p.add_argument("--passes", type=int, default=None, help="evaluate at K passes (default: the checkpoint's)")
-    p.add_argument("--batch-size", type=int, default=EVAL["rows_per_forward"], help="sequences per forward")
+    p.add_argument("--seeds", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"])
+    p.add_argument("--max-per-task", type=examples_per_task, default=None,
+                   help="keep the first N shuffled examples of each task, or all (default: all; --bench: 100)")
+    p.add_argument("--passes", type=integer(1, MAX_PASSES), default=None,
+                   help="evaluate at K passes (default: the checkpoint's)")
+    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"],
+                   help="sequences per forward")
     p.add_argument("--scoring", choices=SCORING, default="shared",
                    help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
                         "forward; shared: batched, and each example's common prefix runs once")
@@ -782,16 +785,25 @@ def parse_args(argv=None):
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out whatever it holds")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
-    p.add_argument("--lens-tokens", type=int, default=EVAL["lens_tokens"])
-    p.add_argument("--kl-threshold", type=finite_float, default=EVAL["kl_threshold"])
+    p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=EVAL["lens_tokens"])
+    p.add_argument("--kl-threshold", type=number("(0, inf)"), default=EVAL["kl_threshold"], help="nats")
     p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if len(set(args.seeds)) < len(args.seeds):  # a repeated seed would count twice in the mean over seeds
+        p.error(f"--seeds names a seed twice ({' '.join(map(str, args.seeds))}); give each once")
+    return args
+
+
+def examples_per_task(text):
+    """argparse type of --max-per-task: a whole number of examples, or the word all."""
+    try:
+        return None if text == "all" else integer(1, 10 ** 9)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [1, {10 ** 9}] or all, got {text!r}") from None
 
 
 def run(argv):
     args = parse_args(argv)
-    if args.batch_size < 1:
-        raise UsageError(f"--batch-size must be >= 1, got {args.batch_size}")
     if args.bench:
         return run_bench(args, torch.device("cpu"))
     if not args.checkpoint:
@@ -804,8 +816,6 @@ def run(argv):
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
     out_path = args.out or default_out(args.checkpoint, args.passes)
     check_out_path(out_path, args.checkpoint, args.overwrite)
-    if args.lens_tokens < 1:
-        raise UsageError(f"--lens-tokens must be >= 1, got {args.lens_tokens}")
     rank, world_size, device = setup_distributed()
     out = run_eval(args, rank, world_size, device)
     if rank != 0:

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 import tiktoken
 import torch
 
-from common import (Parser, UsageError, cli_main, download, exit_process, hf_auth_headers, hf_list, hf_url,
+from common import (Parser, UsageError, cli_main, download, exit_process, hf_auth_headers, hf_list, hf_url, integer,
                     sha256_file, write_json)
 
 # Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
@@ -59,6 +59,7 @@ BATCH_CHARS = 64 << 20             # ... or fewer, if their text is longer than 
 CHECKPOINT_EVERY_S = 10.0          # min seconds between manifest checkpoints (remote shards always checkpoint)
 SIGNATURE_TOKENS = 64              # FineWeb de-dup: SHA-1 of the first <= 64 body tokens, uint32 LE
 EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + epoch*1,000,003 + stage*101
+MAX_WORKERS = 1024                 # --workers: tokeniser processes
 SPLITS = ("train", "val")
 
 
@@ -719,27 +720,24 @@ def run(argv):
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
     p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
     p.add_argument("--out", required=True, help="pool directory")
-    p.add_argument("--train-tokens", type=int, help="train budget in tokens (default: corpus recipe)")
-    p.add_argument("--val-tokens", type=int, help="val budget in tokens (default: corpus recipe)")
+    p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")
+    p.add_argument("--val-tokens", type=integer(1, 2 ** 40), help="val budget in tokens (default: corpus recipe)")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes (offline)")
     p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
-    p.add_argument("--workers", type=int, help="tokeniser processes (default: all CPUs)")
+    p.add_argument("--workers", type=integer(1, MAX_WORKERS), help="tokeniser processes (default: all CPUs)")
     p.add_argument("--if-missing", action="store_true",
                    help="do nothing if --out already holds a complete pool (no settings check, no hashing)")
     v = sub.add_parser("verify", help="check a pool's sizes and sha256")
     v.add_argument("out", help="pool directory")
     b = sub.add_parser("bench", help="print tokeniser throughput and loader cost")
     b.add_argument("--tokenizer", default="bytes")
-    b.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    b.add_argument("--seq-len", type=int, default=512)
-    b.add_argument("--batch-seqs", type=int, default=32)
-    b.add_argument("--steps", type=int, default=20)
+    b.add_argument("--workers", type=integer(1, MAX_WORKERS), default=os.cpu_count() or 1)
+    b.add_argument("--seq-len", type=integer(1, 2 ** 16), default=512)
+    b.add_argument("--batch-seqs", type=integer(1, 2 ** 12), default=32)
+    b.add_argument("--steps", type=integer(1, 10 ** 4), default=20)
     args = parser.parse_args(argv)
     try:
         if args.command == "prepare":
-            for name, low in (("train_tokens", 0), ("val_tokens", 0), ("workers", 1)):
-                if getattr(args, name) is not None and getattr(args, name) < low:
-                    raise DataError(f"--{name.replace('_', '-')} must be >= {low}")
             existing = _read_manifest(args.out) if args.if_missing and os.path.isdir(args.out) else None
             if existing and existing.get("status") == "complete":
                 print(f"{args.out}: complete {existing.get('corpus')} pool exists; nothing to do", file=sys.stderr)

@@ -11,8 +11,8 @@
 #   bash ladder.sh gpu-check                              # one-GPU acceptance run: python bench.py --gpu-check
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
-# Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR,
-# MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
+# Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed
+# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
 # SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
 # each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
 # `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
@@ -28,6 +28,10 @@ python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
     local err status=0
     err=$(mktemp)
     python "$@" 2>"$err" || status=$?
+    if [ "$status" = 141 ]; then  # the reader of our output went away (`| head`): stop quietly, as python did
+        rm -f "$err"
+        exit 141
+    fi
     if [ "$status" != 0 ]; then
         local message
         message=$(sed -E '1s/^[a-z_.]+( --[a-z-]+)?: error: //' "$err")
@@ -36,6 +40,10 @@ python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
     fi
     cat "$err" >&2
     rm -f "$err"
+}
+whole_number() {  # NAME VALUE LOW HIGH: the environment variable NAME holds VALUE, a whole number in [LOW, HIGH]
+    [[ "$2" =~ ^(0|[1-9][0-9]{0,8})$ ]] && (( $2 >= $3 && $2 <= $4 )) ||
+        die "environment variable $1 must be a whole number in [$3, $4], got '$2'"
 }
 
 usage="usage: bash ladder.sh ARCH|all|demo|gpu-check [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
@@ -69,21 +77,23 @@ listing=$(python_or_die arms.py ladder "$target" --preset "$preset" --depths "$d
           --replicate-depths "$replicate_depths") || exit $?
 mapfile -t runs <<<"$listing"
 
-if [ "$target" = demo ] && [ "$dry_run" = 0 ]; then
-    export RUNS_DIR="${RUNS_DIR:-runs/demo}" DATA_DIR="${DATA_DIR:-data/stdlib}"
-    python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
-fi
-runs_dir="${RUNS_DIR:-runs}"
 # A SLURM allocation of several nodes: one copy of this script per node (srun), each told its rank by SLURM.
+if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
+    whole_number SLURM_NNODES "${SLURM_NNODES:-1}" 1 65536
+fi
 if [ -n "${SLURM_JOB_NODELIST:-}" ] && [ "${SLURM_NNODES:-1}" -gt 1 ]; then
     if [ -z "${SLURM_STEP_ID:-}" ] && [ "$dry_run" = 0 ]; then
         exec srun --nodes "$SLURM_NNODES" --ntasks-per-node 1 bash "$0" "$target" "${original_args[@]}"
     fi
+    whole_number SLURM_NODEID "${SLURM_NODEID:-0}" 0 $((SLURM_NNODES - 1))
     command -v scontrol >/dev/null || die "SLURM allocation found but scontrol is not on PATH"
-    export NNODES="$SLURM_NNODES" NODE_RANK="${SLURM_NODEID:-0}"
     hosts="$(scontrol show hostnames "$SLURM_JOB_NODELIST")" || die "scontrol could not list the nodes of $SLURM_JOB_NODELIST"
-    export MASTER_ADDR="${hosts%%$'\n'*}"
+    host_count=$(grep -c . <<<"$hosts" || true)
+    [ "$host_count" = "$SLURM_NNODES" ] || die "scontrol show hostnames $SLURM_JOB_NODELIST listed $host_count" \
+        "hosts but SLURM_NNODES is $SLURM_NNODES; every node takes the first host as MASTER_ADDR: check the allocation"
+    export NNODES="$SLURM_NNODES" NODE_RANK="${SLURM_NODEID:-0}" MASTER_ADDR="${hosts%%$'\n'*}"
 fi
+# Processes and nodes: the ranges train.py declares for NPROC_PER_NODE and NNODES (common.py)
 nnodes="${NNODES:-1}"
 case "$preset" in
     cpu) nproc="${NPROC_PER_NODE:-1}" ;;
@@ -91,14 +101,26 @@ case "$preset" in
          data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}") ;;  # kept whole: a path may hold spaces
     *) nproc="${NPROC_PER_NODE:-8}" ;;
 esac
-[[ "$nproc" =~ ^[1-9][0-9]*$ && "$nnodes" =~ ^[1-9][0-9]*$ ]] || die "NPROC_PER_NODE and NNODES must be positive integers, got '$nproc' and '$nnodes'"
+whole_number NPROC_PER_NODE "$nproc" 1 1024
+whole_number NNODES "$nnodes" 1 65536
 command -v torchrun >/dev/null || [ "$dry_run" = 1 ] || die "torchrun not found: pip install -r requirements.txt"
 launch=(torchrun --nproc_per_node "$nproc" --nnodes "$nnodes")
 if [ "$nnodes" -gt 1 ]; then
-    launch+=(--node_rank "${NODE_RANK:-0}" --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "${MASTER_PORT:-29500}")
+    node_rank="${NODE_RANK:-0}" master_port="${MASTER_PORT:-29500}"
+    whole_number NODE_RANK "$node_rank" 0 $((nnodes - 1))
+    whole_number MASTER_PORT "$master_port" 1 65535
+    [ -n "${MASTER_ADDR:-}" ] || [ "$dry_run" = 1 ] ||
+        die "NNODES=$nnodes needs MASTER_ADDR, the address of node 0 that every node can reach"
+    launch+=(--node_rank "$node_rank" --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$master_port")
 else
     launch+=(--standalone)
 fi
+
+if [ "$target" = demo ] && [ "$dry_run" = 0 ]; then
+    export RUNS_DIR="${RUNS_DIR:-runs/demo}" DATA_DIR="${DATA_DIR:-data/stdlib}"
+    python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
+fi
+runs_dir="${RUNS_DIR:-runs}"
 
 if [ "$dry_run" = 1 ]; then
     for r in "${runs[@]}"; do
@@ -135,8 +157,10 @@ for r in "${runs[@]}"; do
     "${launch[@]}" train.py $args ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" \
         ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
     child=$!
-    trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 143' TERM
-    trap 'kill -INT "$child" 2>/dev/null; wait "$child"; exit 130' INT
+    # torchrun exits 1 when stopped; the ladder exits as its signal says (128 + n). A script's background job
+    # ignores SIGINT, so Ctrl-C reaches torchrun as a SIGTERM.
+    trap 'kill -TERM "$child" 2>/dev/null; wait "$child" || true; exit 143' TERM
+    trap 'kill -TERM "$child" 2>/dev/null; wait "$child" || true; exit 130' INT
     status=0
     wait "$child" || status=$?
     trap - TERM INT

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 import arms
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
-from common import Parser, UsageError, cli_main
+from common import Parser, UsageError, cli_main, integer
 
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
@@ -467,9 +467,11 @@ def config_from_args(args, preset, depth, vocab_size):
 def build_parser():
     ap = Parser(prog="model.py", description="Shapes, parameter counts and FLOPs of one arm.")
     ap.add_argument("--arch", help=f"one of {', '.join(ARMS)}")
-    ap.add_argument("--depth", type=int, help="depth coordinate d (width = width_per_depth * d)")
+    ap.add_argument("--depth", type=integer(1, arms.MAX_DEPTH),
+                    help="depth coordinate d (width = width_per_depth * d)")
     ap.add_argument("--preset", choices=list(PRESETS), default="paper", help="shapes (default paper)")
-    ap.add_argument("--vocab-size", type=int, default=GPT2_VOCAB, help="the tokenizer's (GPT-2: 50257, bytes: 257)")
+    ap.add_argument("--vocab-size", type=integer(1, 2 ** 20), default=GPT2_VOCAB,
+                    help="the tokenizer's (GPT-2: 50257, bytes: 257)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     arms.add_model_flags(ap)
     return ap

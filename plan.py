@@ -12,7 +12,6 @@ counts; docs/memory_table.py prints the tables of every paper run.
     python -m pytest -q tests/test_plan.py
 """
 import math
-import os
 import random
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -23,7 +22,7 @@ import data
 import model as model_lib
 import muon
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
-from common import UsageError
+from common import UsageError, torchrun_ranks
 from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, params_per_block,
                    stored_blocks)
 
@@ -128,8 +127,9 @@ def make_plan(args):
     else:
         steps = round(recipe.tpp * n_tpp / batch_tokens)
     steps = args.steps or steps
-    if steps < 1:
-        raise UsageError(f"the plan has {steps} steps; raise --depth or --tpp, or pass --steps")
+    if not 1 <= steps <= arms.MAX_STEPS:
+        raise UsageError(f"the plan has {steps:,} steps, outside [1, {arms.MAX_STEPS:,}]; change --depth or --tpp, "
+                         "or pass --steps")
     if not regime:
         token_limit = args.train_token_limit or steps * batch_tokens * 101 // 100
     crossovers = [math.floor(f * steps) for f in fractions]
@@ -173,13 +173,12 @@ def total_flops(plan):
     """Sum over optimizer steps of F(L_step) * tokens per step (result.json's estimated_training_flops)."""
     cfg = plan.model_config
     if plan.random_passes:
-        per_step = [model_lib.flops_per_token(cfg, passes_at(s, plan)) for s in range(plan.steps)]
+        per_token = sum(model_lib.flops_per_token(cfg, passes_at(s, plan)) for s in range(plan.steps))
     else:
         bounds = [0, *plan.crossover_steps, plan.steps]
-        per_step = []
-        for k, a, b in zip(plan.pass_stages, bounds, bounds[1:]):
-            per_step += [model_lib.flops_per_token(cfg, k)] * (b - a)
-    return sum(per_step) * plan.tokens_per_step
+        per_token = sum(model_lib.flops_per_token(cfg, k) * (b - a)
+                        for k, a, b in zip(plan.pass_stages, bounds, bounds[1:]))
+    return per_token * plan.tokens_per_step
 
 
 def wsd_multiplier(step, steps, warmup, warmdown_ratio):
@@ -436,15 +435,15 @@ def requested_micro_batches(args, plan, world, device="cuda"):
     """The micro-batches this invocation asks for, one per pass stage, or None (the planner chooses them):
     --device-batch-size (one value, or one per stage; capped at the sequences per rank, which each must divide), else
     on CPU without --gpu-memory the preset's micro-batch (a CPU run is not fitted to host memory)."""
+    rank_seqs, stages = sequences_per_rank(plan, world), memory_pass_stages(plan)
     wanted = args.device_batch_size
     if not wanted and device == "cpu" and not args.gpu_memory:
-        wanted = [PRESETS[plan.preset].device_batch_size]
+        wanted = [min(PRESETS[plan.preset].device_batch_size, rank_seqs)]  # the preset's default may exceed a step
     if not wanted:
         return None
-    rank_seqs, stages = sequences_per_rank(plan, world), memory_pass_stages(plan)
     if len(wanted) not in (1, len(stages)):
         raise UsageError(f"--device-batch-size takes one value or one per pass stage {stages}")
-    micro_batches = [min(b, rank_seqs) for b in wanted] * (len(stages) // len(wanted))
+    micro_batches = list(wanted) * (len(stages) // len(wanted))
     bad = next((b for b in micro_batches if rank_seqs % b), None)
     if bad:
         raise UsageError(f"--device-batch-size: micro-batch {bad} does not divide the {rank_seqs} sequences per rank "
@@ -541,7 +540,7 @@ def resumed_micro_batches(args, plan, world, recorded):
     if len(recorded) != len(memory_pass_stages(plan)):
         raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded} for another plan; "
                          "resume with the flags it started with")
-    if args.device_batch_size and int(os.environ.get("RANK", "0")) == 0 and \
+    if args.device_batch_size and torchrun_ranks()[0] == 0 and \
             args.device_batch_size * (len(recorded) // len(args.device_batch_size)) != recorded:
         print(f"--device-batch-size {' '.join(map(str, args.device_batch_size))} is not used: a --fixed-reduce-order "
               f"run resumes with the micro-batches it started with, {recorded}")

@@ -38,10 +38,10 @@ import model as model_lib
 import muon
 from checkpoint import (Run, RunState, failure_reason, gather, load_checkpoint, open_trajectory, read_run_state,
                         recorded_micro_batches, resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
-from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed, exit_process, finite_float,
-                    setup_distributed)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main, cli_main_distributed,
+                    env_integer, exit_process, integer, number, setup_distributed)
 import arms
-from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
+from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PRESETS, SEEDS
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
                   plan_micro_batches, requested_micro_batches, stage_at, stage_index)
 
@@ -50,7 +50,8 @@ from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_pl
 
 def dry_run(args):
     """One JSON line per --depth: the plan and its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA)."""
-    world = args.world_size or int(os.environ.get("NPROC_PER_NODE", 8)) * int(os.environ.get("NNODES", 1))
+    world = args.world_size or (env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
+                                * env_integer("NNODES", 1, 1, MAX_NODES))
     check_reduce_order(args, world)
     for depth in args.depths:
         args.depth = depth
@@ -74,11 +75,11 @@ def ladder_dry_run(argv):
     prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
     planner's, on N x M H100s unless --gpu-memory), then the ladder's FLOPs and GPU-hours at F of an H100's peak."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    parser = Parser(prog="train.py --ladder-dry-run")
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--nodes", type=int, default=1)
-    parser.add_argument("--mfu", type=finite_float, default=0.4)
-    args = parser.parse_args(ours)
+    p = Parser(prog="train.py --ladder-dry-run")
+    p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
+    p.add_argument("--nodes", type=integer(1, MAX_NODES), default=1)
+    p.add_argument("--mfu", type=number("(0, 1]"), default=0.4)
+    args = p.parse_args(ours)
     world, flops, peaks = args.gpus_per_node * args.nodes, 0, []
     for line in sys.stdin:
         name, *run_args = line.split()
@@ -507,23 +508,16 @@ def finish(run, state, trajectory, mfu):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Refusals before any long work: flag ranges (the run folder's: checkpoint.py; the pool's: open_run)
+# Refusals before any long work: every numeric flag has its range where it is parsed (common.integer, common.number);
+# here what a range cannot say (the run folder's checks: checkpoint.py; the pool's: open_run)
 
-FLAG_MINIMUMS = dict(steps=1, stop_after=1, save_every=0, log_every=1, train_token_limit=1, epochs=1)
-
-
-def check_flags(args, minimums=FLAG_MINIMUMS):
-    for name, low in minimums.items():
-        value = getattr(args, name)
-        if value is not None and value < low:
-            raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
-    if args.peak_flops is not None and args.peak_flops <= 0:
-        raise UsageError(f"--peak-flops must be > 0, got {args.peak_flops}")
-    if args.random_passes and min(args.random_passes) < 1:
-        raise UsageError(f"--random-passes must be >= 1, got {min(args.random_passes)}")
+def check_flags(args):
     if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
         raise UsageError(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for "
                          "the parent folder")
+    for flag, values in (("--depth", args.depth), ("--random-passes", args.random_passes)):
+        if values and len(set(values)) < len(values):
+            raise UsageError(f"{flag} names a value twice ({' '.join(map(str, values))}); give each once")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -532,7 +526,8 @@ def check_flags(args, minimums=FLAG_MINIMUMS):
 def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--arch", choices=list(ARMS), default=None)
-    p.add_argument("--depth", type=int, nargs="+", default=None, help="several depths only with --dry-run")
+    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
+                   help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
                    help="paper or cpu (default: paper; bench.py without CUDA: cpu)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
@@ -541,9 +536,11 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
     run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
     run.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
-    run.add_argument("--steps", type=int, default=None, help="override the derived step count")
-    run.add_argument("--stop-after", type=int, default=None, help="stop after N steps without changing the plan")
-    run.add_argument("--save-every", type=int, default=None, help="checkpoint every N steps (0: only at the end)")
+    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
+    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
+                     help="stop after N steps without changing the plan")
+    run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
+                     help="checkpoint every N steps (0: only at the end)")
     run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
@@ -555,12 +552,13 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     run.add_argument("--no-verify", action="store_true",
                      help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
                           "recorded in the pool's verified.json)")
-    run.add_argument("--seed", type=int, default=42)
+    run.add_argument("--seed", type=integer(*SEEDS), default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    run.add_argument("--train-token-limit", type=int, default=None)
-    run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
-    run.add_argument("--log-every", type=int, default=None)
-    run.add_argument("--peak-flops", type=finite_float, default=None,
+    run.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
+    run.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
+                     help="epochs over the token limit (--data-constrained)")
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None)
+    run.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
                      help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
@@ -568,17 +566,17 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
     arms.add_knob_flags(rec, arms.Arm, "train")
     arms.add_knob_flags(rec, arms.Preset, "train")
-    rec.add_argument("--crossover-fractions", type=finite_float, nargs="+", default=None,
+    rec.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")
-    rec.add_argument("--random-passes", type=int, nargs="+", default=None,
+    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
     mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
-    mem.add_argument("--gpu-memory", type=float, default=None, metavar="GIB",
+    mem.add_argument("--gpu-memory", type=number("(0, 65536]"), default=None, metavar="GIB",
                      help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
                           f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
-    mem.add_argument("--world-size", type=int, default=None,
+    mem.add_argument("--world-size", type=integer(1, MAX_PROCESSES_PER_NODE * MAX_NODES), default=None,
                      help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
-    mem.add_argument("--device-batch-size", type=int, nargs="+", default=None,
+    mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
                      help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
@@ -595,19 +593,15 @@ def parse_args(argv):
     return checked_args(p, args)
 
 
-def checked_args(parser, args, minimums=FLAG_MINIMUMS):
+def checked_args(parser, args):
     """The checks of the flags train.py and bench.py share; args.depths holds every --depth, args.depth the first."""
-    check_flags(args, minimums)
+    check_flags(args)
     args.depths = args.depth or [None]
     if len(args.depths) > 1 and not args.dry_run:
         parser.error("several --depth values need --dry-run; train one depth per run")
     args.depth = args.depths[0]
-    if args.world_size is not None and (args.world_size < 1 or not args.dry_run):
-        parser.error("--world-size is a positive number of GPUs for --dry-run (torchrun sets it for training)")
-    if args.gpu_memory is not None and args.gpu_memory <= 0:
-        parser.error("--gpu-memory must be a positive number of GiB, e.g. --gpu-memory 80")
-    if args.device_batch_size and min(args.device_batch_size) < 1:
-        parser.error("--device-batch-size must be positive, e.g. --device-batch-size 16")
+    if args.world_size is not None and not args.dry_run:
+        parser.error("--world-size is a number of GPUs for --dry-run (torchrun sets it for training)")
     return args
 
 

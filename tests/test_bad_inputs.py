@@ -9,8 +9,10 @@ import io
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -169,9 +171,9 @@ RUN = ["--arch", "vanilla", "--depth", "2", *TINY, "--steps", "4", "--run-name",
 COMPLETE = json.dumps(dict(status="complete", arch="vanilla", depth=2))
 
 TRAIN_CASES = [
-    ("steps-zero", {}, [*RUN, "--steps", "0"], "--steps must be >= 1, got 0"),
-    ("save-every-negative", {}, [*RUN, "--save-every", "-1"], "--save-every must be >= 0"),
-    ("stop-after-zero", {}, [*RUN, "--stop-after", "0"], "--stop-after must be >= 1"),
+    ("steps-zero", {}, [*RUN, "--steps", "0"], "--steps: must be a whole number in [1, 10000000], got '0'"),
+    ("save-every-negative", {}, [*RUN, "--save-every", "-1"], "--save-every: must be a whole number in [0,"),
+    ("stop-after-zero", {}, [*RUN, "--stop-after", "0"], "--stop-after: must be a whole number in [1,"),
     ("alpha-nan", {}, ["--arch", "operator_1", "--depth", "2", "--alpha", "nan", "--dry-run"],
      "argument --alpha: must be a finite number"),
     ("matrix-lr-inf", {}, [*RUN, "--matrix-lr", "inf"], "argument --matrix-lr: must be a finite number"),
@@ -279,7 +281,7 @@ DATA_CASES = [
     ("jsonl-not-utf8", {"in/a.jsonl": b'{"text": "a"}\n{"text": "\xff"}\n'},
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
       "--out", "{d}/out"], "a.jsonl:2: not UTF-8"),
-    ("negative-budget", {}, [*PREP, "--train-tokens=-5", "--out", "{d}/p"], "--train-tokens must be >= 0"),
+    ("negative-budget", {}, [*PREP, "--train-tokens=-5", "--out", "{d}/p"], "--train-tokens: must be a whole number"),
     ("verify-missing-pool", {}, ["verify", "{d}/nothing"], "no pool in"),
 ]
 
@@ -334,7 +336,7 @@ CORE_EVAL_CASES = [
     ("effective-depth-pool-missing", bundle_files(), [*EVAL, "--effective-depth", "--data-dir", "{d}/nopool"],
      "--effective-depth: no pool in"),
     ("kl-threshold-nan", bundle_files(), [*EVAL, "--kl-threshold", "nan"], "must be a finite number"),
-    ("lens-tokens-zero", bundle_files(), [*EVAL, "--lens-tokens", "0"], "--lens-tokens must be >= 1"),
+    ("lens-tokens-zero", bundle_files(), [*EVAL, "--lens-tokens", "0"], "--lens-tokens: must be a whole number"),
 ]
 
 
@@ -816,3 +818,189 @@ def test_class7_verified_pool_is_hashed_once_and_again_when_rewritten(tmp_path, 
     os.utime(pool_copy / "val.bin", ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size and mtime
     with pytest.raises(data.DataError, match="val.bin does not match its sha256"):
         data.check_pool_hashes(str(pool_copy))
+
+# --- numbers, environment values, SLURM and ladder values (issue 23: classes 2 and 5) ---
+# Class 2: every numeric flag and environment variable has a declared range, checked where it is parsed
+# (common.integer, common.number, common.env_integer; the knobs' ranges in arms.py). Class 5: ladder.sh's SLURM and
+# environment values, and its run lists (arms.py ladder), are checked before anything runs.
+DRY = ["--arch", "vanilla", "--depth", "8", "--dry-run"]
+LADDER_DRY = ["--ladder-dry-run", "--gpus-per-node", "8"]
+
+CLASS2_CASES = [  # (id, script, environment, argv, message)
+    ("train-seed-beyond-int64", "train.py", {}, [*RUN, "--seed", str(2 ** 64)],
+     "argument --seed: must be a whole number in [0, 9223372036854775807], got '18446744073709551616'"),
+    ("train-seed-negative", "train.py", {}, [*DRY, "--seed=-1"], "argument --seed: must be a whole number in [0,"),
+    ("train-depth-100000", "train.py", {}, ["--arch", "vanilla", "--depth", "100000", "--dry-run"],
+     "argument --depth: must be a whole number in [1, 1024], got '100000'"),
+    ("train-derived-steps-beyond-range", "train.py", {}, ["--arch", "vanilla", "--depth", "64", "--tpp", "1e6",
+                                                         "--dry-run"], "steps, outside [1, 10,000,000]"),
+    ("train-steps-beyond-range", "train.py", {}, [*DRY, "--steps", str(10 ** 12)], "argument --steps: must be"),
+    ("train-gpu-memory-inf", "train.py", {}, [*DRY, "--gpu-memory", "inf"],
+     "argument --gpu-memory: must be a finite number in (0, 65536], got 'inf'"),
+    ("train-device-batch-size-not-clamped", "train.py", {}, [*DRY, "--device-batch-size", "1000000"],
+     "micro-batch 1000000 does not divide the 32 sequences per rank"),
+    ("train-nproc-per-node-abc", "train.py", {"NPROC_PER_NODE": "abc"}, DRY,
+     "environment variable NPROC_PER_NODE must be a whole number in [1, 1024], got 'abc'"),
+    ("train-nproc-per-node-zero", "train.py", {"NPROC_PER_NODE": "0"}, DRY, "NPROC_PER_NODE must be a whole number"),
+    ("train-nnodes-abc", "train.py", {"NNODES": "two"}, DRY, "environment variable NNODES must be"),
+    ("train-rank-abc", "train.py", {"RANK": "abc"}, RUN, "environment variable RANK must be a whole number"),
+    ("train-adam-beta-one", "train.py", {}, [*DRY, "--adam-betas", "0.9", "1"],
+     "argument --adam-betas: must be a finite number in [0, 1), got '1'"),
+    ("train-warmdown-ratio-two", "train.py", {}, [*DRY, "--warmdown-ratio", "2"], "argument --warmdown-ratio: must be"),
+    ("train-weight-decay-negative", "train.py", {}, [*DRY, "--weight-decay=-1"], "argument --weight-decay: must be"),
+    ("train-pass-stages-not-increasing", "train.py", {}, ["--arch", "untied_grow", "--depth", "8", "--pass-stages",
+                                                         "2", "4", "3", "--crossover-fractions", "0.3", "0.6",
+                                                         "--dry-run"], "--pass-stages must increase"),
+    ("train-random-passes-twice", "train.py", {}, ["--arch", "loop_grow", "--depth", "8", "--random-passes", "2", "2",
+                                                  "4", "--dry-run"], "--random-passes names a value twice"),
+    ("ladder-dry-run-mfu-five", "train.py", {}, [*LADDER_DRY, "--mfu", "5"], "argument --mfu: must be a finite "
+                                                                             "number in (0, 1], got '5'"),
+    ("ladder-dry-run-no-gpus", "train.py", {}, ["--ladder-dry-run", "--gpus-per-node", "0"],
+     "argument --gpus-per-node: must be a whole number in [1, 1024]"),
+    ("model-depth-100000", "model.py", {}, ["--arch", "vanilla", "--depth", "100000"], "argument --depth: must be"),
+    ("data-train-tokens-zero", "data.py", {}, [*PREP[:-4], "--train-tokens", "0", "--val-tokens", "1000", "--out",
+                                               "{d}/p"], "argument --train-tokens: must be a whole number in [1,"),
+]
+
+
+@pytest.mark.parametrize("script, env, argv, message", [c[1:] for c in CLASS2_CASES], ids=[c[0] for c in CLASS2_CASES])
+def test_class2_numbers_and_environment_values(tmp_path, pool_copy, monkeypatch, script, env, argv, message):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\n"))  # --ladder-dry-run's runs
+    assert_refused(script, argv, tmp_path, message, runner=run_in_process)
+    assert not os.path.exists(tmp_path / "runs" / "r") and not os.path.exists(tmp_path / "p")
+
+
+CLASS2_CORE_EVAL_CASES = [  # (id, flags added to a valid evaluation of a one-task bundle, message)
+    ("max-per-task-zero", ["--max-per-task", "0"],
+     "argument --max-per-task: must be a whole number in [1, 1000000000] or all, got '0'"),
+    ("max-per-task-negative", ["--max-per-task=-5"], "argument --max-per-task: must be"),
+    ("kl-threshold-negative", ["--kl-threshold=-1"], "argument --kl-threshold: must be a finite number in (0, inf)"),
+    ("seed-twice", ["--seeds", "0", "0"], "--seeds names a seed twice"),
+]
+
+
+@pytest.mark.parametrize("flags, message", [c[1:] for c in CLASS2_CORE_EVAL_CASES],
+                         ids=[c[0] for c in CLASS2_CORE_EVAL_CASES])
+def test_class2_core_eval_numbers(tmp_path, checkpoint, flags, message):
+    argv = [a.replace("{ckpt}", checkpoint) for a in EVAL] + flags
+    assert_refused("core_eval.py", argv, tmp_path, message, bundle_files(), runner=run_in_process)
+    assert not os.path.exists(tmp_path / "eval.json")
+
+
+def test_class2_ranges_accept_their_bounds_and_all(capsys):
+    """The declared ranges are not tighter than the values they name: the largest seed trains (here: plans), and
+    --max-per-task all is the whole suite."""
+    import core_eval
+    import train
+    assert train.main([*DRY, "--seed", str(2 ** 63 - 1), "--adam-betas", "0", "0.999", "--warmdown-ratio", "1"]) == 0
+    assert json.loads(capsys.readouterr().out)["seed"] == 2 ** 63 - 1
+    assert core_eval.parse_args(["--max-per-task", "all"]).max_per_task is None
+    assert core_eval.parse_args(["--max-per-task", "7"]).max_per_task == 7
+
+
+def ladder_with(env):
+    """A runner for assert_refused: ladder.sh with these environment variables set (None: unset)."""
+    def run(script, argv):
+        environment = {k: v for k, v in dict(os.environ, **env).items() if v is not None}
+        r = subprocess.run(["bash", script, *argv], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                           env=environment)
+        return r.returncode, r.stderr
+    return run
+
+
+def fake_scontrol(tmp_path, hosts):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scontrol").write_text("#!/usr/bin/env bash\nprintf '%s' '" + "".join(h + "\n" for h in hosts) + "'\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+SLURM_STEP = dict(SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_NNODES="2", SLURM_STEP_ID="0", SLURM_NODEID="1")
+CLASS5_ENV_CASES = [  # (id, hosts scontrol lists, environment, message); all are dry runs
+    ("slurm-nnodes-not-a-number", ["gpu-a17", "gpu-a18"], dict(SLURM_STEP, SLURM_NNODES="abc"),
+     "environment variable SLURM_NNODES must be a whole number in [1, 65536], got 'abc'"),
+    ("slurm-nodeid-beyond-the-nodes", ["gpu-a17", "gpu-a18"], dict(SLURM_STEP, SLURM_NODEID="2"),
+     "environment variable SLURM_NODEID must be a whole number in [0, 1], got '2'"),
+    ("slurm-nodeid-not-a-number", ["gpu-a17", "gpu-a18"], dict(SLURM_STEP, SLURM_NODEID="x"),
+     "SLURM_NODEID must be a whole number"),
+    ("scontrol-lists-no-hosts", [], SLURM_STEP, "listed 0 hosts but SLURM_NNODES is 2"),
+    ("node-rank-beyond-the-nodes", [], dict(NNODES="2", NODE_RANK="2"),
+     "environment variable NODE_RANK must be a whole number in [0, 1], got '2'"),
+    ("master-port-not-a-port", [], dict(NNODES="2", MASTER_PORT="http"), "environment variable MASTER_PORT must be"),
+]
+
+
+@pytest.mark.parametrize("hosts, env, message", [c[1:] for c in CLASS5_ENV_CASES], ids=[c[0] for c in CLASS5_ENV_CASES])
+def test_class5_slurm_and_environment_values(tmp_path, hosts, env, message):
+    env = dict(env, PATH=fake_scontrol(tmp_path, hosts))
+    assert_refused("ladder.sh", ["vanilla", "--dry-run"], tmp_path, message, runner=ladder_with(env))
+
+
+CLASS5_LIST_CASES = [
+    ("depth-twice", ["vanilla", "--depths", "1 1"], "--depths names 1 twice ('1 1'): that plans one run twice"),
+    ("seed-twice", ["vanilla", "--seeds", "0 0"], "--seeds names 0 twice"),
+    ("replicate-depth-not-in-depths", ["vanilla", "--depths", "6 8", "--seeds", "0 1", "--replicate-depths", "8 10"],
+     "--replicate-depths 10 is not a depth of this ladder (its depths: 6 8)"),
+    ("replicate-depth-not-in-the-preset", ["vanilla", "--seeds", "0 1", "--replicate-depths", "7"],
+     "--replicate-depths 7 is not a depth of this ladder"),
+    ("depth-zero", ["vanilla", "--depths", "0 6"], "--depths must be whole numbers, got '0' (each in [1, 1024])"),
+    ("seed-beyond-int64", ["vanilla", "--seeds", str(2 ** 64)], "--seeds must be whole numbers"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in CLASS5_LIST_CASES], ids=[c[0] for c in CLASS5_LIST_CASES])
+def test_class5_ladder_run_lists(tmp_path, argv, message):
+    """What ladder.sh launches is what `python arms.py ladder` lists (ladder.sh passes its options through)."""
+    target, *options = argv
+    assert_refused("arms.py", ["ladder", target, *options], tmp_path, message, runner=run_in_process)
+
+
+def test_class5_multi_node_run_needs_master_addr(tmp_path):
+    """NNODES > 1 without MASTER_ADDR would point every node at its own 127.0.0.1: refused before torchrun starts."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f"#!/usr/bin/env bash\ntouch {tmp_path}/launched\n")
+    (bin_dir / "torchrun").chmod(0o755)
+    env = dict(NNODES="2", NODE_RANK="1", MASTER_ADDR=None, RUNS_DIR=str(tmp_path / "runs"),
+               PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depths", "1"], tmp_path, "NNODES=2 needs MASTER_ADDR",
+                   runner=ladder_with(env))
+    assert not (tmp_path / "launched").exists()
+
+
+def test_class5_dry_run_into_a_closed_pipe_is_quiet(tmp_path):
+    """The reader (head) leaves after the launch lines; the summary train.py prints then meets a closed pipe."""
+    err = tmp_path / "err"
+    r = subprocess.run(["bash", "-c", f'bash ladder.sh vanilla --preset cpu --depths "1 2" --dry-run 2>{err} '
+                        '| head -n 2 >/dev/null; exit "${PIPESTATUS[0]}"'], cwd=ROOT, timeout=300)
+    assert err.read_text() == "" and r.returncode == 141, (r.returncode, err.read_text())
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "SIGINT"])
+def test_class5_signal_stops_the_ladder_with_its_code(tmp_path, signum, code):
+    """A torchrun that exits 1 when stopped (as the real one does), started by ladder.sh in the background (where
+    SIGINT is ignored): the ladder stops it and exits 128 + the signal's number."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f"#!/usr/bin/env bash\ntrap 'touch {tmp_path}/stopped; exit 1' TERM\n"
+                                      f"echo $$ > {tmp_path}/started\nwhile true; do sleep 0.1; done\n")
+    (bin_dir / "torchrun").chmod(0o755)
+    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT,
+                            env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", RUNS_DIR=str(tmp_path)),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not (tmp_path / "started").exists() and time.time() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        assert proc.wait(timeout=10) == code
+        assert (tmp_path / "stopped").exists(), "the training process was not stopped"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):  # a torchrun left behind
+            os.kill(int((tmp_path / "started").read_text()), signal.SIGKILL)

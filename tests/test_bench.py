@@ -115,7 +115,7 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--bench-repeats", "0"], "--bench-repeats must be >= 1"),
+    (["--bench-repeats", "0"], "--bench-repeats: must be a whole number in [1, 1000], got '0'"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
     (["--dry-run"], "python train.py --arch A --depth D --dry-run"),

@@ -171,14 +171,14 @@ def test_shuffle_and_subsample():
     items = list(range(50))
     expected = list(range(50))
     random.Random(1337).shuffle(expected)
-    assert core_eval.shuffled_items(items, -1) == expected and items == list(range(50))
+    assert core_eval.shuffled_items(items, None) == expected and items == list(range(50))
     assert core_eval.shuffled_items(items, 7) == expected[:7]
 
 
 def test_kshot_tokens_match_rendered_prompt(tiny):
     task = next(t for t in core_eval.load_tasks(tiny["bundle"]) if t["label"] == "mc_fewshot")
     assert task["delimiter"] == "\nAnswer: " and task["shots"] == 2 and task["baseline"] == 25
-    items = core_eval.shuffled_items(task["items"], -1)
+    items = core_eval.shuffled_items(task["items"], None)
     encode_batch = lambda texts: [encode(t) for t in texts]
     built = core_eval.task_examples(task, items, 1, [4], encode_batch, 10_000)[0]
     shots = [items[j] for j in core_eval.fewshot_indices(len(items), 4, 2, 1)]
@@ -280,7 +280,7 @@ def test_batched_and_shared_equal_one_at_a_time_and_zero_shot_reuse(tiny, monkey
         calls.append((task["label"], seed))
         return real(task, items, seed, *args)
     monkeypatch.setattr(core_eval, "task_examples", recording)
-    ref, counts, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], -1, 128, CPU,
+    ref, counts, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU,
                                               scoring="one_at_a_time", show_progress=False)
     assert calls.count(("schema_zeroshot", 0)) == 1 and ("schema_zeroshot", 1) not in calls
     assert [c for c in calls if c[0] == "lm_fewshot"] == [("lm_fewshot", s) for s in (0, 1, 2)]
@@ -289,7 +289,7 @@ def test_batched_and_shared_equal_one_at_a_time_and_zero_shot_reuse(tiny, monkey
     assert counts == {"mc_fewshot": 9, "schema_zeroshot": 6, "lm_fewshot": 8, "mc_zeroshot": 5}
     monkeypatch.setitem(core_eval.EVAL, "examples_per_chunk", 4)  # several chunks per task
     for scoring in ("batched", "shared"):
-        fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], -1, 128, CPU, rows_per_forward=5,
+        fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
                                               scoring=scoring, show_progress=False)
         for label in ref:
             for seed in (0, 1, 2):
@@ -330,9 +330,9 @@ def test_shared_scoring_with_left_crops_on_a_looped_model(tiny):
                                                   lambda texts: [encode(t) for t in texts], 48)
     assert any(len(row) == 48 for ex in build("mc_fewshot") for row in ex["rows"])  # left-cropped rows
     assert any(u["branch"] is not None for u in core_eval.forward_units(build("mc_zeroshot"), share_prefix=True))
-    ref, _, clipped = core_eval.evaluate_tasks(net, ENC, tasks, [0], -1, 48, CPU, scoring="one_at_a_time",
+    ref, _, clipped = core_eval.evaluate_tasks(net, ENC, tasks, [0], None, 48, CPU, scoring="one_at_a_time",
                                                show_progress=False)
-    shared, _, _ = core_eval.evaluate_tasks(net, ENC, tasks, [0], -1, 48, CPU, rows_per_forward=3,
+    shared, _, _ = core_eval.evaluate_tasks(net, ENC, tasks, [0], None, 48, CPU, rows_per_forward=3,
                                             show_progress=False)
     assert sum(clipped.values()) == 0  # the crops keep every scoring region (no clipped examples)
     for label in ref:

@@ -164,8 +164,8 @@ def test_both_clis_take_the_same_model_flags():
 
 def test_a_new_knob_is_one_field_that_both_clis_take(monkeypatch):
     import train
-    knobs = [("throwaway_model_knob", float, arms.knob("model", None, "an architecture knob")),
-             ("throwaway_train_knob", int, arms.knob("train", None, "a recipe knob"))]
+    knobs = [("throwaway_model_knob", float, arms.knob("model", None, "an architecture knob", range="(0, 1]")),
+             ("throwaway_train_knob", int, arms.knob("train", None, "a recipe knob", range=(0, 9)))]
     monkeypatch.setattr(arms, "Arm", dataclasses.make_dataclass("Arm", knobs, bases=(arms.Arm,), frozen=True,
                                                                  kw_only=True))
     argv = ["--arch", "loop_2", "--depth", "2", "--throwaway-model-knob", "0.5"]
@@ -175,6 +175,8 @@ def test_a_new_knob_is_one_field_that_both_clis_take(monkeypatch):
     assert arms.given_knobs(args, arms.Arm, "train") == {"throwaway_train_knob": 7}
     with pytest.raises(arms.UsageError, match="unrecognized arguments: --throwaway-train-knob"):
         model.build_parser().parse_args(argv + ["--throwaway-train-knob", "7"])
+    with pytest.raises(arms.UsageError, match=r"--throwaway-train-knob: must be a whole number in \[0, 9\]"):
+        train.parse_args(argv + ["--throwaway-train-knob", "10"])  # the range declared with the field
 
 
 def test_arm_table_is_frozen_and_complete():

@@ -59,8 +59,8 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
 def test_bad_input_in_a_real_process_is_one_line_exit_2():
     r = subprocess.run([sys.executable, "train.py", "--arch", "vanilla", "--depth", "0", "--dry-run"], cwd=ROOT,
                        capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["train.py: error: --depth must be a positive "
-                                                                   "integer, e.g. --depth 8"], r.stderr
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["train.py: error: argument --depth: must be a "
+                                                                   "whole number in [1, 1024], got '0'"], r.stderr
 
 
 # ---------------------------------------------------------------------------------------------------------------
