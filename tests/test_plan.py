@@ -312,13 +312,15 @@ def test_data_constrained_planning_uses_executed_depth():
 
 def test_requested_micro_batches_come_from_the_flag_or_the_cpu_preset_and_are_checked_once():
     """--device-batch-size (or, on CPU without --gpu-memory, the preset's micro-batch) becomes one micro-batch per pass
-    stage, capped at the sequences per rank; the planner then only checks that they fit."""
+    stage (only the preset's default is capped at the sequences per rank; a value the user gives is refused when it
+    does not divide them); the planner then only checks that they fit."""
     def requested(*flags, world=8, device="cuda"):
         args = train.parse_args(["--arch", "untied_grow", "--depth", "8", *flags])
         return plan_lib.requested_micro_batches(args, train.make_plan(args), world, device)
     assert requested() is None and requested(device="cpu") == [32, 32]  # on CPU: the paper preset's 32
     assert requested("--device-batch-size", "8") == [8, 8] and requested("--device-batch-size", "16", "4") == [16, 4]
-    assert requested("--device-batch-size", "64") == [32, 32]  # capped at the 32 sequences per rank
+    with pytest.raises(train.UsageError, match="micro-batch 64 does not divide the 32 sequences per rank"):
+        requested("--device-batch-size", "64")  # not silently clamped
     assert requested("--gpu-memory", "80", device="cpu") is None
     cpu = train.parse_args(["--arch", "vanilla", "--depth", "2", "--preset", "cpu"])
     cpu_default = arms.PRESETS["cpu"].device_batch_size
