@@ -5,8 +5,10 @@ model.py; train.py trains a Plan, and `--dry-run` prints it with its "memory".
 
 Memory: bytes per rank as pure functions of a ModelConfig. Activations are what eager autograd saves in this model's
 forward (tests/test_plan.py measures it on CPU with saved_tensors_hooks); torch.compile saves less (it recomputes
-pointwise ops), so the eager numbers are an upper bound for the compiled model. Every formula names the tensors it
-counts; docs/memory_table.py prints the tables of every paper run.
+pointwise ops), so the eager numbers are an upper bound for the compiled model. The model assumes train.py's regional
+compilation (COMPILE_MODE): each block's backward hands its gradients to the transport as eager's does, so gradient
+buckets are sent and freed while backward proceeds. Every formula names the tensors it counts; docs/memory_table.py
+prints the tables of every paper run.
 
     python train.py --arch untied_grow --depth 8 --dry-run      # Plan.as_dict() plus its "memory"
     python -m pytest -q tests/test_plan.py
@@ -420,6 +422,8 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
 # kept out of the Plan (a run resumes on another world size): result.json and the dry run hold it under "memory".
 
 H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
+COMPILE_MODE = ("regional: torch.compile per block (train.compile_model), gradients ready block by block as in eager; "
+                "activations as eager saves them, an upper bound for the compiled blocks")
 
 
 def memory_pass_stages(plan):
@@ -483,6 +487,7 @@ def memory_report(mem, plan, fixed_order=False):
     return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
                 world_size=mem.world_size, sequences_per_rank=rank_seqs,
                 sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, fixed_reduce_order=fixed_order,
+                compile=COMPILE_MODE,
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
                              accumulation=rank_seqs // s.micro_batch,
                              gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])

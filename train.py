@@ -119,13 +119,22 @@ def use_compile(args, device):
     return args.compile if args.compile is not None else device.type == "cuda"
 
 
-def compile_model(model, plan):
-    """dynamic=False: the pass count (the int model.active_passes, or eval's passes argument) and the micro-batch
-    are constants of a graph, so a run compiles one graph per pass stage and one for eval (plus one for a shorter
-    last eval batch); random recurrence compiles one per pass value drawn, which the recompile limit allows."""
+def compile_model(model, plan, whole=False):
+    """Regional compilation: torch.compile on each Block in place (the embedding, the boundary operator and the
+    chunked loss stay eager), so the identical blocks share one compiled code and every block's backward is its own
+    autograd node: a block's parameters get their gradients, and Muon's post-accumulate-grad hooks send them, while
+    the blocks before it are still in backward. Compiling the whole model instead (whole=True, bench.py --compile-time
+    compares the two) makes one backward node that hands out every gradient at its end, and compiles a graph per pass
+    stage that grows with depth. dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one
+    graph per micro-batch of a pass stage and one for eval (plus one for a shorter last eval batch). -> the module
+    train_step calls."""
     graphs = len(plan.pass_stages) + len(plan.random_passes) + 2
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
-    return torch.compile(model, dynamic=False)
+    if whole:
+        return torch.compile(model, dynamic=False)
+    for block in model.transformer.h:
+        block.compile(dynamic=False)
+    return model
 
 
 # ---------------------------------------------------------------------------------------------------------------

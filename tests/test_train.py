@@ -232,6 +232,7 @@ def test_dry_run_prints_memory_per_stage_and_the_micro_batch_drop_at_growth(caps
     memory = out["memory"]
     assert memory["world_size"] == 8 and memory["sequences_per_rank"] == 32 and not memory["sync_every_micro_batch"]
     assert [(s["passes"], s["micro_batch"], s["accumulation"]) for s in memory["stages"]] == [(2, 16, 2), (4, 8, 4)]
+    assert memory["compile"].startswith("regional")  # the compile mode the memory model assumes
     for stage in memory["stages"]:
         gib = stage["gib"]
         parts = ("parameters", "gradients", "muon_state", "adamw_state", "weight_copies", "activations", "loss_path",
@@ -293,16 +294,70 @@ def compiled_and_eager(pool, tmp_path_factory):
     return read_run(runs, "eager"), read_run(runs, "compiled"), graphs
 
 
-def test_compiled_run_has_one_graph_per_pass_stage_and_one_for_eval(compiled_and_eager):
+def test_compiled_run_has_one_block_graph_for_training_and_one_for_eval(compiled_and_eager):
+    """Regional compilation: the blocks share one graph per micro-batch shape and grad mode, whatever the depth, the
+    pass count or the growth (no graph breaks, no recompiles per step or per block)."""
     _, (result, trajectory), graphs = compiled_and_eager
     assert [t["passes"] for t in trajectory] == [2, 2, 2, 4, 4, 4] and result["environment"]["compiled"]
-    assert len(graphs) == 3  # K=2 training, K=4 training, eval (no graph breaks, no recompiles per step)
+    assert len(graphs) == 2  # one micro-batch of 8 in both stages: a training graph and an eval (no-grad) graph
 
 
 def test_compiled_equals_eager(compiled_and_eager):
     (eager, eager_traj), (compiled, compiled_traj), _ = compiled_and_eager
     assert [t["loss"] for t in compiled_traj] == pytest.approx([t["loss"] for t in eager_traj], rel=1e-5)
     assert compiled["final_val_loss"] == pytest.approx(eager["final_val_loss"], rel=1e-5)
+
+
+def backward_order(step_model, net, idx):
+    """One forward and backward of `step_model` (net or its compiled form) -> the events in the order backward reached
+    them: ("grad", i) when a parameter of block i has its gradient (the post-accumulate-grad hooks Muon's transport
+    launches buckets from) and "block 0 starts" when an autograd node that produces block 0's gradients begins."""
+    events, blocks = [], list(net.transformer.h)
+    hooks = [p.register_post_accumulate_grad_hook(lambda p, i=i: events.append(("grad", i)))
+             for i, block in enumerate(blocks) for p in block.parameters()]
+    loss = step_model(idx[:, :-1], targets=idx[:, 1:])
+    first = {p.data_ptr() for p in blocks[0].parameters()}
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        children = [child for child, _ in node.next_functions]
+        if any(getattr(child, "variable", None) is not None and child.variable.data_ptr() in first
+               for child in children):
+            hooks.append(node.register_prehook(lambda grads: events.append("block 0 starts")))
+        todo += children
+    loss.backward()
+    for hook in hooks:
+        hook.remove()
+    return loss.detach(), events
+
+
+def test_compiled_blocks_hand_over_their_gradients_as_backward_passes_them(pool, tmp_path, monkeypatch):
+    """Under train.compile_model (aot_eager) every parameter of the last block has its gradient before the backward of
+    the first block starts, before and after growth, and the losses equal eager's to 1e-5."""
+    plan = plan_for(*tiny(pool, tmp_path, "untied_grow", depth=3))
+    torch.manual_seed(0)
+    eager = model.GPT(plan.model_config)
+    compiled = model.GPT(plan.model_config)
+    compiled.load_state_dict(eager.state_dict())
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend="aot_eager")))
+    torch._dynamo.reset()
+    step_model = train.compile_model(compiled, plan)
+    idx = torch.randint(0, 257, (4, 33), generator=torch.Generator().manual_seed(0))
+    last = len(compiled.transformer.h) - 1
+    for passes in (2, 4):
+        if passes == 4:
+            eager.grow(4)
+            compiled.grow(4)
+        eager_loss, _ = backward_order(eager, eager, idx)
+        loss, events = backward_order(step_model, compiled, idx)
+        assert loss.item() == pytest.approx(eager_loss.item(), rel=1e-5)
+        start = events.index("block 0 starts")
+        assert events[:start].count(("grad", last)) == 7  # the last block's 7 matrices, all before block 0 runs
+    torch._dynamo.reset()
 
 
 # ---------------------------------------------------------------------------------------------------------------
