@@ -327,7 +327,7 @@ def check_core_scoring(args, device, examples):
     largest accuracy and answer-NLL difference from the one-at-a-time reference path."""
     plan = synthetic_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
     torch.manual_seed(0)
-    net = model_lib.GPT(plan.model_config).to_device(device).eval()
+    net = model_lib.GPT(plan.model_config, device=device).eval()
     for p in net.parameters():  # a random model with non-zero logits: ties would hide disagreements
         torch.nn.init.normal_(p, std=0.02)
     tasks = core_eval.load_tasks(args.bundle_dir) if args.bundle_dir else synthetic_core_tasks(examples)

@@ -287,7 +287,7 @@ def start_training(run):
     resumes, compiled when the run compiles (use_compile)."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config).to_device(run.device)
+    model = model_lib.GPT(plan.model_config, device=run.device)
     model.set_passes(plan.pass_stages[0])
     optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
