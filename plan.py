@@ -493,6 +493,36 @@ def memory_report(mem, plan, fixed_order=False):
                              gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
 
 
+# Host memory at start-up: what the dry run predicts per node (ranks per node x one rank's bytes)
+
+HOST_RUNTIME_BYTES = 3 * GIB        # per process: Python, torch, the CUDA and NCCL libraries and context (an allowance)
+ASSUMED_TOKENS_PER_DOCUMENT = 500   # sizes the loader's per-document arrays; the dry run does not read the pool
+
+
+def host_memory(plan, ranks_per_node, device="cuda"):
+    """Predicted host RAM of one node at start-up: ranks_per_node times what one rank holds. model_init: GPT draws one
+    fp32 tensor at a time on the host (the largest), plus the bf16 cast of the embedding on its way to a CUDA device;
+    loader: TrainLoader's int64 arrays over the documents of the token limit (lengths, shuffled order, stream offsets,
+    and two transients of that length while an epoch's order is built) and the window order; validation: the int64
+    validation windows. A resume also reads the weights file and the AdamW state into host memory on every rank
+    (checkpoint.load_checkpoint). The pool's tokens are memory-mapped: page cache, shared by the node's ranks."""
+    cfg = plan.model_config
+    C, Vp = cfg.width, cfg.padded_vocab
+    emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
+    largest = max(Vp * C, *(rows * cols for rows, cols in block_matrix_shapes(cfg)))
+    documents = plan.train_token_limit // ASSUMED_TOKENS_PER_DOCUMENT
+    per_rank = dict(runtime=HOST_RUNTIME_BYTES, model_init=4 * largest + (emb if emb < 4 * Vp * C else 0),
+                    loader=8 * (5 * documents + plan.train_token_limit // (plan.seq_len + 1)),
+                    validation=8 * (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
+    parts = persistent_bytes(cfg, device=device)
+    resume = parts["parameters"] + parts["adamw_state"]
+    return dict(ranks_per_node=ranks_per_node, per_rank_gib={k: round(v / GIB, 2) for k, v in per_rank.items()},
+                per_node_gib=round(ranks_per_node * sum(per_rank.values()) / GIB, 1),
+                resume_per_node_gib=round(ranks_per_node * (sum(per_rank.values()) + resume) / GIB, 1),
+                assumes=f"{ASSUMED_TOKENS_PER_DOCUMENT} tokens per document; {HOST_RUNTIME_BYTES / GIB:g} GiB per "
+                        "process for Python, torch and the CUDA runtime")
+
+
 def device_memory_plan(args, plan, world, device, recorded=None):
     """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
     (fp32, host memory) the preset's micro-batch unless --device-batch-size or --gpu-memory is given. recorded: the

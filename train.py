@@ -37,26 +37,29 @@ import model as model_lib
 import muon
 from checkpoint import (Run, RunState, load_checkpoint, open_trajectory, read_run_state, recorded_micro_batches,
                         resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
-from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed, exit_process, finite_float,
-                    setup_distributed)
+from common import (DIST_TIMEOUT_MINUTES, Parser, UsageError, autocast, cli_main, cli_main_distributed, exit_process,
+                    finite_float, setup_distributed)
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
-from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
-                  plan_micro_batches, stage_at, stage_index)
+from plan import (GIB, H100_80GB_GIB, device_memory_plan, host_memory, lr_multiplier, make_plan, memory_report,
+                  passes_at, plan_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
 
 def dry_run(args):
-    """One JSON line per --depth: the plan and its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA)."""
-    world = args.world_size or int(os.environ.get("NPROC_PER_NODE", 8)) * int(os.environ.get("NNODES", 1))
+    """One JSON line per --depth: the plan, its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA) and its
+    "host_memory" per node of NPROC_PER_NODE ranks."""
+    ranks_per_node = int(os.environ.get("NPROC_PER_NODE", 8))
+    world = args.world_size or ranks_per_node * int(os.environ.get("NNODES", 1))
     check_reduce_order(args, world)
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
         mem = dry_run_memory(args, plan, world)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order))))
+        print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
+                              host_memory=host_memory(plan, min(ranks_per_node, world)))))
     return 0
 
 
@@ -89,9 +92,11 @@ def ladder_dry_run(argv):
         flops += plan.total_flops
         peak = [s.bytes["peak"] / GIB for s in mem.stages]
         peaks.append((max(peak), name))
+        host = host_memory(plan, min(args.gpus_per_node, world))
         print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
               + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {mem.gpu_memory_gib:.1f} GiB"
-              + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else ""))
+              + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
+              + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
     hours = flops / (GPU_PEAK_FLOPS["H100"] * args.mfu) / 3600
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100 | "
           f"{args.gpus_per_node} GPUs/node x {args.nodes} nodes | max peak {max(peaks)[0]:.1f} GiB per rank "
@@ -223,7 +228,7 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, f
 
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
-    rank, world, device = setup_distributed(args.device)
+    rank, world, device = setup_distributed(args.device, args.dist_timeout)
     check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
@@ -499,6 +504,8 @@ def check_flags(args, minimums=FLAG_MINIMUMS):
         value = getattr(args, name)
         if value is not None and value < low:
             raise UsageError(f"--{name.replace('_', '-')} must be >= {low}, got {value}")
+    if not 1 <= args.dist_timeout <= 24 * 60:
+        raise UsageError(f"--dist-timeout must be between 1 and 1440 minutes, got {args.dist_timeout:g}")
     if args.peak_flops is not None and args.peak_flops <= 0:
         raise UsageError(f"--peak-flops must be > 0, got {args.peak_flops}")
     if args.random_passes and min(args.random_passes) < 1:
@@ -536,6 +543,9 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                           "power-of-two number of processes at the same micro-batch (README)")
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    run.add_argument("--dist-timeout", type=finite_float, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}: start-up "
+                          "of a large model can take NCCL's 10)")
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)

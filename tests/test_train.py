@@ -1,6 +1,8 @@
 """Tests for train.py: flags and bad input, --dry-run, and short CPU training runs (growth, resume, several gloo
 processes, compilation, checkpoints)."""
+import datetime
 import errno
+import io
 import json
 import math
 import os
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 import arms
+import common
 import model
 import plan as plan_lib
 import train
@@ -48,12 +51,36 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "20", "--device-batch-size", "32", "--dry-run"], "the largest that fits is 8"),
     (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--dry-run"], "it fits on 16 GPUs"),
     (["--arch", "vanilla", "--depth", "8", "--world-size", "8"], "--world-size"),
+    (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "0", "--dry-run"], "--dist-timeout must be between 1 "
+                                                                               "and 1440 minutes, got 0"),
+    (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "2000", "--dry-run"], "--dist-timeout must be"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert train.main(argv) == 2
     stderr = capsys.readouterr().err
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], stderr
+
+
+def test_dist_timeout_reaches_the_process_group(monkeypatch):
+    """--dist-timeout (minutes; default 30, not NCCL's 10: ranks skewed by start-up must not time out) goes from the
+    flag through open_run and setup_distributed to init_process_group."""
+    assert train.parse_args(["--arch", "vanilla", "--depth", "2"]).dist_timeout == 30
+    calls = []
+
+    def stop_at_setup(*args):
+        calls.append(args)
+        raise StopIteration
+    monkeypatch.setattr(train, "setup_distributed", stop_at_setup)
+    args = train.parse_args(["--arch", "vanilla", "--depth", "2", "--dist-timeout", "45"])
+    with pytest.raises(StopIteration):
+        train.open_run(args, train.make_plan(args))
+    assert calls == [("auto", 45)]
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **kw: calls.append(kw))
+    for name, value in dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0").items():
+        monkeypatch.setenv(name, value)
+    assert common.setup_distributed("cpu", 45) == (0, 2, torch.device("cpu"))
+    assert calls[-1]["timeout"] == datetime.timedelta(minutes=45)
 
 
 def test_bad_input_in_a_real_process_is_one_line_exit_2():
@@ -250,6 +277,25 @@ def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatc
     assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
     h200 = plan_lib.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
     assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
+
+
+def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
+    """d26 on 2 nodes of 8: each rank builds its model on the GPU one tensor at a time (the largest is the embedding:
+    an fp32 draw and its bf16 cast on the host), not 7.4 B fp32 parameters (27.7 GiB) on the host."""
+    monkeypatch.setenv("NNODES", "2")
+    assert train.main(["--arch", "untied_grow", "--depth", "26", "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    host = out["host_memory"]
+    assert host["ranks_per_node"] == 8 and "tokens per document" in host["assumes"]
+    assert host["per_rank_gib"]["model_init"] == round(6 * out["padded_vocab"] * out["width"] / 2 ** 30, 2)
+    assert host["per_node_gib"] == pytest.approx(8 * sum(host["per_rank_gib"].values()), abs=0.2)
+    assert host["per_node_gib"] < 100  # the CPU-built model alone was 8 x 27.7 GiB
+    weights = out["params_stored"] * 4 / 2 ** 30  # a resume reads the weights file into host memory on every rank
+    assert host["resume_per_node_gib"] > host["per_node_gib"] + 8 * weights
+    monkeypatch.setattr(sys, "stdin", io.StringIO("untied_grow_d26 --arch untied_grow --depth 26\n"))
+    train.main(["--ladder-dry-run", "--gpus-per-node", "8", "--nodes", "2"])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert f"host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)" in line
 
 
 def spy_on_forward(monkeypatch):
