@@ -73,7 +73,8 @@ def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
     run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
     prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
-    planner's, on N x M H100s unless --gpu-memory), then the ladder's FLOPs and GPU-hours at F of an H100's peak."""
+    planner's, on N x M H100s unless --gpu-memory) and host memory per node (plan.host_memory), then the ladder's
+    FLOPs and GPU-hours at F of an H100's peak."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=int, default=8)
@@ -92,7 +93,7 @@ def ladder_dry_run(argv):
         flops += plan.total_flops
         peak = [s.bytes["peak"] / GIB for s in mem.stages]
         peaks.append((max(peak), name))
-        host = host_memory(plan, min(args.gpus_per_node, world))
+        host = host_memory(plan, args.gpus_per_node)
         print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
               + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {mem.gpu_memory_gib:.1f} GiB"
               + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
@@ -126,15 +127,15 @@ def use_compile(args, device):
 
 def compile_model(model, plan, whole=False):
     """Regional compilation: torch.compile on each Block in place (the embedding, the boundary operator and the
-    chunked loss stay eager), so the identical blocks share one compiled code and every block's backward is its own
+    chunked loss stay eager), so identical blocks share one compiled code and every block's backward is its own
     autograd node: a block's parameters get their gradients, and Muon's post-accumulate-grad hooks send them, while
-    the blocks before it are still in backward. Compiling the whole model instead (whole=True, bench.py --compile-time
-    compares the two) makes one backward node that hands out every gradient at its end, and compiles a graph per pass
-    stage that grows with depth. dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one
-    graph per micro-batch of a pass stage and one for eval (plus one for a shorter last eval batch). -> the module
-    train_step calls."""
-    graphs = len(plan.pass_stages) + len(plan.random_passes) + 2
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
+    the blocks before it are still in backward. whole=True compiles the whole model instead (bench.py --compile-time
+    compares the two): one backward node then hands out every gradient at its end, and each pass stage is a graph of
+    its own. dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one graph per micro-batch
+    of a pass stage and one for eval (plus one for a shorter last eval batch). -> the module train_step calls."""
+    # Dynamo's recompile limit counts graphs per code object, and every model of a process (bench.py builds several)
+    # shares Block's: each compiled model adds its own graphs to it.
+    torch._dynamo.config.recompile_limit += len(plan.pass_stages) + len(plan.random_passes) + 2
     if whole:
         return torch.compile(model, dynamic=False)
     for block in model.transformer.h:
