@@ -545,8 +545,8 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     run.add_argument("--seed", type=int, default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--dist-timeout", type=finite_float, default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
-                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}: start-up "
-                          "of a large model can take NCCL's 10)")
+                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
+                          "own 10 can pass while the ranks of a large model start up)")
     run.add_argument("--train-token-limit", type=int, default=None)
     run.add_argument("--epochs", type=int, default=None, help="epochs over the token limit (--data-constrained)")
     run.add_argument("--log-every", type=int, default=None)
