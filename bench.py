@@ -3,6 +3,7 @@
     python bench.py --depth 4                         # cpu preset: achieved GFLOP/s vs a matmul roofline, arm ratios
     python bench.py --bench-shape d6w384 --preset cpu
     python bench.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
+    python bench.py --compile-time --depth 8          # cold compile and step time, whole-model vs per-block compile
 
 Both time train.py's own train_step on synthetic tokens (uniform random ids: no dataset, no network), with the
 memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench runs
@@ -226,6 +227,44 @@ def bench(args):
     return dict(results, roofline_flops_per_second=roofline, **ratios)
 
 
+def compile_time(args):
+    """--compile-time: cold compilation and steady step time of Untied-Grow at --depth (default 8) on one process and
+    synthetic tokens, compiled whole (torch.compile(model): a graph per pass stage, one backward node for every
+    gradient) and regionally (train.compile_model: one graph the blocks share), each from cold caches (Dynamo reset,
+    Inductor's caches off): --bench-steps + 1 steps before growth and as many after. compile_seconds is the first step
+    less the steady one; growth_compile_seconds the same at the first step after growth (the whole model recompiles
+    for the new pass count) -> {mode: numbers}."""
+    rank, world, device = setup_distributed(args.device)
+    if world > 1:
+        raise UsageError("--compile-time runs in one process; start it with python, not torchrun")
+    depth, steps = args.depth or 8, args.bench_steps
+    plan = synthetic_plan(args, "untied_grow", depth, 2 * (steps + 1), crossover_step=steps + 1)
+    eager_args = argparse.Namespace(**dict(vars(args), compile=False))  # compiled below, in each mode
+    cfg, results = plan.model_config, {}
+    print(f"compile-time: untied_grow d{depth}, width {cfg.width}, T {cfg.seq_len}, vocab {cfg.vocab_size}, "
+          f"{plan.tokens_per_step // plan.seq_len} sequences per step, K {plan.pass_stages}, growth at step "
+          f"{plan.crossover_step}, {torch.get_num_threads()} threads; cold caches per mode; medians of {steps} steps")
+    for mode in ("whole", "regional"):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        with torch._inductor.config.patch(force_disable_caches=True):
+            arm = synthetic_training(eager_args, plan, device, random_init=True)
+            arm.step_model = train.compile_model(arm.model, plan, whole=mode == "whole")
+            seconds, loss = timed_steps(arm, 2 * (steps + 1))
+        r = dict(first_step_seconds=seconds[0], steady_step_seconds=median(seconds[1:steps + 1]),
+                 growth_step_seconds=seconds[steps + 1], steady_step_seconds_grown=median(seconds[steps + 2:]),
+                 graphs=torch._dynamo.utils.counters["stats"]["unique_graphs"], final_loss=loss)
+        r.update(compile_seconds=r["first_step_seconds"] - r["steady_step_seconds"],
+                 growth_compile_seconds=r["growth_step_seconds"] - r["steady_step_seconds_grown"])
+        results[mode] = r
+        first, last = plan.pass_stages[0], plan.pass_stages[-1]
+        print(f"{mode:8s} | cold compile {r['compile_seconds']:7.1f} s | at growth {r['growth_compile_seconds']:6.1f} "
+              f"s | steady {1000 * r['steady_step_seconds']:8.1f} ms/step (K={first}), "
+              f"{1000 * r['steady_step_seconds_grown']:8.1f} ms/step (K={last}) | {r['graphs']} graphs")
+    torch._dynamo.reset()
+    return results
+
+
 GPU_CHECK = {  # per preset: the runs and their steps; "cpu" is the tiny mode the tests run
     "paper": dict(vanilla_depth=12, grow_depth=8, steps=30, crossover_step=10, ratio_depth=12, ratio_steps=5,
                   ratio_repeats=3, core_examples=40, budget_seconds=450),
@@ -289,7 +328,7 @@ def check_core_scoring(args, device, examples):
     largest accuracy and answer-NLL difference from the one-at-a-time reference path."""
     plan = synthetic_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
     torch.manual_seed(0)
-    net = model_lib.GPT(plan.model_config).to_device(device).eval()
+    net = model_lib.GPT(plan.model_config, device=device).eval()
     for p in net.parameters():  # a random model with non-zero logits: ties would hide disagreements
         torch.nn.init.normal_(p, std=0.02)
     tasks = core_eval.load_tasks(args.bundle_dir) if args.bundle_dir else synthetic_core_tasks(examples)
@@ -383,6 +422,9 @@ def parse_args(argv):
     perf.add_argument("--gpu-check", action="store_true",
                       help="compiled vanilla d12 and untied_grow d8 (growth at step 10) on synthetic tokens: MFU, "
                            "tok/s, memory vs model, arm ratios, CORE scoring agreement (--preset cpu: tiny)")
+    perf.add_argument("--compile-time", action="store_true",
+                      help="cold compile time and steady step time of untied_grow (--depth, default 8) through "
+                           "growth, compiled whole-model vs per block (inductor; --preset cpu on CPU)")
     perf.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
                       help="rounds per repetition: a roofline sample and one step of every arm")
     perf.add_argument("--bench-repeats", type=integer(1, 1000), default=3,
@@ -407,6 +449,9 @@ def run(argv):
     args = parse_args(argv)
     if args.gpu_check:
         return gpu_check(args)
+    if args.compile_time:
+        compile_time(args)
+        return
     bench(args)
 
 

@@ -293,8 +293,14 @@ def keep_freed_cpu_memory():
                 and libc.mallopt(GLIBC_M_TRIM_THRESHOLD, 2 ** 31 - 1))
 
 
-def setup_distributed(device_flag="auto"):
-    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process."""
+DIST_TIMEOUT_MINUTES = 30  # NCCL's default 10 can pass while ranks build, load and compile a large model at start-up
+
+
+def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
+    """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process.
+    timeout_minutes: how long a collective may wait for the slowest rank before the process group gives up."""
+    import datetime
+
     import torch
     import torch.distributed as dist
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
@@ -307,7 +313,8 @@ def setup_distributed(device_flag="auto"):
     if not use_cuda:
         keep_freed_cpu_memory()
     if world > 1:
-        dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None)
+        dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
+                                timeout=datetime.timedelta(minutes=timeout_minutes))
     return rank, world, device
 
 

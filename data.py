@@ -39,6 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import tiktoken
 import torch
+import torch.distributed as dist
 
 from common import (Parser, UsageError, cli_main, download, exit_process, hf_auth_headers, hf_list, hf_url, integer,
                     sha256_file, write_json)
@@ -559,15 +560,25 @@ def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
 
 def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
     """Every token id among the first n_tokens (all by default) is < vocab_size: a flipped byte would otherwise
-    surface as an IndexError deep inside a training step."""
+    surface as an IndexError deep inside a training step. Under torch.distributed each rank reads its 1/world share
+    and one all-reduce gives every rank the first bad position, so the ranks read the pool once between them (a d26
+    run's 36 B tokens are 73 GB) and all stop with the same error."""
     n = len(pool.tokens) if n_tokens is None else min(int(n_tokens), len(pool.tokens))
-    for start in range(0, n, chunk):
-        block = np.asarray(pool.tokens[start:min(start + chunk, n)])
+    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
+    end, first_bad = (rank + 1) * n // world, n
+    for start in range(rank * n // world, end, chunk):
+        block = np.asarray(pool.tokens[start:min(start + chunk, end)])
         if block.size and int(block.max()) >= vocab_size:
-            offset = start + int(np.argmax(block >= vocab_size))
-            raise DataError(f"{_token_path(data_dir, pool.split)} holds token id {int(block[offset - start])} >= "
-                            f"vocab size {vocab_size} at position {offset:,}; the pool is corrupt (python data.py "
-                            f"verify {data_dir}), prepare it again")
+            first_bad = start + int(np.argmax(block >= vocab_size))
+            break
+    if world > 1:
+        shared = torch.tensor(first_bad, device="cuda" if dist.get_backend() == "nccl" else "cpu")
+        dist.all_reduce(shared, op=dist.ReduceOp.MIN)
+        first_bad = int(shared)
+    if first_bad < n:
+        raise DataError(f"{_token_path(data_dir, pool.split)} holds token id {int(pool.tokens[first_bad])} >= vocab "
+                        f"size {vocab_size} at position {first_bad:,}; the pool is corrupt (python data.py verify "
+                        f"{data_dir}), prepare it again")
 
 
 # ---------------------------------------------------------------------------------------------------------------

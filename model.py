@@ -192,33 +192,49 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg):
+    def __init__(self, cfg, device="cpu"):
+        """The network on `device`, the embedding in embedding_dtype(device). It is built on the meta device and
+        materialised tensor by tensor (init_weights), so the host holds about one tensor, not the model (7.4 B fp32
+        parameters at d26), and a seed gives the same weights on any device."""
         super().__init__()
         self.cfg = cfg
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(cfg.padded_vocab, cfg.width),
-            h=nn.ModuleList(Block(cfg) for _ in range(stored_blocks(cfg))),
-        ))
-        self.lm_head = nn.Linear(cfg.width, cfg.padded_vocab, bias=False)
+        with torch.device("meta"):
+            self.transformer = nn.ModuleDict(dict(
+                wte=nn.Embedding(cfg.padded_vocab, cfg.width, dtype=embedding_dtype(device)),
+                h=nn.ModuleList(Block(cfg) for _ in range(stored_blocks(cfg))),
+            ))
+            self.lm_head = nn.Linear(cfg.width, cfg.padded_vocab, bias=False)
+        self.to_empty(device=device)
         half = cfg.head_dim // 2
         inv_freq = ROPE_BASE ** (-torch.arange(half, dtype=torch.float32) * 2 / cfg.head_dim)
         angles = torch.outer(torch.arange(ROPE_TABLE_FACTOR * cfg.seq_len, dtype=torch.float32), inv_freq)
-        self.register_buffer("rope_cos", angles.cos(), persistent=False)  # checkpoints hold parameters only
-        self.register_buffer("rope_sin", angles.sin(), persistent=False)
+        self.register_buffer("rope_cos", angles.cos().to(device), persistent=False)  # checkpoints hold parameters only
+        self.register_buffer("rope_sin", angles.sin().to(device), persistent=False)
         self.active_passes = cfg.passes_initial
         self.init_weights()
 
     @torch.no_grad()
     def init_weights(self):
         """Paper App. A.1 (docs/recipe.md, "Init"): every out-projection and lm_head zero (initial logits are exactly
-        0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2)."""
+        0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2).
+        Values are drawn from the CPU generator into one fp32 CPU tensor at a time and copied to the parameter's device.
+        The draws of the modules' default inits come first and are thrown away: they are what building the modules on
+        the CPU consumed, so a seed keeps giving the weights it always gave."""
+        def drawn(param, draw):
+            param.copy_(draw(torch.empty(param.shape, device="cpu")))
+
+        for module in self.modules():  # construction order
+            if isinstance(module, nn.Embedding):
+                nn.init.normal_(torch.empty(module.weight.shape, device="cpu"))
+            elif isinstance(module, nn.Linear):
+                nn.init.kaiming_uniform_(torch.empty(module.weight.shape, device="cpu"), a=math.sqrt(5))
         s = self.cfg.uniform_init_scale / math.sqrt(self.cfg.width)
         for block in self.transformer.h:
             for linear in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_gate, block.mlp.c_fc):
-                linear.weight.uniform_(-s, s)
+                drawn(linear.weight, lambda t: t.uniform_(-s, s))
             block.attn.c_proj.weight.zero_()
             block.mlp.c_proj.weight.zero_()
-        self.transformer.wte.weight.normal_(0.0, self.cfg.wte_init_std)
+        drawn(self.transformer.wte.weight, lambda t: t.normal_(0.0, self.cfg.wte_init_std))
         self.lm_head.weight.zero_()
 
     # block layout in transformer.h: prelude, core_1 .. core_K (untied) or the one core (tied), coda
@@ -276,13 +292,6 @@ class GPT(nn.Module):
         h = self.residual_stream(idx, passes, hidden=hidden)
         out = self.decode(h) if targets is None else self.loss(h, targets)
         return (out, hidden) if return_hidden else out
-
-    def to_device(self, device):
-        """self.to(device) with the embedding table in embedding_dtype(device): bf16 on CUDA as the release keeps it
-        (torch.optim.AdamW then keeps its moments in bf16 too), fp32 on CPU; every other parameter stays fp32."""
-        self.to(device)
-        self.transformer.wte.to(embedding_dtype(device))
-        return self
 
     def loss(self, h, targets):
         """F.cross_entropy(decode(h), targets, ignore_index=-1), computed in chunks of rows (ChunkedCrossEntropy)."""

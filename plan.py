@@ -5,8 +5,10 @@ model.py; train.py trains a Plan, and `--dry-run` prints it with its "memory".
 
 Memory: bytes per rank as pure functions of a ModelConfig. Activations are what eager autograd saves in this model's
 forward (tests/test_plan.py measures it on CPU with saved_tensors_hooks); torch.compile saves less (it recomputes
-pointwise ops), so the eager numbers are an upper bound for the compiled model. Every formula names the tensors it
-counts; docs/memory_table.py prints the tables of every paper run.
+pointwise ops), so the eager numbers are an upper bound for the compiled model. The model assumes train.py's regional
+compilation (COMPILE_MODE): each block's backward hands its gradients to the transport as eager's does, so gradient
+buckets are sent and freed while backward proceeds. Every formula names the tensors it counts; docs/memory_table.py
+prints the tables of every paper run.
 
     python train.py --arch untied_grow --depth 8 --dry-run      # Plan.as_dict() plus its "memory"
     python -m pytest -q tests/test_plan.py
@@ -414,6 +416,8 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
 # kept out of the Plan (a run resumes on another world size): result.json and the dry run hold it under "memory".
 
 H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
+COMPILE_MODE = ("regional: torch.compile per block (train.compile_model), gradients ready block by block as in eager; "
+                "activations as eager saves them, an upper bound for the compiled blocks")
 
 
 def memory_pass_stages(plan):
@@ -507,9 +511,40 @@ def memory_report(mem, plan, fixed_order=False):
     return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
                 world_size=mem.world_size, sequences_per_rank=rank_seqs,
                 sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, fixed_reduce_order=fixed_order,
+                compile=COMPILE_MODE,
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
                              accumulation=rank_seqs // s.micro_batch,
                              gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
+
+
+# Host memory at start-up: what the dry run predicts per node (ranks per node x one rank's bytes)
+
+HOST_RUNTIME_BYTES = 3 * GIB        # per process: Python, torch, the CUDA and NCCL libraries and context (an allowance)
+ASSUMED_TOKENS_PER_DOCUMENT = 500   # sizes the loader's per-document arrays; the dry run does not read the pool
+
+
+def host_memory(plan, ranks_per_node, device="cuda"):
+    """Predicted host RAM of one node at start-up: ranks_per_node times what one rank holds. model_init: GPT draws one
+    fp32 tensor at a time on the host (the largest), plus the bf16 cast of the embedding on its way to a CUDA device;
+    loader: TrainLoader's int64 arrays over the documents of the token limit (lengths, shuffled order, stream offsets,
+    and two transients of that length while an epoch's order is built) and the window order; validation: the int64
+    validation windows. A resume also reads the weights file and the AdamW state into host memory on every rank
+    (checkpoint.load_checkpoint). The pool's tokens are memory-mapped: page cache, shared by the node's ranks."""
+    cfg = plan.model_config
+    C, Vp = cfg.width, cfg.padded_vocab
+    emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
+    largest = max(Vp * C, *(rows * cols for rows, cols in block_matrix_shapes(cfg)))
+    documents = plan.train_token_limit // ASSUMED_TOKENS_PER_DOCUMENT
+    per_rank = dict(runtime=HOST_RUNTIME_BYTES, model_init=4 * largest + (emb if emb < 4 * Vp * C else 0),
+                    loader=8 * (5 * documents + plan.train_token_limit // (plan.seq_len + 1)),
+                    validation=8 * (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
+    parts = persistent_bytes(cfg, device=device)
+    resume = parts["parameters"] + parts["adamw_state"]
+    return dict(ranks_per_node=ranks_per_node, per_rank_gib={k: round(v / GIB, 2) for k, v in per_rank.items()},
+                per_node_gib=round(ranks_per_node * sum(per_rank.values()) / GIB, 1),
+                resume_per_node_gib=round(ranks_per_node * (sum(per_rank.values()) + resume) / GIB, 1),
+                assumes=f"{ASSUMED_TOKENS_PER_DOCUMENT} tokens per document; {HOST_RUNTIME_BYTES / GIB:g} GiB per "
+                        "process for Python, torch and the CUDA runtime")
 
 
 def device_memory_plan(args, plan, world, device, recorded=None):

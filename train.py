@@ -38,27 +38,29 @@ import model as model_lib
 import muon
 from checkpoint import (Run, RunState, failure_reason, gather, load_checkpoint, open_trajectory, read_run_state,
                         recorded_micro_batches, resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
-from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main, cli_main_distributed,
-                    env_integer, exit_process, integer, number, setup_distributed)
+from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
+                    cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed)
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PRESETS, SEEDS
-from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
-                  plan_micro_batches, requested_micro_batches, stage_at, stage_index)
+from plan import (GIB, H100_80GB_GIB, device_memory_plan, host_memory, lr_multiplier, make_plan, memory_report,
+                  passes_at, plan_micro_batches, requested_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
 
 def dry_run(args):
-    """One JSON line per --depth: the plan and its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA)."""
-    world = args.world_size or (env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
-                                * env_integer("NNODES", 1, 1, MAX_NODES))
+    """One JSON line per --depth: the plan, its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA) and its
+    "host_memory" per node of NPROC_PER_NODE ranks."""
+    ranks_per_node = env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
+    world = args.world_size or ranks_per_node * env_integer("NNODES", 1, 1, MAX_NODES)
     check_reduce_order(args, world)
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
         mem = dry_run_memory(args, plan, world)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order))))
+        print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
+                              host_memory=host_memory(plan, min(ranks_per_node, world)))))
     return 0
 
 
@@ -73,7 +75,8 @@ def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
     run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
     prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
-    planner's, on N x M H100s unless --gpu-memory), then the ladder's FLOPs and GPU-hours at F of an H100's peak."""
+    planner's, on N x M H100s unless --gpu-memory) and host memory per node (plan.host_memory), then the ladder's
+    FLOPs and GPU-hours at F of an H100's peak."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
@@ -92,9 +95,11 @@ def ladder_dry_run(argv):
         flops += plan.total_flops
         peak = [s.bytes["peak"] / GIB for s in mem.stages]
         peaks.append((max(peak), name))
+        host = host_memory(plan, args.gpus_per_node)
         print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
               + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {mem.gpu_memory_gib:.1f} GiB"
-              + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else ""))
+              + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
+              + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
     hours = flops / (GPU_PEAK_FLOPS["H100"] * args.mfu) / 3600
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100 | "
           f"{args.gpus_per_node} GPUs/node x {args.nodes} nodes | max peak {max(peaks)[0]:.1f} GiB per rank "
@@ -122,13 +127,22 @@ def use_compile(args, device):
     return args.compile if args.compile is not None else device.type == "cuda"
 
 
-def compile_model(model, plan):
-    """dynamic=False: the pass count (the int model.active_passes, or eval's passes argument) and the micro-batch
-    are constants of a graph, so a run compiles one graph per pass stage and one for eval (plus one for a shorter
-    last eval batch); random recurrence compiles one per pass value drawn, which the recompile limit allows."""
-    graphs = len(plan.pass_stages) + len(plan.random_passes) + 2
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, graphs)
-    return torch.compile(model, dynamic=False)
+def compile_model(model, plan, whole=False):
+    """Regional compilation: torch.compile on each Block in place (the embedding, the boundary operator and the
+    chunked loss stay eager), so identical blocks share one compiled code and every block's backward is its own
+    autograd node: a block's parameters get their gradients, and Muon's post-accumulate-grad hooks send them, while
+    the blocks before it are still in backward. whole=True compiles the whole model instead (bench.py --compile-time
+    compares the two): one backward node then hands out every gradient at its end, and each pass stage is a graph of
+    its own. dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one graph per micro-batch
+    of a pass stage and one for eval (plus one for a shorter last eval batch). -> the module train_step calls."""
+    # Dynamo's recompile limit counts graphs per code object, and every model of a process (bench.py builds several)
+    # shares Block's: each compiled model adds its own graphs to it.
+    torch._dynamo.config.recompile_limit += len(plan.pass_stages) + len(plan.random_passes) + 2
+    if whole:
+        return torch.compile(model, dynamic=False)
+    for block in model.transformer.h:
+        block.compile(dynamic=False)
+    return model
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -217,7 +231,7 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, f
 
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
-    rank, world, device = setup_distributed(args.device)
+    rank, world, device = setup_distributed(args.device, args.dist_timeout)
     check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
@@ -298,7 +312,7 @@ def start_training(run):
     resumes, compiled when the run compiles (use_compile)."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config).to_device(run.device)
+    model = model_lib.GPT(plan.model_config, device=run.device)
     model.set_passes(plan.pass_stages[0])
     optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
@@ -554,6 +568,9 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                           "recorded in the pool's verified.json)")
     run.add_argument("--seed", type=integer(*SEEDS), default=42)
     run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
+                          "own 10 can pass while the ranks of a large model start up)")
     run.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
     run.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
                      help="epochs over the token limit (--data-constrained)")

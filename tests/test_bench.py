@@ -126,3 +126,22 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("bench.py: error:") and message in lines[0], lines
 
+
+
+def test_compile_time_reports_whole_model_and_regional_compilation(monkeypatch, capsys):
+    """--compile-time at a tiny shape (Dynamo's eager backend instead of inductor, which takes minutes per graph on 2
+    cores): both modes from a cold cache through growth; the whole model compiles a graph per pass stage, the blocks
+    share one."""
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend="eager")))
+    args = bench.parse_args(["--compile-time", "--depth", "1", "--seq-len", "32", "--total-batch-tokens", "128",
+                             "--bench-steps", "1"])
+    results = bench.compile_time(args)
+    out = capsys.readouterr().out
+    assert (results["whole"]["graphs"], results["regional"]["graphs"]) == (2, 1)
+    for mode in ("whole", "regional"):
+        r = results[mode]
+        assert r["first_step_seconds"] > 0 and r["steady_step_seconds"] > 0 and r["steady_step_seconds_grown"] > 0
+        assert r["compile_seconds"] == pytest.approx(r["first_step_seconds"] - r["steady_step_seconds"])
+        assert math.isfinite(r["final_loss"]) and f"{mode:8s} | cold compile" in out
+    assert "untied_grow d1" in out and "K (2, 4)" in out

@@ -7,6 +7,7 @@ import math
 import os
 import subprocess
 import sys
+import weakref
 
 import pytest
 import torch
@@ -521,12 +522,12 @@ def test_chunked_loss_under_bf16_autocast_matches_unchunked():
 def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
     assert model.embedding_dtype("cuda") == torch.bfloat16 and model.embedding_dtype("cpu") == torch.float32
     cfg = config_for("operator_1", 3, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
-    net = reference_model(cfg).to_device("cpu")
+    net = reference_model(cfg)
     assert {p.dtype for p in net.parameters()} == {torch.float32}
     idx, targets = torch.randint(0, cfg.vocab_size, (2, 2, cfg.seq_len))
     with torch.autocast("cpu", torch.bfloat16):
         fp32_loss = net(idx, targets)
-    net.transformer.wte.to(torch.bfloat16)  # what to_device("cuda") does to the embedding
+    net.transformer.wte.to(torch.bfloat16)  # what GPT(cfg, device="cuda") builds
     with torch.autocast("cpu", torch.bfloat16):
         loss = net(idx, targets)
     loss.backward()
@@ -535,3 +536,75 @@ def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
     opt.step()
     state = opt.state[net.transformer.wte.weight]
     assert net.transformer.wte.weight.grad.dtype == state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.bfloat16
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Construction on the device: the same weights as building on the CPU, with about one tensor on the host
+
+def cpu_built_weights(cfg, seed):
+    """The weights GPT(cfg) had when it was built on the CPU and then moved: the modules constructed in order (their
+    default inits draw from the CPU generator and are overwritten), then the paper's init (App. A.1) in place."""
+    torch.manual_seed(seed)
+    C, H, Vp = cfg.width, cfg.mlp_hidden, cfg.padded_vocab
+    wte = torch.nn.Embedding(Vp, C)
+    shapes = [(C, C)] * 4 + [(C, H), (C, H), (H, C)]  # attn c_q c_k c_v c_proj, mlp c_gate c_fc c_proj
+    blocks = [[torch.nn.Linear(*shape, bias=False) for shape in shapes] for _ in range(model.stored_blocks(cfg))]
+    lm_head = torch.nn.Linear(C, Vp, bias=False)
+    s = cfg.uniform_init_scale / math.sqrt(C)
+    names = ("attn.c_q", "attn.c_k", "attn.c_v", "attn.c_proj", "mlp.c_gate", "mlp.c_fc", "mlp.c_proj")
+    weights = {}
+    with torch.no_grad():
+        for i, block in enumerate(blocks):
+            for name, linear in zip(names, block):
+                linear.weight.zero_() if name.endswith("c_proj") else linear.weight.uniform_(-s, s)
+                weights[f"transformer.h.{i}.{name}.weight"] = linear.weight
+        weights["transformer.wte.weight"] = wte.weight.normal_(0.0, cfg.wte_init_std)
+        weights["lm_head.weight"] = lm_head.weight.zero_()
+    return weights, torch.get_rng_state()
+
+
+@pytest.mark.parametrize("arch, options", [
+    ("vanilla", {}), ("deep_vanilla", {}), ("operator_1", dict(boundary="none")), ("loop_2", dict(prelude=0, coda=2)),
+    ("untied_grow", {}), ("untied_grow", dict(boundary="norm_only")), ("deep_vanilla_grow", {})])
+def test_the_model_built_on_its_device_has_the_cpu_built_weights(arch, options):
+    cfg = tiny(arch, depth=4, **options)
+    expected, rng_after = cpu_built_weights(cfg, seed=7)
+    torch.manual_seed(7)
+    net = GPT(cfg, device="cpu")
+    assert torch.equal(torch.get_rng_state(), rng_after)  # the generator continues where it did
+    state = net.state_dict()
+    assert state.keys() == expected.keys()
+    for name, tensor in expected.items():
+        assert torch.equal(state[name], tensor), name
+
+
+class LiveHostBytes(torch.utils._python_dispatch.TorchDispatchMode):
+    """Peak bytes of CPU tensors alive at once, counting those created while the mode is on."""
+
+    def __init__(self):
+        super().__init__()
+        self.live, self.peak = {}, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in torch.utils._pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type == "cpu" and t.untyped_storage().data_ptr():
+                key = t.untyped_storage().data_ptr()
+                if key not in self.live:
+                    self.live[key] = t.untyped_storage().nbytes()
+                    weakref.finalize(t, self.live.pop, key, None)
+        self.peak = max(self.peak, sum(self.live.values()))
+        return out
+
+
+def test_building_for_another_device_holds_about_one_tensor_on_the_host():
+    """The meta device stands in for a GPU: the parameters live off the host, which holds one drawn tensor at a time
+    (plus the small rotary tables), not the model."""
+    cfg = tiny("untied_grow", depth=4)
+    with LiveHostBytes() as host:
+        net = GPT(cfg, device="meta")
+    assert {p.device.type for p in net.parameters()} == {"meta"}
+    largest = max(4 * p.numel() for p in net.parameters())
+    rotary = 4 * net.rope_cos.numel()
+    assert host.peak <= largest + 4 * rotary
+    assert host.peak < sum(4 * p.numel() for p in net.parameters()) / 10

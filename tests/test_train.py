@@ -1,6 +1,8 @@
 """Tests for train.py: flags and bad input, --dry-run, and short CPU training runs (growth, resume, several gloo
 processes, compilation, checkpoints)."""
+import datetime
 import errno
+import io
 import json
 import math
 import os
@@ -13,6 +15,7 @@ import pytest
 import torch
 
 import arms
+import common
 import model
 import plan as plan_lib
 import train
@@ -48,12 +51,36 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "20", "--device-batch-size", "32", "--dry-run"], "the largest that fits is 8"),
     (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--dry-run"], "it fits on 16 GPUs"),
     (["--arch", "vanilla", "--depth", "8", "--world-size", "8"], "--world-size"),
+    (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "0", "--dry-run"],
+     "argument --dist-timeout: must be a finite number in [1, 1440], got '0'"),
+    (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "2000", "--dry-run"], "argument --dist-timeout: must be"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert train.main(argv) == 2
     stderr = capsys.readouterr().err
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], stderr
+
+
+def test_dist_timeout_reaches_the_process_group(monkeypatch):
+    """--dist-timeout (minutes; default 30, not NCCL's 10: ranks skewed by start-up must not time out) goes from the
+    flag through open_run and setup_distributed to init_process_group."""
+    assert train.parse_args(["--arch", "vanilla", "--depth", "2"]).dist_timeout == 30
+    calls = []
+
+    def stop_at_setup(*args):
+        calls.append(args)
+        raise StopIteration
+    monkeypatch.setattr(train, "setup_distributed", stop_at_setup)
+    args = train.parse_args(["--arch", "vanilla", "--depth", "2", "--dist-timeout", "45"])
+    with pytest.raises(StopIteration):
+        train.open_run(args, train.make_plan(args))
+    assert calls == [("auto", 45)]
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **kw: calls.append(kw))
+    for name, value in dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0").items():
+        monkeypatch.setenv(name, value)
+    assert common.setup_distributed("cpu", 45) == (0, 2, torch.device("cpu"))
+    assert calls[-1]["timeout"] == datetime.timedelta(minutes=45)
 
 
 def test_bad_input_in_a_real_process_is_one_line_exit_2():
@@ -232,6 +259,7 @@ def test_dry_run_prints_memory_per_stage_and_the_micro_batch_drop_at_growth(caps
     memory = out["memory"]
     assert memory["world_size"] == 8 and memory["sequences_per_rank"] == 32 and not memory["sync_every_micro_batch"]
     assert [(s["passes"], s["micro_batch"], s["accumulation"]) for s in memory["stages"]] == [(2, 16, 2), (4, 8, 4)]
+    assert memory["compile"].startswith("regional")  # the compile mode the memory model assumes
     for stage in memory["stages"]:
         gib = stage["gib"]
         parts = ("parameters", "gradients", "muon_state", "adamw_state", "weight_copies", "activations", "loss_path",
@@ -249,6 +277,25 @@ def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatc
     assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
     h200 = plan_lib.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
     assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
+
+
+def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
+    """d26 on 2 nodes of 8: each rank builds its model on the GPU one tensor at a time (the largest is the embedding:
+    an fp32 draw and its bf16 cast on the host), not 7.4 B fp32 parameters (27.7 GiB) on the host."""
+    monkeypatch.setenv("NNODES", "2")
+    assert train.main(["--arch", "untied_grow", "--depth", "26", "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    host = out["host_memory"]
+    assert host["ranks_per_node"] == 8 and "tokens per document" in host["assumes"]
+    assert host["per_rank_gib"]["model_init"] == round(6 * out["padded_vocab"] * out["width"] / 2 ** 30, 2)
+    assert host["per_node_gib"] == pytest.approx(8 * sum(host["per_rank_gib"].values()), abs=0.2)
+    assert host["per_node_gib"] < 100  # the CPU-built model alone was 8 x 27.7 GiB
+    weights = out["params_stored"] * 4 / 2 ** 30  # a resume reads the weights file into host memory on every rank
+    assert host["resume_per_node_gib"] > host["per_node_gib"] + 8 * weights
+    monkeypatch.setattr(sys, "stdin", io.StringIO("untied_grow_d26 --arch untied_grow --depth 26\n"))
+    train.main(["--ladder-dry-run", "--gpus-per-node", "8", "--nodes", "2"])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert f"host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)" in line
 
 
 def spy_on_forward(monkeypatch):
@@ -293,16 +340,70 @@ def compiled_and_eager(pool, tmp_path_factory):
     return read_run(runs, "eager"), read_run(runs, "compiled"), graphs
 
 
-def test_compiled_run_has_one_graph_per_pass_stage_and_one_for_eval(compiled_and_eager):
+def test_compiled_run_has_one_block_graph_for_training_and_one_for_eval(compiled_and_eager):
+    """Regional compilation: the blocks share one graph per micro-batch shape and grad mode, whatever the depth, the
+    pass count or the growth (no graph breaks, no recompiles per step or per block)."""
     _, (result, trajectory), graphs = compiled_and_eager
     assert [t["passes"] for t in trajectory] == [2, 2, 2, 4, 4, 4] and result["environment"]["compiled"]
-    assert len(graphs) == 3  # K=2 training, K=4 training, eval (no graph breaks, no recompiles per step)
+    assert len(graphs) == 2  # one micro-batch of 8 in both stages: a training graph and an eval (no-grad) graph
 
 
 def test_compiled_equals_eager(compiled_and_eager):
     (eager, eager_traj), (compiled, compiled_traj), _ = compiled_and_eager
     assert [t["loss"] for t in compiled_traj] == pytest.approx([t["loss"] for t in eager_traj], rel=1e-5)
     assert compiled["final_val_loss"] == pytest.approx(eager["final_val_loss"], rel=1e-5)
+
+
+def backward_order(step_model, net, idx):
+    """One forward and backward of `step_model` (net or its compiled form) -> the events in the order backward reached
+    them: ("grad", i) when a parameter of block i has its gradient (the post-accumulate-grad hooks Muon's transport
+    launches buckets from) and "block 0 starts" when an autograd node that produces block 0's gradients begins."""
+    events, blocks = [], list(net.transformer.h)
+    hooks = [p.register_post_accumulate_grad_hook(lambda p, i=i: events.append(("grad", i)))
+             for i, block in enumerate(blocks) for p in block.parameters()]
+    loss = step_model(idx[:, :-1], targets=idx[:, 1:])
+    first = {p.data_ptr() for p in blocks[0].parameters()}
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        children = [child for child, _ in node.next_functions]
+        if any(getattr(child, "variable", None) is not None and child.variable.data_ptr() in first
+               for child in children):
+            hooks.append(node.register_prehook(lambda grads: events.append("block 0 starts")))
+        todo += children
+    loss.backward()
+    for hook in hooks:
+        hook.remove()
+    return loss.detach(), events
+
+
+def test_compiled_blocks_hand_over_their_gradients_as_backward_passes_them(pool, tmp_path, monkeypatch):
+    """Under train.compile_model (aot_eager) every parameter of the last block has its gradient before the backward of
+    the first block starts, before and after growth, and the losses equal eager's to 1e-5."""
+    plan = plan_for(*tiny(pool, tmp_path, "untied_grow", depth=3))
+    torch.manual_seed(0)
+    eager = model.GPT(plan.model_config)
+    compiled = model.GPT(plan.model_config)
+    compiled.load_state_dict(eager.state_dict())
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend="aot_eager")))
+    torch._dynamo.reset()
+    step_model = train.compile_model(compiled, plan)
+    idx = torch.randint(0, 257, (4, 33), generator=torch.Generator().manual_seed(0))
+    last = len(compiled.transformer.h) - 1
+    for passes in (2, 4):
+        if passes == 4:
+            eager.grow(4)
+            compiled.grow(4)
+        eager_loss, _ = backward_order(eager, eager, idx)
+        loss, events = backward_order(step_model, compiled, idx)
+        assert loss.item() == pytest.approx(eager_loss.item(), rel=1e-5)
+        start = events.index("block 0 starts")
+        assert events[:start].count(("grad", last)) == 7  # the last block's 7 matrices, all before block 0 runs
+    torch._dynamo.reset()
 
 
 # ---------------------------------------------------------------------------------------------------------------
