@@ -33,8 +33,8 @@ from scipy import optimize
 import studies
 from cli import Parser, UsageError, cli_main, exit_process
 from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
-                  forecast, jsonable, note, positive_float, pyplot, read_csv, read_result_json, record_outputs,
-                  robust_lsq)
+                  forecast, jsonable, note, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
+                  save_figures)
 
 
 
@@ -206,7 +206,6 @@ def ladder_figures(data, fit, out_dir, xname):
     """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left)."""
     plt = pyplot()
     plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
-    record_outputs(out_dir, LADDER_FIGURES)
     E, c_ref = fit["E"], fit["c_ref"]
     style = lambda a: ARM_STYLE.get(a, (a, None))
     xlabel = "training compute (FLOPs)" if xname == "FLOPs" else "training time (s)"
@@ -248,13 +247,6 @@ def ladder_figures(data, fit, out_dir, xname):
             twin.set_yticks([best], [f"{best:.2f}×"])
         ax.legend(loc="upper left", frameon=False)
 
-    def save(fig, name):
-        fig.tight_layout()
-        for ext in ("png", "pdf"):
-            fig.savefig(os.path.join(out_dir, f"{name}.{ext}"), dpi=200)
-        plt.close(fig)
-        return [os.path.join(out_dir, f"{name}.{ext}") for ext in ("png", "pdf")]
-
     arms = list(fit["arms"])
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     loss_panel(axes[0], arms)
@@ -265,12 +257,18 @@ def ladder_figures(data, fit, out_dir, xname):
         axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
     axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
     axes[2].invert_xaxis()
-    paths = save(fig, "fig3_ladders")
+    fig.tight_layout()
     arms2 = [a for a in FIG2_ARMS if a in fit["arms"]] or arms
-    fig, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
+    fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
-    return paths + save(fig, "fig2_left")
+    fig2.tight_layout()
+    figures = {name: fig if name.startswith("fig3") else fig2 for name in LADDER_FIGURES}
+    try:
+        return save_figures(out_dir, figures, dpi=200)
+    finally:
+        plt.close(fig)
+        plt.close(fig2)
 
 
 def cmd_ladders(args):

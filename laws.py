@@ -10,7 +10,7 @@ import argparse, csv, json, math, os, sys
 import numpy as np
 from scipy import optimize, stats
 
-from cli import UsageError, write_json
+from cli import UsageError
 
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
@@ -97,15 +97,30 @@ def check_outputs(out_dir, names):
     return listed
 
 
-def record_outputs(out_dir, names):
-    """Create OUT and list `names` in its manifest (atomically) just before writing them."""
-    listed = check_outputs(out_dir, names)
-    manifest = os.path.join(out_dir, MANIFEST)
+def save_figures(out_dir, figures, dpi):
+    """Write {file name: matplotlib figure} into OUT (the format from each name's extension) and list the names in
+    OUT's manifest. Everything is first written to hidden temporary files beside the final names, then the manifest
+    and then the figures are renamed into place, so a failed write (a full disk) leaves neither a partial file nor a
+    changed manifest: it removes its temporary files and raises UsageError. -> the paths written."""
+    listed = check_outputs(out_dir, figures)
+    tmp = {name: os.path.join(out_dir, f".{name}.tmp{os.getpid()}") for name in [MANIFEST, *figures]}
+    created = not os.path.isdir(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        write_json(manifest, dict(written_by="fit.py", files=sorted(set(listed) | set(names))))
+        for name, fig in figures.items():
+            fig.savefig(tmp[name], format=name.rsplit(".", 1)[1], dpi=dpi)
+        with open(tmp[MANIFEST], "w") as f:
+            f.write(json.dumps(dict(written_by="fit.py", files=sorted(set(listed) | set(figures))), indent=2) + "\n")
     except OSError as e:
-        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror}")
+        for path in tmp.values():
+            if os.path.exists(path):
+                os.remove(path)
+        if created and os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)
+        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror or e}; free space there or pass another --out")
+    for name in tmp:  # the manifest first: a file in OUT is listed before it appears
+        os.replace(tmp[name], os.path.join(out_dir, name))
+    return [os.path.join(out_dir, name) for name in figures]
 
 
 def fnum(x, fmt=".4f"):

@@ -28,7 +28,7 @@ from scipy import optimize, stats
 from arms import GPU_PEAK_FLOPS
 from cli import UsageError
 from laws import (ARM_STYLE, FIT, FitError, check_outputs, fit_free_e, fit_shared_e, fnum, jsonable, note, pyplot,
-                  read_csv, read_result_json, record_outputs)
+                  read_csv, read_result_json, save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
@@ -227,7 +227,6 @@ def cmd_design(args):
 def design_figure(results, ref_arm, out_dir, gpu):
     """Expected CI half-width of gamma and of gamma - gamma_ref against each design's GPU-hours."""
     plt = pyplot()
-    record_outputs(out_dir, DESIGN_FIGURE)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     arms = list(results[0]["arms"])
     for a in arms:
@@ -247,11 +246,10 @@ def design_figure(results, ref_arm, out_dir, gpu):
                 title="dotted: each arm's true |Δγ|")
     axes[0].legend(frameon=False, fontsize=8)
     fig.tight_layout()
-    paths = [os.path.join(out_dir, n) for n in DESIGN_FIGURE]
-    for p in paths:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return paths
+    try:
+        return save_figures(out_dir, dict.fromkeys(DESIGN_FIGURE, fig), dpi=150)
+    finally:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------------- surface

@@ -609,3 +609,76 @@ def test_resume_of_a_complete_run_is_nothing_to_do(pool, tmp_path):
     with contextlib.redirect_stdout(out):
         assert importlib.import_module("train").main(argv + ["--resume"]) == 0
     assert "nothing to do" in out.getvalue() and snapshot(tmp_path) == before
+
+
+# --- fit.py (issue 23) ---
+# class 1 (disk full), class 2 (numeric flags out of range), class 3 (design specs), class 4 (duplicated and
+# conflicting rows). Each case runs fit.py in-process unless it needs its own filesystem.
+def can_mount_tmpfs():
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+FULL_DISK_DRIVER = """
+import contextlib, io, json, os, sys
+sys.path.insert(0, os.getcwd())
+import fit
+mnt, csv = sys.argv[1], sys.argv[2]
+def run(out):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = fit.main(["ladders", csv, "--out", out])
+    return code, err.getvalue()
+def listing(d):
+    return {n: open(os.path.join(d, n), "rb").read().hex() for n in sorted(os.listdir(d))} if os.path.isdir(d) else None
+first = run(os.path.join(mnt, "figs"))
+with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f:  # fill the filesystem to the last byte
+    try:
+        while True:
+            f.write(b"\\0" * 4096)
+    except OSError:
+        pass
+before = listing(os.path.join(mnt, "figs"))
+again, fresh = run(os.path.join(mnt, "figs")), run(os.path.join(mnt, "new"))
+print(json.dumps(dict(first=first, again=again, fresh=fresh, same=listing(os.path.join(mnt, "figs")) == before,
+                      names=sorted(before), new=listing(os.path.join(mnt, "new")))))
+"""
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs root and unshare for a private tmpfs")
+def test_class1_fit_out_on_a_real_full_filesystem(tmp_path):
+    # a 1 MiB tmpfs in a private mount namespace: the first --out fits, then the disk is filled; rewriting the figures
+    # and writing into a fresh directory both stop with one line, leaving the earlier files and manifest as they were
+    (tmp_path / "l.csv").write_text(ladder_csv())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = f'mount -t tmpfs -o size=1m tmpfs "{mnt}" && exec "{sys.executable}" -c "$0" "{mnt}" "{tmp_path}/l.csv"'
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, FULL_DISK_DRIVER], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["first"][0] == 0 and out["names"] == sorted(["fit_manifest.json", "fig3_ladders.png", "fig3_ladders.pdf",
+                                                            "fig2_left.png", "fig2_left.pdf"])
+    for code, err in (out["again"], out["fresh"]):
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith("fit.py: error: cannot write into --out") and "No space left on device" in err, err
+    assert out["same"] and out["new"] in (None, {}), "a partial file or manifest was left behind"
+
+
+def test_class1_fit_out_disk_full_inside_a_figure_write(tmp_path, monkeypatch):
+    # the same contract where no tmpfs can be mounted: ENOSPC raised after half of the second file is written
+    import errno
+    from matplotlib.figure import Figure
+    save, calls = Figure.savefig, []
+
+    def full_disk(self, path, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            open(path, "wb").write(b"half a figure")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(self, path, **kw)
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    line = assert_refused("fit.py", ["ladders", "{d}/l.csv", "--out", "{d}/figs"], tmp_path,
+                          "No space left on device", GOOD, runner=run_in_process)
+    assert line.startswith("fit.py: error: cannot write into --out") and not os.path.exists(tmp_path / "figs")
