@@ -33,8 +33,8 @@ from scipy import optimize
 import studies
 from cli import Parser, UsageError, cli_main, exit_process
 from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
-                  forecast, jsonable, note, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
-                  save_figures)
+                  forecast, jsonable, note, number, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
+                  save_figures, SEED_MAX)
 
 
 
@@ -450,6 +450,10 @@ side, and the plan's FLOPs and GPU-hours; --out writes design_ci_vs_compute.{png
 )
 
 
+MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: beyond this a run takes days
+NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
+
+
 def build_parser():
     p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -458,63 +462,69 @@ def build_parser():
     s = add("ladders", "per-arm power laws, multipliers, forecasts, figures")
     s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
     s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--anchor-depth", type=int, default=FIT["anchor_depth"],
+    s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
                    help="multipliers at the reference budgets with depth >= this; C0 = its compute (8; cpu preset: 3)")
     s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory")
-    s.add_argument("--bootstrap", type=int, help=f"resamples for CIs (default 0, or "
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")
-    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="bootstrap seed")
     s.add_argument("--time", action="store_true", help="use training time (seconds) instead of FLOPs")
     s.add_argument("--extrapolate", type=positive_float, metavar="C",
                    help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
                                                                       "report their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
-    s.add_argument("--noise", type=positive_float, metavar="SIGMA",
+    s.add_argument("--noise", type=NOISE, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
     s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
     s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
-    s.add_argument("--noise", type=positive_float, metavar="SIGMA", help="relative run-to-run noise "
-                                                                                    "(sd of ln val_loss of one run)")
+    s.add_argument("--noise", type=NOISE, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
+                                                                     "run)")
     s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
     s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
     s.add_argument("--gamma", type=positive_float)
     s.add_argument("--A", type=positive_float, help="true A at C = 1e18 FLOPs")
-    s.add_argument("--delta-gamma", type=float, metavar="DG", help="every other arm's true gamma = reference's + DG")
+    s.add_argument("--delta-gamma", type=number(float, -1, 1, True, True), metavar="DG", help="every other arm's true gamma = reference's + DG")
     s.add_argument("--design", action="append", metavar="SPEC", help="repeatable: 'd6-18', 'd6-22 x3@top2', ...")
     s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--sims", type=int, default=400, help="simulated ladders per design")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")
+    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
     s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 "
                    "FLOP/s for GPU-hours (h100/h200 989e12, a100 312e12, b200 2250e12)")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
-    s.add_argument("--mfu", type=positive_float, default=0.4, help="model FLOPs utilisation (0.4)")
+    s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4,
+                   help="model FLOPs utilisation, in (0, 1] (0.4)")
     s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory")
     s = add("surface", "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
     s.add_argument("--delta", type=positive_float, help="Huber delta on ln L (default per form: "
                    f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
-    s.add_argument("--drop-highest", type=int, default=0, metavar="N",
+    s.add_argument("--drop-highest", type=number(int, 0), default=0, metavar="N",
                    help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
-    s.add_argument("--hops", type=int, default=100, help="basin-hopping iterations after the grid of starts")
-    s.add_argument("--folds", type=int, default=5, help="CV folds over the interpolation points")
-    s.add_argument("--holdout", type=float, default=0.25, help="fraction of distinct N (and D) values held out as 'large'")
+    s.add_argument("--hops", type=number(int, 0, MAX_RESAMPLES), default=100,
+                   help="basin-hopping iterations after the grid of starts")
+    s.add_argument("--folds", type=number(int, 2), default=5,
+                   help="CV folds over the interpolation points (2 .. their number)")
+    s.add_argument("--holdout", type=number(float, 0, 1, True, True), default=0.25,
+                   help="fraction in (0, 1) of distinct N (and D) values held out as 'large'")
     s.add_argument("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
-    s.add_argument("--budgets", type=float, nargs="+", help="compute budgets for N*(C), D*(C)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets for N*(C), D*(C)")
+    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s = add("downstream", "CORE forecast (App. C.4)")
     s.add_argument("data")
     s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--targets", type=float, nargs="+", default=list(FIT["gpt3_targets"]))
-    s.add_argument("--at", type=float, nargs="*", default=[], help="compute budgets to forecast CORE at")
+    s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
+                   help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
+    s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
     for name, helptext in (("tpp", "optimal tokens per parameter"), ("growth", "optimal growth fraction"),
                            ("lr", "hyperparameter drift exponent"), ("loops", "optimal loop count and frontiers")):
         s = add(name, helptext)
         s.add_argument("data")
         if name == "loops":
-            s.add_argument("--wd", type=float, default=0.8, help="fixed weight decay of the loop curves")
+            s.add_argument("--wd", type=number(float, 0), default=0.8, help="fixed weight decay of the loop curves "
+                           "(default %(default)s; the reported loop-scaling gain depends on it)")
             s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
     for s in sub.choices.values():
@@ -528,9 +538,6 @@ COMMANDS = dict(ladders=cmd_ladders, downstream=cmd_downstream, design=studies.c
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    for flag in ("bootstrap", "drop_highest", "anchor_depth"):
-        if (getattr(args, flag, None) or 0) < 0:
-            raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
     COMMANDS[args.cmd](args)
 
 

@@ -138,16 +138,30 @@ def jsonable(obj):
 
 
 
-def positive_float(v):
-    """argparse type: a finite float > 0."""
-    try:
-        x = float(v)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {v!r}")
-    return x
+def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
+    """argparse type: a whole (kind=int) or finite (kind=float) number in the declared range [lo, hi] (an end left
+    out with open_lo/open_hi, no end with None); anything else is refused with the range in the message."""
+    end = lambda b: str(b) if kind is int else format(b, "g")
+    what = "a whole number" if kind is int else "a finite number"
+    if lo is not None and hi is not None:
+        what += f" in {'(' if open_lo else '['}{end(lo)}, {end(hi)}{')' if open_hi else ']'}"
+    elif lo is not None or hi is not None:
+        what += f" {'>' if open_lo else '>='} {end(lo)}" if lo is not None else f" {'<' if open_hi else '<='} {end(hi)}"
 
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or kind is float and not math.isfinite(v) or lo is not None and (v < lo or v == lo and open_lo) \
+                or hi is not None and (v > hi or v == hi and open_hi):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return v
+    return parse
+
+
+positive_float = number(float, 0, open_lo=True)
+SEED_MAX = 2 ** 63 - 1  # numpy's generators take any seed >= 0; this keeps seeds within a signed 64-bit JSON integer
 
 
 def pyplot():

@@ -151,10 +151,12 @@ def true_laws(args, arms):
             with open(args.truth) as f:
                 pilot = json.load(f)
             E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
+            assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
         except OSError as e:
             raise UsageError(f"cannot read {args.truth}: {e.strerror}")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma)")
+        except (ValueError, KeyError, TypeError, AttributeError, AssertionError):
+            raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma, "
+                             "all finite and > 0)")
     elif None not in (args.E, args.gamma, args.A):
         E, have = args.E, {args.reference_arm: (args.A, args.gamma)}
     else:
@@ -169,6 +171,9 @@ def true_laws(args, arms):
         A, g = have.get(a, have[args.reference_arm])
         laws[a] = (A, have[args.reference_arm][1] + args.delta_gamma) if args.delta_gamma is not None and \
             a != args.reference_arm else (A, g)
+        if laws[a][1] <= 0:
+            raise UsageError(f"--delta-gamma {args.delta_gamma:g} gives {a} a true gamma of {laws[a][1]:g}; it must "
+                             "stay > 0")
     return E, laws
 
 
@@ -353,6 +358,9 @@ def cmd_surface(args):
     forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
     delta = {f: args.delta if args.delta is not None else FIT["surface_delta"][f] for f in forms}
     regimes = split_regimes(N, D, args.holdout)
+    if args.folds > regimes["interpolation"].sum():
+        raise UsageError(f"--folds {args.folds}: {args.data} has {regimes['interpolation'].sum()} interpolation points "
+                         f"(--holdout {args.holdout:g}); pass --folds <= that or a smaller --holdout")
     out = dict(delta=delta, dropped=dropped, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
     C = 6 * N * D
     budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))

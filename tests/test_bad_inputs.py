@@ -108,8 +108,8 @@ FIT_CASES = [
     ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
     ("extrapolate-negative", GOOD, ["ladders", "{d}/l.csv", "--extrapolate=-1e21"], "--extrapolate: must be"),
     ("extrapolate-nan", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "nan"], "--extrapolate: must be"),
-    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number > 0"),
-    ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap must be >= 0"),
+    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number in (0, 1)"),
+    ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap: must be a whole number in [0, 100000]"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
     ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "reference arm 'nope'"),
@@ -682,3 +682,76 @@ def test_class1_fit_out_disk_full_inside_a_figure_write(tmp_path, monkeypatch):
     line = assert_refused("fit.py", ["ladders", "{d}/l.csv", "--out", "{d}/figs"], tmp_path,
                           "No space left on device", GOOD, runner=run_in_process)
     assert line.startswith("fit.py: error: cannot write into --out") and not os.path.exists(tmp_path / "figs")
+
+
+def surface_csv(rows=()):
+    """A 4 x 4 (N, D) grid on a Chinchilla law, plus extra raw CSV rows."""
+    grid = [f"{N:g},{D:g},{1.5 + 1000 / N ** 0.4 + 2000 / D ** 0.3:.6f}"
+            for N in (1e8, 2e8, 4e8, 8e8) for D in (1e9, 2e9, 4e9, 8e9)]
+    return "\n".join(["N,D,loss", *grid, *rows]) + "\n"
+
+
+TWO_ARM_PLAN = PLAN + "".join(json.dumps(dict(arch="other", depth=d, total_flops=1e18 * d)) + "\n" for d in (6, 8, 10, 12))
+FLAG_FILES = dict(GOOD, **{"s.csv": surface_csv(), "p.jsonl": PLAN, "p2.jsonl": TWO_ARM_PLAN, "pilot.json": PILOT})
+SURFACE = ["surface", "{d}/s.csv"]
+LADDERS = ["ladders", "{d}/l.csv"]
+DESIGN = ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"]
+SEED_RANGE = "must be a whole number in [0, 9223372036854775807]"
+FIT_FLAG_RANGE_CASES = [
+    ("surface-folds-zero", [*SURFACE, "--folds", "0"], "--folds: must be a whole number >= 2, got '0'"),
+    ("surface-folds-one", [*SURFACE, "--folds", "1"], "--folds: must be a whole number >= 2, got '1'"),
+    ("surface-folds-negative", [*SURFACE, "--folds=-2"], "--folds: must be a whole number >= 2, got '-2'"),
+    ("surface-folds-more-than-points", [*SURFACE, "--folds", "100"], "--folds 100: {d}/s.csv has 9 interpolation points"),
+    ("surface-holdout-nan", [*SURFACE, "--holdout", "nan"], "--holdout: must be a finite number in (0, 1), got 'nan'"),
+    ("surface-holdout-two", [*SURFACE, "--holdout", "2"], "--holdout: must be a finite number in (0, 1), got '2'"),
+    ("surface-seed-negative", [*SURFACE, "--seed=-1"], f"--seed: {SEED_RANGE}, got '-1'"),
+    ("surface-hops-negative", [*SURFACE, "--hops=-3"], "--hops: must be a whole number in [0, 100000], got '-3'"),
+    ("surface-budgets-nan", [*SURFACE, "--budgets", "nan"], "--budgets: must be a finite number > 0, got 'nan'"),
+    ("surface-delta-inf", [*SURFACE, "--delta", "inf"], "--delta: must be a finite number > 0"),
+    ("surface-drop-highest-negative", [*SURFACE, "--drop-highest=-1"], "--drop-highest: must be a whole number >= 0"),
+    ("ladders-anchor-depth-zero", [*LADDERS, "--anchor-depth", "0"], "--anchor-depth: must be a whole number >= 1"),
+    ("ladders-bootstrap-huge", [*LADDERS, "--bootstrap", "10000000"], "--bootstrap: must be a whole number in [0, 100000]"),
+    ("ladders-bootstrap-fraction", [*LADDERS, "--bootstrap", "2.5"], "--bootstrap: must be a whole number"),
+    ("ladders-seed-beyond-int64", [*LADDERS, "--seed", str(2 ** 64)], f"--seed: {SEED_RANGE}"),
+    ("ladders-noise-above-one", [*LADDERS, "--noise", "1.5"], "--noise: must be a finite number in (0, 1), got '1.5'"),
+    ("ladders-noise-inf", [*LADDERS, "--noise", "inf"], "--noise: must be a finite number in (0, 1)"),
+    ("design-mfu-zero", [*DESIGN, "--mfu", "0"], "--mfu: must be a finite number in (0, 1], got '0'"),
+    ("design-delta-gamma-beyond-one", [*DESIGN, "--delta-gamma", "5"], "--delta-gamma: must be a finite number in (-1, 1)"),
+    ("design-delta-gamma-makes-gamma-negative", ["design", "{d}/p2.jsonl", "--truth", "{d}/pilot.json", "--noise",
+                                                 "0.002", "--delta-gamma=-0.5"], "gives other a true gamma of -0.39"),
+    ("design-sims-few", [*DESIGN, "--sims", "5"], "--sims: must be a whole number in [20, 100000], got '5'"),
+    ("design-sims-huge", [*DESIGN, "--sims", "100000000"], "--sims: must be a whole number in [20, 100000]"),
+    ("design-seed-negative", [*DESIGN, "--seed=-1"], f"--seed: {SEED_RANGE}"),
+    ("design-peak-flops-zero", [*DESIGN, "--peak-flops", "0"], "--peak-flops: must be a finite number > 0"),
+    ("design-noise-nan", [*DESIGN[:-1], "nan"], "--noise: must be a finite number in (0, 1)"),
+    ("design-E-negative", ["design", "{d}/p.jsonl", "--E=-1", "--gamma", "0.1", "--A", "1", "--noise", "0.002"],
+     "--E: must be a finite number > 0"),
+    ("design-gamma-inf", ["design", "{d}/p.jsonl", "--E", "1", "--gamma", "inf", "--A", "1", "--noise", "0.002"],
+     "--gamma: must be a finite number > 0"),
+    ("design-truth-gamma-nan", ["design", "{d}/p.jsonl", "--truth", "{d}/nan.json", "--noise", "0.002"],
+     "all finite and > 0"),
+    ("downstream-target-above-one", ["downstream", "{d}/l.csv", "--targets", "1.5"],
+     "--targets: must be a finite number in (0, 1), got '1.5'"),
+    ("downstream-at-zero", ["downstream", "{d}/l.csv", "--at", "0"], "--at: must be a finite number > 0"),
+    ("loops-wd-negative", ["loops", "{d}/l.csv", "--wd=-1"], "--wd: must be a finite number >= 0, got '-1'"),
+    ("loops-wd-nan", ["loops", "{d}/l.csv", "--wd", "nan"], "--wd: must be a finite number >= 0, got 'nan'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in FIT_FLAG_RANGE_CASES], ids=[c[0] for c in FIT_FLAG_RANGE_CASES])
+def test_class2_fit_numeric_flag_out_of_range(tmp_path, argv, message):
+    files = dict(FLAG_FILES, **{"nan.json": PILOT.replace("0.11", "NaN")})
+    assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
+
+
+def test_class2_fit_flag_ranges_accept_their_ends(tmp_path, capsys):
+    # the declared ends are inclusive where the message says so: --mfu 1, --folds 2, --drop-highest 0, --bootstrap 0
+    (tmp_path / "p.jsonl").write_text(PLAN)
+    (tmp_path / "pilot.json").write_text(PILOT)
+    (tmp_path / "s.csv").write_text(surface_csv())
+    import fit
+    assert fit.main(["design", f"{tmp_path}/p.jsonl", "--truth", f"{tmp_path}/pilot.json", "--noise", "0.002",
+                     "--mfu", "1", "--sims", "20", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mfu"] == 1.0
+    assert fit.main(["surface", f"{tmp_path}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2",
+                     "--drop-highest", "0", "--json"]) == 0
