@@ -32,15 +32,17 @@ from laws import (ARM_STYLE, FIT, FitError, check_outputs, fit_free_e, fit_share
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
-DESIGN_SPEC = re.compile(r"^(?:d(\d+)-(\d+))?\s*(?:x(\d+)(?:@(top\d+|[\d,]+))?)?$")
+DESIGN_FORMS = "'d6-18' (depths 6..18), 'x3' (3 seeds everywhere), 'x3@top2' (at each arm's 2 largest depths), " \
+               "'x3@16,18' (at those depths), combined as 'd6-18 x3@top2'"
+MAX_SEEDS = 100  # seeds per planned point in a design spec
 
 
 def read_plan(path):
-    """Planned runs -> {(arm, depth): (compute_flops, seeds)} from a CSV [arm, depth, compute_flops (+ seeds)] or
+    """Planned runs -> [(arm, depth, compute_flops, seeds, origin)] from a CSV [arm, depth, compute_flops (+ seeds)] or
     train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin)."""
     if path.endswith(".csv"):
         c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops", "seeds"],
-                         positive=["depth", "compute_flops", "seeds"])
+                     positive=["depth", "compute_flops", "seeds"])
         rows = [(a, d, x, c["seeds"][i] if "seeds" in c else 1, f"{path}:{line}")
                 for i, (a, d, x, line) in enumerate(zip(c["arm"], c["depth"], c["compute_flops"], c["_line"]))]
     else:
@@ -55,39 +57,82 @@ def read_plan(path):
             try:
                 r = json.loads(line)
                 rows.append((r["arch"], r["depth"], float(r["total_flops"]), 1, f"{path}:{i}"))
-            except (ValueError, KeyError, TypeError):
-                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, depth, "
+                assert isinstance(r["arch"], str) and type(r["depth"]) is int
+            except (ValueError, KeyError, TypeError, AssertionError):
+                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, a whole depth, "
                                  "total_flops per line); or pass a CSV [arm, depth, compute_flops]")
-    plan = {}
     for arm, d, x, seeds, origin in rows:
-        if d != int(d) or seeds != int(seeds) or not (math.isfinite(x) and x > 0):
-            raise UsageError(f"{origin}: depth and seeds must be whole numbers and compute a finite number > 0")
-        if (arm, int(d)) in plan:
-            raise UsageError(f"{origin}: {arm} d{int(d)} is planned twice; list each (arm, depth) once")
-        plan[(arm, int(d))] = (x, int(seeds))
-    if not plan:
+        if d != int(d) or d < 1 or seeds != int(seeds) or not 1 <= seeds <= MAX_SEEDS or not (math.isfinite(x) and x > 0):
+            raise UsageError(f"{origin}: depth must be a whole number >= 1, seeds a whole number in [1, {MAX_SEEDS}] "
+                             "and compute a finite number > 0")
+    if not rows:
         raise UsageError(f"{path}: no planned runs")
+    return rows
+
+
+def plan_from_rows(rows):
+    """{(arm, depth): (compute_flops, seeds)}. A run planned twice (in one plan or across plans) is kept once with a
+    warning when both rows agree, and is an error naming both rows when they differ, as `fit.py ladders` treats
+    repeated results."""
+    plan, origin = {}, {}
+    for arm, d, x, seeds, where in rows:
+        key = (arm, int(d))
+        if key in plan:
+            if plan[key] != (x, int(seeds)):
+                raise UsageError(f"{where} and {origin[key]}: two different plans for {arm} d{int(d)}; remove one")
+            note(f"warning: {where} repeats {origin[key]} ({arm} d{int(d)}) exactly; kept one")
+            continue
+        plan[key], origin[key] = (x, int(seeds)), where
     return plan
 
 
+def parse_design(spec, depths):
+    """A --design spec -> (lo, hi, seeds, where) with where None (every depth), ('top', K) or a set of depths; a token
+    that is not one of DESIGN_FORMS, or that names a depth no run plans, is refused quoting the token."""
+    lo = hi = seeds = where = None
+    for token in spec.split():
+        bad = lambda why: UsageError(f"--design {spec!r}: {token!r} {why}")
+        if m := re.fullmatch(r"d(\d+)-(\d+)", token):
+            if lo is not None:
+                raise bad("is a second depth range; give one")
+            lo, hi = int(m[1]), int(m[2])
+            if lo > hi:
+                raise bad(f"runs backwards; write d{hi}-{lo}")
+            for end in (lo, hi):
+                if end not in depths:
+                    raise bad(f"asks for depth {end}, but no planned run has depth {end}; add it to the plan (e.g. "
+                              f"train.py --dry-run --depth ... {end})")
+        elif m := re.fullmatch(r"x(\d+)(?:@top(\d+)|@(\d+(?:,\d+)*))?", token):
+            if seeds is not None:
+                raise bad("is a second seed count; give one")
+            seeds = int(m[1])
+            if not 1 <= seeds <= MAX_SEEDS:
+                raise bad(f"asks for {seeds} seeds; give 1 to {MAX_SEEDS}")
+            if m[2] is not None:
+                where = ("top", int(m[2]))
+                if where[1] < 1:
+                    raise bad("needs topK with K >= 1 (the K largest depths of each arm)")
+            elif m[3] is not None:
+                where = {int(v) for v in m[3].split(",")}
+                if missing := sorted(where - depths):
+                    raise bad(f"names depth {', '.join(map(str, missing))}, but no planned run has it")
+        else:
+            raise bad(f"is not a design token; use {DESIGN_FORMS}")
+    if isinstance(where, set) and lo is not None and (outside := sorted(d for d in where if not lo <= d <= hi)):
+        raise UsageError(f"--design {spec!r}: seeds at depth {', '.join(map(str, outside))} lie outside d{lo}-{hi}")
+    return lo, hi, seeds, where
+
+
 def apply_design(plan, spec):
-    """A design spec on the plan -> {arm: (x, n, depths)}. Spec ('' = the plan as given): 'dLO-HI' keeps depths LO..HI of every arm (clipped to what
-    it plans), 'xS' gives S seeds to every point, 'xS@topK' to each arm's K largest depths, 'xS@16,18' to those."""
-    m = DESIGN_SPEC.match(spec.strip())
-    if not m:
-        raise UsageError(f"--design {spec!r}: use 'd6-18', 'd6-22', 'd6-18 x3@top2', 'd6-18 x3@16,18' or 'x3'")
-    lo, hi, seeds, where = m.groups()
-    depths = {d for _, d in plan}
-    for end in (lo, hi):
-        if end is not None and int(end) not in depths:
-            raise UsageError(f"--design {spec!r}: no planned run has depth {end}; add it to the plan "
-                             f"(e.g. train.py --dry-run --depth ... {end})")
+    """A design spec ('' = the plan as given) on the plan -> {arm: (x, n, depths)}: 'dLO-HI' keeps depths LO..HI of
+    every arm (clipped to what it plans), 'xS' gives S seeds to every point, 'xS@topK' to each arm's K largest depths,
+    'xS@16,18' to those."""
+    lo, hi, seeds, where = parse_design(spec, {d for _, d in plan})
     out = {}
     for arm in dict.fromkeys(a for a, _ in plan):
-        ds = sorted(d for a, d in plan if a == arm and (lo is None or int(lo) <= d <= int(hi)))
-        extra = set(ds) if where is None else set(ds[-int(where[3:]):]) if where.startswith("top") else \
-            {int(v) for v in where.split(",") if v}
-        n = [int(seeds) if seeds and d in extra else plan[(arm, d)][1] for d in ds]
+        ds = sorted(d for a, d in plan if a == arm and (lo is None or lo <= d <= hi))
+        extra = set(ds) if where is None else set(ds[-where[1]:]) if isinstance(where, tuple) else where
+        n = [seeds if seeds and d in extra else plan[(arm, d)][1] for d in ds]
         out[arm] = (np.array([plan[(arm, d)][0] for d in ds]), np.array(n), ds)
     return out
 
@@ -181,16 +226,9 @@ def cmd_design(args):
     if args.noise is None:
         raise UsageError("--noise SIGMA is required: the relative run-to-run noise (sd of ln val_loss of one run), "
                          "e.g. the sigma fit.py ladders pools from seed replicates")
-    if args.sims < 20:
-        raise UsageError(f"--sims must be >= 20, got {args.sims}")
     if args.out:
         check_outputs(args.out, DESIGN_FIGURE)
-    plan = {}
-    for path in args.plan:
-        for key, v in read_plan(path).items():
-            if key in plan:
-                raise UsageError(f"{path}: {key[0]} d{key[1]} is already planned in another plan file")
-            plan[key] = v
+    plan = plan_from_rows([row for path in args.plan for row in read_plan(path)])
     E, laws = true_laws(args, dict.fromkeys(a for a, _ in plan))
     designs = {spec or "plan": apply_design(plan, spec) for spec in (args.design or [""])}
     if args.reference_arm not in next(iter(designs.values())):

@@ -755,3 +755,48 @@ def test_class2_fit_flag_ranges_accept_their_ends(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["mfu"] == 1.0
     assert fit.main(["surface", f"{tmp_path}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2",
                      "--drop-highest", "0", "--json"]) == 0
+
+
+FIT_DESIGN_SPEC_CASES = [
+    ("top-zero", ["--design", "x3@top0"], "'x3@top0' needs topK with K >= 1"),
+    ("depth-not-in-plan", ["--design", "x3@99"], "'x3@99' names depth 99, but no planned run has it"),
+    ("zero-seeds", ["--design", "x0"], "'x0' asks for 0 seeds; give 1 to 100"),
+    ("too-many-seeds", ["--design", "x1000"], "'x1000' asks for 1000 seeds"),
+    ("unknown-token", ["--design", "d6-12 y3"], "'y3' is not a design token; use 'd6-18'"),
+    ("empty-depth-list", ["--design", "x3@"], "'x3@' is not a design token"),
+    ("range-backwards", ["--design", "d12-6"], "'d12-6' runs backwards; write d6-12"),
+    ("range-end-not-planned", ["--design", "d6-22"], "'d6-22' asks for depth 22, but no planned run has depth 22"),
+    ("two-ranges", ["--design", "d6-10 d8-12"], "'d8-12' is a second depth range"),
+    ("two-seed-counts", ["--design", "x3 x2@8"], "'x2@8' is a second seed count"),
+    ("seeds-outside-range", ["--design", "d6-8 x3@12"], "seeds at depth 12 lie outside d6-8"),
+    ("delta-gamma-nan", ["--delta-gamma", "nan"], "--delta-gamma: must be a finite number in (-1, 1), got 'nan'"),
+    ("mfu-five", ["--mfu", "5"], "--mfu: must be a finite number in (0, 1], got '5'"),
+]
+
+
+@pytest.mark.parametrize("extra, message", [c[1:] for c in FIT_DESIGN_SPEC_CASES], ids=[c[0] for c in FIT_DESIGN_SPEC_CASES])
+def test_class3_fit_design_spec_refused(tmp_path, extra, message):
+    assert_refused("fit.py", [*DESIGN, *extra], tmp_path, message, {"p.jsonl": PLAN, "pilot.json": PILOT},
+                   runner=run_in_process)
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"arch": "vanilla", "depth": 0, "total_flops": 1e18}', "p.jsonl:5: depth must be a whole number >= 1"),
+    ('{"arch": "vanilla", "depth": "14", "total_flops": 1e18}', "p.jsonl:5: not a train.py --dry-run plan"),
+    ('{"arch": 7, "depth": 14, "total_flops": 1e18}', "p.jsonl:5: not a train.py --dry-run plan"),
+    ('{"arch": "vanilla", "depth": 14, "total_flops": -1}', "p.jsonl:5: depth must be a whole number >= 1, seeds"),
+], ids=["depth-zero", "depth-string", "arch-number", "negative-flops"])
+def test_class3_fit_design_plan_lines_refused(tmp_path, line, message):
+    assert_refused("fit.py", DESIGN, tmp_path, message, {"p.jsonl": PLAN + line + "\n", "pilot.json": PILOT},
+                   runner=run_in_process)
+
+
+def test_class3_fit_design_specs_give_the_seeds_they_name(tmp_path, capsys):
+    import fit
+    (tmp_path / "p.jsonl").write_text(TWO_ARM_PLAN.replace('"other", "depth": 12', '"other", "depth": 14'))
+    (tmp_path / "pilot.json").write_text(PILOT)
+    assert fit.main([*(a.replace("{d}", str(tmp_path)) for a in DESIGN), "--delta-gamma", "0.004", "--sims", "20",
+                     "--design", "x3@top1", "--design", "d6-10 x2@8,10", "--json"]) == 0
+    top1, ranged = json.loads(capsys.readouterr().out)["designs"]
+    assert top1["depths"] == {"vanilla": {"6": 1, "8": 1, "10": 1, "12": 3}, "other": {"6": 1, "8": 1, "10": 1, "14": 3}}
+    assert ranged["depths"] == {"vanilla": {"6": 1, "8": 2, "10": 2}, "other": {"6": 1, "8": 2, "10": 2}}
