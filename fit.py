@@ -374,7 +374,7 @@ def cmd_downstream(args):
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
     c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
-                 positive=["compute_flops"] + [f"nll:{t}" for t in tasks])
+                 positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
     filtered = np.mean([c[f"acc:{t}"] for t in tasks], axis=0)
     sig = {t: fit_sigmoid(c[f"nll:{t}"], c[f"acc:{t}"]) for t in tasks}

@@ -44,9 +44,10 @@ def note(msg):
     print(f"fit.py: {msg}", file=sys.stderr)
 
 
-def read_csv(path, required, numeric=(), positive=()):
+def read_csv(path, required, numeric=(), positive=(), key=()):
     """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line)."""
+    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line).
+    `key`: the columns that name one measurement; rows repeating a key go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
             reader = csv.DictReader(f)
@@ -74,7 +75,29 @@ def read_csv(path, required, numeric=(), positive=()):
                 raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
         cols[c] = np.array(values)
     cols["_line"] = lines
+    if key:
+        read = [c for c in dict.fromkeys([*required, *numeric]) if c in cols]
+        cols = drop_repeats(cols, [c for c in key if c in cols], read, [f"{path}:{line}" for line in lines])
     return cols
+
+
+def drop_repeats(cols, key, compare, origins):
+    """`fit.py ladders`' rule for a measurement given twice: rows with equal `key` columns are kept once with a warning
+    when their `compare` columns agree as well, and are an error naming both rows when they differ.
+    -> cols (lists or arrays, one entry per origin) without the repeats."""
+    first, keep = {}, []
+    for i, origin in enumerate(origins):
+        k = tuple(cols[c][i] for c in key)
+        if k in first:
+            j = first[k]
+            what = ", ".join(f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in zip(key, k))
+            if any(cols[c][i] != cols[c][j] for c in compare):
+                raise UsageError(f"{origin} and {origins[j]}: two different results for {what}; remove one")
+            note(f"warning: {origin} repeats {origins[j]} ({what}) exactly; kept one")
+            continue
+        first[k] = i
+        keep.append(i)
+    return {c: [v[i] for i in keep] if isinstance(v, list) else v[np.array(keep, dtype=int)] for c, v in cols.items()}
 
 
 def check_outputs(out_dir, names):

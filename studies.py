@@ -27,7 +27,7 @@ from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from cli import UsageError
-from laws import (ARM_STYLE, FIT, FitError, check_outputs, fit_free_e, fit_shared_e, fnum, jsonable, note, pyplot,
+from laws import (ARM_STYLE, FIT, FitError, check_outputs, drop_repeats, fit_free_e, fit_shared_e, fnum, jsonable, note, pyplot,
                   read_csv, read_result_json, save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
@@ -382,7 +382,8 @@ def cmd_surface(args):
     have = [k for k in ("D", "compute") if k in c]
     if not have:
         raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
-    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]])
+    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]],
+                 key=["N", have[0]])
     N, L = c["N"], c["loss"]
     D = c["D"] if "D" in c else c["compute"] / (6 * N)
     dropped = []
@@ -470,7 +471,7 @@ def grouped_vertices(keys, x, y, label):
 
 def cmd_tpp(args):
     c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
-                 positive=["compute_flops", "tpp", "val_loss"])
+                 positive=["compute_flops", "tpp", "val_loss"], key=["compute_flops", "tpp"])
     v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), "budget")
     out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
     if not v:
@@ -488,7 +489,7 @@ def cmd_tpp(args):
 
 def cmd_growth(args):
     c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
-                 positive=["depth", "compute_flops", "val_loss"])
+                 positive=["depth", "compute_flops", "val_loss"], key=["depth", "compute_flops", "rho"])
     keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
     v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
     if not v:
@@ -502,7 +503,7 @@ def cmd_growth(args):
 
 def cmd_lr(args):
     c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"],
-                 positive=["params", "value", "val_loss"])
+                 positive=["params", "value", "val_loss"], key=["hparam", "params", "value"])
     hp = c.get("hparam", ["lr"] * len(c["params"]))
     out, lines = {}, []
     for h in dict.fromkeys(hp):
@@ -548,13 +549,14 @@ def compute_at_loss_linear(env, target):
 
 
 LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
+LOOP_KEY = ["depth", "loops", "weight_decay"]  # one run of the grid
 
 
 def loop_grid_from_runs(item):
     """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
     as in the paper's loop_grid.csv."""
     paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
-    rows = []
+    rows, origins = [], []
     for path in paths:
         r = read_result_json(path, ", ".join(LOOP_COLUMNS))
         if r["status"] == "complete" and "estimated_matrix_flops" in r:
@@ -562,21 +564,23 @@ def loop_grid_from_runs(item):
                 p = r["plan"]
                 rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
                                                      r["estimated_matrix_flops"], r["final_val_loss"])))
+                origins.append(path)
             except (KeyError, TypeError, ValueError):
                 raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
                                  "estimated_matrix_flops and final_val_loss")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
-    return {n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}
+    return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
+                        LOOP_COLUMNS, origins)
 
 
 def cmd_loops(args):
-    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
-                                                           positive=["depth", "loops", "compute_flops", "val_loss"]) if args.data.endswith(".csv") \
-        else loop_grid_from_runs(args.data)
+    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS, positive=["depth", "loops", "compute_flops", "val_loss"],
+                 key=LOOP_KEY) if args.data.endswith(".csv") else loop_grid_from_runs(args.data)
     at_wd = np.isclose(c["weight_decay"], args.wd)
     if not at_wd.any():
-        raise UsageError(f"{args.data}: no rows at weight decay {args.wd} (have {sorted(set(c['weight_decay']))})")
+        raise UsageError(f"{args.data}: no rows at weight decay {args.wd:g} (have "
+                         f"{', '.join(f'{w:g}' for w in sorted(set(c['weight_decay'])))}); pass one of them as --wd")
     curves = {}
     for K in sorted(set(c["loops"][at_wd])):
         m = at_wd & (c["loops"] == K)
@@ -601,13 +605,20 @@ def cmd_loops(args):
     for d in sorted(set(c["depth"][k1])):
         m = k1 & (c["depth"] == d)
         i = np.argmin(c["val_loss"][m])
-        op1.append((c["compute_flops"][m][i], c["val_loss"][m][i]))
+        wds = c["weight_decay"][m]
+        edge = len(set(wds)) > 1 and wds[i] in (wds.min(), wds.max())
+        op1.append((c["compute_flops"][m][i], c["val_loss"][m][i], d, wds[i], edge,
+                    f"d{d:g} (WD {wds[i]:g} of {wds.min():g}..{wds.max():g})"))
     op1.sort()
+    if edges := [where for *_, edge, where in op1 if edge]:
+        note(f"warning: Operator-1's best weight decay is at the edge of the swept grid at {', '.join(edges)}: the "
+             "tuned optimum may lie beyond the grid, which would change the gains below")
     env_wd = lower_envelope(c["compute_flops"][at_wd], c["val_loss"][at_wd])
     env_all = lower_envelope(c["compute_flops"], c["val_loss"])
     if op1:
-        C_op, L_op = op1[-1]
-        out["operator_1_tuned"] = [dict(compute=x, loss=y) for x, y in op1]
+        C_op, L_op = op1[-1][:2]
+        out["operator_1_tuned"] = [dict(compute=x, loss=y, depth=d, weight_decay=wd, wd_at_grid_edge=edge)
+                                   for x, y, d, wd, edge, _ in op1]
         out["gain_fixed_wd"] = C_op / compute_at_loss_linear(env_wd, L_op)
         out["gain_all_wd"] = C_op / compute_at_loss_linear(env_all, L_op)
         out["frontier_fixed_wd"] = [dict(compute=x, loss=y) for x, y in env_wd if x <= C_op]

@@ -800,3 +800,131 @@ def test_class3_fit_design_specs_give_the_seeds_they_name(tmp_path, capsys):
     top1, ranged = json.loads(capsys.readouterr().out)["designs"]
     assert top1["depths"] == {"vanilla": {"6": 1, "8": 1, "10": 1, "12": 3}, "other": {"6": 1, "8": 1, "10": 1, "14": 3}}
     assert ranged["depths"] == {"vanilla": {"6": 1, "8": 2, "10": 2}, "other": {"6": 1, "8": 2, "10": 2}}
+
+
+def loop_grid_csv(rows=(), best_wd=lambda depth: 0.8):
+    """A small loop grid (depths 4..10, loops 1/2/4, WD 0.4/0.8/1.6) whose loss is lowest at best_wd(depth)."""
+    import math
+    lines = ["depth,loops,weight_decay,compute_flops,val_loss"]
+    for d in (4, 6, 8, 10):
+        for K in (1, 2, 4):
+            for wd in (0.4, 0.8, 1.6):
+                C = d ** 2 * K * 1e16
+                loss = 3.0 - 0.1 * math.log(d ** 2 * K) + 0.01 * (K - 2) ** 2 + 0.01 * math.log2(wd / best_wd(d)) ** 2
+                lines.append(f"{d},{K},{wd},{C:g},{loss:.6f}")
+    return "\n".join(lines + list(rows)) + "\n"
+
+
+def sweep_csv(header, rows):
+    return "\n".join([header] + [",".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in r) for r in rows]) + "\n"
+
+
+TPP_ROWS = [(C, t, 1.1 + 0.05 * (t - o) ** 2 / o ** 2) for C, o in ((1e18, 5.0), (3e18, 5.5), (1e19, 6.0)) for t in (2.0, 3.5, 5.0, 8.0)]
+GROWTH_ROWS = [(d, 1e18 * d, r, 3.0 + 0.1 * (r - 0.5) ** 2) for d in (8, 9) for r in (0.2, 0.4, 0.6, 0.8)]
+LR_ROWS = [(n, v, 1.2 + 0.02 * (v / (0.04 * (n / 1e8) ** -0.7) - 1) ** 2) for n in (1e8, 2e8, 4e8) for v in (0.01, 0.02, 0.04, 0.08)]
+DOWN_ROWS = [(arm, C, 0.3 * s, 3.0 * s * (C / 1e18) ** -0.1 + 1.0, 0.5 - 0.1 * s * (C / 1e18) ** -0.1)
+             for arm, s in (("vanilla", 1.0), ("better", 0.9)) for C in (1e17, 1e18, 1e19, 1e20)]
+# reader -> (file, its text, argv, the line repeated, that line with a different result)
+FIT_READERS = {
+    "loops": ("g.csv", loop_grid_csv(), ["loops", "{d}/g.csv", "--budgets", "4e17"], "6,2,0.8,7.2e+17,2.5",
+              "6,2,0.8,7.2e+17,2.6"),
+    "surface": ("s.csv", surface_csv(), ["surface", "{d}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2"],
+                None, None),
+    "tpp": ("t.csv", sweep_csv("compute_flops,tpp,val_loss", TPP_ROWS), ["tpp", "{d}/t.csv"], None, None),
+    "growth": ("g.csv", sweep_csv("depth,compute_flops,rho,val_loss", GROWTH_ROWS), ["growth", "{d}/g.csv"], None, None),
+    "lr": ("r.csv", sweep_csv("params,value,val_loss", LR_ROWS), ["lr", "{d}/r.csv"], None, None),
+    "downstream": ("c.csv", sweep_csv("arm,compute_flops,core,nll:t,acc:t", DOWN_ROWS),
+                   ["downstream", "{d}/c.csv", "--targets", "0.2"], None, None),
+}
+
+
+def repeated(reader, conflicting):
+    """The reader's file with one of its rows given twice: identically, or with a different last value."""
+    name, text, argv, _, _ = FIT_READERS[reader]
+    lines = text.splitlines()
+    row = lines[3]
+    if conflicting:
+        *rest, last = row.split(",")
+        row = ",".join(rest + [f"{float(last) * 1.01:.6g}"])
+    return name, "\n".join(lines + [row]) + "\n", lines[3], argv
+
+
+@pytest.mark.parametrize("reader", FIT_READERS)
+def test_class4_fit_conflicting_rows_are_an_error_naming_both(tmp_path, reader):
+    name, text, _, argv = repeated(reader, conflicting=True)
+    n = len(text.splitlines())
+    line = assert_refused("fit.py", argv, tmp_path, f"{tmp_path}/{name}:{n} and {tmp_path}/{name}:4: two different "
+                          "results for", {name: text}, runner=run_in_process)
+    assert line.endswith("; remove one")
+
+
+@pytest.mark.parametrize("reader", FIT_READERS)
+def test_class4_fit_identical_rows_warn_and_count_once(tmp_path, reader):
+    name, text, _, argv = repeated(reader, conflicting=False)
+    once = tmp_path / "once"
+    once.mkdir()
+    (once / name).write_text(FIT_READERS[reader][1])
+    (tmp_path / name).write_text(text)
+    outputs = []
+    for d in (once, tmp_path):
+        code, (err, out) = run_in_process_with_stdout("fit.py", [a.replace("{d}", str(d)) for a in argv] + ["--json"])
+        assert code == 0, err
+        outputs.append((json.loads(out), err))
+    (first, err_once), (second, err_twice) = outputs
+    assert first == second and "repeats" not in err_once
+    assert f"{tmp_path}/{name}:{len(text.splitlines())} repeats {tmp_path}/{name}:4" in err_twice
+    assert "exactly; kept one" in err_twice
+
+
+def run_in_process_with_stdout(script, argv):
+    module = importlib.import_module(script[:-3])
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = module.main(argv)
+    return code, (err.getvalue(), out.getvalue())
+
+
+def test_class4_fit_surface_drop_highest_drops_distinct_runs(tmp_path, capsys):
+    # a repeated high-loss run counts once, so --drop-highest 2 removes the two highest distinct runs
+    import fit
+    text = surface_csv(["1e+08,1e+09,9.0", "2e+08,1e+09,8.0", "1e+08,1e+09,9.0"])
+    (tmp_path / "s.csv").write_text(text)
+    assert fit.main(["surface", str(tmp_path / "s.csv"), "--form", "chinchilla", "--hops", "0", "--folds", "2",
+                     "--drop-highest", "2", "--json"]) == 2
+    assert "two different results for N 1e+08, D 1e+09" in capsys.readouterr().err  # the grid already has that (N, D)
+    (tmp_path / "s.csv").write_text(surface_csv(["1e+09,1e+09,9.0", "2e+09,1e+09,8.0", "1e+09,1e+09,9.0"]))
+    assert fit.main(["surface", str(tmp_path / "s.csv"), "--form", "chinchilla", "--hops", "0", "--folds", "2",
+                     "--drop-highest", "2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert sorted(d["loss"] for d in json.loads(out)["dropped"]) == [8.0, 9.0] and "exactly; kept one" in err
+
+
+def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
+    import fit
+    grid = loop_grid_csv(best_wd=lambda d: 1.6 if d == 10 else 0.8)  # d10's tuned optimum sits at the grid's end
+    (tmp_path / "g.csv").write_text(grid)
+    assert fit.main(["loops", str(tmp_path / "g.csv"), "--budgets", "4e17", "--json"]) == 0
+    out, err = capsys.readouterr()
+    tuned = {t["depth"]: t for t in json.loads(out)["operator_1_tuned"]}
+    assert tuned[10]["wd_at_grid_edge"] and tuned[10]["weight_decay"] == 1.6
+    assert not any(tuned[d]["wd_at_grid_edge"] for d in (4, 6, 8))
+    assert "edge of the swept grid at d10 (WD 1.6 of 0.4..1.6)" in err and "d8 (" not in err
+    # the same grid as train.py runs: two result.json files for one grid point with different losses are refused
+    for i, row in enumerate(grid.splitlines()[1:] + ["6,2,0.8,7.2e+17,2.6"]):
+        d, K, wd, C, loss = (float(v) for v in row.split(","))
+        os.makedirs(tmp_path / "runs" / str(i))
+        with open(tmp_path / "runs" / str(i) / "result.json", "w") as f:
+            json.dump(dict(status="complete", estimated_matrix_flops=C, final_val_loss=loss,
+                           plan=dict(depth=d, passes_final=K, weight_decay=wd)), f)
+    assert fit.main(["loops", str(tmp_path / "runs")]) == 2
+    assert "two different results for depth 6, loops 2, weight_decay 0.8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        fit.main(["loops", "-h"])
+    assert "default 0.8" in capsys.readouterr().out
+
+
+def test_class4_fit_design_plans_repeated_across_files(tmp_path):
+    line = json.dumps(dict(arch="vanilla", depth=8, total_flops=2e18))
+    files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
+    assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
+                   "different plans for vanilla d8", files, runner=run_in_process)
