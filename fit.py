@@ -7,7 +7,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
                      the run-to-run noise that weights the fits and feeds a parametric bootstrap.
                      INPUT = CSV [arm, depth, compute_flops, val_loss (+ seed, training_seconds)] or train.py runs.
   design PLAN        simulate planned ladders under assumed laws and noise: CI half-widths of gamma and delta-gamma,
-                     detection probability, GPU-hours; compares designs.
+                     coverage and power of the intervals ladders prints, GPU-hours; compares designs.
   surface DATA.csv   Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E  [N, D or compute, loss].
   downstream DATA.csv  CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)].
   tpp DATA.csv       quadratic vertex of log loss vs log TPP per budget (App. A.4.2)  [compute_flops, tpp, val_loss].
@@ -171,14 +171,14 @@ def ladder_table(fit, xname):
         lines.append(f"{arm:<18} {r['gamma']:.4f} ± {r['gamma_se']:.4f}{ci(r, 'gamma', '.4f'):<17} "
                      f"{r['logA_C0']:>8.4f} {fnum(m[0]['multiplier'] if m else None, '.3f'):>10}  "
                      f"{val(r, 'final_multiplier', '.3f')}")
-    lines += ["", f"{'arm':<18} {'gamma - ref [CI]':<28} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E (flag: "
-                  f"E > {FIT['disagree_se']:.0f} se from shared)"]
+    lines += ["", f"{'arm':<18} {'gamma - ref ± se [CI]':<37} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E "
+                  f"(flag: E > {FIT['disagree_se']:.0f} se from shared)"]
     for arm, r in fit["arms"].items():
         d = r.get("delta_gamma_ci")
-        dg = f"{r['gamma'] - fit['arms'][fit['reference_arm']]['gamma']:+.4f}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
+        dg = f"{r['delta_gamma']:+.4f} ± {r['delta_gamma_se']:.4f}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
         free = (f"{r['free_gamma']:.4f} ± {fnum(r['free_gamma_se'])}, {r['free_E']:.3f} ± {fnum(r['free_E_se'], '.3f')}"
                 + ("  DISAGREES" if r["free_disagrees"] else "")) if "free_gamma" in r else "—"
-        lines.append(f"{arm:<18} {dg:<28} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
+        lines.append(f"{arm:<18} {dg:<37} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
     return "\n".join(lines)
 
 
@@ -191,6 +191,8 @@ def noise_lines(fit):
         src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
         lines = [f"noise: sigma = {nz['sigma']:.5f} relative (sd of ln L of one run; {src}); fits weighted by it, "
                  f"gamma ± se from it" + (f"; {nz['replicated_points']} points have replicates" if nz["replicated_points"] else "")]
+    lines.append(f"se of gamma and of gamma - ref include the shared floor E's uncertainty (refitted on "
+                 f"{fit['reference_arm']}; first order); with E held fixed, gamma's se is --json's gamma_se_given_E")
     if b:
         lines.append(f"CIs: {b['n']} " + ("parametric resamples re-drawing that noise (they include seed noise)"
                                          if b["includes_seed_noise"] else "resamples of points within each arm (they do "
@@ -286,6 +288,8 @@ def cmd_ladders(args):
     t0 = time.perf_counter()
     fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma)
     t_fit = time.perf_counter() - t0
+    for warning in fit["warnings"]:
+        note(warning)
     fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
                         replicated_points=int(sum((d["n"] > 1).sum() for d in data.values())))
     n_boot = args.bootstrap if args.bootstrap is not None else (FIT["default_extrapolate_boot"] if args.extrapolate else 0)
@@ -311,7 +315,7 @@ def cmd_ladders(args):
         h["residual"] = h["loss"] - h["forecast_loss"]
     paths = ladder_figures(data, fit, args.out, xname) if args.out else []
     if args.json:
-        keep = ("gamma", "gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
+        keep = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
                 "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma", "free_A", "free_gamma_se",
                 "free_E_se", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
@@ -436,8 +440,11 @@ other arm's gamma to the reference's + DG. Each --design SPEC selects from the p
 arm, clipped to what it plans), 'x3@top2' (3 seeds at each arm's two largest depths), 'x3@16,18', 'x3' (everywhere),
 combined as 'd6-18 x3@top2'; without --design: the plan as given. Reports per design and arm the expected 95 % CI
 half-width of gamma and of gamma - gamma_ref (half the central 95 % range of the simulated estimates), the
-E-known analytic standard error, P(detect) = share of simulated ladders whose interval excludes 0 on the true
-side, and the plan's FLOPs and GPU-hours; --out writes design_ci_vs_compute.{png,pdf}.""",
+E-known analytic standard error, P(detect) = share of simulated estimates beyond that half-width, and the plan's
+FLOPs and GPU-hours. It also scores the intervals fit.py ladders would print from each simulated ladder (estimate
+± 1.96 se; with --bootstrap B the parametric bootstrap CI): coverage of the true gamma and delta-gamma, power (the
+delta-gamma interval excludes 0 on the true side), and how often the arm's own free-E fit reads its advantage as a
+lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
     surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows.",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
                "checkpoint; nll:/acc: pairs define the tasks.",
@@ -490,6 +497,9 @@ def build_parser():
     s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=0, metavar="B",
+                   help="also score fit.py ladders' parametric bootstrap CI with B resamples per simulated ladder "
+                        "(B refits each: slow; default 0, the standard-error intervals only)")
     s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 "
                    "FLOP/s for GPU-hours (h100/h200 989e12, a100 312e12, b200 2250e12)")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")

@@ -257,7 +257,7 @@ def free_e_check(x, loss, E_shared, sd=None):
     r = (E + A * x ** -g - loss) / w
     cov = np.linalg.pinv(J.T @ J) * (1.0 if sd is not None else r @ r / dof if dof > 0 else np.nan)
     g_se, E_se = math.sqrt(cov[1, 1]), math.sqrt(cov[2, 2])
-    return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se,
+    return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se, free_gamma_E_cov=cov[1, 2],
                 free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if np.isfinite(E_se) else None)
 
 
@@ -311,12 +311,18 @@ def point_sd(d, sigma):
     return None if sigma is None else sigma * d["loss"] / np.sqrt(d["n"])
 
 
-def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None):
+def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None, E_known=None):
+    """The paper's ladder fit (Sec. 4.2): E from the reference arm's free-E fit (or E_known), every arm's shared-E
+    law, its multipliers over the reference and its own free-E check; then the standard errors of gamma and
+    delta-gamma with E's uncertainty carried through (floor_uncertainty). With E_known there is no floor to question:
+    no free-E fits. Problems with single arms are listed in "warnings" (the arm is skipped or a number is missing)
+    for the caller to report."""
     if ref_arm not in data:
         raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
     r = data[ref_arm]
     try:
-        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma))
+        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma)) if E_known is None else \
+            (math.nan, math.nan, E_known)
     except FitError as e:
         raise UsageError(f"reference arm {ref_arm}: {e}")
     keep = r["depth"] >= anchor_depth
@@ -327,33 +333,60 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     c0 = r["x"][r["depth"] == anchor_depth][0] if (r["depth"] == anchor_depth).any() else budgets[0]
     out = dict(E=E, reference_arm=ref_arm, C0=c0, c_ref=c_ref, budgets=budgets, targets=targets,
                last_budget_index=int(np.flatnonzero(keep)[-1]), reference_free=dict(A=A_free, gamma=g_free, E=E),
-               arms={}, errors={})
+               arms={}, errors={}, warnings=[])
     for arm, d in data.items():
         try:
             res = fit_shared_e(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma))
         except FitError as e:
             out["errors"][arm] = str(e)
-            note(f"arm {arm}: {e}; skipped")
+            out["warnings"].append(f"arm {arm}: {e}; skipped")
             continue
         res["logA_C0"] = math.log(res["A"]) - res["gamma"] * math.log(c0 / c_ref)
         mult = [1.0] * len(budgets) if arm == ref_arm else \
             [b / compute_at_loss(d["x"], d["loss"], t) for b, t in zip(budgets, targets)]
         res["multipliers"] = [dict(compute=b, multiplier=m) for b, m in zip(budgets, mult) if np.isfinite(m)]
         if len(res["multipliers"]) < len(budgets):
-            note(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of {len(budgets)} "
-                 f"reference budgets; those multipliers are missing")
+            out["warnings"].append(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of "
+                                   f"{len(budgets)} reference budgets; those multipliers are missing")
         res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
         res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k)) for dp, x, l, k in
                          zip(d["depth"], d["x"], d["loss"], d["n"])]
         try:
-            res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
+            if E_known is None:
+                res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
         except FitError as e:
-            note(f"arm {arm}: free-E fit failed: {e}")
+            out["warnings"].append(f"arm {arm}: free-E fit failed: {e}")
         out["arms"][arm] = res
     ref = out["arms"][ref_arm]
     for res in out["arms"].values():
         res["fitted_final_multiplier"] = float(fitted_multiplier(ref, res, budgets[-1] / c_ref))
+    floor_uncertainty(out, data, sigma, known=E_known is not None)
     return out
+
+
+def floor_uncertainty(fit, data, sigma, known):
+    """Carry the shared floor's uncertainty into every arm's gamma and delta-gamma (first order). An arm's gamma
+    moves with E as s = d gamma / d E; E and the reference's gamma come from one free-E fit of the reference arm with
+    covariance V (free_e_check), and the other arms' data are independent of it, so
+      var gamma_arm = se_arm|E^2 + s^2 V_EE,      var gamma_ref = V_gg,
+      var (gamma_arm - gamma_ref) = se_arm|E^2 + s^2 V_EE - 2 s V_gE + V_gg.
+    gamma_se_given_E keeps the fit's own standard error with E held fixed; with E known (known=True) both agree."""
+    ref_arm, c_ref = fit["reference_arm"], fit["c_ref"]
+    ref = fit["arms"][ref_arm]
+    V_EE, V_gE, V_gg = (0.0, 0.0, ref["gamma_se"] ** 2) if known else \
+        (ref.get("free_E_se", math.nan) ** 2, ref.get("free_gamma_E_cov", math.nan), ref.get("free_gamma_se", math.nan) ** 2)
+    for arm, res in fit["arms"].items():
+        d = data[arm]
+        x, loss, sd = d["x"] / c_ref, d["loss"], point_sd(d, sigma)
+        h = 1e-4 * (loss.min() - fit["E"])
+        s = (fit_shared_e(x, loss, fit["E"] + h, sd)["gamma"] - fit_shared_e(x, loss, fit["E"] - h, sd)["gamma"]) / (2 * h)
+        se = res["gamma_se"]
+        res.update(gamma_se_given_E=se, delta_gamma=res["gamma"] - ref["gamma"], floor_slope=s)
+        if arm == ref_arm:
+            res.update(gamma_se=math.sqrt(V_gg), delta_gamma_se=0.0)
+        else:
+            res.update(gamma_se=math.sqrt(se ** 2 + s ** 2 * V_EE),
+                       delta_gamma_se=math.sqrt(max(se ** 2 + s ** 2 * V_EE - 2 * s * V_gE + V_gg, 0.0)))
 
 
 def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):

@@ -2,10 +2,11 @@
 
   design PLAN     how many depths and seeds a ladder needs, before GPU-hours are spent: simulates planned ladders under
                   assumed true laws L = E + A (C/1e18)^-gamma and a relative run-to-run noise sigma (each run's ln L gets
-                  sigma z), fits every simulated ladder as `fit.py ladders` does with that noise known (E on the
-                  reference arm, weighted shared-E regressions), and reports per design the expected 95 % CI half-width
-                  of each arm's gamma and of delta-gamma vs the reference arm, the probability that the interval
-                  excludes 0, and the plan's FLOPs and GPU-hours; --out plots the half-widths against GPU-hours.
+                  sigma z), fits every simulated ladder as `fit.py ladders --noise` does (laws.fit_ladders, and with
+                  --bootstrap its bootstrap), and reports per design the spread of each arm's gamma and delta-gamma
+                  vs the reference arm (the 95 % CI half-width a design buys), the coverage and power of the
+                  intervals fit.py ladders prints from one ladder, and the plan's FLOPs and GPU-hours; --out plots the
+                  half-widths against GPU-hours.
   surface DATA    the Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E fits of L(N, D) (Huber on
                   ln L, L-BFGS-B from a grid of starts plus basin-hopping), cross-validated by regime (large N and/or
                   large D held out), compute-optimal N*(C), D*(C) on C = 6 N D, and the fit on the L-shaped subset.
@@ -27,8 +28,8 @@ from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from cli import UsageError
-from laws import (ARM_STYLE, FIT, FitError, check_outputs, drop_repeats, fit_free_e, fit_shared_e, fnum, jsonable, note, pyplot,
-                  read_csv, read_result_json, save_figures)
+from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, drop_repeats, fit_ladders, fnum,
+                  jsonable, note, pyplot, read_csv, read_result_json, save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
@@ -146,45 +147,76 @@ def analytic_gamma_se(x, n, E, A, gamma, sigma):
     return 1 / math.sqrt(w @ (lx - (w @ lx) / w.sum()) ** 2)
 
 
-def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False):
-    """gamma estimates {arm: (sims,)} (NaN where a fit fails) of `sims` simulated ladders. points: {arm: (x, n)} with x
-    in c_ref units and n seeds per point; laws: {arm: (A, gamma)}. Each simulated run has ln L = ln(E + A x^-gamma)
-    + sigma z; a point is the mean of its n runs; fits are weighted by sigma as `fit.py ladders --noise` does."""
-    out = {a: np.full(sims, np.nan) for a in points}
+DRAWS = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "lower_floor", "gamma_lo",
+         "gamma_hi", "delta_gamma_lo", "delta_gamma_hi")  # per arm and simulated ladder; *_lo/hi: bootstrap CIs
+
+
+def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False, bootstrap=0):
+    """What `fit.py ladders --noise SIGMA [--bootstrap B]` reports on each of `sims` simulated ladders -> {arm: {key:
+    (sims,) array}} for the keys in DRAWS (NaN where a fit fails). points: {arm: (x, n)} with x in c_ref units and n
+    seeds per point; laws: {arm: (A, gamma)}. Each simulated run has ln L = ln(E + A x^-gamma) + sigma z, a point is
+    the mean of its n runs, and the ladder goes through laws.fit_ladders (E refitted on ref_arm unless fixed_E) and,
+    with bootstrap > 0, laws.bootstrap_ladders' parametric bootstrap, exactly as fit.py ladders runs them.
+    lower_floor is 1 where the arm's own free-E fit rejects the shared floor in favour of a lower one (NaN with E
+    known: no free-E fits)."""
+    out = {a: {k: np.full(sims, np.nan) for k in DRAWS} for a in points}
     for s in range(sims):
-        sim = {}
+        data = {}
         for a, (x, n) in points.items():
             A, g = laws[a]
             z = rng.standard_normal((len(x), int(n.max())))
             runs = (E + A * x ** -g)[:, None] * np.exp(sigma * z)
             loss = np.array([runs[i, :k].mean() for i, k in enumerate(n)])
-            sim[a] = (x, loss, sigma * loss / np.sqrt(n))
+            data[a] = dict(x=x, loss=loss, n=n, depth=np.arange(1, len(x) + 1))  # depth only picks multiplier budgets
         try:
-            E_hat = E if fixed_E else fit_free_e(*sim[ref_arm])[2]
-        except FitError:
+            fit = fit_ladders(data, ref_arm, 1.0, 1, sigma, E if fixed_E else None)
+        except UsageError:  # the reference arm's free-E fit failed on this draw
             continue
-        for a, (x, loss, sd) in sim.items():
-            try:
-                out[a][s] = fit_shared_e(x, loss, E_hat, sd)["gamma"]
-            except FitError:
-                pass
+        if bootstrap:
+            bootstrap_ladders(data, fit, bootstrap, int(rng.integers(2 ** 63)), noise=(sigma, 0))
+        for a, r in fit["arms"].items():
+            lower = np.nan if r.get("free_disagrees") is None else float(r["free_disagrees"] and r["free_E"] < fit["E"])
+            values = dict(r, lower_floor=lower, gamma_lo=r.get("gamma_ci", [np.nan])[0],
+                          gamma_hi=r.get("gamma_ci", [np.nan, np.nan])[1],
+                          delta_gamma_lo=r.get("delta_gamma_ci", [np.nan])[0],
+                          delta_gamma_hi=r.get("delta_gamma_ci", [np.nan, np.nan])[1])
+            for k in DRAWS:
+                out[a][k][s] = values[k]
     return out
 
 
 def summarize(points, laws, E, ref_arm, sigma, draws):
-    """Per arm: gamma CI half-width (half the central 95 % range of the simulated estimates), the E-known analytic
-    standard error, and for the other arms delta-gamma's half-width, mean, and detection probability."""
+    """Per arm, over the simulated ladders: the spread of the estimates (the CI half-width an oracle would quote:
+    half the central 95 % range), the E-known analytic standard error, and how the analyst's 95 % intervals of one
+    ladder do: coverage (how often gamma +- z se, or the bootstrap CI, contains the true value), power (how often the
+    delta-gamma interval excludes 0 on the true side) and how often the arm's own free-E fit reads its difference as
+    a lower floor. detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
+    z = stats.norm.ppf(0.5 + FIT["ci"] / 200)
     q = lambda v: (np.nanpercentile(v, 100 - (100 - FIT["ci"]) / 2) - np.nanpercentile(v, (100 - FIT["ci"]) / 2)) / 2
     arms = {}
     for a, (x, n) in points.items():
-        r = dict(gamma_true=laws[a][1], gamma_ci_halfwidth=q(draws[a]), valid=int(np.isfinite(draws[a]).sum()),
-                 gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma))
+        d, g_true = draws[a], laws[a][1]
+        ok = np.isfinite(d["gamma"])
+        share = lambda hit: float(np.mean(hit[ok])) if ok.any() else np.nan
+        booted = np.isfinite(d["gamma_lo"][ok]).any()
+        r = dict(gamma_true=g_true, gamma_ci_halfwidth=q(d["gamma"]), valid=int(ok.sum()),
+                 gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma),
+                 gamma_coverage=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se"]),
+                 gamma_coverage_given_E=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se_given_E"]))
+        if booted:
+            r["gamma_coverage_bootstrap"] = share((d["gamma_lo"] <= g_true) & (g_true <= d["gamma_hi"]))
         if a != ref_arm:
-            dg, true = draws[a] - draws[ref_arm], laws[a][1] - laws[ref_arm][1]
+            true, dg, side = g_true - laws[ref_arm][1], d["delta_gamma"], 1 if g_true >= laws[ref_arm][1] else -1
             h = q(dg)
-            ok = dg[np.isfinite(dg)]
-            r.update(delta_gamma_true=true, delta_gamma_ci_halfwidth=h, delta_gamma_mean=float(ok.mean()),
-                     detect_probability=float(np.mean(ok * (1 if true >= 0 else -1) > h)))
+            r.update(delta_gamma_true=true, delta_gamma_ci_halfwidth=h, delta_gamma_mean=float(np.mean(dg[ok])),
+                     detect_probability=share(dg * side > h),
+                     delta_gamma_coverage=share(np.abs(dg - true) <= z * d["delta_gamma_se"]),
+                     power=share(dg * side - z * d["delta_gamma_se"] > 0),
+                     lower_floor=float(np.nanmean(d["lower_floor"])) if np.isfinite(d["lower_floor"]).any() else np.nan)
+            if booted:
+                lo, hi = d["delta_gamma_lo"], d["delta_gamma_hi"]
+                r.update(delta_gamma_coverage_bootstrap=share((lo <= true) & (true <= hi)),
+                         power_bootstrap=share(lo > 0 if side > 0 else hi < 0))
         arms[a] = r
     return arms
 
@@ -241,7 +273,7 @@ def cmd_design(args):
                 raise UsageError(f"design {spec!r}: {a} has {len(ds)} planned depths; a fit needs >= 3")
         points = {a: (x / FIT["c_ref"], n) for a, (x, n, _) in arms.items()}
         draws = simulate(points, laws, E, args.reference_arm, args.noise, args.sims, np.random.default_rng(args.seed),
-                         args.fixed_E)
+                         args.fixed_E, args.bootstrap)
         flops = float(sum((x * n).sum() for x, n, _ in arms.values()))
         results.append(dict(design=spec, runs=int(sum(n.sum() for _, n, _ in arms.values())), flops=flops,
                             gpu_hours=flops / (peak * args.mfu) / 3600,
@@ -249,22 +281,44 @@ def cmd_design(args):
                             arms=summarize(points, laws, E, args.reference_arm, args.noise, draws)))
     paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
     out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
-               seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
+               bootstrap=args.bootstrap, seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
     if args.json:
         print(json.dumps(jsonable(out), allow_nan=False))
         return
-    print(f"sigma = {args.noise:g} relative (sd of ln L of one run); {args.sims} simulated ladders per design; "
-          + ("E known" if args.fixed_E else f"E refitted on {args.reference_arm} in every simulation")
-          + f"; GPU-hours at {args.mfu:.0%} MFU of {peak:.3g} FLOP/s ({args.gpu})")
-    for r in results:
-        print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours")
-        print(f"  {'arm':<18} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} {'P(detect)':>9}")
-        for a, v in r["arms"].items():
-            dg = f"{v['delta_gamma_true']:+8.4f} {v['delta_gamma_ci_halfwidth']:8.4f} {v['detect_probability']:9.2f}" \
-                if "delta_gamma_true" in v else ""
-            print(f"  {a:<18} {v['gamma_true']:7.4f} {v['gamma_ci_halfwidth']:8.4f} {v['gamma_se_known_E']:11.5f} {dg}")
+    print("\n".join(design_table(out)))
     for p in paths:
         print(f"wrote {p}")
+
+
+def design_table(out):
+    """cmd_design's text: per design, the spread of the estimates, then how the analyst's intervals do."""
+    ref, pct = out["reference_arm"], f"{FIT['ci']:.0f}%"
+    lines = [f"sigma = {out['noise']:g} relative (sd of ln L of one run); {out['sims']} simulated ladders per design; "
+             + ("E known" if out["fixed_E"] else f"E refitted on {ref} in every simulation")
+             + f"; GPU-hours at {out['mfu']:.0%} MFU of {out['peak_flops']:.3g} FLOP/s ({out['gpu']})"]
+    f = lambda v, key, fmt: format(v[key], fmt) if key in v else " " * len(format(0.0, fmt))
+    for r in out["designs"]:
+        lines += [f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours",
+                  f"  spread of the estimates ({pct} half-width) and the oracle's P(detect) (estimate beyond it):",
+                  f"  {'arm':<18} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} {'P(detect)':>9}"]
+        for a, v in r["arms"].items():
+            lines.append(f"  {a:<18} {v['gamma_true']:7.4f} {v['gamma_ci_halfwidth']:8.4f} {v['gamma_se_known_E']:11.5f} "
+                         f"{f(v, 'delta_gamma_true', '+8.4f')} {f(v, 'delta_gamma_ci_halfwidth', '8.4f')} "
+                         f"{f(v, 'detect_probability', '9.2f')}".rstrip())
+        boot = out["bootstrap"] > 0
+        lines += [f"  the analyst's {pct} intervals from one ladder, as fit.py ladders prints them: estimate ± "
+                  f"{stats.norm.ppf(0.5 + FIT['ci'] / 200):.2f} se" + (f" and the {out['bootstrap']}-resample "
+                                                                        "bootstrap" if boot else "")
+                  + "; lower floor: the arm's own free-E fit rejects the shared E for a lower one",
+                  f"  {'arm':<18} {'cover gamma':>11} {'(E fixed)':>9} {'cover dgamma':>12} {'power':>6}"
+                  + (f" {'boot: gamma':>11} {'dgamma':>7} {'power':>6}" if boot else "") + f" {'lower floor':>11}"]
+        for a, v in r["arms"].items():
+            lines.append((f"  {a:<18} {v['gamma_coverage']:11.3f} {v['gamma_coverage_given_E']:9.3f} "
+                          f"{f(v, 'delta_gamma_coverage', '12.3f')} {f(v, 'power', '6.2f')}"
+                          + (f" {v['gamma_coverage_bootstrap']:11.3f} {f(v, 'delta_gamma_coverage_bootstrap', '7.3f')} "
+                             f"{f(v, 'power_bootstrap', '6.2f')}" if boot else "")
+                          + f" {f(v, 'lower_floor', '11.2f')}").rstrip())
+    return lines
 
 
 def design_figure(results, ref_arm, out_dir, gpu):
