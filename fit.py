@@ -7,7 +7,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
                      the run-to-run noise that weights the fits and feeds a parametric bootstrap.
                      INPUT = CSV [arm, depth, compute_flops, val_loss (+ seed, training_seconds)] or train.py runs.
   design PLAN        simulate planned ladders under assumed laws and noise: CI half-widths of gamma and delta-gamma,
-                     detection probability, GPU-hours; compares designs.
+                     coverage and power of the intervals ladders prints, GPU-hours; compares designs.
   surface DATA.csv   Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E  [N, D or compute, loss].
   downstream DATA.csv  CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)].
   tpp DATA.csv       quadratic vertex of log loss vs log TPP per budget (App. A.4.2)  [compute_flops, tpp, val_loss].
@@ -33,8 +33,8 @@ from scipy import optimize
 import studies
 from common import Parser, UsageError, cli_main, exit_process
 from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
-                  forecast, jsonable, note, positive_float, pyplot, read_csv, read_result_json, record_outputs,
-                  robust_lsq)
+                  forecast, jsonable, note, number, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
+                  save_figures, SEED_MAX)
 
 
 
@@ -171,14 +171,14 @@ def ladder_table(fit, xname):
         lines.append(f"{arm:<18} {r['gamma']:.4f} ± {r['gamma_se']:.4f}{ci(r, 'gamma', '.4f'):<17} "
                      f"{r['logA_C0']:>8.4f} {fnum(m[0]['multiplier'] if m else None, '.3f'):>10}  "
                      f"{val(r, 'final_multiplier', '.3f')}")
-    lines += ["", f"{'arm':<18} {'gamma - ref [CI]':<28} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E (flag: "
-                  f"E > {FIT['disagree_se']:.0f} se from shared)"]
+    lines += ["", f"{'arm':<18} {'gamma - ref ± se [CI]':<37} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E "
+                  f"(flag: E > {FIT['disagree_se']:.0f} se from shared)"]
     for arm, r in fit["arms"].items():
         d = r.get("delta_gamma_ci")
-        dg = f"{r['gamma'] - fit['arms'][fit['reference_arm']]['gamma']:+.4f}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
+        dg = f"{r['delta_gamma']:+.4f} ± {r['delta_gamma_se']:.4f}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
         free = (f"{r['free_gamma']:.4f} ± {fnum(r['free_gamma_se'])}, {r['free_E']:.3f} ± {fnum(r['free_E_se'], '.3f')}"
                 + ("  DISAGREES" if r["free_disagrees"] else "")) if "free_gamma" in r else "—"
-        lines.append(f"{arm:<18} {dg:<28} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
+        lines.append(f"{arm:<18} {dg:<37} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
     return "\n".join(lines)
 
 
@@ -191,6 +191,8 @@ def noise_lines(fit):
         src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
         lines = [f"noise: sigma = {nz['sigma']:.5f} relative (sd of ln L of one run; {src}); fits weighted by it, "
                  f"gamma ± se from it" + (f"; {nz['replicated_points']} points have replicates" if nz["replicated_points"] else "")]
+    lines.append(f"se of gamma and of gamma - ref include the shared floor E's uncertainty (refitted on "
+                 f"{fit['reference_arm']}; first order); with E held fixed, gamma's se is --json's gamma_se_given_E")
     if b:
         lines.append(f"CIs: {b['n']} " + ("parametric resamples re-drawing that noise (they include seed noise)"
                                          if b["includes_seed_noise"] else "resamples of points within each arm (they do "
@@ -206,7 +208,6 @@ def ladder_figures(data, fit, out_dir, xname):
     """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left)."""
     plt = pyplot()
     plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
-    record_outputs(out_dir, LADDER_FIGURES)
     E, c_ref = fit["E"], fit["c_ref"]
     style = lambda a: ARM_STYLE.get(a, (a, None))
     xlabel = "training compute (FLOPs)" if xname == "FLOPs" else "training time (s)"
@@ -248,13 +249,6 @@ def ladder_figures(data, fit, out_dir, xname):
             twin.set_yticks([best], [f"{best:.2f}×"])
         ax.legend(loc="upper left", frameon=False)
 
-    def save(fig, name):
-        fig.tight_layout()
-        for ext in ("png", "pdf"):
-            fig.savefig(os.path.join(out_dir, f"{name}.{ext}"), dpi=200)
-        plt.close(fig)
-        return [os.path.join(out_dir, f"{name}.{ext}") for ext in ("png", "pdf")]
-
     arms = list(fit["arms"])
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     loss_panel(axes[0], arms)
@@ -265,12 +259,18 @@ def ladder_figures(data, fit, out_dir, xname):
         axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
     axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
     axes[2].invert_xaxis()
-    paths = save(fig, "fig3_ladders")
+    fig.tight_layout()
     arms2 = [a for a in FIG2_ARMS if a in fit["arms"]] or arms
-    fig, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
+    fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
-    return paths + save(fig, "fig2_left")
+    fig2.tight_layout()
+    figures = {name: fig if name.startswith("fig3") else fig2 for name in LADDER_FIGURES}
+    try:
+        return save_figures(out_dir, figures, dpi=200)
+    finally:
+        plt.close(fig)
+        plt.close(fig2)
 
 
 def cmd_ladders(args):
@@ -288,6 +288,8 @@ def cmd_ladders(args):
     t0 = time.perf_counter()
     fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma)
     t_fit = time.perf_counter() - t0
+    for warning in fit["warnings"]:
+        note(warning)
     fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
                         replicated_points=int(sum((d["n"] > 1).sum() for d in data.values())))
     n_boot = args.bootstrap if args.bootstrap is not None else (FIT["default_extrapolate_boot"] if args.extrapolate else 0)
@@ -313,7 +315,7 @@ def cmd_ladders(args):
         h["residual"] = h["loss"] - h["forecast_loss"]
     paths = ladder_figures(data, fit, args.out, xname) if args.out else []
     if args.json:
-        keep = ("gamma", "gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
+        keep = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
                 "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma", "free_A", "free_gamma_se",
                 "free_E_se", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
@@ -376,7 +378,7 @@ def cmd_downstream(args):
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
     c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
-                 positive=["compute_flops"] + [f"nll:{t}" for t in tasks])
+                 positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
     filtered = np.mean([c[f"acc:{t}"] for t in tasks], axis=0)
     sig = {t: fit_sigmoid(c[f"nll:{t}"], c[f"acc:{t}"]) for t in tasks}
@@ -438,8 +440,11 @@ other arm's gamma to the reference's + DG. Each --design SPEC selects from the p
 arm, clipped to what it plans), 'x3@top2' (3 seeds at each arm's two largest depths), 'x3@16,18', 'x3' (everywhere),
 combined as 'd6-18 x3@top2'; without --design: the plan as given. Reports per design and arm the expected 95 % CI
 half-width of gamma and of gamma - gamma_ref (half the central 95 % range of the simulated estimates), the
-E-known analytic standard error, P(detect) = share of simulated ladders whose interval excludes 0 on the true
-side, and the plan's FLOPs and GPU-hours; --out writes design_ci_vs_compute.{png,pdf}.""",
+E-known analytic standard error, P(detect) = share of simulated estimates beyond that half-width, and the plan's
+FLOPs and GPU-hours. It also scores the intervals fit.py ladders would print from each simulated ladder (estimate
+± 1.96 se; with --bootstrap B the parametric bootstrap CI): coverage of the true gamma and delta-gamma, power (the
+delta-gamma interval excludes 0 on the true side), and how often the arm's own free-E fit reads its advantage as a
+lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
     surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows.",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
                "checkpoint; nll:/acc: pairs define the tasks.",
@@ -452,6 +457,10 @@ side, and the plan's FLOPs and GPU-hours; --out writes design_ci_vs_compute.{png
 )
 
 
+MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: beyond this a run takes days
+NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
+
+
 def build_parser():
     p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -460,63 +469,72 @@ def build_parser():
     s = add("ladders", "per-arm power laws, multipliers, forecasts, figures")
     s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
     s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--anchor-depth", type=int, default=FIT["anchor_depth"],
+    s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
                    help="multipliers at the reference budgets with depth >= this; C0 = its compute (8; cpu preset: 3)")
     s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory")
-    s.add_argument("--bootstrap", type=int, help=f"resamples for CIs (default 0, or "
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")
-    s.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="bootstrap seed")
     s.add_argument("--time", action="store_true", help="use training time (seconds) instead of FLOPs")
     s.add_argument("--extrapolate", type=positive_float, metavar="C",
                    help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
                                                                       "report their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
-    s.add_argument("--noise", type=positive_float, metavar="SIGMA",
+    s.add_argument("--noise", type=NOISE, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
     s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
     s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
-    s.add_argument("--noise", type=positive_float, metavar="SIGMA", help="relative run-to-run noise "
-                                                                                    "(sd of ln val_loss of one run)")
+    s.add_argument("--noise", type=NOISE, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
+                                                                     "run)")
     s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
     s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
     s.add_argument("--gamma", type=positive_float)
     s.add_argument("--A", type=positive_float, help="true A at C = 1e18 FLOPs")
-    s.add_argument("--delta-gamma", type=float, metavar="DG", help="every other arm's true gamma = reference's + DG")
+    s.add_argument("--delta-gamma", type=number(float, -1, 1, True, True), metavar="DG", help="every other arm's true gamma = reference's + DG")
     s.add_argument("--design", action="append", metavar="SPEC", help="repeatable: 'd6-18', 'd6-22 x3@top2', ...")
     s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--sims", type=int, default=400, help="simulated ladders per design")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")
+    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=0, metavar="B",
+                   help="also score fit.py ladders' parametric bootstrap CI with B resamples per simulated ladder "
+                        "(B refits each: slow; default 0, the standard-error intervals only)")
     s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 "
                    "FLOP/s for GPU-hours (h100/h200 989e12, a100 312e12, b200 2250e12)")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
-    s.add_argument("--mfu", type=positive_float, default=0.4, help="model FLOPs utilisation (0.4)")
+    s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4,
+                   help="model FLOPs utilisation, in (0, 1] (0.4)")
     s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory")
     s = add("surface", "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
     s.add_argument("--delta", type=positive_float, help="Huber delta on ln L (default per form: "
                    f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
-    s.add_argument("--drop-highest", type=int, default=0, metavar="N",
+    s.add_argument("--drop-highest", type=number(int, 0), default=0, metavar="N",
                    help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
-    s.add_argument("--hops", type=int, default=100, help="basin-hopping iterations after the grid of starts")
-    s.add_argument("--folds", type=int, default=5, help="CV folds over the interpolation points")
-    s.add_argument("--holdout", type=float, default=0.25, help="fraction of distinct N (and D) values held out as 'large'")
+    s.add_argument("--hops", type=number(int, 0, MAX_RESAMPLES), default=100,
+                   help="basin-hopping iterations after the grid of starts")
+    s.add_argument("--folds", type=number(int, 2), default=5,
+                   help="CV folds over the interpolation points (2 .. their number)")
+    s.add_argument("--holdout", type=number(float, 0, 1, True, True), default=0.25,
+                   help="fraction in (0, 1) of distinct N (and D) values held out as 'large'")
     s.add_argument("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
-    s.add_argument("--budgets", type=float, nargs="+", help="compute budgets for N*(C), D*(C)")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets for N*(C), D*(C)")
+    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s = add("downstream", "CORE forecast (App. C.4)")
     s.add_argument("data")
     s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--targets", type=float, nargs="+", default=list(FIT["gpt3_targets"]))
-    s.add_argument("--at", type=float, nargs="*", default=[], help="compute budgets to forecast CORE at")
+    s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
+                   help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
+    s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
     for name, helptext in (("tpp", "optimal tokens per parameter"), ("growth", "optimal growth fraction"),
                            ("lr", "hyperparameter drift exponent"), ("loops", "optimal loop count and frontiers")):
         s = add(name, helptext)
         s.add_argument("data")
         if name == "loops":
-            s.add_argument("--wd", type=float, default=0.8, help="fixed weight decay of the loop curves")
+            s.add_argument("--wd", type=number(float, 0), default=0.8, help="fixed weight decay of the loop curves "
+                           "(default %(default)s; the reported loop-scaling gain depends on it)")
             s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
     for s in sub.choices.values():
@@ -530,9 +548,6 @@ COMMANDS = dict(ladders=cmd_ladders, downstream=cmd_downstream, design=studies.c
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    for flag in ("bootstrap", "drop_highest", "anchor_depth"):
-        if (getattr(args, flag, None) or 0) < 0:
-            raise UsageError(f"--{flag.replace('_', '-')} must be >= 0")
     COMMANDS[args.cmd](args)
 
 

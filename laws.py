@@ -10,7 +10,7 @@ import argparse, csv, json, math, os, sys
 import numpy as np
 from scipy import optimize, stats
 
-from common import UsageError, write_json
+from common import UsageError
 
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
@@ -44,9 +44,10 @@ def note(msg):
     print(f"fit.py: {msg}", file=sys.stderr)
 
 
-def read_csv(path, required, numeric=(), positive=()):
+def read_csv(path, required, numeric=(), positive=(), key=()):
     """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line)."""
+    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line).
+    `key`: the columns that name one measurement; rows repeating a key go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
             reader = csv.DictReader(f)
@@ -74,7 +75,29 @@ def read_csv(path, required, numeric=(), positive=()):
                 raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
         cols[c] = np.array(values)
     cols["_line"] = lines
+    if key:
+        read = [c for c in dict.fromkeys([*required, *numeric]) if c in cols]
+        cols = drop_repeats(cols, [c for c in key if c in cols], read, [f"{path}:{line}" for line in lines])
     return cols
+
+
+def drop_repeats(cols, key, compare, origins):
+    """`fit.py ladders`' rule for a measurement given twice: rows with equal `key` columns are kept once with a warning
+    when their `compare` columns agree as well, and are an error naming both rows when they differ.
+    -> cols (lists or arrays, one entry per origin) without the repeats."""
+    first, keep = {}, []
+    for i, origin in enumerate(origins):
+        k = tuple(cols[c][i] for c in key)
+        if k in first:
+            j = first[k]
+            what = ", ".join(f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in zip(key, k))
+            if any(cols[c][i] != cols[c][j] for c in compare):
+                raise UsageError(f"{origin} and {origins[j]}: two different results for {what}; remove one")
+            note(f"warning: {origin} repeats {origins[j]} ({what}) exactly; kept one")
+            continue
+        first[k] = i
+        keep.append(i)
+    return {c: [v[i] for i in keep] if isinstance(v, list) else v[np.array(keep, dtype=int)] for c, v in cols.items()}
 
 
 def check_outputs(out_dir, names):
@@ -97,15 +120,30 @@ def check_outputs(out_dir, names):
     return listed
 
 
-def record_outputs(out_dir, names):
-    """Create OUT and list `names` in its manifest (atomically) just before writing them."""
-    listed = check_outputs(out_dir, names)
-    manifest = os.path.join(out_dir, MANIFEST)
+def save_figures(out_dir, figures, dpi):
+    """Write {file name: matplotlib figure} into OUT (the format from each name's extension) and list the names in
+    OUT's manifest. Everything is first written to hidden temporary files beside the final names, then the manifest
+    and then the figures are renamed into place, so a failed write (a full disk) leaves neither a partial file nor a
+    changed manifest: it removes its temporary files and raises UsageError. -> the paths written."""
+    listed = check_outputs(out_dir, figures)
+    tmp = {name: os.path.join(out_dir, f".{name}.tmp{os.getpid()}") for name in [MANIFEST, *figures]}
+    created = not os.path.isdir(out_dir)
     try:
         os.makedirs(out_dir, exist_ok=True)
-        write_json(manifest, dict(written_by="fit.py", files=sorted(set(listed) | set(names))))
+        for name, fig in figures.items():
+            fig.savefig(tmp[name], format=name.rsplit(".", 1)[1], dpi=dpi)
+        with open(tmp[MANIFEST], "w") as f:
+            f.write(json.dumps(dict(written_by="fit.py", files=sorted(set(listed) | set(figures))), indent=2) + "\n")
     except OSError as e:
-        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror}")
+        for path in tmp.values():
+            if os.path.exists(path):
+                os.remove(path)
+        if created and os.path.isdir(out_dir) and not os.listdir(out_dir):
+            os.rmdir(out_dir)
+        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror or e}; free space there or pass another --out")
+    for name in tmp:  # the manifest first: a file in OUT is listed before it appears
+        os.replace(tmp[name], os.path.join(out_dir, name))
+    return [os.path.join(out_dir, name) for name in figures]
 
 
 def fnum(x, fmt=".4f"):
@@ -123,16 +161,30 @@ def jsonable(obj):
 
 
 
-def positive_float(v):
-    """argparse type: a finite float > 0."""
-    try:
-        x = float(v)
-    except ValueError:
-        x = math.nan
-    if not (math.isfinite(x) and x > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {v!r}")
-    return x
+def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
+    """argparse type: a whole (kind=int) or finite (kind=float) number in the declared range [lo, hi] (an end left
+    out with open_lo/open_hi, no end with None); anything else is refused with the range in the message."""
+    end = lambda b: str(b) if kind is int else format(b, "g")
+    what = "a whole number" if kind is int else "a finite number"
+    if lo is not None and hi is not None:
+        what += f" in {'(' if open_lo else '['}{end(lo)}, {end(hi)}{')' if open_hi else ']'}"
+    elif lo is not None or hi is not None:
+        what += f" {'>' if open_lo else '>='} {end(lo)}" if lo is not None else f" {'<' if open_hi else '<='} {end(hi)}"
 
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            v = None
+        if v is None or kind is float and not math.isfinite(v) or lo is not None and (v < lo or v == lo and open_lo) \
+                or hi is not None and (v > hi or v == hi and open_hi):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
+        return v
+    return parse
+
+
+positive_float = number(float, 0, open_lo=True)
+SEED_MAX = 2 ** 63 - 1  # numpy's generators take any seed >= 0; this keeps seeds within a signed 64-bit JSON integer
 
 
 def pyplot():
@@ -205,7 +257,7 @@ def free_e_check(x, loss, E_shared, sd=None):
     r = (E + A * x ** -g - loss) / w
     cov = np.linalg.pinv(J.T @ J) * (1.0 if sd is not None else r @ r / dof if dof > 0 else np.nan)
     g_se, E_se = math.sqrt(cov[1, 1]), math.sqrt(cov[2, 2])
-    return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se,
+    return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se, free_gamma_E_cov=cov[1, 2],
                 free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if np.isfinite(E_se) else None)
 
 
@@ -259,12 +311,18 @@ def point_sd(d, sigma):
     return None if sigma is None else sigma * d["loss"] / np.sqrt(d["n"])
 
 
-def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None):
+def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None, E_known=None):
+    """The paper's ladder fit (Sec. 4.2): E from the reference arm's free-E fit (or E_known), every arm's shared-E
+    law, its multipliers over the reference and its own free-E check; then the standard errors of gamma and
+    delta-gamma with E's uncertainty carried through (floor_uncertainty). With E_known there is no floor to question:
+    no free-E fits. Problems with single arms are listed in "warnings" (the arm is skipped or a number is missing)
+    for the caller to report."""
     if ref_arm not in data:
         raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
     r = data[ref_arm]
     try:
-        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma))
+        A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma)) if E_known is None else \
+            (math.nan, math.nan, E_known)
     except FitError as e:
         raise UsageError(f"reference arm {ref_arm}: {e}")
     keep = r["depth"] >= anchor_depth
@@ -275,33 +333,60 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     c0 = r["x"][r["depth"] == anchor_depth][0] if (r["depth"] == anchor_depth).any() else budgets[0]
     out = dict(E=E, reference_arm=ref_arm, C0=c0, c_ref=c_ref, budgets=budgets, targets=targets,
                last_budget_index=int(np.flatnonzero(keep)[-1]), reference_free=dict(A=A_free, gamma=g_free, E=E),
-               arms={}, errors={})
+               arms={}, errors={}, warnings=[])
     for arm, d in data.items():
         try:
             res = fit_shared_e(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma))
         except FitError as e:
             out["errors"][arm] = str(e)
-            note(f"arm {arm}: {e}; skipped")
+            out["warnings"].append(f"arm {arm}: {e}; skipped")
             continue
         res["logA_C0"] = math.log(res["A"]) - res["gamma"] * math.log(c0 / c_ref)
         mult = [1.0] * len(budgets) if arm == ref_arm else \
             [b / compute_at_loss(d["x"], d["loss"], t) for b, t in zip(budgets, targets)]
         res["multipliers"] = [dict(compute=b, multiplier=m) for b, m in zip(budgets, mult) if np.isfinite(m)]
         if len(res["multipliers"]) < len(budgets):
-            note(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of {len(budgets)} "
-                 f"reference budgets; those multipliers are missing")
+            out["warnings"].append(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of "
+                                   f"{len(budgets)} reference budgets; those multipliers are missing")
         res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
         res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k)) for dp, x, l, k in
                          zip(d["depth"], d["x"], d["loss"], d["n"])]
         try:
-            res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
+            if E_known is None:
+                res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
         except FitError as e:
-            note(f"arm {arm}: free-E fit failed: {e}")
+            out["warnings"].append(f"arm {arm}: free-E fit failed: {e}")
         out["arms"][arm] = res
     ref = out["arms"][ref_arm]
     for res in out["arms"].values():
         res["fitted_final_multiplier"] = float(fitted_multiplier(ref, res, budgets[-1] / c_ref))
+    floor_uncertainty(out, data, sigma, known=E_known is not None)
     return out
+
+
+def floor_uncertainty(fit, data, sigma, known):
+    """Carry the shared floor's uncertainty into every arm's gamma and delta-gamma (first order). An arm's gamma
+    moves with E as s = d gamma / d E; E and the reference's gamma come from one free-E fit of the reference arm with
+    covariance V (free_e_check), and the other arms' data are independent of it, so
+      var gamma_arm = se_arm|E^2 + s^2 V_EE,      var gamma_ref = V_gg,
+      var (gamma_arm - gamma_ref) = se_arm|E^2 + s^2 V_EE - 2 s V_gE + V_gg.
+    gamma_se_given_E keeps the fit's own standard error with E held fixed; with E known (known=True) both agree."""
+    ref_arm, c_ref = fit["reference_arm"], fit["c_ref"]
+    ref = fit["arms"][ref_arm]
+    V_EE, V_gE, V_gg = (0.0, 0.0, ref["gamma_se"] ** 2) if known else \
+        (ref.get("free_E_se", math.nan) ** 2, ref.get("free_gamma_E_cov", math.nan), ref.get("free_gamma_se", math.nan) ** 2)
+    for arm, res in fit["arms"].items():
+        d = data[arm]
+        x, loss, sd = d["x"] / c_ref, d["loss"], point_sd(d, sigma)
+        h = 1e-4 * (loss.min() - fit["E"])
+        s = (fit_shared_e(x, loss, fit["E"] + h, sd)["gamma"] - fit_shared_e(x, loss, fit["E"] - h, sd)["gamma"]) / (2 * h)
+        se = res["gamma_se"]
+        res.update(gamma_se_given_E=se, delta_gamma=res["gamma"] - ref["gamma"], floor_slope=s)
+        if arm == ref_arm:
+            res.update(gamma_se=math.sqrt(V_gg), delta_gamma_se=0.0)
+        else:
+            res.update(gamma_se=math.sqrt(se ** 2 + s ** 2 * V_EE),
+                       delta_gamma_se=math.sqrt(max(se ** 2 + s ** 2 * V_EE - 2 * s * V_gE + V_gg, 0.0)))
 
 
 def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):

@@ -2,10 +2,11 @@
 
   design PLAN     how many depths and seeds a ladder needs, before GPU-hours are spent: simulates planned ladders under
                   assumed true laws L = E + A (C/1e18)^-gamma and a relative run-to-run noise sigma (each run's ln L gets
-                  sigma z), fits every simulated ladder as `fit.py ladders` does with that noise known (E on the
-                  reference arm, weighted shared-E regressions), and reports per design the expected 95 % CI half-width
-                  of each arm's gamma and of delta-gamma vs the reference arm, the probability that the interval
-                  excludes 0, and the plan's FLOPs and GPU-hours; --out plots the half-widths against GPU-hours.
+                  sigma z), fits every simulated ladder as `fit.py ladders --noise` does (laws.fit_ladders, and with
+                  --bootstrap its bootstrap), and reports per design the spread of each arm's gamma and delta-gamma
+                  vs the reference arm (the 95 % CI half-width a design buys), the coverage and power of the
+                  intervals fit.py ladders prints from one ladder, and the plan's FLOPs and GPU-hours; --out plots the
+                  half-widths against GPU-hours.
   surface DATA    the Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E fits of L(N, D) (Huber on
                   ln L, L-BFGS-B from a grid of starts plus basin-hopping), cross-validated by regime (large N and/or
                   large D held out), compute-optimal N*(C), D*(C) on C = 6 N D, and the fit on the L-shaped subset.
@@ -27,20 +28,22 @@ from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from common import UsageError
-from laws import (ARM_STYLE, FIT, FitError, check_outputs, fit_free_e, fit_shared_e, fnum, jsonable, note, pyplot,
-                  read_csv, read_result_json, record_outputs)
+from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, drop_repeats, fit_ladders, fnum,
+                  jsonable, note, pyplot, read_csv, read_result_json, save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
-DESIGN_SPEC = re.compile(r"^(?:d(\d+)-(\d+))?\s*(?:x(\d+)(?:@(top\d+|[\d,]+))?)?$")
+DESIGN_FORMS = "'d6-18' (depths 6..18), 'x3' (3 seeds everywhere), 'x3@top2' (at each arm's 2 largest depths), " \
+               "'x3@16,18' (at those depths), combined as 'd6-18 x3@top2'"
+MAX_SEEDS = 100  # seeds per planned point in a design spec
 
 
 def read_plan(path):
-    """Planned runs -> {(arm, depth): (compute_flops, seeds)} from a CSV [arm, depth, compute_flops (+ seeds)] or
+    """Planned runs -> [(arm, depth, compute_flops, seeds, origin)] from a CSV [arm, depth, compute_flops (+ seeds)] or
     train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin)."""
     if path.endswith(".csv"):
         c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops", "seeds"],
-                         positive=["depth", "compute_flops", "seeds"])
+                     positive=["depth", "compute_flops", "seeds"])
         rows = [(a, d, x, c["seeds"][i] if "seeds" in c else 1, f"{path}:{line}")
                 for i, (a, d, x, line) in enumerate(zip(c["arm"], c["depth"], c["compute_flops"], c["_line"]))]
     else:
@@ -55,39 +58,82 @@ def read_plan(path):
             try:
                 r = json.loads(line)
                 rows.append((r["arch"], r["depth"], float(r["total_flops"]), 1, f"{path}:{i}"))
-            except (ValueError, KeyError, TypeError):
-                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, depth, "
+                assert isinstance(r["arch"], str) and type(r["depth"]) is int
+            except (ValueError, KeyError, TypeError, AssertionError):
+                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, a whole depth, "
                                  "total_flops per line); or pass a CSV [arm, depth, compute_flops]")
-    plan = {}
     for arm, d, x, seeds, origin in rows:
-        if d != int(d) or seeds != int(seeds) or not (math.isfinite(x) and x > 0):
-            raise UsageError(f"{origin}: depth and seeds must be whole numbers and compute a finite number > 0")
-        if (arm, int(d)) in plan:
-            raise UsageError(f"{origin}: {arm} d{int(d)} is planned twice; list each (arm, depth) once")
-        plan[(arm, int(d))] = (x, int(seeds))
-    if not plan:
+        if d != int(d) or d < 1 or seeds != int(seeds) or not 1 <= seeds <= MAX_SEEDS or not (math.isfinite(x) and x > 0):
+            raise UsageError(f"{origin}: depth must be a whole number >= 1, seeds a whole number in [1, {MAX_SEEDS}] "
+                             "and compute a finite number > 0")
+    if not rows:
         raise UsageError(f"{path}: no planned runs")
+    return rows
+
+
+def plan_from_rows(rows):
+    """{(arm, depth): (compute_flops, seeds)}. A run planned twice (in one plan or across plans) is kept once with a
+    warning when both rows agree, and is an error naming both rows when they differ, as `fit.py ladders` treats
+    repeated results."""
+    plan, origin = {}, {}
+    for arm, d, x, seeds, where in rows:
+        key = (arm, int(d))
+        if key in plan:
+            if plan[key] != (x, int(seeds)):
+                raise UsageError(f"{where} and {origin[key]}: two different plans for {arm} d{int(d)}; remove one")
+            note(f"warning: {where} repeats {origin[key]} ({arm} d{int(d)}) exactly; kept one")
+            continue
+        plan[key], origin[key] = (x, int(seeds)), where
     return plan
 
 
+def parse_design(spec, depths):
+    """A --design spec -> (lo, hi, seeds, where) with where None (every depth), ('top', K) or a set of depths; a token
+    that is not one of DESIGN_FORMS, or that names a depth no run plans, is refused quoting the token."""
+    lo = hi = seeds = where = None
+    for token in spec.split():
+        bad = lambda why: UsageError(f"--design {spec!r}: {token!r} {why}")
+        if m := re.fullmatch(r"d(\d+)-(\d+)", token):
+            if lo is not None:
+                raise bad("is a second depth range; give one")
+            lo, hi = int(m[1]), int(m[2])
+            if lo > hi:
+                raise bad(f"runs backwards; write d{hi}-{lo}")
+            for end in (lo, hi):
+                if end not in depths:
+                    raise bad(f"asks for depth {end}, but no planned run has depth {end}; add it to the plan (e.g. "
+                              f"train.py --dry-run --depth ... {end})")
+        elif m := re.fullmatch(r"x(\d+)(?:@top(\d+)|@(\d+(?:,\d+)*))?", token):
+            if seeds is not None:
+                raise bad("is a second seed count; give one")
+            seeds = int(m[1])
+            if not 1 <= seeds <= MAX_SEEDS:
+                raise bad(f"asks for {seeds} seeds; give 1 to {MAX_SEEDS}")
+            if m[2] is not None:
+                where = ("top", int(m[2]))
+                if where[1] < 1:
+                    raise bad("needs topK with K >= 1 (the K largest depths of each arm)")
+            elif m[3] is not None:
+                where = {int(v) for v in m[3].split(",")}
+                if missing := sorted(where - depths):
+                    raise bad(f"names depth {', '.join(map(str, missing))}, but no planned run has it")
+        else:
+            raise bad(f"is not a design token; use {DESIGN_FORMS}")
+    if isinstance(where, set) and lo is not None and (outside := sorted(d for d in where if not lo <= d <= hi)):
+        raise UsageError(f"--design {spec!r}: seeds at depth {', '.join(map(str, outside))} lie outside d{lo}-{hi}")
+    return lo, hi, seeds, where
+
+
 def apply_design(plan, spec):
-    """A design spec on the plan -> {arm: (x, n, depths)}. Spec ('' = the plan as given): 'dLO-HI' keeps depths LO..HI of every arm (clipped to what
-    it plans), 'xS' gives S seeds to every point, 'xS@topK' to each arm's K largest depths, 'xS@16,18' to those."""
-    m = DESIGN_SPEC.match(spec.strip())
-    if not m:
-        raise UsageError(f"--design {spec!r}: use 'd6-18', 'd6-22', 'd6-18 x3@top2', 'd6-18 x3@16,18' or 'x3'")
-    lo, hi, seeds, where = m.groups()
-    depths = {d for _, d in plan}
-    for end in (lo, hi):
-        if end is not None and int(end) not in depths:
-            raise UsageError(f"--design {spec!r}: no planned run has depth {end}; add it to the plan "
-                             f"(e.g. train.py --dry-run --depth ... {end})")
+    """A design spec ('' = the plan as given) on the plan -> {arm: (x, n, depths)}: 'dLO-HI' keeps depths LO..HI of
+    every arm (clipped to what it plans), 'xS' gives S seeds to every point, 'xS@topK' to each arm's K largest depths,
+    'xS@16,18' to those."""
+    lo, hi, seeds, where = parse_design(spec, {d for _, d in plan})
     out = {}
     for arm in dict.fromkeys(a for a, _ in plan):
-        ds = sorted(d for a, d in plan if a == arm and (lo is None or int(lo) <= d <= int(hi)))
-        extra = set(ds) if where is None else set(ds[-int(where[3:]):]) if where.startswith("top") else \
-            {int(v) for v in where.split(",") if v}
-        n = [int(seeds) if seeds and d in extra else plan[(arm, d)][1] for d in ds]
+        ds = sorted(d for a, d in plan if a == arm and (lo is None or lo <= d <= hi))
+        extra = set(ds) if where is None else set(ds[-where[1]:]) if isinstance(where, tuple) else where
+        n = [seeds if seeds and d in extra else plan[(arm, d)][1] for d in ds]
         out[arm] = (np.array([plan[(arm, d)][0] for d in ds]), np.array(n), ds)
     return out
 
@@ -101,45 +147,76 @@ def analytic_gamma_se(x, n, E, A, gamma, sigma):
     return 1 / math.sqrt(w @ (lx - (w @ lx) / w.sum()) ** 2)
 
 
-def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False):
-    """gamma estimates {arm: (sims,)} (NaN where a fit fails) of `sims` simulated ladders. points: {arm: (x, n)} with x
-    in c_ref units and n seeds per point; laws: {arm: (A, gamma)}. Each simulated run has ln L = ln(E + A x^-gamma)
-    + sigma z; a point is the mean of its n runs; fits are weighted by sigma as `fit.py ladders --noise` does."""
-    out = {a: np.full(sims, np.nan) for a in points}
+DRAWS = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "lower_floor", "gamma_lo",
+         "gamma_hi", "delta_gamma_lo", "delta_gamma_hi")  # per arm and simulated ladder; *_lo/hi: bootstrap CIs
+
+
+def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False, bootstrap=0):
+    """What `fit.py ladders --noise SIGMA [--bootstrap B]` reports on each of `sims` simulated ladders -> {arm: {key:
+    (sims,) array}} for the keys in DRAWS (NaN where a fit fails). points: {arm: (x, n)} with x in c_ref units and n
+    seeds per point; laws: {arm: (A, gamma)}. Each simulated run has ln L = ln(E + A x^-gamma) + sigma z, a point is
+    the mean of its n runs, and the ladder goes through laws.fit_ladders (E refitted on ref_arm unless fixed_E) and,
+    with bootstrap > 0, laws.bootstrap_ladders' parametric bootstrap, exactly as fit.py ladders runs them.
+    lower_floor is 1 where the arm's own free-E fit rejects the shared floor in favour of a lower one (NaN with E
+    known: no free-E fits)."""
+    out = {a: {k: np.full(sims, np.nan) for k in DRAWS} for a in points}
     for s in range(sims):
-        sim = {}
+        data = {}
         for a, (x, n) in points.items():
             A, g = laws[a]
             z = rng.standard_normal((len(x), int(n.max())))
             runs = (E + A * x ** -g)[:, None] * np.exp(sigma * z)
             loss = np.array([runs[i, :k].mean() for i, k in enumerate(n)])
-            sim[a] = (x, loss, sigma * loss / np.sqrt(n))
+            data[a] = dict(x=x, loss=loss, n=n, depth=np.arange(1, len(x) + 1))  # depth only picks multiplier budgets
         try:
-            E_hat = E if fixed_E else fit_free_e(*sim[ref_arm])[2]
-        except FitError:
+            fit = fit_ladders(data, ref_arm, 1.0, 1, sigma, E if fixed_E else None)
+        except UsageError:  # the reference arm's free-E fit failed on this draw
             continue
-        for a, (x, loss, sd) in sim.items():
-            try:
-                out[a][s] = fit_shared_e(x, loss, E_hat, sd)["gamma"]
-            except FitError:
-                pass
+        if bootstrap:
+            bootstrap_ladders(data, fit, bootstrap, int(rng.integers(2 ** 63)), noise=(sigma, 0))
+        for a, r in fit["arms"].items():
+            lower = np.nan if r.get("free_disagrees") is None else float(r["free_disagrees"] and r["free_E"] < fit["E"])
+            values = dict(r, lower_floor=lower, gamma_lo=r.get("gamma_ci", [np.nan])[0],
+                          gamma_hi=r.get("gamma_ci", [np.nan, np.nan])[1],
+                          delta_gamma_lo=r.get("delta_gamma_ci", [np.nan])[0],
+                          delta_gamma_hi=r.get("delta_gamma_ci", [np.nan, np.nan])[1])
+            for k in DRAWS:
+                out[a][k][s] = values[k]
     return out
 
 
 def summarize(points, laws, E, ref_arm, sigma, draws):
-    """Per arm: gamma CI half-width (half the central 95 % range of the simulated estimates), the E-known analytic
-    standard error, and for the other arms delta-gamma's half-width, mean, and detection probability."""
+    """Per arm, over the simulated ladders: the spread of the estimates (the CI half-width an oracle would quote:
+    half the central 95 % range), the E-known analytic standard error, and how the analyst's 95 % intervals of one
+    ladder do: coverage (how often gamma +- z se, or the bootstrap CI, contains the true value), power (how often the
+    delta-gamma interval excludes 0 on the true side) and how often the arm's own free-E fit reads its difference as
+    a lower floor. detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
+    z = stats.norm.ppf(0.5 + FIT["ci"] / 200)
     q = lambda v: (np.nanpercentile(v, 100 - (100 - FIT["ci"]) / 2) - np.nanpercentile(v, (100 - FIT["ci"]) / 2)) / 2
     arms = {}
     for a, (x, n) in points.items():
-        r = dict(gamma_true=laws[a][1], gamma_ci_halfwidth=q(draws[a]), valid=int(np.isfinite(draws[a]).sum()),
-                 gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma))
+        d, g_true = draws[a], laws[a][1]
+        ok = np.isfinite(d["gamma"])
+        share = lambda hit: float(np.mean(hit[ok])) if ok.any() else np.nan
+        booted = np.isfinite(d["gamma_lo"][ok]).any()
+        r = dict(gamma_true=g_true, gamma_ci_halfwidth=q(d["gamma"]), valid=int(ok.sum()),
+                 gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma),
+                 gamma_coverage=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se"]),
+                 gamma_coverage_given_E=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se_given_E"]))
+        if booted:
+            r["gamma_coverage_bootstrap"] = share((d["gamma_lo"] <= g_true) & (g_true <= d["gamma_hi"]))
         if a != ref_arm:
-            dg, true = draws[a] - draws[ref_arm], laws[a][1] - laws[ref_arm][1]
+            true, dg, side = g_true - laws[ref_arm][1], d["delta_gamma"], 1 if g_true >= laws[ref_arm][1] else -1
             h = q(dg)
-            ok = dg[np.isfinite(dg)]
-            r.update(delta_gamma_true=true, delta_gamma_ci_halfwidth=h, delta_gamma_mean=float(ok.mean()),
-                     detect_probability=float(np.mean(ok * (1 if true >= 0 else -1) > h)))
+            r.update(delta_gamma_true=true, delta_gamma_ci_halfwidth=h, delta_gamma_mean=float(np.mean(dg[ok])),
+                     detect_probability=share(dg * side > h),
+                     delta_gamma_coverage=share(np.abs(dg - true) <= z * d["delta_gamma_se"]),
+                     power=share(dg * side - z * d["delta_gamma_se"] > 0),
+                     lower_floor=float(np.nanmean(d["lower_floor"])) if np.isfinite(d["lower_floor"]).any() else np.nan)
+            if booted:
+                lo, hi = d["delta_gamma_lo"], d["delta_gamma_hi"]
+                r.update(delta_gamma_coverage_bootstrap=share((lo <= true) & (true <= hi)),
+                         power_bootstrap=share(lo > 0 if side > 0 else hi < 0))
         arms[a] = r
     return arms
 
@@ -151,10 +228,12 @@ def true_laws(args, arms):
             with open(args.truth) as f:
                 pilot = json.load(f)
             E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
+            assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
         except OSError as e:
             raise UsageError(f"cannot read {args.truth}: {e.strerror}")
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma)")
+        except (ValueError, KeyError, TypeError, AttributeError, AssertionError):
+            raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma, "
+                             "all finite and > 0)")
     elif None not in (args.E, args.gamma, args.A):
         E, have = args.E, {args.reference_arm: (args.A, args.gamma)}
     else:
@@ -169,6 +248,9 @@ def true_laws(args, arms):
         A, g = have.get(a, have[args.reference_arm])
         laws[a] = (A, have[args.reference_arm][1] + args.delta_gamma) if args.delta_gamma is not None and \
             a != args.reference_arm else (A, g)
+        if laws[a][1] <= 0:
+            raise UsageError(f"--delta-gamma {args.delta_gamma:g} gives {a} a true gamma of {laws[a][1]:g}; it must "
+                             "stay > 0")
     return E, laws
 
 
@@ -176,16 +258,9 @@ def cmd_design(args):
     if args.noise is None:
         raise UsageError("--noise SIGMA is required: the relative run-to-run noise (sd of ln val_loss of one run), "
                          "e.g. the sigma fit.py ladders pools from seed replicates")
-    if args.sims < 20:
-        raise UsageError(f"--sims must be >= 20, got {args.sims}")
     if args.out:
         check_outputs(args.out, DESIGN_FIGURE)
-    plan = {}
-    for path in args.plan:
-        for key, v in read_plan(path).items():
-            if key in plan:
-                raise UsageError(f"{path}: {key[0]} d{key[1]} is already planned in another plan file")
-            plan[key] = v
+    plan = plan_from_rows([row for path in args.plan for row in read_plan(path)])
     E, laws = true_laws(args, dict.fromkeys(a for a, _ in plan))
     designs = {spec or "plan": apply_design(plan, spec) for spec in (args.design or [""])}
     if args.reference_arm not in next(iter(designs.values())):
@@ -198,7 +273,7 @@ def cmd_design(args):
                 raise UsageError(f"design {spec!r}: {a} has {len(ds)} planned depths; a fit needs >= 3")
         points = {a: (x / FIT["c_ref"], n) for a, (x, n, _) in arms.items()}
         draws = simulate(points, laws, E, args.reference_arm, args.noise, args.sims, np.random.default_rng(args.seed),
-                         args.fixed_E)
+                         args.fixed_E, args.bootstrap)
         flops = float(sum((x * n).sum() for x, n, _ in arms.values()))
         results.append(dict(design=spec, runs=int(sum(n.sum() for _, n, _ in arms.values())), flops=flops,
                             gpu_hours=flops / (peak * args.mfu) / 3600,
@@ -206,28 +281,49 @@ def cmd_design(args):
                             arms=summarize(points, laws, E, args.reference_arm, args.noise, draws)))
     paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
     out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
-               seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
+               bootstrap=args.bootstrap, seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
     if args.json:
         print(json.dumps(jsonable(out), allow_nan=False))
         return
-    print(f"sigma = {args.noise:g} relative (sd of ln L of one run); {args.sims} simulated ladders per design; "
-          + ("E known" if args.fixed_E else f"E refitted on {args.reference_arm} in every simulation")
-          + f"; GPU-hours at {args.mfu:.0%} MFU of {peak:.3g} FLOP/s ({args.gpu})")
-    for r in results:
-        print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours")
-        print(f"  {'arm':<18} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} {'P(detect)':>9}")
-        for a, v in r["arms"].items():
-            dg = f"{v['delta_gamma_true']:+8.4f} {v['delta_gamma_ci_halfwidth']:8.4f} {v['detect_probability']:9.2f}" \
-                if "delta_gamma_true" in v else ""
-            print(f"  {a:<18} {v['gamma_true']:7.4f} {v['gamma_ci_halfwidth']:8.4f} {v['gamma_se_known_E']:11.5f} {dg}")
+    print("\n".join(design_table(out)))
     for p in paths:
         print(f"wrote {p}")
+
+
+def design_table(out):
+    """cmd_design's text: per design, the spread of the estimates, then how the analyst's intervals do."""
+    ref, pct = out["reference_arm"], f"{FIT['ci']:.0f}%"
+    lines = [f"sigma = {out['noise']:g} relative (sd of ln L of one run); {out['sims']} simulated ladders per design; "
+             + ("E known" if out["fixed_E"] else f"E refitted on {ref} in every simulation")
+             + f"; GPU-hours at {out['mfu']:.0%} MFU of {out['peak_flops']:.3g} FLOP/s ({out['gpu']})"]
+    f = lambda v, key, fmt: format(v[key], fmt) if key in v else " " * len(format(0.0, fmt))
+    for r in out["designs"]:
+        lines += [f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours",
+                  f"  spread of the estimates ({pct} half-width) and the oracle's P(detect) (estimate beyond it):",
+                  f"  {'arm':<18} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} {'P(detect)':>9}"]
+        for a, v in r["arms"].items():
+            lines.append(f"  {a:<18} {v['gamma_true']:7.4f} {v['gamma_ci_halfwidth']:8.4f} {v['gamma_se_known_E']:11.5f} "
+                         f"{f(v, 'delta_gamma_true', '+8.4f')} {f(v, 'delta_gamma_ci_halfwidth', '8.4f')} "
+                         f"{f(v, 'detect_probability', '9.2f')}".rstrip())
+        boot = out["bootstrap"] > 0
+        lines += [f"  the analyst's {pct} intervals from one ladder, as fit.py ladders prints them: estimate ± "
+                  f"{stats.norm.ppf(0.5 + FIT['ci'] / 200):.2f} se" + (f" and the {out['bootstrap']}-resample "
+                                                                        "bootstrap" if boot else "")
+                  + "; lower floor: the arm's own free-E fit rejects the shared E for a lower one",
+                  f"  {'arm':<18} {'cover gamma':>11} {'(E fixed)':>9} {'cover dgamma':>12} {'power':>6}"
+                  + (f" {'boot: gamma':>11} {'dgamma':>7} {'power':>6}" if boot else "") + f" {'lower floor':>11}"]
+        for a, v in r["arms"].items():
+            lines.append((f"  {a:<18} {v['gamma_coverage']:11.3f} {v['gamma_coverage_given_E']:9.3f} "
+                          f"{f(v, 'delta_gamma_coverage', '12.3f')} {f(v, 'power', '6.2f')}"
+                          + (f" {v['gamma_coverage_bootstrap']:11.3f} {f(v, 'delta_gamma_coverage_bootstrap', '7.3f')} "
+                             f"{f(v, 'power_bootstrap', '6.2f')}" if boot else "")
+                          + f" {f(v, 'lower_floor', '11.2f')}").rstrip())
+    return lines
 
 
 def design_figure(results, ref_arm, out_dir, gpu):
     """Expected CI half-width of gamma and of gamma - gamma_ref against each design's GPU-hours."""
     plt = pyplot()
-    record_outputs(out_dir, DESIGN_FIGURE)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     arms = list(results[0]["arms"])
     for a in arms:
@@ -247,11 +343,10 @@ def design_figure(results, ref_arm, out_dir, gpu):
                 title="dotted: each arm's true |Δγ|")
     axes[0].legend(frameon=False, fontsize=8)
     fig.tight_layout()
-    paths = [os.path.join(out_dir, n) for n in DESIGN_FIGURE]
-    for p in paths:
-        fig.savefig(p, dpi=150)
-    plt.close(fig)
-    return paths
+    try:
+        return save_figures(out_dir, dict.fromkeys(DESIGN_FIGURE, fig), dpi=150)
+    finally:
+        plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------------------------- surface
@@ -341,7 +436,8 @@ def cmd_surface(args):
     have = [k for k in ("D", "compute") if k in c]
     if not have:
         raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
-    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]])
+    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]],
+                 key=["N", have[0]])
     N, L = c["N"], c["loss"]
     D = c["D"] if "D" in c else c["compute"] / (6 * N)
     dropped = []
@@ -355,6 +451,9 @@ def cmd_surface(args):
     forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
     delta = {f: args.delta if args.delta is not None else FIT["surface_delta"][f] for f in forms}
     regimes = split_regimes(N, D, args.holdout)
+    if args.folds > regimes["interpolation"].sum():
+        raise UsageError(f"--folds {args.folds}: {args.data} has {regimes['interpolation'].sum()} interpolation points "
+                         f"(--holdout {args.holdout:g}); pass --folds <= that or a smaller --holdout")
     out = dict(delta=delta, dropped=dropped, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
     C = 6 * N * D
     budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))
@@ -426,7 +525,7 @@ def grouped_vertices(keys, x, y, label):
 
 def cmd_tpp(args):
     c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
-                 positive=["compute_flops", "tpp", "val_loss"])
+                 positive=["compute_flops", "tpp", "val_loss"], key=["compute_flops", "tpp"])
     v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), "budget")
     out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
     if not v:
@@ -444,7 +543,7 @@ def cmd_tpp(args):
 
 def cmd_growth(args):
     c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
-                 positive=["depth", "compute_flops", "val_loss"])
+                 positive=["depth", "compute_flops", "val_loss"], key=["depth", "compute_flops", "rho"])
     keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
     v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
     if not v:
@@ -458,7 +557,7 @@ def cmd_growth(args):
 
 def cmd_lr(args):
     c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"],
-                 positive=["params", "value", "val_loss"])
+                 positive=["params", "value", "val_loss"], key=["hparam", "params", "value"])
     hp = c.get("hparam", ["lr"] * len(c["params"]))
     out, lines = {}, []
     for h in dict.fromkeys(hp):
@@ -504,13 +603,14 @@ def compute_at_loss_linear(env, target):
 
 
 LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
+LOOP_KEY = ["depth", "loops", "weight_decay"]  # one run of the grid
 
 
 def loop_grid_from_runs(item):
     """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
     as in the paper's loop_grid.csv."""
     paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
-    rows = []
+    rows, origins = [], []
     for path in paths:
         r = read_result_json(path, ", ".join(LOOP_COLUMNS))
         if r["status"] == "complete" and "estimated_matrix_flops" in r:
@@ -518,21 +618,23 @@ def loop_grid_from_runs(item):
                 p = r["plan"]
                 rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
                                                      r["estimated_matrix_flops"], r["final_val_loss"])))
+                origins.append(path)
             except (KeyError, TypeError, ValueError):
                 raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
                                  "estimated_matrix_flops and final_val_loss")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
-    return {n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}
+    return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
+                        LOOP_COLUMNS, origins)
 
 
 def cmd_loops(args):
-    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
-                                                           positive=["depth", "loops", "compute_flops", "val_loss"]) if args.data.endswith(".csv") \
-        else loop_grid_from_runs(args.data)
+    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS, positive=["depth", "loops", "compute_flops", "val_loss"],
+                 key=LOOP_KEY) if args.data.endswith(".csv") else loop_grid_from_runs(args.data)
     at_wd = np.isclose(c["weight_decay"], args.wd)
     if not at_wd.any():
-        raise UsageError(f"{args.data}: no rows at weight decay {args.wd} (have {sorted(set(c['weight_decay']))})")
+        raise UsageError(f"{args.data}: no rows at weight decay {args.wd:g} (have "
+                         f"{', '.join(f'{w:g}' for w in sorted(set(c['weight_decay'])))}); pass one of them as --wd")
     curves = {}
     for K in sorted(set(c["loops"][at_wd])):
         m = at_wd & (c["loops"] == K)
@@ -557,13 +659,20 @@ def cmd_loops(args):
     for d in sorted(set(c["depth"][k1])):
         m = k1 & (c["depth"] == d)
         i = np.argmin(c["val_loss"][m])
-        op1.append((c["compute_flops"][m][i], c["val_loss"][m][i]))
+        wds = c["weight_decay"][m]
+        edge = len(set(wds)) > 1 and wds[i] in (wds.min(), wds.max())
+        op1.append((c["compute_flops"][m][i], c["val_loss"][m][i], d, wds[i], edge,
+                    f"d{d:g} (WD {wds[i]:g} of {wds.min():g}..{wds.max():g})"))
     op1.sort()
+    if edges := [where for *_, edge, where in op1 if edge]:
+        note(f"warning: Operator-1's best weight decay is at the edge of the swept grid at {', '.join(edges)}: the "
+             "tuned optimum may lie beyond the grid, which would change the gains below")
     env_wd = lower_envelope(c["compute_flops"][at_wd], c["val_loss"][at_wd])
     env_all = lower_envelope(c["compute_flops"], c["val_loss"])
     if op1:
-        C_op, L_op = op1[-1]
-        out["operator_1_tuned"] = [dict(compute=x, loss=y) for x, y in op1]
+        C_op, L_op = op1[-1][:2]
+        out["operator_1_tuned"] = [dict(compute=x, loss=y, depth=d, weight_decay=wd, wd_at_grid_edge=edge)
+                                   for x, y, d, wd, edge, _ in op1]
         out["gain_fixed_wd"] = C_op / compute_at_loss_linear(env_wd, L_op)
         out["gain_all_wd"] = C_op / compute_at_loss_linear(env_all, L_op)
         out["frontier_fixed_wd"] = [dict(compute=x, loss=y) for x, y in env_wd if x <= C_op]

@@ -110,8 +110,8 @@ FIT_CASES = [
     ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
     ("extrapolate-negative", GOOD, ["ladders", "{d}/l.csv", "--extrapolate=-1e21"], "--extrapolate: must be"),
     ("extrapolate-nan", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "nan"], "--extrapolate: must be"),
-    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number > 0"),
-    ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap must be >= 0"),
+    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number in (0, 1)"),
+    ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap: must be a whole number in [0, 100000]"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
     ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "reference arm 'nope'"),
@@ -1004,3 +1004,321 @@ def test_class5_signal_stops_the_ladder_with_its_code(tmp_path, signum, code):
             proc.wait()
         with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):  # a torchrun left behind
             os.kill(int((tmp_path / "started").read_text()), signal.SIGKILL)
+
+# --- fit.py (issue 23) ---
+# class 1 (disk full), class 2 (numeric flags out of range), class 3 (design specs), class 4 (duplicated and
+# conflicting rows). Each case runs fit.py in-process unless it needs its own filesystem.
+def can_mount_tmpfs():
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+FULL_DISK_DRIVER = """
+import contextlib, io, json, os, sys
+sys.path.insert(0, os.getcwd())
+import fit
+mnt, csv = sys.argv[1], sys.argv[2]
+def run(out):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = fit.main(["ladders", csv, "--out", out])
+    return code, err.getvalue()
+def listing(d):
+    return {n: open(os.path.join(d, n), "rb").read().hex() for n in sorted(os.listdir(d))} if os.path.isdir(d) else None
+first = run(os.path.join(mnt, "figs"))
+with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f:  # fill the filesystem to the last byte
+    try:
+        while True:
+            f.write(b"\\0" * 4096)
+    except OSError:
+        pass
+before = listing(os.path.join(mnt, "figs"))
+again, fresh = run(os.path.join(mnt, "figs")), run(os.path.join(mnt, "new"))
+print(json.dumps(dict(first=first, again=again, fresh=fresh, same=listing(os.path.join(mnt, "figs")) == before,
+                      names=sorted(before), new=listing(os.path.join(mnt, "new")))))
+"""
+
+
+@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs root and unshare for a private tmpfs")
+def test_class1_fit_out_on_a_real_full_filesystem(tmp_path):
+    # a 1 MiB tmpfs in a private mount namespace: the first --out fits, then the disk is filled; rewriting the figures
+    # and writing into a fresh directory both stop with one line, leaving the earlier files and manifest as they were
+    (tmp_path / "l.csv").write_text(ladder_csv())
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    script = f'mount -t tmpfs -o size=1m tmpfs "{mnt}" && exec "{sys.executable}" -c "$0" "{mnt}" "{tmp_path}/l.csv"'
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, FULL_DISK_DRIVER], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg"))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["first"][0] == 0 and out["names"] == sorted(["fit_manifest.json", "fig3_ladders.png", "fig3_ladders.pdf",
+                                                            "fig2_left.png", "fig2_left.pdf"])
+    for code, err in (out["again"], out["fresh"]):
+        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith("fit.py: error: cannot write into --out") and "No space left on device" in err, err
+    assert out["same"] and out["new"] in (None, {}), "a partial file or manifest was left behind"
+
+
+def test_class1_fit_out_disk_full_inside_a_figure_write(tmp_path, monkeypatch):
+    # the same contract where no tmpfs can be mounted: ENOSPC raised after half of the second file is written
+    import errno
+    from matplotlib.figure import Figure
+    save, calls = Figure.savefig, []
+
+    def full_disk(self, path, **kw):
+        calls.append(path)
+        if len(calls) == 2:
+            open(path, "wb").write(b"half a figure")
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return save(self, path, **kw)
+    monkeypatch.setattr(Figure, "savefig", full_disk)
+    line = assert_refused("fit.py", ["ladders", "{d}/l.csv", "--out", "{d}/figs"], tmp_path,
+                          "No space left on device", GOOD, runner=run_in_process)
+    assert line.startswith("fit.py: error: cannot write into --out") and not os.path.exists(tmp_path / "figs")
+
+
+def surface_csv(rows=()):
+    """A 4 x 4 (N, D) grid on a Chinchilla law, plus extra raw CSV rows."""
+    grid = [f"{N:g},{D:g},{1.5 + 1000 / N ** 0.4 + 2000 / D ** 0.3:.6f}"
+            for N in (1e8, 2e8, 4e8, 8e8) for D in (1e9, 2e9, 4e9, 8e9)]
+    return "\n".join(["N,D,loss", *grid, *rows]) + "\n"
+
+
+TWO_ARM_PLAN = PLAN + "".join(json.dumps(dict(arch="other", depth=d, total_flops=1e18 * d)) + "\n" for d in (6, 8, 10, 12))
+FLAG_FILES = dict(GOOD, **{"s.csv": surface_csv(), "p.jsonl": PLAN, "p2.jsonl": TWO_ARM_PLAN, "pilot.json": PILOT})
+SURFACE = ["surface", "{d}/s.csv"]
+LADDERS = ["ladders", "{d}/l.csv"]
+DESIGN = ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"]
+SEED_RANGE = "must be a whole number in [0, 9223372036854775807]"
+FIT_FLAG_RANGE_CASES = [
+    ("surface-folds-zero", [*SURFACE, "--folds", "0"], "--folds: must be a whole number >= 2, got '0'"),
+    ("surface-folds-one", [*SURFACE, "--folds", "1"], "--folds: must be a whole number >= 2, got '1'"),
+    ("surface-folds-negative", [*SURFACE, "--folds=-2"], "--folds: must be a whole number >= 2, got '-2'"),
+    ("surface-folds-more-than-points", [*SURFACE, "--folds", "100"], "--folds 100: {d}/s.csv has 9 interpolation points"),
+    ("surface-holdout-nan", [*SURFACE, "--holdout", "nan"], "--holdout: must be a finite number in (0, 1), got 'nan'"),
+    ("surface-holdout-two", [*SURFACE, "--holdout", "2"], "--holdout: must be a finite number in (0, 1), got '2'"),
+    ("surface-seed-negative", [*SURFACE, "--seed=-1"], f"--seed: {SEED_RANGE}, got '-1'"),
+    ("surface-hops-negative", [*SURFACE, "--hops=-3"], "--hops: must be a whole number in [0, 100000], got '-3'"),
+    ("surface-budgets-nan", [*SURFACE, "--budgets", "nan"], "--budgets: must be a finite number > 0, got 'nan'"),
+    ("surface-delta-inf", [*SURFACE, "--delta", "inf"], "--delta: must be a finite number > 0"),
+    ("surface-drop-highest-negative", [*SURFACE, "--drop-highest=-1"], "--drop-highest: must be a whole number >= 0"),
+    ("ladders-anchor-depth-zero", [*LADDERS, "--anchor-depth", "0"], "--anchor-depth: must be a whole number >= 1"),
+    ("ladders-bootstrap-huge", [*LADDERS, "--bootstrap", "10000000"], "--bootstrap: must be a whole number in [0, 100000]"),
+    ("ladders-bootstrap-fraction", [*LADDERS, "--bootstrap", "2.5"], "--bootstrap: must be a whole number"),
+    ("ladders-seed-beyond-int64", [*LADDERS, "--seed", str(2 ** 64)], f"--seed: {SEED_RANGE}"),
+    ("ladders-noise-above-one", [*LADDERS, "--noise", "1.5"], "--noise: must be a finite number in (0, 1), got '1.5'"),
+    ("ladders-noise-inf", [*LADDERS, "--noise", "inf"], "--noise: must be a finite number in (0, 1)"),
+    ("design-mfu-zero", [*DESIGN, "--mfu", "0"], "--mfu: must be a finite number in (0, 1], got '0'"),
+    ("design-delta-gamma-beyond-one", [*DESIGN, "--delta-gamma", "5"], "--delta-gamma: must be a finite number in (-1, 1)"),
+    ("design-delta-gamma-makes-gamma-negative", ["design", "{d}/p2.jsonl", "--truth", "{d}/pilot.json", "--noise",
+                                                 "0.002", "--delta-gamma=-0.5"], "gives other a true gamma of -0.39"),
+    ("design-sims-few", [*DESIGN, "--sims", "5"], "--sims: must be a whole number in [20, 100000], got '5'"),
+    ("design-sims-huge", [*DESIGN, "--sims", "100000000"], "--sims: must be a whole number in [20, 100000]"),
+    ("design-seed-negative", [*DESIGN, "--seed=-1"], f"--seed: {SEED_RANGE}"),
+    ("design-peak-flops-zero", [*DESIGN, "--peak-flops", "0"], "--peak-flops: must be a finite number > 0"),
+    ("design-noise-nan", [*DESIGN[:-1], "nan"], "--noise: must be a finite number in (0, 1)"),
+    ("design-E-negative", ["design", "{d}/p.jsonl", "--E=-1", "--gamma", "0.1", "--A", "1", "--noise", "0.002"],
+     "--E: must be a finite number > 0"),
+    ("design-gamma-inf", ["design", "{d}/p.jsonl", "--E", "1", "--gamma", "inf", "--A", "1", "--noise", "0.002"],
+     "--gamma: must be a finite number > 0"),
+    ("design-truth-gamma-nan", ["design", "{d}/p.jsonl", "--truth", "{d}/nan.json", "--noise", "0.002"],
+     "all finite and > 0"),
+    ("downstream-target-above-one", ["downstream", "{d}/l.csv", "--targets", "1.5"],
+     "--targets: must be a finite number in (0, 1), got '1.5'"),
+    ("downstream-at-zero", ["downstream", "{d}/l.csv", "--at", "0"], "--at: must be a finite number > 0"),
+    ("loops-wd-negative", ["loops", "{d}/l.csv", "--wd=-1"], "--wd: must be a finite number >= 0, got '-1'"),
+    ("loops-wd-nan", ["loops", "{d}/l.csv", "--wd", "nan"], "--wd: must be a finite number >= 0, got 'nan'"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in FIT_FLAG_RANGE_CASES], ids=[c[0] for c in FIT_FLAG_RANGE_CASES])
+def test_class2_fit_numeric_flag_out_of_range(tmp_path, argv, message):
+    files = dict(FLAG_FILES, **{"nan.json": PILOT.replace("0.11", "NaN")})
+    assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
+
+
+def test_class2_fit_flag_ranges_accept_their_ends(tmp_path, capsys):
+    # the declared ends are inclusive where the message says so: --mfu 1, --folds 2, --drop-highest 0, --bootstrap 0
+    (tmp_path / "p.jsonl").write_text(PLAN)
+    (tmp_path / "pilot.json").write_text(PILOT)
+    (tmp_path / "s.csv").write_text(surface_csv())
+    import fit
+    assert fit.main(["design", f"{tmp_path}/p.jsonl", "--truth", f"{tmp_path}/pilot.json", "--noise", "0.002",
+                     "--mfu", "1", "--sims", "20", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mfu"] == 1.0
+    assert fit.main(["surface", f"{tmp_path}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2",
+                     "--drop-highest", "0", "--json"]) == 0
+
+
+FIT_DESIGN_SPEC_CASES = [
+    ("top-zero", ["--design", "x3@top0"], "'x3@top0' needs topK with K >= 1"),
+    ("depth-not-in-plan", ["--design", "x3@99"], "'x3@99' names depth 99, but no planned run has it"),
+    ("zero-seeds", ["--design", "x0"], "'x0' asks for 0 seeds; give 1 to 100"),
+    ("too-many-seeds", ["--design", "x1000"], "'x1000' asks for 1000 seeds"),
+    ("unknown-token", ["--design", "d6-12 y3"], "'y3' is not a design token; use 'd6-18'"),
+    ("empty-depth-list", ["--design", "x3@"], "'x3@' is not a design token"),
+    ("range-backwards", ["--design", "d12-6"], "'d12-6' runs backwards; write d6-12"),
+    ("range-end-not-planned", ["--design", "d6-22"], "'d6-22' asks for depth 22, but no planned run has depth 22"),
+    ("two-ranges", ["--design", "d6-10 d8-12"], "'d8-12' is a second depth range"),
+    ("two-seed-counts", ["--design", "x3 x2@8"], "'x2@8' is a second seed count"),
+    ("seeds-outside-range", ["--design", "d6-8 x3@12"], "seeds at depth 12 lie outside d6-8"),
+    ("delta-gamma-nan", ["--delta-gamma", "nan"], "--delta-gamma: must be a finite number in (-1, 1), got 'nan'"),
+    ("mfu-five", ["--mfu", "5"], "--mfu: must be a finite number in (0, 1], got '5'"),
+]
+
+
+@pytest.mark.parametrize("extra, message", [c[1:] for c in FIT_DESIGN_SPEC_CASES], ids=[c[0] for c in FIT_DESIGN_SPEC_CASES])
+def test_class3_fit_design_spec_refused(tmp_path, extra, message):
+    assert_refused("fit.py", [*DESIGN, *extra], tmp_path, message, {"p.jsonl": PLAN, "pilot.json": PILOT},
+                   runner=run_in_process)
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"arch": "vanilla", "depth": 0, "total_flops": 1e18}', "p.jsonl:5: depth must be a whole number >= 1"),
+    ('{"arch": "vanilla", "depth": "14", "total_flops": 1e18}', "p.jsonl:5: not a train.py --dry-run plan"),
+    ('{"arch": 7, "depth": 14, "total_flops": 1e18}', "p.jsonl:5: not a train.py --dry-run plan"),
+    ('{"arch": "vanilla", "depth": 14, "total_flops": -1}', "p.jsonl:5: depth must be a whole number >= 1, seeds"),
+], ids=["depth-zero", "depth-string", "arch-number", "negative-flops"])
+def test_class3_fit_design_plan_lines_refused(tmp_path, line, message):
+    assert_refused("fit.py", DESIGN, tmp_path, message, {"p.jsonl": PLAN + line + "\n", "pilot.json": PILOT},
+                   runner=run_in_process)
+
+
+def test_class3_fit_design_specs_give_the_seeds_they_name(tmp_path, capsys):
+    import fit
+    (tmp_path / "p.jsonl").write_text(TWO_ARM_PLAN.replace('"other", "depth": 12', '"other", "depth": 14'))
+    (tmp_path / "pilot.json").write_text(PILOT)
+    assert fit.main([*(a.replace("{d}", str(tmp_path)) for a in DESIGN), "--delta-gamma", "0.004", "--sims", "20",
+                     "--design", "x3@top1", "--design", "d6-10 x2@8,10", "--json"]) == 0
+    top1, ranged = json.loads(capsys.readouterr().out)["designs"]
+    assert top1["depths"] == {"vanilla": {"6": 1, "8": 1, "10": 1, "12": 3}, "other": {"6": 1, "8": 1, "10": 1, "14": 3}}
+    assert ranged["depths"] == {"vanilla": {"6": 1, "8": 2, "10": 2}, "other": {"6": 1, "8": 2, "10": 2}}
+
+
+def loop_grid_csv(rows=(), best_wd=lambda depth: 0.8):
+    """A small loop grid (depths 4..10, loops 1/2/4, WD 0.4/0.8/1.6) whose loss is lowest at best_wd(depth)."""
+    import math
+    lines = ["depth,loops,weight_decay,compute_flops,val_loss"]
+    for d in (4, 6, 8, 10):
+        for K in (1, 2, 4):
+            for wd in (0.4, 0.8, 1.6):
+                C = d ** 2 * K * 1e16
+                loss = 3.0 - 0.1 * math.log(d ** 2 * K) + 0.01 * (K - 2) ** 2 + 0.01 * math.log2(wd / best_wd(d)) ** 2
+                lines.append(f"{d},{K},{wd},{C:g},{loss:.6f}")
+    return "\n".join(lines + list(rows)) + "\n"
+
+
+def sweep_csv(header, rows):
+    return "\n".join([header] + [",".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in r) for r in rows]) + "\n"
+
+
+TPP_ROWS = [(C, t, 1.1 + 0.05 * (t - o) ** 2 / o ** 2) for C, o in ((1e18, 5.0), (3e18, 5.5), (1e19, 6.0)) for t in (2.0, 3.5, 5.0, 8.0)]
+GROWTH_ROWS = [(d, 1e18 * d, r, 3.0 + 0.1 * (r - 0.5) ** 2) for d in (8, 9) for r in (0.2, 0.4, 0.6, 0.8)]
+LR_ROWS = [(n, v, 1.2 + 0.02 * (v / (0.04 * (n / 1e8) ** -0.7) - 1) ** 2) for n in (1e8, 2e8, 4e8) for v in (0.01, 0.02, 0.04, 0.08)]
+DOWN_ROWS = [(arm, C, 0.3 * s, 3.0 * s * (C / 1e18) ** -0.1 + 1.0, 0.5 - 0.1 * s * (C / 1e18) ** -0.1)
+             for arm, s in (("vanilla", 1.0), ("better", 0.9)) for C in (1e17, 1e18, 1e19, 1e20)]
+# reader -> (file, its text, argv, the line repeated, that line with a different result)
+FIT_READERS = {
+    "loops": ("g.csv", loop_grid_csv(), ["loops", "{d}/g.csv", "--budgets", "4e17"], "6,2,0.8,7.2e+17,2.5",
+              "6,2,0.8,7.2e+17,2.6"),
+    "surface": ("s.csv", surface_csv(), ["surface", "{d}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2"],
+                None, None),
+    "tpp": ("t.csv", sweep_csv("compute_flops,tpp,val_loss", TPP_ROWS), ["tpp", "{d}/t.csv"], None, None),
+    "growth": ("g.csv", sweep_csv("depth,compute_flops,rho,val_loss", GROWTH_ROWS), ["growth", "{d}/g.csv"], None, None),
+    "lr": ("r.csv", sweep_csv("params,value,val_loss", LR_ROWS), ["lr", "{d}/r.csv"], None, None),
+    "downstream": ("c.csv", sweep_csv("arm,compute_flops,core,nll:t,acc:t", DOWN_ROWS),
+                   ["downstream", "{d}/c.csv", "--targets", "0.2"], None, None),
+}
+
+
+def repeated(reader, conflicting):
+    """The reader's file with one of its rows given twice: identically, or with a different last value."""
+    name, text, argv, _, _ = FIT_READERS[reader]
+    lines = text.splitlines()
+    row = lines[3]
+    if conflicting:
+        *rest, last = row.split(",")
+        row = ",".join(rest + [f"{float(last) * 1.01:.6g}"])
+    return name, "\n".join(lines + [row]) + "\n", lines[3], argv
+
+
+@pytest.mark.parametrize("reader", FIT_READERS)
+def test_class4_fit_conflicting_rows_are_an_error_naming_both(tmp_path, reader):
+    name, text, _, argv = repeated(reader, conflicting=True)
+    n = len(text.splitlines())
+    line = assert_refused("fit.py", argv, tmp_path, f"{tmp_path}/{name}:{n} and {tmp_path}/{name}:4: two different "
+                          "results for", {name: text}, runner=run_in_process)
+    assert line.endswith("; remove one")
+
+
+@pytest.mark.parametrize("reader", FIT_READERS)
+def test_class4_fit_identical_rows_warn_and_count_once(tmp_path, reader):
+    name, text, _, argv = repeated(reader, conflicting=False)
+    once = tmp_path / "once"
+    once.mkdir()
+    (once / name).write_text(FIT_READERS[reader][1])
+    (tmp_path / name).write_text(text)
+    outputs = []
+    for d in (once, tmp_path):
+        code, (err, out) = run_in_process_with_stdout("fit.py", [a.replace("{d}", str(d)) for a in argv] + ["--json"])
+        assert code == 0, err
+        outputs.append((json.loads(out), err))
+    (first, err_once), (second, err_twice) = outputs
+    assert first == second and "repeats" not in err_once
+    assert f"{tmp_path}/{name}:{len(text.splitlines())} repeats {tmp_path}/{name}:4" in err_twice
+    assert "exactly; kept one" in err_twice
+
+
+def run_in_process_with_stdout(script, argv):
+    module = importlib.import_module(script[:-3])
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = module.main(argv)
+    return code, (err.getvalue(), out.getvalue())
+
+
+def test_class4_fit_surface_drop_highest_drops_distinct_runs(tmp_path, capsys):
+    # a repeated high-loss run counts once, so --drop-highest 2 removes the two highest distinct runs
+    import fit
+    text = surface_csv(["1e+08,1e+09,9.0", "2e+08,1e+09,8.0", "1e+08,1e+09,9.0"])
+    (tmp_path / "s.csv").write_text(text)
+    assert fit.main(["surface", str(tmp_path / "s.csv"), "--form", "chinchilla", "--hops", "0", "--folds", "2",
+                     "--drop-highest", "2", "--json"]) == 2
+    assert "two different results for N 1e+08, D 1e+09" in capsys.readouterr().err  # the grid already has that (N, D)
+    (tmp_path / "s.csv").write_text(surface_csv(["1e+09,1e+09,9.0", "2e+09,1e+09,8.0", "1e+09,1e+09,9.0"]))
+    assert fit.main(["surface", str(tmp_path / "s.csv"), "--form", "chinchilla", "--hops", "0", "--folds", "2",
+                     "--drop-highest", "2", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert sorted(d["loss"] for d in json.loads(out)["dropped"]) == [8.0, 9.0] and "exactly; kept one" in err
+
+
+def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
+    import fit
+    grid = loop_grid_csv(best_wd=lambda d: 1.6 if d == 10 else 0.8)  # d10's tuned optimum sits at the grid's end
+    (tmp_path / "g.csv").write_text(grid)
+    assert fit.main(["loops", str(tmp_path / "g.csv"), "--budgets", "4e17", "--json"]) == 0
+    out, err = capsys.readouterr()
+    tuned = {t["depth"]: t for t in json.loads(out)["operator_1_tuned"]}
+    assert tuned[10]["wd_at_grid_edge"] and tuned[10]["weight_decay"] == 1.6
+    assert not any(tuned[d]["wd_at_grid_edge"] for d in (4, 6, 8))
+    assert "edge of the swept grid at d10 (WD 1.6 of 0.4..1.6)" in err and "d8 (" not in err
+    # the same grid as train.py runs: two result.json files for one grid point with different losses are refused
+    for i, row in enumerate(grid.splitlines()[1:] + ["6,2,0.8,7.2e+17,2.6"]):
+        d, K, wd, C, loss = (float(v) for v in row.split(","))
+        os.makedirs(tmp_path / "runs" / str(i))
+        with open(tmp_path / "runs" / str(i) / "result.json", "w") as f:
+            json.dump(dict(status="complete", estimated_matrix_flops=C, final_val_loss=loss,
+                           plan=dict(depth=d, passes_final=K, weight_decay=wd)), f)
+    assert fit.main(["loops", str(tmp_path / "runs")]) == 2
+    assert "two different results for depth 6, loops 2, weight_decay 0.8" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        fit.main(["loops", "-h"])
+    assert "default 0.8" in capsys.readouterr().out
+
+
+def test_class4_fit_design_plans_repeated_across_files(tmp_path):
+    line = json.dumps(dict(arch="vanilla", depth=8, total_flops=2e18))
+    files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
+    assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
+                   "different plans for vanilla d8", files, runner=run_in_process)
