@@ -284,7 +284,7 @@ def start_training(run):
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
     state = RunState()
     if run.resume_from:
-        state = load_checkpoint(run.resume_from, plan, model, optimizers)
+        state = load_checkpoint(run.resume_from, plan, model, optimizers, run.device)
         model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
