@@ -30,7 +30,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.nn.functional as F
 
 import data
 import model as model_lib
@@ -173,12 +172,13 @@ def in_global_order(local, world):
 
 
 def batch_sums(model, windows, passes, token_bytes, device):
-    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64)."""
+    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64). Each target's loss
+    comes from the model's chunked loss: no (tokens, vocab) fp32 logits (plan.evaluation_bytes counts the rest)."""
     window = windows.to(device)
+    targets = window[:, 1:]
     with autocast(device):
-        logits = model(window[:, :-1], passes=passes)
-    ce = F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten(), reduction="none").double()
-    nbytes = token_bytes[window[:, 1:].flatten()].double()
+        ce = model(window[:, :-1], targets=targets, passes=passes, reduction="none").double()
+    nbytes = token_bytes[targets.flatten()].double()
     return torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
                         (ce * (nbytes > 0)).sum(), nbytes.sum()])
 

@@ -1,6 +1,6 @@
 """Tests for plan.py: the plan against the release's per-run values (tests/data/spec_plans.csv) and its compute
 column, the schedules; the memory model against what autograd saves on CPU (saved_tensors_hooks, unique storages) and
-torch's MemTracker; the micro-batch planner's choices and errors."""
+torch's MemTracker, for training and for evaluation; the micro-batch planner's choices and errors."""
 import csv
 import math
 import os
@@ -9,6 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.distributed._tools.mem_tracker import MemTracker
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import model
 import muon
@@ -241,6 +243,74 @@ def test_predicted_peak_bounds_the_measured_peak(chunked):
     predicted = m["parameters"] + m["gradients"] + m["activations"] + loss_saved + \
         max(loss_peak - loss_saved, m["step_transient"] if chunked else 0)
     assert measured <= predicted <= 1.25 * measured
+
+
+EVAL_CHUNK_ROWS = 32  # the loss chunk for the evaluation tests: 16 chunks of the 512 rows of one batch
+
+
+def evaluation_setup(monkeypatch, autocast, vocab_size=16000, width_per_depth=32):
+    """A batch of 8 validation windows (512 targets) of a small model, by default with a large vocabulary (16,000 x
+    width 64): full fp32 logits of the batch would be 4x the size of the lm_head and embedding together."""
+    monkeypatch.setattr(model, "LOSS_CHUNK_ROWS", EVAL_CHUNK_ROWS)
+    monkeypatch.setattr(plan_lib, "LOSS_CHUNK_ROWS", EVAL_CHUNK_ROWS)
+    if autocast:
+        monkeypatch.setattr(train, "autocast", lambda device: torch.autocast("cpu", torch.bfloat16))
+    cfg = config_for("loop_2", 2, width_per_depth=width_per_depth, head_dim=16, seq_len=64, vocab_size=vocab_size,
+                     mlp_multiple=64)
+    torch.manual_seed(0)
+    net = model.GPT(cfg)
+    for p in net.parameters():  # non-zero logits
+        torch.nn.init.normal_(p, std=0.02)
+    windows = torch.randint(0, cfg.vocab_size, (8, cfg.seq_len + 1))
+    return cfg, net, windows, torch.ones(cfg.vocab_size, dtype=torch.long)
+
+
+class LargestLogits(TorchDispatchMode):
+    """The most rows of any fp32 (rows, >= vocab) tensor an op returns, parameters and their views excluded."""
+
+    def __init__(self, vocab_size, net):
+        super().__init__()
+        self.vocab_size, self.rows = vocab_size, 0
+        self.own = {p.untyped_storage().data_ptr() for p in net.parameters()}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() and \
+                    t.shape[-1] >= self.vocab_size and t.untyped_storage().data_ptr() not in self.own:
+                self.rows = max(self.rows, t.numel() // t.shape[-1])
+        return out
+
+
+def test_evaluation_builds_no_fp32_logits_beyond_one_loss_chunk(monkeypatch):
+    cfg, net, windows, token_bytes = evaluation_setup(monkeypatch, autocast=False)
+    with LargestLogits(cfg.vocab_size, net) as largest:
+        loss, bpb = train.evaluate(net, windows, 2, 8, token_bytes, 0, 1, torch.device("cpu"))
+    assert largest.rows == EVAL_CHUNK_ROWS  # not the batch's 512
+    with torch.no_grad():
+        reference = F.cross_entropy(net(windows[:, :-1], passes=2).flatten(0, 1), windows[:, 1:].flatten()).item()
+    assert loss == pytest.approx(reference, rel=1e-6) and bpb == pytest.approx(reference / math.log(2), rel=1e-6)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("vocab_size, width_per_depth", [(16000, 32), (257, 64)], ids=["loss", "block"])
+def test_evaluation_memory_is_counted_by_the_memory_model(monkeypatch, autocast, vocab_size, width_per_depth):
+    """What train.evaluate allocates besides the model's parameters and buffers (MemTracker's peak) is bounded by
+    the memory model's evaluation term, at a shape where the chunked loss is the peak and at one where a block is,
+    and fits in the step the planner reserves at that micro-batch. The bound is tight but for logsumexp's temporary,
+    which lives inside one aten op where MemTracker does not see it, and evaluate's 32 bytes of running sums."""
+    cfg, net, windows, token_bytes = evaluation_setup(monkeypatch, autocast, vocab_size, width_per_depth)
+    tracker = MemTracker()
+    tracker.track_external(net)
+    with tracker:
+        train.evaluate(net, windows, 2, 8, token_bytes, 0, 1, torch.device("cpu"))
+    peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    m = plan_lib.memory_per_rank(cfg, 2, 8, device="cpu")
+    assert peak["Total"] <= m["peak"]
+    measured = peak["Total"] - sum(t.numel() * t.element_size() for t in [*net.parameters(), *net.buffers()])
+    evaluation = plan_lib.evaluation_bytes(cfg, 2, 8, autocast)
+    assert measured - 32 <= evaluation <= 1.1 * measured + EVAL_CHUNK_ROWS * 4 * cfg.vocab_size
+    assert m["evaluation"] == plan_lib.evaluation_bytes(cfg, 2, 8, autocast=False)
 
 
 @pytest.mark.parametrize("world", [1, 3, 8])
