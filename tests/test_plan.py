@@ -1,6 +1,7 @@
 """Tests for plan.py: the plan against the release's per-run values (tests/data/spec_plans.csv) and its compute
 column, the schedules; the memory model against what autograd saves on CPU (saved_tensors_hooks, unique storages) and
-torch's MemTracker, for training and for evaluation; the micro-batch planner's choices and errors."""
+torch's MemTracker, for training and for evaluation; the micro-batch planner's choices and errors; the first-contact
+matrix (every entry point's plan on the GPUs a user has, at 1, 8 and 16 of them)."""
 import csv
 import math
 import os
@@ -12,10 +13,14 @@ from torch.distributed._tools.mem_tracker import MemTracker
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
+import arms
+import bench
+import core_eval
 import model
 import muon
 import plan as plan_lib
 import train
+from common import UsageError
 from model import config_for
 from plan import GIB, lr_multiplier, passes_at, wsd_multiplier
 
@@ -379,3 +384,73 @@ def test_data_constrained_planning_uses_executed_depth():
     shallow, deep = plan_lib.plan_memory(one, [1], 32, 80), plan_lib.plan_memory(twelve, [12], 32, 80)
     assert deep.stages[0].executed_blocks == 2 + 12 * 3 + 3
     assert deep.stages[0].micro_batch < shallow.stages[0].micro_batch
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The first-contact matrix: on the GPUs a user has (memory as torch reports it: H100 80GB, H100 NVL, H200, B200) and at
+# 1, 8 and 16 of them, every entry point's plan fits or stops with one line, before it touches data or a GPU.
+
+GPUS_GIB = (79.65, 93.1, 140.4, 178.0)
+WORLD_SIZES = (1, 8, 16)
+LADDERS = [("all", "paper"), ("untied_grow", "d26"), ("operator_1", "data-constrained")]  # bash ladder.sh's runs
+CUDA = torch.device("cuda")  # planning only: no CUDA call is made with --gpu-memory given
+
+
+def planned(args, plan, world):
+    """A run's memory plan as train.py makes it on `world` CUDA ranks (after its flags, before any data), or the
+    UsageError it stops with, which must be one line."""
+    try:
+        mem = plan_lib.device_memory_plan(args, plan, world, CUDA)
+    except UsageError as e:
+        assert "\n" not in str(e), str(e)
+        return e
+    assert all(s.bytes["required"] <= args.gpu_memory * GIB for s in mem.stages)
+    return mem
+
+
+@pytest.fixture(scope="module")
+def ladder_plans():
+    """(name, flags, plan, final model config) of every run of `bash ladder.sh all`, `--preset d26` and
+    `--preset data-constrained`."""
+    runs = []
+    for target, preset in LADDERS:
+        for name, run_args in arms.ladder_runs(target, preset):
+            args = train.parse_args(run_args)
+            runs.append((name, args, train.make_plan(args)))
+    return runs
+
+
+def core_eval_peak(cfg, passes):
+    """An upper bound of core_eval.py's bytes on CUDA (it plans nothing): fp32 weights as load_checkpoint_model keeps
+    them, one forward of the tokens_per_forward cap without gradient (plan.evaluation_bytes), and its unchunked
+    decode of up to every position's fp32 logits, log-softmax and its temporary."""
+    weights = 4 * model.params_stored(cfg) + 4 * 2 * model.ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2)
+    tokens = core_eval.EVAL["tokens_per_forward"]["cuda"]
+    forward = plan_lib.evaluation_bytes(cfg, passes, tokens // cfg.seq_len)
+    return weights + forward + 3 * tokens * 4 * cfg.vocab_size + plan_lib.MEMORY_MARGIN_BYTES
+
+
+@pytest.mark.parametrize("gib", GPUS_GIB)
+def test_first_contact_matrix(gib, ladder_plans):
+    """ladder.sh's paper ladders, the d26 preset and the data-constrained grid fit or stop with one line at every
+    world size, and fit where the README runs them (the ladders on 8 GPUs, d26 on 2 x 8); `python bench.py`,
+    `python bench.py --gpu-check` (one GPU, every section) and core_eval.py (the largest final model of every ladder)
+    fit one GPU of every size."""
+    for world in WORLD_SIZES:
+        for name, args, plan in ladder_plans:
+            args.gpu_memory = gib
+            mem = planned(args, plan, world)
+            if world == 16 or (world == 8 and plan.depth < 26):
+                assert isinstance(mem, plan_lib.MemoryPlan), f"{name} on {world} GPUs: {mem}"
+    bench_args = bench.parse_args(["--preset", "paper", "--gpu-memory", str(gib)])
+    ratio_args, plans = bench.bench_plans(bench_args, CUDA, arms.PRESETS["paper"].anchor_depth, 31)
+    for arch, plan in plans.items():
+        mem = planned(ratio_args, plan, 1)
+        assert isinstance(mem, plan_lib.MemoryPlan), f"python bench.py, {arch}: {mem}"
+    check_args = bench.parse_args(["--gpu-check", "--gpu-memory", str(gib)])
+    for section, runs in bench.gpu_check_plans(check_args, CUDA).items():
+        for section_args, plan in runs:
+            mem = planned(section_args, plan, 1)
+            assert isinstance(mem, plan_lib.MemoryPlan), f"--gpu-check {section}, {plan.arch}: {mem}"
+    largest = max((plan.model_config for _, _, plan in ladder_plans), key=model.params_stored)
+    assert core_eval_peak(largest, largest.passes) <= gib * GIB
