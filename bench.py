@@ -3,20 +3,27 @@
     python bench.py --depth 4                         # cpu preset: achieved GFLOP/s vs a matmul roofline, arm ratios
     python bench.py --bench-shape d6w384 --preset cpu
     python bench.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
+    python bench.py --gpu-smoke                       # bash ladder.sh gpu-smoke: 2-GPU NCCL runs, then --gpu-check
 
 Both time train.py's own train_step on synthetic tokens (uniform random ids: no dataset, no network), with the
 memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench runs
 --bench-repeats repetitions of --bench-steps rounds, each round a roofline sample and one step of every arm (order
 rotated), and prints medians, the optimizer steps' share of each step and the arm ratios with and without it; ratios
-are the point, absolute numbers depend on the box.
+are the point, absolute numbers depend on the box. --gpu-smoke is the first run on a new cluster (README, "GPU
+acceptance"; docs/gpu_acceptance.md).
 
     python -m pytest -q tests/test_bench.py
 """
 import argparse
 import contextlib
+import json
 import math
 import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from statistics import median
 
@@ -466,6 +473,123 @@ def gpu_check(args):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
+# --gpu-smoke (bash ladder.sh gpu-smoke): the first run on a new cluster, <= 10 minutes on a GPU node. Untied-Grow on
+# 2 processes under torchrun (NCCL on GPUs, gloo with --device cpu), growth at step 3, a checkpoint and a stop at step
+# 2; that checkpoint is resumed twice, with the default gradient transport and with sharded gradients forced; then
+# --gpu-check with memory snapshots. Everything lands in --gpu-smoke-dir, its summary in gpu_smoke.json.
+
+GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the byte-level pool it trains on
+    "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=240),
+    "cpu": dict(depth=2, steps=6, val_tokens=1024, train_tokens=20_000, launch_timeout=300),
+}
+SMOKE_PROCESSES = 2
+SHARDED_GRADIENTS = ["--shard-gradients"]  # train.py: the owner-sharded transport even where gradients fit replicated
+SHORT_TIMEOUT = ["--dist-timeout", "180"]  # train.py: seconds a collective may wait; a hang ends in minutes
+
+
+def smoke_launch(name, argv, out_dir, timeout):
+    """One torchrun of train.py (NCCL_DEBUG=WARN), its output in out_dir/NAME.log, killed with its workers after
+    `timeout` seconds -> what it did: exit code, seconds, NCCL warnings, its last line."""
+    log = os.path.join(out_dir, f"{name}.log")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(SMOKE_PROCESSES), "train.py", *argv]
+    t0, timed_out = time.perf_counter(), False
+    with open(log, "w") as f:
+        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.abspath(__file__)), stdout=f,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, NCCL_DEBUG="WARN"),
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+            code, timed_out = proc.wait(), True
+    lines = open(log, errors="replace").read().splitlines()
+    return dict(command=" ".join(command), returncode=code, seconds=time.perf_counter() - t0, timed_out=timed_out,
+                log=log, last_line=lines[-1] if lines else "", nccl_warnings=[l for l in lines if "NCCL WARN" in l])
+
+
+def smoke_run(run_dir):
+    """What a smoke run folder shows: status, growth, the losses of its steps, its final validation loss."""
+    result = json.load(open(os.path.join(run_dir, "result.json")))
+    losses = [json.loads(line)["loss"] for line in open(os.path.join(run_dir, "trajectory.jsonl"))]
+    return dict(status=result["status"], world_size=result["world_size"], growth_events=result["growth_events"],
+                memory=result["memory"], losses=losses, final_val_loss=result["final_val_loss"])
+
+
+def gpu_smoke_runs(args, device, out_dir, out):
+    """The 2-process part of --gpu-smoke: start (stop at step 2), resume with each transport; fills out["launches"],
+    out["runs"], out["checks"]."""
+    recipe = GPU_SMOKE[args.preset]
+    pool, runs_dir = os.path.join(out_dir, "pool"), os.path.join(out_dir, "runs")
+    data.prepare("stdlib", pool, tokenizer="bytes", train_tokens=recipe["train_tokens"],
+                 val_tokens=recipe["val_tokens"] + recipe["val_tokens"] // 64)  # + each window's extra target
+    common = ["--arch", "untied_grow", "--depth", str(recipe["depth"]), "--preset", args.preset, "--tokenizer",
+              "bytes", "--data-dir", pool, "--runs-dir", runs_dir, "--steps", str(recipe["steps"]),
+              "--crossover-fractions", "0.5", "--save-every", "2", "--val-tokens", str(recipe["val_tokens"]),
+              "--device", device.type, *SHORT_TIMEOUT]
+    if args.device_batch_size:
+        common += ["--device-batch-size", *map(str, args.device_batch_size)]
+    launches = [("start", ["--run-name", "default", "--stop-after", "2"]),
+                ("resume_default", ["--run-name", "default", "--resume"]),
+                ("resume_sharded", ["--run-name", "sharded", "--resume", *SHARDED_GRADIENTS])]
+    for name, argv in launches:
+        if name != "start" and out["launches"]["start"]["returncode"] != 0:
+            out["skipped"][name] = "not started: the start failed"
+            continue
+        out["launches"][name] = smoke_launch(name, common + argv, out_dir, recipe["launch_timeout"])
+        if name == "start" and out["launches"]["start"]["returncode"] == 0:  # the checkpoint both resumes continue
+            shutil.copytree(os.path.join(runs_dir, "default"), os.path.join(runs_dir, "sharded"))
+    if any(launch["returncode"] != 0 for launch in out["launches"].values()) or out["skipped"]:
+        out["checks"] = dict(passed=False)
+        return
+    runs = out["runs"] = {name: smoke_run(os.path.join(runs_dir, name)) for name in ("default", "sharded")}
+    a, b = runs["default"]["losses"], runs["sharded"]["losses"]
+    crossover = recipe["steps"] // 2
+    out["checks"] = checks = dict(
+        complete=all(r["status"] == "complete" and len(r["losses"]) == recipe["steps"] for r in runs.values()),
+        grew_at_step=[r["growth_events"][0]["step"] if r["growth_events"] else None for r in runs.values()],
+        finite=all(math.isfinite(x) for r in runs.values() for x in r["losses"] + [r["final_val_loss"]]),
+        first_resumed_loss_equal=a[2] == b[2],  # the same checkpoint and batch: the transports differ after it
+        loss_max_relative_difference=max(abs(x - y) / abs(x) for x, y in zip(a, b)))
+    checks["passed"] = checks["complete"] and checks["finite"] and checks["first_resumed_loss_equal"] and \
+        checks["grew_at_step"] == [crossover, crossover]
+
+
+def gpu_smoke(args):
+    """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
+    snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped"."""
+    out_dir = args.gpu_smoke_dir
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
+    device = single_process(args.device, "--gpu-smoke")
+    os.makedirs(out_dir, exist_ok=True)
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if gpus else "cpu",
+               gpus=gpus, torch=torch.__version__, nccl=str(torch.cuda.nccl.version()) if gpus else None,
+               preset=args.preset, processes=SMOKE_PROCESSES, launches={}, runs={}, checks={}, gpu_check=None,
+               skipped={})
+    path, t0 = os.path.join(out_dir, "gpu_smoke.json"), time.perf_counter()
+    if device.type == "cuda" and gpus < SMOKE_PROCESSES:
+        out["skipped"]["runs"] = f"{SMOKE_PROCESSES} GPUs needed, {gpus} visible"
+    else:
+        gpu_smoke_runs(args, device, out_dir, out)
+    write_json(path, out)
+    if device.type == "cuda":
+        check_args = argparse.Namespace(**dict(vars(args), gpu_check_out=os.path.join(out_dir, "gpu_check.json"),
+                                               memory_snapshots=out_dir))
+        out["gpu_check_exit_code"] = gpu_check(check_args)
+        out["gpu_check"] = json.load(open(check_args.gpu_check_out))
+    else:
+        out["skipped"]["gpu_check"] = "needs a CUDA device (tests/test_bench.py runs its CPU mode)"
+    out["passed"] = out["checks"].get("passed", "runs" in out["skipped"]) and out.get("gpu_check_exit_code", 0) == 0
+    out["total_seconds"] = time.perf_counter() - t0
+    write_json(path, out)
+    print(f"gpu-smoke: {'passed' if out['passed'] else 'FAILED'} in {out['total_seconds']:.0f}s; wrote {path}"
+          + (f"; skipped: {', '.join(out['skipped'])}" if out["skipped"] else ""))
+    return 0 if out["passed"] else 1
+
+
+# ----------------------------------------------------------------------------------------------------------------------
 # Command line: train.py's flags (shapes, recipe, memory, --device, --compile, --peak-flops) and the bench's own
 
 def parse_args(argv):
@@ -482,6 +606,10 @@ def parse_args(argv):
                       help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
     perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
     perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
+    perf.add_argument("--gpu-smoke", action="store_true",
+                      help="first run on a new cluster: 2-process torchrun runs of untied_grow through growth, a "
+                           "stop and two resumes (default and sharded gradients), then --gpu-check (README)")
+    perf.add_argument("--gpu-smoke-dir", default="gpu_smoke", help="the new folder --gpu-smoke writes into")
     perf.add_argument("--memory-snapshots", default=None, metavar="DIR",
                       help="--gpu-check on CUDA: the allocator's history of untied_grow d8 eager and compiled, one "
                            "pickle each (drop it on https://pytorch.org/memory_viz)")
@@ -490,7 +618,8 @@ def parse_args(argv):
         raise UsageError("--dry-run plans a training run: python train.py --arch A --depth D --dry-run")
     if args.fixed_reduce_order:
         raise UsageError("--fixed-reduce-order is for training runs and their --dry-run; drop it for bench.py")
-    args.preset = args.preset or ("cpu" if not args.gpu_check and not torch.cuda.is_available() else "paper")
+    args.preset = args.preset or ("cpu" if not (args.gpu_check or args.gpu_smoke) and not torch.cuda.is_available()
+                                  else "paper")
     for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
         if getattr(args, name) is None:
             setattr(args, name, [value] if name == "depth" else value)
@@ -499,6 +628,8 @@ def parse_args(argv):
 
 def run(argv):
     args = parse_args(argv)
+    if args.gpu_smoke:
+        return gpu_smoke(args)
     if args.gpu_check:
         return gpu_check(args)
     bench(args)

@@ -1,8 +1,9 @@
 """bench.py: achieved FLOP/s against the roofline, the arm ratios, the GPU acceptance check (--gpu-check) in its tiny
-CPU mode (sections, time caps, skips), and its command line. Its plans on real GPUs: tests/test_plan.py's first-contact
-matrix."""
+CPU mode (sections, time caps, skips), the GPU smoke run (--gpu-smoke) on 2 gloo processes, and its command line. Its
+plans on real GPUs: tests/test_plan.py's first-contact matrix."""
 import json
 import math
+import os
 import types
 
 import pytest
@@ -147,3 +148,31 @@ def test_torchrun_launch_is_refused_before_any_process_group(argv, monkeypatch, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "runs in one process; start it with python, not torchrun" in lines[0], lines
     assert not torch.distributed.is_initialized()
+
+
+def test_gpu_smoke_on_two_gloo_processes(tmp_path, monkeypatch):
+    """--gpu-smoke as on a GPU node, on CPU: 2 torchrun processes with gloo at the cpu preset (4 micro-batches per
+    rank, so the sharded transport reduces each one) start Untied-Grow and stop at step 2 with a checkpoint; both
+    transports resume it through the growth at step 3 to the end; the one-GPU part is reported as skipped. train.py's
+    --shard-gradients and --dist-timeout are passed only where its parser has them."""
+    options = train.build_parser()._option_string_actions
+    for name in ("SHARDED_GRADIENTS", "SHORT_TIMEOUT"):
+        if getattr(bench, name)[0] not in options:
+            monkeypatch.setattr(bench, name, [])
+    out = tmp_path / "smoke"
+    assert bench.main(["--gpu-smoke", "--device", "cpu", "--preset", "cpu", "--device-batch-size", "2",
+                       "--gpu-smoke-dir", str(out)]) == 0
+    result = json.loads((out / "gpu_smoke.json").read_text())
+    assert result["passed"] and result["processes"] == 2 and list(result["skipped"]) == ["gpu_check"]
+    launches = result["launches"]
+    assert list(launches) == ["start", "resume_default", "resume_sharded"]
+    assert all(launch["returncode"] == 0 and not launch["timed_out"] for launch in launches.values())
+    assert "--stop-after 2" in launches["start"]["command"] and "--nproc_per_node 2" in launches["start"]["command"]
+    assert launches["resume_sharded"]["command"].endswith(" ".join(["--resume", *bench.SHARDED_GRADIENTS]).strip())
+    for run in result["runs"].values():
+        assert run["status"] == "complete" and run["world_size"] == 2 and len(run["losses"]) == 6
+        assert run["growth_events"][0]["step"] == 3 and run["memory"]["stages"][0]["accumulation"] == 4
+    default, sharded = result["runs"]["default"]["losses"], result["runs"]["sharded"]["losses"]
+    assert default[:3] == sharded[:3] and sharded == pytest.approx(default, rel=1e-4)
+    assert result["checks"]["grew_at_step"] == [3, 3] and result["checks"]["first_resumed_loss_equal"]
+    assert os.path.exists(out / "runs" / "sharded" / "checkpoints" / "final" / "model.pt")
