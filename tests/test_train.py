@@ -257,8 +257,9 @@ def spy_on_forward(monkeypatch):
     """Records (training?, sequences, active passes) for every forward of every GPT."""
     calls, forward = [], model.GPT.forward
 
-    def recording(self, idx, *args, **kwargs):
-        calls.append((kwargs.get("targets") is not None, idx.size(0), self.active_passes))
+    def recording(self, idx, *args, **kwargs):  # validation asks for every target's loss (reduction="none")
+        training = kwargs.get("targets") is not None and kwargs.get("reduction", "mean") == "mean"
+        calls.append((training, idx.size(0), self.active_passes))
         return forward(self, idx, *args, **kwargs)
     monkeypatch.setattr(model.GPT, "forward", recording)
     return calls
