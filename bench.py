@@ -479,7 +479,7 @@ def gpu_check(args):
 # --gpu-check with memory snapshots. Everything lands in --gpu-smoke-dir, its summary in gpu_smoke.json.
 
 GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the byte-level pool it trains on
-    "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=240),
+    "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=300),
     "cpu": dict(depth=2, steps=6, val_tokens=1024, train_tokens=20_000, launch_timeout=300),
 }
 SMOKE_PROCESSES = 2
