@@ -473,7 +473,7 @@ def gpu_check(args):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# --gpu-smoke (bash ladder.sh gpu-smoke): the first run on a new cluster, <= 10 minutes on a GPU node. Untied-Grow on
+# --gpu-smoke (bash ladder.sh gpu-smoke): the first run on a new cluster, about 10 minutes on a GPU node. Untied-Grow on
 # 2 processes under torchrun (NCCL on GPUs, gloo with --device cpu), growth at step 3, a checkpoint and a stop at step
 # 2; that checkpoint is resumed twice, with the default gradient transport and with sharded gradients forced; then
 # --gpu-check with memory snapshots. Everything lands in --gpu-smoke-dir, its summary in gpu_smoke.json.
