@@ -4,20 +4,27 @@
     python bench.py --bench-shape d6w384 --preset cpu
     python bench.py --gpu-check                       # one GPU: MFU, tok/s, memory vs model, ratios -> gpu_check.json
     python bench.py --compile-time --depth 8          # cold compile and step time, whole-model vs per-block compile
+    python bench.py --gpu-smoke                       # bash ladder.sh gpu-smoke: 2-GPU NCCL runs, then --gpu-check
 
 Both time train.py's own train_step on synthetic tokens (uniform random ids: no dataset, no network), with the
 memory planner's micro-batch and torch.compile where a run would use it (CUDA; --compile on CPU). The bench runs
 --bench-repeats repetitions of --bench-steps rounds, each round a roofline sample and one step of every arm (order
 rotated), and prints medians, the optimizer steps' share of each step and the arm ratios with and without it; ratios
-are the point, absolute numbers depend on the box.
+are the point, absolute numbers depend on the box. --gpu-smoke is the first run on a new cluster (README, "GPU
+acceptance"; docs/gpu_acceptance.md).
 
     python -m pytest -q tests/test_bench.py
 """
 import argparse
 import contextlib
+import json
 import math
 import os
 import random
+import shutil
+import signal
+import subprocess
+import sys
 import time
 from statistics import median
 
@@ -34,6 +41,13 @@ from train import count_step, gpu_peak_flops, train_step, use_compile
 
 
 BENCH_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2")
+
+
+def single_process(device_flag, what):
+    """The device of a one-process tool; a torchrun launch is refused before any process group starts."""
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UsageError(f"{what} runs in one process; start it with python, not torchrun")
+    return setup_distributed(device_flag)[2]
 
 
 def synchronize(device):
@@ -117,9 +131,9 @@ class OptimizerClock:
         self.seconds += time.perf_counter() - self.start
 
 
-def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext()):
-    """`steps` more train_steps of `arm` (a train.Training) -> (per-step seconds: CUDA events on GPU, perf_counter on
-    CPU; last loss)."""
+def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext(), deadline=math.inf):
+    """`steps` more train_steps of `arm` (a train.Training), fewer when one ends past `deadline` (perf_counter)
+    -> (per-step seconds: CUDA events on GPU, perf_counter on CPU; last loss)."""
     seconds, device, loss = [], arm.run.device, None
     for _ in range(steps):
         if device.type == "cuda":
@@ -136,26 +150,36 @@ def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext()):
         if not math.isfinite(loss):
             raise RuntimeError(f"non-finite loss {loss} at step {arm.state.step}")
         count_step(arm.run, arm.state, passes, seconds[-1])
+        if time.perf_counter() > deadline:
+            break
     return seconds, loss
 
 
-def interleaved_arms(args, device, depth, steps, repeats):
-    """The four BENCH_ARMS at one shape, one micro-batch per step (--device-batch-size, else the planner's for a
-    quarter of the device: all four stay resident), one untimed warm-up step each (compilation), then `repeats`
-    repetitions of `steps` rounds. A round is one roofline sample and one step of every arm, the arm order rotated
-    each round, so the arms and the roofline see the same state of a shared box (its speed drifts by tens of percent
-    within minutes on a VM) -> (arms, per repetition {arch: median step seconds, "roofline": median FLOP/s})."""
+def bench_plans(args, device, depth, steps):
+    """The plans of the four BENCH_ARMS at one shape with one micro-batch per step, the same for all four so that
+    their steps do the same work: --device-batch-size, else the smallest of each arm's own largest micro-batch for a
+    quarter of the device (all four stay resident; Loop-2 and Untied-2 execute more blocks than Vanilla at a depth)
+    -> (their flags, {arch: plan})."""
     plan_args = argparse.Namespace(**vars(args))
     if device.type == "cuda" and not args.device_batch_size:
         total = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
         plan_args.gpu_memory = total / len(BENCH_ARMS)
-    probe = synthetic_plan(plan_args, "vanilla", depth, 1)
-    micro = device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch
+    probes = [synthetic_plan(plan_args, arch, depth, 1) for arch in BENCH_ARMS]
+    micro = min(device_memory_plan(plan_args, probe, 1, device).stages[0].micro_batch for probe in probes)
     plan_args.device_batch_size = [micro]
-    total_steps = 1 + repeats * steps  # the warm-up step and the timed ones
-    arms = {arch: synthetic_training(plan_args, synthetic_plan(plan_args, arch, depth, total_steps,
-                                                               total_batch_tokens=micro * probe.seq_len),
-                                     device, random_init=True) for arch in BENCH_ARMS}
+    batch_tokens = micro * probes[0].seq_len
+    return plan_args, {arch: synthetic_plan(plan_args, arch, depth, steps, total_batch_tokens=batch_tokens)
+                       for arch in BENCH_ARMS}
+
+
+def interleaved_arms(args, device, depth, steps, repeats, deadline=math.inf):
+    """The four BENCH_ARMS at one shape (bench_plans), one untimed warm-up step each (compilation), then `repeats`
+    repetitions of `steps` rounds, or fewer when a round ends past `deadline` (perf_counter). A round is one roofline
+    sample and one step of every arm, the arm order rotated each round, so the arms and the roofline see the same
+    state of a shared box (its speed drifts by tens of percent within minutes on a VM) -> (arms, per repetition
+    {arch: median step seconds, "roofline": median FLOP/s})."""
+    plan_args, plans = bench_plans(args, device, depth, 1 + repeats * steps)  # the warm-up step and the timed ones
+    arms = {arch: synthetic_training(plan_args, plan, device, random_init=True) for arch, plan in plans.items()}
     for arm in arms.values():
         timed_steps(arm, 1)
     clocks = {arch: OptimizerClock(device) for arch in BENCH_ARMS}
@@ -170,7 +194,11 @@ def interleaved_arms(args, device, depth, steps, repeats):
                 seconds = timed_steps(arms[arch], 1, clocks[arch])[0][0]
                 samples[arch].append(seconds)
                 samples[arch + " model"].append(seconds - (clocks[arch].seconds - before))
+            if time.perf_counter() > deadline:
+                break
         repetitions.append({name: median(values) for name, values in samples.items()})
+        if time.perf_counter() > deadline:
+            break
     return arms, repetitions
 
 
@@ -189,9 +217,7 @@ def bench(args):
     backward, attention included; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, against
     the roofline of the same rounds, and the step-time ratios Operator-1/Vanilla and Untied-2/Loop-2; every number is
     the median over the repetitions of that repetition's value."""
-    rank, world, device = setup_distributed(args.device)
-    if world > 1:
-        raise UsageError("bench.py runs in one process; start it with python, not torchrun")
+    device = single_process(args.device, "bench.py")
     depth = args.depth or PRESETS[args.preset].anchor_depth
     arms, repetitions = interleaved_arms(args, device, depth, args.bench_steps, args.bench_repeats)
     plan0 = arms["vanilla"].run.plan
@@ -265,45 +291,96 @@ def compile_time(args):
     return results
 
 
-GPU_CHECK = {  # per preset: the runs and their steps; "cpu" is the tiny mode the tests run
-    "paper": dict(vanilla_depth=12, grow_depth=8, steps=30, crossover_step=10, ratio_depth=12, ratio_steps=5,
-                  ratio_repeats=3, core_examples=40, budget_seconds=450),
-    "cpu": dict(vanilla_depth=2, grow_depth=3, steps=3, crossover_step=1, ratio_depth=2, ratio_steps=2,
-                ratio_repeats=1, core_examples=6, budget_seconds=600),
-}  # budget_seconds: a section that would start later is skipped (recorded in "errors"), so the whole stays <= 8 min
+# --gpu-check per preset ("cpu" is the tiny mode the tests run). The sections run in this order, cheap and important
+# first and the ratios' four cold compiles last, each within its own time cap in seconds (a training section stops at
+# the first step boundary past it and says so); one whose cap would end past budget_seconds is skipped and listed
+# under "skipped". The paper preset trains on 65,536 tokens per step, one rank's share of a ladder step on 8 GPUs.
+GPU_CHECK = {
+    "paper": dict(tokens_per_step=65_536, vanilla_depth=12, grow_depth=8, steps=20, crossover_step=8, ratio_depth=8,
+                  ratio_steps=5, ratio_repeats=3, core_examples=40, budget_seconds=480,
+                  caps=dict(roofline=15, core_scoring=45, vanilla=90, untied_grow_eager=45, untied_grow=120,
+                            ratios=135)),
+    "cpu": dict(tokens_per_step=None, vanilla_depth=2, grow_depth=3, steps=3, crossover_step=1, ratio_depth=2,
+                ratio_steps=2, ratio_repeats=1, core_examples=6, budget_seconds=3600,
+                caps=dict(roofline=300, core_scoring=300, vanilla=300, untied_grow_eager=300, untied_grow=300,
+                          ratios=600)),
+}
 
 
-def check_training(args, device, peak, arch, depth, steps, crossover_step=None):
-    """`steps` training steps of one arm (compiled on CUDA) on synthetic tokens: step time, tokens/s, MFU, memory
-    vs the memory model."""
-    plan = synthetic_plan(args, arch, depth, steps, crossover_step)
-    arm = synthetic_training(args, plan, device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    t0 = time.perf_counter()
-    seconds, loss = timed_steps(arm, steps)
+def gpu_check_plans(args, device):
+    """Every training run of --gpu-check, planned and checked against the device's memory before any section runs
+    -> {section: [(the flags it trains with, plan)]}; one that does not fit is a UsageError naming its section."""
+    recipe = GPU_CHECK[args.preset]
+    steps, tokens = recipe["steps"], recipe["tokens_per_step"]
+    eager = argparse.Namespace(**dict(vars(args), compile=False))
+    grow = synthetic_plan(args, "untied_grow", recipe["grow_depth"], steps, recipe["crossover_step"], tokens)
+    runs = dict(vanilla=[(args, synthetic_plan(args, "vanilla", recipe["vanilla_depth"], steps,
+                                               total_batch_tokens=tokens))],
+                untied_grow_eager=[(eager, grow)], untied_grow=[(args, grow)])
+    section = "ratios"
+    try:
+        ratio_args, ratio_plans = bench_plans(args, device, recipe["ratio_depth"],
+                                              1 + recipe["ratio_repeats"] * recipe["ratio_steps"])
+        runs["ratios"] = [(ratio_args, plan) for plan in ratio_plans.values()]
+        for section, section_runs in runs.items():
+            for run_args, plan in section_runs:
+                device_memory_plan(run_args, plan, 1, device)
+    except UsageError as e:
+        raise UsageError(f"--gpu-check's {section} section does not fit this GPU: {e}") from None
+    return runs
+
+
+@contextlib.contextmanager
+def memory_history(path):
+    """Record the CUDA allocator's history while the block runs and write it to `path`, also when the block fails
+    (out of memory, say). None: nothing is recorded."""
+    if path:
+        torch.cuda.memory._record_memory_history(max_entries=200_000)
+    try:
+        yield
+    finally:
+        if path:
+            torch.cuda.memory._dump_snapshot(path)
+            torch.cuda.memory._record_memory_history(enabled=None)
+
+
+def check_training(args, device, peak, plan, deadline, snapshot=None):
+    """The plan's steps of one arm on synthetic tokens (compiled as args say), stopping at the first step that ends
+    past `deadline`: step time, tokens/s, MFU, memory vs the memory model. snapshot: a file for the CUDA allocator's
+    history of the whole section (torch.cuda.memory._dump_snapshot; drop it on https://pytorch.org/memory_viz)."""
+    with memory_history(snapshot):
+        arm = synthetic_training(args, plan, device)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
+        seconds, loss = timed_steps(arm, plan.steps, deadline=deadline)
+    crossover = plan.crossover_step
     warm = seconds[2:] if len(seconds) > 3 else seconds  # the first steps compile (and grow)
-    if crossover_step and len(seconds) > crossover_step + 3:  # after growth: the grown model's steady state
-        warm = seconds[crossover_step + 2:]
+    if crossover and len(seconds) > crossover + 3:  # after growth: the grown model's steady state
+        warm = seconds[crossover + 2:]
     step_seconds = median(warm)
     flops_per_token = model_lib.flops_per_token(plan.model_config, arm.model.active_passes)
     predicted = max(memory_per_rank(plan.model_config, k, micro, device=device.type)["peak"]
                     for k, micro in zip(plan.pass_stages, arm.run.micro_batches))
     measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
-    return dict(arch=arch, depth=depth, steps=steps, crossover_step=crossover_step, pass_stages=list(plan.pass_stages),
-                growth_events=arm.state.growth_events, micro_batches=list(arm.run.micro_batches),
-                tokens_per_step=plan.tokens_per_step, compiled=use_compile(args, device), final_loss=loss,
-                wall_seconds=time.perf_counter() - t0, first_step_seconds=seconds[0], step_seconds=step_seconds,
+    return dict(arch=plan.arch, depth=plan.depth, steps=plan.steps, steps_run=len(seconds),
+                stopped_at_cap=len(seconds) < plan.steps, crossover_step=crossover,
+                pass_stages=list(plan.pass_stages), growth_events=arm.state.growth_events,
+                micro_batches=list(arm.run.micro_batches), tokens_per_step=plan.tokens_per_step,
+                compiled=use_compile(args, device), final_loss=loss, wall_seconds=time.perf_counter() - t0,
+                first_step_seconds=seconds[0], step_seconds=step_seconds,
                 tokens_per_second=plan.tokens_per_step / step_seconds,
                 mfu=flops_per_token * plan.tokens_per_step / step_seconds / peak if peak else None,
                 max_memory_allocated_bytes=measured, predicted_peak_bytes=predicted,
-                memory_measured_over_predicted=measured / predicted if measured else None)
+                memory_measured_over_predicted=measured / predicted if measured else None, memory_snapshot=snapshot)
 
 
-def check_ratios(args, device, depth, steps, repeats):
-    """The bench's step-time ratios Operator-1/Vanilla and Untied-2/Loop-2 at one shape."""
-    arms, repetitions = interleaved_arms(args, device, depth, steps, repeats)
-    return dict(depth=depth, micro_batch=arms["vanilla"].run.micro_batches[0],
+def check_ratios(args, device, depth, steps, repeats, deadline):
+    """The bench's step-time ratios Operator-1/Vanilla and Untied-2/Loop-2 at one shape, its rounds stopping at the
+    first that ends past `deadline`."""
+    arms, repetitions = interleaved_arms(args, device, depth, steps, repeats, deadline)
+    return dict(depth=depth, micro_batch=arms["vanilla"].run.micro_batches[0], repetitions_run=len(repetitions),
+                stopped_at_cap=time.perf_counter() > deadline,
                 step_seconds={arch: median(r[arch] for r in repetitions) for arch in BENCH_ARMS},
                 **step_ratios(repetitions))
 
@@ -348,29 +425,35 @@ def check_core_scoring(args, device, examples):
 
 def check_summary(name, result):
     """One line per section: its headline numbers."""
-    if name in ("vanilla", "untied_grow"):
+    if name in ("vanilla", "untied_grow_eager", "untied_grow"):
         memory = result["max_memory_allocated_bytes"]
-        return (f"{result['arch']} d{result['depth']}: {1000 * result['step_seconds']:.0f} ms/step, "
+        return (f"{result['arch']} d{result['depth']} {'compiled' if result['compiled'] else 'eager'}: "
+                f"{1000 * result['step_seconds']:.0f} ms/step, "
                 f"{result['tokens_per_second']:,.0f} tok/s" + (f", MFU {100 * result['mfu']:.1f}%" if result["mfu"]
                                                                  else "")
                 + (f", peak memory {memory / GIB:.1f} GiB" if memory else "")
                 + f" (model predicts {result['predicted_peak_bytes'] / GIB:.1f} GiB)"
-                + (f", growth {result['growth_events']}" if result["growth_events"] else ""))
+                + (f", growth {result['growth_events']}" if result["growth_events"] else "")
+                + (f"; stopped at its time cap after {result['steps_run']} steps" if result["stopped_at_cap"] else ""))
     if name == "ratios":
         return (f"operator_1/vanilla = {result['operator_1_over_vanilla']:.3f} (target <= 1.02), untied_2/loop_2 = "
-                f"{result['untied_2_over_loop_2']:.3f} (target 1.00 +- 0.02) at d{result['depth']}")
+                f"{result['untied_2_over_loop_2']:.3f} (target 1.00 +- 0.02) at d{result['depth']}"
+                + (f"; stopped at its time cap after {result['repetitions_run']} repetition(s)"
+                   if result["stopped_at_cap"] else ""))
     if name == "core_scoring":
         return (f"{result['source']} tasks, {result['autocast']}: largest difference from one_at_a_time: accuracy "
                 f"{result['max_accuracy_difference']:.4f}, answer NLL {result['max_nll_difference']:.2e}")
     return f"matmul roofline {result['flops_per_second'] / 1e9:,.1f} GFLOP/s"
 
 
+SNAPSHOT_SECTIONS = ("untied_grow_eager", "untied_grow")  # --memory-snapshots: one file each
+
+
 def gpu_check(args):
-    """--gpu-check: the sections of GPU_CHECK[preset] in order, each recorded (or its error); the JSON is rewritten
+    """--gpu-check: the sections of GPU_CHECK[preset] in order, each within its time cap and recorded (or its error,
+    or why it was skipped). Every training run is planned before the first section starts; the JSON is rewritten
     after every section, so a run cut short still leaves what it measured."""
-    rank, world, device = setup_distributed(args.device)
-    if world > 1:
-        raise UsageError("--gpu-check runs on one GPU; start it with python, not torchrun")
+    device = single_process(args.device, "--gpu-check")
     peak = gpu_peak_flops(device, args.peak_flops)
     if device.type == "cuda" and peak is None:
         raise UsageError(f"unknown GPU {torch.cuda.get_device_name(device)!r}: pass its dense bf16 peak, e.g. "
@@ -381,36 +464,168 @@ def gpu_check(args):
         raise UsageError(f"{args.gpu_check_out} already exists; pass another --gpu-check-out or move it away")
     if not os.path.isdir(os.path.dirname(os.path.abspath(args.gpu_check_out))):
         raise UsageError(f"the folder of --gpu-check-out {args.gpu_check_out} does not exist")
+    snapshots = {name: os.path.join(args.memory_snapshots, f"{name}.pickle") if args.memory_snapshots and
+                 device.type == "cuda" else None for name in SNAPSHOT_SECTIONS}
+    if args.memory_snapshots and not os.path.isdir(args.memory_snapshots):
+        raise UsageError(f"--memory-snapshots {args.memory_snapshots} is not a directory")
+    if any(path and os.path.exists(path) for path in snapshots.values()):
+        raise UsageError(f"{args.memory_snapshots} already holds memory snapshots; pass another --memory-snapshots")
     recipe = GPU_CHECK[args.preset]
+    runs = gpu_check_plans(args, device)
+
+    def training(name):
+        (run_args, plan), = runs[name]
+        return lambda deadline: check_training(run_args, device, peak, plan, deadline, snapshots.get(name))
+    sections = dict(
+        roofline=lambda deadline: dict(flops_per_second=matmul_roofline(device, size=None if device.type == "cuda"
+                                                                        else 512)),
+        core_scoring=lambda deadline: check_core_scoring(args, device, recipe["core_examples"]),
+        **{name: training(name) for name in ("vanilla", "untied_grow_eager", "untied_grow")},
+        ratios=lambda deadline: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"],
+                                             recipe["ratio_repeats"], deadline))
     out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if device.type == "cuda"
                else "cpu", torch=torch.__version__, preset=args.preset, tokens="synthetic (uniform random ids)",
-               peak_flops=peak, errors={})
-    sections = dict(
-        roofline=lambda: dict(flops_per_second=matmul_roofline(device, size=None if device.type == "cuda" else 512)),
-        vanilla=lambda: check_training(args, device, peak, "vanilla", recipe["vanilla_depth"], recipe["steps"]),
-        untied_grow=lambda: check_training(args, device, peak, "untied_grow", recipe["grow_depth"], recipe["steps"],
-                                           recipe["crossover_step"]),
-        ratios=lambda: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"],
-                                    recipe["ratio_repeats"]),
-        core_scoring=lambda: check_core_scoring(args, device, recipe["core_examples"]))
+               peak_flops=peak, caps_seconds=recipe["caps"], budget_seconds=recipe["budget_seconds"], errors={},
+               skipped={})
     t0 = time.perf_counter()
-    for name, section in sections.items():
+    for name, cap in recipe["caps"].items():
         start = time.perf_counter()
-        try:
-            if start - t0 > recipe["budget_seconds"]:
-                raise TimeoutError(f"skipped: the {recipe['budget_seconds']} s budget was spent")
-            out[name] = section()
-        except Exception as exc:  # a GPU minute is precious: record it and go on with the next section
-            out[name] = None
-            out["errors"][name] = f"{type(exc).__name__}: {exc}"
-        print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): "
-              + (check_summary(name, out[name]) if out[name] else out["errors"][name]), flush=True)
+        out[name] = None
+        if start - t0 + cap > recipe["budget_seconds"]:
+            out["skipped"][name] = (f"not started: {start - t0:.0f} s had passed and its {cap} s cap would end past "
+                                    f"the {recipe['budget_seconds']} s budget")
+        else:
+            try:
+                out[name] = sections[name](start + cap)
+            except Exception as exc:  # a GPU minute is precious: record it and go on with the next section
+                out["errors"][name] = f"{type(exc).__name__}: {exc}"
+        print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): " + (
+            check_summary(name, out[name]) if out[name] else out["errors"].get(name) or out["skipped"][name]),
+            flush=True)
         if device.type == "cuda":
             torch.cuda.empty_cache()
         out["total_seconds"] = time.perf_counter() - t0
         write_json(args.gpu_check_out, out)
-    print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed")
-    return 1 if out["errors"] else 0
+    print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed, {len(out['skipped'])} "
+          "skipped")
+    return 1 if out["errors"] or out["skipped"] else 0
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# --gpu-smoke (bash ladder.sh gpu-smoke): the first run on a new cluster, about 10 minutes on a GPU node. Untied-Grow on
+# 2 processes under torchrun (NCCL on GPUs, gloo with --device cpu), growth at step 3, a checkpoint and a stop at step
+# 2; that checkpoint is resumed twice, with the default gradient transport and with sharded gradients forced; then
+# --gpu-check with memory snapshots. Everything lands in --gpu-smoke-dir, its summary in gpu_smoke.json.
+
+GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the byte-level pool it trains on
+    "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=300),
+    "cpu": dict(depth=2, steps=6, val_tokens=1024, train_tokens=20_000, launch_timeout=300),
+}
+SMOKE_PROCESSES = 2
+SHARDED_GRADIENTS = ["--shard-gradients"]  # train.py: the owner-sharded transport even where gradients fit replicated
+SHORT_TIMEOUT = ["--dist-timeout", "3"]  # train.py: minutes a collective may wait; a hang ends in minutes
+
+
+def smoke_launch(name, argv, out_dir, timeout):
+    """One torchrun of train.py (NCCL_DEBUG=WARN), its output in out_dir/NAME.log, killed with its workers after
+    `timeout` seconds -> what it did: exit code, seconds, NCCL warnings, its last line."""
+    log = os.path.join(out_dir, f"{name}.log")
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+               str(SMOKE_PROCESSES), "train.py", *argv]
+    t0, timed_out = time.perf_counter(), False
+    with open(log, "w") as f:
+        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.abspath(__file__)), stdout=f,
+                                stderr=subprocess.STDOUT, env=dict(os.environ, NCCL_DEBUG="WARN"),
+                                start_new_session=True)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
+            code, timed_out = proc.wait(), True
+    lines = open(log, errors="replace").read().splitlines()
+    return dict(command=" ".join(command), returncode=code, seconds=time.perf_counter() - t0, timed_out=timed_out,
+                log=log, last_line=lines[-1] if lines else "", nccl_warnings=[l for l in lines if "NCCL WARN" in l])
+
+
+def smoke_run(run_dir):
+    """What a smoke run folder shows: status, growth, the losses of its steps, its final validation loss."""
+    result = json.load(open(os.path.join(run_dir, "result.json")))
+    losses = [json.loads(line)["loss"] for line in open(os.path.join(run_dir, "trajectory.jsonl"))]
+    return dict(status=result["status"], world_size=result["world_size"], growth_events=result["growth_events"],
+                memory=result["memory"], losses=losses, final_val_loss=result["final_val_loss"])
+
+
+def gpu_smoke_runs(args, device, out_dir, out):
+    """The 2-process part of --gpu-smoke: start (stop at step 2), resume with each transport; fills out["launches"],
+    out["runs"], out["checks"]."""
+    recipe = GPU_SMOKE[args.preset]
+    pool, runs_dir = os.path.join(out_dir, "pool"), os.path.join(out_dir, "runs")
+    data.prepare("stdlib", pool, tokenizer="bytes", train_tokens=recipe["train_tokens"],
+                 val_tokens=recipe["val_tokens"] + recipe["val_tokens"] // 64)  # + each window's extra target
+    common = ["--arch", "untied_grow", "--depth", str(recipe["depth"]), "--preset", args.preset, "--tokenizer",
+              "bytes", "--data-dir", pool, "--runs-dir", runs_dir, "--steps", str(recipe["steps"]),
+              "--crossover-fractions", "0.5", "--save-every", "2", "--val-tokens", str(recipe["val_tokens"]),
+              "--device", device.type, *SHORT_TIMEOUT]
+    if args.device_batch_size:
+        common += ["--device-batch-size", *map(str, args.device_batch_size)]
+    launches = [("start", ["--run-name", "default", "--stop-after", "2"]),
+                ("resume_default", ["--run-name", "default", "--resume"]),
+                ("resume_sharded", ["--run-name", "sharded", "--resume", *SHARDED_GRADIENTS])]
+    for name, argv in launches:
+        if name != "start" and out["launches"]["start"]["returncode"] != 0:
+            out["skipped"][name] = "not started: the start failed"
+            continue
+        out["launches"][name] = smoke_launch(name, common + argv, out_dir, recipe["launch_timeout"])
+        if name == "start" and out["launches"]["start"]["returncode"] == 0:  # the checkpoint both resumes continue
+            shutil.copytree(os.path.join(runs_dir, "default"), os.path.join(runs_dir, "sharded"))
+    if any(launch["returncode"] != 0 for launch in out["launches"].values()) or out["skipped"]:
+        out["checks"] = dict(passed=False)
+        return
+    runs = out["runs"] = {name: smoke_run(os.path.join(runs_dir, name)) for name in ("default", "sharded")}
+    a, b = runs["default"]["losses"], runs["sharded"]["losses"]
+    crossover = recipe["steps"] // 2
+    out["checks"] = checks = dict(
+        complete=all(r["status"] == "complete" and len(r["losses"]) == recipe["steps"] for r in runs.values()),
+        grew_at_step=[r["growth_events"][0]["step"] if r["growth_events"] else None for r in runs.values()],
+        finite=all(math.isfinite(x) for r in runs.values() for x in r["losses"] + [r["final_val_loss"]]),
+        first_resumed_loss_equal=a[2] == b[2],  # the same checkpoint and batch: the transports differ after it
+        loss_max_relative_difference=max(abs(x - y) / abs(x) for x, y in zip(a, b)))
+    checks["passed"] = checks["complete"] and checks["finite"] and checks["first_resumed_loss_equal"] and \
+        checks["grew_at_step"] == [crossover, crossover]
+
+
+def gpu_smoke(args):
+    """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
+    snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped"."""
+    out_dir = args.gpu_smoke_dir
+    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
+    device = single_process(args.device, "--gpu-smoke")
+    os.makedirs(out_dir, exist_ok=True)
+    gpus = torch.cuda.device_count() if device.type == "cuda" else 0
+    out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if gpus else "cpu",
+               gpus=gpus, torch=torch.__version__, nccl=str(torch.cuda.nccl.version()) if gpus else None,
+               preset=args.preset, processes=SMOKE_PROCESSES, launches={}, runs={}, checks={}, gpu_check=None,
+               skipped={})
+    path, t0 = os.path.join(out_dir, "gpu_smoke.json"), time.perf_counter()
+    if device.type == "cuda" and gpus < SMOKE_PROCESSES:
+        out["skipped"]["runs"] = f"{SMOKE_PROCESSES} GPUs needed, {gpus} visible"
+    else:
+        gpu_smoke_runs(args, device, out_dir, out)
+    write_json(path, out)
+    if device.type == "cuda":
+        check_args = argparse.Namespace(**dict(vars(args), gpu_check_out=os.path.join(out_dir, "gpu_check.json"),
+                                               memory_snapshots=out_dir))
+        out["gpu_check_exit_code"] = gpu_check(check_args)
+        out["gpu_check"] = json.load(open(check_args.gpu_check_out))
+    else:
+        out["skipped"]["gpu_check"] = "needs a CUDA device (tests/test_bench.py runs its CPU mode)"
+    out["passed"] = out["checks"].get("passed", "runs" in out["skipped"]) and out.get("gpu_check_exit_code", 0) == 0
+    out["total_seconds"] = time.perf_counter() - t0
+    write_json(path, out)
+    print(f"gpu-smoke: {'passed' if out['passed'] else 'FAILED'} in {out['total_seconds']:.0f}s; wrote {path}"
+          + (f"; skipped: {', '.join(out['skipped'])}" if out["skipped"] else ""))
+    return 0 if out["passed"] else 1
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -420,8 +635,9 @@ def parse_args(argv):
     p = train.build_parser("bench.py", __doc__.split("\n\n")[0])
     perf = p.add_argument_group("benchmark and GPU acceptance check")
     perf.add_argument("--gpu-check", action="store_true",
-                      help="compiled vanilla d12 and untied_grow d8 (growth at step 10) on synthetic tokens: MFU, "
-                           "tok/s, memory vs model, arm ratios, CORE scoring agreement (--preset cpu: tiny)")
+                      help="on synthetic tokens: roofline, CORE scoring agreement, compiled vanilla d12, untied_grow "
+                           "d8 eager and compiled (growth at step 8): MFU, tok/s, memory vs model; arm ratios at d8 "
+                           "(--preset cpu: tiny)")
     perf.add_argument("--compile-time", action="store_true",
                       help="cold compile time and steady step time of untied_grow (--depth, default 8) through "
                            "growth, compiled whole-model vs per block (inductor; --preset cpu on CPU)")
@@ -433,12 +649,20 @@ def parse_args(argv):
                       help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
     perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
     perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
+    perf.add_argument("--gpu-smoke", action="store_true",
+                      help="first run on a new cluster: 2-process torchrun runs of untied_grow through growth, a "
+                           "stop and two resumes (default and sharded gradients), then --gpu-check (README)")
+    perf.add_argument("--gpu-smoke-dir", default="gpu_smoke", help="the new folder --gpu-smoke writes into")
+    perf.add_argument("--memory-snapshots", default=None, metavar="DIR",
+                      help="--gpu-check on CUDA: the allocator's history of untied_grow d8 eager and compiled, one "
+                           "pickle each (drop it on https://pytorch.org/memory_viz)")
     args = p.parse_args(argv)
     if args.dry_run:
         raise UsageError("--dry-run plans a training run: python train.py --arch A --depth D --dry-run")
     if args.fixed_reduce_order:
         raise UsageError("--fixed-reduce-order is for training runs and their --dry-run; drop it for bench.py")
-    args.preset = args.preset or ("cpu" if not args.gpu_check and not torch.cuda.is_available() else "paper")
+    args.preset = args.preset or ("cpu" if not (args.gpu_check or args.gpu_smoke) and not torch.cuda.is_available()
+                                  else "paper")
     for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
         if getattr(args, name) is None:
             setattr(args, name, [value] if name == "depth" else value)
@@ -447,6 +671,8 @@ def parse_args(argv):
 
 def run(argv):
     args = parse_args(argv)
+    if args.gpu_smoke:
+        return gpu_smoke(args)
     if args.gpu_check:
         return gpu_check(args)
     if args.compile_time:

@@ -6,7 +6,8 @@ A checkpoint is a folder (checkpoints/latest, checkpoints/final): model.pt (weig
 step; rank 0), muon/ (torch.distributed.checkpoint: every rank writes the Muon state it owns), adamw.pt (the
 replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters, the reduction
 order and micro-batches) and, written last, MANIFEST.json (size and sha256 of every file). Everything is tensors
-and plain types: every torch.load uses weights_only=True, and DCP's metadata pickle goes through SafeMetadataReader.
+and plain types: every torch.load uses weights_only=True (and map_location: a rank's tensors land on its own device),
+and DCP's metadata pickle goes through SafeMetadataReader.
 
     python -m pytest -q tests/test_checkpoint.py
 """
@@ -304,17 +305,18 @@ def primitive_args(args):
             (isinstance(v, list) and all(isinstance(x, (bool, int, float, str)) for x in v))}
 
 
-def load_checkpoint(folder, plan, model, optimizers):
+def load_checkpoint(folder, plan, model, optimizers, device):
     """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
-    world size -> RunState (the caller sets the model's passes for its step). A checkpoint that fails its manifest,
-    its plan, its own records (check_self_consistent) or its loading is a UsageError."""
+    world size -> RunState (the caller sets the model's passes for its step). device: this rank's; the AdamW state
+    is loaded straight onto it (rank 0 saved it from its own GPU: without map_location every rank would put it on
+    GPU 0), the weights through the CPU into the model's parameters. A checkpoint that fails its manifest, its plan,
+    its own records (check_self_consistent) or its loading is a UsageError."""
     verify(folder)
     meta = json.load(open(os.path.join(folder, "meta.json")))
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
         raise UsageError(f"{folder} was written with another plan; resume with the same flags")
     try:
-        weights = torch.load(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu",
-                             weights_only=True)
+        weights = torch.load(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu", weights_only=True)
         check_self_consistent(folder, weights, meta, plan)
         model.load_state_dict(weights["model"])
         for opt in optimizers:
@@ -325,7 +327,8 @@ def load_checkpoint(folder, plan, model, optimizers):
                 dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
                 opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
         adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
-        for opt, saved in zip(adamw, torch.load(os.path.join(folder, "adamw.pt"), weights_only=True), strict=True):
+        saved_adamw = torch.load(os.path.join(folder, "adamw.pt"), map_location=device, weights_only=True)
+        for opt, saved in zip(adamw, saved_adamw, strict=True):
             opt.load_state_dict(saved)
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
         state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})

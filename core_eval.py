@@ -629,10 +629,19 @@ def load_model(checkpoint, device, passes=None):
 
 
 def get_encoding(name):
+    """The tokenizer the checkpoint records. tiktoken reads GPT-2's vocabulary from its cache (TIKTOKEN_CACHE_DIR,
+    else a folder in this node's temp dir) and downloads it on a miss: an offline node needs a filled cache."""
     try:
         return data.get_tokenizer(name)
-    except Exception as e:  # tiktoken's GPT-2 vocab download fails offline
-        raise UsageError(f"cannot load the {name!r} tokenizer recorded in the checkpoint ({type(e).__name__}: {e})")
+    except data.DataError as e:
+        if name != "gpt2":
+            raise UsageError(f"cannot load the {name!r} tokenizer recorded in the checkpoint ({e})") from None
+        cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or \
+            os.path.join(tempfile.gettempdir(), "data-gym-cache")
+        raise UsageError(f"the checkpoint's 'gpt2' tokenizer is not in tiktoken's cache {cache} and could not be "
+                         "downloaded (no network?); on a machine with internet run TIKTOKEN_CACHE_DIR=DIR python -c "
+                         "\"import tiktoken; tiktoken.get_encoding('gpt2')\", then copy DIR here (or use a shared "
+                         "folder) and set TIKTOKEN_CACHE_DIR=DIR") from None
 
 
 def default_out(checkpoint, passes):

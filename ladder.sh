@@ -9,6 +9,7 @@
 #   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
 #   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
 #   bash ladder.sh gpu-check                              # one-GPU acceptance run: python bench.py --gpu-check
+#   bash ladder.sh gpu-smoke                              # first run on a new cluster (2 GPUs, ~10 min): --gpu-smoke
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed
@@ -46,7 +47,7 @@ whole_number() {  # NAME VALUE LOW HIGH: the environment variable NAME holds VAL
         die "environment variable $1 must be a whole number in [$3, $4], got '$2'"
 }
 
-usage="usage: bash ladder.sh ARCH|all|demo|gpu-check [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
+usage="usage: bash ladder.sh ARCH|all|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
 target="${1:-}"
 case "$target" in
     -h|--help) echo "$usage"; echo "ARCH: one of $(python arms.py arms)"; exit 0 ;;
@@ -54,8 +55,8 @@ case "$target" in
     -*) die "the first argument is ARCH, all or demo, got option '$target' ($usage)" ;;
 esac
 shift
-if [ "$target" = gpu-check ]; then  # the one-GPU acceptance run; arguments go to bench.py
-    exec python bench.py --gpu-check "$@"
+if [ "$target" = gpu-check ] || [ "$target" = gpu-smoke ]; then  # the GPU acceptance runs; arguments go to bench.py
+    exec python bench.py "--$target" "$@"
 fi
 original_args=("$@")
 preset=paper depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()

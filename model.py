@@ -85,6 +85,32 @@ def embedding_dtype(device):
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
+def matmul_dtype(x):
+    """The dtype the loss's matmuls run in: autocast's when it is on for x's device, else x's own."""
+    device = x.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+
+
+def chunk_logits(x, weight, vocab_size, multiplier):
+    """The fp32 logits (x @ weight.T)[:, :vocab_size] * multiplier of one chunk of rows (x, weight in the matmul
+    dtype): the only (rows, vocab) tensors the chunked losses build."""
+    return (x @ weight.T)[:, :vocab_size].float().mul_(multiplier)
+
+
+def token_losses(x, weight, targets, vocab_size, multiplier, chunk_rows):
+    """Cross-entropy of every row of logits = chunk_logits(x, weight, ...) against targets (all >= 0), chunk_rows
+    rows at a time -> (rows,) fp32. Evaluation's loss: no gradient, one chunk's logits alive at a time."""
+    dtype = matmul_dtype(x)
+
+    def chunk_losses(start):  # its logits are freed on return, before the next chunk's are built
+        logits = chunk_logits(x[start:start + chunk_rows].to(dtype), w, vocab_size, multiplier)
+        return torch.logsumexp(logits, dim=-1) - logits.gather(1, targets[start:start + chunk_rows, None])[:, 0]
+
+    with torch.autocast(x.device.type, enabled=False):
+        w = weight.to(dtype)
+        return torch.cat([chunk_losses(start) for start in range(0, x.size(0), chunk_rows)])
+
+
 class ChunkedCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy over targets != -1 of logits = (x @ weight.T)[:, :vocab].float() * multiplier, i.e.
     F.cross_entropy(decode(h), targets, ignore_index=-1), without a (rows, vocab) fp32 tensor kept for backward:
@@ -93,8 +119,7 @@ class ChunkedCrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, targets, vocab_size, multiplier, chunk_rows):
-        device = x.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
+        device, dtype = x.device.type, matmul_dtype(x)
         need_x, need_w = ctx.needs_input_grad[:2]
         valid = targets != -1
         count = valid.sum()
@@ -107,7 +132,7 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             for start in range(0, x.size(0), chunk_rows):
                 rows = slice(start, start + chunk_rows)
                 xs, t, ok = x[rows].to(dtype), safe_targets[rows, None], valid[rows, None]
-                logits = (xs @ w.T)[:, :vocab_size].float().mul_(multiplier)
+                logits = chunk_logits(xs, w, vocab_size, multiplier)
                 lse = torch.logsumexp(logits, dim=-1, keepdim=True)
                 total += ((lse - logits.gather(1, t)) * ok).sum()
                 if need_x or need_w:  # d(mean CE)/d(logits) = (softmax - onehot) / count, then through * multiplier
@@ -287,16 +312,21 @@ class GPT(nn.Module):
         logits = self.lm_head(norm(h))[..., :self.cfg.vocab_size]
         return logits.float() * self.cfg.output_multiplier
 
-    def forward(self, idx, targets=None, passes=None, return_hidden=False):
+    def forward(self, idx, targets=None, passes=None, return_hidden=False, reduction="mean"):
         hidden = [] if return_hidden else None
         h = self.residual_stream(idx, passes, hidden=hidden)
-        out = self.decode(h) if targets is None else self.loss(h, targets)
+        out = self.decode(h) if targets is None else self.loss(h, targets, reduction)
         return (out, hidden) if return_hidden else out
 
-    def loss(self, h, targets):
-        """F.cross_entropy(decode(h), targets, ignore_index=-1), computed in chunks of rows (ChunkedCrossEntropy)."""
-        return ChunkedCrossEntropy.apply(norm(h).flatten(0, 1), self.lm_head.weight, targets.reshape(-1),
-                                         self.cfg.vocab_size, self.cfg.output_multiplier, LOSS_CHUNK_ROWS)
+    def loss(self, h, targets, reduction="mean"):
+        """F.cross_entropy(decode(h), targets, ignore_index=-1, reduction=reduction), computed in chunks of rows:
+        "mean" for training (ChunkedCrossEntropy), "none" for evaluation (token_losses: every target's loss, flat)."""
+        x, flat_targets = norm(h).flatten(0, 1), targets.reshape(-1)
+        if reduction == "none":
+            return token_losses(x, self.lm_head.weight, flat_targets, self.cfg.vocab_size, self.cfg.output_multiplier,
+                                LOSS_CHUNK_ROWS)
+        return ChunkedCrossEntropy.apply(x, self.lm_head.weight, flat_targets, self.cfg.vocab_size,
+                                         self.cfg.output_multiplier, LOSS_CHUNK_ROWS)
 
     def residual_stream(self, idx, passes=None, positions=None, attn_mask=None, hidden=None):
         """The final residual stream (B, T, C) that decode() turns into logits. positions (B, T): rotary positions

@@ -302,6 +302,26 @@ def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
     return saved, saved + 2 * tokens * 4 * V
 
 
+def evaluation_bytes(cfg, passes, micro_batch, autocast=True):
+    """Peak bytes one validation batch adds to the persistent bytes (train.evaluate: `micro_batch` windows at
+    `passes`, no gradient, eager), e = matmul dtype bytes: the windows' int64 token ids, the weight copies autocast
+    caches, and the larger of two moments. Inside a block, per token: the prelude output, the block's input, its
+    stream after attention and its normed input (4C each), and the larger of the MLP's SiLU output, up-projection and
+    product (3eH) and attention's q, k, v and a rotated copy (4eC) with the QK-norm's fp32 temporaries (8C). In the
+    loss (model.token_losses), per token: the flat targets 8, the final stream and its normed copy (4C each) and the
+    loss 4; and one chunk's fp32 logits and logsumexp's temporary ((4Vp + 4V) per row, which also covers the e-byte
+    product and its fp32 copy) with the rows' input cast (eC under autocast), and the lm_head cast."""
+    C, H, V, Vp = cfg.width, cfg.mlp_hidden, cfg.vocab_size, cfg.padded_vocab
+    tokens = micro_batch * cfg.seq_len
+    e = 2 if autocast else 4
+    block = tokens * (16 * C + max(3 * e * H, 4 * e * C + 8 * C))
+    rows = min(LOSS_CHUNK_ROWS, tokens)
+    loss = tokens * (12 + 8 * C) + rows * (4 * Vp + 4 * V + (e * C if autocast else 0)) + \
+        (2 * Vp * C if autocast else 0)
+    token_ids = 8 * micro_batch * (cfg.seq_len + 1)
+    return token_ids + weight_copy_bytes(cfg, passes, autocast) + max(block, loss)
+
+
 def weight_copy_bytes(cfg, passes, autocast=True):
     """bf16 copies of the executed block matrices that autocast caches in the forward and the backward keeps (a tied
     core is cast once; dormant untied cores are not executed). The lm_head cast is the loss path's."""
@@ -346,9 +366,10 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
 def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
     autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
-    report; 'required' adds the margin. The step's peak is the larger of two moments: the end of the forward / start
-    of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
-    backward working set of one block's activations plus two fp32 residual-stream gradients), and the Muon step.
+    report; 'required' adds the margin. The step's peak is the largest of three moments: the end of the forward /
+    start of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
+    backward working set of one block's activations plus two fp32 residual-stream gradients), the Muon step, and a
+    validation batch at this micro-batch and these passes (evaluation_bytes; a run evaluates at its last stage's).
     partial_sums: see persistent_bytes (0: the default reduction order)."""
     autocast = torch.device(device).type == "cuda"
     parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums)
@@ -359,9 +380,10 @@ def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device=
     backward_working = tokens * (block_activation_bytes_per_token(cfg, autocast) + 2 * 4 * cfg.width)
     parts.update(weight_copies=weight_copy_bytes(cfg, passes, autocast),
                  activations=activation_bytes(cfg, passes, micro_batch, autocast), loss_path=loss_saved,
-                 step_transient=max(loss_peak - loss_saved, backward_working), optimizer_step=optimizer_step)
+                 step_transient=max(loss_peak - loss_saved, backward_working), optimizer_step=optimizer_step,
+                 evaluation=evaluation_bytes(cfg, passes, micro_batch, autocast))
     training = parts["weight_copies"] + parts["activations"] + loss_saved + parts["step_transient"]
-    peak = static + max(training, optimizer_step)
+    peak = static + max(training, optimizer_step, parts["evaluation"])
     margin = MEMORY_MARGIN_BYTES + round(MEMORY_MARGIN_FRACTION * peak)
     return dict(parts, peak=peak, margin=margin, required=peak + margin)
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-import torch.nn.functional as F
 
 import data
 import model as model_lib
@@ -190,12 +189,13 @@ def in_global_order(local, world):
 
 
 def batch_sums(model, windows, passes, token_bytes, device):
-    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64)."""
+    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64). Each target's loss
+    comes from the model's chunked loss: no (tokens, vocab) fp32 logits (plan.evaluation_bytes counts the rest)."""
     window = windows.to(device)
+    targets = window[:, 1:]
     with autocast(device):
-        logits = model(window[:, :-1], passes=passes)
-    ce = F.cross_entropy(logits.float().flatten(0, 1), window[:, 1:].flatten(), reduction="none").double()
-    nbytes = token_bytes[window[:, 1:].flatten()].double()
+        ce = model(window[:, :-1], targets=targets, passes=passes, reduction="none").double()
+    nbytes = token_bytes[targets.flatten()].double()
     return torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
                         (ce * (nbytes > 0)).sum(), nbytes.sum()])
 
@@ -318,7 +318,7 @@ def start_training(run):
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
     state = RunState()
     if run.resume_from:
-        state = load_checkpoint(run.resume_from, plan, model, optimizers)
+        state = load_checkpoint(run.resume_from, plan, model, optimizers, run.device)
         model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")

@@ -1,7 +1,9 @@
 """bench.py: achieved FLOP/s against the roofline, the arm ratios, the GPU acceptance check (--gpu-check) in its tiny
-CPU mode, and its command line."""
+CPU mode (sections, time caps, skips), the GPU smoke run (--gpu-smoke) on 2 gloo processes, and its command line. Its
+plans on real GPUs: tests/test_plan.py's first-contact matrix."""
 import json
 import math
+import os
 import types
 
 import pytest
@@ -53,14 +55,19 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path):
     out = tmp_path / "gpu_check.json"
     assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
     result = json.loads(out.read_text())
-    assert result["errors"] == {} and result["tokens"].startswith("synthetic")
+    assert result["errors"] == {} and result["skipped"] == {} and result["tokens"].startswith("synthetic")
+    sections = list(bench.GPU_CHECK["cpu"]["caps"])
+    assert [key for key in result if key in sections] == sections  # written in the order they ran
     assert result["roofline"]["flops_per_second"] > 0
-    for name, arch in [("vanilla", "vanilla"), ("untied_grow", "untied_grow")]:
+    for name, arch in [("vanilla", "vanilla"), ("untied_grow_eager", "untied_grow"), ("untied_grow", "untied_grow")]:
         run = result[name]
-        assert run["arch"] == arch and run["steps"] == 3 and math.isfinite(run["final_loss"])
+        assert run["arch"] == arch and run["steps_run"] == 3 and math.isfinite(run["final_loss"])
         assert run["tokens_per_second"] > 0 and run["step_seconds"] > 0 and run["predicted_peak_bytes"] > 0
         assert run["mfu"] is None and run["max_memory_allocated_bytes"] is None  # CPU: no peak, no CUDA allocator
-    assert result["untied_grow"]["growth_events"] == [dict(step=1, passes_from=2, passes_to=4, reset_parameters=14)]
+        assert not run["stopped_at_cap"] and run["memory_snapshot"] is None  # snapshots are CUDA's
+    for name in ("untied_grow_eager", "untied_grow"):
+        assert result[name]["growth_events"] == [dict(step=1, passes_from=2, passes_to=4, reset_parameters=14)]
+    assert result["untied_grow"]["final_loss"] == pytest.approx(result["untied_grow_eager"]["final_loss"], rel=1e-5)
     ratios = result["ratios"]
     assert set(ratios["step_seconds"]) == set(bench.BENCH_ARMS)
     assert ratios["operator_1_over_vanilla"] > 0 and ratios["untied_2_over_loop_2"] > 0
@@ -69,17 +76,21 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path):
     assert core["max_nll_difference"] < 1e-4 and core["max_accuracy_difference"] == 0
 
 
-def test_gpu_check_records_a_failed_section_and_goes_on(tmp_path, monkeypatch):
+def test_gpu_check_records_a_failed_section_and_goes_on_and_stops_a_section_at_its_cap(tmp_path, monkeypatch):
     def broken(*args):
         raise RuntimeError("out of memory")
     monkeypatch.setattr(bench, "check_ratios", broken)
     monkeypatch.setattr(bench, "check_core_scoring", broken)
-    monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], steps=2, crossover_step=1))
+    recipe = bench.GPU_CHECK["cpu"]
+    monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(recipe, steps=2, crossover_step=1,
+                                                     caps=dict(recipe["caps"], untied_grow_eager=0)))
     out = tmp_path / "gpu_check.json"
     assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
     result = json.loads(out.read_text())
     assert result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
     assert result["ratios"] is None and result["vanilla"]["tokens_per_second"] > 0
+    assert result["untied_grow_eager"]["stopped_at_cap"] and result["untied_grow_eager"]["steps_run"] == 1
+    assert not result["untied_grow"]["stopped_at_cap"] and result["untied_grow"]["steps_run"] == 2
 
 
 def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
@@ -87,8 +98,8 @@ def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
     out = tmp_path / "gpu_check.json"
     assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
     result = json.loads(out.read_text())
-    assert set(result["errors"]) == {"roofline", "vanilla", "untied_grow", "ratios", "core_scoring"}
-    assert all("budget" in e for e in result["errors"].values())
+    assert result["errors"] == {} and list(result["skipped"]) == list(bench.GPU_CHECK["cpu"]["caps"])
+    assert all(result[name] is None and "budget" in why for name, why in result["skipped"].items())
 
 
 def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(monkeypatch):
@@ -120,6 +131,8 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
     (["--dry-run"], "python train.py --arch A --depth D --dry-run"),
     (["--fixed-reduce-order"], "drop it for bench.py"),
+    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--memory-snapshots", "/nonexistent/dir"],
+     "not a directory"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert bench.main(argv) == 2
@@ -145,3 +158,40 @@ def test_compile_time_reports_whole_model_and_regional_compilation(monkeypatch, 
         assert r["compile_seconds"] == pytest.approx(r["first_step_seconds"] - r["steady_step_seconds"])
         assert math.isfinite(r["final_loss"]) and f"{mode:8s} | cold compile" in out
     assert "untied_grow d1" in out and "K (2, 4)" in out
+
+
+@pytest.mark.parametrize("argv", [["--depth", "2"], ["--gpu-check", "--device", "cpu", "--preset", "cpu"]])
+def test_torchrun_launch_is_refused_before_any_process_group(argv, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "8")  # what torchrun sets for each of 8 processes
+    assert bench.main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "runs in one process; start it with python, not torchrun" in lines[0], lines
+    assert not torch.distributed.is_initialized()
+
+
+def test_gpu_smoke_on_two_gloo_processes(tmp_path, monkeypatch):
+    """--gpu-smoke as on a GPU node, on CPU: 2 torchrun processes with gloo at the cpu preset (4 micro-batches per
+    rank, so the sharded transport reduces each one) start Untied-Grow and stop at step 2 with a checkpoint; both
+    transports resume it through the growth at step 3 to the end; the one-GPU part is reported as skipped. train.py's
+    --shard-gradients and --dist-timeout are passed only where its parser has them."""
+    options = train.build_parser()._option_string_actions
+    for name in ("SHARDED_GRADIENTS", "SHORT_TIMEOUT"):
+        if getattr(bench, name)[0] not in options:
+            monkeypatch.setattr(bench, name, [])
+    out = tmp_path / "smoke"
+    assert bench.main(["--gpu-smoke", "--device", "cpu", "--preset", "cpu", "--device-batch-size", "2",
+                       "--gpu-smoke-dir", str(out)]) == 0
+    result = json.loads((out / "gpu_smoke.json").read_text())
+    assert result["passed"] and result["processes"] == 2 and list(result["skipped"]) == ["gpu_check"]
+    launches = result["launches"]
+    assert list(launches) == ["start", "resume_default", "resume_sharded"]
+    assert all(launch["returncode"] == 0 and not launch["timed_out"] for launch in launches.values())
+    assert "--stop-after 2" in launches["start"]["command"] and "--nproc_per_node 2" in launches["start"]["command"]
+    assert launches["resume_sharded"]["command"].endswith(" ".join(["--resume", *bench.SHARDED_GRADIENTS]).strip())
+    for run in result["runs"].values():
+        assert run["status"] == "complete" and run["world_size"] == 2 and len(run["losses"]) == 6
+        assert run["growth_events"][0]["step"] == 3 and run["memory"]["stages"][0]["accumulation"] == 4
+    default, sharded = result["runs"]["default"]["losses"], result["runs"]["sharded"]["losses"]
+    assert default[:3] == sharded[:3] and sharded == pytest.approx(default, rel=1e-4)
+    assert result["checks"]["grew_at_step"] == [3, 3] and result["checks"]["first_resumed_loss_equal"]
+    assert os.path.exists(out / "runs" / "sharded" / "checkpoints" / "final" / "model.pt")

@@ -1,7 +1,9 @@
-"""checkpoint.py: checkpoint folders (weights-only loading, old single files, refused pickles) and a 2-process
-sharded save that copies no optimizer state. Resume, recovery and the run folder's refusals run train.py: they are
-in tests/test_train.py and tests/test_bad_inputs.py."""
+"""checkpoint.py: checkpoint folders (weights-only loading, old single files, refused pickles), a 2-process sharded
+save that copies no optimizer state, and where loaded tensors land (map_location). Resume, recovery and the run
+folder's refusals run train.py: they are in tests/test_train.py and tests/test_bad_inputs.py."""
+import ast
 import dataclasses
+import glob
 import json
 import os
 
@@ -100,7 +102,7 @@ def test_load_checkpoint_model_reads_folders_and_old_files_weights_only(tmp_path
 def test_crafted_pickle_checkpoint_is_refused_without_running(tmp_path):
     marker = str(tmp_path / "marker")
     torch.save(CodeOnLoad(marker), tmp_path / "control.pt")
-    torch.load(tmp_path / "control.pt", weights_only=False)  # the payload is real: full unpickling runs it
+    torch.load(tmp_path / "control.pt", map_location="cpu", weights_only=False)  # the payload is real: it runs
     assert os.path.exists(marker)
     os.remove(marker)
     write_checkpoint_folder(str(tmp_path / "final"), CodeOnLoad(marker))  # with a matching manifest
@@ -148,6 +150,58 @@ def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
     argv = tiny(pool, tmp_path, "vanilla")
     mp.spawn(save_worker, args=(2, free_port, str(tmp_path), argv), nprocs=2, join=True)
     for rank in range(2):
-        r = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"), weights_only=True)
+        r = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"), map_location="cpu", weights_only=True)
         assert r["before"] == r["after"] and r["owned"] > 0
     checkpoint.verify_checkpoint(os.path.join(tmp_path, "latest"))  # complete, manifest written last
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Where loaded tensors land
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_every_torch_load_names_where_its_tensors_land():
+    """Without map_location torch.load restores each tensor on the device it was saved from: on 8 GPUs every rank
+    would open a CUDA context on GPU 0 and put its copy there. The scripts, docs/ and the tests all pass it."""
+    missing = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "*.py")) + glob.glob(os.path.join(ROOT, "docs", "*.py"))
+                       + glob.glob(os.path.join(ROOT, "tests", "*.py"))):
+        for node in ast.walk(ast.parse(open(path).read(), path)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "load" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" \
+                    and "map_location" not in {k.arg for k in node.keywords}:
+                missing.append(f"{os.path.relpath(path, ROOT)}:{node.lineno}")
+    assert missing == []
+
+
+def test_resume_loads_every_tensor_onto_the_resuming_ranks_device(pool, tmp_path, monkeypatch):
+    """A checkpoint written by rank 0 of a GPU run tags its tensors cuda:0. Written here with those tags, it resumes on
+    a CPU-only machine only if every load maps them to the resuming rank's device; every optimizer state tensor then
+    sits on its parameter's device, with the saved values."""
+    plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5")))
+
+    def trained_model():
+        torch.manual_seed(0)
+        net = model.GPT(plan.model_config)
+        net.set_passes(plan.pass_stages[0])
+        return net, train.build_optimizers(net, plan)
+    net, optimizers = trained_model()
+    x = torch.randint(0, 257, (2, plan.seq_len + 1), generator=torch.Generator().manual_seed(0))
+    net(x[:, :-1], targets=x[:, 1:]).backward()
+    for opt in optimizers:
+        opt.step()
+    folder = str(tmp_path / "latest")
+    with monkeypatch.context() as m:  # what torch.save records for tensors saved from GPU 0
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        checkpoint.save_checkpoint(folder, net, optimizers, checkpoint.RunState(step=1), plan)
+    resumed, resumed_optimizers = trained_model()
+    state = checkpoint.load_checkpoint(folder, plan, resumed, resumed_optimizers, torch.device("cpu"))
+    assert state.step == 1
+    for opt, saved in zip(resumed_optimizers, optimizers):
+        for p, p_saved in zip((p for g in opt.param_groups for p in g["params"]),
+                              (p for g in saved.param_groups for p in g["params"])):
+            for key, value in saved.state[p_saved].items():
+                if torch.is_tensor(value) and value.dim():  # AdamW's step is a scalar on the CPU by design
+                    assert opt.state[p][key].device == p.device and torch.equal(opt.state[p][key], value), key
+    assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), net.parameters()))

@@ -468,6 +468,30 @@ def test_cli_errors(tmp_path, tiny, capsys):
                                                                  for t in core_eval.FILTERED_TASKS]))
 
 
+def test_offline_node_without_tiktokens_cache_is_one_line_naming_the_cache(tmp_path, tiny, capsys, monkeypatch):
+    """A GPT-2 checkpoint on a node without network (the download fails at once) and with an empty tiktoken cache:
+    one line, exit 2, naming TIKTOKEN_CACHE_DIR, the folder it looked in and how to fill it; nothing written."""
+    import requests
+    import tiktoken.registry
+
+    def offline(url, *args, **kwargs):
+        raise requests.ConnectionError(f"{url}: [Errno 101] Network is unreachable")
+    monkeypatch.setattr(requests, "get", offline)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # nothing loaded earlier in this process
+    cache = tmp_path / "empty_cache"
+    cache.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    net = tiny_model()
+    torch.save(dict(model_config=dataclasses.asdict(net.cfg), model=net.state_dict(), passes=1, tokenizer="gpt2",
+                    step=0), tmp_path / "gpt2.pt")
+    out = tmp_path / "eval.json"
+    code, err = run_main(["--checkpoint", str(tmp_path / "gpt2.pt"), "--bundle-dir", tiny["bundle"], "--out",
+                          str(out)], capsys)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("core_eval.py: error:"), err
+    assert "TIKTOKEN_CACHE_DIR" in err and str(cache) in err and "tiktoken.get_encoding('gpt2')" in err, err
+    assert not out.exists() and os.listdir(cache) == []
+
+
 def test_passes_for_tied_models(tmp_path):
     loop = save_checkpoint(tmp_path / "loop.pt", tiny_model("loop_2", 3))
     net, _ = core_eval.load_model(loop, CPU)

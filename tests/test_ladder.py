@@ -148,6 +148,14 @@ def test_gpu_check_target_is_bench_py_gpu_check(tmp_path):
     assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --bundle-dir") and "is not a directory" in r.stderr
 
 
+def test_gpu_smoke_target_is_bench_py_gpu_smoke(tmp_path):
+    """ladder.sh gpu-smoke hands its arguments to bench.py --gpu-smoke (tests/test_bench.py runs it on CPU)."""
+    (tmp_path / "taken").write_text("someone's file")
+    r = ladder("gpu-smoke", "--device", "cpu", "--gpu-smoke-dir", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --gpu-smoke-dir") and "not an empty folder" \
+        in r.stderr, r.stderr
+
+
 def test_data_dir_with_spaces_stays_one_argument():
     r = ladder("untied_grow", "--preset", "d26", "--dry-run", env=dict(DATA_DIR="/data/my corpus"))
     assert r.returncode == 0, r.stderr

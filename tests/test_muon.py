@@ -519,7 +519,7 @@ def trajectory(rank, world, out_dir, counts):
     state = dict(model=net.state_dict(), muon=opt.state_dict())
     dcp.load(state, checkpoint_id=f"{out_dir}/ckpt")
     opt.load_state_dict(state["muon"])
-    adamw.load_state_dict(torch.load(f"{out_dir}/adamw.pt"))
+    adamw.load_state_dict(torch.load(f"{out_dir}/adamw.pt", map_location="cpu"))
     report["loaded"] = {k: v.clone() for k, v in opt.state_dict().items() if k.startswith("state.")}
     for step in range(SAVE_AT, STEPS):
         train_step(net, opt, adamw, replicated, step, rank, world)
@@ -594,7 +594,7 @@ def runs(tmp_path_factory):
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
         mp.spawn(transport_worker, args=(world, port, str(out_dir)), nprocs=world, join=True)
-        results[world] = [torch.load(out_dir / f"w{world}_rank{r}.pt") for r in range(world)]
+        results[world] = [torch.load(out_dir / f"w{world}_rank{r}.pt", map_location="cpu") for r in range(world)]
     results[1] = [dict(trajectory(0, 1, str(out_dir), []), fixed=fixed_trajectory(0, 1, []))]  # no process group
     return results
 

@@ -1,6 +1,7 @@
 """Tests for plan.py: the plan against the release's per-run values (tests/data/spec_plans.csv) and its compute
 column, the schedules; the memory model against what autograd saves on CPU (saved_tensors_hooks, unique storages) and
-torch's MemTracker; the micro-batch planner's choices and errors."""
+torch's MemTracker, for training and for evaluation; the micro-batch planner's choices and errors; the first-contact
+matrix (every entry point's plan on the GPUs a user has, at 1, 8 and 16 of them)."""
 import csv
 import math
 import os
@@ -9,12 +10,17 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.distributed._tools.mem_tracker import MemTracker
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 import arms
+import bench
+import core_eval
 import model
 import muon
 import plan as plan_lib
 import train
+from common import UsageError
 from model import config_for
 from plan import GIB, lr_multiplier, passes_at, wsd_multiplier
 
@@ -244,6 +250,74 @@ def test_predicted_peak_bounds_the_measured_peak(chunked):
     assert measured <= predicted <= 1.25 * measured
 
 
+EVAL_CHUNK_ROWS = 32  # the loss chunk for the evaluation tests: 16 chunks of the 512 rows of one batch
+
+
+def evaluation_setup(monkeypatch, autocast, vocab_size=16000, width_per_depth=32):
+    """A batch of 8 validation windows (512 targets) of a small model, by default with a large vocabulary (16,000 x
+    width 64): full fp32 logits of the batch would be 4x the size of the lm_head and embedding together."""
+    monkeypatch.setattr(model, "LOSS_CHUNK_ROWS", EVAL_CHUNK_ROWS)
+    monkeypatch.setattr(plan_lib, "LOSS_CHUNK_ROWS", EVAL_CHUNK_ROWS)
+    if autocast:
+        monkeypatch.setattr(train, "autocast", lambda device: torch.autocast("cpu", torch.bfloat16))
+    cfg = config_for("loop_2", 2, width_per_depth=width_per_depth, head_dim=16, seq_len=64, vocab_size=vocab_size,
+                     mlp_multiple=64)
+    torch.manual_seed(0)
+    net = model.GPT(cfg)
+    for p in net.parameters():  # non-zero logits
+        torch.nn.init.normal_(p, std=0.02)
+    windows = torch.randint(0, cfg.vocab_size, (8, cfg.seq_len + 1))
+    return cfg, net, windows, torch.ones(cfg.vocab_size, dtype=torch.long)
+
+
+class LargestLogits(TorchDispatchMode):
+    """The most rows of any fp32 (rows, >= vocab) tensor an op returns, parameters and their views excluded."""
+
+    def __init__(self, vocab_size, net):
+        super().__init__()
+        self.vocab_size, self.rows = vocab_size, 0
+        self.own = {p.untyped_storage().data_ptr() for p in net.parameters()}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.dim() and \
+                    t.shape[-1] >= self.vocab_size and t.untyped_storage().data_ptr() not in self.own:
+                self.rows = max(self.rows, t.numel() // t.shape[-1])
+        return out
+
+
+def test_evaluation_builds_no_fp32_logits_beyond_one_loss_chunk(monkeypatch):
+    cfg, net, windows, token_bytes = evaluation_setup(monkeypatch, autocast=False)
+    with LargestLogits(cfg.vocab_size, net) as largest:
+        loss, bpb = train.evaluate(net, windows, 2, 8, token_bytes, 0, 1, torch.device("cpu"))
+    assert largest.rows == EVAL_CHUNK_ROWS  # not the batch's 512
+    with torch.no_grad():
+        reference = F.cross_entropy(net(windows[:, :-1], passes=2).flatten(0, 1), windows[:, 1:].flatten()).item()
+    assert loss == pytest.approx(reference, rel=1e-6) and bpb == pytest.approx(reference / math.log(2), rel=1e-6)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("vocab_size, width_per_depth", [(16000, 32), (257, 64)], ids=["loss", "block"])
+def test_evaluation_memory_is_counted_by_the_memory_model(monkeypatch, autocast, vocab_size, width_per_depth):
+    """What train.evaluate allocates besides the model's parameters and buffers (MemTracker's peak) is bounded by
+    the memory model's evaluation term, at a shape where the chunked loss is the peak and at one where a block is,
+    and fits in the step the planner reserves at that micro-batch. The bound is tight but for logsumexp's temporary,
+    which lives inside one aten op where MemTracker does not see it, and evaluate's 32 bytes of running sums."""
+    cfg, net, windows, token_bytes = evaluation_setup(monkeypatch, autocast, vocab_size, width_per_depth)
+    tracker = MemTracker()
+    tracker.track_external(net)
+    with tracker:
+        train.evaluate(net, windows, 2, 8, token_bytes, 0, 1, torch.device("cpu"))
+    peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]
+    m = plan_lib.memory_per_rank(cfg, 2, 8, device="cpu")
+    assert peak["Total"] <= m["peak"]
+    measured = peak["Total"] - sum(t.numel() * t.element_size() for t in [*net.parameters(), *net.buffers()])
+    evaluation = plan_lib.evaluation_bytes(cfg, 2, 8, autocast)
+    assert measured - 32 <= evaluation <= 1.1 * measured + EVAL_CHUNK_ROWS * 4 * cfg.vocab_size
+    assert m["evaluation"] == plan_lib.evaluation_bytes(cfg, 2, 8, autocast=False)
+
+
 @pytest.mark.parametrize("world", [1, 3, 8])
 def test_owner_rule_on_shapes_matches_muon(world):
     cfg = config_for("untied_grow", 4, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=16)
@@ -336,3 +410,73 @@ def test_fit_memory_raises_what_does_not_fit():
     assert plan_lib.fit_memory(plan, 16, plan_lib.H100_80GB_GIB, None, "cuda").zero2  # sharded gradients fit
     with pytest.raises(ValueError, match="does not fit 40 GiB per GPU even at micro-batch 1"):
         plan_lib.fit_memory(plan, 16, 40, None, "cuda")
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The first-contact matrix: on the GPUs a user has (memory as torch reports it: H100 80GB, H100 NVL, H200, B200) and at
+# 1, 8 and 16 of them, every entry point's plan fits or stops with one line, before it touches data or a GPU.
+
+GPUS_GIB = (79.65, 93.1, 140.4, 178.0)
+WORLD_SIZES = (1, 8, 16)
+LADDERS = [("all", "paper"), ("untied_grow", "d26"), ("operator_1", "data-constrained")]  # bash ladder.sh's runs
+CUDA = torch.device("cuda")  # planning only: no CUDA call is made with --gpu-memory given
+
+
+def planned(args, plan, world):
+    """A run's memory plan as train.py makes it on `world` CUDA ranks (after its flags, before any data), or the
+    UsageError it stops with, which must be one line."""
+    try:
+        mem = plan_lib.device_memory_plan(args, plan, world, CUDA)
+    except UsageError as e:
+        assert "\n" not in str(e), str(e)
+        return e
+    assert all(s.bytes["required"] <= args.gpu_memory * GIB for s in mem.stages)
+    return mem
+
+
+@pytest.fixture(scope="module")
+def ladder_plans():
+    """(name, flags, plan, final model config) of every run of `bash ladder.sh all`, `--preset d26` and
+    `--preset data-constrained`."""
+    runs = []
+    for target, preset in LADDERS:
+        for name, run_args in arms.ladder_runs(target, preset):
+            args = train.parse_args(run_args)
+            runs.append((name, args, train.make_plan(args)))
+    return runs
+
+
+def core_eval_peak(cfg, passes):
+    """An upper bound of core_eval.py's bytes on CUDA (it plans nothing): fp32 weights as load_checkpoint_model keeps
+    them, one forward of the tokens_per_forward cap without gradient (plan.evaluation_bytes), and its unchunked
+    decode of up to every position's fp32 logits, log-softmax and its temporary."""
+    weights = 4 * model.params_stored(cfg) + 4 * 2 * model.ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2)
+    tokens = core_eval.EVAL["tokens_per_forward"]["cuda"]
+    forward = plan_lib.evaluation_bytes(cfg, passes, tokens // cfg.seq_len)
+    return weights + forward + 3 * tokens * 4 * cfg.vocab_size + plan_lib.MEMORY_MARGIN_BYTES
+
+
+@pytest.mark.parametrize("gib", GPUS_GIB)
+def test_first_contact_matrix(gib, ladder_plans):
+    """ladder.sh's paper ladders, the d26 preset and the data-constrained grid fit or stop with one line at every
+    world size, and fit where the README runs them (the ladders on 8 GPUs, d26 on 2 x 8); `python bench.py`,
+    `python bench.py --gpu-check` (one GPU, every section) and core_eval.py (the largest final model of every ladder)
+    fit one GPU of every size."""
+    for world in WORLD_SIZES:
+        for name, args, plan in ladder_plans:
+            args.gpu_memory = gib
+            mem = planned(args, plan, world)
+            if world == 16 or (world == 8 and plan.depth < 26):
+                assert isinstance(mem, plan_lib.MemoryPlan), f"{name} on {world} GPUs: {mem}"
+    bench_args = bench.parse_args(["--preset", "paper", "--gpu-memory", str(gib)])
+    ratio_args, plans = bench.bench_plans(bench_args, CUDA, arms.PRESETS["paper"].anchor_depth, 31)
+    for arch, plan in plans.items():
+        mem = planned(ratio_args, plan, 1)
+        assert isinstance(mem, plan_lib.MemoryPlan), f"python bench.py, {arch}: {mem}"
+    check_args = bench.parse_args(["--gpu-check", "--gpu-memory", str(gib)])
+    for section, runs in bench.gpu_check_plans(check_args, CUDA).items():
+        for section_args, plan in runs:
+            mem = planned(section_args, plan, 1)
+            assert isinstance(mem, plan_lib.MemoryPlan), f"--gpu-check {section}, {plan.arch}: {mem}"
+    largest = max((plan.model_config for _, _, plan in ladder_plans), key=model.params_stored)
+    assert core_eval_peak(largest, largest.passes) <= gib * GIB

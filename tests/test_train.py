@@ -126,7 +126,8 @@ def test_adamw_ablation_trains(pool, tmp_path):
     assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
         muon_plan.matrix_lr / arms.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
     final = os.path.join(tmp_path, "a", "checkpoints", "final")
-    assert len(torch.load(os.path.join(final, "adamw.pt"), weights_only=True)) == 1  # one AdamW for every group
+    adamw = torch.load(os.path.join(final, "adamw.pt"), map_location="cpu", weights_only=True)
+    assert len(adamw) == 1  # one AdamW for every group
     assert not os.path.exists(os.path.join(final, "muon"))
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
 
@@ -181,8 +182,8 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
     cut, cut_traj = read_run(tmp_path, "cut")
     assert [t["loss"] for t in cut_traj] == [t["loss"] for t in full_traj]
     assert cut["final_val_loss"] == full["final_val_loss"]
-    a = torch.load(os.path.join(tmp_path, "full", "checkpoints", "final", "model.pt"), weights_only=True)["model"]
-    b = torch.load(os.path.join(tmp_path, "cut", "checkpoints", "final", "model.pt"), weights_only=True)["model"]
+    a, b = (torch.load(os.path.join(tmp_path, name, "checkpoints", "final", "model.pt"), map_location="cpu",
+                       weights_only=True)["model"] for name in ("full", "cut"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
@@ -229,7 +230,8 @@ def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(pool, tmp_path, 
     assert err.count("\n") == 1 and "No space left on device" in err and "last good checkpoint" in err, err
     run_dir = tmp_path / "full"
     assert json.load(open(run_dir / "result.json"))["status"] == "failed"
-    assert torch.load(run_dir / "checkpoints" / "latest" / "model.pt", weights_only=True)["step"] == 2
+    latest_weights = run_dir / "checkpoints" / "latest" / "model.pt"
+    assert torch.load(latest_weights, map_location="cpu", weights_only=True)["step"] == 2
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["latest"]
     monkeypatch.setattr(torch, "save", real_save)
     assert train.main(argv + ["--resume"]) == 0
@@ -245,7 +247,7 @@ def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     assert json.load(open(os.path.join(tmp_path, "nan", "result.json")))["status"] == "failed"
     latest = os.path.join(tmp_path, "nan", "checkpoints", "latest")
     assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
-    assert torch.load(os.path.join(latest, "model.pt"), weights_only=True)["step"] == 2
+    assert torch.load(os.path.join(latest, "model.pt"), map_location="cpu", weights_only=True)["step"] == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -302,8 +304,9 @@ def spy_on_forward(monkeypatch):
     """Records (training?, sequences, active passes) for every forward of every GPT."""
     calls, forward = [], model.GPT.forward
 
-    def recording(self, idx, *args, **kwargs):
-        calls.append((kwargs.get("targets") is not None, idx.size(0), self.active_passes))
+    def recording(self, idx, *args, **kwargs):  # validation asks for every target's loss (reduction="none")
+        training = kwargs.get("targets") is not None and kwargs.get("reduction", "mean") == "mean"
+        calls.append((training, idx.size(0), self.active_passes))
         return forward(self, idx, *args, **kwargs)
     monkeypatch.setattr(model.GPT, "forward", recording)
     return calls
@@ -470,7 +473,7 @@ def test_fixed_reduce_order_is_bit_identical_on_1_2_4_processes_and_across_resum
 
     def final_weights(name):
         path = os.path.join(tmp_path, name, "checkpoints", "final", "model.pt")
-        return torch.load(path, weights_only=True)["model"]
+        return torch.load(path, map_location="cpu", weights_only=True)["model"]
     reference, reference_trajectory = read_run(tmp_path, "full1")
     reference_weights = final_weights("full1")
     assert [t["passes"] for t in reference_trajectory] == [2] * 5 + [4] * 5
