@@ -616,7 +616,7 @@ def test_resume_of_a_complete_run_is_nothing_to_do(pool, tmp_path):
 # The real case runs in one subprocess in a private mount namespace (root), on small tmpfs folders that fill up:
 # train.py (a checkpoint that no longer fits next to the last one), core_eval.py (no room for eval.json) and
 # data.py prepare (no room for the pool, which then gets more room and resumes).
-FULL_DISK_DRIVER = """
+WRITERS_FULL_DISK_DRIVER = """
 import contextlib, importlib, io, json, subprocess, sys
 sys.path.insert(0, sys.argv[1])
 results = []
@@ -664,7 +664,7 @@ def full_disks(pool, checkpoint, tmp_path_factory):
     script = (f"mount -t tmpfs -o size=900k tmpfs {mounts['train']} && mount -t tmpfs -o size=64k tmpfs "
               f"{mounts['eval']} && mount -t tmpfs -o size=128k tmpfs {mounts['pool']} && "
               f"(head -c 1M /dev/zero > {mounts['eval']}/filler 2>/dev/null; true) && "
-              f"{sys.executable} -c '{FULL_DISK_DRIVER}' {ROOT} '{json.dumps(steps)}'; code=$?; "
+              f"{sys.executable} -c '{WRITERS_FULL_DISK_DRIVER}' {ROOT} '{json.dumps(steps)}'; code=$?; "
               f"cp -a {d / 'mnt'}/. {d / 'kept'}/; exit $code")
     (d / "kept").mkdir()
     r = subprocess.run(["unshare", "-m", "sh", "-c", script], cwd=ROOT, capture_output=True, text=True,
@@ -1014,7 +1014,7 @@ def can_mount_tmpfs():
     return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
 
 
-FULL_DISK_DRIVER = """
+FIT_FULL_DISK_DRIVER = """
 import contextlib, io, json, os, sys
 sys.path.insert(0, os.getcwd())
 import fit
@@ -1027,6 +1027,8 @@ def run(out):
 def listing(d):
     return {n: open(os.path.join(d, n), "rb").read().hex() for n in sorted(os.listdir(d))} if os.path.isdir(d) else None
 first = run(os.path.join(mnt, "figs"))
+fs = os.statvfs(mnt)
+assert fs.f_blocks * fs.f_frsize <= 16 * 2 ** 20, f"{mnt} is not the small tmpfs this test fills"
 with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f:  # fill the filesystem to the last byte
     try:
         while True:
@@ -1048,7 +1050,7 @@ def test_class1_fit_out_on_a_real_full_filesystem(tmp_path):
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     script = f'mount -t tmpfs -o size=1m tmpfs "{mnt}" && exec "{sys.executable}" -c "$0" "{mnt}" "{tmp_path}/l.csv"'
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script, FULL_DISK_DRIVER], cwd=ROOT, capture_output=True,
+    r = subprocess.run(["unshare", "-m", "sh", "-c", script, FIT_FULL_DISK_DRIVER], cwd=ROOT, capture_output=True,
                        text=True, timeout=300, env=dict(os.environ, OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg"))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
