@@ -168,14 +168,14 @@ def ladder_table(fit, xname):
              f"{'arm':<18} {'gamma ± se [CI]':<33} {'log A@C0':>8} {'mult first':>10}  mult last [CI]"]
     for arm, r in fit["arms"].items():
         m = r["multipliers"]
-        lines.append(f"{arm:<18} {r['gamma']:.4f} ± {r['gamma_se']:.4f}{ci(r, 'gamma', '.4f'):<17} "
+        lines.append(f"{arm:<18} {r['gamma']:.4f} ± {fnum(r['gamma_se'])}{ci(r, 'gamma', '.4f'):<17} "
                      f"{r['logA_C0']:>8.4f} {fnum(m[0]['multiplier'] if m else None, '.3f'):>10}  "
                      f"{val(r, 'final_multiplier', '.3f')}")
     lines += ["", f"{'arm':<18} {'gamma - ref ± se [CI]':<37} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E "
                   f"(flag: E > {FIT['disagree_se']:.0f} se from shared)"]
     for arm, r in fit["arms"].items():
         d = r.get("delta_gamma_ci")
-        dg = f"{r['delta_gamma']:+.4f} ± {r['delta_gamma_se']:.4f}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
+        dg = f"{r['delta_gamma']:+.4f} ± {fnum(r['delta_gamma_se'])}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
         free = (f"{r['free_gamma']:.4f} ± {fnum(r['free_gamma_se'])}, {r['free_E']:.3f} ± {fnum(r['free_E_se'], '.3f')}"
                 + ("  DISAGREES" if r["free_disagrees"] else "")) if "free_gamma" in r else "—"
         lines.append(f"{arm:<18} {dg:<37} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
