@@ -748,7 +748,7 @@ def test_class1_prepare_disk_full_then_resumes(full_disks):
 # Class 6: what a checkpoint says about itself is cross-checked (meta.json vs model.pt vs the plan vs the tokenizer).
 def rewrite_weights(latest, **changes):
     path = os.path.join(latest, "model.pt")
-    weights = torch.load(path, weights_only=True)
+    weights = torch.load(path, map_location="cpu", weights_only=True)
     weights.update(changes)
     torch.save(weights, path)
     rehash(latest)

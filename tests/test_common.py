@@ -156,7 +156,9 @@ def test_keep_freed_cpu_memory_stops_refaulting_freed_tensors():
     faults = {mode: [int(f) for f in subprocess.run([sys.executable, "-c", KEEP_FREED_PROBE, mode], capture_output=True,
                                                     text=True, cwd=ROOT, check=True).stdout.split()]
               for mode in ("default", "keep")}
-    assert median(faults["default"]) > 4000  # glibc trims the freed 32 MiB and a step faults its 8,192 pages again
+    # by default glibc trims the freed 32 MiB and a step faults its 8,192 pages again -- on some steps: its dynamic
+    # mmap/trim thresholds move with the process's other allocations, so not on every one
+    assert max(faults["default"]) > 4000, faults
     assert median(faults["keep"]) == 0 and sum(faults["keep"]) < sum(faults["default"]) / 4
 
 

@@ -34,7 +34,7 @@ def documented_commands():
     return sorted(found)
 
 
-PLACEHOLDERS = {"A": "untied_grow", "ARCH": "untied_grow", "d": "4"}  # README's `--arch A --depth d`
+PLACEHOLDERS = {"A": "untied_grow", "ARCH": "untied_grow", "d": "4", "GIB": "80"}  # `--arch A --depth d`, …
 
 
 def split(command):
