@@ -63,7 +63,8 @@ def dry_run(args):
 def dry_run_memory(args, plan, world):
     """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it)."""
     return plan_micro_batches(plan, world, args.gpu_memory or H100_80GB_GIB, args.device_batch_size,
-                              fixed_order=args.fixed_reduce_order)
+                              fixed_order=args.fixed_reduce_order, shard_gradients=args.shard_gradients,
+                              bucket_mb=args.bucket_mb)
 
 
 def ladder_dry_run(argv):
@@ -131,9 +132,9 @@ def compile_model(model, plan):
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation
 
-def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False):
+def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False, bucket_mb=muon.BUCKET_MB):
     """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all); fixed_order:
-    Muon's fixed reduction order (--fixed-reduce-order)."""
+    Muon's fixed reduction order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb)."""
     groups = model.param_groups()
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam_groups = [dict(params=groups["embedding"], lr=plan.embedding_lr, base_lr=plan.embedding_lr),
@@ -143,7 +144,7 @@ def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False)
         return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
     names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
     matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
-                       param_names=names, fixed_order=fixed_order)
+                       param_names=names, fixed_order=fixed_order, bucket_mb=bucket_mb)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
     return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
@@ -280,7 +281,7 @@ def start_training(run):
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config).to_device(run.device)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order, args.bucket_mb)
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
     state = RunState()
     if run.resume_from:
@@ -550,6 +551,12 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                      help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
     mem.add_argument("--device-batch-size", type=int, nargs="+", default=None,
                      help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
+    mem.add_argument("--shard-gradients", action="store_true",
+                     help="shard the gradients over the ranks, reduced every micro-batch, even where replicated "
+                          "ones fit (less memory, more traffic; the planner picks it by itself where they do not)")
+    mem.add_argument("--bucket-mb", type=finite_float, default=muon.BUCKET_MB, metavar="MB",
+                     help=f"Muon's gradient buckets (default {muon.BUCKET_MB}, the release's); a bucket holds at "
+                          "least one same-shape matrix per rank")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
     arms.add_model_flags(p)
@@ -578,6 +585,8 @@ def checked_args(parser, args, minimums=FLAG_MINIMUMS):
         parser.error("--gpu-memory must be a positive number of GiB, e.g. --gpu-memory 80")
     if args.device_batch_size and min(args.device_batch_size) < 1:
         parser.error("--device-batch-size must be positive, e.g. --device-batch-size 16")
+    if args.bucket_mb <= 0:
+        parser.error(f"--bucket-mb must be a positive number of MB, got {args.bucket_mb:g}, e.g. --bucket-mb 256")
     return args
 
 
