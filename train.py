@@ -41,8 +41,8 @@ from common import (Parser, UsageError, autocast, cli_main, cli_main_distributed
                     setup_distributed)
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, PRESETS
-from plan import (GIB, H100_80GB_GIB, device_memory_plan, lr_multiplier, make_plan, memory_report, passes_at,
-                  plan_micro_batches, stage_at, stage_index)
+from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, lr_multiplier, make_plan, memory_report,
+                  passes_at, plan_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -317,7 +317,8 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
     manager around the optimizers' steps (bench.py times them with it).
 
     Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
-    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch.
+    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch, where each
+    micro-batch's reductions are folded into one accumulator per gradient right after its backward.
     run.fixed_reduce_order: rank r's k-th micro-batch is the step's (k * world + r)-th, each loss is scaled by 1/M (M
     micro-batches in all) and its gradients are folded into the world-size-free sum right after its backward."""
     run, model, optimizers, replicated, state = (training.run, training.model, training.optimizers,
@@ -341,6 +342,9 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
     accumulation = len(windows) // micro_batch
     scale = accumulation * run.world if fixed else accumulation  # fixed: 1/M, the same float at every world size
     matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    executed = set(executed_matrices(plan.model_config, passes))
+    for opt in matrix:  # buckets of exactly the matrices this step trains: none waits for a dormant core
+        opt.expect_gradients([p for i, p in enumerate(model.param_groups()["matrix"]) if i in executed])
     losses = []
     micros = windows.split(micro_batch)
     for k, micro in enumerate(micros):
@@ -351,7 +355,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
         with autocast(run.device):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
         (loss / scale).backward()
-        for transport in [replicated, *matrix] if fixed else []:
+        for transport in [replicated, *matrix]:  # reduced gradients folded into one accumulator each, copies freed
             transport.finish_micro_batch()
         losses.append(loss.detach())
     replicated.wait()
