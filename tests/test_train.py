@@ -53,6 +53,7 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "20", "--device-batch-size", "32", "--dry-run"], "the largest that fits is 8"),
     (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--dry-run"], "it fits on 16 GPUs"),
     (["--arch", "vanilla", "--depth", "8", "--world-size", "8"], "--world-size"),
+    (["--arch", "vanilla", "--depth", "8", "--bucket-mb", "0", "--dry-run"], "--bucket-mb must be a positive"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert train.main(argv) == 2
@@ -252,8 +253,24 @@ def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatc
     assert memory["world_size"] == 16 and memory["sync_every_micro_batch"] and "sharded" in memory["gradients"]
     assert [s["micro_batch"] for s in memory["stages"]] == [1, 1]
     assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
+    for stage in memory["stages"]:  # the peak has the gradient buckets in flight and the Muon step's gathered bucket
+        assert stage["gib"]["in_flight_gradients"] > 0 and stage["gib"]["muon_gather"] > 1.5
     h200 = plan_lib.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
     assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
+
+
+def test_shard_gradients_flag_shards_where_replicated_gradients_fit(capsys):
+    argv = ["--arch", "untied_grow", "--depth", "12", "--dry-run"]
+    for flags, sharded in (([], False), (["--shard-gradients"], True)):
+        assert train.main(argv + flags) == 0
+        memory = json.loads(capsys.readouterr().out)["memory"]
+        assert memory["sync_every_micro_batch"] == sharded
+        assert ("--shard-gradients" in memory["gradients"]) == sharded
+        if sharded:
+            assert all(s["gib"]["gradients"] < replicated["gib"]["gradients"] / 3
+                       and s["gib"]["peak"] < replicated["gib"]["peak"]
+                       for s, replicated in zip(memory["stages"], default["stages"]))
+        default = memory
 
 
 def spy_on_forward(monkeypatch):
