@@ -27,19 +27,25 @@ release's ZeRO-2-style transport, same math:
 - Ownership: every matrix has one owner rank (assign_owners: per shape round-robin, balanced by size), fixed for the
   optimizer's life. Only the owner keeps its momentum and second moment, and its averaged gradient at the step.
 - Gradients: post-accumulate-grad hooks copy each finished gradient into a bucket (bucket_mb, default 256 MB) and
-  free it; a full bucket is reduce-scattered asynchronously while backward goes on. A bucket holds "stacks" of one
-  same-shape matrix per owner, laid out owner-major, so the reduce-scatter hands each owner exactly its own matrices
-  (no padding); a matrix left without same-shape partners on the other ranks goes to its owner with dist.reduce.
+  free it; a full bucket is reduce-scattered asynchronously while backward goes on, and waited for before the next
+  bucket is copied (one bucket in flight). A bucket holds "stacks" of one same-shape matrix per owner, laid out
+  owner-major, so the reduce-scatter hands each owner exactly its own matrices (no padding); a matrix left without
+  same-shape partners on the other ranks goes to its owner with dist.reduce. What an owner receives is added into one
+  fp32 accumulator per owned matrix; other ranks' copies are dropped once their reduction is done.
   Hooks act only while `sync_grads` is True: set it False for all but the last micro-batch of an accumulation (the
   gradients then accumulate locally, like DDP's no_sync), or leave it True to reduce every micro-batch (about 1/world
-  of the gradient memory, one reduce-scatter per micro-batch). Whatever backward did not reduce, step() reduces.
+  of the gradient memory, one reduce-scatter per micro-batch) and call finish_micro_batch() after every backward, so
+  that each micro-batch's reductions are folded in and freed before the next. Whatever backward did not reduce,
+  step() reduces. expect_gradients(params) names the matrices the coming backwards train (default: the last step's),
+  so that no bucket waits for a matrix without a gradient (a dormant core at step 0, new cores after growth).
 - Matrices without a gradient communicate nothing. With zero state (never stepped since construction or
   reset_state) their zero-gradient step is pure weight decay, which every rank applies to its replica locally. With
   non-zero state (e.g. a core skipped by random recurrence after training) the owner computes the zero-gradient
   update and sends the new weights with the others.
-- Weights: each owner updates its matrices, then every bucket is all-gathered (or broadcast from the owner)
-  asynchronously while the next bucket's updates are computed; all ranks end with identical weights: the update of
-  one process with the rank-averaged gradient.
+- Weights: each owner updates its matrices bucket by bucket; a bucket's new weights are all-gathered (or broadcast
+  from the owner) asynchronously while the next bucket's updates are computed, and copied into the parameters before
+  the next bucket is sent, so one gathered bucket exists at a time. All ranks end with identical weights: the update
+  of one process with the rank-averaged gradient.
 - state_dict() is this rank's shard, references to the live tensors (no copies), keyed by stable names: tensors
   "state.<name>.momentum_buffer" / "state.<name>.second_moment" of the owned matrices, plus the replicated
   "param_groups" and "stepped" (which matrices have non-zero state). Saved with torch.distributed.checkpoint every rank
@@ -289,7 +295,7 @@ def per_rank_bytes(shapes, world_size, dtype_bytes=4):
     """Per rank (a list of dicts): Muon state bytes (momentum + second moment of the owned matrices) and owned-gradient
     bytes (the averaged gradients of the owned matrices, held from their reduction until step() ends). On top of
     these, backward holds each micro-batch's local gradients until their bucket is reduced (all of them when
-    sync_grads is False), plus up to about two buckets of copies in flight."""
+    sync_grads is False), plus one bucket's copy in flight (plan.py counts both)."""
     out = [dict(state=0, owned_grads=0) for _ in range(world_size)]
     for shape, rank in zip(shapes, assign_owners(shapes, world_size)):
         out[rank]["state"] += dtype_bytes * (math.prod(shape) + math.prod(second_moment_shape(shape)))
@@ -421,6 +427,9 @@ class Muon(torch.optim.Optimizer):
             self._next_bucket, self._ready = 0, set()
 
     def _launch_reduce(self, bucket):
+        """Copy a bucket's gradients into one buffer (freeing them) and send it; the previous bucket's reduction is
+        waited for first, so one bucket is in flight at a time (plan.py counts it)."""
+        self._finish_reductions()
         params = self._params()
         flat = torch.cat([params[i].grad.reshape(-1) for i in bucket.members])
         for i in bucket.members:
@@ -440,6 +449,8 @@ class Muon(torch.optim.Optimizer):
         self._in_flight.append((bucket, out, work))
 
     def _finish_reductions(self):
+        """Wait for the buckets in flight and add what this rank received into its owned matrices' accumulators (one
+        per matrix, the first micro-batch's reduced buffer); the sent copies are dropped."""
         params = self._params()
         for bucket, out, work in self._in_flight:
             work.wait()
@@ -479,10 +490,20 @@ class Muon(torch.optim.Optimizer):
         return bool(left)
 
     def finish_micro_batch(self):
-        """Fixed order, after every micro-batch's backward: its gradients are exchanged and folded into the owners'
-        partial sums before the next backward could accumulate into them."""
+        """After every micro-batch's backward. With sync_grads (and always in the fixed order) its gradients are
+        reduced, folded into the owners' accumulators (or partial sums) and freed now, not held until step(): whatever
+        the hooks did not send goes too, and the buckets are re-planned for the next micro-batches. Without sync_grads
+        nothing happens: the gradients accumulate locally."""
+        if not (self.sync_grads or self.fixed_order):
+            return
         if self._reduce_leftovers():  # the next micro-batches' hooks launch buckets of this step's gradients
             self._expected = self._plan(sorted(self._reduced))
+        self._next_bucket, self._ready = 0, set()
+
+    def expect_gradients(self, params):
+        """The matrices the coming backwards give gradients to (e.g. without dormant cores, or after growth), so that
+        hooks send every bucket as soon as it is complete; by default the last step's."""
+        self._expected = self._plan(sorted(self.index[p] for p in params))
         self._next_bucket, self._ready = 0, set()
 
     def _reduce_grads(self):
@@ -549,25 +570,36 @@ class Muon(torch.optim.Optimizer):
         return loss
 
     def _update_and_gather(self, moving, grads):
-        """Owners update bucket by bucket; each bucket's new weights travel while the next one is computed."""
-        params, pending = self._params(), []
+        """Owners update bucket by bucket; each bucket's new weights travel while the next one's update is computed,
+        and land in the parameters before the next bucket is sent: one gathered bucket exists at a time."""
+        in_flight = None
         for bucket in self._plan(moving):
-            mine = bucket.chunks[self.rank]
-            self._update(mine, grads)
-            if bucket.scatter:
-                local = torch.cat([params[i].reshape(-1) for i in mine])
-                out = local.new_empty(local.numel() * self.world_size)
-                pending.append((bucket, out, dist.all_gather_single(out, local, async_op=True)))
-            else:
-                out = torch.cat([params[i].reshape(-1) for i in bucket.members])
-                pending.append((bucket, out, dist.broadcast(out, src=bucket.owner, async_op=True)))
-        for bucket, out, work in pending:
-            work.wait()
-            offset = 0
-            for i in bucket.members:
-                if self.owners[i] != self.rank:
-                    params[i].copy_(out[offset:offset + params[i].numel()].view_as(params[i]))
-                offset += params[i].numel()
+            self._update(bucket.chunks[self.rank], grads)
+            if in_flight:
+                self._land(*in_flight)
+                in_flight = None  # its buffer is freed before the next one is allocated
+            in_flight = self._send_weights(bucket)
+        if in_flight:
+            self._land(*in_flight)
+
+    def _send_weights(self, bucket):
+        """Start sending a bucket's new weights from their owners to every rank -> (bucket, buffer, work)."""
+        params = self._params()
+        if bucket.scatter:
+            local = torch.cat([params[i].reshape(-1) for i in bucket.chunks[self.rank]])
+            out = local.new_empty(local.numel() * self.world_size)
+            return bucket, out, dist.all_gather_single(out, local, async_op=True)
+        out = torch.cat([params[i].reshape(-1) for i in bucket.members])
+        return bucket, out, dist.broadcast(out, src=bucket.owner, async_op=True)
+
+    def _land(self, bucket, out, work):
+        """Copy a gathered bucket's new weights into the matrices this rank does not own."""
+        params, offset = self._params(), 0
+        work.wait()
+        for i in bucket.members:
+            if self.owners[i] != self.rank:
+                params[i].copy_(out[offset:offset + params[i].numel()].view_as(params[i]))
+            offset += params[i].numel()
 
     # --- checkpoints ------------------------------------------------------------------------------------------------
 
@@ -615,12 +647,14 @@ class ReplicatedGrads:
     """Rank-averaged .grad for parameters every rank steps itself (the AdamW embedding and lm_head): each finished
     gradient is all-reduced asynchronously from its post-accumulate-grad hook while sync_grads is True (DDP's
     traffic, overlapped with the rest of backward); wait() completes them (and reduces any left) before the step.
-    fixed_order: the world-size-invariant sum of the module docstring (finish_micro_batch() after every backward;
+    With sync_grads on several micro-batches, finish_micro_batch() after each backward averages its reductions into
+    one buffer per parameter. fixed_order: the world-size-invariant sum of the module docstring (finish_micro_batch() after every backward;
     .grad is then the sum of the micro-batch gradients, the caller having scaled each loss by 1/M)."""
 
     def __init__(self, params, fixed_order=False):
         self.params, self.sync_grads, self._in_flight = list(params), True, []
         self.world_size, self.fixed_order = world_size(), fixed_order
+        self._sums = {}  # parameter -> the averaged gradients of this step's reduced micro-batches, one buffer each
         self._leaf_level = leaf_level(self.world_size) if fixed_order else None
         self._stacks = defaultdict(list)  # fixed order: parameter -> partial sums of this rank's chunk
         if self.world_size > 1 or fixed_order:
@@ -647,11 +681,16 @@ class ReplicatedGrads:
         self._in_flight.append((p, out, dist.all_to_all_single(out, flat, async_op=True)))
 
     def finish_micro_batch(self):
-        """Fixed order, after every micro-batch's backward: this rank's chunk of each gradient from every rank, summed
-        as a tree and pushed at level log2(W)."""
+        """After every micro-batch's backward: its all-reduced gradients are averaged into one buffer per parameter
+        (not kept one copy per micro-batch until wait()). Fixed order: this rank's chunk of each gradient from every
+        rank, summed as a tree and pushed at level log2(W)."""
         for p, out, work in self._in_flight:
             work.wait()
-            push(self._stacks[p], self._leaf_level, tree_sum(list(out.view(self.world_size, -1).unbind())))
+            if self.fixed_order:
+                push(self._stacks[p], self._leaf_level, tree_sum(list(out.view(self.world_size, -1).unbind())))
+            else:
+                out.div_(self.world_size)
+                self._sums[p] = self._sums[p].add_(out) if p in self._sums else out
         self._in_flight = []
 
     def wait(self):
@@ -661,11 +700,10 @@ class ReplicatedGrads:
         if self.world_size == 1:
             return
         all_reduce_grads(self.params)  # gradients not reduced in backward (sync_grads False on the last one)
-        for p, grad, work in self._in_flight:
-            work.wait()
-            grad.div_(self.world_size)
-            p.grad = grad if p.grad is None else p.grad.add_(grad)
-        self._in_flight = []
+        self.finish_micro_batch()
+        for p, total in self._sums.items():
+            p.grad = total if p.grad is None else p.grad.add_(total)
+        self._sums = {}
 
     def _gather_sums(self):
         """Fixed order: each rank's collapsed chunk, all-gathered into the full sum on every rank."""

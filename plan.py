@@ -225,6 +225,7 @@ def passes_at(step, plan):
 
 GIB = 2 ** 30
 ZERO2_BUCKET_BYTES = 256 * 2 ** 20     # one gradient bucket in flight in the owner-sharded (ZeRO-2) transport
+BUCKET_BYTES = int(muon.BUCKET_MB * 2 ** 20)  # Muon's gradient bucket (train.py --bucket-mb)
 MEMORY_MARGIN_BYTES = 3 * GIB          # CUDA context, cuBLAS/NCCL workspaces, compile autotuning
 MEMORY_MARGIN_FRACTION = 0.10          # caching-allocator fragmentation, on top of the tracked peak
 
@@ -241,6 +242,64 @@ def muon_owner_loads(shapes, world_size):
     for shape, rank in zip(shapes, muon.assign_owners(shapes, world_size)):
         owned[rank].append(shape)
     return owned
+
+
+def backward_block_order(cfg, passes):
+    """Stored block indices in the order one backward at `passes` runs them: the forward's prelude, the core of every
+    pass and the coda, reversed (a tied core once per pass, dormant untied cores never; model.GPT's layout)."""
+    p, c, q, stored = cfg.n_prelude, cfg.n_core, cfg.n_coda, stored_blocks(cfg)
+    cores = [p + (r * c if cfg.mode == "dep" else 0) + j for r in range(passes) for j in range(c)]
+    return [*range(p), *cores, *range(stored - q, stored)][::-1]
+
+
+def executed_matrices(cfg, passes):
+    """Indices, in Muon's parameter order, of the block matrices a forward at `passes` uses."""
+    per_block = len(block_matrix_shapes(cfg)) // stored_blocks(cfg)
+    return sorted({per_block * b + j for b in backward_block_order(cfg, passes) for j in range(per_block)})
+
+
+def gradient_buckets(cfg, world_size, bucket_bytes, indices):
+    """The buckets Muon moves the block matrices `indices` in (muon.plan_buckets under muon.assign_owners) ->
+    [(bucket, bytes)]."""
+    shapes = block_matrix_shapes(cfg)
+    buckets = muon.plan_buckets(indices, shapes, muon.assign_owners(shapes, world_size), world_size, bucket_bytes)
+    return [(b, sum(4 * shapes[i][0] * shapes[i][1] for i in b.members)) for b in buckets]
+
+
+def largest_bucket_bytes(cfg, passes, world_size, bucket_bytes):
+    """The largest bucket Muon moves at `passes`: of the executed matrices' plan (backward, the step before growth)
+    or of all matrices' (the step once every core has state)."""
+    every = range(len(block_matrix_shapes(cfg)))
+    return max(n for indices in (executed_matrices(cfg, passes), every)
+               for _, n in gradient_buckets(cfg, world_size, bucket_bytes, indices))
+
+
+def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved):
+    """Gradient bytes beyond the owners' accumulators during one micro-batch's backward when every bucket is reduced
+    as soon as it is complete (zero2), net of the activations backward has already freed: the maximum over the
+    backward of local gradients waiting for their bucket + the bucket being copied, or the one in flight with its
+    reduced part (muon.Muon waits for a bucket before it copies the next) - block_saved per executed block done. A
+    bucket holds one same-shape matrix per rank, so it waits for the last of them: up to world_size blocks apart.
+    block_saved=0 gives the gross bytes."""
+    shapes, order = block_matrix_shapes(cfg), backward_block_order(cfg, passes)
+    per_block = len(shapes) // stored_blocks(cfg)
+    last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
+    buckets = gradient_buckets(cfg, world_size, bucket_bytes, executed_matrices(cfg, passes))
+    ready, waiting, in_flight, launched, peak = set(), 0, 0, 0, 0
+    for k, block in enumerate(order):
+        if last_run[block] != k:
+            continue
+        freed = k * block_saved
+        for i in range(per_block * block, per_block * (block + 1)):
+            ready.add(i)
+            waiting += 4 * shapes[i][0] * shapes[i][1]
+        peak = max(peak, waiting + in_flight - freed)
+        while launched < len(buckets) and ready.issuperset(buckets[launched][0].members):
+            bucket, n = buckets[launched]
+            peak = max(peak, waiting + n - freed)  # the copy, before its gradients are dropped
+            waiting, in_flight, launched = waiting - n, n + (n // world_size if bucket.scatter else 0), launched + 1
+            peak = max(peak, waiting + in_flight - freed)
+    return peak
 
 
 def muon_state_numel(shape):
@@ -332,8 +391,8 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
     """Parameters, gradients and optimizer state per rank, and the largest owned same-shape group Muon stacks.
     Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
     Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
-    only the matrices it owns plus one bucket in flight, and the AdamW gradients in full. partial_sums > 0 (the fixed
-    reduction order, muon.py; replaces both): that many partial sums of each owned matrix plus one bucket sent and one
+    one accumulator per matrix it owns, and the AdamW gradients in full (the buckets in flight: memory_per_rank).
+    partial_sums > 0 (the fixed reduction order, muon.py; replaces both): that many partial sums of each owned matrix plus one bucket sent and one
     received, and of the AdamW gradients the full local one, its received chunks and partial_sums chunks of 1/W (with
     one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
     owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the parameter dtype."""
@@ -346,7 +405,7 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
     for shape in owned:
         groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
     rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
-    matrix_grads = 4 * (owned_numel if zero2 else matrices) + (ZERO2_BUCKET_BYTES if zero2 else 0)
+    matrix_grads = 4 * (owned_numel if zero2 else matrices)
     adamw_grads = 4 * Vp * C + emb
     if partial_sums and world_size == 1:
         matrix_grads, adamw_grads = 4 * matrices * partial_sums, adamw_grads * partial_sums
@@ -363,27 +422,40 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
     )
 
 
-def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0):
+def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0,
+                    bucket_bytes=BUCKET_BYTES):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
     autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
     report; 'required' adds the margin. The step's peak is the largest of three moments: the end of the forward /
     start of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
-    backward working set of one block's activations plus two fp32 residual-stream gradients), the Muon step, and a
+    backward working set of one block's activations plus two fp32 residual-stream gradients plus the gradient buckets
+    in flight), the Muon step (its stacked shape group plus the bucket of new weights being all-gathered), and a
     validation batch at this micro-batch and these passes (evaluation_bytes; a run evaluates at its last stage's).
-    partial_sums: see persistent_bytes (0: the default reduction order)."""
+    in_flight_gradients and muon_gather are the two transport terms, already inside step_transient and
+    optimizer_step. The buckets in flight assume each block's gradients are complete when its backward ends (eager,
+    or compiled per block: COMPILE_MODE). partial_sums: see persistent_bytes (0: the default reduction order);
+    bucket_bytes: Muon's gradient bucket (train.py --bucket-mb)."""
     autocast = torch.device(device).type == "cuda"
     parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums)
     optimizer_step = parts.pop("optimizer_step")
     static = sum(parts.values())
     loss_saved, loss_peak = loss_path_bytes(cfg, micro_batch, autocast)
     tokens = micro_batch * cfg.seq_len
-    backward_working = tokens * (block_activation_bytes_per_token(cfg, autocast) + 2 * 4 * cfg.width)
+    block_saved = tokens * block_activation_bytes_per_token(cfg, autocast)
+    backward_working = block_saved + tokens * 2 * 4 * cfg.width
+    largest = largest_bucket_bytes(cfg, passes, world_size, bucket_bytes) if world_size > 1 else 0
+    if zero2:
+        in_flight = sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved)
+    else:  # one bucket's copy on top of the gradients it copies (the fixed order's buckets are in its gradients)
+        in_flight = 0 if partial_sums else largest
+    muon_gather = largest + largest // world_size if world_size > 1 else 0  # the bucket gathered and this rank's part
     parts.update(weight_copies=weight_copy_bytes(cfg, passes, autocast),
                  activations=activation_bytes(cfg, passes, micro_batch, autocast), loss_path=loss_saved,
-                 step_transient=max(loss_peak - loss_saved, backward_working), optimizer_step=optimizer_step,
+                 step_transient=max(loss_peak - loss_saved, backward_working + in_flight),
+                 optimizer_step=optimizer_step + muon_gather, in_flight_gradients=in_flight, muon_gather=muon_gather,
                  evaluation=evaluation_bytes(cfg, passes, micro_batch, autocast))
     training = parts["weight_copies"] + parts["activations"] + loss_saved + parts["step_transient"]
-    peak = static + max(training, optimizer_step, parts["evaluation"])
+    peak = static + max(training, parts["optimizer_step"], parts["evaluation"])
     margin = MEMORY_MARGIN_BYTES + round(MEMORY_MARGIN_FRACTION * peak)
     return dict(parts, peak=peak, margin=margin, required=peak + margin)
 
@@ -402,23 +474,24 @@ class MemoryPlan:
     world_size: int
     zero2: bool
     stages: list         # one StageMemory per pass stage, in training order
+    shard_gradients: bool = False  # zero2 because --shard-gradients asked for it
 
 
 def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, micro_batches=None,
-                device="cuda", fixed_order=False):
+                device="cuda", fixed_order=False, bucket_bytes=BUCKET_BYTES):
     """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
     whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
     executed depth p + K*c + q is what costs memory. micro_batches (one per stage, each a divisor of rank_sequences:
     requested_micro_batches) are checked instead of chosen: one that does not fit raises ValueError naming the
     largest that fits. fixed_order: the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1
-    (muon.py)."""
+    (muon.py). bucket_bytes: Muon's gradient bucket."""
     capacity = gpu_memory_gib * GIB
     divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
     stages = []
     for i, passes in enumerate(pass_stages):
         def need(b):
             partial_sums = (rank_sequences // b).bit_length() if fixed_order else 0  # floor(log2(n)) + 1
-            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums)
+            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums, bucket_bytes)
         fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
         where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
         if micro_batches is None and fitting is None:
@@ -478,44 +551,49 @@ def requested_micro_batches(args, plan, world, device="cuda"):
 
 
 def plan_micro_batches(plan, world, gpu_memory_gib, micro_batches=None, device="cuda", fixed_order=False,
-                       what="--device-batch-size"):
+                       what="--device-batch-size", shard_gradients=False, bucket_mb=muon.BUCKET_MB):
     """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
     check that the given micro_batches fit (one per stage: requested_micro_batches or a resumed run's; `what` names
     them in errors). Gradients stay replicated (reduced once per step) when that fits, else they are sharded over the
-    ranks by the owner-sharded transport, which then reduces every micro-batch (zero2). fixed_order: the fixed
-    reduction order's gradient memory (always sharded, exchanged every micro-batch). -> MemoryPlan; UsageError when
-    nothing fits."""
+    ranks by the owner-sharded transport, which then reduces every micro-batch (zero2); shard_gradients
+    (--shard-gradients) shards them on several ranks whether or not replicated ones fit. fixed_order: the fixed
+    reduction order's gradient memory (always sharded, exchanged every micro-batch). bucket_mb: Muon's gradient bucket
+    (--bucket-mb). -> MemoryPlan; UsageError when nothing fits."""
     batch_seqs = sequences_per_rank(plan, world) * world
+    transport = dict(fixed_order=fixed_order, shard_gradients=shard_gradients, bucket_mb=bucket_mb)
     try:
-        return fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order)
+        return fit_memory(plan, world, gpu_memory_gib, micro_batches, device, **transport)
     except ValueError as e:
         if micro_batches is not None:
             raise UsageError(f"{what}: {e} ({world} GPUs)") from None
     more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
-                 and fits(plan, w, gpu_memory_gib, device, fixed_order)), None)
+                 and fits(plan, w, gpu_memory_gib, device, **transport)), None)
     raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
                      "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
                      (f"it fits on {more} GPUs" if more else "no world size fits"))
 
 
-def fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order=False):
+def fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order=False, shard_gradients=False,
+               bucket_mb=muon.BUCKET_MB):
     """plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan; raises the ValueError
-    of the last layout tried. The fixed reduction order has one gradient layout of its own."""
-    layouts = (False, True) if world > 1 and not fixed_order else (False,)
+    of the last layout tried. shard_gradients: sharded ones only. The fixed reduction order has one gradient layout of
+    its own."""
+    layouts = (False,) if world == 1 or fixed_order else (True,) if shard_gradients else (False, True)
     rank_seqs = plan.tokens_per_step // plan.seq_len // world
     for zero2 in layouts:
         try:
-            return plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib, world, zero2,
-                               micro_batches, device, fixed_order)
+            mem = plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib, world, zero2,
+                              micro_batches, device, fixed_order, int(bucket_mb * 2 ** 20))
+            return replace(mem, shard_gradients=shard_gradients and zero2)
         except ValueError:
             if zero2 == layouts[-1]:
                 raise
 
 
-def fits(plan, world, gpu_memory_gib, device, fixed_order):
+def fits(plan, world, gpu_memory_gib, device, **transport):
     """Whether the planner finds micro-batches for `plan` on `world` GPUs of gpu_memory_gib."""
     try:
-        fit_memory(plan, world, gpu_memory_gib, None, device, fixed_order)
+        fit_memory(plan, world, gpu_memory_gib, None, device, **transport)
     except ValueError:
         return False
     return True
@@ -525,8 +603,10 @@ def memory_report(mem, plan, fixed_order=False):
     """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
     the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run)."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
-    gradients = ("sharded over the ranks and reduced every micro-batch (the owner-sharded transport is required: "
-                 "replicated gradients do not fit)" if mem.zero2 else "replicated, reduced once per step")
+    why = "--shard-gradients" if mem.shard_gradients else \
+        "the owner-sharded transport is required: replicated gradients do not fit"
+    gradients = f"sharded over the ranks and reduced every micro-batch ({why})" if mem.zero2 else \
+        "replicated, reduced once per step"
     if fixed_order:
         gradients = ("fixed reduction order: sent to their owners every micro-batch; an owner keeps up to "
                      "floor(log2(accumulation)) + 1 partial sums of its matrices")
@@ -582,7 +662,8 @@ def device_memory_plan(args, plan, world, device, recorded=None):
         gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
     else:
         gpu = args.gpu_memory or math.inf
-    return plan_micro_batches(plan, world, gpu, micro_batches, device.type, args.fixed_reduce_order, what)
+    return plan_micro_batches(plan, world, gpu, micro_batches, device.type, args.fixed_reduce_order, what,
+                              shard_gradients=args.shard_gradients, bucket_mb=args.bucket_mb)
 
 
 def resumed_micro_batches(args, plan, world, recorded):

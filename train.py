@@ -41,8 +41,8 @@ from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Par
                     cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed)
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PRESETS, SEEDS
-from plan import (GIB, H100_80GB_GIB, device_memory_plan, host_memory, lr_multiplier, make_plan, memory_report,
-                  passes_at, plan_micro_batches, requested_micro_batches, stage_at, stage_index)
+from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
+                  memory_report, passes_at, plan_micro_batches, requested_micro_batches, stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -67,7 +67,8 @@ def dry_run_memory(args, plan, world):
     """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it)."""
     gpu = args.gpu_memory or H100_80GB_GIB
     return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world),
-                              fixed_order=args.fixed_reduce_order)
+                              fixed_order=args.fixed_reduce_order, shard_gradients=args.shard_gradients,
+                              bucket_mb=args.bucket_mb)
 
 
 def ladder_dry_run(argv):
@@ -147,9 +148,9 @@ def compile_model(model, plan, whole=False):
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation
 
-def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False):
+def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False, bucket_mb=muon.BUCKET_MB):
     """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all); fixed_order:
-    Muon's fixed reduction order (--fixed-reduce-order)."""
+    Muon's fixed reduction order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb)."""
     groups = model.param_groups()
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam_groups = [dict(params=groups["embedding"], lr=plan.embedding_lr, base_lr=plan.embedding_lr),
@@ -159,7 +160,7 @@ def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False)
         return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
     names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
     matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
-                       param_names=names, fixed_order=fixed_order)
+                       param_names=names, fixed_order=fixed_order, bucket_mb=bucket_mb)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
     return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
@@ -314,7 +315,7 @@ def start_training(run):
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config, device=run.device)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order)
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order, args.bucket_mb)
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
     state = RunState()
     if run.resume_from:
@@ -350,7 +351,8 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
     manager around the optimizers' steps (bench.py times them with it).
 
     Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
-    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch.
+    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch, where each
+    micro-batch's reductions are folded into one accumulator per gradient right after its backward.
     run.fixed_reduce_order: rank r's k-th micro-batch is the step's (k * world + r)-th, each loss is scaled by 1/M (M
     micro-batches in all) and its gradients are folded into the world-size-free sum right after its backward."""
     run, model, optimizers, replicated, state = (training.run, training.model, training.optimizers,
@@ -374,6 +376,9 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
     accumulation = len(windows) // micro_batch
     scale = accumulation * run.world if fixed else accumulation  # fixed: 1/M, the same float at every world size
     matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    executed = set(executed_matrices(plan.model_config, passes))
+    for opt in matrix:  # buckets of exactly the matrices this step trains: none waits for a dormant core
+        opt.expect_gradients([p for i, p in enumerate(model.param_groups()["matrix"]) if i in executed])
     losses = []
     micros = windows.split(micro_batch)
     for k, micro in enumerate(micros):
@@ -384,7 +389,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
         with autocast(run.device):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
         (loss / scale).backward()
-        for transport in [replicated, *matrix] if fixed else []:
+        for transport in [replicated, *matrix]:  # reduced gradients folded into one accumulator each, copies freed
             transport.finish_micro_batch()
         losses.append(loss.detach())
     replicated.wait()
@@ -595,6 +600,12 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                      help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
     mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
                      help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
+    mem.add_argument("--shard-gradients", action="store_true",
+                     help="shard the gradients over the ranks, reduced every micro-batch, even where replicated "
+                          "ones fit (less memory, more traffic; the planner picks it by itself where they do not)")
+    mem.add_argument("--bucket-mb", type=number("(0, 65536]"), default=muon.BUCKET_MB, metavar="MB",
+                     help=f"Muon's gradient buckets (default {muon.BUCKET_MB}, the release's); a bucket holds at "
+                          "least one same-shape matrix per rank")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
     arms.add_model_flags(p)

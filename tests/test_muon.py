@@ -451,6 +451,7 @@ def train_step(net, opt, adamw, replicated, step, rank, world, probe=None):
     skipped = (3, 4) if step < GROW_AT else (4,) if step == STEPS - 1 else ()
     matrices = opt.param_groups[0]["params"]
     trained = [(i, p) for i, p in enumerate(matrices) if i // 7 not in skipped]  # 7 matrices per block
+    opt.expect_gradients([p for _, p in trained])  # as train.py does: no bucket waits for a dormant core
     trained += [(len(matrices) + k, p) for k, p in enumerate(replicated.params)]
     set_step(opt, step)
     mine = range(rank * GLOBAL_SEQS // world, (rank + 1) * GLOBAL_SEQS // world)
@@ -659,7 +660,9 @@ def test_bytes_per_step_and_gradient_memory(runs):
         assert wire <= 1.05 * 0.5 * (reduced + gathered), (step, wire / (0.5 * (reduced + gathered)))
         assert sum(n for name, n, _ in info["counts"] if name == "all_reduce") == adam_bytes
         assert not any(info["grads_after_step"])
-    for step in (1, GROW_AT + 1):  # the bucket plan matches the gradients: all reduced (and freed) during backward
+    # expect_gradients: the bucket plan matches the gradients, so all are reduced (and freed) during backward, also
+    # at step 0 (dormant cores) and at the growth step (new cores)
+    for step in range(STEPS):
         assert not any(runs[2][0]["steps"][step]["grads_after_backward"]), step
 
 

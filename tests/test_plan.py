@@ -342,6 +342,51 @@ def test_state_per_rank_shrinks_with_world_size_and_zero2():
         -2 * cfg.padded_vocab * cfg.width  # the bf16 embedding on CUDA
 
 
+@pytest.mark.parametrize("arch, passes", [("vanilla", 1), ("loop_2", 2), ("untied_grow", 2), ("untied_grow", 4)])
+def test_backward_order_is_the_order_gradients_finish(arch, passes):
+    """backward_block_order / executed_matrices, which plan the buckets in flight, are what an eager backward does:
+    exactly those matrices get a gradient, each block's when its last run in backward ends (a tied core after its
+    first pass, dormant untied cores never)."""
+    cfg = config_for(arch, 4, width_per_depth=8, head_dim=8, seq_len=8, vocab_size=64, mlp_multiple=8)
+    net = model.GPT(cfg)
+    net.set_passes(passes)
+    matrices = net.param_groups()["matrix"]
+    per_block = len(matrices) // model.stored_blocks(cfg)
+    finished = []
+    for i, p in enumerate(matrices):
+        p.register_post_accumulate_grad_hook(lambda _, i=i: finished.append(i))
+    idx = torch.randint(0, 64, (2, 9))
+    net(idx[:, :-1], targets=idx[:, 1:]).backward()
+    assert sorted(finished) == plan_lib.executed_matrices(cfg, passes)
+    order = plan_lib.backward_block_order(cfg, passes)
+    last_runs = [b for k, b in enumerate(order) if k == max(j for j, c in enumerate(order) if c == b)]
+    assert list(dict.fromkeys(i // per_block for i in finished)) == last_runs
+    assert len(order) == model.executed_blocks(cfg, passes)
+
+
+def test_memory_counts_the_transport_buckets():
+    """The buckets in flight in backward and the bucket the Muon step gathers are in the peak: at d26 on 16 ranks a
+    bucket is one stack of 16 MLP matrices (1.8 GiB, seven times the 256 MB bucket size), gathered with this rank's
+    sixteenth; sharded gradients add the local gradients that wait for their stack, net of freed activations. One
+    process moves nothing."""
+    cfg = config_for("untied_grow", 26)
+    stack = 16 * 4 * cfg.mlp_hidden * cfg.width
+    assert plan_lib.largest_bucket_bytes(cfg, 4, 16, plan_lib.BUCKET_BYTES) == stack
+    sharded = plan_lib.memory_per_rank(cfg, 4, 1, 16, zero2=True)
+    assert sharded["muon_gather"] == stack + stack // 16
+    gross = plan_lib.sharded_backward_bytes(cfg, 4, 16, plan_lib.BUCKET_BYTES, 0)
+    assert 2 * stack < gross < 4 * stack and 0 < sharded["in_flight_gradients"] < gross
+    static = sum(sharded[k] for k in ("parameters", "gradients", "muon_state", "adamw_state"))
+    assert sharded["optimizer_step"] - sharded["muon_gather"] == plan_lib.persistent_bytes(cfg, 16, True)[
+        "optimizer_step"]
+    assert sharded["peak"] == static + max(sharded["optimizer_step"], sum(
+        sharded[k] for k in ("weight_copies", "activations", "loss_path", "step_transient")))
+    default = plan_lib.memory_per_rank(cfg, 4, 1, 16)
+    assert default["in_flight_gradients"] == stack
+    alone = plan_lib.memory_per_rank(cfg, 4, 1)
+    assert alone["in_flight_gradients"] == alone["muon_gather"] == 0
+
+
 def test_fixed_reduce_order_partial_sums():
     """The fixed reduction order's owner keeps floor(log2(micro-batches per rank)) + 1 partial sums of its matrices:
     W times the default gradients' bytes at one process, 1/W of them per sum (plus two buckets) at W ranks; the

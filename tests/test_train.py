@@ -2,6 +2,7 @@
 processes, compilation, checkpoints)."""
 import datetime
 import errno
+import functools
 import io
 import json
 import math
@@ -9,14 +10,18 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import types
+import weakref
 
 import pytest
 import torch
+import torch.distributed as dist
 
 import arms
 import common
 import model
+import muon
 import plan as plan_lib
 import train
 
@@ -54,6 +59,7 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "0", "--dry-run"],
      "argument --dist-timeout: must be a finite number in [1, 1440], got '0'"),
     (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "2000", "--dry-run"], "argument --dist-timeout: must be"),
+    (["--arch", "vanilla", "--depth", "8", "--bucket-mb", "0", "--dry-run"], "argument --bucket-mb: must be"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert train.main(argv) == 2
@@ -277,6 +283,8 @@ def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatc
     assert memory["world_size"] == 16 and memory["sync_every_micro_batch"] and "sharded" in memory["gradients"]
     assert [s["micro_batch"] for s in memory["stages"]] == [1, 1]
     assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
+    for stage in memory["stages"]:  # the peak has the gradient buckets in flight and the Muon step's gathered bucket
+        assert stage["gib"]["in_flight_gradients"] > 0 and stage["gib"]["muon_gather"] > 1.5
     h200 = plan_lib.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
     assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
 
@@ -298,6 +306,20 @@ def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
     train.main(["--ladder-dry-run", "--gpus-per-node", "8", "--nodes", "2"])
     line = capsys.readouterr().out.splitlines()[0]
     assert f"host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)" in line
+
+
+def test_shard_gradients_flag_shards_where_replicated_gradients_fit(capsys):
+    argv = ["--arch", "untied_grow", "--depth", "12", "--dry-run"]
+    for flags, sharded in (([], False), (["--shard-gradients"], True)):
+        assert train.main(argv + flags) == 0
+        memory = json.loads(capsys.readouterr().out)["memory"]
+        assert memory["sync_every_micro_batch"] == sharded
+        assert ("--shard-gradients" in memory["gradients"]) == sharded
+        if sharded:
+            assert all(s["gib"]["gradients"] < replicated["gib"]["gradients"] / 3
+                       and s["gib"]["peak"] < replicated["gib"]["peak"]
+                       for s, replicated in zip(memory["stages"], default["stages"]))
+        default = memory
 
 
 def spy_on_forward(monkeypatch):
@@ -407,6 +429,200 @@ def test_compiled_blocks_hand_over_their_gradients_as_backward_passes_them(pool,
         start = events.index("block 0 starts")
         assert events[:start].count(("grad", last)) == 7  # the last block's 7 matrices, all before block 0 runs
     torch._dynamo.reset()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The memory ledger: the gradient bytes each rank holds, against plan.py's terms, on 2 and 4 gloo ranks through
+# growth, eager and compiled, with sharded gradients (--shard-gradients) and on the default path.
+
+LEDGER_ARGV = ["--arch", "untied_grow", "--depth", "2", "--preset", "cpu", "--width-per-depth", "16", "--head-dim",
+               "16", "--seq-len", "32", "--total-batch-tokens", "256", "--steps", "3", "--crossover-fractions", "0.5",
+               "--warmup-steps", "0", "--device-batch-size", "1", "--bucket-mb", "0.01"]  # 7 buckets and more
+COLLECTIVES = ("reduce_scatter_single", "reduce", "all_gather_single", "broadcast", "all_reduce")
+
+
+class GradientLedger:
+    """The bytes a rank holds for gradients, counted once per storage: every parameter's .grad, every tensor handed to
+    a collective that is still alive, whoever holds it (the transport's lists, a work object, a view), and any other
+    tensor the transport objects hold that is not a parameter or optimizer state. records: (moment, passes, bytes) at
+    each micro-batch boundary ("boundary"), after every gradient hook in an eager backward ("backward"), and at every
+    all-gather / broadcast of the Muon step ("step")."""
+
+    def __init__(self):
+        self.sent, self.records, self.training, self.in_step = [], [], None, False
+        for name in COLLECTIVES:
+            setattr(dist, name, self.watching(name, getattr(dist, name)))
+
+    def watching(self, name, collective):
+        def watched(*args, **kwargs):
+            for arg in args:
+                for t in arg if isinstance(arg, list) else [arg]:
+                    if torch.is_tensor(t):
+                        self.sent.append(weakref.ref(t.untyped_storage()))
+            work = collective(*args, **kwargs)
+            if self.in_step and name in ("all_gather_single", "broadcast"):
+                self.record("step")
+            return work
+        return watched
+
+    def watch(self, training, eager, bound):
+        """Record `training`'s moments from now on; bound(moment, passes): what the test allows."""
+        self.training, self.records, self.bound = training, [], bound
+        training.step_model = RecordingModule(training.step_model, lambda: self.record("boundary"))
+        for opt in training.optimizers:
+            if isinstance(opt, muon.Muon):
+                opt.step = self.recording_step(opt.step)
+        if eager:
+            for p in training.model.parameters():  # after the transport's own hooks
+                p.register_post_accumulate_grad_hook(lambda _: self.record("backward"))
+
+    def recording_step(self, step):
+        def recorded(*args, **kwargs):
+            self.record("boundary")  # every micro-batch done, the AdamW gradients averaged
+            self.in_step = True
+            try:
+                return step(*args, **kwargs)
+            finally:
+                self.in_step = False
+        return recorded
+
+    def transport_tensors(self, value, depth=0):
+        if torch.is_tensor(value):
+            yield value
+        elif isinstance(value, dict) and depth < 4:
+            for v in value.values():
+                yield from self.transport_tensors(v, depth + 1)
+        elif isinstance(value, (list, tuple, set)) and depth < 4:
+            for v in value:
+                yield from self.transport_tensors(v, depth + 1)
+
+    def record(self, moment):
+        """Record the bytes held now. gloo's worker thread drops a finished collective's tensors just after wait()
+        returns (pytorch/pytorch#190489); a count over the bound is taken again for up to 0.2 s to let it."""
+        held, bound = self.held(), self.bound(moment, self.training.model.active_passes)
+        deadline = time.monotonic() + 0.2
+        while held > bound and time.monotonic() < deadline:
+            time.sleep(0.002)
+            held = min(held, self.held())
+        self.records.append((moment, self.training.model.active_passes, held))
+
+    def held(self):
+        training = self.training
+        owned = {p.untyped_storage().data_ptr() for p in training.model.parameters()}
+        owned |= {t.untyped_storage().data_ptr() for opt in training.optimizers for state in opt.state.values()
+                  for t in state.values() if torch.is_tensor(t)}
+        held = [p.grad for p in training.model.parameters() if p.grad is not None]
+        for holder in [training.replicated, *training.optimizers]:
+            held += self.transport_tensors({k: v for k, v in vars(holder).items() if k not in ("state", "param_groups")})
+        self.sent = [ref for ref in self.sent if ref() is not None]
+        storages = {s.data_ptr(): s.nbytes() for s in [t.untyped_storage() for t in held] + [r() for r in self.sent]}
+        return sum(n for ptr, n in storages.items() if ptr not in owned)
+
+
+class RecordingModule:
+    """A module whose calls are preceded by before() (train_step calls step_model once per micro-batch)."""
+
+    def __init__(self, module, before):
+        self.module, self.before = module, before
+
+    def __call__(self, *args, **kwargs):
+        self.before()
+        return self.module(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.module, name)
+
+
+def ledger_worker(rank, ports, out_dir):
+    """On 4 gloo ranks, then on 2 of them, tiny Untied-Grow runs with sharded and default gradients; on 2 ranks also
+    compiled (aot_eager; its gradient hooks are the same on any world size)."""
+    import bench
+    torch.set_num_threads(1)
+    ledger, real_compile = GradientLedger(), torch.compile
+    torch.compile = lambda module, **kw: real_compile(module, backend="aot_eager", **kw)
+    for world, port in zip((4, 2), ports):
+        if rank >= world:
+            break
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        reports = {}
+        for compiled in (False, True) if world == 2 else (False,):
+            for sharded in (True, False):
+                args = train.parse_args(LEDGER_ARGV + ["--compile" if compiled else "--no-compile"]
+                                        + (["--shard-gradients"] if sharded else []))
+                plan = train.make_plan(args)
+                mem = plan_lib.device_memory_plan(args, plan, world, torch.device("cpu"))
+                loader = bench.SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, 8)
+                run = train.new_run(args, plan, mem, rank, world, torch.device("cpu"), loader)
+                training = train.start_training(run)
+                ledger.watch(training, not compiled, lambda moment, passes: ledger_bounds(world, sharded, passes)[moment])
+                losses = []
+                for _ in range(plan.steps):
+                    loss, passes, _, _ = train.train_step(training)
+                    train.count_step(run, training.state, passes, seconds=1.0)
+                    losses.append(loss)
+                reports[compiled, sharded] = dict(records=ledger.records, losses=losses, zero2=mem.zero2)
+        torch.save(reports, os.path.join(out_dir, f"w{world}_rank{rank}.pt"))
+        dist.destroy_process_group()
+    os._exit(0)  # gloo's teardown can abort an exiting process (tests/test_muon.py, transport_worker)
+
+
+@pytest.fixture(scope="module")
+def ledgers(tmp_path_factory):
+    import socket
+    import torch.multiprocessing as mp
+    out_dir, sockets = tmp_path_factory.mktemp("ledger"), [socket.socket(), socket.socket()]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    mp.spawn(ledger_worker, args=(ports, str(out_dir)), nprocs=4, join=True)
+    return {world: [torch.load(out_dir / f"w{world}_rank{r}.pt") for r in range(world)] for world in (2, 4)}
+
+
+@functools.cache
+def ledger_bounds(world, zero2, passes):
+    """plan.py's terms at the ledger's configuration: the gradients, and what each moment may add to them: one
+    bucket at a boundary; in backward the buckets in flight (gross: the model nets out freed activations), plus with
+    sharded gradients this micro-batch's AdamW gradients beside their accumulators (the model has lm_head's in the
+    loss path and the embedding's where the activations were); in the step the gathered bucket."""
+    cfg = plan_for(*LEDGER_ARGV).model_config
+    bucket_bytes = int(0.01 * 2 ** 20)
+    gradients = plan_lib.persistent_bytes(cfg, world, zero2, "cpu")["gradients"]
+    largest = plan_lib.largest_bucket_bytes(cfg, passes, world, bucket_bytes)
+    adamw = 2 * 4 * cfg.padded_vocab * cfg.width
+    backward = plan_lib.sharded_backward_bytes(cfg, passes, world, bucket_bytes, 0) + adamw if zero2 else largest
+    gather = plan_lib.memory_per_rank(cfg, passes, 1, world, zero2, "cpu", bucket_bytes=bucket_bytes)["muon_gather"]
+    return dict(boundary=gradients + largest, backward=gradients + backward, step=gradients + gather)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_gradient_memory_stays_within_the_memory_model(ledgers, world):
+    """At every micro-batch boundary, in every eager backward and at every gather of the Muon step, through growth,
+    each rank's gradient bytes stay within plan.py's terms; sharded gradients hold well under the default's."""
+    for (compiled, sharded), _ in ledgers[world][0].items():
+        for rank, reports in enumerate(ledgers[world]):
+            report = reports[compiled, sharded]
+            assert report["zero2"] == sharded
+            moments = {m for m, _, _ in report["records"]}
+            assert moments == ({"boundary", "step"} if compiled else {"boundary", "backward", "step"})
+            for moment, passes, held in report["records"]:
+                bound = ledger_bounds(world, sharded, passes)[moment]
+                assert held <= bound, (compiled, sharded, rank, moment, passes, held, bound)
+            assert {p for _, p, _ in report["records"]} == {2, 4}  # through growth
+    for compiled in {compiled for compiled, _ in ledgers[world][0]}:
+        sharded, default = (max(n for m, _, n in ledgers[world][0][compiled, s]["records"] if m == "boundary")
+                            for s in (True, False))
+        assert sharded < 0.75 * default, (sharded, default)
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_ledger_runs_agree(ledgers, world):
+    """Every rank reports the same losses; compiled = eager, sharded = default to float rounding."""
+    runs = ledgers[world][0]
+    for key, report in runs.items():
+        assert all(r[key]["losses"] == report["losses"] for r in ledgers[world])
+        assert report["losses"] == pytest.approx(runs[False, False]["losses"], rel=1e-5), key
 
 
 # ---------------------------------------------------------------------------------------------------------------
