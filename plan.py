@@ -248,7 +248,7 @@ def backward_block_order(cfg, passes):
     """Stored block indices in the order one backward at `passes` runs them: the forward's prelude, the core of every
     pass and the coda, reversed (a tied core once per pass, dormant untied cores never; model.GPT's layout)."""
     p, c, q, stored = cfg.n_prelude, cfg.n_core, cfg.n_coda, stored_blocks(cfg)
-    cores = [p + (r * c if cfg.mode == "dep" else 0) + j for r in range(passes) for j in range(c)]
+    cores = [p + (r * c if cfg.mode == "untied" else 0) + j for r in range(passes) for j in range(c)]
     return [*range(p), *cores, *range(stored - q, stored)][::-1]
 
 
