@@ -493,8 +493,8 @@ class Muon(torch.optim.Optimizer):
         """After every micro-batch's backward. With sync_grads (and always in the fixed order) its gradients are
         reduced, folded into the owners' accumulators (or partial sums) and freed now, not held until step(): whatever
         the hooks did not send goes too, and the buckets are re-planned for the next micro-batches. Without sync_grads
-        nothing happens: the gradients accumulate locally."""
-        if not (self.sync_grads or self.fixed_order):
+        nothing happens: the gradients accumulate locally (as they do in one process)."""
+        if not self.fixed_order and (self.world_size == 1 or not self.sync_grads):
             return
         if self._reduce_leftovers():  # the next micro-batches' hooks launch buckets of this step's gradients
             self._expected = self._plan(sorted(self._reduced))
