@@ -138,7 +138,7 @@ DATA_CONSTRAINED_LOOPS = {6: (1, 2, 3, 4, 6), 8: (1, 2, 3, 4, 6, 8, 12), 10: (1,
 @dataclass(frozen=True, kw_only=True)
 class Preset:
     """Shapes, batch and data of a family of runs. 'cpu' is small enough for a d2-d5 ladder in minutes on 2 cores;
-    its anchor depth and LR scale come from a sweep at the anchor depth (README "CPU preset"); its LR exponents, TPP and
+    its anchor depth and LR scale come from a sweep at the anchor depth (docs/cpu_preset.md); its LR exponents, TPP and
     growth fractions are the paper's."""
     width_per_depth: int = knob("model", help="width = width_per_depth * depth", range=(1, 2 ** 16))
     head_dim: int = knob("model", range=(2, 2 ** 12))

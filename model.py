@@ -75,7 +75,7 @@ class ModelConfig:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The loss and the embedding's dtype (memory.py counts the bytes of both)
+# The loss and the embedding's dtype (plan.py counts the bytes of both)
 
 LOSS_CHUNK_ROWS = 4096                 # rows of the (rows, vocab) fp32 logits alive at once in the chunked loss
 

@@ -1,4 +1,4 @@
-"""The README "Memory per GPU" tables: train.py's micro-batch planner for every paper run, the d26 preset and the
+"""The tables of docs/memory.md: train.py's micro-batch planner for every paper run, the d26 preset and the
 data-constrained grid, on an H100 80GB and an H200 141GB, next to the micro-batches of the authors' release scripts.
 
     python docs/memory_table.py > /tmp/memory_table.md      # from the repository root

@@ -577,7 +577,7 @@ def ledgers(tmp_path_factory):
     for s in sockets:
         s.close()
     mp.spawn(ledger_worker, args=(ports, str(out_dir)), nprocs=4, join=True)
-    return {world: [torch.load(out_dir / f"w{world}_rank{r}.pt") for r in range(world)] for world in (2, 4)}
+    return {world: [torch.load(out_dir / f"w{world}_rank{r}.pt", map_location="cpu") for r in range(world)] for world in (2, 4)}
 
 
 @functools.cache
