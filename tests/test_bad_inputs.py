@@ -4,6 +4,7 @@ create under the case's directory, argv with {d} for that directory, a phrase th
 Scripts with a main(argv) run in-process (fast: no interpreter start per case; an uncaught exception fails the
 test just as a traceback would); the others as `python SCRIPT ...` subprocesses."""
 import contextlib
+import functools
 import importlib
 import io
 import json
@@ -12,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -635,10 +637,16 @@ print(json.dumps(results))
 """
 
 
-def namespace_mounts_work(directory):
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {directory}"],
-                           capture_output=True, text=True) if shutil.which("unshare") else None
-    return probe is not None and probe.returncode == 0
+@functools.cache
+def private_tmpfs_mounts():
+    """Whether this process may mount a small tmpfs in a private mount namespace (root and unshare -m): what the
+    real full-disk cases of train.py, core_eval.py, data.py and fit.py need."""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    with tempfile.TemporaryDirectory() as directory:
+        probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {directory}"],
+                               capture_output=True, text=True)
+    return probe.returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -648,7 +656,7 @@ def full_disks(pool, checkpoint, tmp_path_factory):
     mounts = {name: d / "mnt" / name for name in ("train", "eval", "pool")}
     for m in mounts.values():
         m.mkdir(parents=True)
-    if not namespace_mounts_work(mounts["train"]):
+    if not private_tmpfs_mounts():
         pytest.skip("no private mount namespace here (needs root and unshare -m): the real full-disk case cannot run")
     for rel, content in bundle_files().items():
         (d / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -1008,12 +1016,6 @@ def test_class5_signal_stops_the_ladder_with_its_code(tmp_path, signum, code):
 # --- fit.py (issue 23) ---
 # class 1 (disk full), class 2 (numeric flags out of range), class 3 (design specs), class 4 (duplicated and
 # conflicting rows). Each case runs fit.py in-process unless it needs its own filesystem.
-def can_mount_tmpfs():
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
-
-
 FIT_FULL_DISK_DRIVER = """
 import contextlib, io, json, os, sys
 sys.path.insert(0, os.getcwd())
@@ -1042,7 +1044,7 @@ print(json.dumps(dict(first=first, again=again, fresh=fresh, same=listing(os.pat
 """
 
 
-@pytest.mark.skipif(not can_mount_tmpfs(), reason="needs root and unshare for a private tmpfs")
+@pytest.mark.skipif(not private_tmpfs_mounts(), reason="needs root and unshare for a private tmpfs")
 def test_class1_fit_out_on_a_real_full_filesystem(tmp_path):
     # a 1 MiB tmpfs in a private mount namespace: the first --out fits, then the disk is filled; rewriting the figures
     # and writing into a fresh directory both stop with one line, leaving the earlier files and manifest as they were
