@@ -41,6 +41,23 @@ CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the
 EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # ModelConfig.mode in older checkpoints
 
 
+def load_tensors(path, map_location):
+    """torch.load(weights_only=True) of a file torch.save wrote -> its tensors and plain types, on map_location.
+    Bytes it did not write fail inside the unpickler in many ways (UnpicklingError, UnicodeDecodeError, IndexError,
+    KeyError, EOFError, a zip RuntimeError, with a "pickle protocol" warning on stderr for some): all are one
+    UnpicklingError here, so every caller refuses them with one message. A missing or unreadable file stays an
+    OSError."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location=map_location, weights_only=True)
+    except (OSError, pickle.UnpicklingError):
+        raise
+    except Exception as exc:
+        raise pickle.UnpicklingError(f"{os.path.basename(path)} is not a file torch.save wrote "
+                                     f"({type(exc).__name__})") from None
+
+
 def verify_checkpoint(folder, only=None, share=(0, 1)):
     """Raise ValueError unless `folder` holds a complete train.py checkpoint: a manifest whose sizes and sha256 match
     every listed file (or only the listed file `only`; or, share=(rank, world), that rank's share of the files).
@@ -98,7 +115,7 @@ def load_checkpoint_model(path, device="cpu"):
     would construct anything but tensors and plain types is rejected before it runs."""
     weights = checkpoint_weights_path(path)
     try:
-        ckpt = torch.load(weights, map_location="cpu", weights_only=True)
+        ckpt = load_tensors(weights, map_location="cpu")
         config = dict(ckpt["model_config"])
         config["mode"] = EARLIER_MODE_NAMES.get(config["mode"], config["mode"])
         model = GPT(ModelConfig(**config))
@@ -107,7 +124,7 @@ def load_checkpoint_model(path, device="cpu"):
     except pickle.UnpicklingError:
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
                          "other than tensors and plain types (refused without running it)") from None
-    except Exception as exc:  # truncation, missing keys, shape mismatch: all mean "not a usable checkpoint"
+    except Exception as exc:  # missing keys, shape mismatch: not a usable checkpoint
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None
     return model.to(device).eval(), ckpt
@@ -316,7 +333,7 @@ def load_checkpoint(folder, plan, model, optimizers, device):
     if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
         raise UsageError(f"{folder} was written with another plan; resume with the same flags")
     try:
-        weights = torch.load(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu", weights_only=True)
+        weights = load_tensors(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu")
         check_self_consistent(folder, weights, meta, plan)
         model.load_state_dict(weights["model"])
         for opt in optimizers:
@@ -327,7 +344,7 @@ def load_checkpoint(folder, plan, model, optimizers, device):
                 dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
                 opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
         adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
-        saved_adamw = torch.load(os.path.join(folder, "adamw.pt"), map_location=device, weights_only=True)
+        saved_adamw = load_tensors(os.path.join(folder, "adamw.pt"), map_location=device)
         for opt, saved in zip(adamw, saved_adamw, strict=True):
             opt.load_state_dict(saved)
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))

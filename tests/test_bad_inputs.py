@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -502,10 +503,12 @@ def truncate(path):
         f.truncate(os.path.getsize(path) // 2)
 
 
-def random_bytes(path):
-    size = os.path.getsize(path)
+def random_bytes(path, prefix=b"", size=None):
+    """Overwrite PATH with as many seeded random bytes (after PREFIX): the same bytes on every run, so a case
+    cannot pass or fail by the luck of the draw (torch.load fails in a different way for ~9% of random files)."""
+    size = os.path.getsize(path) if size is None else size
     with open(path, "wb") as f:
-        f.write(os.urandom(size))
+        f.write(prefix + random.Random(0).randbytes(size - len(prefix)))
 
 
 def edit_manifest_sha(latest):
@@ -546,6 +549,15 @@ CHECKPOINT_CASES = [
     ("resume-random-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/adamw.pt"),
                                                    rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
      "is unreadable or holds objects other than tensors"),
+    # bytes torch.load fails on with a UnicodeDecodeError (a short BINUNICODE string that is not utf-8), and with a
+    # "pickle protocol 121" warning on stderr before its UnpicklingError: both reached the user unlike the rest
+    ("resume-undecodable-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/adamw.pt",
+                                                                     b"X\x04\x00\x00\x00\xf8\xf8\xf8\xf8"),
+                                                        rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "is unreadable or holds objects other than tensors"),
+    ("resume-odd-protocol-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/model.pt", b"\x80\x79"),
+                                                         rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+     "is unreadable or holds objects other than tensors"),
     ("resume-manifest-mismatch", lambda r, m: edit_manifest_sha(f"{r}/checkpoints/latest"), "train.py", RESUME,
      "is corrupted: meta.json does not match its sha256"),
     ("resume-save-never-finished", lambda r, m: os.remove(f"{r}/checkpoints/latest/MANIFEST.json"), "train.py",
@@ -576,7 +588,7 @@ CHECKPOINT_CASES = [
         f"{r}/checkpoints/latest", fixed_reduce_order=True, micro_batches=[8]), "train.py",
      [*RESUME, "--fixed-reduce-order", "--gpu-memory", "0.01"],
      "the micro-batches [8] this --fixed-reduce-order run started with (bit-identity needs them): micro-batch 8 needs"),
-    ("eval-random-bytes-file", lambda r, m: open(f"{r}/final.pt", "wb").write(os.urandom(4096)), "core_eval.py",
+    ("eval-random-bytes-file", lambda r, m: random_bytes(f"{r}/final.pt", b"\x80\x79", size=4096), "core_eval.py",
      ["--checkpoint", "{d}/runs/r/final.pt"], "is not a usable model checkpoint"),
     ("eval-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "core_eval.py",
      ["--checkpoint", "{d}/" + L], "is truncated or corrupted: model.pt has"),

@@ -6,6 +6,7 @@ import dataclasses
 import glob
 import json
 import os
+import warnings
 
 import pytest
 import torch
@@ -111,6 +112,20 @@ def test_crafted_pickle_checkpoint_is_refused_without_running(tmp_path):
         with pytest.raises(ValueError, match="holds objects other than tensors and plain types"):
             checkpoint.load_checkpoint_model(str(path))
         assert not os.path.exists(marker)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_bytes_torch_save_did_not_write_are_refused_with_one_message(tmp_path, seed):
+    """torch.load fails on foreign bytes with UnpicklingError, UnicodeDecodeError, IndexError, KeyError, EOFError or a
+    zip RuntimeError, some after a "pickle protocol" warning on stderr: every one is the same refusal, and silent."""
+    import random
+    prefixes = [b"", b"X\x04\x00\x00\x00\xf8\xf8\xf8\xf8", b"\x80\x79", b"\x80\x02", b"PK\x03\x04"]
+    path = tmp_path / "final.pt"
+    path.write_bytes(prefixes[seed % len(prefixes)] + random.Random(seed).randbytes(seed * 50))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="is unreadable or holds objects other than tensors"):
+            checkpoint.load_checkpoint_model(str(path))
 
 
 def save_worker(rank, world, port, out_dir, plan_argv):
