@@ -142,6 +142,8 @@ class ChunkedCrossEntropy(torch.autograd.Function):
                         grad_x[rows] = grad @ w[:vocab_size]
                     if need_w:
                         grad_w[:vocab_size] += grad.T @ xs
+                    del grad
+                del logits  # before the next chunk's logits exist: one chunk alive at a time, as plan.py counts
         ctx.save_for_backward(grad_x, grad_w)
         ctx.dtypes = (x.dtype, weight.dtype)
         return total / count

@@ -342,10 +342,13 @@ def activation_bytes(cfg, passes, micro_batch, autocast=True):
 def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
     """(saved, peak) bytes of the final norm, lm_head and cross-entropy for one micro-batch; peak adds the transient
     tensors of its forward and backward. V = vocab, Vp = padded vocab, R = LOSS_CHUNK_ROWS, e = matmul dtype bytes.
-    chunked (GPT.loss): saved = final RMSNorm input 4C + rstd 4 and d(loss)/dx eC per token, d(loss)/d(lm_head)
-    fp32 4*Vp*C; transient = the normed input 4C per token, the lm_head cast (2*Vp*C under autocast), one chunk's
-    d(lm_head) product e*Vp*C, and per chunk row the logits (2Vp bf16 + 4V fp32 under autocast, 4Vp in fp32; the
-    probabilities overwrite them) and the row's input cast and gradient (2eC).
+    chunked (GPT.loss, one chunk alive at a time): saved = final RMSNorm input 4C + rstd 4 and d(loss)/dx eC per
+    token, d(loss)/d(lm_head) fp32 4*Vp*C; transient = the normed input 4C per token, the lm_head cast (2*Vp*C under
+    autocast), and the larger of a chunk's two moments. At its logsumexp, per row: the fp32 logits (4V under autocast,
+    whose e-byte product 2Vp + fp32 copy 4V came before; 4Vp in fp32: a view of the product) and logsumexp's own fp32
+    temporary 4V, which no Python-level tracker sees (torch.profiler's allocator events do). At its matmuls, per row:
+    the logits the probabilities overwrite, their e-byte cast (2V under autocast) and the row's input cast and
+    gradient (2eC), with the chunk's d(lm_head) product e*Vp*C.
     unchunked (F.cross_entropy on decode()): saved = final norm 4C + 4, lm_head input eC (its cast, or in fp32 the
     normed output), fp32 log-softmax 4V and int64 targets 8 per token; backward holds two more fp32 (tokens, V)."""
     C, V, Vp = cfg.width, cfg.vocab_size, cfg.padded_vocab
@@ -354,8 +357,10 @@ def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
     if chunked:
         saved = tokens * (4 * C + 4 + e * C) + 4 * Vp * C
         rows = min(LOSS_CHUNK_ROWS, tokens)
-        logits_row = 2 * Vp + 4 * V if autocast else 4 * Vp  # e-byte lm_head output, its fp32 slice (same in fp32)
-        transient = tokens * 4 * C + (2 * Vp * C if autocast else 0) + e * Vp * C + rows * (logits_row + 2 * e * C)
+        logits_row = 4 * V if autocast else 4 * Vp
+        at_logsumexp = rows * max(logits_row + 4 * V, 2 * Vp + 4 * V)
+        at_matmuls = rows * (logits_row + (2 * V if autocast else 0) + 2 * e * C) + e * Vp * C
+        transient = tokens * 4 * C + (2 * Vp * C if autocast else 0) + max(at_logsumexp, at_matmuls)
         return saved, saved + transient
     saved = tokens * (4 * C + 4 + e * C + 4 * V + 8)
     return saved, saved + 2 * tokens * 4 * V
