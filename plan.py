@@ -635,8 +635,8 @@ def host_memory(plan, ranks_per_node, device="cuda"):
     fp32 tensor at a time on the host (the largest), plus the bf16 cast of the embedding on its way to a CUDA device;
     loader: TrainLoader's int64 arrays over the documents of the token limit (lengths, shuffled order, stream offsets,
     and two transients of that length while an epoch's order is built) and the window order; validation: the int64
-    validation windows. A resume also reads the weights file and the AdamW state into host memory on every rank
-    (checkpoint.load_checkpoint). The pool's tokens are memory-mapped: page cache, shared by the node's ranks."""
+    validation windows. A resume also reads the weights file and the AdamW state, memory-mapped (checkpoint.
+    load_tensors): page cache, one copy shared by the node's ranks. So are the pool's tokens (not counted)."""
     cfg = plan.model_config
     C, Vp = cfg.width, cfg.padded_vocab
     emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
@@ -649,7 +649,7 @@ def host_memory(plan, ranks_per_node, device="cuda"):
     resume = parts["parameters"] + parts["adamw_state"]
     return dict(ranks_per_node=ranks_per_node, per_rank_gib={k: round(v / GIB, 2) for k, v in per_rank.items()},
                 per_node_gib=round(ranks_per_node * sum(per_rank.values()) / GIB, 1),
-                resume_per_node_gib=round(ranks_per_node * (sum(per_rank.values()) + resume) / GIB, 1),
+                resume_per_node_gib=round((ranks_per_node * sum(per_rank.values()) + resume) / GIB, 1),
                 assumes=f"{ASSUMED_TOKENS_PER_DOCUMENT} tokens per document; {HOST_RUNTIME_BYTES / GIB:g} GiB per "
                         "process for Python, torch and the CUDA runtime")
 

@@ -190,6 +190,29 @@ def test_every_torch_load_names_where_its_tensors_land():
     assert missing == []
 
 
+def anonymous_rss():
+    """This process's resident anonymous memory in bytes (Linux): private copies, not page cache."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith("RssAnon:"))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads RssAnon from Linux's /proc")
+def test_checkpoint_files_are_memory_mapped_not_copied(tmp_path):
+    """At d26 each of a node's 8 ranks reads the 29 GB weights file on resume: memory-mapped, they share the page
+    cache; read, they held 8 private copies (289 GiB per node). Loading 64 MB must not add 64 MB of private memory.
+    Every torch.load in checkpoint.py goes through load_tensors."""
+    path = tmp_path / "adamw.pt"
+    torch.save([dict(exp_avg=torch.ones(16 * 2 ** 20))], path)
+    before = anonymous_rss()
+    loaded = checkpoint.load_tensors(str(path), map_location="cpu")
+    assert anonymous_rss() - before < 16 * 2 ** 20
+    assert loaded[0]["exp_avg"].sum().item() == 16 * 2 ** 20
+    source = ast.parse(open(checkpoint.__file__).read())
+    loaders = {f.name for f in ast.walk(source) if isinstance(f, ast.FunctionDef) for node in ast.walk(f)
+               if isinstance(node, ast.Attribute) and node.attr == "load" and getattr(node.value, "id", "") == "torch"}
+    assert loaders == {"load_tensors"}
+
+
 def test_resume_loads_every_tensor_onto_the_resuming_ranks_device(pool, tmp_path, monkeypatch):
     """A checkpoint written by rank 0 of a GPU run tags its tensors cuda:0. Written here with those tags, it resumes on
     a CPU-only machine only if every load maps them to the resuming rank's device; every optimizer state tensor then
