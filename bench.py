@@ -84,11 +84,15 @@ class SyntheticLoader:
     def __init__(self, vocab_size, seq_len, batch_seqs):
         self.vocab_size, self.seq_len, self.batch_seqs, self.steps_per_epoch = vocab_size, seq_len, batch_seqs, 10 ** 9
 
-    def batch(self, step, rank, world):
+    def batch(self, step, rank, world, micro_batch=None):
+        """As TrainLoader.batch: rank's contiguous slice, or with micro_batch its k-th micro-batch the (k*world+rank)-th."""
         generator = torch.Generator().manual_seed(step)
         windows = torch.randint(0, self.vocab_size, (self.batch_seqs, self.seq_len + 1), generator=generator)
         per_rank = self.batch_seqs // world
-        return 1, windows[rank * per_rank:(rank + 1) * per_rank]
+        if micro_batch is None:
+            return 1, windows[rank * per_rank:(rank + 1) * per_rank]
+        k, offset = torch.arange(per_rank).div(micro_batch, rounding_mode="floor"), torch.arange(per_rank) % micro_batch
+        return 1, windows[(k * world + rank) * micro_batch + offset]
 
 
 def synthetic_plan(args, arch, depth, steps, crossover_step=None, total_batch_tokens=None):

@@ -224,7 +224,6 @@ def passes_at(step, plan):
 # Memory per rank
 
 GIB = 2 ** 30
-ZERO2_BUCKET_BYTES = 256 * 2 ** 20     # one gradient bucket in flight in the owner-sharded (ZeRO-2) transport
 BUCKET_BYTES = int(muon.BUCKET_MB * 2 ** 20)  # Muon's gradient bucket (train.py --bucket-mb)
 MEMORY_MARGIN_BYTES = 3 * GIB          # CUDA context, cuBLAS/NCCL workspaces, compile autotuning
 MEMORY_MARGIN_FRACTION = 0.10          # caching-allocator fragmentation, on top of the tracked peak
@@ -274,13 +273,14 @@ def largest_bucket_bytes(cfg, passes, world_size, bucket_bytes):
                for _, n in gradient_buckets(cfg, world_size, bucket_bytes, indices))
 
 
-def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved):
-    """Gradient bytes beyond the owners' accumulators during one micro-batch's backward when every bucket is reduced
-    as soon as it is complete (zero2), net of the activations backward has already freed: the maximum over the
-    backward of local gradients waiting for their bucket + the bucket being copied, or the one in flight with its
-    reduced part (muon.Muon waits for a bucket before it copies the next) - block_saved per executed block done. A
-    bucket holds one same-shape matrix per rank, so it waits for the last of them: up to world_size blocks apart.
-    block_saved=0 gives the gross bytes."""
+def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, fixed_order=False):
+    """Gradient bytes beyond the owners' accumulators (or partial sums) during one micro-batch's backward when every
+    bucket is sent as soon as it is complete (zero2, and always in the fixed order), net of the activations backward
+    has already freed: the maximum over the backward of local gradients waiting for their bucket + the bucket being
+    copied, or the one in flight with what it receives (muon.Muon waits for a bucket before it copies the next) -
+    block_saved per executed block done. A bucket holds one same-shape matrix per rank, so it waits for the last of
+    them: up to world_size blocks apart. block_saved=0 gives the gross bytes. In flight, for a bucket of n bytes:
+    reduce-scatter n + n/W, reduce n; fixed order (fixed_order_in_flight_bytes) more."""
     shapes, order = block_matrix_shapes(cfg), backward_block_order(cfg, passes)
     per_block = len(shapes) // stored_blocks(cfg)
     last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
@@ -297,9 +297,19 @@ def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved):
         while launched < len(buckets) and ready.issuperset(buckets[launched][0].members):
             bucket, n = buckets[launched]
             peak = max(peak, waiting + n - freed)  # the copy, before its gradients are dropped
-            waiting, in_flight, launched = waiting - n, n + (n // world_size if bucket.scatter else 0), launched + 1
+            waiting, launched = waiting - n, launched + 1
+            in_flight = fixed_order_in_flight_bytes(bucket, n, world_size) if fixed_order else \
+                n + (n // world_size if bucket.scatter else 0)
             peak = max(peak, waiting + in_flight - freed)
     return peak
+
+
+def fixed_order_in_flight_bytes(bucket, n, world_size):
+    """The fixed reduction order's bytes for one bucket of n bytes in flight, on the rank that receives most
+    (muon.Muon._launch_reduce, _push_leaves): an owner-sharded bucket is all-to-all'ed (sent n, received n) and its
+    received chunks summed as a tree (first level n/2); a single-owner bucket is gathered (sent n; the owner receives
+    W copies, and the tree's first level adds W/2)."""
+    return n * 5 // 2 if bucket.scatter else n + world_size * n * 3 // 2
 
 
 def muon_state_numel(shape):
@@ -397,9 +407,9 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
     Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
     Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
     one accumulator per matrix it owns, and the AdamW gradients in full (the buckets in flight: memory_per_rank).
-    partial_sums > 0 (the fixed reduction order, muon.py; replaces both): that many partial sums of each owned matrix plus one bucket sent and one
-    received, and of the AdamW gradients the full local one, its received chunks and partial_sums chunks of 1/W (with
-    one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
+    partial_sums > 0 (the fixed reduction order, muon.py; replaces both): that many partial sums of each owned matrix
+    (the local gradients and buckets in flight: memory_per_rank), and of the AdamW gradients the full local one, its
+    received chunks and partial_sums chunks of 1/W (with one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
     owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the parameter dtype."""
     C, Vp = cfg.width, cfg.padded_vocab
     emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
@@ -415,7 +425,7 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
     if partial_sums and world_size == 1:
         matrix_grads, adamw_grads = 4 * matrices * partial_sums, adamw_grads * partial_sums
     elif partial_sums:
-        matrix_grads = 4 * owned_numel * partial_sums + 2 * ZERO2_BUCKET_BYTES
+        matrix_grads = 4 * owned_numel * partial_sums
         adamw_grads = 2 * adamw_grads + adamw_grads * partial_sums // world_size
     return dict(
         parameters=4 * (matrices + Vp * C) + emb + rotary,
@@ -449,10 +459,10 @@ def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device=
     block_saved = tokens * block_activation_bytes_per_token(cfg, autocast)
     backward_working = block_saved + tokens * 2 * 4 * cfg.width
     largest = largest_bucket_bytes(cfg, passes, world_size, bucket_bytes) if world_size > 1 else 0
-    if zero2:
-        in_flight = sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved)
-    else:  # one bucket's copy on top of the gradients it copies (the fixed order's buckets are in its gradients)
-        in_flight = 0 if partial_sums else largest
+    if zero2 or (partial_sums and world_size > 1):
+        in_flight = sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, bool(partial_sums))
+    else:  # one bucket's copy on top of the gradients it copies (one process: no transport)
+        in_flight = largest
     muon_gather = largest + largest // world_size if world_size > 1 else 0  # the bucket gathered and this rank's part
     parts.update(weight_copies=weight_copy_bytes(cfg, passes, autocast),
                  activations=activation_bytes(cfg, passes, micro_batch, autocast), loss_path=loss_saved,

@@ -414,8 +414,9 @@ def test_memory_counts_the_transport_buckets():
 
 def test_fixed_reduce_order_partial_sums():
     """The fixed reduction order's owner keeps floor(log2(micro-batches per rank)) + 1 partial sums of its matrices:
-    W times the default gradients' bytes at one process, 1/W of them per sum (plus two buckets) at W ranks; the
-    default (partial_sums=0) is today's number."""
+    W times the default gradients' bytes at one process, 1/W of them per sum at W ranks, with backward's local
+    gradients and buckets in flight walked as for sharded gradients (an all-to-all or gather bucket costs more than a
+    reduce-scatter); the default (partial_sums=0) is today's number."""
     cfg = config_for("untied_grow", 12)
     matrices = 4 * model.stored_blocks(cfg) * model.params_per_block(cfg)
     adamw = 4 * cfg.padded_vocab * cfg.width + 2 * cfg.padded_vocab * cfg.width  # lm_head fp32, bf16 embedding
@@ -424,7 +425,13 @@ def test_fixed_reduce_order_partial_sums():
     assert plan_lib.persistent_bytes(cfg, 1, partial_sums=3)["gradients"] == 3 * (matrices + adamw)
     owned = 4 * max(sum(r * c for r, c in o) for o in plan_lib.muon_owner_loads(plan_lib.block_matrix_shapes(cfg), 8))
     assert plan_lib.persistent_bytes(cfg, 8, partial_sums=3)["gradients"] == \
-        3 * owned + 2 * plan_lib.ZERO2_BUCKET_BYTES + 2 * adamw + 3 * adamw // 8
+        3 * owned + 2 * adamw + 3 * adamw // 8
+    fixed, sharded = (plan_lib.memory_per_rank(cfg, 4, 4, 8, zero2=not ps, partial_sums=ps) for ps in (3, 0))
+    block_saved = 4 * cfg.seq_len * plan_lib.block_activation_bytes_per_token(cfg)
+    assert fixed["in_flight_gradients"] == plan_lib.sharded_backward_bytes(cfg, 4, 8, plan_lib.BUCKET_BYTES,
+                                                                           block_saved, fixed_order=True)
+    gross = [plan_lib.sharded_backward_bytes(cfg, 4, 8, plan_lib.BUCKET_BYTES, 0, fixed_order=f) for f in (True, False)]
+    assert fixed["in_flight_gradients"] >= sharded["in_flight_gradients"] > 0 and gross[0] > gross[1]
     need = {b: plan_lib.memory_per_rank(cfg, 4, b, 8, partial_sums=(32 // b).bit_length()) for b in (4, 16)}
     plan = plan_lib.plan_memory(cfg, [2, 4], 32, 200, world_size=8, micro_batches=[4, 16], fixed_order=True)
     assert [s.bytes for s in plan.stages[1:]] == [need[16]]  # 2 micro-batches per rank: 2 partial sums
