@@ -271,7 +271,9 @@ def verify(folder):
 def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_reduce_order=False, micro_batches=None):
     """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
     folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
-    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors. meta.json records the
+    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors, and the fp32 weights go to
+    torch.save where they live (it copies one storage at a time to the host: not 29 GB at d26; loads name
+    map_location). meta.json records the
     reduction order and the micro-batches per pass stage (a --fixed-reduce-order run resumes with both). A write
     that fails on any rank (a full disk) raises on every rank (OSError, or DCP's CheckpointException) and leaves
     `folder` as it was (the caller removes folder.tmp; recover_checkpoints does after a crash)."""
@@ -290,7 +292,7 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_red
     def write_rank_0_files():
         plan_dict = plan.as_dict()
         save_tensors(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
-                          step=state.step, model={k: v.detach().float().cpu() for k, v in model.state_dict().items()}),
+                          step=state.step, model={k: v.detach().float() for k, v in model.state_dict().items()}),
                      os.path.join(tmp, CHECKPOINT_WEIGHTS))
         save_tensors([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
                      os.path.join(tmp, "adamw.pt"))

@@ -213,6 +213,24 @@ def test_checkpoint_files_are_memory_mapped_not_copied(tmp_path):
     assert loaders == {"load_tensors"}
 
 
+def test_save_hands_torch_save_the_live_weights(pool, tmp_path, monkeypatch):
+    """rank 0 writes model.pt from the weights where they live: on a GPU, torch.save copies one storage at a time to
+    the host; a dict of .cpu() copies held the whole fp32 model (29 GB at d26) in host memory at every save. On CPU
+    the fp32 weights handed to torch.save are the parameters themselves, and save_checkpoint moves nothing."""
+    plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "untied_grow")))
+    net = model.GPT(plan.model_config)
+    saved = {}
+    real_save = checkpoint.save_tensors
+    monkeypatch.setattr(checkpoint, "save_tensors", lambda obj, path: (saved.setdefault(os.path.basename(path), obj),
+                                                                       real_save(obj, path)))
+    checkpoint.save_checkpoint(str(tmp_path / "latest"), net, [], checkpoint.RunState(step=1), plan)
+    weights = saved[checkpoint.CHECKPOINT_WEIGHTS]["model"]
+    assert {k: v.data_ptr() for k, v in weights.items()} == {k: v.data_ptr() for k, v in net.state_dict().items()}
+    source = ast.parse(open(checkpoint.__file__).read())
+    save = next(f for f in ast.walk(source) if isinstance(f, ast.FunctionDef) and f.name == "save_checkpoint")
+    assert not [n.lineno for n in ast.walk(save) if isinstance(n, ast.Attribute) and n.attr in ("cpu", "to")]
+
+
 def test_resume_loads_every_tensor_onto_the_resuming_ranks_device(pool, tmp_path, monkeypatch):
     """A checkpoint written by rank 0 of a GPU run tags its tensors cuda:0. Written here with those tags, it resumes on
     a CPU-only machine only if every load maps them to the resuming rank's device; every optimizer state tensor then
