@@ -113,13 +113,15 @@ def checkpoint_weights_path(path):
 def load_checkpoint_model(path, device="cpu"):
     """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its dict: model_config, passes, tokenizer,
     step, model). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
-    would construct anything but tensors and plain types is rejected before it runs."""
+    would construct anything but tensors and plain types is rejected before it runs. The model is built on `device`
+    as training built it (the host holds one tensor and the memory-mapped file, not a CPU copy of the model; the
+    embedding in embedding_dtype(device))."""
     weights = checkpoint_weights_path(path)
     try:
         ckpt = load_tensors(weights, map_location="cpu")
         config = dict(ckpt["model_config"])
         config["mode"] = EARLIER_MODE_NAMES.get(config["mode"], config["mode"])
-        model = GPT(ModelConfig(**config))
+        model = GPT(ModelConfig(**config), device=device)  # on its device tensor by tensor, as train.py builds it
         model.load_state_dict(ckpt["model"])
         model.set_passes(int(ckpt["passes"]))
     except pickle.UnpicklingError:
@@ -128,7 +130,7 @@ def load_checkpoint_model(path, device="cpu"):
     except Exception as exc:  # missing keys, shape mismatch: not a usable checkpoint
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None
-    return model.to(device).eval(), ckpt
+    return model.eval(), ckpt
 
 
 # ---------------------------------------------------------------------------------------------------------------------

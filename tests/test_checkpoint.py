@@ -114,6 +114,18 @@ def test_crafted_pickle_checkpoint_is_refused_without_running(tmp_path):
         assert not os.path.exists(marker)
 
 
+def test_load_checkpoint_model_builds_the_model_on_its_device(tmp_path, monkeypatch):
+    """core_eval on a GPU: the model is built on the GPU tensor by tensor as training built it (bf16 embedding), not
+    as a CPU copy of every fp32 parameter (29 GB of host memory at d26) moved over afterwards."""
+    cfg = tiny_config("vanilla")
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model=model.GPT(cfg).state_dict(), passes=1,
+                    tokenizer="bytes", step=0), tmp_path / "final.pt")
+    built_on = []
+    monkeypatch.setattr(checkpoint, "GPT", lambda config, device="cpu": built_on.append(device) or model.GPT(config))
+    checkpoint.load_checkpoint_model(str(tmp_path / "final.pt"), device="meta")
+    assert built_on == ["meta"]
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_bytes_torch_save_did_not_write_are_refused_with_one_message(tmp_path, seed):
     """torch.load fails on foreign bytes with UnpicklingError, UnicodeDecodeError, IndexError, KeyError, EOFError or a
