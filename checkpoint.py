@@ -41,17 +41,18 @@ CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the
 EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # ModelConfig.mode in older checkpoints
 
 
-def load_tensors(path, map_location):
+def load_tensors(path, map_location, mmap=True):
     """torch.load(weights_only=True) of a file torch.save wrote -> its tensors and plain types, on map_location.
-    Memory-mapped (mmap=True): a node's ranks resuming from the same file share its pages in the page cache instead
-    of each reading a private copy (at d26 the weights file is 29 GB, on each of 8 ranks). Bytes it did not write fail inside the unpickler in many ways (UnpicklingError, UnicodeDecodeError, IndexError,
-    KeyError, EOFError, a zip RuntimeError, with a "pickle protocol" warning on stderr for some): all are one
-    UnpicklingError here, so every caller refuses them with one message. A missing or unreadable file stays an
+    mmap: a node's ranks resuming from the same file share its pages in the page cache instead of each reading a
+    private copy (at d26 the weights file is 29 GB, on each of 8 ranks); for tensors the caller copies out of. Bytes
+    torch.save did not write fail inside the unpickler in many ways (UnpicklingError, UnicodeDecodeError,
+    IndexError, KeyError, EOFError, a zip RuntimeError, with a "pickle protocol" warning on stderr for some): all are
+    one UnpicklingError here, so every caller refuses them with one message. A missing or unreadable file stays an
     OSError."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
+            return torch.load(path, map_location=map_location, weights_only=True, mmap=mmap)
     except (OSError, pickle.UnpicklingError):
         raise
     except Exception as exc:
@@ -111,8 +112,8 @@ def checkpoint_weights_path(path):
 
 
 def load_checkpoint_model(path, device="cpu"):
-    """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its dict: model_config, passes, tokenizer,
-    step, model). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
+    """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its record: model_config, passes, tokenizer,
+    step). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
     would construct anything but tensors and plain types is rejected before it runs. The model is built on `device`
     as training built it (the host holds one tensor and the memory-mapped file, not a CPU copy of the model; the
     embedding in embedding_dtype(device))."""
@@ -122,7 +123,7 @@ def load_checkpoint_model(path, device="cpu"):
         config = dict(ckpt["model_config"])
         config["mode"] = EARLIER_MODE_NAMES.get(config["mode"], config["mode"])
         model = GPT(ModelConfig(**config), device=device)  # on its device tensor by tensor, as train.py builds it
-        model.load_state_dict(ckpt["model"])
+        model.load_state_dict(ckpt.pop("model"))  # no mapping of the file outlives the call (a run may replace it)
         model.set_passes(int(ckpt["passes"]))
     except pickle.UnpicklingError:
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
@@ -349,7 +350,10 @@ def load_checkpoint(folder, plan, model, optimizers, device):
                 dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
                 opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
         adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
-        saved_adamw = load_tensors(os.path.join(folder, "adamw.pt"), map_location=device)
+        # on CPU AdamW adopts the loaded tensors as its state: mapped, they would keep the file open all run (on NFS
+        # its deletion at the next save then leaves latest.old behind, and the save after that fails)
+        saved_adamw = load_tensors(os.path.join(folder, "adamw.pt"), map_location=device,
+                                   mmap=torch.device(device).type != "cpu")
         for opt, saved in zip(adamw, saved_adamw, strict=True):
             opt.load_state_dict(saved)
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))

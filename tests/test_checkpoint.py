@@ -27,6 +27,8 @@ def test_load_checkpoint_model_roundtrip(tmp_path):
                path)
     loaded, ckpt = checkpoint.load_checkpoint_model(str(path))
     assert ckpt["step"] == 7 and loaded.active_passes == 4 and not loaded.training
+    if os.path.exists("/proc/self/maps"):  # the weights were copied out of the memory-mapped file, which is let go
+        assert str(path) not in open("/proc/self/maps").read()
     idx = tokens(cfg)
     assert torch.equal(loaded(idx), net(idx, passes=4))
     with pytest.raises(ValueError, match="does not exist"):
@@ -273,3 +275,5 @@ def test_resume_loads_every_tensor_onto_the_resuming_ranks_device(pool, tmp_path
                 if torch.is_tensor(value) and value.dim():  # AdamW's step is a scalar on the CPU by design
                     assert opt.state[p][key].device == p.device and torch.equal(opt.state[p][key], value), key
     assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), net.parameters()))
+    if os.path.exists("/proc/self/maps"):  # no state adopted from a memory-mapped file: the run keeps no file open
+        assert folder not in open("/proc/self/maps").read()
