@@ -17,6 +17,7 @@ acceptance"; docs/gpu_acceptance.md).
 """
 import argparse
 import contextlib
+import gc
 import json
 import math
 import os
@@ -338,8 +339,8 @@ def gpu_check_plans(args, device):
 def memory_history(path):
     """Record the CUDA allocator's history while the block runs and write it to `path`, also when the block fails
     (out of memory, say). None: nothing is recorded."""
-    if path:
-        torch.cuda.memory._record_memory_history(max_entries=200_000)
+    if path:  # Python frames only: unwinding C++ stacks on every allocation slows the timed steps
+        torch.cuda.memory._record_memory_history(max_entries=200_000, stacks="python")
     try:
         yield
     finally:
@@ -348,10 +349,20 @@ def memory_history(path):
             torch.cuda.memory._record_memory_history(enabled=None)
 
 
+def release_memory(device):
+    """Free what the last section left: a compiled block holds its compiled wrapper, which refers back to the block
+    (a reference cycle), so its weights outlive the section until the garbage collector runs; then hand the cached
+    blocks back, so the next section's peak is its own."""
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
 def check_training(args, device, peak, plan, deadline, snapshot=None):
     """The plan's steps of one arm on synthetic tokens (compiled as args say), stopping at the first step that ends
     past `deadline`: step time, tokens/s, MFU, memory vs the memory model. snapshot: a file for the CUDA allocator's
     history of the whole section (torch.cuda.memory._dump_snapshot; drop it on https://pytorch.org/memory_viz)."""
+    release_memory(device)
     with memory_history(snapshot):
         arm = synthetic_training(args, plan, device)
         if device.type == "cuda":
@@ -506,8 +517,7 @@ def gpu_check(args):
         print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): " + (
             check_summary(name, out[name]) if out[name] else out["errors"].get(name) or out["skipped"][name]),
             flush=True)
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        release_memory(device)
         out["total_seconds"] = time.perf_counter() - t0
         write_json(args.gpu_check_out, out)
     print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed, {len(out['skipped'])} "

@@ -51,9 +51,28 @@ def test_gpu_peak_lookup(monkeypatch):
     assert train.gpu_peak_flops(cuda, 1e15) == 1e15 and train.gpu_peak_flops(torch.device("cpu")) is None
 
 
-def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path):
+def test_a_compiled_models_weights_outlive_it_until_release_memory():
+    """block.compile() keeps a compiled wrapper that refers back to the block: after the last reference to a compiled
+    model goes, its weights stay (on a GPU, in the next gpu-check section's peak) until the garbage collector runs."""
+    import weakref
+    cfg = model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257,
+                           mlp_multiple=16)
+    net = model.GPT(cfg)
+    for block in net.transformer.h:
+        block.compile(backend="eager")
+    weight = weakref.ref(net.transformer.h[0].attn.c_q.weight)
+    del net, block
+    assert weight() is not None  # the cycle keeps it
+    bench.release_memory(torch.device("cpu"))
+    assert weight() is None
+
+
+def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
     out = tmp_path / "gpu_check.json"
+    released, release = [], bench.release_memory
+    monkeypatch.setattr(bench, "release_memory", lambda device: (released.append(device), release(device)))
     assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
+    assert len(released) >= len(bench.GPU_CHECK["cpu"]["caps"])  # after every section, before every training one
     result = json.loads(out.read_text())
     assert result["errors"] == {} and result["skipped"] == {} and result["tokens"].startswith("synthetic")
     sections = list(bench.GPU_CHECK["cpu"]["caps"])
