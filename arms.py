@@ -168,8 +168,10 @@ PRESETS = {
 BENCH_SHAPES = {  # bench.py --bench-shape: flags of a named shape on top of --preset
     "d6w384": dict(depth=6, width_per_depth=64, head_dim=64, seq_len=256, tokenizer="gpt2"),
 }
-# Dense bf16 peak FLOP/s per GPU, for MFU (train.py) and GPU-hour estimates (ladder.sh, fit.py design)
-GPU_PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "B200": 2250e12}
+# Dense bf16 peak FLOP/s per GPU (half NVIDIA's with-sparsity datasheet figure), for MFU (train.py) and GPU-hour
+# estimates (ladder.sh, fit.py design). The first key the device name contains wins: the PCIe and NVL cards first.
+GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
+                  "A100": 312e12, "B200": 2250e12}
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
 

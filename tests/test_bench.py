@@ -45,6 +45,7 @@ def argparse_with(args, **changes):
 def test_gpu_peak_lookup(monkeypatch):
     cuda = torch.device("cuda", 0)
     for name, peak in [("NVIDIA H200", 989e12), ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA A100-SXM4-80GB", 312e12),
+                       ("NVIDIA H100 PCIe", 756e12), ("NVIDIA H100 NVL", 835e12), ("NVIDIA H200 NVL", 835e12),
                        ("Tesla T4", None)]:
         monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None, name=name: name)
         assert train.gpu_peak_flops(cuda) == peak
