@@ -303,6 +303,9 @@ def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
 
     import torch
     import torch.distributed as dist
+    # Before the first CUDA allocation: the planner packs a GPU to its margin, and growth halves the micro-batch;
+    # expandable segments let the caching allocator grow blocks instead of fragmenting. A user's setting wins.
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible")

@@ -166,3 +166,17 @@ def test_common_and_arms_import_without_torch():
     """arms.py and the fits import common.py; neither may pull in torch (the device functions import it when called)."""
     probe = "import sys, common, arms; assert 'torch' not in sys.modules, 'torch was imported'"
     subprocess.run([sys.executable, "-c", probe], cwd=ROOT, check=True)
+
+
+def test_setup_distributed_turns_on_expandable_segments_unless_the_user_chose(monkeypatch):
+    """The CUDA caching allocator reads PYTORCH_CUDA_ALLOC_CONF once, at its first allocation: setup_distributed, the
+    first CUDA call of every entry point, sets expandable segments before it; a user's own setting is kept."""
+    import torch
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    assert common.setup_distributed("cpu")[1:] == (1, torch.device("cpu"))
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
+    common.setup_distributed("cpu")
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
