@@ -201,10 +201,11 @@ def barrier():
 
 
 def write_manifest(folder):
-    """Collective: every rank hashes its share of the files, rank 0 writes MANIFEST.json (last: it marks the
-    checkpoint complete)."""
+    """Collective: every rank hashes its share of the files rank 0 lists (another node's listing of a shared
+    filesystem may be stale), rank 0 writes MANIFEST.json (last: it marks the checkpoint complete)."""
     rank, world = process()
-    names = sorted(os.path.relpath(os.path.join(base, n), folder) for base, _, files in os.walk(folder) for n in files)
+    names = gather(sorted(os.path.relpath(os.path.join(base, n), folder) for base, _, files in os.walk(folder)
+                          for n in files) if rank == 0 else None)[0]
     mine = {rel: dict(size=os.path.getsize(os.path.join(folder, rel)), sha256=sha256_file(os.path.join(folder, rel)))
             for rel in names[rank::world]}
     parts = gather(mine)

@@ -164,6 +164,9 @@ def save_worker(rank, world, port, out_dir, plan_argv):
             return sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
                           for opt in optimizers for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
         before = storages()
+        if rank == 1:  # a stale directory listing (NFS on another node): model.pt, just written by rank 0, unseen
+            walk = os.walk
+            os.walk = lambda top: ((base, dirs, [f for f in files if f != "model.pt"]) for base, dirs, files in walk(top))
         checkpoint.save_checkpoint(os.path.join(out_dir, "latest"), net, optimizers, checkpoint.RunState(step=1), plan)
         torch.save(dict(before=before, after=storages(), owned=optimizers[0].owned_bytes()),
                    os.path.join(out_dir, f"rank{rank}.pt"))
@@ -174,14 +177,19 @@ def save_worker(rank, world, port, out_dir, plan_argv):
 
 def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
     """After a 2-process save each rank's optimizer state references exactly the storages it did
-    before (Muon.state_dict and AdamW.state_dict hand DCP/torch.save the live tensors)."""
+    before (Muon.state_dict and AdamW.state_dict hand DCP/torch.save the live tensors). The manifest lists every file
+    although rank 1's listing of the folder misses one."""
     import torch.multiprocessing as mp
     argv = tiny(pool, tmp_path, "vanilla")
     mp.spawn(save_worker, args=(2, free_port, str(tmp_path), argv), nprocs=2, join=True)
     for rank in range(2):
         r = torch.load(os.path.join(tmp_path, f"rank{rank}.pt"), map_location="cpu", weights_only=True)
         assert r["before"] == r["after"] and r["owned"] > 0
-    checkpoint.verify_checkpoint(os.path.join(tmp_path, "latest"))  # complete, manifest written last
+    latest = os.path.join(tmp_path, "latest")
+    checkpoint.verify_checkpoint(latest)  # complete, manifest written last
+    on_disk = {os.path.relpath(os.path.join(base, f), latest) for base, _, files in os.walk(latest) for f in files}
+    listed = json.load(open(os.path.join(latest, "MANIFEST.json")))["files"]
+    assert set(listed) == on_disk - {"MANIFEST.json"}  # rank 0's listing, whatever rank 1's directory cache says
 
 
 # ---------------------------------------------------------------------------------------------------------------------
