@@ -137,7 +137,10 @@ class ChunkedCrossEntropy(torch.autograd.Function):
                 total += ((lse - logits.gather(1, t)) * ok).sum()
                 if need_x or need_w:  # d(mean CE)/d(logits) = (softmax - onehot) / count, then through * multiplier
                     grad = logits.sub_(lse).exp_().scatter_add_(1, t, -ok.float()).mul_(ok * (multiplier / count))
-                    grad = grad.to(dtype)
+                    if grad.dtype != dtype:  # cast into rows of the padded width: an odd vocabulary (50,257) as the
+                        # leading dimension would keep cuBLAS off its aligned tensor-core kernels in both matmuls
+                        grad = torch.empty(len(grad), w.size(0), dtype=dtype, device=x.device)[:, :vocab_size] \
+                            .copy_(grad)
                     if need_x:
                         grad_x[rows] = grad @ w[:vocab_size]
                     if need_w:

@@ -357,8 +357,8 @@ def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
     autocast), and the larger of a chunk's two moments. At its logsumexp, per row: the fp32 logits (4V under autocast,
     whose e-byte product 2Vp + fp32 copy 4V came before; 4Vp in fp32: a view of the product) and logsumexp's own fp32
     temporary 4V, which no Python-level tracker sees (torch.profiler's allocator events do). At its matmuls, per row:
-    the logits the probabilities overwrite, their e-byte cast (2V under autocast) and the row's input cast and
-    gradient (2eC), with the chunk's d(lm_head) product e*Vp*C.
+    the logits the probabilities overwrite, their e-byte cast (2Vp under autocast: rows of the padded width) and the
+    row's input cast and gradient (2eC), with the chunk's d(lm_head) product e*Vp*C.
     unchunked (F.cross_entropy on decode()): saved = final norm 4C + 4, lm_head input eC (its cast, or in fp32 the
     normed output), fp32 log-softmax 4V and int64 targets 8 per token; backward holds two more fp32 (tokens, V)."""
     C, V, Vp = cfg.width, cfg.vocab_size, cfg.padded_vocab
@@ -369,7 +369,7 @@ def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
         rows = min(LOSS_CHUNK_ROWS, tokens)
         logits_row = 4 * V if autocast else 4 * Vp
         at_logsumexp = rows * max(logits_row + 4 * V, 2 * Vp + 4 * V)
-        at_matmuls = rows * (logits_row + (2 * V if autocast else 0) + 2 * e * C) + e * Vp * C
+        at_matmuls = rows * (logits_row + (2 * Vp if autocast else 0) + 2 * e * C) + e * Vp * C
         transient = tokens * 4 * C + (2 * Vp * C if autocast else 0) + max(at_logsumexp, at_matmuls)
         return saved, saved + transient
     saved = tokens * (4 * C + 4 + e * C + 4 * V + 8)

@@ -519,6 +519,33 @@ def test_chunked_loss_under_bf16_autocast_matches_unchunked():
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6)
 
 
+def test_chunked_loss_matmuls_get_an_aligned_leading_dimension():
+    """Under bf16 autocast the loss's backward matmuls take the probabilities in rows of the padded vocabulary: with
+    the real vocabulary (257 here, 50,257 for GPT-2) as a row stride, cuBLAS cannot use its 16-byte-aligned
+    tensor-core kernels. Every matmul operand spanning the vocabulary has a row stride of a multiple of 8 elements."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class MatmulOperands(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func in (torch.ops.aten.mm.default, torch.ops.aten.addmm.default, torch.ops.aten.bmm.default):
+                self.seen += [(tuple(a.shape), a.stride()) for a in args if isinstance(a, torch.Tensor) and a.dim() > 1]
+            return func(*args, **(kwargs or {}))
+
+    cfg = config_for("vanilla", 1, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
+    x = torch.randn(48, cfg.width, requires_grad=True)
+    weight = torch.randn(cfg.padded_vocab, cfg.width, requires_grad=True)
+    targets = torch.randint(0, cfg.vocab_size, (48,))
+    with MatmulOperands() as operands, torch.autocast("cpu", torch.bfloat16):
+        model.ChunkedCrossEntropy.apply(x, weight, targets, cfg.vocab_size, 1.0, 16).backward()
+    spanning = [(shape, stride) for shape, stride in operands.seen if cfg.vocab_size in shape]
+    assert len(spanning) >= 6  # the gradient and the weight slice in both matmuls of 3 chunks
+    assert all(max(stride) % 8 == 0 for _, stride in spanning), spanning
+
+
 def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
     assert model.embedding_dtype("cuda") == torch.bfloat16 and model.embedding_dtype("cpu") == torch.float32
     cfg = config_for("operator_1", 3, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
