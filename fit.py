@@ -23,7 +23,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
 --out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
-import argparse, glob, json, math, os, time
+import argparse, json, math, os, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -34,7 +34,7 @@ import studies
 from common import Parser, UsageError, cli_main, exit_process
 from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
                   forecast, jsonable, note, number, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
-                  save_figures, SEED_MAX)
+                  run_paths, save_figures, SEED_MAX)
 
 
 
@@ -106,11 +106,7 @@ def load_ladders(inputs, use_time, replicates=False):
         if item.endswith(".csv"):
             rows += ladder_rows_from_csv(item, use_time)
             continue
-        if os.path.isdir(item):
-            own = os.path.join(item, "result.json")
-            paths = [own] if os.path.exists(own) else sorted(glob.glob(os.path.join(item, "*", "result.json")))
-        else:
-            paths = sorted(glob.glob(item))
+        paths = run_paths(item)
         if not paths:
             raise UsageError(f"{item}: no CSV, result.json or run directory found")
         rows += ladder_rows_from_runs(paths, use_time)

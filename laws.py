@@ -5,7 +5,7 @@ the reference arm, per-arm free E; arXiv 2609.19107 Sec. 4.2), compute multiplie
     from laws import FIT, read_csv, fit_free_e, fit_shared_e, fit_ladders, bootstrap_ladders
 Not a script: `python fit.py SUBCOMMAND` is the command line.
 """
-import argparse, csv, json, math, os, sys
+import argparse, csv, glob, json, math, os, sys
 
 import numpy as np
 from scipy import optimize, stats
@@ -196,6 +196,15 @@ def pyplot():
 
 
 RESULT_KEYS = "status, arch, depth, estimated_training_flops, final_val_loss"
+
+
+def run_paths(item):
+    """The result.json files an input names: a run dir's own, a runs dir's */result.json, the file itself, or the
+    matches of a glob. A path that exists is taken literally: '[12]' in a folder's name is not a character class."""
+    if os.path.isdir(item):
+        own = os.path.join(item, "result.json")
+        return [own] if os.path.exists(own) else sorted(glob.glob(os.path.join(glob.escape(item), "*", "result.json")))
+    return [item] if os.path.exists(item) else sorted(glob.glob(item))
 
 
 def read_result_json(path, table):

@@ -21,7 +21,7 @@
   python fit.py surface grid.csv --form both --sparse-l
   python fit.py loops loop_grid.csv --wd 0.8
 """
-import glob, json, math, os, re, sys
+import json, math, re, sys
 
 import numpy as np
 from scipy import optimize, stats
@@ -29,7 +29,7 @@ from scipy import optimize, stats
 from arms import GPU_PEAK_FLOPS
 from common import UsageError
 from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, drop_repeats, fit_ladders, fnum,
-                  jsonable, note, pyplot, read_csv, read_result_json, save_figures)
+                  jsonable, note, pyplot, read_csv, read_result_json, run_paths, save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
@@ -609,7 +609,7 @@ LOOP_KEY = ["depth", "loops", "weight_decay"]  # one run of the grid
 def loop_grid_from_runs(item):
     """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
     as in the paper's loop_grid.csv."""
-    paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
+    paths = run_paths(item)
     rows, origins = [], []
     for path in paths:
         r = read_result_json(path, ", ".join(LOOP_COLUMNS))

@@ -1338,3 +1338,34 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
     files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
     assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
                    "different plans for vanilla d8", files, runner=run_in_process)
+
+
+# --- fit.py: glob characters in paths, mixed recipes or pools, runs that are not a loop grid, duplicate columns,
+# ignored or impossible inputs, messages that misname the problem
+def ladder_runs(root, arm="vanilla", depths=range(6, 14, 2), **plan):
+    """Complete train.py runs of one arm under ROOT (one folder per depth) on an exact law; plan: extra plan fields."""
+    for d in depths:
+        C = 1e18 * (d / 8) ** 4.5
+        os.makedirs(os.path.join(root, f"{arm}_d{d}"))
+        with open(os.path.join(root, f"{arm}_d{d}", "result.json"), "w") as f:
+            f.write(result_json(arch=arm, depth=d, estimated_training_flops=C, final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11,
+                                plan=dict(seed=42, **plan)))
+
+
+def loop_runs(root, **plan):
+    """loop_grid_csv's grid as complete data-constrained train.py runs under ROOT; plan: plan fields to change."""
+    for i, row in enumerate(loop_grid_csv().splitlines()[1:]):
+        d, K, wd, C, loss = (float(v) for v in row.split(","))
+        os.makedirs(os.path.join(root, str(i)))
+        with open(os.path.join(root, str(i), "result.json"), "w") as f:
+            f.write(result_json(arch="operator_1", depth=int(d), estimated_matrix_flops=C, final_val_loss=loss,
+                                plan=dict(dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd"),
+                                          **plan)))
+
+
+@pytest.mark.parametrize("command, runs", [("ladders", ladder_runs), ("loops", loop_runs)])
+def test_fit_glob_characters_in_a_run_folder_name_are_literal(tmp_path, command, runs):
+    # 'exp[12]' is a folder name, not the character class [12]: its sibling exp1 must not be read in its place
+    runs(tmp_path / "g" / "exp1")
+    os.makedirs(tmp_path / "g" / "exp[12]")
+    assert_refused("fit.py", [command, "{d}/g/exp[12]"], tmp_path, "exp[12]", runner=run_in_process)

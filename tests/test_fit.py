@@ -672,3 +672,16 @@ def test_release_pilot_designs_run(capsys):
     d = json.loads(capsys.readouterr().out)["designs"][0]
     assert d["depths"]["vanilla"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
     assert d["depths"]["untied_grow"]["18"] == 3 and d["runs"] == 58 + 8 * 2 * 2
+
+
+def test_runs_in_a_folder_named_like_a_glob_are_read(tmp_path, capsys):
+    # a folder named 'exp[12]' is read as named, as a runs dir and as a single result.json path
+    path, rows = synthetic_ladders(tmp_path)
+    runs = tmp_path / "exp[12]"
+    for arm, d, C, L in rows:
+        os.makedirs(runs / f"{arm}_d{d:02d}")
+        json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L),
+                  open(runs / f"{arm}_d{d:02d}" / "result.json", "w"))
+    assert run_json(capsys, "ladders", runs)["arms"] == run_json(capsys, "ladders", path)["arms"]
+    one = [str(runs / f"{arm}_d{d:02d}" / "result.json") for arm, d, _, _ in rows]
+    assert run_json(capsys, "ladders", *one)["arms"] == run_json(capsys, "ladders", path)["arms"]
