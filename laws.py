@@ -46,7 +46,8 @@ def note(msg):
 
 def read_csv(path, required, numeric=(), positive=(), key=()):
     """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line).
+    file or column, a column named twice, a non-numeric or non-finite value, or a value <= 0 in a `positive` column
+    -> UsageError (file:line).
     `key`: the columns that name one measurement; rows repeating a key go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
@@ -60,6 +61,9 @@ def read_csv(path, required, numeric=(), positive=(), key=()):
         raise UsageError(f"cannot read {path}: {e.strerror}")
     except (UnicodeDecodeError, csv.Error) as e:
         raise UsageError(f"{path}: not a UTF-8 CSV file ({e})")
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if twice is not None:  # DictReader would keep the last column of that name without a word
+        raise UsageError(f"{path}: column {twice} appears twice in the header; keep one")
     missing = [c for c in required if c not in header]
     if missing:
         raise UsageError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(required)})")

@@ -1369,3 +1369,22 @@ def test_fit_glob_characters_in_a_run_folder_name_are_literal(tmp_path, command,
     runs(tmp_path / "g" / "exp1")
     os.makedirs(tmp_path / "g" / "exp[12]")
     assert_refused("fit.py", [command, "{d}/g/exp[12]"], tmp_path, "exp[12]", runner=run_in_process)
+
+
+def with_column(text, name, value):
+    """TEXT (a CSV) with one more column NAME holding VALUE in every row."""
+    header, *rows = text.splitlines()
+    return "\n".join([f"{header},{name}"] + [f"{r},{value}" for r in rows]) + "\n"
+
+
+@pytest.mark.parametrize("name, text, argv, column", [
+    ("l.csv", with_column(ladder_csv(), "val_loss", 9.9), ["ladders", "{d}/l.csv"], "val_loss"),
+    ("s.csv", with_column(surface_csv(), "D", 1), ["surface", "{d}/s.csv"], "D"),
+    ("g.csv", with_column(loop_grid_csv(), "loops", 1), ["loops", "{d}/g.csv"], "loops"),
+    ("p.csv", with_column("arm,depth,compute_flops\nvanilla,8,1e18\n", "arm", "other"),
+     ["design", "{d}/p.csv", "--E", "1.7", "--gamma", "0.1", "--A", "1", "--noise", "0.01"], "arm"),
+], ids=["ladders", "surface", "loops", "design"])
+def test_fit_csv_column_named_twice_is_refused(tmp_path, name, text, argv, column):
+    # csv.DictReader keeps the last of two columns with one name: the fit silently used the other numbers
+    assert_refused("fit.py", argv, tmp_path, f"{name}: column {column} appears twice in the header; keep one",
+                   {name: text}, runner=run_in_process)
