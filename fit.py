@@ -448,7 +448,8 @@ lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
     growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget).",
     lr="DATA.csv [params, value, val_loss (+ hparam)], several values per size.",
     loops="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as the "
-          "release's loop_grid.csv) or train.py runs (a runs dir or a glob of result.json).\nDefault budgets: the "
+          "release's loop_grid.csv) or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "
+          "is fitted where >= 3 loop counts span it, and no budget fitted is an error.\nDefault budgets: the "
           "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + " FLOPs.",
 )
 

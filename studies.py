@@ -622,6 +622,10 @@ def loop_grid_from_runs(item):
             except (KeyError, TypeError, ValueError):
                 raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
                                  "estimated_matrix_flops and final_val_loss")
+            if not p.get("data_constrained"):
+                raise UsageError(f"{path} is not a loop-grid run (its plan's data_constrained is "
+                                 f"{p.get('data_constrained')!r}); fit.py loops reads train.py --data-constrained runs "
+                                 "(bash ladder.sh operator_1 --preset data-constrained), fit.py ladders the others")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
     return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
@@ -641,7 +645,7 @@ def cmd_loops(args):
         o = np.argsort(c["compute_flops"][m])
         curves[K] = (c["compute_flops"][m][o], c["val_loss"][m][o])
     budgets = args.budgets or list(FIT["loop_budgets"])
-    out = dict(weight_decay=args.wd, budgets=[])
+    out, skipped = dict(weight_decay=args.wd, budgets=[]), []
     for C in budgets:  # loss of each K at C, linear in compute between neighbouring depths, no extrapolation
         Ks = [K for K, (x, _) in curves.items() if x[0] <= C <= x[-1]]
         losses = np.array([np.interp(C, *curves[K]) for K in Ks])
@@ -649,11 +653,17 @@ def cmd_loops(args):
             xv, yv, inside = quad_vertex(np.log(Ks), np.log(losses))
             row = dict(compute=C, best_loops=math.exp(xv), best_loss=math.exp(yv), inside=inside)
         except FitError as e:
-            note(f"budget {C:.3g}: {e} ({len(Ks)} loop counts cover it); skipped")
+            skipped.append(f"budget {C:.3g}: {e} ({len(Ks)} loop counts cover it); skipped")
             continue
         if 1 in Ks:
             row["gap_to_k1"] = float(losses[Ks.index(1)] - row["best_loss"])
         out["budgets"].append(row)
+    if not out["budgets"]:
+        raise UsageError(f"{args.data}: no budget could be fitted at weight decay {args.wd:g}: each needs >= 3 loop "
+                         f"counts whose runs span it (loop counts: {', '.join(f'{K:g}' for K in curves)}; budgets: "
+                         f"{', '.join(f'{C:.3g}' for C in budgets)}); pass --budgets inside the grid")
+    for line in skipped:
+        note(line)
     k1 = c["loops"] == 1
     op1 = []  # Operator-1 at the best weight decay per depth
     for d in sorted(set(c["depth"][k1])):

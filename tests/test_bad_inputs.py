@@ -1236,7 +1236,7 @@ DOWN_ROWS = [(arm, C, 0.3 * s, 3.0 * s * (C / 1e18) ** -0.1 + 1.0, 0.5 - 0.1 * s
              for arm, s in (("vanilla", 1.0), ("better", 0.9)) for C in (1e17, 1e18, 1e19, 1e20)]
 # reader -> (file, its text, argv, the line repeated, that line with a different result)
 FIT_READERS = {
-    "loops": ("g.csv", loop_grid_csv(), ["loops", "{d}/g.csv", "--budgets", "4e17"], "6,2,0.8,7.2e+17,2.5",
+    "loops": ("g.csv", loop_grid_csv(), ["loops", "{d}/g.csv", "--budgets", "8e17"], "6,2,0.8,7.2e+17,2.5",
               "6,2,0.8,7.2e+17,2.6"),
     "surface": ("s.csv", surface_csv(), ["surface", "{d}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2"],
                 None, None),
@@ -1313,7 +1313,7 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
     import fit
     grid = loop_grid_csv(best_wd=lambda d: 1.6 if d == 10 else 0.8)  # d10's tuned optimum sits at the grid's end
     (tmp_path / "g.csv").write_text(grid)
-    assert fit.main(["loops", str(tmp_path / "g.csv"), "--budgets", "4e17", "--json"]) == 0
+    assert fit.main(["loops", str(tmp_path / "g.csv"), "--budgets", "8e17", "--json"]) == 0
     out, err = capsys.readouterr()
     tuned = {t["depth"]: t for t in json.loads(out)["operator_1_tuned"]}
     assert tuned[10]["wd_at_grid_edge"] and tuned[10]["weight_decay"] == 1.6
@@ -1325,7 +1325,7 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
         os.makedirs(tmp_path / "runs" / str(i))
         with open(tmp_path / "runs" / str(i) / "result.json", "w") as f:
             json.dump(dict(status="complete", estimated_matrix_flops=C, final_val_loss=loss,
-                           plan=dict(depth=d, passes_final=K, weight_decay=wd)), f)
+                           plan=dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd")), f)
     assert fit.main(["loops", str(tmp_path / "runs")]) == 2
     assert "two different results for depth 6, loops 2, weight_decay 0.8" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -1343,13 +1343,16 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
 # --- fit.py: glob characters in paths, mixed recipes or pools, runs that are not a loop grid, duplicate columns,
 # ignored or impossible inputs, messages that misname the problem
 def ladder_runs(root, arm="vanilla", depths=range(6, 14, 2), **plan):
-    """Complete train.py runs of one arm under ROOT (one folder per depth) on an exact law; plan: extra plan fields."""
+    """Complete train.py runs of one arm under ROOT (one folder per depth) on an exact law; plan: plan fields to
+    change."""
     for d in depths:
         C = 1e18 * (d / 8) ** 4.5
         os.makedirs(os.path.join(root, f"{arm}_d{d}"))
         with open(os.path.join(root, f"{arm}_d{d}", "result.json"), "w") as f:
-            f.write(result_json(arch=arm, depth=d, estimated_training_flops=C, final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11,
-                                plan=dict(seed=42, **plan)))
+            f.write(result_json(arch=arm, depth=d, estimated_training_flops=C, estimated_matrix_flops=0.9 * C,
+                                final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11,
+                                plan=dict(dict(seed=42, depth=d, passes_final=1, weight_decay=0.07,
+                                               data_constrained=None), **plan)))
 
 
 def loop_runs(root, **plan):
@@ -1388,3 +1391,23 @@ def test_fit_csv_column_named_twice_is_refused(tmp_path, name, text, argv, colum
     # csv.DictReader keeps the last of two columns with one name: the fit silently used the other numbers
     assert_refused("fit.py", argv, tmp_path, f"{name}: column {column} appears twice in the header; keep one",
                    {name: text}, runner=run_in_process)
+
+
+def test_fit_loops_refuses_runs_that_are_not_a_loop_grid(tmp_path):
+    # a vanilla ladder read as a loop grid printed "loop scaling needs 9.58x less compute" with exit 0
+    ladder_runs(tmp_path / "runs")
+    assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "is not a loop-grid run (its plan's data_constrained is "
+                   "None)", runner=run_in_process)
+
+
+@pytest.mark.parametrize("grid", ["csv", "runs"])
+def test_fit_loops_refuses_a_grid_where_no_budget_can_be_fitted(tmp_path, grid):
+    # only K = 1 (or budgets outside the grid): every budget was skipped, yet the gains were printed with exit 0
+    if grid == "csv":
+        k1 = [r for r in loop_grid_csv().splitlines() if r.split(",")[1] in ("loops", "1")]
+        (tmp_path / "g.csv").write_text("\n".join(k1) + "\n")
+        argv = ["loops", "{d}/g.csv"]
+    else:
+        loop_runs(tmp_path / "runs")
+        argv = ["loops", "{d}/runs", "--budgets", "1e30"]
+    assert_refused("fit.py", argv, tmp_path, "no budget could be fitted at weight decay 0.8", runner=run_in_process)

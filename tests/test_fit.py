@@ -356,14 +356,14 @@ def test_loops(tmp_path, capsys):
 def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
     rows = [[d, K, 0.8, d ** 2 * K * 1e16, 3.0 - 0.1 * math.log(d ** 2 * K) + 0.01 * (K - 2) ** 2]
             for d in (4, 6, 8, 10) for K in (1, 2, 4)]
-    csv_out = run_json(capsys, "loops", write_csv(tmp_path / "g.csv", LOOPS_HEADER, rows), "--budgets", 4e17)
+    csv_out = run_json(capsys, "loops", write_csv(tmp_path / "g.csv", LOOPS_HEADER, rows), "--budgets", 8e17)
     for i, (d, K, wd, C, loss) in enumerate(rows + [[12, 2, 0.8, 1.0, 9.9]]):
         os.makedirs(tmp_path / "runs" / str(i))
         status = "complete" if i < len(rows) else "running"  # an unfinished run is ignored
-        json.dump(dict(status=status, estimated_matrix_flops=C, final_val_loss=loss,
-                       plan=dict(depth=d, passes_final=K, weight_decay=wd)), open(tmp_path / "runs" / str(i) /
-                                                                                   "result.json", "w"))
-    assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 4e17) == csv_out
+        plan = dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd")
+        json.dump(dict(status=status, estimated_matrix_flops=C, final_val_loss=loss, plan=plan),
+                  open(tmp_path / "runs" / str(i) / "result.json", "w"))
+    assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 8e17) == csv_out
 
 
 def test_loops_gain_exact():
