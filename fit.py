@@ -32,15 +32,16 @@ from scipy import optimize
 
 import studies
 from common import Parser, UsageError, cli_main, exit_process
-from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
-                  forecast, jsonable, note, number, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
-                  run_paths, save_figures, SEED_MAX)
+from laws import (ARM_STYLE, DEPTH_DERIVED, FIT, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
+                  fit_ladders, fitted_multiplier, fnum, forecast, jsonable, note, number, positive_float, pyplot,
+                  read_csv, read_result_json, robust_lsq, run_paths, save_figures, SEED_MAX)
 
 
 
 def ladder_rows_from_runs(paths, use_time):
-    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped."""
-    rows = []
+    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped. The
+    runs of one arm must share their recipe and data pool (laws.check_one_recipe)."""
+    rows, runs = [], {}
     key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
         r = read_result_json(path, "arm, depth, compute_flops, val_loss")
@@ -55,6 +56,9 @@ def ladder_rows_from_runs(paths, use_time):
             raise UsageError(f"{path}: a complete run needs arch, a whole depth, and finite {key} and "
                              "final_val_loss > 0")
         rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path))
+        runs.setdefault(arm, []).append((path, r))
+    for arm, group in runs.items():
+        check_one_recipe(group, DEPTH_DERIVED, f"{arm} runs")
     return rows
 
 
@@ -101,15 +105,16 @@ def pool_replicates(rows, replicates, use_time):
 def load_ladders(inputs, use_time, replicates=False):
     """-> {arm: dict(depth, x, loss, n, reps)} sorted by x (compute FLOPs, or training seconds with --time); loss is the
     mean over a point's n seed replicates, reps their losses."""
-    rows = []
+    rows, paths = [], []
     for item in inputs:
         if item.endswith(".csv"):
             rows += ladder_rows_from_csv(item, use_time)
             continue
-        paths = run_paths(item)
-        if not paths:
+        found = run_paths(item)
+        if not found:
             raise UsageError(f"{item}: no CSV, result.json or run directory found")
-        rows += ladder_rows_from_runs(paths, use_time)
+        paths += found
+    rows += ladder_rows_from_runs(paths, use_time)  # all together: runs of one arm from two folders are compared
     if not rows:
         raise UsageError("no usable ladder points in the inputs")
     points = pool_replicates(rows, replicates, use_time)
@@ -420,6 +425,9 @@ CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND
     ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
 train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
 complete are skipped; any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
+The runs of one arm must share their data pool (data_manifest) and recipe: every plan field but the depth, what it
+derives (shapes, steps, tokens, the depth-scaled LRs, growth crossovers) and the seed; two that differ are an error
+naming both and the field (a run with another --lr-multiplier, --tpp or pool is another experiment).
 Several rows for one (arm, depth): distinct seeds (seed column, or the plan's seed in result.json) are seed
 replicates; exact copies are dropped with a warning; other duplicates are an error unless --replicates.
 Replicates are pooled: the point is their mean, and the spread of ln L within points gives a pooled relative noise

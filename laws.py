@@ -227,6 +227,62 @@ def read_result_json(path, table):
 
 
 
+# A ladder's runs differ only in depth (and what depth derives: the model's shape and counts, steps and tokens, the
+# LRs scaled by N^-lr_exponent, a growth arm's per-depth crossover) and in the seed of a replicate; a loop grid also
+# in the loop count and the weight decay (fixed-wd or tuned-wd). Every other plan field and the data pool must agree.
+DEPTH_DERIVED = frozenset((
+    "depth", "n_layer", "width", "heads", "mlp_hidden", "prelude", "core", "coda", "stored_blocks",
+    "executed_blocks_initial", "executed_blocks_final", "params_per_block", "params_tpp", "params_stored",
+    "params_compute_active_initial", "params_compute_active", "matrix_flops_per_token_initial",
+    "matrix_flops_per_token_final", "flops_per_token_initial", "flops_per_token_final", "steps", "train_tokens",
+    "train_token_limit", "crossover_step", "crossover_steps", "crossover_fractions", "matrix_lr", "embedding_lr",
+    "unembedding_lr", "total_flops", "seed", "model_config.depth", "model_config.width", "model_config.n_head",
+    "model_config.mlp_hidden", "model_config.n_prelude", "model_config.n_core", "model_config.n_coda"))
+LOOP_GRID_VARIED = DEPTH_DERIVED - {"train_token_limit"} | {  # the grid's token budget is its recipe
+    "passes_initial", "passes_final", "pass_stages", "model_config.passes", "model_config.passes_initial",
+    "weight_decay", "data_constrained"}
+POOL_TIMES = ("data_manifest.created", "data_manifest.finished")  # when a pool was prepared is not what it holds
+
+
+def flat(d, prefix=""):
+    """Nested dicts -> {"a.b": value}."""
+    out = {}
+    for k, v in d.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def recipe_of(r, varies):
+    """What runs fitted together must share, from a result.json: its plan's fields other than `varies`, the LRs and
+    width brought to a depth-free form, and its data pool (data_manifest, less its timestamps)."""
+    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    out = {k: v for k, v in flat(plan).items() if k not in varies}
+    try:  # train.py scales the width by the depth and every LR by N(d)^-lr_exponent
+        out["width / depth"] = plan["width"] / plan["depth"]
+        for lr in ("matrix_lr", "embedding_lr", "unembedding_lr"):
+            out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
+    except (KeyError, TypeError, ArithmeticError):  # a plan without them (an older or hand-made run)
+        pass
+    if isinstance(r.get("data_manifest"), dict):
+        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items() if k not in POOL_TIMES})
+    return out
+
+
+def check_one_recipe(runs, varies, what):
+    """runs: [(path, result.json dict)] fitted together. Two that differ in a recipe field or the data pool ->
+    UsageError naming both and the field; a field one run does not record is not compared."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    same = lambda a, b: math.isclose(a, b, rel_tol=1e-9) if number(a) and number(b) else a == b
+    short = lambda v: (lambda t: t if len(t) <= 40 else t[:37] + "...")(json.dumps(v, default=str))
+    first = {}
+    for path, r in runs:
+        for k, v in recipe_of(r, varies).items():
+            seen, w = first.setdefault(k, (path, v))
+            if not same(v, w):
+                raise UsageError(f"{seen} and {path}: {what} with different {k} ({short(w)} vs {short(v)}); one fit "
+                                 "takes one recipe and one data pool: fit them separately")
+
+
 # ---------------------------------------------------------------------------------------------------- fits (Sec. 4.2)
 def robust_lsq(resid, x0, bounds, min_scale, **kw):
     """Plain bounded least_squares, then the Huber refit with f_scale = max(1.345 MAD / 0.6745, min_scale)."""

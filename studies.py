@@ -28,8 +28,9 @@ from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from common import UsageError
-from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, drop_repeats, fit_ladders, fnum,
-                  jsonable, note, pyplot, read_csv, read_result_json, run_paths, save_figures)
+from laws import (ARM_STYLE, FIT, LOOP_GRID_VARIED, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
+                  drop_repeats, fit_ladders, fnum, jsonable, note, pyplot, read_csv, read_result_json, run_paths,
+                  save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
@@ -610,10 +611,11 @@ def loop_grid_from_runs(item):
     """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
     as in the paper's loop_grid.csv."""
     paths = run_paths(item)
-    rows, origins = [], []
+    rows, origins, runs = [], [], []
     for path in paths:
         r = read_result_json(path, ", ".join(LOOP_COLUMNS))
         if r["status"] == "complete" and "estimated_matrix_flops" in r:
+            runs.append((path, r))
             try:
                 p = r["plan"]
                 rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
@@ -628,6 +630,7 @@ def loop_grid_from_runs(item):
                                  "(bash ladder.sh operator_1 --preset data-constrained), fit.py ladders the others")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
+    check_one_recipe(runs, LOOP_GRID_VARIED, "loop-grid runs")
     return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
                         LOOP_COLUMNS, origins)
 

@@ -1411,3 +1411,51 @@ def test_fit_loops_refuses_a_grid_where_no_budget_can_be_fitted(tmp_path, grid):
         loop_runs(tmp_path / "runs")
         argv = ["loops", "{d}/runs", "--budgets", "1e30"]
     assert_refused("fit.py", argv, tmp_path, "no budget could be fitted at weight decay 0.8", runner=run_in_process)
+
+
+POOL = dict(corpus="fineweb", tokenizer="gpt2", budgets=dict(train=10 ** 9, val=10 ** 7), created="2025-01-01T00:00:00",
+            splits=dict(train=dict(token_count=10 ** 9, sha256="a" * 64), val=dict(token_count=10 ** 7, sha256="b" * 64)))
+
+
+def planned_runs(root, runs, pool=POOL):
+    """Complete runs under ROOT with train.py's real plans: runs = {name: train.py arguments}, the loss on a law."""
+    import train
+    for name, argv in runs.items():
+        plan = train.make_plan(train.parse_args(argv)).as_dict()
+        C = plan["total_flops"]
+        os.makedirs(os.path.join(root, name))
+        with open(os.path.join(root, name, "result.json"), "w") as f:
+            f.write(result_json(arch=plan["arch"], depth=plan["depth"], plan=plan, data_manifest=pool,
+                                estimated_training_flops=C, estimated_matrix_flops=0.9 * C,
+                                final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11 + 0.01 * plan["passes_final"]))
+
+
+LADDER_RUNS = {f"vanilla_d{d}": ["--arch", "vanilla", "--depth", str(d), "--preset", "cpu"] for d in (1, 2, 3, 4)}
+OTHER_POOL = dict(POOL, splits=dict(POOL["splits"], train=dict(token_count=10 ** 9, sha256="c" * 64)))
+
+
+@pytest.mark.parametrize("extra, pool, field", [
+    ([], OTHER_POOL, "data_manifest.splits.train.sha256"),
+    (["--lr-multiplier", "30"], POOL, "matrix_lr x params_tpp^lr_exponent"),
+    (["--tpp", "10"], POOL, "tpp"),
+    (["--warmup-steps", "0"], POOL, "warmup_steps"),
+], ids=["other-pool", "lr-multiplier", "tpp", "warmup"])
+def test_fit_ladders_refuses_runs_of_one_arm_with_different_recipes_or_pools(tmp_path, extra, pool, field):
+    # such a run was fitted into the arm's ladder as if it were one more depth
+    planned_runs(tmp_path / "runs", LADDER_RUNS)
+    planned_runs(tmp_path / "more", {"vanilla_d5": LADDER_RUNS["vanilla_d1"][:3] + ["5", "--preset", "cpu", *extra]},
+                 pool)
+    line = assert_refused("fit.py", ["ladders", "{d}/runs", "{d}/more", "--anchor-depth", "3"], tmp_path,
+                          f"{tmp_path}/more/vanilla_d5/result.json: vanilla runs with different {field} (",
+                          runner=run_in_process)
+    assert line.startswith(f"fit.py: error: {tmp_path}/runs/vanilla_d1/result.json and ") and "fit them separately" in line
+
+
+def test_fit_loops_refuses_grid_runs_with_different_recipes(tmp_path):
+    grid = {f"dc_{wd}_d{d}_k{k}": ["--arch", "operator_1", "--depth", str(d), "--passes", str(k), "--data-constrained",
+                                   wd, "--preset", "cpu"] for wd in ("fixed-wd", "tuned-wd") for d in (2, 3) for k in (1, 2)}
+    grid["dc_fixed-wd_d4_k1"] = grid["dc_fixed-wd_d2_k1"][:3] + ["4"] + grid["dc_fixed-wd_d2_k1"][4:] + [
+        "--train-token-limit", "2000000"]
+    planned_runs(tmp_path / "runs", grid)
+    assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "loop-grid runs with different train_token_limit",
+                   runner=run_in_process)

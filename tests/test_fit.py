@@ -3,6 +3,7 @@ data, synthetic laws with known answers, the design simulator against closed for
 import csv
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -685,3 +686,36 @@ def test_runs_in_a_folder_named_like_a_glob_are_read(tmp_path, capsys):
     assert run_json(capsys, "ladders", runs)["arms"] == run_json(capsys, "ladders", path)["arms"]
     one = [str(runs / f"{arm}_d{d:02d}" / "result.json") for arm, d, _, _ in rows]
     assert run_json(capsys, "ladders", *one)["arms"] == run_json(capsys, "ladders", path)["arms"]
+
+
+def test_every_planned_ladder_and_loop_grid_is_one_recipe():
+    # the runs ladder.sh plans for one arm differ only in what fit.py lets a ladder (or the loop grid) vary
+    import arms
+    import train
+    plan = lambda argv: dict(plan=train.make_plan(train.parse_args(argv)).as_dict())
+    for preset in ("paper", "cpu"):
+        for arm in arms.ARMS:
+            runs = arms.ladder_runs(arm, preset, seeds=[0, 1], replicate_depths=[3 if preset == "cpu" else 8])
+            if arm == "untied_grow" and preset == "paper":
+                runs += arms.ladder_runs(arm, "d26")
+            laws.check_one_recipe([(name, plan(argv)) for name, argv in runs], laws.DEPTH_DERIVED, arm)
+    grid = arms.ladder_runs("operator_1", "data-constrained")
+    laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], laws.LOOP_GRID_VARIED, "grid")
+    # and a run with another recipe is told apart at any depth
+    for flags, field in ((["--lr-multiplier", "2"], "matrix_lr x params_tpp^lr_exponent"), (["--tpp", "9"], "tpp"),
+                         (["--width-per-depth", "192"], "width / depth"), (["--recipe", "operator_1"], "adam_betas")):
+        runs = [("a", plan(["--arch", "loop_2", "--depth", "6"])), ("b", plan(["--arch", "loop_2", "--depth", "8", *flags]))]
+        with pytest.raises(fit.UsageError, match=f"a and b: loop_2 with different {re.escape(field)} "):
+            laws.check_one_recipe(runs, laws.DEPTH_DERIVED, "loop_2")
+
+
+def test_runs_of_one_pool_prepared_twice_fit_together(tmp_path, capsys):
+    # the same pool prepared at two times (its manifest's created/finished differ) is one pool
+    path, rows = synthetic_ladders(tmp_path)
+    pool = dict(corpus="fineweb", created="2025-01-01T00:00:00", splits=dict(train=dict(sha256="a" * 64)))
+    for i, (arm, d, C, L) in enumerate(rows):
+        os.makedirs(tmp_path / "runs" / f"{arm}_d{d}")
+        json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
+                       plan=dict(arch=arm, depth=d, tpp=5, seed=0), data_manifest=dict(pool, created=f"day {i}")),
+                  open(tmp_path / "runs" / f"{arm}_d{d}" / "result.json", "w"))
+    assert run_json(capsys, "ladders", tmp_path / "runs")["arms"] == run_json(capsys, "ladders", path)["arms"]
