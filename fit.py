@@ -376,8 +376,15 @@ def fit_sigmoid(nll, acc):
 def cmd_downstream(args):
     c = read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
+    if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
+        other = ("acc:" if lone.startswith("nll:") else "nll:") + lone[4:]
+        raise UsageError(f"{args.data}: column {lone} has no {other}; a task is an nll:<task>, acc:<task> pair: add "
+                         "the other column or drop this one")
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
+    if args.reference_arm not in c["arm"]:
+        raise UsageError(f"reference arm {args.reference_arm!r} not in {args.data} (arms: "
+                         f"{', '.join(dict.fromkeys(c['arm']))}); pass --reference-arm")
     c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
                  positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
@@ -449,11 +456,14 @@ FLOPs and GPU-hours. It also scores the intervals fit.py ladders would print fro
 ± 1.96 se; with --bootstrap B the parametric bootstrap CI): coverage of the true gamma and delta-gamma, power (the
 delta-gamma interval excludes 0 on the true side), and how often the arm's own free-E fit reads its advantage as a
 lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
-    surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows.",
+    surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows. With both D and compute, D is "
+            f"fitted and each row's compute must lie within {studies.COMPUTE_SLACK:g}x of 6 N D (attention and embedding FLOPs move it tens of "
+            "percent; a unit slip is refused).",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
                "checkpoint; nll:/acc: pairs define the tasks.",
     tpp="DATA.csv [compute_flops, tpp, val_loss], several tpp per budget.",
-    growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget).",
+    growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget); rho, the fraction of the "
+           "steps after growth (1 - the crossover fraction), in [0, 1].",
     lr="DATA.csv [params, value, val_loss (+ hparam)], several values per size.",
     loops="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as the "
           "release's loop_grid.csv) or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "

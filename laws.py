@@ -44,10 +44,10 @@ def note(msg):
     print(f"fit.py: {msg}", file=sys.stderr)
 
 
-def read_csv(path, required, numeric=(), positive=(), key=()):
+def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
     """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a column named twice, a non-numeric or non-finite value, or a value <= 0 in a `positive` column
-    -> UsageError (file:line).
+    file or column, a column named twice, a non-numeric or non-finite value, a value <= 0 in a `positive` column or
+    outside [0, 1] in a `fraction` column -> UsageError (file:line).
     `key`: the columns that name one measurement; rows repeating a key go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
@@ -77,6 +77,8 @@ def read_csv(path, required, numeric=(), positive=(), key=()):
                 raise UsageError(f"{path}:{line}: column {c} is {v!r}, not a number")
             if not math.isfinite(values[-1]) or (c in positive and values[-1] <= 0):
                 raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
+            if c in fraction and not 0 <= values[-1] <= 1:
+                raise UsageError(f"{path}:{line}: column {c} is {v}; it is a fraction, need a number in [0, 1]")
         cols[c] = np.array(values)
     cols["_line"] = lines
     if key:

@@ -224,6 +224,10 @@ def summarize(points, laws, E, ref_arm, sigma, draws):
 
 def true_laws(args, arms):
     """{arm: (A, gamma)} and E from --truth PILOT.json (a `fit.py ladders --json` output) or --E/--gamma/--A."""
+    given = [f"--{k}" for k in ("E", "gamma", "A") if getattr(args, k) is not None]
+    if args.truth and given:
+        raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored; pass "
+                         "either --truth or --E, --gamma and --A")
     if args.truth:
         try:
             with open(args.truth) as f:
@@ -432,15 +436,24 @@ def split_regimes(N, D, frac):
     return dict(interpolation=~bn & ~bd, extrapolate_N=bn & ~bd, extrapolate_D=~bn & bd, far=bn & bd)
 
 
+COMPUTE_SLACK = 2.0  # measured FLOPs (attention, embeddings) stray tens of percent from 6 N D; a unit slip does not
+
+
 def cmd_surface(args):
     c = read_csv(args.data, ["N", "loss"])
     have = [k for k in ("D", "compute") if k in c]
     if not have:
         raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
-    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]],
+    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", *have], positive=["N", "loss", *have],
                  key=["N", have[0]])
     N, L = c["N"], c["loss"]
     D = c["D"] if "D" in c else c["compute"] / (6 * N)
+    if len(have) == 2:  # D is fitted; a compute column beside it must be the same runs' 6 N D, within COMPUTE_SLACK
+        ratio = c["compute"] / (6 * N * D)
+        if (bad := np.flatnonzero(np.abs(np.log(ratio)) > math.log(COMPUTE_SLACK))).size:
+            i = int(bad[0])
+            raise UsageError(f"{args.data}:{c['_line'][i]}: compute is {ratio[i]:.3g}x 6 N D; the fit uses D (C = 6 N "
+                             f"D) and a compute column must agree within {COMPUTE_SLACK:g}x: fix its unit or drop it")
     dropped = []
     if args.drop_highest:  # e.g. Hoffmann et al. drop the 5 highest-loss runs before fitting
         order = np.argsort(-L, kind="stable")[:args.drop_highest]
@@ -544,7 +557,8 @@ def cmd_tpp(args):
 
 def cmd_growth(args):
     c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
-                 positive=["depth", "compute_flops", "val_loss"], key=["depth", "compute_flops", "rho"])
+                 positive=["depth", "compute_flops", "val_loss"], fraction=["rho"],  # rho: the share of steps after growth
+                 key=["depth", "compute_flops", "rho"])
     keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
     v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
     if not v:

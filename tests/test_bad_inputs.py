@@ -1459,3 +1459,39 @@ def test_fit_loops_refuses_grid_runs_with_different_recipes(tmp_path):
     planned_runs(tmp_path / "runs", grid)
     assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "loop-grid runs with different train_token_limit",
                    runner=run_in_process)
+
+
+GROWTH = "depth,compute_flops,rho,val_loss\n" + "".join(f"{d},{1e18 * d:g},{r},{3.0 + 0.1 * (r - 0.5) ** 2:.6f}\n"
+                                                        for d in (8, 9) for r in (0.2, 0.4, 0.6, 0.8))
+DOWNSTREAM = sweep_csv("arm,compute_flops,core,nll:t,acc:t", DOWN_ROWS)
+
+
+def surface_with_compute(factor):
+    """surface_csv with a compute column of FACTOR x 6 N D."""
+    header, *rows = surface_csv().splitlines()
+    return "\n".join([f"{header},compute"] + [f"{r},{factor * 6 * float(r.split(',')[0]) * float(r.split(',')[1]):g}"
+                                              for r in rows]) + "\n"
+
+
+IGNORED_CASES = [
+    ("design-truth-and-E", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--E", "99", "--gamma", "5", "--A", "1e-9"],
+     "--truth {d}/pilot.json gives the true curves and --E/--gamma/--A would be ignored"),
+    ("design-truth-and-A", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--A", "2"], "and --A would be ignored"),
+    ("growth-rho-negative", {"g.csv": GROWTH.replace(",0.2,", ",-0.5,")}, ["growth", "{d}/g.csv"],
+     "g.csv:2: column rho is -0.5; it is a fraction, need a number in [0, 1]"),
+    ("growth-rho-above-one", {"g.csv": GROWTH.replace(",0.8,", ",1.5,")}, ["growth", "{d}/g.csv"],
+     "g.csv:5: column rho is 1.5; it is a fraction"),
+    ("downstream-reference-arm-missing", {"c.csv": DOWNSTREAM}, ["downstream", "{d}/c.csv", "--reference-arm", "nosuch"],
+     "reference arm 'nosuch' not in {d}/c.csv (arms: vanilla, better)"),
+    ("downstream-nll-without-acc", {"c.csv": with_column(DOWNSTREAM, "nll:b", 2.0)}, ["downstream", "{d}/c.csv"],
+     "c.csv: column nll:b has no acc:b"),
+    ("downstream-acc-without-nll", {"c.csv": with_column(DOWNSTREAM, "acc:c", 0.1)}, ["downstream", "{d}/c.csv"],
+     "c.csv: column acc:c has no nll:c"),
+    ("surface-compute-100x-6ND", {"s.csv": surface_with_compute(100)},
+     ["surface", "{d}/s.csv"], "s.csv:2: compute is 100x 6 N D; the fit uses D"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in IGNORED_CASES], ids=[c[0] for c in IGNORED_CASES])
+def test_fit_ignored_or_impossible_inputs_are_refused(tmp_path, files, argv, message):
+    assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)

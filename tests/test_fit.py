@@ -719,3 +719,15 @@ def test_runs_of_one_pool_prepared_twice_fit_together(tmp_path, capsys):
                        plan=dict(arch=arm, depth=d, tpp=5, seed=0), data_manifest=dict(pool, created=f"day {i}")),
                   open(tmp_path / "runs" / f"{arm}_d{d}" / "result.json", "w"))
     assert run_json(capsys, "ladders", tmp_path / "runs")["arms"] == run_json(capsys, "ladders", path)["arms"]
+
+
+def test_surface_fits_D_beside_a_measured_compute_column_and_growth_takes_rho_at_its_ends(tmp_path, capsys):
+    # measured FLOPs (attention, embeddings) are 1.3x 6 N D here: D is fitted, the same as without the column
+    N, D, L = surface_grid(1.0, 0.0)
+    plain = write_csv(tmp_path / "s.csv", ["N", "D", "loss"], zip(N, D, L))
+    measured = write_csv(tmp_path / "m.csv", ["N", "D", "loss", "compute"], zip(N, D, L, 1.3 * 6 * N * D))
+    flags = ["--form", "chinchilla", "--hops", 0, "--folds", 2]
+    assert run_json(capsys, "surface", measured, *flags) == run_json(capsys, "surface", plain, *flags)
+    rows = [(8, 1e18, r, 3.0 + 0.1 * (r - 0.4) ** 2) for r in (0.0, 0.3, 0.6, 1.0)]
+    out = run_json(capsys, "growth", write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows))
+    assert out["groups"][0]["rho"] == pytest.approx(0.4)
