@@ -143,10 +143,12 @@ def pooled_noise(data):
 def hold_out(data, specs):
     """Remove ARM:DEPTH points from the fit -> their (arm, depth, x, loss, n)."""
     held = []
-    for spec in specs:
+    for i, spec in enumerate(specs):
         arm, _, depth = spec.rpartition(":")
         if not arm or not depth.isdigit():
             raise UsageError(f"--holdout {spec!r}: use ARM:DEPTH, e.g. untied_grow:18")
+        if spec in specs[:i]:
+            raise UsageError(f"--holdout names {spec} twice; name each point once")
         d = data.get(arm)
         i = np.flatnonzero(d["depth"] == int(depth)) if d else []
         if not len(i):
@@ -302,9 +304,13 @@ def cmd_ladders(args):
     ref_law, ref_free = fit["arms"][args.reference_arm], fit["reference_free"]
     if args.extrapolate:
         x_max = max(d["x"].max() for d in data.values())
+        x_min = min(d["x"].min() for d in data.values())
         if args.extrapolate > FIT["extrapolate_warn"] * x_max:
             note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {args.extrapolate / x_max:.0f}x beyond "
                  f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
+        elif args.extrapolate < x_min / FIT["extrapolate_warn"]:
+            note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {x_min / args.extrapolate:.0f}x below "
+                 f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
         for a, r in fit["arms"].items():
             r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
                 ref_free, None if a == args.reference_arm else r, args.extrapolate / c_ref)

@@ -18,7 +18,7 @@ FIT = dict(
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
     anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
-    extrapolate_warn=10.0,              # warn when --extrapolate C exceeds 10x the largest measured compute
+    extrapolate_warn=10.0,              # warn when --extrapolate C is 10x beyond the measured computes (either way)
     ci=95.0, default_extrapolate_boot=200,
     replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
     inset_span=5.0,                     # Figure inset shows the top factor-5 of compute (2e19..1e20 on the paper)

@@ -525,22 +525,23 @@ def quad_vertex(x, y):
 
 
 def grouped_vertices(keys, x, y, label):
+    """quad_vertex of each group of rows with one key -> {key: vertex}; label(key) names a group in the notes."""
     out = {}
     for key in dict.fromkeys(keys):
         m = np.array([k == key for k in keys])
         try:
             out[key] = quad_vertex(x[m], y[m])
             if not out[key][2]:
-                note(f"{label} {key}: vertex outside the swept range (extrapolated)")
+                note(f"{label(key)}: vertex outside the swept range (extrapolated)")
         except FitError as e:
-            note(f"{label} {key}: {e}; skipped")
+            note(f"{label(key)}: {e}; skipped")
     return out
 
 
 def cmd_tpp(args):
     c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
                  positive=["compute_flops", "tpp", "val_loss"], key=["compute_flops", "tpp"])
-    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), "budget")
+    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), lambda C: f"budget {C:.4g}")
     out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
     if not v:
         raise UsageError(f"{args.data}: no budget could be fitted")
@@ -560,7 +561,7 @@ def cmd_growth(args):
                  positive=["depth", "compute_flops", "val_loss"], fraction=["rho"],  # rho: the share of steps after growth
                  key=["depth", "compute_flops", "rho"])
     keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
-    v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
+    v = grouped_vertices(keys, c["rho"], c["val_loss"], lambda k: f"d{k[0]} C={k[1]:.4g}")
     if not v:
         raise UsageError(f"{args.data}: no (depth, budget) group could be fitted")
     out = dict(groups=[dict(depth=k[0], compute=k[1], rho=xv, loss=yv, inside=ins) for k, (xv, yv, ins) in v.items()])
@@ -577,7 +578,8 @@ def cmd_lr(args):
     out, lines = {}, []
     for h in dict.fromkeys(hp):
         m = np.array([x == h for x in hp])
-        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]), f"{h} size")
+        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]),
+                              lambda n: f"{h} N={n:.4g}")
         sizes = np.array(sorted(v))
         if len(sizes) < 2:
             note(f"{h}: fewer than 2 sizes with an optimum; no drift exponent")

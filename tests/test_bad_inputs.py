@@ -1495,3 +1495,9 @@ IGNORED_CASES = [
 @pytest.mark.parametrize("files, argv, message", [c[1:] for c in IGNORED_CASES], ids=[c[0] for c in IGNORED_CASES])
 def test_fit_ignored_or_impossible_inputs_are_refused(tmp_path, files, argv, message):
     assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
+
+
+def test_fit_holdout_named_twice_says_so(tmp_path):
+    # the point exists; the message said "no vanilla d6 point in the inputs"
+    assert_refused("fit.py", ["ladders", "{d}/l.csv", "--holdout", "vanilla:6", "vanilla:6"], tmp_path,
+                   "--holdout names vanilla:6 twice; name each point once", GOOD, runner=run_in_process)

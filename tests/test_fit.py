@@ -731,3 +731,18 @@ def test_surface_fits_D_beside_a_measured_compute_column_and_growth_takes_rho_at
     rows = [(8, 1e18, r, 3.0 + 0.1 * (r - 0.4) ** 2) for r in (0.0, 0.3, 0.6, 1.0)]
     out = run_json(capsys, "growth", write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows))
     assert out["groups"][0]["rho"] == pytest.approx(0.4)
+
+
+def test_extrapolate_far_below_the_data_warns_as_far_above_does(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path)  # computes 2.74e17 .. 1.9e20
+    err = run(capsys, "ladders", path, "--extrapolate", 1e10, "--bootstrap", 2, "--json").err
+    assert "warning: extrapolating to 1e+10 FLOPs, 27401585x below the smallest measured point (2.74e+17)" in err
+    assert "warning" not in run(capsys, "ladders", path, "--extrapolate", 1e17, "--bootstrap", 2, "--json").err
+
+
+def test_sweep_notes_print_plain_numbers(tmp_path, capsys):
+    # a group that cannot be fitted is named as the output lines name it, not as numpy's repr (np.float64(1e+17))
+    rows = [(d, 1e17 * d, r, 3.0 + 0.1 * (r - 0.5) ** 2) for d in (6, 8) for r in (0.2, 0.4, 0.6, 0.8)]
+    path = write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows + [(10, 1e18, 0.5, 3.0)])
+    err = run(capsys, "growth", path).err
+    assert "fit.py: d10 C=1e+18: fewer than 3 distinct points (1); skipped" in err and "np." not in err
