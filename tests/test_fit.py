@@ -331,7 +331,7 @@ def test_tpp_growth_lr_vertices(tmp_path, capsys):
     # no interior minimum: one line naming the group, the others still fitted
     rows += [[8e8, v, 2.0 - 0.01 * math.log(v) ** 2] for v in (0.01, 0.02, 0.04)]
     res = run(capsys, "lr", write_csv(tmp_path / "lr2.csv", ["params", "value", "val_loss"], rows), "--json")
-    assert "lr size 800000000.0: no interior minimum" in res.err and len(json.loads(res.out)["lr"]["optima"]) == 3
+    assert "lr N=8e+08: no interior minimum" in res.err and len(json.loads(res.out)["lr"]["optima"]) == 3
 
 
 LOOPS_HEADER = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
