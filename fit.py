@@ -23,7 +23,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
 --out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
-import argparse, glob, json, math, os, time
+import argparse, json, math, os, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -32,15 +32,16 @@ from scipy import optimize
 
 import studies
 from common import Parser, UsageError, cli_main, exit_process
-from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, fit_ladders, fitted_multiplier, fnum,
-                  forecast, jsonable, note, number, positive_float, pyplot, read_csv, read_result_json, robust_lsq,
-                  save_figures, SEED_MAX)
+from laws import (ARM_STYLE, DEPTH_DERIVED, FIT, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
+                  fit_ladders, fitted_multiplier, fnum, forecast, jsonable, note, number, positive_float, pyplot,
+                  read_csv, read_result_json, robust_lsq, run_paths, save_figures, SEED_MAX)
 
 
 
 def ladder_rows_from_runs(paths, use_time):
-    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped."""
-    rows = []
+    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped. The
+    runs of one arm must share their recipe and data pool (laws.check_one_recipe)."""
+    rows, runs = [], {}
     key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
         r = read_result_json(path, "arm, depth, compute_flops, val_loss")
@@ -55,6 +56,9 @@ def ladder_rows_from_runs(paths, use_time):
             raise UsageError(f"{path}: a complete run needs arch, a whole depth, and finite {key} and "
                              "final_val_loss > 0")
         rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path))
+        runs.setdefault(arm, []).append((path, r))
+    for arm, group in runs.items():
+        check_one_recipe(group, DEPTH_DERIVED, f"{arm} runs")
     return rows
 
 
@@ -101,19 +105,16 @@ def pool_replicates(rows, replicates, use_time):
 def load_ladders(inputs, use_time, replicates=False):
     """-> {arm: dict(depth, x, loss, n, reps)} sorted by x (compute FLOPs, or training seconds with --time); loss is the
     mean over a point's n seed replicates, reps their losses."""
-    rows = []
+    rows, paths = [], []
     for item in inputs:
         if item.endswith(".csv"):
             rows += ladder_rows_from_csv(item, use_time)
             continue
-        if os.path.isdir(item):
-            own = os.path.join(item, "result.json")
-            paths = [own] if os.path.exists(own) else sorted(glob.glob(os.path.join(item, "*", "result.json")))
-        else:
-            paths = sorted(glob.glob(item))
-        if not paths:
+        found = run_paths(item)
+        if not found:
             raise UsageError(f"{item}: no CSV, result.json or run directory found")
-        rows += ladder_rows_from_runs(paths, use_time)
+        paths += found
+    rows += ladder_rows_from_runs(paths, use_time)  # all together: runs of one arm from two folders are compared
     if not rows:
         raise UsageError("no usable ladder points in the inputs")
     points = pool_replicates(rows, replicates, use_time)
@@ -142,10 +143,12 @@ def pooled_noise(data):
 def hold_out(data, specs):
     """Remove ARM:DEPTH points from the fit -> their (arm, depth, x, loss, n)."""
     held = []
-    for spec in specs:
+    for i, spec in enumerate(specs):
         arm, _, depth = spec.rpartition(":")
         if not arm or not depth.isdigit():
             raise UsageError(f"--holdout {spec!r}: use ARM:DEPTH, e.g. untied_grow:18")
+        if spec in specs[:i]:
+            raise UsageError(f"--holdout names {spec} twice; name each point once")
         d = data.get(arm)
         i = np.flatnonzero(d["depth"] == int(depth)) if d else []
         if not len(i):
@@ -301,9 +304,13 @@ def cmd_ladders(args):
     ref_law, ref_free = fit["arms"][args.reference_arm], fit["reference_free"]
     if args.extrapolate:
         x_max = max(d["x"].max() for d in data.values())
+        x_min = min(d["x"].min() for d in data.values())
         if args.extrapolate > FIT["extrapolate_warn"] * x_max:
             note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {args.extrapolate / x_max:.0f}x beyond "
                  f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
+        elif args.extrapolate < x_min / FIT["extrapolate_warn"]:
+            note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {x_min / args.extrapolate:.0f}x below "
+                 f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
         for a, r in fit["arms"].items():
             r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
                 ref_free, None if a == args.reference_arm else r, args.extrapolate / c_ref)
@@ -375,8 +382,15 @@ def fit_sigmoid(nll, acc):
 def cmd_downstream(args):
     c = read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
+    if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
+        other = ("acc:" if lone.startswith("nll:") else "nll:") + lone[4:]
+        raise UsageError(f"{args.data}: column {lone} has no {other}; a task is an nll:<task>, acc:<task> pair: add "
+                         "the other column or drop this one")
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
+    if args.reference_arm not in c["arm"]:
+        raise UsageError(f"reference arm {args.reference_arm!r} not in {args.data} (arms: "
+                         f"{', '.join(dict.fromkeys(c['arm']))}); pass --reference-arm")
     c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
                  positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
@@ -424,6 +438,9 @@ CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND
     ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
 train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
 complete are skipped; any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
+The runs of one arm must share their data pool (data_manifest) and recipe: every plan field but the depth, what it
+derives (shapes, steps, tokens, the depth-scaled LRs, growth crossovers) and the seed; two that differ are an error
+naming both and the field (a run with another --lr-multiplier, --tpp or pool is another experiment).
 Several rows for one (arm, depth): distinct seeds (seed column, or the plan's seed in result.json) are seed
 replicates; exact copies are dropped with a warning; other duplicates are an error unless --replicates.
 Replicates are pooled: the point is their mean, and the spread of ln L within points gives a pooled relative noise
@@ -445,14 +462,18 @@ FLOPs and GPU-hours. It also scores the intervals fit.py ladders would print fro
 ± 1.96 se; with --bootstrap B the parametric bootstrap CI): coverage of the true gamma and delta-gamma, power (the
 delta-gamma interval excludes 0 on the true side), and how often the arm's own free-E fit reads its advantage as a
 lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
-    surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows.",
+    surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows. With both D and compute, D is "
+            f"fitted and each row's compute must lie within {studies.COMPUTE_SLACK:g}x of 6 N D (attention and embedding FLOPs move it tens of "
+            "percent; a unit slip is refused).",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
                "checkpoint; nll:/acc: pairs define the tasks.",
     tpp="DATA.csv [compute_flops, tpp, val_loss], several tpp per budget.",
-    growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget).",
+    growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget); rho, the fraction of the "
+           "steps after growth (1 - the crossover fraction), in [0, 1].",
     lr="DATA.csv [params, value, val_loss (+ hparam)], several values per size.",
     loops="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as the "
-          "release's loop_grid.csv) or train.py runs (a runs dir or a glob of result.json).\nDefault budgets: the "
+          "release's loop_grid.csv) or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "
+          "is fitted where >= 3 loop counts span it, and no budget fitted is an error.\nDefault budgets: the "
           "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + " FLOPs.",
 )
 

@@ -5,7 +5,7 @@ the reference arm, per-arm free E; arXiv 2609.19107 Sec. 4.2), compute multiplie
     from laws import FIT, read_csv, fit_free_e, fit_shared_e, fit_ladders, bootstrap_ladders
 Not a script: `python fit.py SUBCOMMAND` is the command line.
 """
-import argparse, csv, json, math, os, sys
+import argparse, csv, glob, json, math, os, sys
 
 import numpy as np
 from scipy import optimize, stats
@@ -18,7 +18,7 @@ FIT = dict(
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
     anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
-    extrapolate_warn=10.0,              # warn when --extrapolate C exceeds 10x the largest measured compute
+    extrapolate_warn=10.0,              # warn when --extrapolate C is 10x beyond the measured computes (either way)
     ci=95.0, default_extrapolate_boot=200,
     replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
     inset_span=5.0,                     # Figure inset shows the top factor-5 of compute (2e19..1e20 on the paper)
@@ -44,9 +44,10 @@ def note(msg):
     print(f"fit.py: {msg}", file=sys.stderr)
 
 
-def read_csv(path, required, numeric=(), positive=(), key=()):
+def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
     """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a non-numeric or non-finite value, or a value <= 0 in a `positive` column -> UsageError (file:line).
+    file or column, a column named twice, a non-numeric or non-finite value, a value <= 0 in a `positive` column or
+    outside [0, 1] in a `fraction` column -> UsageError (file:line).
     `key`: the columns that name one measurement; rows repeating a key go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
@@ -60,6 +61,9 @@ def read_csv(path, required, numeric=(), positive=(), key=()):
         raise UsageError(f"cannot read {path}: {e.strerror}")
     except (UnicodeDecodeError, csv.Error) as e:
         raise UsageError(f"{path}: not a UTF-8 CSV file ({e})")
+    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
+    if twice is not None:  # DictReader would keep the last column of that name without a word
+        raise UsageError(f"{path}: column {twice} appears twice in the header; keep one")
     missing = [c for c in required if c not in header]
     if missing:
         raise UsageError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(required)})")
@@ -73,6 +77,8 @@ def read_csv(path, required, numeric=(), positive=(), key=()):
                 raise UsageError(f"{path}:{line}: column {c} is {v!r}, not a number")
             if not math.isfinite(values[-1]) or (c in positive and values[-1] <= 0):
                 raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
+            if c in fraction and not 0 <= values[-1] <= 1:
+                raise UsageError(f"{path}:{line}: column {c} is {v}; it is a fraction, need a number in [0, 1]")
         cols[c] = np.array(values)
     cols["_line"] = lines
     if key:
@@ -198,6 +204,15 @@ def pyplot():
 RESULT_KEYS = "status, arch, depth, estimated_training_flops, final_val_loss"
 
 
+def run_paths(item):
+    """The result.json files an input names: a run dir's own, a runs dir's */result.json, the file itself, or the
+    matches of a glob. A path that exists is taken literally: '[12]' in a folder's name is not a character class."""
+    if os.path.isdir(item):
+        own = os.path.join(item, "result.json")
+        return [own] if os.path.exists(own) else sorted(glob.glob(os.path.join(glob.escape(item), "*", "result.json")))
+    return [item] if os.path.exists(item) else sorted(glob.glob(item))
+
+
 def read_result_json(path, table):
     """A train.py result.json as a dict; anything else -> UsageError saying what is expected (`table`: the CSV form)."""
     try:
@@ -212,6 +227,62 @@ def read_result_json(path, table):
                          f"or a table as CSV [{table}]")
     return r
 
+
+
+# A ladder's runs differ only in depth (and what depth derives: the model's shape and counts, steps and tokens, the
+# LRs scaled by N^-lr_exponent, a growth arm's per-depth crossover) and in the seed of a replicate; a loop grid also
+# in the loop count and the weight decay (fixed-wd or tuned-wd). Every other plan field and the data pool must agree.
+DEPTH_DERIVED = frozenset((
+    "depth", "n_layer", "width", "heads", "mlp_hidden", "prelude", "core", "coda", "stored_blocks",
+    "executed_blocks_initial", "executed_blocks_final", "params_per_block", "params_tpp", "params_stored",
+    "params_compute_active_initial", "params_compute_active", "matrix_flops_per_token_initial",
+    "matrix_flops_per_token_final", "flops_per_token_initial", "flops_per_token_final", "steps", "train_tokens",
+    "train_token_limit", "crossover_step", "crossover_steps", "crossover_fractions", "matrix_lr", "embedding_lr",
+    "unembedding_lr", "total_flops", "seed", "model_config.depth", "model_config.width", "model_config.n_head",
+    "model_config.mlp_hidden", "model_config.n_prelude", "model_config.n_core", "model_config.n_coda"))
+LOOP_GRID_VARIED = DEPTH_DERIVED - {"train_token_limit"} | {  # the grid's token budget is its recipe
+    "passes_initial", "passes_final", "pass_stages", "model_config.passes", "model_config.passes_initial",
+    "weight_decay", "data_constrained"}
+POOL_TIMES = ("data_manifest.created", "data_manifest.finished")  # when a pool was prepared is not what it holds
+
+
+def flat(d, prefix=""):
+    """Nested dicts -> {"a.b": value}."""
+    out = {}
+    for k, v in d.items():
+        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out
+
+
+def recipe_of(r, varies):
+    """What runs fitted together must share, from a result.json: its plan's fields other than `varies`, the LRs and
+    width brought to a depth-free form, and its data pool (data_manifest, less its timestamps)."""
+    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
+    out = {k: v for k, v in flat(plan).items() if k not in varies}
+    try:  # train.py scales the width by the depth and every LR by N(d)^-lr_exponent
+        out["width / depth"] = plan["width"] / plan["depth"]
+        for lr in ("matrix_lr", "embedding_lr", "unembedding_lr"):
+            out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
+    except (KeyError, TypeError, ArithmeticError):  # a plan without them (an older or hand-made run)
+        pass
+    if isinstance(r.get("data_manifest"), dict):
+        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items() if k not in POOL_TIMES})
+    return out
+
+
+def check_one_recipe(runs, varies, what):
+    """runs: [(path, result.json dict)] fitted together. Two that differ in a recipe field or the data pool ->
+    UsageError naming both and the field; a field one run does not record is not compared."""
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    same = lambda a, b: math.isclose(a, b, rel_tol=1e-9) if number(a) and number(b) else a == b
+    short = lambda v: (lambda t: t if len(t) <= 40 else t[:37] + "...")(json.dumps(v, default=str))
+    first = {}
+    for path, r in runs:
+        for k, v in recipe_of(r, varies).items():
+            seen, w = first.setdefault(k, (path, v))
+            if not same(v, w):
+                raise UsageError(f"{seen} and {path}: {what} with different {k} ({short(w)} vs {short(v)}); one fit "
+                                 "takes one recipe and one data pool: fit them separately")
 
 
 # ---------------------------------------------------------------------------------------------------- fits (Sec. 4.2)

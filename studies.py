@@ -21,15 +21,16 @@
   python fit.py surface grid.csv --form both --sparse-l
   python fit.py loops loop_grid.csv --wd 0.8
 """
-import glob, json, math, os, re, sys
+import json, math, re, sys
 
 import numpy as np
 from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from common import UsageError
-from laws import (ARM_STYLE, FIT, FitError, bootstrap_ladders, check_outputs, drop_repeats, fit_ladders, fnum,
-                  jsonable, note, pyplot, read_csv, read_result_json, save_figures)
+from laws import (ARM_STYLE, FIT, LOOP_GRID_VARIED, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
+                  drop_repeats, fit_ladders, fnum, jsonable, note, pyplot, read_csv, read_result_json, run_paths,
+                  save_figures)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
@@ -223,6 +224,10 @@ def summarize(points, laws, E, ref_arm, sigma, draws):
 
 def true_laws(args, arms):
     """{arm: (A, gamma)} and E from --truth PILOT.json (a `fit.py ladders --json` output) or --E/--gamma/--A."""
+    given = [f"--{k}" for k in ("E", "gamma", "A") if getattr(args, k) is not None]
+    if args.truth and given:
+        raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored; pass "
+                         "either --truth or --E, --gamma and --A")
     if args.truth:
         try:
             with open(args.truth) as f:
@@ -431,15 +436,24 @@ def split_regimes(N, D, frac):
     return dict(interpolation=~bn & ~bd, extrapolate_N=bn & ~bd, extrapolate_D=~bn & bd, far=bn & bd)
 
 
+COMPUTE_SLACK = 2.0  # measured FLOPs (attention, embeddings) stray tens of percent from 6 N D; a unit slip does not
+
+
 def cmd_surface(args):
     c = read_csv(args.data, ["N", "loss"])
     have = [k for k in ("D", "compute") if k in c]
     if not have:
         raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
-    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", have[0]], positive=["N", "loss", have[0]],
+    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", *have], positive=["N", "loss", *have],
                  key=["N", have[0]])
     N, L = c["N"], c["loss"]
     D = c["D"] if "D" in c else c["compute"] / (6 * N)
+    if len(have) == 2:  # D is fitted; a compute column beside it must be the same runs' 6 N D, within COMPUTE_SLACK
+        ratio = c["compute"] / (6 * N * D)
+        if (bad := np.flatnonzero(np.abs(np.log(ratio)) > math.log(COMPUTE_SLACK))).size:
+            i = int(bad[0])
+            raise UsageError(f"{args.data}:{c['_line'][i]}: compute is {ratio[i]:.3g}x 6 N D; the fit uses D (C = 6 N "
+                             f"D) and a compute column must agree within {COMPUTE_SLACK:g}x: fix its unit or drop it")
     dropped = []
     if args.drop_highest:  # e.g. Hoffmann et al. drop the 5 highest-loss runs before fitting
         order = np.argsort(-L, kind="stable")[:args.drop_highest]
@@ -511,22 +525,23 @@ def quad_vertex(x, y):
 
 
 def grouped_vertices(keys, x, y, label):
+    """quad_vertex of each group of rows with one key -> {key: vertex}; label(key) names a group in the notes."""
     out = {}
     for key in dict.fromkeys(keys):
         m = np.array([k == key for k in keys])
         try:
             out[key] = quad_vertex(x[m], y[m])
             if not out[key][2]:
-                note(f"{label} {key}: vertex outside the swept range (extrapolated)")
+                note(f"{label(key)}: vertex outside the swept range (extrapolated)")
         except FitError as e:
-            note(f"{label} {key}: {e}; skipped")
+            note(f"{label(key)}: {e}; skipped")
     return out
 
 
 def cmd_tpp(args):
     c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
                  positive=["compute_flops", "tpp", "val_loss"], key=["compute_flops", "tpp"])
-    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), "budget")
+    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), lambda C: f"budget {C:.4g}")
     out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
     if not v:
         raise UsageError(f"{args.data}: no budget could be fitted")
@@ -543,9 +558,10 @@ def cmd_tpp(args):
 
 def cmd_growth(args):
     c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
-                 positive=["depth", "compute_flops", "val_loss"], key=["depth", "compute_flops", "rho"])
+                 positive=["depth", "compute_flops", "val_loss"], fraction=["rho"],  # rho: the share of steps after growth
+                 key=["depth", "compute_flops", "rho"])
     keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
-    v = grouped_vertices(keys, c["rho"], c["val_loss"], "depth/budget")
+    v = grouped_vertices(keys, c["rho"], c["val_loss"], lambda k: f"d{k[0]} C={k[1]:.4g}")
     if not v:
         raise UsageError(f"{args.data}: no (depth, budget) group could be fitted")
     out = dict(groups=[dict(depth=k[0], compute=k[1], rho=xv, loss=yv, inside=ins) for k, (xv, yv, ins) in v.items()])
@@ -562,7 +578,8 @@ def cmd_lr(args):
     out, lines = {}, []
     for h in dict.fromkeys(hp):
         m = np.array([x == h for x in hp])
-        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]), f"{h} size")
+        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]),
+                              lambda n: f"{h} N={n:.4g}")
         sizes = np.array(sorted(v))
         if len(sizes) < 2:
             note(f"{h}: fewer than 2 sizes with an optimum; no drift exponent")
@@ -609,11 +626,12 @@ LOOP_KEY = ["depth", "loops", "weight_decay"]  # one run of the grid
 def loop_grid_from_runs(item):
     """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
     as in the paper's loop_grid.csv."""
-    paths = sorted(glob.glob(os.path.join(item, "*", "result.json")) if os.path.isdir(item) else glob.glob(item))
-    rows, origins = [], []
+    paths = run_paths(item)
+    rows, origins, runs = [], [], []
     for path in paths:
         r = read_result_json(path, ", ".join(LOOP_COLUMNS))
         if r["status"] == "complete" and "estimated_matrix_flops" in r:
+            runs.append((path, r))
             try:
                 p = r["plan"]
                 rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
@@ -622,8 +640,13 @@ def loop_grid_from_runs(item):
             except (KeyError, TypeError, ValueError):
                 raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
                                  "estimated_matrix_flops and final_val_loss")
+            if not p.get("data_constrained"):
+                raise UsageError(f"{path} is not a loop-grid run (its plan's data_constrained is "
+                                 f"{p.get('data_constrained')!r}); fit.py loops reads train.py --data-constrained runs "
+                                 "(bash ladder.sh operator_1 --preset data-constrained), fit.py ladders the others")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
+    check_one_recipe(runs, LOOP_GRID_VARIED, "loop-grid runs")
     return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
                         LOOP_COLUMNS, origins)
 
@@ -641,7 +664,7 @@ def cmd_loops(args):
         o = np.argsort(c["compute_flops"][m])
         curves[K] = (c["compute_flops"][m][o], c["val_loss"][m][o])
     budgets = args.budgets or list(FIT["loop_budgets"])
-    out = dict(weight_decay=args.wd, budgets=[])
+    out, skipped = dict(weight_decay=args.wd, budgets=[]), []
     for C in budgets:  # loss of each K at C, linear in compute between neighbouring depths, no extrapolation
         Ks = [K for K, (x, _) in curves.items() if x[0] <= C <= x[-1]]
         losses = np.array([np.interp(C, *curves[K]) for K in Ks])
@@ -649,11 +672,17 @@ def cmd_loops(args):
             xv, yv, inside = quad_vertex(np.log(Ks), np.log(losses))
             row = dict(compute=C, best_loops=math.exp(xv), best_loss=math.exp(yv), inside=inside)
         except FitError as e:
-            note(f"budget {C:.3g}: {e} ({len(Ks)} loop counts cover it); skipped")
+            skipped.append(f"budget {C:.3g}: {e} ({len(Ks)} loop counts cover it); skipped")
             continue
         if 1 in Ks:
             row["gap_to_k1"] = float(losses[Ks.index(1)] - row["best_loss"])
         out["budgets"].append(row)
+    if not out["budgets"]:
+        raise UsageError(f"{args.data}: no budget could be fitted at weight decay {args.wd:g}: each needs >= 3 loop "
+                         f"counts whose runs span it (loop counts: {', '.join(f'{K:g}' for K in curves)}; budgets: "
+                         f"{', '.join(f'{C:.3g}' for C in budgets)}); pass --budgets inside the grid")
+    for line in skipped:
+        note(line)
     k1 = c["loops"] == 1
     op1 = []  # Operator-1 at the best weight decay per depth
     for d in sorted(set(c["depth"][k1])):

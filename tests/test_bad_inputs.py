@@ -1236,7 +1236,7 @@ DOWN_ROWS = [(arm, C, 0.3 * s, 3.0 * s * (C / 1e18) ** -0.1 + 1.0, 0.5 - 0.1 * s
              for arm, s in (("vanilla", 1.0), ("better", 0.9)) for C in (1e17, 1e18, 1e19, 1e20)]
 # reader -> (file, its text, argv, the line repeated, that line with a different result)
 FIT_READERS = {
-    "loops": ("g.csv", loop_grid_csv(), ["loops", "{d}/g.csv", "--budgets", "4e17"], "6,2,0.8,7.2e+17,2.5",
+    "loops": ("g.csv", loop_grid_csv(), ["loops", "{d}/g.csv", "--budgets", "8e17"], "6,2,0.8,7.2e+17,2.5",
               "6,2,0.8,7.2e+17,2.6"),
     "surface": ("s.csv", surface_csv(), ["surface", "{d}/s.csv", "--form", "chinchilla", "--hops", "0", "--folds", "2"],
                 None, None),
@@ -1313,7 +1313,7 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
     import fit
     grid = loop_grid_csv(best_wd=lambda d: 1.6 if d == 10 else 0.8)  # d10's tuned optimum sits at the grid's end
     (tmp_path / "g.csv").write_text(grid)
-    assert fit.main(["loops", str(tmp_path / "g.csv"), "--budgets", "4e17", "--json"]) == 0
+    assert fit.main(["loops", str(tmp_path / "g.csv"), "--budgets", "8e17", "--json"]) == 0
     out, err = capsys.readouterr()
     tuned = {t["depth"]: t for t in json.loads(out)["operator_1_tuned"]}
     assert tuned[10]["wd_at_grid_edge"] and tuned[10]["weight_decay"] == 1.6
@@ -1325,7 +1325,7 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
         os.makedirs(tmp_path / "runs" / str(i))
         with open(tmp_path / "runs" / str(i) / "result.json", "w") as f:
             json.dump(dict(status="complete", estimated_matrix_flops=C, final_val_loss=loss,
-                           plan=dict(depth=d, passes_final=K, weight_decay=wd)), f)
+                           plan=dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd")), f)
     assert fit.main(["loops", str(tmp_path / "runs")]) == 2
     assert "two different results for depth 6, loops 2, weight_decay 0.8" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -1338,3 +1338,166 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
     files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
     assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
                    "different plans for vanilla d8", files, runner=run_in_process)
+
+
+# --- fit.py: glob characters in paths, mixed recipes or pools, runs that are not a loop grid, duplicate columns,
+# ignored or impossible inputs, messages that misname the problem
+def ladder_runs(root, arm="vanilla", depths=range(6, 14, 2), **plan):
+    """Complete train.py runs of one arm under ROOT (one folder per depth) on an exact law; plan: plan fields to
+    change."""
+    for d in depths:
+        C = 1e18 * (d / 8) ** 4.5
+        os.makedirs(os.path.join(root, f"{arm}_d{d}"))
+        with open(os.path.join(root, f"{arm}_d{d}", "result.json"), "w") as f:
+            f.write(result_json(arch=arm, depth=d, estimated_training_flops=C, estimated_matrix_flops=0.9 * C,
+                                final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11,
+                                plan=dict(dict(seed=42, depth=d, passes_final=1, weight_decay=0.07,
+                                               data_constrained=None), **plan)))
+
+
+def loop_runs(root, **plan):
+    """loop_grid_csv's grid as complete data-constrained train.py runs under ROOT; plan: plan fields to change."""
+    for i, row in enumerate(loop_grid_csv().splitlines()[1:]):
+        d, K, wd, C, loss = (float(v) for v in row.split(","))
+        os.makedirs(os.path.join(root, str(i)))
+        with open(os.path.join(root, str(i), "result.json"), "w") as f:
+            f.write(result_json(arch="operator_1", depth=int(d), estimated_matrix_flops=C, final_val_loss=loss,
+                                plan=dict(dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd"),
+                                          **plan)))
+
+
+@pytest.mark.parametrize("command, runs", [("ladders", ladder_runs), ("loops", loop_runs)])
+def test_fit_glob_characters_in_a_run_folder_name_are_literal(tmp_path, command, runs):
+    # 'exp[12]' is a folder name, not the character class [12]: its sibling exp1 must not be read in its place
+    runs(tmp_path / "g" / "exp1")
+    os.makedirs(tmp_path / "g" / "exp[12]")
+    assert_refused("fit.py", [command, "{d}/g/exp[12]"], tmp_path, "exp[12]", runner=run_in_process)
+
+
+def with_column(text, name, value):
+    """TEXT (a CSV) with one more column NAME holding VALUE in every row."""
+    header, *rows = text.splitlines()
+    return "\n".join([f"{header},{name}"] + [f"{r},{value}" for r in rows]) + "\n"
+
+
+@pytest.mark.parametrize("name, text, argv, column", [
+    ("l.csv", with_column(ladder_csv(), "val_loss", 9.9), ["ladders", "{d}/l.csv"], "val_loss"),
+    ("s.csv", with_column(surface_csv(), "D", 1), ["surface", "{d}/s.csv"], "D"),
+    ("g.csv", with_column(loop_grid_csv(), "loops", 1), ["loops", "{d}/g.csv"], "loops"),
+    ("p.csv", with_column("arm,depth,compute_flops\nvanilla,8,1e18\n", "arm", "other"),
+     ["design", "{d}/p.csv", "--E", "1.7", "--gamma", "0.1", "--A", "1", "--noise", "0.01"], "arm"),
+], ids=["ladders", "surface", "loops", "design"])
+def test_fit_csv_column_named_twice_is_refused(tmp_path, name, text, argv, column):
+    # csv.DictReader keeps the last of two columns with one name: the fit silently used the other numbers
+    assert_refused("fit.py", argv, tmp_path, f"{name}: column {column} appears twice in the header; keep one",
+                   {name: text}, runner=run_in_process)
+
+
+def test_fit_loops_refuses_runs_that_are_not_a_loop_grid(tmp_path):
+    # a vanilla ladder read as a loop grid printed "loop scaling needs 9.58x less compute" with exit 0
+    ladder_runs(tmp_path / "runs")
+    assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "is not a loop-grid run (its plan's data_constrained is "
+                   "None)", runner=run_in_process)
+
+
+@pytest.mark.parametrize("grid", ["csv", "runs"])
+def test_fit_loops_refuses_a_grid_where_no_budget_can_be_fitted(tmp_path, grid):
+    # only K = 1 (or budgets outside the grid): every budget was skipped, yet the gains were printed with exit 0
+    if grid == "csv":
+        k1 = [r for r in loop_grid_csv().splitlines() if r.split(",")[1] in ("loops", "1")]
+        (tmp_path / "g.csv").write_text("\n".join(k1) + "\n")
+        argv = ["loops", "{d}/g.csv"]
+    else:
+        loop_runs(tmp_path / "runs")
+        argv = ["loops", "{d}/runs", "--budgets", "1e30"]
+    assert_refused("fit.py", argv, tmp_path, "no budget could be fitted at weight decay 0.8", runner=run_in_process)
+
+
+POOL = dict(corpus="fineweb", tokenizer="gpt2", budgets=dict(train=10 ** 9, val=10 ** 7), created="2025-01-01T00:00:00",
+            splits=dict(train=dict(token_count=10 ** 9, sha256="a" * 64), val=dict(token_count=10 ** 7, sha256="b" * 64)))
+
+
+def planned_runs(root, runs, pool=POOL):
+    """Complete runs under ROOT with train.py's real plans: runs = {name: train.py arguments}, the loss on a law."""
+    import train
+    for name, argv in runs.items():
+        plan = train.make_plan(train.parse_args(argv)).as_dict()
+        C = plan["total_flops"]
+        os.makedirs(os.path.join(root, name))
+        with open(os.path.join(root, name, "result.json"), "w") as f:
+            f.write(result_json(arch=plan["arch"], depth=plan["depth"], plan=plan, data_manifest=pool,
+                                estimated_training_flops=C, estimated_matrix_flops=0.9 * C,
+                                final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11 + 0.01 * plan["passes_final"]))
+
+
+LADDER_RUNS = {f"vanilla_d{d}": ["--arch", "vanilla", "--depth", str(d), "--preset", "cpu"] for d in (1, 2, 3, 4)}
+OTHER_POOL = dict(POOL, splits=dict(POOL["splits"], train=dict(token_count=10 ** 9, sha256="c" * 64)))
+
+
+@pytest.mark.parametrize("extra, pool, field", [
+    ([], OTHER_POOL, "data_manifest.splits.train.sha256"),
+    (["--lr-multiplier", "30"], POOL, "matrix_lr x params_tpp^lr_exponent"),
+    (["--tpp", "10"], POOL, "tpp"),
+    (["--warmup-steps", "0"], POOL, "warmup_steps"),
+], ids=["other-pool", "lr-multiplier", "tpp", "warmup"])
+def test_fit_ladders_refuses_runs_of_one_arm_with_different_recipes_or_pools(tmp_path, extra, pool, field):
+    # such a run was fitted into the arm's ladder as if it were one more depth
+    planned_runs(tmp_path / "runs", LADDER_RUNS)
+    planned_runs(tmp_path / "more", {"vanilla_d5": LADDER_RUNS["vanilla_d1"][:3] + ["5", "--preset", "cpu", *extra]},
+                 pool)
+    line = assert_refused("fit.py", ["ladders", "{d}/runs", "{d}/more", "--anchor-depth", "3"], tmp_path,
+                          f"{tmp_path}/more/vanilla_d5/result.json: vanilla runs with different {field} (",
+                          runner=run_in_process)
+    assert line.startswith(f"fit.py: error: {tmp_path}/runs/vanilla_d1/result.json and ") and "fit them separately" in line
+
+
+def test_fit_loops_refuses_grid_runs_with_different_recipes(tmp_path):
+    grid = {f"dc_{wd}_d{d}_k{k}": ["--arch", "operator_1", "--depth", str(d), "--passes", str(k), "--data-constrained",
+                                   wd, "--preset", "cpu"] for wd in ("fixed-wd", "tuned-wd") for d in (2, 3) for k in (1, 2)}
+    grid["dc_fixed-wd_d4_k1"] = grid["dc_fixed-wd_d2_k1"][:3] + ["4"] + grid["dc_fixed-wd_d2_k1"][4:] + [
+        "--train-token-limit", "2000000"]
+    planned_runs(tmp_path / "runs", grid)
+    assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "loop-grid runs with different train_token_limit",
+                   runner=run_in_process)
+
+
+GROWTH = "depth,compute_flops,rho,val_loss\n" + "".join(f"{d},{1e18 * d:g},{r},{3.0 + 0.1 * (r - 0.5) ** 2:.6f}\n"
+                                                        for d in (8, 9) for r in (0.2, 0.4, 0.6, 0.8))
+DOWNSTREAM = sweep_csv("arm,compute_flops,core,nll:t,acc:t", DOWN_ROWS)
+
+
+def surface_with_compute(factor):
+    """surface_csv with a compute column of FACTOR x 6 N D."""
+    header, *rows = surface_csv().splitlines()
+    return "\n".join([f"{header},compute"] + [f"{r},{factor * 6 * float(r.split(',')[0]) * float(r.split(',')[1]):g}"
+                                              for r in rows]) + "\n"
+
+
+IGNORED_CASES = [
+    ("design-truth-and-E", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--E", "99", "--gamma", "5", "--A", "1e-9"],
+     "--truth {d}/pilot.json gives the true curves and --E/--gamma/--A would be ignored"),
+    ("design-truth-and-A", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--A", "2"], "and --A would be ignored"),
+    ("growth-rho-negative", {"g.csv": GROWTH.replace(",0.2,", ",-0.5,")}, ["growth", "{d}/g.csv"],
+     "g.csv:2: column rho is -0.5; it is a fraction, need a number in [0, 1]"),
+    ("growth-rho-above-one", {"g.csv": GROWTH.replace(",0.8,", ",1.5,")}, ["growth", "{d}/g.csv"],
+     "g.csv:5: column rho is 1.5; it is a fraction"),
+    ("downstream-reference-arm-missing", {"c.csv": DOWNSTREAM}, ["downstream", "{d}/c.csv", "--reference-arm", "nosuch"],
+     "reference arm 'nosuch' not in {d}/c.csv (arms: vanilla, better)"),
+    ("downstream-nll-without-acc", {"c.csv": with_column(DOWNSTREAM, "nll:b", 2.0)}, ["downstream", "{d}/c.csv"],
+     "c.csv: column nll:b has no acc:b"),
+    ("downstream-acc-without-nll", {"c.csv": with_column(DOWNSTREAM, "acc:c", 0.1)}, ["downstream", "{d}/c.csv"],
+     "c.csv: column acc:c has no nll:c"),
+    ("surface-compute-100x-6ND", {"s.csv": surface_with_compute(100)},
+     ["surface", "{d}/s.csv"], "s.csv:2: compute is 100x 6 N D; the fit uses D"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", [c[1:] for c in IGNORED_CASES], ids=[c[0] for c in IGNORED_CASES])
+def test_fit_ignored_or_impossible_inputs_are_refused(tmp_path, files, argv, message):
+    assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
+
+
+def test_fit_holdout_named_twice_says_so(tmp_path):
+    # the point exists; the message said "no vanilla d6 point in the inputs"
+    assert_refused("fit.py", ["ladders", "{d}/l.csv", "--holdout", "vanilla:6", "vanilla:6"], tmp_path,
+                   "--holdout names vanilla:6 twice; name each point once", GOOD, runner=run_in_process)

@@ -3,6 +3,7 @@ data, synthetic laws with known answers, the design simulator against closed for
 import csv
 import json
 import math
+import re
 import os
 import subprocess
 import sys
@@ -330,7 +331,7 @@ def test_tpp_growth_lr_vertices(tmp_path, capsys):
     # no interior minimum: one line naming the group, the others still fitted
     rows += [[8e8, v, 2.0 - 0.01 * math.log(v) ** 2] for v in (0.01, 0.02, 0.04)]
     res = run(capsys, "lr", write_csv(tmp_path / "lr2.csv", ["params", "value", "val_loss"], rows), "--json")
-    assert "lr size 800000000.0: no interior minimum" in res.err and len(json.loads(res.out)["lr"]["optima"]) == 3
+    assert "lr N=8e+08: no interior minimum" in res.err and len(json.loads(res.out)["lr"]["optima"]) == 3
 
 
 LOOPS_HEADER = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
@@ -356,14 +357,14 @@ def test_loops(tmp_path, capsys):
 def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
     rows = [[d, K, 0.8, d ** 2 * K * 1e16, 3.0 - 0.1 * math.log(d ** 2 * K) + 0.01 * (K - 2) ** 2]
             for d in (4, 6, 8, 10) for K in (1, 2, 4)]
-    csv_out = run_json(capsys, "loops", write_csv(tmp_path / "g.csv", LOOPS_HEADER, rows), "--budgets", 4e17)
+    csv_out = run_json(capsys, "loops", write_csv(tmp_path / "g.csv", LOOPS_HEADER, rows), "--budgets", 8e17)
     for i, (d, K, wd, C, loss) in enumerate(rows + [[12, 2, 0.8, 1.0, 9.9]]):
         os.makedirs(tmp_path / "runs" / str(i))
         status = "complete" if i < len(rows) else "running"  # an unfinished run is ignored
-        json.dump(dict(status=status, estimated_matrix_flops=C, final_val_loss=loss,
-                       plan=dict(depth=d, passes_final=K, weight_decay=wd)), open(tmp_path / "runs" / str(i) /
-                                                                                   "result.json", "w"))
-    assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 4e17) == csv_out
+        plan = dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd")
+        json.dump(dict(status=status, estimated_matrix_flops=C, final_val_loss=loss, plan=plan),
+                  open(tmp_path / "runs" / str(i) / "result.json", "w"))
+    assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 8e17) == csv_out
 
 
 def test_loops_gain_exact():
@@ -672,3 +673,76 @@ def test_release_pilot_designs_run(capsys):
     d = json.loads(capsys.readouterr().out)["designs"][0]
     assert d["depths"]["vanilla"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
     assert d["depths"]["untied_grow"]["18"] == 3 and d["runs"] == 58 + 8 * 2 * 2
+
+
+def test_runs_in_a_folder_named_like_a_glob_are_read(tmp_path, capsys):
+    # a folder named 'exp[12]' is read as named, as a runs dir and as a single result.json path
+    path, rows = synthetic_ladders(tmp_path)
+    runs = tmp_path / "exp[12]"
+    for arm, d, C, L in rows:
+        os.makedirs(runs / f"{arm}_d{d:02d}")
+        json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L),
+                  open(runs / f"{arm}_d{d:02d}" / "result.json", "w"))
+    assert run_json(capsys, "ladders", runs)["arms"] == run_json(capsys, "ladders", path)["arms"]
+    one = [str(runs / f"{arm}_d{d:02d}" / "result.json") for arm, d, _, _ in rows]
+    assert run_json(capsys, "ladders", *one)["arms"] == run_json(capsys, "ladders", path)["arms"]
+
+
+def test_every_planned_ladder_and_loop_grid_is_one_recipe():
+    # the runs ladder.sh plans for one arm differ only in what fit.py lets a ladder (or the loop grid) vary
+    import arms
+    import train
+    plan = lambda argv: dict(plan=train.make_plan(train.parse_args(argv)).as_dict())
+    for preset in ("paper", "cpu"):
+        for arm in arms.ARMS:
+            runs = arms.ladder_runs(arm, preset, seeds=[0, 1], replicate_depths=[3 if preset == "cpu" else 8])
+            if arm == "untied_grow" and preset == "paper":
+                runs += arms.ladder_runs(arm, "d26")
+            laws.check_one_recipe([(name, plan(argv)) for name, argv in runs], laws.DEPTH_DERIVED, arm)
+    grid = arms.ladder_runs("operator_1", "data-constrained")
+    laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], laws.LOOP_GRID_VARIED, "grid")
+    # and a run with another recipe is told apart at any depth
+    for flags, field in ((["--lr-multiplier", "2"], "matrix_lr x params_tpp^lr_exponent"), (["--tpp", "9"], "tpp"),
+                         (["--width-per-depth", "192"], "width / depth"), (["--recipe", "operator_1"], "adam_betas")):
+        runs = [("a", plan(["--arch", "loop_2", "--depth", "6"])), ("b", plan(["--arch", "loop_2", "--depth", "8", *flags]))]
+        with pytest.raises(fit.UsageError, match=f"a and b: loop_2 with different {re.escape(field)} "):
+            laws.check_one_recipe(runs, laws.DEPTH_DERIVED, "loop_2")
+
+
+def test_runs_of_one_pool_prepared_twice_fit_together(tmp_path, capsys):
+    # the same pool prepared at two times (its manifest's created/finished differ) is one pool
+    path, rows = synthetic_ladders(tmp_path)
+    pool = dict(corpus="fineweb", created="2025-01-01T00:00:00", splits=dict(train=dict(sha256="a" * 64)))
+    for i, (arm, d, C, L) in enumerate(rows):
+        os.makedirs(tmp_path / "runs" / f"{arm}_d{d}")
+        json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
+                       plan=dict(arch=arm, depth=d, tpp=5, seed=0), data_manifest=dict(pool, created=f"day {i}")),
+                  open(tmp_path / "runs" / f"{arm}_d{d}" / "result.json", "w"))
+    assert run_json(capsys, "ladders", tmp_path / "runs")["arms"] == run_json(capsys, "ladders", path)["arms"]
+
+
+def test_surface_fits_D_beside_a_measured_compute_column_and_growth_takes_rho_at_its_ends(tmp_path, capsys):
+    # measured FLOPs (attention, embeddings) are 1.3x 6 N D here: D is fitted, the same as without the column
+    N, D, L = surface_grid(1.0, 0.0)
+    plain = write_csv(tmp_path / "s.csv", ["N", "D", "loss"], zip(N, D, L))
+    measured = write_csv(tmp_path / "m.csv", ["N", "D", "loss", "compute"], zip(N, D, L, 1.3 * 6 * N * D))
+    flags = ["--form", "chinchilla", "--hops", 0, "--folds", 2]
+    assert run_json(capsys, "surface", measured, *flags) == run_json(capsys, "surface", plain, *flags)
+    rows = [(8, 1e18, r, 3.0 + 0.1 * (r - 0.4) ** 2) for r in (0.0, 0.3, 0.6, 1.0)]
+    out = run_json(capsys, "growth", write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows))
+    assert out["groups"][0]["rho"] == pytest.approx(0.4)
+
+
+def test_extrapolate_far_below_the_data_warns_as_far_above_does(tmp_path, capsys):
+    path, _ = synthetic_ladders(tmp_path)  # computes 2.74e17 .. 1.9e20
+    err = run(capsys, "ladders", path, "--extrapolate", 1e10, "--bootstrap", 2, "--json").err
+    assert "warning: extrapolating to 1e+10 FLOPs, 27401585x below the smallest measured point (2.74e+17)" in err
+    assert "warning" not in run(capsys, "ladders", path, "--extrapolate", 1e17, "--bootstrap", 2, "--json").err
+
+
+def test_sweep_notes_print_plain_numbers(tmp_path, capsys):
+    # a group that cannot be fitted is named as the output lines name it, not as numpy's repr (np.float64(1e+17))
+    rows = [(d, 1e17 * d, r, 3.0 + 0.1 * (r - 0.5) ** 2) for d in (6, 8) for r in (0.2, 0.4, 0.6, 0.8)]
+    path = write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows + [(10, 1e18, 0.5, 3.0)])
+    err = run(capsys, "growth", path).err
+    assert "fit.py: d10 C=1e+18: fewer than 3 distinct points (1); skipped" in err and "np." not in err
