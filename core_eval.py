@@ -152,37 +152,76 @@ def bundle_fingerprint(bundle_dir):
 
 
 def load_tasks(bundle_dir):
-    """Read core.yaml + eval_meta_data.csv + each task's JSONL -> list of task dicts in core.yaml order."""
+    """Read core.yaml + eval_meta_data.csv + each task's JSONL -> list of task dicts in core.yaml order; each task
+    named once in both files."""
     try:
         with open(os.path.join(bundle_dir, "core.yaml")) as f:
             config = yaml.safe_load(f)
-        with open(os.path.join(bundle_dir, "eval_meta_data.csv"), newline="") as f:
-            baselines = {row["Eval Task"]: float(row["Random baseline"]) for row in csv.DictReader(f)}
-    except (OSError, yaml.YAMLError, KeyError, ValueError) as e:
-        raise UsageError(f"bad CORE bundle in {bundle_dir}: cannot read core.yaml / eval_meta_data.csv ({e})")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise UsageError(f"bad CORE bundle in {bundle_dir}: cannot read core.yaml ({e})")
     if not isinstance(config, dict) or not config.get("icl_tasks"):
         raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
-    tasks = []
+    baselines = read_baselines(os.path.join(bundle_dir, "eval_meta_data.csv"))
+    tasks, entry_of = [], {}
     for number, spec in enumerate(config["icl_tasks"], 1):
         missing = [k for k in ("label", "dataset_uri", "icl_task_type", "num_fewshot")
                    if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
         if missing:
             raise UsageError(f"bad CORE bundle: icl_tasks entry {number} of {bundle_dir}/core.yaml has no "
                              f"{', '.join(missing)}")
-        label = spec.get("label")
+        label, delimiter = spec["label"], spec.get("continuation_delimiter") or " "
+        for key, value in (("label", label), ("dataset_uri", spec["dataset_uri"]), ("continuation_delimiter",
+                                                                                      delimiter)):
+            if not isinstance(value, str):
+                raise UsageError(f"icl_tasks entry {number} of {bundle_dir}/core.yaml: {key} must be text, got "
+                                 f"{value!r}")
+        if label in entry_of:  # a second copy would count once in the scores but pass for a 23-task bundle
+            raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (icl_tasks entries "
+                             f"{entry_of[label]} and {number}); keep one")
+        entry_of[label] = number
         if spec.get("icl_task_type") not in TASK_TYPES:
             raise UsageError(f"task {label}: unknown icl_task_type {spec.get('icl_task_type')!r} "
                              f"(expected one of {', '.join(TASK_TYPES)})")
-        if label not in baselines:
-            raise UsageError(f"task {label}: no 'Random baseline' row in {bundle_dir}/eval_meta_data.csv")
-        path = os.path.join(bundle_dir, "eval_data", spec["dataset_uri"])
-        items = read_task_items(label, spec["icl_task_type"], path)
+        baseline = task_baseline(label, baselines, os.path.join(bundle_dir, "eval_meta_data.csv"))
+        items = read_task_items(label, spec["icl_task_type"], os.path.join(bundle_dir, "eval_data",
+                                                                           spec["dataset_uri"]))
         if not isinstance(spec["num_fewshot"], list) or not isinstance(spec["num_fewshot"][0], int) \
                 or spec["num_fewshot"][0] < 0:
             raise UsageError(f"task {label}: num_fewshot in {bundle_dir}/core.yaml must be a list like [10]")
         tasks.append(dict(label=label, type=spec["icl_task_type"], shots=int(spec["num_fewshot"][0]),
-                          delimiter=spec.get("continuation_delimiter") or " ", baseline=baselines[label], items=items))
+                          delimiter=delimiter, baseline=baseline, items=items))
     return tasks
+
+
+def read_baselines(path):
+    """eval_meta_data.csv -> {task: [(line number, its 'Random baseline' text), ...]}, checked per task used."""
+    rows = {}
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            for row in reader:
+                rows.setdefault(row.get("Eval Task"), []).append((reader.line_num, row.get("Random baseline")))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise UsageError(f"bad CORE bundle: cannot read {path} ({e})")
+    return rows
+
+
+def task_baseline(label, baselines, path):
+    """A task's random baseline in percent: one row, a number in [0, 100) (the centered score divides by 100 - it)."""
+    rows = baselines.get(label)
+    if not rows:
+        raise UsageError(f"task {label}: no 'Random baseline' row in {path}")
+    if len(rows) > 1:
+        raise UsageError(f"{path}:{rows[1][0]}: task {label} is named twice (lines {rows[0][0]} and {rows[1][0]}); "
+                         "keep one row")
+    line_no, text = rows[0]
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 <= value < 100:  # nan and inf fail too
+        raise UsageError(f"{path}:{line_no}: task {label}: 'Random baseline' {text!r} is not a percentage in [0, 100)")
+    return value
 
 
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
@@ -528,8 +567,9 @@ def finite_or_none(x):
     return x if x is not None and math.isfinite(x) else None
 
 
-def aggregate(raw, baselines, seeds):
-    """raw {label: {seed: (acc, nll, bpb)}}, baselines {label: percent} -> the metric part of the output JSON."""
+def aggregate(raw, baselines, seeds, verified=False):
+    """raw {label: {seed: (acc, nll, bpb)}}, baselines {label: percent} -> the metric part of the output JSON.
+    verified: the tasks are the 22 CORE tasks of a bundle whose fingerprint was checked (only then CORE-22)."""
     labels = list(raw)
     centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
     per_seed = {}
@@ -548,7 +588,7 @@ def aggregate(raw, baselines, seeds):
     centered_results = {l: centered(l, results[l]) for l in labels}
     finite_bpbs = [v for v in bpbs.values() if math.isfinite(v)]
     metric_per_seed = {str(s): mean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
-    complete = sorted(labels) == sorted(CORE_TASKS)
+    complete = verified and sorted(labels) == sorted(CORE_TASKS)
     return dict(
         core_metric=mean(centered_results.values()),
         core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
@@ -666,15 +706,15 @@ def run_eval(args, rank, world_size, device):
     bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
     tasks = load_tasks(bundle_dir)
     fingerprint = bundle_fingerprint(bundle_dir)
-    labels = [t["label"] for t in tasks]
-    if sorted(labels) == sorted(CORE_TASKS) and fingerprint != args.expect_fingerprint:
+    verified = sorted(t["label"] for t in tasks) == sorted(CORE_TASKS)  # labels are unique (load_tasks)
+    if verified and fingerprint != args.expect_fingerprint:
         raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, expected "
                          f"{args.expect_fingerprint}; re-download it (delete the folder) or remove extra files")
     max_len = ckpt["model_config"]["seq_len"]
     windows = lens_windows(args, max_len, ckpt["model_config"]["vocab_size"]) if args.effective_depth else None
     raw, counts, clipped = evaluate_tasks(net, enc, tasks, args.seeds, args.max_per_task, max_len, device,
                                           args.batch_size, args.scoring, rank=rank, world_size=world_size)
-    out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds)
+    out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds, verified)
     out.update(task_counts=counts, num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
                vary_subsample=False, max_per_task=args.max_per_task, suite_fingerprint=fingerprint,
                fingerprint_verified=out["complete_suite"], bundle_dir=os.path.abspath(bundle_dir),

@@ -1338,3 +1338,48 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
     files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
     assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
                    "different plans for vanilla d8", files, runner=run_in_process)
+
+
+# --- core_eval and bench: duplicate tasks, baselines
+def bundle_with(labels=("t",), meta=None, **spec):
+    """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
+    import yaml
+    files = bundle_files()
+    entries = [dict(dict(label=label, dataset_uri="t.jsonl", num_fewshot=[0], icl_task_type="multiple_choice"), **spec)
+               for label in labels]
+    files["b/core.yaml"] = yaml.safe_dump(dict(icl_tasks=entries))
+    files["b/eval_meta_data.csv"] = meta or "Eval Task,Random baseline\n" + "".join(f"{l},50\n" for l in set(labels))
+    return files
+
+
+CORE_EVAL_LATE_CASES = [
+    ("core-yaml-names-a-task-twice", bundle_with(["t", "u", "t"]), "task t: named twice in"),
+    ("meta-names-a-task-twice", bundle_with(meta="Eval Task,Random baseline\nt,50\nt,25\n"),
+     "eval_meta_data.csv:3: task t is named twice"),
+    ("baseline-100", bundle_with(meta="Eval Task,Random baseline\nt,100\n"), "task t: 'Random baseline' '100' is not"),
+    ("baseline-nan", bundle_with(meta="Eval Task,Random baseline\nt,nan\n"), "'Random baseline' 'nan' is not"),
+    ("baseline-negative", bundle_with(meta="Eval Task,Random baseline\nt,-5\n"), "'Random baseline' '-5' is not"),
+    ("baseline-not-a-number", bundle_with(meta="Eval Task,Random baseline\nt,abc\n"), "eval_meta_data.csv:2: task t"),
+    ("baseline-cell-missing", bundle_with(meta="Eval Task,Random baseline\nt\n"), "eval_meta_data.csv:2: task t"),
+    ("delimiter-not-text", bundle_with(continuation_delimiter=5), "continuation_delimiter must be text"),
+    ("dataset-uri-not-text", bundle_with(dataset_uri=["t.jsonl"]), "dataset_uri must be text"),
+    ("label-a-list", bundle_with([["t"]], meta="Eval Task,Random baseline\nt,50\n"), "label must be text"),
+]
+
+
+@pytest.mark.parametrize("files, message", [c[1:] for c in CORE_EVAL_LATE_CASES],
+                         ids=[c[0] for c in CORE_EVAL_LATE_CASES])
+def test_core_eval_bundle_refused_before_the_model_runs(tmp_path, checkpoint, files, message, monkeypatch):
+    import core_eval
+    monkeypatch.setattr(core_eval, "evaluate_tasks", lambda *a, **k: pytest.fail("the examples ran"))
+    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path, message, files,
+                   runner=run_in_process)
+
+
+def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, checkpoint):
+    """The 22 CORE labels plus a second arc_easy: 23 entries skipped the fingerprint check and were reported as a
+    verified CORE-22 suite."""
+    import core_eval
+    files = bundle_with([*core_eval.CORE_TASKS, "arc_easy"])
+    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
+                   "task arc_easy: named twice in", files, runner=run_in_process)
