@@ -658,6 +658,10 @@ def load_model(checkpoint, device, passes=None):
         net, ckpt = load_checkpoint_model(checkpoint, device=device)
     except ValueError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
+    bad = next((name for name, t in net.state_dict().items() if not torch.isfinite(t).all()), None)
+    if bad:  # else NaN scores, refused only after the whole evaluation
+        raise UsageError(f"checkpoint {checkpoint} holds non-finite weights (nan or inf in {bad}); evaluate an "
+                         "earlier checkpoint of the run")
     if passes is not None:
         if passes < 1:
             raise UsageError(f"--passes must be >= 1, got {passes}")

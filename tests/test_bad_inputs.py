@@ -1340,7 +1340,7 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
                    "different plans for vanilla d8", files, runner=run_in_process)
 
 
-# --- core_eval and bench: duplicate tasks, baselines
+# --- core_eval and bench: duplicate tasks, baselines, non-finite weights
 def bundle_with(labels=("t",), meta=None, **spec):
     """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
     import yaml
@@ -1383,3 +1383,11 @@ def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, check
     files = bundle_with([*core_eval.CORE_TASKS, "arc_easy"])
     assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
                    "task arc_easy: named twice in", files, runner=run_in_process)
+
+
+def test_core_eval_checkpoint_with_nan_weights_refused_before_the_bundle(tmp_path, checkpoint):
+    weights = torch.load(checkpoint, weights_only=True)
+    next(iter(weights["model"].values())).view(-1)[0] = float("nan")
+    torch.save(weights, tmp_path / "nan.pt")
+    assert_refused("core_eval.py", [a.replace("{ckpt}", str(tmp_path / "nan.pt")) for a in EVAL], tmp_path,
+                   "holds non-finite weights", bundle_files(), runner=run_in_process)
