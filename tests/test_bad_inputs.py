@@ -1340,7 +1340,7 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
                    "different plans for vanilla d8", files, runner=run_in_process)
 
 
-# --- core_eval and bench: duplicate tasks, baselines, non-finite weights
+# --- core_eval and bench: duplicate tasks, baselines, non-finite weights, settings of an earlier eval.json
 def bundle_with(labels=("t",), meta=None, **spec):
     """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
     import yaml
@@ -1391,3 +1391,22 @@ def test_core_eval_checkpoint_with_nan_weights_refused_before_the_bundle(tmp_pat
     torch.save(weights, tmp_path / "nan.pt")
     assert_refused("core_eval.py", [a.replace("{ckpt}", str(tmp_path / "nan.pt")) for a in EVAL], tmp_path,
                    "holds non-finite weights", bundle_files(), runner=run_in_process)
+
+
+def test_core_eval_replaces_only_a_repeat_of_the_same_evaluation(tmp_path, checkpoint):
+    argv = [a.replace("{ckpt}", checkpoint).replace("{d}", str(tmp_path)) for a in EVAL]
+    for rel, content in bundle_files().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(content)
+    assert run_in_process("core_eval.py", argv)[0] == 0
+    first = json.loads((tmp_path / "eval.json").read_text())
+    assert first["batch_size"] == 64 and first["seeds"] == [0] and first["max_per_task"] is None
+    for flags, message in ((["--max-per-task", "2"], "max_per_task None -> 2"), (["--seeds", "1"], "seeds [0] -> [1]"),
+                           (["--scoring", "batched"], "scoring 'shared' -> 'batched'")):
+        assert_refused("core_eval.py", argv + flags, tmp_path, message, runner=run_in_process)
+    with open(tmp_path / "b" / "eval_data" / "t.jsonl", "a") as f:  # the same folder, another bundle
+        f.write(GOOD_ROW + "\n")
+    assert_refused("core_eval.py", argv, tmp_path, "suite_fingerprint", runner=run_in_process)
+    assert run_in_process("core_eval.py", argv + ["--overwrite"])[0] == 0
+    assert run_in_process("core_eval.py", argv)[0] == 0  # a repeat replaces its own result
+    assert json.loads((tmp_path / "eval.json").read_text())["task_counts"] == {"t": 5}
