@@ -1340,7 +1340,7 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
                    "different plans for vanilla d8", files, runner=run_in_process)
 
 
-# --- core_eval and bench: duplicate tasks, baselines, non-finite weights, settings of an earlier eval.json
+# --- core_eval and bench: duplicate tasks, baselines, settings of an earlier eval.json, flags bench.py ignores
 def bundle_with(labels=("t",), meta=None, **spec):
     """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
     import yaml
@@ -1410,3 +1410,34 @@ def test_core_eval_replaces_only_a_repeat_of_the_same_evaluation(tmp_path, check
     assert run_in_process("core_eval.py", argv + ["--overwrite"])[0] == 0
     assert run_in_process("core_eval.py", argv)[0] == 0  # a repeat replaces its own result
     assert json.loads((tmp_path / "eval.json").read_text())["task_counts"] == {"t": 5}
+
+
+@pytest.fixture
+def no_bench_runs(monkeypatch):
+    import bench
+    for mode in ("bench", "compile_time", "gpu_check", "gpu_smoke"):
+        monkeypatch.setattr(bench, mode, lambda *a, **k: pytest.fail("the bench ran"))
+
+
+BENCH_IGNORED_FLAGS = [["--resume"], ["--resume-or-start"], ["--runs-dir", "elsewhere"], ["--run-name", "x"],
+                       ["--data-dir", "data/x"], ["--no-verify"], ["--stop-after", "3"], ["--save-every", "5"],
+                       ["--log-every", "2"], ["--dist-timeout", "5"], ["--fixed-reduce-order"],
+                       ["--arch", "loop_2"], ["--steps", "7"], ["--crossover-fractions", "0.5"]]
+
+
+@pytest.mark.parametrize("flags", BENCH_IGNORED_FLAGS, ids=[f[0] for f in BENCH_IGNORED_FLAGS])
+def test_bench_refuses_training_run_flags_it_ignores(tmp_path, flags, no_bench_runs):
+    assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path,
+                   f"{flags[0]} is for training runs (train.py); drop it for bench.py", runner=run_in_process)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--memory-snapshots", "{d}/snap.pickle"], "--memory-snapshots is read only by --gpu-check;"),
+    (["--gpu-check-out", "{d}/g.json"], "--gpu-check-out is read only by --gpu-check"),
+    (["--gpu-smoke-dir", "{d}/smoke"], "--gpu-smoke-dir is read only by --gpu-smoke"),
+    (["--bundle-dir", "{d}/b"], "--bundle-dir is read only by --gpu-check or --gpu-smoke"),
+    (["--bench-repeats", "2", "--compile-time"], "--bench-repeats is read only by the step-time bench"),
+    (["--gpu-check", "--compile-time"], "--gpu-check and --compile-time are separate runs of bench.py; pass one"),
+])
+def test_bench_refuses_its_own_flags_outside_their_mode(tmp_path, flags, message, no_bench_runs):
+    assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path, message, runner=run_in_process)
