@@ -645,6 +645,30 @@ def gpu_smoke(args):
 # ----------------------------------------------------------------------------------------------------------------------
 # Command line: train.py's flags (shapes, recipe, memory, --device, --compile, --peak-flops) and the bench's own
 
+MODES = {"gpu_smoke": "--gpu-smoke", "gpu_check": "--gpu-check", "compile_time": "--compile-time",
+         "bench": "the step-time bench (no --gpu-smoke, --gpu-check or --compile-time)"}  # run()'s order
+MODES_READING = dict(gpu_check_out=["gpu_check"], memory_snapshots=["gpu_check"], gpu_smoke_dir=["gpu_smoke"],
+                     bundle_dir=["gpu_check", "gpu_smoke"], bench_repeats=["bench"],
+                     bench_steps=["bench", "compile_time"])
+
+
+def check_ignored_flags(parser, args):
+    """Refuse a flag this invocation would ignore: train.py's flags of the training run itself (their group in
+    train.build_parser), a second mode, and a bench flag that only another mode reads (MODES_READING)."""
+    run_flags = next(g for g in parser._action_groups if g.title == train.TRAINING_RUN_FLAGS)._group_actions
+    for action in run_flags:
+        if getattr(args, action.dest) != action.default:
+            raise UsageError(f"{action.option_strings[0]} is for training runs (train.py); drop it for bench.py")
+    modes = [mode for mode in MODES if getattr(args, mode, False)] or ["bench"]
+    if len(modes) > 1:
+        raise UsageError(f"{' and '.join(MODES[m] for m in modes)} are separate runs of bench.py; pass one")
+    for action in parser._actions:
+        readers = MODES_READING.get(action.dest)
+        if readers and modes[0] not in readers and getattr(args, action.dest) != action.default:
+            raise UsageError(f"{action.option_strings[0]} is read only by {' or '.join(MODES[m] for m in readers)}; "
+                             "drop it for this run")
+
+
 def parse_args(argv):
     p = train.build_parser("bench.py", __doc__.split("\n\n")[0])
     perf = p.add_argument_group("benchmark and GPU acceptance check")
@@ -673,8 +697,7 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.dry_run:
         raise UsageError("--dry-run plans a training run: python train.py --arch A --depth D --dry-run")
-    if args.fixed_reduce_order:
-        raise UsageError("--fixed-reduce-order is for training runs and their --dry-run; drop it for bench.py")
+    check_ignored_flags(p, args)
     args.preset = args.preset or ("cpu" if not (args.gpu_check or args.gpu_smoke) and not torch.cuda.is_available()
                                   else "paper")
     for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's

@@ -153,12 +153,16 @@ def bundle_fingerprint(bundle_dir):
 
 def load_tasks(bundle_dir):
     """Read core.yaml + eval_meta_data.csv + each task's JSONL -> list of task dicts in core.yaml order."""
+    meta = os.path.join(bundle_dir, "eval_meta_data.csv")
+    baselines = {}  # task -> [(line number, its 'Random baseline' text)], checked for the tasks core.yaml names
     try:
         with open(os.path.join(bundle_dir, "core.yaml")) as f:
             config = yaml.safe_load(f)
-        with open(os.path.join(bundle_dir, "eval_meta_data.csv"), newline="") as f:
-            baselines = {row["Eval Task"]: float(row["Random baseline"]) for row in csv.DictReader(f)}
-    except (OSError, yaml.YAMLError, KeyError, ValueError) as e:
+        with open(meta, newline="") as f:
+            reader = csv.DictReader(f)
+            for row in reader:
+                baselines.setdefault(row.get("Eval Task"), []).append((reader.line_num, row.get("Random baseline")))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, csv.Error) as e:
         raise UsageError(f"bad CORE bundle in {bundle_dir}: cannot read core.yaml / eval_meta_data.csv ({e})")
     if not isinstance(config, dict) or not config.get("icl_tasks"):
         raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
@@ -169,20 +173,42 @@ def load_tasks(bundle_dir):
         if missing:
             raise UsageError(f"bad CORE bundle: icl_tasks entry {number} of {bundle_dir}/core.yaml has no "
                              f"{', '.join(missing)}")
-        label = spec.get("label")
+        label, delimiter = spec["label"], spec.get("continuation_delimiter") or " "
+        for key, value in dict(label=label, dataset_uri=spec["dataset_uri"], continuation_delimiter=delimiter).items():
+            if not isinstance(value, str):
+                raise UsageError(f"icl_tasks entry {number} of {bundle_dir}/core.yaml: {key} must be text, got "
+                                 f"{value!r}")
+        if any(t["label"] == label for t in tasks):  # a copy counts once in the scores, but made 23 tasks of 22
+            raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (again in entry {number}); keep one")
         if spec.get("icl_task_type") not in TASK_TYPES:
             raise UsageError(f"task {label}: unknown icl_task_type {spec.get('icl_task_type')!r} "
                              f"(expected one of {', '.join(TASK_TYPES)})")
-        if label not in baselines:
-            raise UsageError(f"task {label}: no 'Random baseline' row in {bundle_dir}/eval_meta_data.csv")
+        baseline = task_baseline(label, baselines.get(label), meta)
         path = os.path.join(bundle_dir, "eval_data", spec["dataset_uri"])
         items = read_task_items(label, spec["icl_task_type"], path)
         if not isinstance(spec["num_fewshot"], list) or not isinstance(spec["num_fewshot"][0], int) \
                 or spec["num_fewshot"][0] < 0:
             raise UsageError(f"task {label}: num_fewshot in {bundle_dir}/core.yaml must be a list like [10]")
         tasks.append(dict(label=label, type=spec["icl_task_type"], shots=int(spec["num_fewshot"][0]),
-                          delimiter=spec.get("continuation_delimiter") or " ", baseline=baselines[label], items=items))
+                          delimiter=delimiter, baseline=baseline, items=items))
     return tasks
+
+
+def task_baseline(label, rows, path):
+    """A task's random baseline in percent: one row, a number in [0, 100) (the centered score divides by 100 - it)."""
+    if not rows:
+        raise UsageError(f"task {label}: no 'Random baseline' row in {path}")
+    if len(rows) > 1:
+        raise UsageError(f"{path}:{rows[1][0]}: task {label} is named twice (lines {rows[0][0]} and {rows[1][0]}); "
+                         "keep one row")
+    line_no, text = rows[0]
+    try:
+        value = float(text)
+    except (TypeError, ValueError):  # a cell that is missing or not a number
+        value = math.nan
+    if not 0 <= value < 100:  # nan and inf fail too
+        raise UsageError(f"{path}:{line_no}: task {label}: 'Random baseline' {text!r} is not a percentage in [0, 100)")
+    return value
 
 
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
@@ -221,7 +247,6 @@ def read_task_items(label, task_type, path):
     if not items:
         raise UsageError(f"task {label}: {path} is empty")
     return items
-
 
 
 def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
@@ -528,8 +553,9 @@ def finite_or_none(x):
     return x if x is not None and math.isfinite(x) else None
 
 
-def aggregate(raw, baselines, seeds):
-    """raw {label: {seed: (acc, nll, bpb)}}, baselines {label: percent} -> the metric part of the output JSON."""
+def aggregate(raw, baselines, seeds, verified=False):
+    """raw {label: {seed: (acc, nll, bpb)}}, baselines {label: percent} -> the metric part of the output JSON.
+    verified: the tasks are the 22 CORE tasks of a bundle whose fingerprint was checked (only then CORE-22)."""
     labels = list(raw)
     centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
     per_seed = {}
@@ -548,7 +574,7 @@ def aggregate(raw, baselines, seeds):
     centered_results = {l: centered(l, results[l]) for l in labels}
     finite_bpbs = [v for v in bpbs.values() if math.isfinite(v)]
     metric_per_seed = {str(s): mean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
-    complete = sorted(labels) == sorted(CORE_TASKS)
+    complete = verified and sorted(labels) == sorted(CORE_TASKS)
     return dict(
         core_metric=mean(centered_results.values()),
         core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
@@ -618,6 +644,10 @@ def load_model(checkpoint, device, passes=None):
         net, ckpt = load_checkpoint_model(checkpoint, device=device)
     except ValueError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
+    bad = next((name for name, t in net.state_dict().items() if not torch.isfinite(t).all()), None)
+    if bad:  # else NaN scores, refused only after the whole evaluation
+        raise UsageError(f"checkpoint {checkpoint} holds non-finite weights (nan or inf in {bad}); evaluate an "
+                         "earlier checkpoint of the run")
     if passes is not None:
         if passes < 1:
             raise UsageError(f"--passes must be >= 1, got {passes}")
@@ -654,7 +684,7 @@ def default_out(checkpoint, passes):
     return os.path.join(folder, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
 
-def run_eval(args, rank, world_size, device):
+def run_eval(args, out_path, rank, world_size, device):
     t0 = time.time()
     net, ckpt = load_model(args.checkpoint, device, args.passes)
     enc = get_encoding(ckpt.get("tokenizer", "gpt2"))
@@ -666,21 +696,21 @@ def run_eval(args, rank, world_size, device):
     bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
     tasks = load_tasks(bundle_dir)
     fingerprint = bundle_fingerprint(bundle_dir)
-    labels = [t["label"] for t in tasks]
-    if sorted(labels) == sorted(CORE_TASKS) and fingerprint != args.expect_fingerprint:
+    verified = sorted(t["label"] for t in tasks) == sorted(CORE_TASKS)  # labels are unique (load_tasks)
+    if verified and fingerprint != args.expect_fingerprint:
         raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, expected "
                          f"{args.expect_fingerprint}; re-download it (delete the folder) or remove extra files")
     max_len = ckpt["model_config"]["seq_len"]
     windows = lens_windows(args, max_len, ckpt["model_config"]["vocab_size"]) if args.effective_depth else None
+    settings = dict(flag_settings(args), step=ckpt.get("step"), passes=net.active_passes, suite_fingerprint=fingerprint)
+    check_out_path(out_path, args.overwrite, settings)  # a repeat is also of the same step, passes and bundle
     raw, counts, clipped = evaluate_tasks(net, enc, tasks, args.seeds, args.max_per_task, max_len, device,
                                           args.batch_size, args.scoring, rank=rank, world_size=world_size)
-    out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds)
-    out.update(task_counts=counts, num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
-               vary_subsample=False, max_per_task=args.max_per_task, suite_fingerprint=fingerprint,
-               fingerprint_verified=out["complete_suite"], bundle_dir=os.path.abspath(bundle_dir),
-               clipped_examples={label: n for label, n in clipped.items() if n},
-               checkpoint=os.path.abspath(args.checkpoint), step=ckpt.get("step"), tokenizer=ckpt.get("tokenizer"),
-               model_config=ckpt["model_config"], passes=net.active_passes, scoring=args.scoring, device=device.type,
+    out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds, verified)
+    out.update(settings, task_counts=counts, num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
+               vary_subsample=False, fingerprint_verified=out["complete_suite"],
+               bundle_dir=os.path.abspath(bundle_dir), clipped_examples={label: n for label, n in clipped.items() if n},
+               tokenizer=ckpt.get("tokenizer"), model_config=ckpt["model_config"], device=device.type,
                world_size=world_size)
     if args.effective_depth:
         depth, curve = kl_effective_depth(net, windows, args.kl_threshold, device, rank, world_size)
@@ -701,9 +731,18 @@ def lens_windows(args, max_len, vocab_size):
     return windows
 
 
-def check_out_path(out_path, checkpoint, overwrite):
-    """Write only into an existing writable folder, and replace only an eval of this same checkpoint (or anything,
-    with --overwrite): a results file that core_eval did not write for this checkpoint is never overwritten."""
+def flag_settings(args):
+    """The flags that change an evaluation's numbers, as eval.json records them (run_eval adds step, passes and the
+    bundle's fingerprint)."""
+    lens = args.effective_depth and dict(data_dir=os.path.abspath(args.data_dir), lens_tokens=args.lens_tokens,
+                                         kl_threshold=args.kl_threshold)
+    return dict(checkpoint=os.path.abspath(args.checkpoint), seeds=list(args.seeds), max_per_task=args.max_per_task,
+                scoring=args.scoring, batch_size=args.batch_size, effective_depth=lens or None)
+
+
+def check_out_path(out_path, overwrite, settings):
+    """Write only into an existing writable folder, and replace only core_eval's result of the same evaluation (the
+    same checkpoint and `settings`), or anything with --overwrite: another evaluation's result is never lost."""
     folder = os.path.dirname(os.path.abspath(out_path))
     if not os.path.isdir(folder):
         raise UsageError(f"--out {out_path}: its folder does not exist")
@@ -711,17 +750,22 @@ def check_out_path(out_path, checkpoint, overwrite):
         raise UsageError(f"--out {out_path}: its folder is not writable (read-only filesystem or permissions)")
     if os.path.isdir(out_path):
         raise UsageError(f"--out {out_path} is a directory; pass a file name such as {out_path}/eval.json")
-    if os.path.exists(out_path) and not overwrite:
-        try:
-            with open(out_path) as f:
-                previous = json.load(f)
-        except (OSError, ValueError):
-            previous = None
-        ours = isinstance(previous, dict) and "core_metric" in previous \
-            and previous.get("checkpoint") == os.path.abspath(checkpoint)
-        if not ours:
-            raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass "
-                             "another --out, or --overwrite to replace it")
+    if not os.path.exists(out_path) or overwrite:
+        return
+    try:
+        with open(out_path) as f:
+            previous = json.load(f)
+    except (OSError, ValueError):
+        previous = None
+    if not isinstance(previous, dict) or "core_metric" not in previous \
+            or previous.get("checkpoint") != settings["checkpoint"]:
+        raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass "
+                         "another --out, or --overwrite to replace it")
+    changed = [f"{key} {previous.get(key)!r} -> {value!r}" for key, value in settings.items()
+               if previous.get(key) != value]
+    if changed:
+        raise UsageError(f"--out {out_path} holds core_eval's result for this checkpoint with other settings "
+                         f"({'; '.join(changed)}); pass another --out, or --overwrite to replace it")
 
 
 def save_elsewhere(out, out_path):
@@ -790,7 +834,8 @@ def parse_args(argv=None):
                    help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
                         "forward; shared: batched, and each example's common prefix runs once")
     p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json); an existing file is\n"
-                   "replaced only if it is core_eval's result for the same checkpoint")
+                   "replaced only by a repeat of its evaluation: the same checkpoint (and step), --seeds,\n"
+                   "--max-per-task, --passes, --scoring, --batch-size, bundle and --effective-depth settings")
     p.add_argument("--overwrite", action="store_true", help="replace an existing --out whatever it holds")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
@@ -824,9 +869,9 @@ def run(argv):
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
     out_path = args.out or default_out(args.checkpoint, args.passes)
-    check_out_path(out_path, args.checkpoint, args.overwrite)
+    check_out_path(out_path, args.overwrite, flag_settings(args))
     rank, world_size, device = setup_distributed()
-    out = run_eval(args, rank, world_size, device)
+    out = run_eval(args, out_path, rank, world_size, device)
     if rank != 0:
         return
     try:

@@ -542,54 +542,58 @@ def check_flags(args):
 # ---------------------------------------------------------------------------------------------------------------
 # Command line (bench.py adds its flags to this parser)
 
+TRAINING_RUN_FLAGS = "the training run (train.py only; bench.py refuses these)"
+
+
 def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--arch", choices=list(ARMS), default=None)
     p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
                    help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default=None,
                    help="paper or cpu (default: paper; bench.py without CUDA: cpu)")
     p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
-    run = p.add_argument_group("run control")
+    run = p.add_argument_group(TRAINING_RUN_FLAGS)
+    run.add_argument("--arch", choices=list(ARMS), default=None)
     run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
     run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
-    run.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
     run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
+    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
+                     help="fraction of steps before each growth (rho = 1 - f)")
     run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
                      help="stop after N steps without changing the plan")
     run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
                      help="checkpoint every N steps (0: only at the end)")
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None)
     run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
-    run.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
-                     help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
     run.add_argument("--fixed-reduce-order", action="store_true",
                      help="sum gradients and losses in one canonical order: bit-identical runs, and resumes, on any "
                           "power-of-two number of processes at the same micro-batch (README)")
     run.add_argument("--no-verify", action="store_true",
                      help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
                           "recorded in the pool's verified.json)")
-    run.add_argument("--seed", type=integer(*SEEDS), default=42)
-    run.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
                      help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
                           "own 10 can pass while the ranks of a large model start up)")
-    run.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
-    run.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
-                     help="epochs over the token limit (--data-constrained)")
-    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None)
-    run.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
-                     help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
+    shared = p.add_argument_group("run control")
+    shared.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
+    shared.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                        help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
+    shared.add_argument("--seed", type=integer(*SEEDS), default=42)
+    shared.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    shared.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
+    shared.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
+                        help="epochs over the token limit (--data-constrained)")
+    shared.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
+                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
     rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
     arms.add_knob_flags(rec, arms.Arm, "train")
     arms.add_knob_flags(rec, arms.Preset, "train")
-    rec.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
-                     help="fraction of steps before each growth (rho = 1 - f)")
     rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
     mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")

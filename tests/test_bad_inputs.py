@@ -1501,3 +1501,106 @@ def test_fit_holdout_named_twice_says_so(tmp_path):
     # the point exists; the message said "no vanilla d6 point in the inputs"
     assert_refused("fit.py", ["ladders", "{d}/l.csv", "--holdout", "vanilla:6", "vanilla:6"], tmp_path,
                    "--holdout names vanilla:6 twice; name each point once", GOOD, runner=run_in_process)
+
+
+# --- core_eval and bench: duplicate tasks, baselines, settings of an earlier eval.json, flags bench.py ignores
+def bundle_with(labels=("t",), meta=None, **spec):
+    """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
+    import yaml
+    files = bundle_files()
+    entries = [dict(dict(label=label, dataset_uri="t.jsonl", num_fewshot=[0], icl_task_type="multiple_choice"), **spec)
+               for label in labels]
+    files["b/core.yaml"] = yaml.safe_dump(dict(icl_tasks=entries))
+    files["b/eval_meta_data.csv"] = meta or "Eval Task,Random baseline\n" + "".join(f"{l},50\n" for l in set(labels))
+    return files
+
+
+CORE_EVAL_LATE_CASES = [
+    ("core-yaml-names-a-task-twice", bundle_with(["t", "u", "t"]), "task t: named twice in"),
+    ("meta-names-a-task-twice", bundle_with(meta="Eval Task,Random baseline\nt,50\nt,25\n"),
+     "eval_meta_data.csv:3: task t is named twice"),
+    ("baseline-100", bundle_with(meta="Eval Task,Random baseline\nt,100\n"), "task t: 'Random baseline' '100' is not"),
+    ("baseline-nan", bundle_with(meta="Eval Task,Random baseline\nt,nan\n"), "'Random baseline' 'nan' is not"),
+    ("baseline-negative", bundle_with(meta="Eval Task,Random baseline\nt,-5\n"), "'Random baseline' '-5' is not"),
+    ("baseline-not-a-number", bundle_with(meta="Eval Task,Random baseline\nt,abc\n"), "eval_meta_data.csv:2: task t"),
+    ("baseline-cell-missing", bundle_with(meta="Eval Task,Random baseline\nt\n"), "eval_meta_data.csv:2: task t"),
+    ("delimiter-not-text", bundle_with(continuation_delimiter=5), "continuation_delimiter must be text"),
+    ("dataset-uri-not-text", bundle_with(dataset_uri=["t.jsonl"]), "dataset_uri must be text"),
+    ("label-a-list", bundle_with([["t"]], meta="Eval Task,Random baseline\nt,50\n"), "label must be text"),
+]
+
+
+@pytest.mark.parametrize("files, message", [c[1:] for c in CORE_EVAL_LATE_CASES],
+                         ids=[c[0] for c in CORE_EVAL_LATE_CASES])
+def test_core_eval_bundle_refused_before_the_model_runs(tmp_path, checkpoint, files, message, monkeypatch):
+    import core_eval
+    monkeypatch.setattr(core_eval, "evaluate_tasks", lambda *a, **k: pytest.fail("the examples ran"))
+    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path, message, files,
+                   runner=run_in_process)
+
+
+def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, checkpoint):
+    """The 22 CORE labels plus a second arc_easy: 23 entries skipped the fingerprint check and were reported as a
+    verified CORE-22 suite."""
+    import core_eval
+    files = bundle_with([*core_eval.CORE_TASKS, "arc_easy"])
+    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
+                   "task arc_easy: named twice in", files, runner=run_in_process)
+
+
+def test_core_eval_checkpoint_with_nan_weights_refused_before_the_bundle(tmp_path, checkpoint):
+    weights = torch.load(checkpoint, weights_only=True)
+    next(iter(weights["model"].values())).view(-1)[0] = float("nan")
+    torch.save(weights, tmp_path / "nan.pt")
+    assert_refused("core_eval.py", [a.replace("{ckpt}", str(tmp_path / "nan.pt")) for a in EVAL], tmp_path,
+                   "holds non-finite weights", bundle_files(), runner=run_in_process)
+
+
+def test_core_eval_replaces_only_a_repeat_of_the_same_evaluation(tmp_path, checkpoint):
+    argv = [a.replace("{ckpt}", checkpoint).replace("{d}", str(tmp_path)) for a in EVAL]
+    for rel, content in bundle_files().items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(content)
+    assert run_in_process("core_eval.py", argv)[0] == 0
+    first = json.loads((tmp_path / "eval.json").read_text())
+    assert first["batch_size"] == 64 and first["seeds"] == [0] and first["max_per_task"] is None
+    for flags, message in ((["--max-per-task", "2"], "max_per_task None -> 2"), (["--seeds", "1"], "seeds [0] -> [1]"),
+                           (["--scoring", "batched"], "scoring 'shared' -> 'batched'")):
+        assert_refused("core_eval.py", argv + flags, tmp_path, message, runner=run_in_process)
+    with open(tmp_path / "b" / "eval_data" / "t.jsonl", "a") as f:  # the same folder, another bundle
+        f.write(GOOD_ROW + "\n")
+    assert_refused("core_eval.py", argv, tmp_path, "suite_fingerprint", runner=run_in_process)
+    assert run_in_process("core_eval.py", argv + ["--overwrite"])[0] == 0
+    assert run_in_process("core_eval.py", argv)[0] == 0  # a repeat replaces its own result
+    assert json.loads((tmp_path / "eval.json").read_text())["task_counts"] == {"t": 5}
+
+
+@pytest.fixture
+def no_bench_runs(monkeypatch):
+    import bench
+    for mode in ("bench", "compile_time", "gpu_check", "gpu_smoke"):
+        monkeypatch.setattr(bench, mode, lambda *a, **k: pytest.fail("the bench ran"))
+
+
+BENCH_IGNORED_FLAGS = [["--resume"], ["--resume-or-start"], ["--runs-dir", "elsewhere"], ["--run-name", "x"],
+                       ["--data-dir", "data/x"], ["--no-verify"], ["--stop-after", "3"], ["--save-every", "5"],
+                       ["--log-every", "2"], ["--dist-timeout", "5"], ["--fixed-reduce-order"],
+                       ["--arch", "loop_2"], ["--steps", "7"], ["--crossover-fractions", "0.5"]]
+
+
+@pytest.mark.parametrize("flags", BENCH_IGNORED_FLAGS, ids=[f[0] for f in BENCH_IGNORED_FLAGS])
+def test_bench_refuses_training_run_flags_it_ignores(tmp_path, flags, no_bench_runs):
+    assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path,
+                   f"{flags[0]} is for training runs (train.py); drop it for bench.py", runner=run_in_process)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--memory-snapshots", "{d}/snap.pickle"], "--memory-snapshots is read only by --gpu-check;"),
+    (["--gpu-check-out", "{d}/g.json"], "--gpu-check-out is read only by --gpu-check"),
+    (["--gpu-smoke-dir", "{d}/smoke"], "--gpu-smoke-dir is read only by --gpu-smoke"),
+    (["--bundle-dir", "{d}/b"], "--bundle-dir is read only by --gpu-check or --gpu-smoke"),
+    (["--bench-repeats", "2", "--compile-time"], "--bench-repeats is read only by the step-time bench"),
+    (["--gpu-check", "--compile-time"], "--gpu-check and --compile-time are separate runs of bench.py; pass one"),
+])
+def test_bench_refuses_its_own_flags_outside_their_mode(tmp_path, flags, message, no_bench_runs):
+    assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path, message, runner=run_in_process)

@@ -24,7 +24,7 @@ def test_bench_prints_achieved_flops_roofline_and_fraction_per_arm(capsys):
         line = next(l for l in out.splitlines() if l.startswith(arch + " "))
         assert "GFLOP/s" in line and "% of roofline" in line
         r = results[arch]
-        cfg = train.make_plan(bench.parse_args(["--depth", "2", "--arch", arch])).model_config
+        cfg = train.make_plan(argparse_with(bench.parse_args(["--depth", "2"]), arch=arch)).model_config
         assert r["flops_per_second"] == pytest.approx(model.flops_per_token(cfg, cfg.passes) * r["tokens_per_second"])
         assert 0 < r["roofline_fraction"] == pytest.approx(r["flops_per_second"] / roofline, rel=2e-3)
     assert "operator_1/vanilla = " in out and "untied_2/loop_2    = " in out and "not counted" in out
@@ -150,7 +150,7 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
     (["--dry-run"], "python train.py --arch A --depth D --dry-run"),
-    (["--fixed-reduce-order"], "drop it for bench.py"),
+    (["--fixed-reduce-order"], "--fixed-reduce-order is for training runs (train.py); drop it for bench.py"),
     (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--memory-snapshots", "/nonexistent/dir"],
      "not a directory"),
 ])

@@ -357,7 +357,8 @@ def test_aggregation_arithmetic():
 
     raw22 = {t: {0: (0.2 + 0.01 * i, 3.0 - 0.1 * i, 1.0)} for i, t in enumerate(core_eval.CORE_TASKS)}
     base = {t: 25.0 for t in core_eval.CORE_TASKS}
-    out = core_eval.aggregate(raw22, base, [0])
+    assert not core_eval.aggregate(raw22, base, [0])["complete_suite"]  # the fingerprint was not checked
+    out = core_eval.aggregate(raw22, base, [0], verified=True)
     assert out["complete_suite"] and out["missing_tasks"] == [] and out["core_metric_label"] == "CORE-22"
     assert len(core_eval.FILTERED_TASKS) == 17 and "boolq" not in core_eval.FILTERED_TASKS
     kept = [i for i, t in enumerate(core_eval.CORE_TASKS) if t in core_eval.FILTERED_TASKS]
@@ -365,7 +366,7 @@ def test_aggregation_arithmetic():
     assert out["core_metric_std"] == 0.0
     raw22["copa"][0] = (0.5, float("inf"), 1.0)
     with pytest.raises(core_eval.UsageError, match="copa"):
-        core_eval.aggregate(raw22, base, [0])
+        core_eval.aggregate(raw22, base, [0], verified=True)
 
 
 def test_effective_depth_rule_and_logit_lens():
