@@ -1338,3 +1338,56 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
     files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
     assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
                    "different plans for vanilla d8", files, runner=run_in_process)
+
+
+# --- train.py: knobs that do not apply to the arm, resume and complete runs against the plan and pool, torchrun
+# environment, signals, checkpoints/final as a file
+# A knob that changes nothing in the arm was accepted and recorded in the plan (alpha 0.0 planned for --alpha 5; a
+# 3-pass memory stage and inflated FLOPs for --random-passes on vanilla, then a traceback after the run folder existed).
+KNOB_CASES = [  # (id, argv, message)
+    ("alpha-with-boundary-none", ["--arch", "operator_1", "--depth", "2", "--boundary", "none", "--alpha", "5"],
+     "--alpha 5.0 does not apply with --boundary none"),
+    ("coda-inject-on-vanilla", ["--arch", "vanilla", "--depth", "2", "--coda-inject"],
+     "--coda-inject does not apply with vanilla, a plain stack"),
+    ("boundary-on-vanilla", ["--arch", "vanilla", "--depth", "2", "--boundary", "none"],
+     "--boundary does not apply to vanilla"),
+    ("recurrence-norm-with-inject-only", ["--arch", "loop_2", "--depth", "2", "--boundary", "inject_only",
+                                          "--recurrence-norm"], "--recurrence-norm does not apply with --boundary"),
+    ("coda-inject-with-alpha-0", ["--arch", "operator_1", "--depth", "2", "--alpha", "0", "--coda-inject"],
+     "--coda-inject does not apply with alpha 0"),
+    ("crossover-fractions-without-growth", ["--arch", "vanilla", "--depth", "2", "--crossover-fractions", "0.5"],
+     "--crossover-fractions does not apply to vanilla: this run does not grow"),
+    ("rewarm-steps-without-growth", ["--arch", "loop_2", "--depth", "2", "--rewarm-steps", "5"],
+     "--rewarm-steps does not apply to loop_2"),
+    ("random-passes-on-vanilla", ["--arch", "vanilla", "--depth", "2", "--random-passes", "2", "3"],
+     "--random-passes does not apply to vanilla: a plain stack runs exactly one pass"),
+    ("random-passes-beyond-untied-cores", ["--arch", "untied_2", "--depth", "2", "--random-passes", "2", "3"],
+     "--random-passes 3 exceeds the 2 cores untied_2 allocates"),
+    ("tpp-with-data-constrained", ["--arch", "operator_1", "--depth", "2", "--data-constrained", "fixed-wd", "--tpp",
+                                   "3"], "--tpp does not apply with --data-constrained"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in KNOB_CASES], ids=[c[0] for c in KNOB_CASES])
+def test_train_refuses_a_knob_that_does_not_apply_to_the_arm(tmp_path, pool_copy, argv, message):
+    assert_refused("train.py", [*argv, "--dry-run"], tmp_path, message, runner=run_in_process)
+    assert_refused("train.py", [*argv, *TINY, "--steps", "4", "--run-name", "r"], tmp_path, message,
+                   runner=run_in_process)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_train_knobs_that_apply_are_planned(capsys):
+    """The ablations as the README writes them still plan, and --matrix-lr is honoured under --optimizer adamw."""
+    import train
+    for argv in (["--arch", "loop_2", "--boundary", "norm_only", "--no-coda-inject"],
+                 ["--arch", "operator_1", "--boundary", "none", "--alpha", "0"],
+                 ["--arch", "loop_grow", "--random-passes", "2", "3", "4", "5", "6"],
+                 ["--arch", "untied_grow", "--random-passes", "2", "4"]):
+        assert train.main([*argv, "--depth", "8", "--dry-run"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    plans = []
+    for lr in ("0.004", "0.01"):
+        assert train.main(["--arch", "vanilla", "--depth", "8", "--optimizer", "adamw", "--matrix-lr", lr,
+                           "--dry-run"]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    assert plans[1]["matrix_lr"] == pytest.approx(2.5 * plans[0]["matrix_lr"])
