@@ -35,8 +35,9 @@ import torch.distributed.checkpoint as dcp
 import data
 import model as model_lib
 import muon
-from checkpoint import (Run, RunState, failure_reason, gather, load_checkpoint, open_trajectory, read_run_state,
-                        recorded_micro_batches, resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
+from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, failure_reason, gather, load_checkpoint,
+                        open_trajectory, read_run_state, recorded_micro_batches, resume_point, run_dir_of, run_lock,
+                        save_checkpoint, write_result)
 from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
                     cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed)
 import arms
@@ -236,17 +237,25 @@ def open_run(args, plan):
     check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
+    if resume_from:
+        check_recorded_plan(run_dir, resume_from, plan)
+    preset = PRESETS[plan.preset]
+    data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
+        with contextlib.suppress(data.DataError):  # a complete run needs no pool; one given must be its own
+            check_same_pool(run_dir, data_dir, data.load_pool(data_dir, "train").manifest)
+        if rank == 0:
+            print(f"{run_dir} is already complete; nothing to do")
         return None
     recorded = recorded_micro_batches(resume_from, args.fixed_reduce_order) if resume_from else None
     mem = device_memory_plan(args, plan, world, device, recorded)  # before any data work: a misfit stops
-    preset = PRESETS[plan.preset]
-    data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
     if world > 1:
         dist.barrier()
     train_pool, val_pool = data.load_pool(data_dir, "train"), data.load_pool(data_dir, "val")
+    if resume_from:
+        check_same_pool(run_dir, data_dir, train_pool.manifest)
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")

@@ -1391,3 +1391,43 @@ def test_train_knobs_that_apply_are_planned(capsys):
                            "--dry-run"]) == 0
         plans.append(json.loads(capsys.readouterr().out))
     assert plans[1]["matrix_lr"] == pytest.approx(2.5 * plans[0]["matrix_lr"])
+
+
+# A complete run was never compared with the command (ladder.sh then skipped a mislabelled run forever: "already
+# complete; nothing to do", exit 0), and --resume with another --data-dir continued on another corpus.
+@pytest.fixture(scope="module")
+def complete_run(pool, tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("complete"))
+    assert run_in_process("train.py", [a.replace("{d}", d) for a in tiny_run_argv(pool)])[0] == 0
+    return os.path.join(d, "runs", "r")
+
+
+@pytest.fixture(scope="module")
+def other_pool(tmp_path_factory):
+    import data
+    out = str(tmp_path_factory.mktemp("other_pool"))
+    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=50_000, val_tokens=5_000)
+    return out
+
+
+RECORDED_CASES = [  # (id, the run copied, flags after the run's own, message)
+    ("complete-run-of-another-arch", "complete", ["--resume-or-start", "--arch", "untied_grow", "--depth", "3",
+                                                  "--crossover-fractions", "0.5"],
+     "runs/r holds another run than this command plans: arch 'vanilla' there, 'untied_grow' here"),
+    ("complete-run-with-another-seed", "complete", ["--resume", "--seed", "7"], "seed 42 there, 7 here"),
+    ("resume-with-another-lr", "stopped", ["--resume", "--matrix-lr", "0.05"],
+     "checkpoints/latest holds another run than this command plans: matrix_lr"),
+    ("resume-on-another-pool", "stopped", ["--resume", "--data-dir", "OTHER"], "was trained on the pool"),
+    ("complete-run-on-another-pool", "complete", ["--resume-or-start", "--data-dir", "OTHER"],
+     "was trained on the pool"),
+]
+
+
+@pytest.mark.parametrize("which, extra, message", [c[1:] for c in RECORDED_CASES], ids=[c[0] for c in RECORDED_CASES])
+def test_train_compares_a_recorded_run_with_the_command(pool, complete_run, stopped_run, other_pool, tmp_path, which,
+                                                        extra, message):
+    shutil.copytree(complete_run if which == "complete" else stopped_run, tmp_path / "runs" / "r")
+    line = assert_refused("train.py", tiny_run_argv(pool) + [other_pool if a == "OTHER" else a for a in extra],
+                          tmp_path, message, runner=run_in_process)
+    if "OTHER" in extra:
+        assert repr(pool) in line and other_pool in line  # both pools named

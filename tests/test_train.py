@@ -788,3 +788,16 @@ def test_adamw_uses_foreach_kernels_with_the_for_loop_numerics_bit_for_bit():
             opt.step()
         weights[foreach] = [p.detach().clone() for p in net.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(weights[True], weights[False]))
+
+
+def test_resume_on_the_same_pool_moved_elsewhere_continues(pool, tmp_path):
+    """The pool's identity is its token hashes, not its path: a moved copy resumes, and finds a complete run complete."""
+    moved = str(tmp_path / "moved_pool")
+    shutil.copytree(pool, moved)
+    args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
+    assert train.main(args + ["--stop-after", "2"]) == 0
+    moved_args = [moved if a == pool else a for a in args]
+    assert train.main(moved_args + ["--resume"]) == 0
+    result, _ = read_run(tmp_path, "r")
+    assert result["status"] == "complete" and result["data_dir"] == moved
+    assert train.main(args + ["--resume-or-start"]) == 0
