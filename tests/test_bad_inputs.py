@@ -1431,3 +1431,17 @@ def test_train_compares_a_recorded_run_with_the_command(pool, complete_run, stop
                           tmp_path, message, runner=run_in_process)
     if "OTHER" in extra:
         assert repr(pool) in line and other_pool in line  # both pools named
+
+
+@pytest.mark.parametrize("env, message", [
+    (dict(MASTER_ADDR=None, MASTER_PORT=None), "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT"),
+    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=None), "WORLD_SIZE=2 needs MASTER_PORT"),
+    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="x"), "MASTER_PORT must be a whole number")])
+def test_train_torchrun_environment_without_its_rendezvous(tmp_path, pool_copy, monkeypatch, env, message):
+    """WORLD_SIZE=2 RANK=0 without MASTER_ADDR was torch's ValueError traceback after the run folder existed."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    for name, value in env.items():
+        monkeypatch.delenv(name, raising=False) if value is None else monkeypatch.setenv(name, value)
+    assert_refused("train.py", RUN, tmp_path, message, runner=run_in_process)
+    assert not os.path.exists(tmp_path / "runs")
