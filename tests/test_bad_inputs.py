@@ -1445,3 +1445,28 @@ def test_train_torchrun_environment_without_its_rendezvous(tmp_path, pool_copy, 
         monkeypatch.delenv(name, raising=False) if value is None else monkeypatch.setenv(name, value)
     assert_refused("train.py", RUN, tmp_path, message, runner=run_in_process)
     assert not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("signum, code, resume", [(signal.SIGINT, 130, "--resume"),
+                                                  (signal.SIGTERM, 143, "--resume-or-start")])
+def test_train_signal_stops_with_one_line_and_an_interrupted_result(pool, tmp_path, signum, code, resume):
+    """SIGINT was a KeyboardInterrupt traceback; after SIGINT or SIGTERM result.json still said "running"."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool, "--save-every", "5")]
+    argv[argv.index("--steps") + 1] = "1000"
+    run_dir = tmp_path / "runs" / "r"
+    proc = subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoints" / "latest").is_dir() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    os.kill(proc.pid, signum)
+    stderr = proc.communicate(timeout=120)[1]
+    name = signal.Signals(signum).name
+    assert proc.returncode == code and len(stderr.splitlines()) == 1, stderr
+    assert f"train.py: stopped by {name} at step" in stderr and "--resume continues" in stderr
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "interrupted" and result["error"].startswith(f"stopped by {name} at step")
+    step = json.loads((run_dir / "checkpoints" / "latest" / "meta.json").read_text())["step"]
+    assert run_in_process("train.py", argv + [resume, "--stop-after", str(step + 2)]) == (0, "")
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "stopped" and result["completed_steps"] == step + 2
