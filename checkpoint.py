@@ -550,6 +550,10 @@ def resume_point(args, run_dir, rank):
         return None
     if status == "complete":
         return "complete"
+    for name in ("final", "latest"):  # else training would end in an error at the last step's save or rename
+        path = os.path.join(ckpt_dir, name)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise UsageError(f"{path} is a file, not a checkpoint folder; move it away, then resume")
     if rank == 0 and os.path.isdir(ckpt_dir):
         recover_checkpoints(ckpt_dir)
     barrier()

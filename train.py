@@ -341,8 +341,8 @@ def start_training(run):
 def validate(run, model, state):
     loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.micro_batches[-1], run.token_bytes, run.rank,
                          run.world, run.device, run.fixed_reduce_order)
-    state.evals.append(dict(step=state.step, epoch=state.step // run.loader.steps_per_epoch + 1, val_loss=loss,
-                            val_bpb=bpb))
+    epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained, as trajectory.jsonl says
+    state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb))
     if run.master:
         print(f"step {state.step}/{run.plan.steps} | val loss {loss:.4f}" + (f" | val bpb {bpb:.4f}" if bpb else ""))
 

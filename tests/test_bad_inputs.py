@@ -1470,3 +1470,11 @@ def test_train_signal_stops_with_one_line_and_an_interrupted_result(pool, tmp_pa
     assert run_in_process("train.py", argv + [resume, "--stop-after", str(step + 2)]) == (0, "")
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "stopped" and result["completed_steps"] == step + 2
+
+
+def test_train_resume_refuses_checkpoints_final_that_is_a_file(pool, stopped_run, tmp_path):
+    """It trained to the end, then failed naming checkpoints/latest."""
+    shutil.copytree(stopped_run, tmp_path / "runs" / "r")
+    line = assert_refused("train.py", tiny_run_argv(pool, "--resume"), tmp_path, "is a file, not a checkpoint folder",
+                          {"runs/r/checkpoints/final": "not a checkpoint"}, runner=run_in_process)
+    assert "runs/r/checkpoints/final" in line

@@ -801,3 +801,13 @@ def test_resume_on_the_same_pool_moved_elsewhere_continues(pool, tmp_path):
     result, _ = read_run(tmp_path, "r")
     assert result["status"] == "complete" and result["data_dir"] == moved
     assert train.main(args + ["--resume-or-start"]) == 0
+
+
+def test_evals_record_the_epoch_trajectory_jsonl_records(pool, tmp_path):
+    """An eval after step s recorded the epoch of step s + 1 (the final eval of a one-epoch run said epoch 2, its
+    trajectory 1); now the epoch of the last step trained, as trajectory.jsonl (step 0: epoch 1)."""
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)) == 0
+    result, trajectory = read_run(tmp_path, "r")
+    epoch_at = {0: 1, **{t["step"]: t["epoch"] for t in trajectory}}
+    assert len(result["evals"]) == 3  # step 0, the epoch boundary at step 3 (the loader's epoch here), the end
+    assert [e["epoch"] for e in result["evals"]] == [epoch_at[e["step"]] for e in result["evals"]] == [1, 1, 2]
