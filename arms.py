@@ -221,7 +221,32 @@ def model_overrides(args):
         if "passes" in overrides or "passes_initial" in overrides:
             raise UsageError("--pass-stages sets the passes; drop --passes / --passes-initial")
         overrides.update(passes_initial=args.pass_stages[0], passes=args.pass_stages[-1])
+    check_boundary_knobs(args.arch, overrides)
     return overrides
+
+
+def check_boundary_knobs(arch, overrides):
+    """Refuse a boundary-operator flag whose value the run would not use (recorded, yet not trained): --boundary on a
+    plain stack (nothing to ablate), and an --alpha, --recurrence-norm or --coda-inject that the arm or the --boundary
+    ablation switches off (as model.config_for does: norm_only and none drop the injection, inject_only and none the
+    norm; a plain stack has neither; with alpha 0 nothing is injected before the coda)."""
+    if arch not in ARMS:
+        return  # the caller names the unknown arch
+    arm, boundary = ARMS[arch], overrides.get("boundary")
+    plain = arm.mode == "plain"
+    if plain and boundary is not None:
+        raise UsageError(f"--boundary does not apply to {arch}: a plain stack has no boundary operator to ablate")
+    why = f"{arch}, a plain stack" if plain else f"--boundary {boundary}"
+    alpha = 0.0 if plain or boundary in ("norm_only", "none") else overrides.get("alpha", arm.alpha)
+    norm = not plain and boundary not in ("inject_only", "none") and \
+        overrides.get("recurrence_norm", arm.recurrence_norm)
+    if overrides.get("alpha", alpha) != alpha:
+        raise UsageError(f"--alpha {overrides['alpha']} does not apply with {why}: it injects nothing; drop --alpha")
+    if overrides.get("recurrence_norm", norm) != norm:
+        raise UsageError(f"--recurrence-norm does not apply with {why}: it has no recurrence norm; drop the flag")
+    if overrides.get("coda_inject") and alpha == 0:
+        why = why if plain or boundary in ("norm_only", "none") else "alpha 0"
+        raise UsageError(f"--coda-inject does not apply with {why}: nothing is injected; drop the flag")
 
 
 def preset_from_args(args):

@@ -337,8 +337,10 @@ def load_checkpoint(folder, plan, model, optimizers, device):
     its own records (check_self_consistent) or its loading is a UsageError."""
     verify(folder)
     meta = json.load(open(os.path.join(folder, "meta.json")))
-    if meta.get("format") != CHECKPOINT_FORMAT or meta.get("plan") != json.loads(json.dumps(plan.as_dict())):
-        raise UsageError(f"{folder} was written with another plan; resume with the same flags")
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise UsageError(f"{folder} was written by another checkpoint format ({meta.get('format')!r}); start the run "
+                         "again under another --run-name")
+    check_plan(folder, meta.get("plan"), plan)
     try:
         weights = load_tensors(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu")
         check_self_consistent(folder, weights, meta, plan)
@@ -465,16 +467,72 @@ def remove_dead_temp_files(folder):
 # ---------------------------------------------------------------------------------------------------------------------
 # The run folder: where an invocation starts, one writer at a time, result.json and trajectory.jsonl
 
-def run_status(run_dir):
-    """result.json's status (None when there is none yet)."""
+def read_result(run_dir):
+    """result.json as a dict (None when there is none yet)."""
     path = os.path.join(run_dir, "result.json")
     if not os.path.exists(path):
         return None
     try:
-        return json.load(open(path))["status"]
+        result = json.load(open(path))
+        result["status"]
+        return result
     except (OSError, ValueError, KeyError, TypeError):
         raise UsageError(f"{path} is not a train.py result.json; move it away or choose another --run-name") \
             from None
+
+
+def run_status(run_dir):
+    """result.json's status (None when there is none yet)."""
+    result = read_result(run_dir)
+    return result["status"] if result else None
+
+
+def check_plan(where, recorded, plan):
+    """The plan `where` (a run's result.json or a checkpoint's meta.json) records must be `plan`, or one line names
+    the first differing field and both values. Compared: the Plan's fields, what the run trains; not the accounting
+    derived from them (parameter and FLOP counts), so that an accounting fix leaves finished runs finished."""
+    requested = json.loads(json.dumps(plan.as_dict()))
+    recorded = recorded if isinstance(recorded, dict) else {}
+    for key in [f.name for f in fields(plan) if f.name != "total_flops"]:
+        have, want = recorded.get(key, "nothing"), requested[key]
+        if key == "model_config" and isinstance(have, dict):
+            key, have, want = next(((f"model_config.{k}", have.get(k, "nothing"), v) for k, v in want.items()
+                                    if have.get(k, "nothing") != v), (key, have, want))
+        if have != want:
+            raise UsageError(f"{where} holds another run than this command plans: {key} {have!r} there, {want!r} "
+                             "here; pass that run's own flags, or another --run-name for this one")
+
+
+def check_recorded_plan(run_dir, resume_from, plan):
+    """Before any long work: what the run recorded (a complete run's result.json, else the checkpoint's meta.json)
+    is this command's plan. An unreadable meta.json is left to load_checkpoint's manifest check."""
+    if resume_from == "complete":
+        check_plan(run_dir, read_result(run_dir).get("plan"), plan)
+        return
+    with contextlib.suppress(OSError, ValueError):
+        meta = json.load(open(os.path.join(resume_from, "meta.json")))
+        if isinstance(meta, dict) and meta.get("format") == CHECKPOINT_FORMAT:
+            check_plan(resume_from, meta.get("plan"), plan)
+
+
+def pool_identity(manifest):
+    """A pool's identity wherever it lies: the sha256 of each split's tokens in its corpus.json (data.py), as
+    result.json's data_manifest also records it. {} for no record."""
+    splits = manifest.get("splits") if isinstance(manifest, dict) else None
+    if not isinstance(splits, dict):
+        return {}
+    return {name: info.get("sha256") if isinstance(info, dict) else None for name, info in sorted(splits.items())}
+
+
+def check_same_pool(run_dir, data_dir, manifest):
+    """A run continues only on the pool it trained on (same token hashes; the path may change): result.json records
+    the pool of every invocation, each checked here before it wrote."""
+    result = read_result(run_dir) or {}
+    recorded = pool_identity(result.get("data_manifest"))
+    if recorded and recorded != pool_identity(manifest):
+        raise UsageError(f"{run_dir} was trained on the pool {result.get('data_dir')!r}, and {data_dir} is another "
+                         f"pool (other token sha256 in its corpus.json); pass --data-dir with the run's pool (moved "
+                         "is fine), or another --run-name")
 
 
 def resume_point(args, run_dir, rank):
@@ -491,9 +549,11 @@ def resume_point(args, run_dir, rank):
                              "--run-name")
         return None
     if status == "complete":
-        if rank == 0:
-            print(f"{run_dir} is already complete; nothing to do")
         return "complete"
+    for name in ("final", "latest"):  # else training would end in an error at the last step's save or rename
+        path = os.path.join(ckpt_dir, name)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            raise UsageError(f"{path} is a file, not a checkpoint folder; move it away, then resume")
     if rank == 0 and os.path.isdir(ckpt_dir):
         recover_checkpoints(ckpt_dir)
     barrier()

@@ -115,8 +115,15 @@ MAX_PROCESSES_PER_NODE, MAX_NODES = 1024, 65536  # NPROC_PER_NODE, NNODES (ladde
 
 
 def torchrun_ranks():
-    """(rank, local rank, world size) from torchrun's environment; one process (0, 0, 1) without it."""
+    """(rank, local rank, world size) from torchrun's environment; one process (0, 0, 1) without it. Several
+    processes need the rendezvous address too (else torch's ValueError once the process group starts)."""
     world = env_integer("WORLD_SIZE", 1, 1, MAX_PROCESSES_PER_NODE * MAX_NODES)
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if world > 1 and not os.environ.get(name)]
+    if missing:
+        raise UsageError(f"WORLD_SIZE={world} needs {' and '.join(missing)} in the environment (torchrun sets them); "
+                         "start the processes with torchrun, or set them")
+    if world > 1:
+        env_integer("MASTER_PORT", None, 1, 65535)
     return (env_integer("RANK", 0, 0, world - 1), env_integer("LOCAL_RANK", 0, 0, MAX_PROCESSES_PER_NODE - 1),
             world)
 

@@ -109,6 +109,7 @@ def make_plan(args):
     # 3. Growth: the pass stages and the fraction f of the steps before each growth (the paper's rho = 1 - f).
     stages = args.pass_stages or sorted({cfg.passes_initial, cfg.passes})
     growth = len(stages) > 1
+    check_train_knobs(args, cfg, growth, regime)
     fractions = growth_fractions(args.crossover_fractions, recipe, depth, stages) if growth else []
 
     # 4. Steps: TPP * N / batch tokens; growth arms match the initial-K matrix-compute budget, with the K=2 step count
@@ -142,7 +143,8 @@ def make_plan(args):
     anchor = preset.anchor_depth
     anchor_cfg = model_lib.config_from_args(args, preset, anchor, vocab_size) if anchor != depth else cfg
     lr_scale = preset.lr_multiplier * (model_lib.params_tpp(anchor_cfg) / n_tpp) ** recipe.lr_exponent
-    matrix_lr = ADAMW_MATRIX_LR if args.optimizer == "adamw" else recipe.matrix_lr
+    adamw_default = args.optimizer == "adamw" and args.matrix_lr is None  # a given --matrix-lr is the AdamW one too
+    matrix_lr = ADAMW_MATRIX_LR if adamw_default else recipe.matrix_lr
 
     plan = Plan(arch=args.arch, depth=depth, preset=args.preset, tokenizer=tokenizer, optimizer=args.optimizer,
                 tpp=recipe.tpp, lr_exponent=recipe.lr_exponent, tokens_per_step=batch_tokens, seq_len=seq_len,
@@ -157,6 +159,25 @@ def make_plan(args):
                 data_constrained=args.data_constrained, seed=args.seed, model_config=cfg)
     # 6. Compute: F(passes at the step) * tokens per step, summed over the steps.
     return replace(plan, total_flops=total_flops(plan))
+
+
+def check_train_knobs(args, cfg, growth, regime):
+    """Refuse a training flag the run would not use (recorded in the command line, yet not trained): growth's flags
+    without growth, random passes a plain stack cannot run or beyond an untied model's cores, --tpp where the step
+    count comes from the data-constrained grid's token budget."""
+    given = [flag for flag, value in (("--crossover-fractions", args.crossover_fractions),
+                                      ("--rewarm-steps", args.rewarm_steps)) if value is not None]
+    if given and not growth:
+        raise UsageError(f"{given[0]} does not apply to {args.arch}: this run does not grow (growth is "
+                         "--passes-initial < --passes, or --pass-stages); drop the flag")
+    if args.random_passes and cfg.mode == "plain":
+        raise UsageError(f"--random-passes does not apply to {args.arch}: a plain stack runs exactly one pass")
+    if args.random_passes and cfg.mode == "untied" and max(args.random_passes) > cfg.passes:
+        raise UsageError(f"--random-passes {max(args.random_passes)} exceeds the {cfg.passes} cores {args.arch} "
+                         "allocates (untied: one core per pass); pass at most --passes values")
+    if args.tpp is not None and regime:
+        raise UsageError("--tpp does not apply with --data-constrained: its steps come from the token budget "
+                         "(--train-token-limit, --epochs); drop --tpp")
 
 
 def growth_fractions(flag, recipe, depth, stages):

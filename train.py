@@ -24,6 +24,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -35,10 +36,12 @@ import torch.distributed.checkpoint as dcp
 import data
 import model as model_lib
 import muon
-from checkpoint import (Run, RunState, failure_reason, gather, load_checkpoint, open_trajectory, read_run_state,
-                        recorded_micro_batches, resume_point, run_dir_of, run_lock, save_checkpoint, write_result)
+from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, failure_reason, gather, load_checkpoint,
+                        open_trajectory, read_run_state, recorded_micro_batches, resume_point, run_dir_of, run_lock,
+                        save_checkpoint, write_result)
 from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
-                    cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed)
+                    cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed,
+                    torchrun_ranks)
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PRESETS, SEEDS
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
@@ -236,17 +239,25 @@ def open_run(args, plan):
     check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
+    if resume_from:
+        check_recorded_plan(run_dir, resume_from, plan)
+    preset = PRESETS[plan.preset]
+    data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
+        with contextlib.suppress(data.DataError):  # a complete run needs no pool; one given must be its own
+            check_same_pool(run_dir, data_dir, data.load_pool(data_dir, "train").manifest)
+        if rank == 0:
+            print(f"{run_dir} is already complete; nothing to do")
         return None
     recorded = recorded_micro_batches(resume_from, args.fixed_reduce_order) if resume_from else None
     mem = device_memory_plan(args, plan, world, device, recorded)  # before any data work: a misfit stops
-    preset = PRESETS[plan.preset]
-    data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
     if world > 1:
         dist.barrier()
     train_pool, val_pool = data.load_pool(data_dir, "train"), data.load_pool(data_dir, "val")
+    if resume_from:
+        check_same_pool(run_dir, data_dir, train_pool.manifest)
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
@@ -330,8 +341,8 @@ def start_training(run):
 def validate(run, model, state):
     loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.micro_batches[-1], run.token_bytes, run.rank,
                          run.world, run.device, run.fixed_reduce_order)
-    state.evals.append(dict(step=state.step, epoch=state.step // run.loader.steps_per_epoch + 1, val_loss=loss,
-                            val_bpb=bpb))
+    epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained, as trajectory.jsonl says
+    state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb))
     if run.master:
         print(f"step {state.step}/{run.plan.steps} | val loss {loss:.4f}" + (f" | val bpb {bpb:.4f}" if bpb else ""))
 
@@ -466,6 +477,34 @@ def stop_on_write_failure(run, state):
                          "the folder) and continue with --resume") from None
 
 
+class Stopped(BaseException):  # not an Exception: no `except Exception` on the way swallows it
+    """SIGINT or SIGTERM arrived (Ctrl-C, kill, scancel, torchrun stopping its workers)."""
+
+    def __init__(self, signum):
+        super().__init__(signum)
+        self.name, self.code, self.step = signal.Signals(signum).name, 128 + signum, None
+
+
+def raise_stopped(signum, frame):
+    for other in (signal.SIGINT, signal.SIGTERM):  # a second signal does not interrupt the bookkeeping below
+        signal.signal(other, signal.SIG_IGN)
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def record_a_stop(run, state):
+    """A signal during training: result.json says "interrupted" with the reason (a dead run must not look live; fit.py
+    reads only complete runs, ladder.sh resumes the others), and the last checkpoint is kept for --resume."""
+    try:
+        yield
+    except Stopped as e:
+        e.step = state.step
+        if run.master:
+            with contextlib.suppress(OSError):
+                write_result(run, state, "interrupted", error=f"stopped by {e.name} at step {state.step}")
+        raise
+
+
 def train(args):
     plan = make_plan(args)
     run = open_run(args, plan)
@@ -480,7 +519,7 @@ def train(args):
         return 0
     training = start_training(run)
     model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
-    with stop_on_write_failure(run, state):
+    with stop_on_write_failure(run, state), record_a_stop(run, state):
         trajectory = open_trajectory(run, state.step)
         write_result(run, state, "running")
         if state.step == 0 and not state.evals:
@@ -641,9 +680,20 @@ def run_command(argv):
     args = parse_args(argv)
     if args.dry_run:
         return dry_run(args)
-    make_plan(args)  # bad flags are reported before the run folder is created
-    with run_lock(args):
-        return train(args)
+    handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        make_plan(args)  # bad flags are reported before the run folder is created
+        with run_lock(args):
+            return train(args)
+    except Stopped as e:
+        if torchrun_ranks()[0] == 0:
+            then = "--resume continues from the last checkpoint" if e.step is not None else "run the same command again"
+            print(f"train.py: stopped by {e.name} {'before training' if e.step is None else f'at step {e.step}'}; "
+                  f"{then}", file=sys.stderr)
+        return e.code
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def main(argv=None):

@@ -1604,3 +1604,143 @@ def test_bench_refuses_training_run_flags_it_ignores(tmp_path, flags, no_bench_r
 ])
 def test_bench_refuses_its_own_flags_outside_their_mode(tmp_path, flags, message, no_bench_runs):
     assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path, message, runner=run_in_process)
+
+
+# --- train.py: knobs that do not apply to the arm, resume and complete runs against the plan and pool, torchrun
+# environment, signals, checkpoints/final as a file
+# A knob that changes nothing in the arm was accepted and recorded in the plan (alpha 0.0 planned for --alpha 5; a
+# 3-pass memory stage and inflated FLOPs for --random-passes on vanilla, then a traceback after the run folder existed).
+KNOB_CASES = [  # (id, argv, message)
+    ("alpha-with-boundary-none", ["--arch", "operator_1", "--depth", "2", "--boundary", "none", "--alpha", "5"],
+     "--alpha 5.0 does not apply with --boundary none"),
+    ("coda-inject-on-vanilla", ["--arch", "vanilla", "--depth", "2", "--coda-inject"],
+     "--coda-inject does not apply with vanilla, a plain stack"),
+    ("boundary-on-vanilla", ["--arch", "vanilla", "--depth", "2", "--boundary", "none"],
+     "--boundary does not apply to vanilla"),
+    ("recurrence-norm-with-inject-only", ["--arch", "loop_2", "--depth", "2", "--boundary", "inject_only",
+                                          "--recurrence-norm"], "--recurrence-norm does not apply with --boundary"),
+    ("coda-inject-with-alpha-0", ["--arch", "operator_1", "--depth", "2", "--alpha", "0", "--coda-inject"],
+     "--coda-inject does not apply with alpha 0"),
+    ("crossover-fractions-without-growth", ["--arch", "vanilla", "--depth", "2", "--crossover-fractions", "0.5"],
+     "--crossover-fractions does not apply to vanilla: this run does not grow"),
+    ("rewarm-steps-without-growth", ["--arch", "loop_2", "--depth", "2", "--rewarm-steps", "5"],
+     "--rewarm-steps does not apply to loop_2"),
+    ("random-passes-on-vanilla", ["--arch", "vanilla", "--depth", "2", "--random-passes", "2", "3"],
+     "--random-passes does not apply to vanilla: a plain stack runs exactly one pass"),
+    ("random-passes-beyond-untied-cores", ["--arch", "untied_2", "--depth", "2", "--random-passes", "2", "3"],
+     "--random-passes 3 exceeds the 2 cores untied_2 allocates"),
+    ("tpp-with-data-constrained", ["--arch", "operator_1", "--depth", "2", "--data-constrained", "fixed-wd", "--tpp",
+                                   "3"], "--tpp does not apply with --data-constrained"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in KNOB_CASES], ids=[c[0] for c in KNOB_CASES])
+def test_train_refuses_a_knob_that_does_not_apply_to_the_arm(tmp_path, pool_copy, argv, message):
+    assert_refused("train.py", [*argv, "--dry-run"], tmp_path, message, runner=run_in_process)
+    assert_refused("train.py", [*argv, *TINY, "--steps", "4", "--run-name", "r"], tmp_path, message,
+                   runner=run_in_process)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+def test_train_knobs_that_apply_are_planned(capsys):
+    """The ablations as the README writes them still plan, and --matrix-lr is honoured under --optimizer adamw."""
+    import train
+    for argv in (["--arch", "loop_2", "--boundary", "norm_only", "--no-coda-inject"],
+                 ["--arch", "operator_1", "--boundary", "none", "--alpha", "0"],
+                 ["--arch", "loop_grow", "--random-passes", "2", "3", "4", "5", "6"],
+                 ["--arch", "untied_grow", "--random-passes", "2", "4"]):
+        assert train.main([*argv, "--depth", "8", "--dry-run"]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    plans = []
+    for lr in ("0.004", "0.01"):
+        assert train.main(["--arch", "vanilla", "--depth", "8", "--optimizer", "adamw", "--matrix-lr", lr,
+                           "--dry-run"]) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    assert plans[1]["matrix_lr"] == pytest.approx(2.5 * plans[0]["matrix_lr"])
+
+
+# A complete run was never compared with the command (ladder.sh then skipped a mislabelled run forever: "already
+# complete; nothing to do", exit 0), and --resume with another --data-dir continued on another corpus.
+@pytest.fixture(scope="module")
+def complete_run(pool, tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("complete"))
+    assert run_in_process("train.py", [a.replace("{d}", d) for a in tiny_run_argv(pool)])[0] == 0
+    return os.path.join(d, "runs", "r")
+
+
+@pytest.fixture(scope="module")
+def other_pool(tmp_path_factory):
+    import data
+    out = str(tmp_path_factory.mktemp("other_pool"))
+    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=50_000, val_tokens=5_000)
+    return out
+
+
+RECORDED_CASES = [  # (id, the run copied, flags after the run's own, message)
+    ("complete-run-of-another-arch", "complete", ["--resume-or-start", "--arch", "untied_grow", "--depth", "3",
+                                                  "--crossover-fractions", "0.5"],
+     "runs/r holds another run than this command plans: arch 'vanilla' there, 'untied_grow' here"),
+    ("complete-run-with-another-seed", "complete", ["--resume", "--seed", "7"], "seed 42 there, 7 here"),
+    ("resume-with-another-lr", "stopped", ["--resume", "--matrix-lr", "0.05"],
+     "checkpoints/latest holds another run than this command plans: matrix_lr"),
+    ("resume-on-another-pool", "stopped", ["--resume", "--data-dir", "OTHER"], "was trained on the pool"),
+    ("complete-run-on-another-pool", "complete", ["--resume-or-start", "--data-dir", "OTHER"],
+     "was trained on the pool"),
+]
+
+
+@pytest.mark.parametrize("which, extra, message", [c[1:] for c in RECORDED_CASES], ids=[c[0] for c in RECORDED_CASES])
+def test_train_compares_a_recorded_run_with_the_command(pool, complete_run, stopped_run, other_pool, tmp_path, which,
+                                                        extra, message):
+    shutil.copytree(complete_run if which == "complete" else stopped_run, tmp_path / "runs" / "r")
+    line = assert_refused("train.py", tiny_run_argv(pool) + [other_pool if a == "OTHER" else a for a in extra],
+                          tmp_path, message, runner=run_in_process)
+    if "OTHER" in extra:
+        assert repr(pool) in line and other_pool in line  # both pools named
+
+
+@pytest.mark.parametrize("env, message", [
+    (dict(MASTER_ADDR=None, MASTER_PORT=None), "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT"),
+    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=None), "WORLD_SIZE=2 needs MASTER_PORT"),
+    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="x"), "MASTER_PORT must be a whole number")])
+def test_train_torchrun_environment_without_its_rendezvous(tmp_path, pool_copy, monkeypatch, env, message):
+    """WORLD_SIZE=2 RANK=0 without MASTER_ADDR was torch's ValueError traceback after the run folder existed."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    for name, value in env.items():
+        monkeypatch.delenv(name, raising=False) if value is None else monkeypatch.setenv(name, value)
+    assert_refused("train.py", RUN, tmp_path, message, runner=run_in_process)
+    assert not os.path.exists(tmp_path / "runs")
+
+
+@pytest.mark.parametrize("signum, code, resume", [(signal.SIGINT, 130, "--resume"),
+                                                  (signal.SIGTERM, 143, "--resume-or-start")])
+def test_train_signal_stops_with_one_line_and_an_interrupted_result(pool, tmp_path, signum, code, resume):
+    """SIGINT was a KeyboardInterrupt traceback; after SIGINT or SIGTERM result.json still said "running"."""
+    argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool, "--save-every", "5")]
+    argv[argv.index("--steps") + 1] = "1000"
+    run_dir = tmp_path / "runs" / "r"
+    proc = subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    deadline = time.time() + 120
+    while not (run_dir / "checkpoints" / "latest").is_dir() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    os.kill(proc.pid, signum)
+    stderr = proc.communicate(timeout=120)[1]
+    name = signal.Signals(signum).name
+    assert proc.returncode == code and len(stderr.splitlines()) == 1, stderr
+    assert f"train.py: stopped by {name} at step" in stderr and "--resume continues" in stderr
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "interrupted" and result["error"].startswith(f"stopped by {name} at step")
+    step = json.loads((run_dir / "checkpoints" / "latest" / "meta.json").read_text())["step"]
+    assert run_in_process("train.py", argv + [resume, "--stop-after", str(step + 2)]) == (0, "")
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "stopped" and result["completed_steps"] == step + 2
+
+
+def test_train_resume_refuses_checkpoints_final_that_is_a_file(pool, stopped_run, tmp_path):
+    """It trained to the end, then failed naming checkpoints/latest."""
+    shutil.copytree(stopped_run, tmp_path / "runs" / "r")
+    line = assert_refused("train.py", tiny_run_argv(pool, "--resume"), tmp_path, "is a file, not a checkpoint folder",
+                          {"runs/r/checkpoints/final": "not a checkpoint"}, runner=run_in_process)
+    assert "runs/r/checkpoints/final" in line

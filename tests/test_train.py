@@ -788,3 +788,26 @@ def test_adamw_uses_foreach_kernels_with_the_for_loop_numerics_bit_for_bit():
             opt.step()
         weights[foreach] = [p.detach().clone() for p in net.parameters()]
     assert all(torch.equal(a, b) for a, b in zip(weights[True], weights[False]))
+
+
+def test_resume_on_the_same_pool_moved_elsewhere_continues(pool, tmp_path):
+    """The pool's identity is its token hashes, not its path: a moved copy resumes, and finds a complete run complete."""
+    moved = str(tmp_path / "moved_pool")
+    shutil.copytree(pool, moved)
+    args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
+    assert train.main(args + ["--stop-after", "2"]) == 0
+    moved_args = [moved if a == pool else a for a in args]
+    assert train.main(moved_args + ["--resume"]) == 0
+    result, _ = read_run(tmp_path, "r")
+    assert result["status"] == "complete" and result["data_dir"] == moved
+    assert train.main(args + ["--resume-or-start"]) == 0
+
+
+def test_evals_record_the_epoch_trajectory_jsonl_records(pool, tmp_path):
+    """An eval after step s recorded the epoch of step s + 1 (the final eval of a one-epoch run said epoch 2, its
+    trajectory 1); now the epoch of the last step trained, as trajectory.jsonl (step 0: epoch 1)."""
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)) == 0
+    result, trajectory = read_run(tmp_path, "r")
+    epoch_at = {0: 1, **{t["step"]: t["epoch"] for t in trajectory}}
+    assert len(result["evals"]) == 3  # step 0, the epoch boundary at step 3 (the loader's epoch here), the end
+    assert [e["epoch"] for e in result["evals"]] == [epoch_at[e["step"]] for e in result["evals"]] == [1, 1, 2]
