@@ -77,6 +77,46 @@ done
 listing=$(python_or_die arms.py ladder "$target" --preset "$preset" --depths "$depths" --seeds "$seeds" \
           --replicate-depths "$replicate_depths") || exit $?
 mapfile -t runs <<<"$listing"
+[ "$preset" != d26 ] || data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}")  # kept whole: a path may hold spaces
+runs_dir="${RUNS_DIR:-runs}"
+[ "$target" != demo ] || runs_dir="${RUNS_DIR:-runs/demo}"
+resume_flag=--resume-or-start
+train_args() {  # NAME ARGS...: train.py's arguments for run NAME (ARGS: its line from arms.py), before the resume
+    local name=$1         # flag and the arguments after --
+    shift
+    train_args=("$@" ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir")
+}
+instead() {  # FLAG: how to set with the ladder what train.py's FLAG sets
+    case "$1" in
+        --arch) echo "name the arch as the first argument (bash ladder.sh ARCH)" ;;
+        --depth) echo "use --depths" ;;
+        --seed) echo "use --seeds" ;;
+        --preset) echo "use ladder.sh's own --preset, before --" ;;
+        --passes|--data-constrained) echo "use --depths to pick cells of the data-constrained grid" ;;
+        --data-dir) echo "use DATA_DIR" ;;
+        --runs-dir) echo "use RUNS_DIR" ;;
+        --run-name) echo "use RUNS_DIR to keep ladders apart (runs are named ARCH_dDEPTH, _sSEED with --seeds)" ;;
+        "$resume_flag") echo "re-run the same command: the ladder resumes started runs itself" ;;
+        *) echo "see bash ladder.sh -h" ;;
+    esac
+}
+# Arguments after -- come last, so one naming a flag the ladder gives a run (or abbreviating it, as argparse
+# allows: --dep, --resume) would train another run under this run's name, or outside RUNS_DIR.
+ladder_flags=("$resume_flag")
+for r in "${runs[@]}"; do
+    read -r name args <<<"$r"
+    # shellcheck disable=SC2086
+    train_args "$name" $args
+    for word in "${train_args[@]}"; do [[ "$word" != --* ]] || ladder_flags+=("$word"); done
+done
+for word in ${extra[@]+"${extra[@]}"}; do
+    flag="${word%%=*}"
+    [[ "$flag" == --?* ]] || continue
+    for own in "${ladder_flags[@]}"; do
+        [[ "$own" != "$flag"* ]] || die "'$word' after --$([ "$flag" = "$own" ] || echo " clashes with $own"):" \
+            "ladder.sh sets $own itself; $(instead "$own")"
+    done
+done
 
 # A SLURM allocation of several nodes: one copy of this script per node (srun), each told its rank by SLURM.
 if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
@@ -98,8 +138,7 @@ fi
 nnodes="${NNODES:-1}"
 case "$preset" in
     cpu) nproc="${NPROC_PER_NODE:-1}" ;;
-    d26) nproc="${NPROC_PER_NODE:-8}"; nnodes="${NNODES:-2}"
-         data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}") ;;  # kept whole: a path may hold spaces
+    d26) nproc="${NPROC_PER_NODE:-8}"; nnodes="${NNODES:-2}" ;;
     *) nproc="${NPROC_PER_NODE:-8}" ;;
 esac
 whole_number NPROC_PER_NODE "$nproc" 1 1024
@@ -118,16 +157,16 @@ else
 fi
 
 if [ "$target" = demo ] && [ "$dry_run" = 0 ]; then
-    export RUNS_DIR="${RUNS_DIR:-runs/demo}" DATA_DIR="${DATA_DIR:-data/stdlib}"
+    export DATA_DIR="${DATA_DIR:-data/stdlib}"
     python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
 fi
-runs_dir="${RUNS_DIR:-runs}"
 
 if [ "$dry_run" = 1 ]; then
     for r in "${runs[@]}"; do
         read -r name args <<<"$r"
         # shellcheck disable=SC2086
-        echo "${launch[*]} train.py $args$(printf ' %q' ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" ${extra[@]+"${extra[@]}"})"
+        train_args "$name" $args
+        echo "${launch[*]} train.py$(printf ' %q' "${train_args[@]}" ${extra[@]+"${extra[@]}"})"
     done
     # train.py's derivation and micro-batch planner for every run: its memory per rank, then FLOPs and GPU-hours
     python_or_die train.py --ladder-dry-run --gpus-per-node "$nproc" --nodes "$nnodes" --mfu "${MFU:-0.4}" \
@@ -147,7 +186,7 @@ for r in "${runs[@]}"; do
         status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
                  2>/dev/null || echo unreadable)
         if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
-        resume=(--resume-or-start)
+        resume=("$resume_flag")
     fi
     mkdir -p "$run_dir"
     log="$run_dir/train.log"
@@ -155,8 +194,8 @@ for r in "${runs[@]}"; do
     # torchrun runs in the background so that a SIGTERM/SIGINT to this script reaches it (and through it the
     # workers, which torchrun starts in their own session); a worker that survives anyway holds the run's lock.
     # shellcheck disable=SC2086
-    "${launch[@]}" train.py $args ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" \
-        ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
+    train_args "$name" $args
+    "${launch[@]}" train.py "${train_args[@]}" ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
     child=$!
     # torchrun exits 1 when stopped; the ladder exits as its signal says (128 + n). A script's background job
     # ignores SIGINT, so Ctrl-C reaches torchrun as a SIGTERM.
@@ -173,6 +212,6 @@ for r in "${runs[@]}"; do
     grep -E "^done:" "$log" | tail -n 1 || true
 done
 if [ "$target" = demo ]; then
-    python fit.py ladders "$RUNS_DIR" --anchor-depth 2 --out "$RUNS_DIR/fit"
-    echo "figure: $RUNS_DIR/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
+    python fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"
+    echo "figure: $runs_dir/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
 fi

@@ -1338,3 +1338,52 @@ def test_class4_fit_design_plans_repeated_across_files(tmp_path):
     files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
     assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
                    "different plans for vanilla d8", files, runner=run_in_process)
+
+
+# --- ladder.sh: pass-through flags, options a target ignores, environment values, relative paths ---
+def fake_torchrun(tmp_path):
+    """PATH with a torchrun that only records that it was started (in tmp_path/launched)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {tmp_path}/launched\n")
+    (bin_dir / "torchrun").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+CPU_LADDER = ["vanilla", "--preset", "cpu", "--depths", "1 2"]
+LADDER_PASS_THROUGH_CASES = [  # (id, ladder options, arguments after --, message): each overrode what a run is
+    ("depth", CPU_LADDER, ["--depth", "3"], "'--depth' after --: ladder.sh sets --depth itself; use --depths"),
+    ("depth-equals", CPU_LADDER, ["--depth=3"], "'--depth=3' after --: ladder.sh sets --depth itself"),
+    ("depth-abbreviated", CPU_LADDER, ["--dep", "3"], "'--dep' after -- clashes with --depth"),
+    ("arch", CPU_LADDER, ["--arch", "loop_2"], "ladder.sh sets --arch itself; name the arch as the first argument"),
+    ("seed-with-seeds", [*CPU_LADDER, "--seeds", "0 1"], ["--seed", "5"], "ladder.sh sets --seed itself; use --seeds"),
+    ("preset", CPU_LADDER, ["--preset", "paper"], "ladder.sh sets --preset itself"),
+    ("preset-of-a-paper-ladder", ["vanilla", "--depths", "6"], ["--preset=cpu"], "ladder.sh sets --preset itself"),
+    ("run-name", CPU_LADDER, ["--run-name", "x"], "ladder.sh sets --run-name itself"),
+    ("runs-dir", CPU_LADDER, ["--runs-dir", "{d}/elsewhere"], "ladder.sh sets --runs-dir itself; use RUNS_DIR"),
+    ("resume", CPU_LADDER, ["--resume"], "'--resume' after -- clashes with --resume-or-start"),
+    ("data-dir-of-d26", ["untied_grow", "--preset", "d26"], ["--data-dir={d}"], "sets --data-dir itself; use DATA_DIR"),
+    ("passes-of-the-grid", ["operator_1", "--preset", "data-constrained", "--depths", "18"], ["--passes", "2"],
+     "ladder.sh sets --passes itself"),
+]
+
+
+@pytest.mark.parametrize("options, extra, message", [c[1:] for c in LADDER_PASS_THROUGH_CASES],
+                         ids=[c[0] for c in LADDER_PASS_THROUGH_CASES])
+def test_ladder_refuses_pass_through_flags_it_sets(tmp_path, options, extra, message):
+    """Arguments after -- come last on train.py's command line: one the ladder sets trained depth 3 under the name
+    vanilla_d1, or ran outside RUNS_DIR where the next invocation could not resume it. Refused in a dry run and
+    before a real run launches anything."""
+    assert_refused("ladder.sh", [*options, "--dry-run", "--", *extra], tmp_path, message, runner=run_ladder)
+    env = dict(RUNS_DIR=str(tmp_path / "runs"), PATH=fake_torchrun(tmp_path))
+    assert_refused("ladder.sh", [*options, "--", *extra], tmp_path, message, runner=ladder_with(env))
+    assert not (tmp_path / "launched").exists() and not (tmp_path / "runs").exists()
+
+
+def test_ladder_passes_other_flags_through(tmp_path):
+    """Flags the ladder does not set still reach every run (a --seed without --seeds sets the ladder's seed)."""
+    r = subprocess.run(["bash", "ladder.sh", *CPU_LADDER, "--dry-run", "--", "--tpp", "3", "--seed=5", "--no-verify"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    runs = [line for line in r.stdout.splitlines() if line.startswith("torchrun")]
+    assert len(runs) == 2 and all(line.endswith(" --tpp 3 --seed=5 --no-verify") for line in runs), runs
