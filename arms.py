@@ -250,6 +250,9 @@ def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depth
     archs = list(ARMS) if target == "all" else list(DEMO_ARMS) if target == "demo" else [target]
     if preset == "d26" and archs != ["untied_grow"]:
         raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
+    if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
+        raise UsageError(f"the d26 preset is the one run at depth 26, not --depths {' '.join(map(str, depths))}; "
+                         "drop --depths, or run other depths with --preset paper")
     if preset == "data-constrained" and archs != ["operator_1"]:
         raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
                          "data-constrained")

@@ -59,7 +59,7 @@ if [ "$target" = gpu-check ] || [ "$target" = gpu-smoke ]; then  # the GPU accep
     exec python bench.py "--$target" "$@"
 fi
 original_args=("$@")
-preset=paper depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
+preset="" depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
@@ -72,7 +72,12 @@ while [ $# -gt 0 ]; do
         *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --dry-run, -- train.py args)" ;;
     esac
 done
-[ "$target" != demo ] || preset=cpu
+if [ "$target" = demo ]; then  # the demo is the cpu preset's ladders
+    [ "${preset:-cpu}" = cpu ] || die "the demo runs the cpu preset, not --preset $preset; for $preset ladders:" \
+        "bash ladder.sh ARCH|all --preset $preset"
+    preset=cpu
+fi
+preset="${preset:-paper}"
 # The runs, one "NAME ARGS..." line each (arms.py also checks the options and the arch)
 listing=$(python_or_die arms.py ladder "$target" --preset "$preset" --depths "$depths" --seeds "$seeds" \
           --replicate-depths "$replicate_depths") || exit $?

@@ -1387,3 +1387,28 @@ def test_ladder_passes_other_flags_through(tmp_path):
     assert r.returncode == 0, r.stderr
     runs = [line for line in r.stdout.splitlines() if line.startswith("torchrun")]
     assert len(runs) == 2 and all(line.endswith(" --tpp 3 --seed=5 --no-verify") for line in runs), runs
+
+
+LADDER_IGNORED_OPTION_CASES = [  # (id, argv, message): each option was accepted and silently had no effect
+    ("demo-paper-preset", ["demo", "--dry-run", "--preset", "paper"], "the demo runs the cpu preset, not --preset paper"),
+    ("demo-d26-preset", ["demo", "--preset", "d26"], "the demo runs the cpu preset, not --preset d26"),
+    ("d26-depths", ["untied_grow", "--preset", "d26", "--depths", "6 8", "--dry-run"],
+     "the d26 preset is the one run at depth 26, not --depths 6 8"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in LADDER_IGNORED_OPTION_CASES],
+                         ids=[c[0] for c in LADDER_IGNORED_OPTION_CASES])
+def test_ladder_refuses_options_its_target_ignores(tmp_path, argv, message):
+    env = dict(RUNS_DIR=str(tmp_path / "runs"), DATA_DIR=str(tmp_path / "data"), PATH=fake_torchrun(tmp_path))
+    assert_refused("ladder.sh", argv, tmp_path, message, runner=ladder_with(env))
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()  # the demo's data not prepared
+
+
+def test_ladder_accepts_the_options_its_target_uses():
+    """The demo's own preset and d26's own depth are what those targets run: accepted."""
+    for argv, run in ((["demo", "--preset", "cpu", "--depths", "1"], "--depth 1 --preset cpu"),
+                      (["untied_grow", "--preset", "d26", "--depths", "26"], "--depth 26 --preset paper")):
+        r = subprocess.run(["bash", "ladder.sh", *argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0 and run in r.stdout, r.stderr
