@@ -25,6 +25,8 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 die() { echo "ladder.sh: error: $*" >&2; exit 2; }
+# train.py --ladder-dry-run's flags that ladder.sh fills from the environment: an error about one names the variable
+declare -A env_of_flag=([--gpus-per-node]=NPROC_PER_NODE [--nodes]=NNODES [--mfu]=MFU)
 python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
     local err status=0
     err=$(mktemp)
@@ -37,6 +39,9 @@ python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
         local message
         message=$(sed -E '1s/^[a-z_.]+( --[a-z-]+)?: error: //' "$err")
         rm -f "$err"
+        for flag in "${!env_of_flag[@]}"; do
+            message="${message/#"argument $flag: "/"environment variable ${env_of_flag[$flag]} "}"
+        done
         die "$message"
     fi
     cat "$err" >&2
@@ -193,7 +198,8 @@ for r in "${runs[@]}"; do
         if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
         resume=("$resume_flag")
     fi
-    mkdir -p "$run_dir"
+    made=$(mkdir -p "$run_dir" 2>&1) || die "environment variable RUNS_DIR: cannot create the run folder $run_dir" \
+        "(${made##*: }); set RUNS_DIR to a folder you can write to"
     log="$run_dir/train.log"
     echo "run  $name -> $log"
     # torchrun runs in the background so that a SIGTERM/SIGINT to this script reaches it (and through it the

@@ -1412,3 +1412,22 @@ def test_ladder_accepts_the_options_its_target_uses():
         r = subprocess.run(["bash", "ladder.sh", *argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0 and run in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "5", "0"])
+def test_ladder_names_mfu_not_the_flag_it_fills(tmp_path, value):
+    """MFU reaches train.py --ladder-dry-run as --mfu: the refusal named a flag the user never gave."""
+    line = assert_refused("ladder.sh", ["vanilla", "--depths", "6", "--dry-run"], tmp_path,
+                          f"environment variable MFU must be a finite number in (0, 1], got '{value}'",
+                          runner=ladder_with(dict(MFU=value)))
+    assert "--mfu" not in line
+
+
+def test_ladder_names_runs_dir_it_cannot_create(tmp_path):
+    """A RUNS_DIR that is a file: mkdir's own message and exit 1 before; one line naming RUNS_DIR now."""
+    (tmp_path / "file").write_text("not a folder")
+    env = dict(RUNS_DIR=str(tmp_path / "file"), PATH=fake_torchrun(tmp_path))
+    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depths", "1"], tmp_path,
+                   f"environment variable RUNS_DIR: cannot create the run folder {tmp_path}/file/vanilla_d1 (Not a "
+                   "directory)", runner=ladder_with(env))
+    assert not (tmp_path / "launched").exists()
