@@ -13,7 +13,8 @@
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed
-# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
+# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate); a relative
+# DATA_DIR or RUNS_DIR is taken from the directory ladder.sh is run in, the defaults lie under the repository.
 # SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
 # each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
 # `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
@@ -22,7 +23,17 @@
 # Seed replicates: --seeds "S1 S2 ..." names every run ARCH_dD_sS and passes --seed S to train.py; with
 # --replicate-depths only those depths get every seed, the others get S1 only. fit.py ladders pools the replicates.
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")"
+script="$PWD/$(basename "$0")"
+# RUNS_DIR, DATA_DIR and a --data-dir after -- are the user's: a relative one names a folder under the directory
+# ladder.sh was started from. Run from the repository they stay as given (DATA_DIR=data/stdlib is still train.py's
+# default, which it prepares); the defaults (runs/, data/...) are under the repository, where train.py runs.
+from_caller() {
+    if [[ "$1" == /* || -z "$1" ]] || [ "$caller" -ef . ]; then printf '%s\n' "$1"; else printf '%s\n' "$caller/$1"; fi
+}
+[ -z "${RUNS_DIR:-}" ] || RUNS_DIR=$(from_caller "$RUNS_DIR")
+[ -z "${DATA_DIR:-}" ] || DATA_DIR=$(from_caller "$DATA_DIR")
 
 die() { echo "ladder.sh: error: $*" >&2; exit 2; }
 # train.py --ladder-dry-run's flags that ladder.sh fills from the environment: an error about one names the variable
@@ -119,13 +130,17 @@ for r in "${runs[@]}"; do
     train_args "$name" $args
     for word in "${train_args[@]}"; do [[ "$word" != --* ]] || ladder_flags+=("$word"); done
 done
-for word in ${extra[@]+"${extra[@]}"}; do
-    flag="${word%%=*}"
+for i in ${extra[@]+"${!extra[@]}"}; do
+    word="${extra[i]}" flag="${extra[i]%%=*}"
     [[ "$flag" == --?* ]] || continue
     for own in "${ladder_flags[@]}"; do
         [[ "$own" != "$flag"* ]] || die "'$word' after --$([ "$flag" = "$own" ] || echo " clashes with $own"):" \
             "ladder.sh sets $own itself; $(instead "$own")"
     done
+    if [[ --data-dir == "$flag"* ]]; then  # the user's folder, as DATA_DIR (or an abbreviation, as argparse takes)
+        if [[ "$word" == *=* ]]; then extra[i]="$flag=$(from_caller "${word#*=}")"
+        elif [ $((i + 1)) -lt ${#extra[@]} ]; then extra[i + 1]=$(from_caller "${extra[i + 1]}"); fi
+    fi
 done
 
 # A SLURM allocation of several nodes: one copy of this script per node (srun), each told its rank by SLURM.
@@ -134,7 +149,8 @@ if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 fi
 if [ -n "${SLURM_JOB_NODELIST:-}" ] && [ "${SLURM_NNODES:-1}" -gt 1 ]; then
     if [ -z "${SLURM_STEP_ID:-}" ] && [ "$dry_run" = 0 ]; then
-        exec srun --nodes "$SLURM_NNODES" --ntasks-per-node 1 bash "$0" "$target" "${original_args[@]}"
+        cd "$caller"  # each copy resolves the user's relative paths as this one did
+        exec srun --nodes "$SLURM_NNODES" --ntasks-per-node 1 bash "$script" "$target" "${original_args[@]}"
     fi
     whole_number SLURM_NODEID "${SLURM_NODEID:-0}" 0 $((SLURM_NNODES - 1))
     command -v scontrol >/dev/null || die "SLURM allocation found but scontrol is not on PATH"

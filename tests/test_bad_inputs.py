@@ -1431,3 +1431,64 @@ def test_ladder_names_runs_dir_it_cannot_create(tmp_path):
                    f"environment variable RUNS_DIR: cannot create the run folder {tmp_path}/file/vanilla_d1 (Not a "
                    "directory)", runner=ladder_with(env))
     assert not (tmp_path / "launched").exists()
+
+
+def launch_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("torchrun")]
+
+
+def test_ladder_takes_relative_paths_from_the_callers_directory(tmp_path):
+    """ladder.sh cds to the repository: a relative RUNS_DIR, DATA_DIR or --data-dir from elsewhere landed there.
+    The defaults stay under the repository (README: runs/, data/...)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = os.path.join(ROOT, "ladder.sh")
+
+    def ladder_from_work(*argv, **env):
+        return subprocess.run(["bash", script, *argv], cwd=work, capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, **env))
+    r = ladder_from_work("untied_grow", "--preset", "d26", "--dry-run", RUNS_DIR="rel", DATA_DIR="pool")
+    assert r.returncode == 0, r.stderr
+    assert f"--data-dir {work}/pool --run-name untied_grow_d26 --runs-dir {work}/rel" in r.stdout
+    r = ladder_from_work(*CPU_LADDER, "--dry-run", "--", "--data-dir", "x", "--data-d=y", "--tpp", "3")
+    assert r.returncode == 0, r.stderr
+    assert all(line.endswith(f"--runs-dir runs --data-dir {work}/x --data-d={work}/y --tpp 3")
+               for line in launch_lines(r.stdout)), r.stdout
+    r = ladder_from_work("untied_grow", "--preset", "d26", "--dry-run", RUNS_DIR="", DATA_DIR="")
+    assert "--data-dir data/fineweb_edu --run-name untied_grow_d26 --runs-dir runs" in r.stdout, r.stderr
+    # train.py reads DATA_DIR itself (presets other than d26): it gets the caller's folder
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f'#!/usr/bin/env bash\necho "$DATA_DIR" > {tmp_path}/data_dir\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    r = ladder_from_work("vanilla", "--preset", "cpu", "--depths", "1", RUNS_DIR=str(tmp_path / "runs"),
+                         DATA_DIR="pool", PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "data_dir").read_text() == f"{work}/pool\n"
+
+
+def test_ladder_under_slurm_from_another_directory(tmp_path):
+    """srun started `bash $0` after the cd, so `bash repo/ladder.sh` from outside the repository failed on every node;
+    each copy now runs the script by its full path from the caller's directory, so paths resolve as in the first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for name, body in {
+        "scontrol": 'printf "gpu-a17\\ngpu-a18\\n"',
+        "srun": 'while [ "$1" != bash ]; do shift; done\n'
+                'for node in 0 1; do SLURM_STEP_ID=0 SLURM_NODEID=$node "$@" || exit 1; done',
+        "torchrun": f'echo "$*" >> {log}',
+    }.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "repo").symlink_to(ROOT)
+    env = dict(os.environ, SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_NNODES="2", RUNS_DIR="runs", DATA_DIR="pool",
+               PATH=f"{bin_dir}:{os.environ['PATH']}")
+    env.pop("SLURM_STEP_ID", None)
+    r = subprocess.run(["bash", "repo/ladder.sh", "untied_grow", "--preset", "d26"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and all(f"--data-dir {tmp_path}/pool --run-name untied_grow_d26 --runs-dir "
+                                   f"{tmp_path}/runs" in call for call in calls), calls
+    assert (tmp_path / "runs" / "untied_grow_d26" / "train.log").exists()
