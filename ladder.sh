@@ -89,8 +89,8 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ "$target" = demo ]; then  # the demo is the cpu preset's ladders
-    [ "${preset:-cpu}" = cpu ] || die "the demo runs the cpu preset, not --preset $preset; for $preset ladders:" \
-        "bash ladder.sh ARCH|all --preset $preset"
+    [ "${preset:-cpu}" = cpu ] || die "the demo runs the cpu preset, not --preset $preset; drop --preset (other" \
+        "presets: bash ladder.sh ARCH|all --preset P)"
     preset=cpu
 fi
 preset="${preset:-paper}"
@@ -102,8 +102,9 @@ mapfile -t runs <<<"$listing"
 runs_dir="${RUNS_DIR:-runs}"
 [ "$target" != demo ] || runs_dir="${RUNS_DIR:-runs/demo}"
 resume_flag=--resume-or-start
-train_args() {  # NAME ARGS...: train.py's arguments for run NAME (ARGS: its line from arms.py), before the resume
-    local name=$1         # flag and the arguments after --
+# NAME ARGS...: train.py's arguments for run NAME (ARGS: its line from arms.py), less the resume flag and the -- ones
+train_args() {
+    local name=$1
     shift
     train_args=("$@" ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir")
 }
