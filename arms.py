@@ -275,22 +275,28 @@ def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depth
     archs = list(ARMS) if target == "all" else list(DEMO_ARMS) if target == "demo" else [target]
     if preset == "d26" and archs != ["untied_grow"]:
         raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
+    if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
+        raise UsageError(f"the d26 preset is the one run at depth 26, not --depths {' '.join(map(str, depths))}; "
+                         "drop --depths, or run other depths with --preset paper")
     if preset == "data-constrained" and archs != ["operator_1"]:
         raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
                          "data-constrained")
+    # every run names its train.py preset, even paper (train.py's default): ladder.sh refuses flags after -- that
+    # would override what a run's arguments set
+    preset_args = ["--preset", "cpu" if preset == "cpu" else "paper"]
     runs = []  # (name, depth, arguments)
     for arch in archs:
         if preset == "paper":
-            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d)])
+            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
                      for d in depths or ARMS[arch].ladder_depths]
         elif preset == "cpu":
-            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), "--preset", "cpu"])
+            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
                      for d in depths or CPU_LADDER_DEPTHS]
         elif preset == "d26":
-            runs.append(("untied_grow_d26", 26, ["--arch", "untied_grow", "--depth", "26"]))
+            runs.append(("untied_grow_d26", 26, ["--arch", "untied_grow", "--depth", "26", *preset_args]))
         else:
             runs += [(f"dc_{wd}_d{d}_k{k}", d, ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
-                                                "--data-constrained", wd])
+                                                "--data-constrained", wd, *preset_args])
                      for wd in DATA_CONSTRAINED for d in depths or DATA_CONSTRAINED_LOOPS
                      for k in DATA_CONSTRAINED_LOOPS.get(d, ())]
     if not runs:

@@ -13,7 +13,8 @@
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed
-# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate).
+# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate); a relative
+# DATA_DIR or RUNS_DIR is taken from the directory ladder.sh is run in, the defaults lie under the repository.
 # SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
 # each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
 # `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
@@ -22,9 +23,21 @@
 # Seed replicates: --seeds "S1 S2 ..." names every run ARCH_dD_sS and passes --seed S to train.py; with
 # --replicate-depths only those depths get every seed, the others get S1 only. fit.py ladders pools the replicates.
 set -euo pipefail
+caller="$PWD"
 cd "$(dirname "$0")"
+script="$PWD/$(basename "$0")"
+# RUNS_DIR, DATA_DIR and a --data-dir after -- are the user's: a relative one names a folder under the directory
+# ladder.sh was started from. Run from the repository they stay as given (DATA_DIR=data/stdlib is still train.py's
+# default, which it prepares); the defaults (runs/, data/...) are under the repository, where train.py runs.
+from_caller() {
+    if [[ "$1" == /* || -z "$1" ]] || [ "$caller" -ef . ]; then printf '%s\n' "$1"; else printf '%s\n' "$caller/$1"; fi
+}
+[ -z "${RUNS_DIR:-}" ] || RUNS_DIR=$(from_caller "$RUNS_DIR")
+[ -z "${DATA_DIR:-}" ] || DATA_DIR=$(from_caller "$DATA_DIR")
 
 die() { echo "ladder.sh: error: $*" >&2; exit 2; }
+# train.py --ladder-dry-run's flags that ladder.sh fills from the environment: an error about one names the variable
+declare -A env_of_flag=([--gpus-per-node]=NPROC_PER_NODE [--nodes]=NNODES [--mfu]=MFU)
 python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
     local err status=0
     err=$(mktemp)
@@ -37,6 +50,9 @@ python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
         local message
         message=$(sed -E '1s/^[a-z_.]+( --[a-z-]+)?: error: //' "$err")
         rm -f "$err"
+        for flag in "${!env_of_flag[@]}"; do
+            message="${message/#"argument $flag: "/"environment variable ${env_of_flag[$flag]} "}"
+        done
         die "$message"
     fi
     cat "$err" >&2
@@ -59,7 +75,7 @@ if [ "$target" = gpu-check ] || [ "$target" = gpu-smoke ]; then  # the GPU accep
     exec python bench.py "--$target" "$@"
 fi
 original_args=("$@")
-preset=paper depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
+preset="" depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
@@ -72,11 +88,61 @@ while [ $# -gt 0 ]; do
         *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --dry-run, -- train.py args)" ;;
     esac
 done
-[ "$target" != demo ] || preset=cpu
+if [ "$target" = demo ]; then  # the demo is the cpu preset's ladders
+    [ "${preset:-cpu}" = cpu ] || die "the demo runs the cpu preset, not --preset $preset; drop --preset (other" \
+        "presets: bash ladder.sh ARCH|all --preset P)"
+    preset=cpu
+fi
+preset="${preset:-paper}"
 # The runs, one "NAME ARGS..." line each (arms.py also checks the options and the arch)
 listing=$(python_or_die arms.py ladder "$target" --preset "$preset" --depths "$depths" --seeds "$seeds" \
           --replicate-depths "$replicate_depths") || exit $?
 mapfile -t runs <<<"$listing"
+[ "$preset" != d26 ] || data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}")  # kept whole: a path may hold spaces
+runs_dir="${RUNS_DIR:-runs}"
+[ "$target" != demo ] || runs_dir="${RUNS_DIR:-runs/demo}"
+resume_flag=--resume-or-start
+# NAME ARGS...: train.py's arguments for run NAME (ARGS: its line from arms.py), less the resume flag and the -- ones
+train_args() {
+    local name=$1
+    shift
+    train_args=("$@" ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir")
+}
+instead() {  # FLAG: how to set with the ladder what train.py's FLAG sets
+    case "$1" in
+        --arch) echo "name the arch as the first argument (bash ladder.sh ARCH)" ;;
+        --depth) echo "use --depths" ;;
+        --seed) echo "use --seeds" ;;
+        --preset) echo "use ladder.sh's own --preset, before --" ;;
+        --passes|--data-constrained) echo "use --depths to pick cells of the data-constrained grid" ;;
+        --data-dir) echo "use DATA_DIR" ;;
+        --runs-dir) echo "use RUNS_DIR" ;;
+        --run-name) echo "use RUNS_DIR to keep ladders apart (runs are named ARCH_dDEPTH, _sSEED with --seeds)" ;;
+        "$resume_flag") echo "re-run the same command: the ladder resumes started runs itself" ;;
+        *) echo "see bash ladder.sh -h" ;;
+    esac
+}
+# Arguments after -- come last, so one naming a flag the ladder gives a run (or abbreviating it, as argparse
+# allows: --dep, --resume) would train another run under this run's name, or outside RUNS_DIR.
+ladder_flags=("$resume_flag")
+for r in "${runs[@]}"; do
+    read -r name args <<<"$r"
+    # shellcheck disable=SC2086
+    train_args "$name" $args
+    for word in "${train_args[@]}"; do [[ "$word" != --* ]] || ladder_flags+=("$word"); done
+done
+for i in ${extra[@]+"${!extra[@]}"}; do
+    word="${extra[i]}" flag="${extra[i]%%=*}"
+    [[ "$flag" == --?* ]] || continue
+    for own in "${ladder_flags[@]}"; do
+        [[ "$own" != "$flag"* ]] || die "'$word' after --$([ "$flag" = "$own" ] || echo " clashes with $own"):" \
+            "ladder.sh sets $own itself; $(instead "$own")"
+    done
+    if [[ --data-dir == "$flag"* ]]; then  # the user's folder, as DATA_DIR (or an abbreviation, as argparse takes)
+        if [[ "$word" == *=* ]]; then extra[i]="$flag=$(from_caller "${word#*=}")"
+        elif [ $((i + 1)) -lt ${#extra[@]} ]; then extra[i + 1]=$(from_caller "${extra[i + 1]}"); fi
+    fi
+done
 
 # A SLURM allocation of several nodes: one copy of this script per node (srun), each told its rank by SLURM.
 if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
@@ -84,7 +150,8 @@ if [ -n "${SLURM_JOB_NODELIST:-}" ]; then
 fi
 if [ -n "${SLURM_JOB_NODELIST:-}" ] && [ "${SLURM_NNODES:-1}" -gt 1 ]; then
     if [ -z "${SLURM_STEP_ID:-}" ] && [ "$dry_run" = 0 ]; then
-        exec srun --nodes "$SLURM_NNODES" --ntasks-per-node 1 bash "$0" "$target" "${original_args[@]}"
+        cd "$caller"  # each copy resolves the user's relative paths as this one did
+        exec srun --nodes "$SLURM_NNODES" --ntasks-per-node 1 bash "$script" "$target" "${original_args[@]}"
     fi
     whole_number SLURM_NODEID "${SLURM_NODEID:-0}" 0 $((SLURM_NNODES - 1))
     command -v scontrol >/dev/null || die "SLURM allocation found but scontrol is not on PATH"
@@ -98,8 +165,7 @@ fi
 nnodes="${NNODES:-1}"
 case "$preset" in
     cpu) nproc="${NPROC_PER_NODE:-1}" ;;
-    d26) nproc="${NPROC_PER_NODE:-8}"; nnodes="${NNODES:-2}"
-         data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}") ;;  # kept whole: a path may hold spaces
+    d26) nproc="${NPROC_PER_NODE:-8}"; nnodes="${NNODES:-2}" ;;
     *) nproc="${NPROC_PER_NODE:-8}" ;;
 esac
 whole_number NPROC_PER_NODE "$nproc" 1 1024
@@ -118,16 +184,16 @@ else
 fi
 
 if [ "$target" = demo ] && [ "$dry_run" = 0 ]; then
-    export RUNS_DIR="${RUNS_DIR:-runs/demo}" DATA_DIR="${DATA_DIR:-data/stdlib}"
+    export DATA_DIR="${DATA_DIR:-data/stdlib}"
     python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
 fi
-runs_dir="${RUNS_DIR:-runs}"
 
 if [ "$dry_run" = 1 ]; then
     for r in "${runs[@]}"; do
         read -r name args <<<"$r"
         # shellcheck disable=SC2086
-        echo "${launch[*]} train.py $args$(printf ' %q' ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" ${extra[@]+"${extra[@]}"})"
+        train_args "$name" $args
+        echo "${launch[*]} train.py$(printf ' %q' "${train_args[@]}" ${extra[@]+"${extra[@]}"})"
     done
     # train.py's derivation and micro-batch planner for every run: its memory per rank, then FLOPs and GPU-hours
     python_or_die train.py --ladder-dry-run --gpus-per-node "$nproc" --nodes "$nnodes" --mfu "${MFU:-0.4}" \
@@ -147,16 +213,17 @@ for r in "${runs[@]}"; do
         status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
                  2>/dev/null || echo unreadable)
         if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
-        resume=(--resume-or-start)
+        resume=("$resume_flag")
     fi
-    mkdir -p "$run_dir"
+    made=$(mkdir -p "$run_dir" 2>&1) || die "environment variable RUNS_DIR: cannot create the run folder $run_dir" \
+        "(${made##*: }); set RUNS_DIR to a folder you can write to"
     log="$run_dir/train.log"
     echo "run  $name -> $log"
     # torchrun runs in the background so that a SIGTERM/SIGINT to this script reaches it (and through it the
     # workers, which torchrun starts in their own session); a worker that survives anyway holds the run's lock.
     # shellcheck disable=SC2086
-    "${launch[@]}" train.py $args ${data_args[@]+"${data_args[@]}"} --run-name "$name" --runs-dir "$runs_dir" \
-        ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
+    train_args "$name" $args
+    "${launch[@]}" train.py "${train_args[@]}" ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
     child=$!
     # torchrun exits 1 when stopped; the ladder exits as its signal says (128 + n). A script's background job
     # ignores SIGINT, so Ctrl-C reaches torchrun as a SIGTERM.
@@ -173,6 +240,6 @@ for r in "${runs[@]}"; do
     grep -E "^done:" "$log" | tail -n 1 || true
 done
 if [ "$target" = demo ]; then
-    python fit.py ladders "$RUNS_DIR" --anchor-depth 2 --out "$RUNS_DIR/fit"
-    echo "figure: $RUNS_DIR/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
+    python fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"
+    echo "figure: $runs_dir/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
 fi

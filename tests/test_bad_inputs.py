@@ -1744,3 +1744,157 @@ def test_train_resume_refuses_checkpoints_final_that_is_a_file(pool, stopped_run
     line = assert_refused("train.py", tiny_run_argv(pool, "--resume"), tmp_path, "is a file, not a checkpoint folder",
                           {"runs/r/checkpoints/final": "not a checkpoint"}, runner=run_in_process)
     assert "runs/r/checkpoints/final" in line
+
+
+# --- ladder.sh: pass-through flags, options a target ignores, environment values, relative paths ---
+def fake_torchrun(tmp_path):
+    """PATH with a torchrun that only records that it was started (in tmp_path/launched)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f"#!/usr/bin/env bash\necho \"$*\" >> {tmp_path}/launched\n")
+    (bin_dir / "torchrun").chmod(0o755)
+    return f"{bin_dir}:{os.environ['PATH']}"
+
+
+CPU_LADDER = ["vanilla", "--preset", "cpu", "--depths", "1 2"]
+LADDER_PASS_THROUGH_CASES = [  # (id, ladder options, arguments after --, message): each overrode what a run is
+    ("depth", CPU_LADDER, ["--depth", "3"], "'--depth' after --: ladder.sh sets --depth itself; use --depths"),
+    ("depth-equals", CPU_LADDER, ["--depth=3"], "'--depth=3' after --: ladder.sh sets --depth itself"),
+    ("depth-abbreviated", CPU_LADDER, ["--dep", "3"], "'--dep' after -- clashes with --depth"),
+    ("arch", CPU_LADDER, ["--arch", "loop_2"], "ladder.sh sets --arch itself; name the arch as the first argument"),
+    ("seed-with-seeds", [*CPU_LADDER, "--seeds", "0 1"], ["--seed", "5"], "ladder.sh sets --seed itself; use --seeds"),
+    ("preset", CPU_LADDER, ["--preset", "paper"], "ladder.sh sets --preset itself"),
+    ("preset-of-a-paper-ladder", ["vanilla", "--depths", "6"], ["--preset=cpu"], "ladder.sh sets --preset itself"),
+    ("run-name", CPU_LADDER, ["--run-name", "x"], "ladder.sh sets --run-name itself"),
+    ("runs-dir", CPU_LADDER, ["--runs-dir", "{d}/elsewhere"], "ladder.sh sets --runs-dir itself; use RUNS_DIR"),
+    ("resume", CPU_LADDER, ["--resume"], "'--resume' after -- clashes with --resume-or-start"),
+    ("data-dir-of-d26", ["untied_grow", "--preset", "d26"], ["--data-dir={d}"], "sets --data-dir itself; use DATA_DIR"),
+    ("passes-of-the-grid", ["operator_1", "--preset", "data-constrained", "--depths", "18"], ["--passes", "2"],
+     "ladder.sh sets --passes itself"),
+]
+
+
+@pytest.mark.parametrize("options, extra, message", [c[1:] for c in LADDER_PASS_THROUGH_CASES],
+                         ids=[c[0] for c in LADDER_PASS_THROUGH_CASES])
+def test_ladder_refuses_pass_through_flags_it_sets(tmp_path, options, extra, message):
+    """Arguments after -- come last on train.py's command line: one the ladder sets trained depth 3 under the name
+    vanilla_d1, or ran outside RUNS_DIR where the next invocation could not resume it. Refused in a dry run and
+    before a real run launches anything."""
+    assert_refused("ladder.sh", [*options, "--dry-run", "--", *extra], tmp_path, message, runner=run_ladder)
+    env = dict(RUNS_DIR=str(tmp_path / "runs"), PATH=fake_torchrun(tmp_path))
+    assert_refused("ladder.sh", [*options, "--", *extra], tmp_path, message, runner=ladder_with(env))
+    assert not (tmp_path / "launched").exists() and not (tmp_path / "runs").exists()
+
+
+def test_ladder_passes_other_flags_through(tmp_path):
+    """Flags the ladder does not set still reach every run (a --seed without --seeds sets the ladder's seed)."""
+    r = subprocess.run(["bash", "ladder.sh", *CPU_LADDER, "--dry-run", "--", "--tpp", "3", "--seed=5", "--no-verify"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    runs = [line for line in r.stdout.splitlines() if line.startswith("torchrun")]
+    assert len(runs) == 2 and all(line.endswith(" --tpp 3 --seed=5 --no-verify") for line in runs), runs
+
+
+LADDER_IGNORED_OPTION_CASES = [  # (id, argv, message): each option was accepted and silently had no effect
+    ("demo-paper-preset", ["demo", "--dry-run", "--preset", "paper"], "the demo runs the cpu preset, not --preset paper"),
+    ("demo-d26-preset", ["demo", "--preset", "d26"], "the demo runs the cpu preset, not --preset d26"),
+    ("d26-depths", ["untied_grow", "--preset", "d26", "--depths", "6 8", "--dry-run"],
+     "the d26 preset is the one run at depth 26, not --depths 6 8"),
+]
+
+
+@pytest.mark.parametrize("argv, message", [c[1:] for c in LADDER_IGNORED_OPTION_CASES],
+                         ids=[c[0] for c in LADDER_IGNORED_OPTION_CASES])
+def test_ladder_refuses_options_its_target_ignores(tmp_path, argv, message):
+    env = dict(RUNS_DIR=str(tmp_path / "runs"), DATA_DIR=str(tmp_path / "data"), PATH=fake_torchrun(tmp_path))
+    assert_refused("ladder.sh", argv, tmp_path, message, runner=ladder_with(env))
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "data").exists()  # the demo's data not prepared
+
+
+def test_ladder_accepts_the_options_its_target_uses():
+    """The demo's own preset and d26's own depth are what those targets run: accepted."""
+    for argv, run in ((["demo", "--preset", "cpu", "--depths", "1"], "--depth 1 --preset cpu"),
+                      (["untied_grow", "--preset", "d26", "--depths", "26"], "--depth 26 --preset paper")):
+        r = subprocess.run(["bash", "ladder.sh", *argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0 and run in r.stdout, r.stderr
+
+
+@pytest.mark.parametrize("value", ["abc", "5", "0"])
+def test_ladder_names_mfu_not_the_flag_it_fills(tmp_path, value):
+    """MFU reaches train.py --ladder-dry-run as --mfu: the refusal named a flag the user never gave."""
+    line = assert_refused("ladder.sh", ["vanilla", "--depths", "6", "--dry-run"], tmp_path,
+                          f"environment variable MFU must be a finite number in (0, 1], got '{value}'",
+                          runner=ladder_with(dict(MFU=value)))
+    assert "--mfu" not in line
+
+
+def test_ladder_names_runs_dir_it_cannot_create(tmp_path):
+    """A RUNS_DIR that is a file: mkdir's own message and exit 1 before; one line naming RUNS_DIR now."""
+    (tmp_path / "file").write_text("not a folder")
+    env = dict(RUNS_DIR=str(tmp_path / "file"), PATH=fake_torchrun(tmp_path))
+    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depths", "1"], tmp_path,
+                   f"environment variable RUNS_DIR: cannot create the run folder {tmp_path}/file/vanilla_d1 (Not a "
+                   "directory)", runner=ladder_with(env))
+    assert not (tmp_path / "launched").exists()
+
+
+def launch_lines(stdout):
+    return [line for line in stdout.splitlines() if line.startswith("torchrun")]
+
+
+def test_ladder_takes_relative_paths_from_the_callers_directory(tmp_path):
+    """ladder.sh cds to the repository: a relative RUNS_DIR, DATA_DIR or --data-dir from elsewhere landed there.
+    The defaults stay under the repository (README: runs/, data/...)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    script = os.path.join(ROOT, "ladder.sh")
+
+    def ladder_from_work(*argv, **env):
+        return subprocess.run(["bash", script, *argv], cwd=work, capture_output=True, text=True, timeout=300,
+                              env=dict(os.environ, **env))
+    r = ladder_from_work("untied_grow", "--preset", "d26", "--dry-run", RUNS_DIR="rel", DATA_DIR="pool")
+    assert r.returncode == 0, r.stderr
+    assert f"--data-dir {work}/pool --run-name untied_grow_d26 --runs-dir {work}/rel" in r.stdout
+    r = ladder_from_work(*CPU_LADDER, "--dry-run", "--", "--data-dir", "x", "--data-d=y", "--tpp", "3")
+    assert r.returncode == 0, r.stderr
+    assert all(line.endswith(f"--runs-dir runs --data-dir {work}/x --data-d={work}/y --tpp 3")
+               for line in launch_lines(r.stdout)), r.stdout
+    r = ladder_from_work("untied_grow", "--preset", "d26", "--dry-run", RUNS_DIR="", DATA_DIR="")
+    assert "--data-dir data/fineweb_edu --run-name untied_grow_d26 --runs-dir runs" in r.stdout, r.stderr
+    # train.py reads DATA_DIR itself (presets other than d26): it gets the caller's folder
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f'#!/usr/bin/env bash\necho "$DATA_DIR" > {tmp_path}/data_dir\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    r = ladder_from_work("vanilla", "--preset", "cpu", "--depths", "1", RUNS_DIR=str(tmp_path / "runs"),
+                         DATA_DIR="pool", PATH=f"{bin_dir}:{os.environ['PATH']}")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "data_dir").read_text() == f"{work}/pool\n"
+
+
+def test_ladder_under_slurm_from_another_directory(tmp_path):
+    """srun started `bash $0` after the cd, so `bash repo/ladder.sh` from outside the repository failed on every node;
+    each copy now runs the script by its full path from the caller's directory, so paths resolve as in the first."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for name, body in {
+        "scontrol": 'printf "gpu-a17\\ngpu-a18\\n"',
+        "srun": 'while [ "$1" != bash ]; do shift; done\n'
+                'for node in 0 1; do SLURM_STEP_ID=0 SLURM_NODEID=$node "$@" || exit 1; done',
+        "torchrun": f'echo "$*" >> {log}',
+    }.items():
+        (bin_dir / name).write_text("#!/usr/bin/env bash\n" + body + "\n")
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "repo").symlink_to(ROOT)
+    env = dict(os.environ, SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_NNODES="2", RUNS_DIR="runs", DATA_DIR="pool",
+               PATH=f"{bin_dir}:{os.environ['PATH']}")
+    env.pop("SLURM_STEP_ID", None)
+    r = subprocess.run(["bash", "repo/ladder.sh", "untied_grow", "--preset", "d26"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and all(f"--data-dir {tmp_path}/pool --run-name untied_grow_d26 --runs-dir "
+                                   f"{tmp_path}/runs" in call for call in calls), calls
+    assert (tmp_path / "runs" / "untied_grow_d26" / "train.log").exists()

@@ -244,8 +244,8 @@ def test_arms_py_ladder_lists_the_runs_of_the_arms_table(monkeypatch, capsys):
     table: a changed ladder depth or loop grid shows up in the listing."""
     monkeypatch.setitem(arms.ARMS, "loop_2", dataclasses.replace(arms.ARMS["loop_2"], ladder_depths=(6, 30)))
     assert arms.main(["ladder", "loop_2"]) == 0
-    assert capsys.readouterr().out.splitlines() == ["loop_2_d6 --arch loop_2 --depth 6",
-                                                    "loop_2_d30 --arch loop_2 --depth 30"]
+    assert capsys.readouterr().out.splitlines() == ["loop_2_d6 --arch loop_2 --depth 6 --preset paper",
+                                                    "loop_2_d30 --arch loop_2 --depth 30 --preset paper"]
     monkeypatch.setattr(arms, "DATA_CONSTRAINED_LOOPS", {8: (5,)})
     assert arms.main(["ladder", "operator_1", "--preset", "data-constrained"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
