@@ -1549,7 +1549,7 @@ def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, check
 
 
 def test_core_eval_checkpoint_with_nan_weights_refused_before_the_bundle(tmp_path, checkpoint):
-    weights = torch.load(checkpoint, weights_only=True)
+    weights = torch.load(checkpoint, map_location="cpu", weights_only=True)
     next(iter(weights["model"].values())).view(-1)[0] = float("nan")
     torch.save(weights, tmp_path / "nan.pt")
     assert_refused("core_eval.py", [a.replace("{ckpt}", str(tmp_path / "nan.pt")) for a in EVAL], tmp_path,

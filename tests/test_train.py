@@ -83,7 +83,8 @@ def test_dist_timeout_reaches_the_process_group(monkeypatch):
         train.open_run(args, train.make_plan(args))
     assert calls == [("auto", 45)]
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **kw: calls.append(kw))
-    for name, value in dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0").items():
+    torchrun_env = dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    for name, value in torchrun_env.items():
         monkeypatch.setenv(name, value)
     assert common.setup_distributed("cpu", 45) == (0, 2, torch.device("cpu"))
     assert calls[-1]["timeout"] == datetime.timedelta(minutes=45)
