@@ -223,6 +223,24 @@ def lr_multiplier(step, plan):
     return m
 
 
+def schedule_notes(plan):
+    """What the LR schedule cannot do in this run's steps: a warmup at least as long as the run (the LR never
+    reaches its peak, and the decay to 0 never starts), a growth before the warmup ends, a re-warm that outlasts
+    the run. The recipe's fixed 40 steps meet them only in tiny runs (the cpu preset's d1); they are reported, not
+    changed, so a run is the recipe it names."""
+    notes = []
+    if plan.warmup_steps >= plan.steps:
+        notes.append(f"warmup_steps {plan.warmup_steps} >= steps {plan.steps}: the LR peaks at "
+                     f"{lr_multiplier(plan.steps - 1, plan):.3g} of its value and never decays")
+    for crossover in plan.crossover_steps:
+        if crossover < plan.warmup_steps:
+            notes.append(f"growth at step {crossover} falls inside the {plan.warmup_steps}-step warmup")
+        if plan.rewarm_steps and crossover + plan.rewarm_steps >= plan.steps:
+            notes.append(f"the {plan.rewarm_steps}-step re-warm after growth at step {crossover} outlasts the "
+                         f"{plan.steps}-step run")
+    return notes
+
+
 def stage_index(step, plan):
     """Which growth stage is in force at an optimizer step (0 before the first growth)."""
     return sum(step >= c for c in plan.crossover_steps)

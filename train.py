@@ -45,7 +45,8 @@ from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Par
 import arms
 from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PRESETS, SEEDS
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
-                  memory_report, passes_at, plan_micro_batches, requested_micro_batches, stage_at, stage_index)
+                  memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes, stage_at,
+                  stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -62,7 +63,8 @@ def dry_run(args):
         mem = dry_run_memory(args, plan, world)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
         print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
-                              host_memory=host_memory(plan, min(ranks_per_node, world)))))
+                              host_memory=host_memory(plan, min(ranks_per_node, world)),
+                              schedule_notes=schedule_notes(plan))))
     return 0
 
 
@@ -335,6 +337,8 @@ def start_training(run):
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     step_model = compile_model(model, plan) if use_compile(args, run.device) else model
+    for note in schedule_notes(plan) if run.master and not state.step else []:
+        print(f"note: {note}")
     return Training(run, model, step_model, optimizers, replicated, state)
 
 

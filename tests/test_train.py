@@ -812,3 +812,23 @@ def test_evals_record_the_epoch_trajectory_jsonl_records(pool, tmp_path):
     epoch_at = {0: 1, **{t["step"]: t["epoch"] for t in trajectory}}
     assert len(result["evals"]) == 3  # step 0, the epoch boundary at step 3 (the loader's epoch here), the end
     assert [e["epoch"] for e in result["evals"]] == [epoch_at[e["step"]] for e in result["evals"]] == [1, 1, 2]
+
+
+def test_schedule_notes_name_what_the_lr_schedule_cannot_do_in_a_tiny_run(capsys):
+    """The recipes' fixed 40-step warmup and re-warm outlast most of the cpu preset's d1 runs (33 to 56 steps) and
+    Loop-Grow d2's last 26 steps: the dry run says so (schedule_notes); no run of the paper's ladders, the d26 run or the
+    data-constrained grid has a note."""
+    notes = {}
+    for arch in ("vanilla", "untied_grow"):
+        assert train.main(["--arch", arch, "--depth", "1", "--preset", "cpu", "--dry-run"]) == 0
+        notes[arch] = json.loads(capsys.readouterr().out)["schedule_notes"]
+    assert notes["vanilla"] == ["warmup_steps 40 >= steps 33: the LR peaks at 0.825 of its value and never decays"]
+    assert notes["untied_grow"] == ["growth at step 39 falls inside the 40-step warmup",
+                                    "the 40-step re-warm after growth at step 39 outlasts the 56-step run"]
+    for preset in ("paper", "d26", "data-constrained", "cpu"):
+        target = dict(d26="untied_grow", **{"data-constrained": "operator_1"}).get(preset, "all")
+        for name, argv in arms.ladder_runs(target, preset):
+            plan = train.make_plan(train.parse_args(argv))
+            noted = preset == "cpu" and name in ("vanilla_d1", "loop_2_d1", "loop_grow_d1", "untied_grow_d1",
+                                                 "deep_vanilla_grow_d1", "loop_grow_d2")
+            assert bool(plan_lib.schedule_notes(plan)) == noted, (name, plan_lib.schedule_notes(plan))
