@@ -362,7 +362,6 @@ def check_training(args, device, peak, plan, deadline, snapshot=None):
     """The plan's steps of one arm on synthetic tokens (compiled as args say), stopping at the first step that ends
     past `deadline`: step time, tokens/s, MFU, memory vs the memory model. snapshot: a file for the CUDA allocator's
     history of the whole section (torch.cuda.memory._dump_snapshot; drop it on https://pytorch.org/memory_viz)."""
-    release_memory(device)
     with memory_history(snapshot):
         arm = synthetic_training(args, plan, device)
         if device.type == "cuda":

@@ -73,7 +73,7 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
     released, release = [], bench.release_memory
     monkeypatch.setattr(bench, "release_memory", lambda device: (released.append(device), release(device)))
     assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
-    assert len(released) >= len(bench.GPU_CHECK["cpu"]["caps"])  # after every section, before every training one
+    assert len(released) >= len(bench.GPU_CHECK["cpu"]["caps"])  # after every section, so the next one starts clean
     result = json.loads(out.read_text())
     assert result["errors"] == {} and result["skipped"] == {} and result["tokens"].startswith("synthetic")
     sections = list(bench.GPU_CHECK["cpu"]["caps"])
