@@ -226,8 +226,8 @@ def lr_multiplier(step, plan):
 def schedule_notes(plan):
     """What the LR schedule cannot do in this run's steps: a warmup at least as long as the run (the LR never
     reaches its peak, and the decay to 0 never starts), a growth before the warmup ends, a re-warm that outlasts
-    the run. The recipe's fixed 40 steps meet them only in tiny runs (the cpu preset's d1); they are reported, not
-    changed, so a run is the recipe it names."""
+    the run. The recipes' fixed 40 steps meet them only in tiny runs (the cpu preset's d1, and Loop-Grow's d2);
+    they are reported, not changed, so a run is the recipe it names."""
     notes = []
     if plan.warmup_steps >= plan.steps:
         notes.append(f"warmup_steps {plan.warmup_steps} >= steps {plan.steps}: the LR peaks at "
