@@ -243,9 +243,14 @@ def save_tensors(obj, path):
 
 def dcp_cause(exc):
     """The first failing rank's exception inside DCP's CheckpointException (a BaseException, not an Exception, whose
-    text is every rank's whole traceback); any other exception as it is."""
+    text is every rank's whole traceback); any other exception as it is. DCP catches BaseException, so a signal
+    (train.py's Stopped, KeyboardInterrupt) that lands inside it comes back wrapped: it is re-raised as itself, a
+    stop and not a failed read or write."""
     if isinstance(exc, dcp.api.CheckpointException) and exc.failures:
-        return min(exc.failures.items())[1][0]  # {rank: (exception, its stack)}
+        cause = min(exc.failures.items())[1][0]  # {rank: (exception, its stack)}
+        if not isinstance(cause, Exception):
+            raise cause
+        return cause
     return exc
 
 

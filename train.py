@@ -523,7 +523,7 @@ def train(args):
         return 0
     training = start_training(run)
     model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
-    with stop_on_write_failure(run, state), record_a_stop(run, state):
+    with record_a_stop(run, state), stop_on_write_failure(run, state):  # a stop inside DCP comes out of the inner
         trajectory = open_trajectory(run, state.step)
         write_result(run, state, "running")
         if state.step == 0 and not state.evals:

@@ -285,3 +285,21 @@ def test_resume_loads_every_tensor_onto_the_resuming_ranks_device(pool, tmp_path
     assert all(torch.equal(a, b) for a, b in zip(resumed.parameters(), net.parameters()))
     if os.path.exists("/proc/self/maps"):  # no state adopted from a memory-mapped file: the run keeps no file open
         assert folder not in open("/proc/self/maps").read()
+
+
+def test_a_signal_inside_a_dcp_load_stays_a_signal(pool, tmp_path, monkeypatch):
+    """A SIGTERM while DCP loads the Muon state reached resume inside a CheckpointException and was reported as a
+    checkpoint that is "not usable" (exit 2), not as the stop it is."""
+    plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "vanilla")))
+    net = model.GPT(plan.model_config)
+    optimizers = train.build_optimizers(net, plan)
+    folder = str(tmp_path / "latest")
+    checkpoint.save_checkpoint(folder, net, optimizers, checkpoint.RunState(step=1), plan)
+    stopped = train.Stopped(15)
+
+    def interrupted(*args, **kwargs):
+        raise checkpoint.dcp.api.CheckpointException("load", {0: (stopped, None)})
+    monkeypatch.setattr(checkpoint.dcp, "load", interrupted)
+    with pytest.raises(train.Stopped) as caught:
+        checkpoint.load_checkpoint(folder, plan, net, optimizers, torch.device("cpu"))
+    assert caught.value is stopped

@@ -832,3 +832,16 @@ def test_schedule_notes_name_what_the_lr_schedule_cannot_do_in_a_tiny_run(capsys
             noted = preset == "cpu" and name in ("vanilla_d1", "loop_2_d1", "loop_grow_d1", "untied_grow_d1",
                                                  "deep_vanilla_grow_d1", "loop_grow_d2")
             assert bool(plan_lib.schedule_notes(plan)) == noted, (name, plan_lib.schedule_notes(plan))
+
+
+
+def test_a_signal_inside_a_dcp_save_stays_a_signal(tmp_path):
+    """DCP runs its work under `except BaseException` and hands a rank's failure back inside a CheckpointException:
+    a SIGTERM during a save came out as "cannot write" (exit 2, result.json "failed") instead of the stop it is
+    (exit 143, "interrupted", resumable)."""
+    import torch.distributed.checkpoint as dcp
+    stopped = train.Stopped(15)
+    run = types.SimpleNamespace(master=False, latest=str(tmp_path / "latest"), run_dir=str(tmp_path))
+    with pytest.raises(train.Stopped) as caught, train.stop_on_write_failure(run, train.RunState(step=15)):
+        raise dcp.api.CheckpointException("save", {0: (stopped, None)})
+    assert caught.value is stopped
