@@ -289,9 +289,9 @@ GLIBC_MMAP_THRESHOLD_MAX = 32 * 2 ** 20                  # the largest M_MMAP_TH
 
 def keep_freed_cpu_memory():
     """Make glibc keep freed blocks below 32 MiB for reuse instead of handing them back to the kernel, the CPU
-    counterpart of CUDA's caching allocator: by default glibc mmaps a step's activations of a few MB and trims the
-    freed heap top, so every training step faults their pages in again. -> whether glibc took both settings (False
-    without glibc)."""
+    counterpart of CUDA's caching allocator: by default glibc mmaps a step's activations of a few MB (or trims the
+    freed heap top, as its thresholds move), so a training step can fault their pages in again. -> whether glibc
+    took both settings (False without glibc)."""
     try:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
