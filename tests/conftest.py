@@ -23,3 +23,23 @@ def pool(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("pool"))
     data.prepare("stdlib", out, tokenizer="bytes", train_tokens=300_000, val_tokens=20_000)
     return out
+
+
+@pytest.fixture
+def pool_copy(pool, tmp_path):
+    import shutil
+    shutil.copytree(pool, tmp_path / "pool")
+    return tmp_path / "pool"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    import dataclasses
+    import torch
+    import model
+    cfg = model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=257)
+    net = model.GPT(cfg)
+    path = tmp_path_factory.mktemp("ckpt") / "final.pt"
+    torch.save(dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=1, tokenizer="bytes",
+                    step=0), path)
+    return str(path)

@@ -1,6 +1,6 @@
 """checkpoint.py: checkpoint folders (weights-only loading, old single files, refused pickles), a 2-process sharded
 save that copies no optimizer state, and where loaded tensors land (map_location). Resume, recovery and the run
-folder's refusals run train.py: they are in tests/test_train.py and tests/test_bad_inputs.py."""
+folder's refusals run train.py: they are in tests/test_train.py and tests/test_bad_state.py."""
 import ast
 import dataclasses
 import glob
