@@ -502,8 +502,7 @@ class GradientLedger:
 
     def record(self, moment):
         """Record the bytes held now. gloo's worker thread drops a finished collective's tensors just after wait()
-        returns; a count over the bound is taken again for up to 1 s to let it (on a loaded
-        2-core host it can take that long)."""
+        returns: a count over the bound is taken again for up to 1 s (on a loaded 2-core host it can take that long)."""
         held, bound = self.held(), self.bound(moment, self.training.model.active_passes)
         deadline = time.monotonic() + 1.0
         while held > bound and time.monotonic() < deadline:
