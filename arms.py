@@ -57,6 +57,23 @@ class Arm:
     ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
 
 
+EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # Arm.mode as earlier runs recorded it
+
+
+def with_current_mode_names(record):
+    """A plan or model_config as a run recorded it (result.json, meta.json, model.pt), with the core modes' earlier
+    names none/loop/dep as today's plain/tied/untied, so that runs written before the rename still resume, match
+    their command and fit beside new ones."""
+    if not isinstance(record, dict):
+        return record
+    record = dict(record)
+    if record.get("mode") in EARLIER_MODE_NAMES:
+        record["mode"] = EARLIER_MODE_NAMES[record["mode"]]
+    if "model_config" in record:
+        record["model_config"] = with_current_mode_names(record["model_config"])
+    return record
+
+
 SQRT2 = math.sqrt(2.0)
 ARMS = {
     "vanilla": Arm(

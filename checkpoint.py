@@ -26,6 +26,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 
 import muon
+from arms import with_current_mode_names
 from common import UsageError, atomic_write, sha256_file, torchrun_ranks, write_json
 from model import GPT, ModelConfig
 
@@ -38,7 +39,6 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavai
 
 CHECKPOINT_MANIFEST = "MANIFEST.json"  # {"files": {relative path: {"size", "sha256"}}}, written last by train.py
 CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the fp32 weights: all core_eval reads
-EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # ModelConfig.mode in older checkpoints
 
 
 def load_tensors(path, map_location, mmap=True):
@@ -120,8 +120,7 @@ def load_checkpoint_model(path, device="cpu"):
     weights = checkpoint_weights_path(path)
     try:
         ckpt = load_tensors(weights, map_location="cpu")
-        config = dict(ckpt["model_config"])
-        config["mode"] = EARLIER_MODE_NAMES.get(config["mode"], config["mode"])
+        ckpt["model_config"] = config = with_current_mode_names(dict(ckpt["model_config"]))
         model = GPT(ModelConfig(**config), device=device)  # on its device tensor by tensor, as train.py builds it
         model.load_state_dict(ckpt.pop("model"))  # no mapping of the file outlives the call (a run may replace it)
         model.set_passes(int(ckpt["passes"]))
@@ -395,7 +394,7 @@ def check_self_consistent(folder, weights, meta, plan):
         if weights.get(key) != planned:
             raise UsageError(f"checkpoint {folder} is inconsistent: model.pt was written for {key} "
                              f"{weights.get(key)!r} but the plan uses {planned!r}; {fix}")
-    config, planned = weights.get("model_config"), plan.as_dict()["model_config"]
+    config, planned = with_current_mode_names(weights.get("model_config")), plan.as_dict()["model_config"]
     differ = [k for k in planned if not isinstance(config, dict) or config.get(k) != planned[k]]
     if differ:
         have = config.get(differ[0]) if isinstance(config, dict) else config
@@ -497,7 +496,7 @@ def check_plan(where, recorded, plan):
     the first differing field and both values. Compared: the Plan's fields, what the run trains; not the accounting
     derived from them (parameter and FLOP counts), so that an accounting fix leaves finished runs finished."""
     requested = json.loads(json.dumps(plan.as_dict()))
-    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded = with_current_mode_names(recorded) if isinstance(recorded, dict) else {}
     for key in [f.name for f in fields(plan) if f.name != "total_flops"]:
         have, want = recorded.get(key, "nothing"), requested[key]
         if key == "model_config" and isinstance(have, dict):

@@ -10,6 +10,7 @@ import argparse, csv, glob, json, math, os, sys
 import numpy as np
 from scipy import optimize, stats
 
+from arms import with_current_mode_names
 from common import UsageError
 
 FIT = dict(
@@ -225,7 +226,7 @@ def read_result_json(path, table):
     if not isinstance(r, dict) or "status" not in r:
         raise UsageError(f"{path} is not a train.py result.json (needs {RESULT_KEYS}); pass train.py run dirs, "
                          f"or a table as CSV [{table}]")
-    return r
+    return dict(r, plan=with_current_mode_names(r["plan"])) if "plan" in r else r
 
 
 

@@ -195,6 +195,38 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
     assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
 
+def test_runs_recorded_under_the_earlier_mode_names_resume_match_and_fit(pool, tmp_path):
+    """Runs written before the core modes were renamed record none/loop/dep in result.json, meta.json and model.pt:
+    such a run still resumes (bit-exactly), a complete one still matches its command, fit.py reads it and core_eval
+    reports it under today's names."""
+    import checkpoint
+    import laws
+    earlier = lambda plan: dict(plan, mode="dep", model_config=dict(plan["model_config"], mode="dep"))
+
+    def rename_to_earlier(run_dir, folder):
+        for path in (os.path.join(folder, "meta.json"), os.path.join(run_dir, "result.json")):
+            record = json.load(open(path))
+            with open(path, "w") as f:
+                json.dump(dict(record, plan=earlier(record["plan"])), f)
+        path = os.path.join(folder, "model.pt")
+        weights = torch.load(path, map_location="cpu", weights_only=True)
+        torch.save(dict(weights, model_config=dict(weights["model_config"], mode="dep")), path)
+        os.remove(os.path.join(folder, "MANIFEST.json"))
+        checkpoint.write_manifest(folder)
+    base = tiny(pool, tmp_path, "untied_2", "--save-every", "4", steps=8)
+    assert train.main(base + ["--run-name", "full"]) == 0
+    assert train.main(base + ["--run-name", "cut", "--stop-after", "4"]) == 0
+    run_dir = os.path.join(tmp_path, "cut")
+    rename_to_earlier(run_dir, os.path.join(run_dir, "checkpoints", "latest"))
+    assert train.main(base + ["--run-name", "cut", "--resume"]) == 0
+    assert [t["loss"] for t in read_run(tmp_path, "cut")[1]] == [t["loss"] for t in read_run(tmp_path, "full")[1]]
+    final = os.path.join(run_dir, "checkpoints", "final")
+    rename_to_earlier(run_dir, final)
+    assert train.main(base + ["--run-name", "cut", "--resume"]) == 0  # complete: nothing to do, not another plan
+    assert laws.read_result_json(os.path.join(run_dir, "result.json"), "")["plan"]["model_config"]["mode"] == "untied"
+    assert checkpoint.load_checkpoint_model(final)[1]["model_config"]["mode"] == "untied"
+
+
 def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path, free_port):
     args = tiny(pool, tmp_path, "untied_2", steps=10)
     # Both runs use one intra-op thread per process, so the thread count does not change the order of CPU reductions.
