@@ -30,6 +30,8 @@ def knob_fields(cls, flag):
 class Arm:
     """One arm: architecture, init and training recipe. LRs are the anchor-depth (d8) values; train.py scales them to
     depth d by (N(anchor) / N(d)) ** lr_exponent (paper App. A.4.4)."""
+    label: str                                   # name in figures and tables
+    color: str                                   # its colour in every figure (matplotlib), one per arm
     mode: str                                    # 'plain' stack | 'tied' core (one, looped) | 'untied' cores
     deep: bool = False                           # Deep Vanilla: a plain stack of d + core(d) blocks
     passes: int = knob("model", help="core passes K (final K for growth arms)", range=(1, MAX_PASSES))
@@ -37,6 +39,8 @@ class Arm:
     alpha: float = knob("model", help="injection scale of the boundary operator", range="(-inf, inf)")
     recurrence_norm: bool = knob("model", help="RMSNorm the state after every core pass")
     coda_inject: bool = knob("model", help="inject alpha*e after the last pass, before the coda")
+    boundary_gate: bool = knob("model", False, help="learn one scalar g per injection point, initialised to alpha: "
+                               "h <- RMSNorm(h) + g*e")
     output_multiplier: float = knob("model", range="(0, inf)")
     residual_multiplier: float = knob("model", range="(0, inf)")
     wte_init_std: float = knob("model", range="(0, inf)")
@@ -46,6 +50,8 @@ class Arm:
     matrix_lr: float = knob("train", range="[0, inf)")
     embedding_lr: float = knob("train", range="[0, inf)")
     unembedding_lr: float = knob("train", range="[0, inf)")
+    scalar_lr: float = knob("train", None, help="LR of the scalar parameters (boundary gates; default: the embedding "
+                            "LR)", range="[0, inf)")
     weight_decay: float = knob("train", range="[0, inf)")
     adam_betas: tuple = knob("train", range="[0, 1)")
     adam_eps: float = knob("train", range="(0, inf)")
@@ -55,6 +61,11 @@ class Arm:
     crossover: dict = field(default_factory=dict)   # growth: per-depth fraction f of steps before growth (rho = 1-f)
     default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe)
     ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
+    figure2: bool = False                            # drawn in Figure 2 (left) by default (fit.py ladders --out)
+
+    @property
+    def grows(self):
+        return self.passes_initial is not None and self.passes_initial < self.passes
 
 
 EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # Arm.mode as earlier runs recorded it
@@ -75,35 +86,41 @@ def with_current_mode_names(record):
 
 
 SQRT2 = math.sqrt(2.0)
-ARMS = {
+PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, the release comparisons)
     "vanilla": Arm(
+        label="Vanilla", color="black", figure2=True,
         mode="plain", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625,
         tpp=5, lr_exponent=0.8, matrix_lr=0.04, embedding_lr=0.01810193359836, unembedding_lr=0.0045254833996,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6,
         ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "deep_vanilla": Arm(
+        label="Deep Vanilla", color="tab:gray",
         mode="plain", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
         tpp=6, lr_exponent=0.7, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
         weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8),
     "operator_1": Arm(
+        label="Operator-1", color="tab:blue", figure2=True,
         mode="tied", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.03620386719676, unembedding_lr=0.0032,
         weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8,
         ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "loop_2": Arm(
+        label="Loop-2", color="tab:cyan", figure2=True,
         mode="tied", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
         weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0),
     "untied_2": Arm(
+        label="Untied-2", color="tab:orange", figure2=True,
         mode="untied", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0),
     "loop_grow": Arm(
+        label="Loop-Grow", color="tab:green", figure2=True,
         mode="tied", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
         tpp=7, lr_exponent=0.5, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
@@ -111,6 +128,7 @@ ARMS = {
         rewarm_steps=40, crossover={6: .75, 8: .82, 10: .86, 12: .85, 14: .86, 16: .88, 18: .87},
         default_crossover=0.83),
     "untied_grow": Arm(
+        label="Untied-Grow", color="tab:red", figure2=True,
         mode="untied", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
         tpp=8, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
@@ -121,12 +139,41 @@ ARMS = {
     # no recurrence norm. The schedule (TPP 6 on Deep Vanilla's N, f = 0.5) reproduces the release's compute column;
     # multipliers, init and optimizer recipe are ASSUMED: Deep Vanilla's, with matrix LR 0.036 and a 40-step re-warm.
     "deep_vanilla_grow": Arm(
+        label="Deep Vanilla Grow", color="tab:brown",
         mode="untied", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
         tpp=6, lr_exponent=0.7, matrix_lr=0.036, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
         weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8,
         rewarm_steps=40, default_crossover=0.5),
 }
+
+
+def derived(base, **changes):
+    """A user arm: paper arm `base`'s row with `changes`. It inherits everything it does not name (init, optimizer
+    recipe, LRs and their depth exponent, TPP, schedule, ladder depths, default growth fraction) except the release's
+    per-depth growth fractions (`crossover`), which were tuned for `base`'s own growth. label and color are required:
+    every arm has its own in every figure."""
+    return replace(PAPER_ARMS[base], crossover={}, figure2=False, **changes)
+
+
+# Your own arms: add one line here (docs/your_own_arm.md). Each is an arm of every script (model.py, train.py,
+# ladder.sh ARCH and `ladder.sh user`, fit.py, core_eval.py, figures) and of the invariant tests (tests/test_arms.py).
+USER_ARMS = {
+    "gated_1": derived("operator_1", label="Gated-1", color="tab:purple", boundary_gate=True),
+    "loop_3": derived("loop_2", label="Loop-3", color="tab:olive", passes=3),
+    "loop_3_grow": derived("loop_grow", label="Loop-3-Grow", color="tab:pink", passes=3, passes_initial=1),
+}
+ARMS = {**PAPER_ARMS, **USER_ARMS}
+GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
+FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
+BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
+BENCH_ARMS = tuple(dict.fromkeys(arch for pair in BENCH_PAIRS for arch in pair))
+
+# The optimizer of each group of model.param_groups(): group -> (optimizer, the Plan's LR field, weight decay?).
+# LRs are the arm's, scaled with depth like the others (plan.make_plan). Scalars (boundary gates) take AdamW at
+# Plan.scalar_lr (default: the embedding LR) without weight decay, which would pull a gate towards no injection.
+PARAM_GROUPS = {"matrix": ("muon", "matrix_lr", True), "embedding": ("adamw", "embedding_lr", True),
+                "unembedding": ("adamw", "unembedding_lr", True), "scalar": ("adamw", "scalar_lr", False)}
 # --optimizer adamw (paper Fig. 16f): every group AdamW. The release gives no LRs for it; ours: matrix LR 0.004 at the
 # anchor depth (10x below Muon's, the usual Muon/AdamW ratio), the arm's embedding/unembedding LRs, betas and WD.
 ADAMW_MATRIX_LR = 0.004
@@ -246,7 +293,7 @@ def check_boundary_knobs(arch, overrides):
     """Refuse a boundary-operator flag whose value the run would not use (recorded, yet not trained): --boundary on a
     plain stack (nothing to ablate), and an --alpha, --recurrence-norm or --coda-inject that the arm or the --boundary
     ablation switches off (as model.config_for does: norm_only and none drop the injection, inject_only and none the
-    norm; a plain stack has neither; with alpha 0 nothing is injected before the coda)."""
+    norm; a plain stack has neither; with alpha 0 nothing is injected, so neither before the coda nor through a gate)."""
     if arch not in ARMS:
         return  # the caller names the unknown arch
     arm, boundary = ARMS[arch], overrides.get("boundary")
@@ -261,9 +308,10 @@ def check_boundary_knobs(arch, overrides):
         raise UsageError(f"--alpha {overrides['alpha']} does not apply with {why}: it injects nothing; drop --alpha")
     if overrides.get("recurrence_norm", norm) != norm:
         raise UsageError(f"--recurrence-norm does not apply with {why}: it has no recurrence norm; drop the flag")
-    if overrides.get("coda_inject") and alpha == 0:
-        why = why if plain or boundary in ("norm_only", "none") else "alpha 0"
-        raise UsageError(f"--coda-inject does not apply with {why}: nothing is injected; drop the flag")
+    for flag in ("coda_inject", "boundary_gate"):
+        if overrides.get(flag) and alpha == 0:
+            why = why if plain or boundary in ("norm_only", "none") else "alpha 0"
+            raise UsageError(f"--{flag.replace('_', '-')} does not apply with {why}: nothing is injected; drop the flag")
 
 
 def preset_from_args(args):
@@ -280,16 +328,19 @@ DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: the
 
 
 def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depths=None):
-    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" or "demo"
-    (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run NAME_sS with --seed S per seed, at
+    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
+    eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run NAME_sS with --seed S per seed, at
     replicate_depths only (when given) and the first seed elsewhere."""
     if preset not in LADDER_PRESETS:
         raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
     if replicate_depths and not seeds:
         raise UsageError('--replicate-depths needs --seeds, e.g. --seeds "0 1 2"')
-    if target not in (*ARMS, "all", "demo"):
-        raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, all, demo)")
-    archs = list(ARMS) if target == "all" else list(DEMO_ARMS) if target == "demo" else [target]
+    groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
+    if target not in (*ARMS, *groups):
+        raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})")
+    archs = groups.get(target, [target])
+    if not archs:
+        raise UsageError("there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)")
     if preset == "d26" and archs != ["untied_grow"]:
         raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
     if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
@@ -354,7 +405,7 @@ def run(argv):
     sub.add_parser("arms", help="the arm names, in the table's order")
     ladder = sub.add_parser("ladder", help="one line per run of `bash ladder.sh TARGET ...`: its name, then its "
                             "train.py arguments")
-    ladder.add_argument("target", help="an arm, all, or demo")
+    ladder.add_argument("target", help="an arm, all, user or demo")
     ladder.add_argument("--preset", default="paper", help=", ".join(LADDER_PRESETS))
     for flag in ("--depths", "--seeds", "--replicate-depths"):
         ladder.add_argument(flag, default="", type=lambda text, flag=flag: whole_numbers(text, flag),

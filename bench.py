@@ -35,13 +35,11 @@ import core_eval
 import data
 import model as model_lib
 import train
-from arms import BENCH_SHAPES, PRESETS
+from arms import BENCH_ARMS, BENCH_SHAPES, PRESETS
 from common import UsageError, cli_main_distributed, exit_process, integer, setup_distributed, write_json
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
-
-BENCH_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2")
 
 
 def single_process(device_flag, what):

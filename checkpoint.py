@@ -19,7 +19,7 @@ import pickle
 import shutil
 import socket
 import warnings
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 import torch
 import torch.distributed as dist
@@ -394,7 +394,7 @@ def check_self_consistent(folder, weights, meta, plan):
         if weights.get(key) != planned:
             raise UsageError(f"checkpoint {folder} is inconsistent: model.pt was written for {key} "
                              f"{weights.get(key)!r} but the plan uses {planned!r}; {fix}")
-    config, planned = with_current_mode_names(weights.get("model_config")), plan.as_dict()["model_config"]
+    config, planned = with_added_fields(weights.get("model_config"), ModelConfig), plan.as_dict()["model_config"]
     differ = [k for k in planned if not isinstance(config, dict) or config.get(k) != planned[k]]
     if differ:
         have = config.get(differ[0]) if isinstance(config, dict) else config
@@ -491,15 +491,27 @@ def run_status(run_dir):
     return result["status"] if result else None
 
 
+def with_added_fields(record, cls):
+    """A plan or model_config (cls: Plan or ModelConfig) as a run recorded it, in today's terms: the core modes'
+    earlier names (arms.with_current_mode_names), and every field of cls added since the record was written at its
+    default, which is what the earlier code ran (each field added after the first release has one, so that earlier
+    runs resume, load and match their command: tests/test_arms.py)."""
+    record = with_current_mode_names(record)
+    if not isinstance(record, dict):
+        return record
+    return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **record}
+
+
 def check_plan(where, recorded, plan):
     """The plan `where` (a run's result.json or a checkpoint's meta.json) records must be `plan`, or one line names
     the first differing field and both values. Compared: the Plan's fields, what the run trains; not the accounting
     derived from them (parameter and FLOP counts), so that an accounting fix leaves finished runs finished."""
     requested = json.loads(json.dumps(plan.as_dict()))
-    recorded = with_current_mode_names(recorded) if isinstance(recorded, dict) else {}
+    recorded = with_added_fields(recorded, type(plan)) if isinstance(recorded, dict) else {}
     for key in [f.name for f in fields(plan) if f.name != "total_flops"]:
         have, want = recorded.get(key, "nothing"), requested[key]
         if key == "model_config" and isinstance(have, dict):
+            have = with_added_fields(have, ModelConfig)
             key, have, want = next(((f"model_config.{k}", have.get(k, "nothing"), v) for k, v in want.items()
                                     if have.get(k, "nothing") != v), (key, have, want))
         if have != want:

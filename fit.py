@@ -32,9 +32,10 @@ from scipy import optimize
 
 import studies
 from common import Parser, UsageError, cli_main, exit_process
-from laws import (ARM_STYLE, DEPTH_DERIVED, FIT, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
+from arms import FIGURE2_ARMS
+from laws import (DEPTH_DERIVED, FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
                   fit_ladders, fitted_multiplier, fnum, forecast, jsonable, note, number, positive_float, pyplot,
-                  read_csv, read_result_json, robust_lsq, run_paths, save_figures, SEED_MAX)
+                  read_csv, read_result_json, robust_lsq, run_paths, save_figures, style, SEED_MAX)
 
 
 
@@ -119,7 +120,7 @@ def load_ladders(inputs, use_time, replicates=False):
         raise UsageError("no usable ladder points in the inputs")
     points = pool_replicates(rows, replicates, use_time)
     data = {}
-    for arm in sorted({a for a, _ in points}, key=lambda a: (list(ARM_STYLE).index(a) if a in ARM_STYLE else 99, a)):
+    for arm in sorted({a for a, _ in points}, key=arm_order):
         pts = sorted((x, d, reps) for (a, d), (x, reps) in points.items() if a == arm)
         data[arm] = dict(x=np.array([p[0] for p in pts]), depth=np.array([p[1] for p in pts]),
                          loss=np.array([np.mean(p[2]) for p in pts]), n=np.array([len(p[2]) for p in pts]),
@@ -203,16 +204,15 @@ def noise_lines(fit):
     return lines
 
 
-FIG2_ARMS = ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
 LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
 
 
-def ladder_figures(data, fit, out_dir, xname):
-    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left)."""
+def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
+    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left) of
+    figure2_arms (default: the arms table's FIGURE2_ARMS that were fitted, else every arm)."""
     plt = pyplot()
     plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
     E, c_ref = fit["E"], fit["c_ref"]
-    style = lambda a: ARM_STYLE.get(a, (a, None))
     xlabel = "training compute (FLOPs)" if xname == "FLOPs" else "training time (s)"
 
     def loss_panel(ax, arms):
@@ -263,7 +263,7 @@ def ladder_figures(data, fit, out_dir, xname):
     axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
     axes[2].invert_xaxis()
     fig.tight_layout()
-    arms2 = [a for a in FIG2_ARMS if a in fit["arms"]] or arms
+    arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
     fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
@@ -280,6 +280,11 @@ def cmd_ladders(args):
     if args.out:
         check_outputs(args.out, LADDER_FIGURES)
     data = load_ladders(args.inputs, args.time, args.replicates)
+    if args.figure2_arms and not args.out:
+        raise UsageError("--figure2-arms picks the arms of Figure 2, which only --out DIR draws; add --out")
+    stray = [a for a in args.figure2_arms or () if a not in data]
+    if stray:
+        raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
     held = hold_out(data, args.holdout or [])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
     sigma, dof = pooled_noise(data)
@@ -320,7 +325,7 @@ def cmd_ladders(args):
         h["forecast_loss"] = forecast(ref_free, None if h["arm"] == args.reference_arm else law, h["compute"] / c_ref)[0] \
             if law else np.nan
         h["residual"] = h["loss"] - h["forecast_loss"]
-    paths = ladder_figures(data, fit, args.out, xname) if args.out else []
+    paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
     if args.json:
         keep = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
@@ -452,8 +457,8 @@ only lower an interpolated multiplier); the parametric noise bootstrap and the f
     design="""PLAN: planned computes, one or more of: train.py --dry-run JSON lines [arch, depth, total_flops] (e.g.
 `python train.py --arch vanilla --depth 6 8 10 12 14 16 18 20 22 --dry-run > plan.jsonl`, '-' reads stdin) or a CSV
 [arm, depth, compute_flops; optional seeds] (reference/fineweb_ladders.csv works). True curves: --truth PILOT.json
-(the output of `fit.py ladders ... --json`) or --E/--gamma/--A (every arm), with --delta-gamma DG setting every
-other arm's gamma to the reference's + DG. Each --design SPEC selects from the plan: 'd6-18' (depths 6..18 of each
+(the output of `fit.py ladders ... --json`) or --E/--gamma/--A (every arm), with --delta-gamma ARM=DG setting
+ARM's true gamma to the reference's + DG (a bare DG: every planned arm without a law in the truth). Each --design SPEC selects from the plan: 'd6-18' (depths 6..18 of each
 arm, clipped to what it plans), 'x3@top2' (3 seeds at each arm's two largest depths), 'x3@16,18', 'x3' (everywhere),
 combined as 'd6-18 x3@top2'; without --design: the plan as given. Reports per design and arm the expected 95 % CI
 half-width of gamma and of gamma - gamma_ref (half the central 95 % range of the simulated estimates), the
@@ -478,6 +483,12 @@ lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
 )
 
 
+def arm_delta_gamma(text):
+    """--delta-gamma [ARM=]DG -> (ARM or "", DG), DG a finite number in (-1, 1)."""
+    arm, _, value = text.rpartition("=")
+    return arm, number(float, -1, 1, True, True)(value)
+
+
 MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: beyond this a run takes days
 NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
 
@@ -493,6 +504,8 @@ def build_parser():
     s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
                    help="multipliers at the reference budgets with depth >= this; C0 = its compute (8; cpu preset: 3)")
     s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory")
+    s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left), e.g. vanilla gated_1 "
+                   "(default: the paper's six that were fitted)")
     s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="bootstrap seed")
@@ -512,7 +525,9 @@ def build_parser():
     s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
     s.add_argument("--gamma", type=positive_float)
     s.add_argument("--A", type=positive_float, help="true A at C = 1e18 FLOPs")
-    s.add_argument("--delta-gamma", type=number(float, -1, 1, True, True), metavar="DG", help="every other arm's true gamma = reference's + DG")
+    s.add_argument("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG",
+                   help="repeatable: ARM's true gamma = the reference's + DG; a bare DG: every planned arm without a law "
+                        "in the truth (with --E/--gamma/--A: every arm but the reference)")
     s.add_argument("--design", action="append", metavar="SPEC", help="repeatable: 'd6-18', 'd6-22 x3@top2', ...")
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")

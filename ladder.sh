@@ -5,6 +5,7 @@
 #   bash ladder.sh demo                                   # offline CPU demo: stdlib corpus, 3 arms, fit, figure
 #   bash ladder.sh vanilla                                # paper ladder on one 8-GPU node (NPROC_PER_NODE=8)
 #   bash ladder.sh all --dry-run                          # the 58 paper runs, total FLOPs, GPU-hours
+#   bash ladder.sh user --preset cpu                      # every arm of USER_ARMS in arms.py (docs/your_own_arm.md)
 #   bash ladder.sh untied_grow --preset d26               # d26 on two nodes (run once per node with NODE_RANK)
 #   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
 #   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
@@ -63,12 +64,12 @@ whole_number() {  # NAME VALUE LOW HIGH: the environment variable NAME holds VAL
         die "environment variable $1 must be a whole number in [$3, $4], got '$2'"
 }
 
-usage="usage: bash ladder.sh ARCH|all|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
+usage="usage: bash ladder.sh ARCH|all|user|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
 target="${1:-}"
 case "$target" in
     -h|--help) echo "$usage"; echo "ARCH: one of $(python arms.py arms)"; exit 0 ;;
     "") die "$usage" ;;
-    -*) die "the first argument is ARCH, all or demo, got option '$target' ($usage)" ;;
+    -*) die "the first argument is ARCH, all, user or demo, got option '$target' ($usage)" ;;
 esac
 shift
 if [ "$target" = gpu-check ] || [ "$target" = gpu-smoke ]; then  # the GPU acceptance runs; arguments go to bench.py

@@ -5,12 +5,12 @@ the reference arm, per-arm free E; arXiv 2609.19107 Sec. 4.2), compute multiplie
     from laws import FIT, read_csv, fit_free_e, fit_shared_e, fit_ladders, bootstrap_ladders
 Not a script: `python fit.py SUBCOMMAND` is the command line.
 """
-import argparse, csv, glob, json, math, os, sys
+import argparse, csv, glob, json, math, os, sys, zlib
 
 import numpy as np
 from scipy import optimize, stats
 
-from arms import with_current_mode_names
+from arms import ARMS, with_current_mode_names
 from common import UsageError
 
 FIT = dict(
@@ -30,11 +30,21 @@ FIT = dict(
     loop_budgets=(0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18),
 )
 MANIFEST = "fit_manifest.json"  # in every --out directory: the files fit.py wrote there (and may overwrite)
-ARM_STYLE = {  # arm -> (label, colour) for figures
-    "vanilla": ("Vanilla", "black"), "deep_vanilla": ("Deep Vanilla", "tab:gray"),
-    "deep_vanilla_grow": ("Deep Vanilla Grow", "tab:brown"), "operator_1": ("Operator-1", "tab:blue"),
-    "loop_2": ("Loop-2", "tab:cyan"), "loop_grow": ("Loop-Grow", "tab:green"),
-    "untied_2": ("Untied-2", "tab:orange"), "untied_grow": ("Untied-Grow", "tab:red")}
+UNKNOWN_ARM_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
+                       "#dbdb8d", "#9edae5")  # matplotlib's light tab20 shades: no arm of the table uses one
+
+
+def style(arm):
+    """(label, colour) of an arm in every figure: its row of the arms table; an arm the table does not know (a CSV's
+    own name) keeps its name and gets a light shade by its name, never a colour of the table's arms."""
+    if arm in ARMS:
+        return ARMS[arm].label, ARMS[arm].color
+    return arm, UNKNOWN_ARM_COLOURS[zlib.crc32(arm.encode()) % len(UNKNOWN_ARM_COLOURS)]
+
+
+def arm_order(arm):
+    """Sort key: the arms table's order, then the arms it does not know by name."""
+    return (list(ARMS).index(arm), "") if arm in ARMS else (len(ARMS), arm)
 
 
 class FitError(Exception):
@@ -239,7 +249,7 @@ DEPTH_DERIVED = frozenset((
     "params_compute_active_initial", "params_compute_active", "matrix_flops_per_token_initial",
     "matrix_flops_per_token_final", "flops_per_token_initial", "flops_per_token_final", "steps", "train_tokens",
     "train_token_limit", "crossover_step", "crossover_steps", "crossover_fractions", "matrix_lr", "embedding_lr",
-    "unembedding_lr", "total_flops", "seed", "model_config.depth", "model_config.width", "model_config.n_head",
+    "unembedding_lr", "scalar_lr", "total_flops", "seed", "model_config.depth", "model_config.width", "model_config.n_head",
     "model_config.mlp_hidden", "model_config.n_prelude", "model_config.n_core", "model_config.n_coda"))
 LOOP_GRID_VARIED = DEPTH_DERIVED - {"train_token_limit"} | {  # the grid's token budget is its recipe
     "passes_initial", "passes_final", "pass_stages", "model_config.passes", "model_config.passes_initial",
@@ -262,8 +272,9 @@ def recipe_of(r, varies):
     out = {k: v for k, v in flat(plan).items() if k not in varies}
     try:  # train.py scales the width by the depth and every LR by N(d)^-lr_exponent
         out["width / depth"] = plan["width"] / plan["depth"]
-        for lr in ("matrix_lr", "embedding_lr", "unembedding_lr"):
-            out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
+        for lr in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr"):
+            if plan.get(lr) is not None:  # scalar_lr: None is the embedding LR
+                out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
     except (KeyError, TypeError, ArithmeticError):  # a plan without them (an older or hand-made run)
         pass
     if isinstance(r.get("data_manifest"), dict):

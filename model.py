@@ -51,6 +51,9 @@ class ModelConfig:
     wte_init_std: float
     uniform_init_scale: float
     mlp_multiple: int = 256
+    # Fields added after the first release take a default, so that every earlier checkpoint still loads
+    # (tests/test_arms.py checks it).
+    boundary_gate: bool = False  # one learned scalar g per pass replaces alpha in its injection: h + g*e
 
     def __post_init__(self):
         problems = []
@@ -66,6 +69,8 @@ class ModelConfig:
             problems.append(f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}")
         if self.mode == "plain" and (self.passes != 1 or self.n_prelude or self.n_coda or self.alpha or self.recurrence_norm):
             problems.append("a plain stack has one pass, no prelude/coda and no boundary operator")
+        if self.boundary_gate and not gates_stored(self):
+            problems.append("boundary_gate needs an injection (alpha != 0, and a second pass or coda_inject)")
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -234,6 +239,9 @@ class GPT(nn.Module):
                 h=nn.ModuleList(Block(cfg) for _ in range(stored_blocks(cfg))),
             ))
             self.lm_head = nn.Linear(cfg.width, cfg.padded_vocab, bias=False)
+            # boundary_gates[r] scales the injection after pass r (the coda's after the last; passes beyond the
+            # trained ones reuse the last gate). Empty unless cfg.boundary_gate.
+            self.boundary_gates = nn.ParameterList(nn.Parameter(torch.empty(())) for _ in range(gates_stored(cfg)))
         self.to_empty(device=device)
         half = cfg.head_dim // 2
         inv_freq = ROPE_BASE ** (-torch.arange(half, dtype=torch.float32) * 2 / cfg.head_dim)
@@ -266,6 +274,8 @@ class GPT(nn.Module):
             block.mlp.c_proj.weight.zero_()
         drawn(self.transformer.wte.weight, lambda t: t.normal_(0.0, self.cfg.wte_init_std))
         self.lm_head.weight.zero_()
+        for gate in self.boundary_gates:  # at alpha: the gated operator starts as the arm's fixed one
+            gate.fill_(self.cfg.alpha)
 
     # block layout in transformer.h: prelude, core_1 .. core_K (untied) or the one core (tied), coda
     def prelude_blocks(self):
@@ -292,8 +302,9 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def grow(self, new_passes):
-        """Raise the pass count. Untied: new core j <- copy of core (j mod old) (stacking: C1 C2 -> C1 C2 C1 C2);
-        returns the overwritten parameters so the caller can reset their optimizer state. Tied: returns []."""
+        """Raise the pass count. Untied: new core j <- copy of core (j mod old) (stacking: C1 C2 -> C1 C2 C1 C2),
+        its boundary gate with it; returns the overwritten parameters so the caller can reset their optimizer state.
+        Tied: returns [] (same weights, gates included)."""
         old = self.active_passes
         self.check_passes(new_passes)
         if new_passes <= old:
@@ -305,12 +316,16 @@ class GPT(nn.Module):
                     for dst, src in zip(dst_block.parameters(), src_block.parameters()):
                         dst.copy_(src)
                         overwritten.append(dst)
+                if j < len(self.boundary_gates):
+                    self.boundary_gates[j].copy_(self.boundary_gates[j % old])
+                    overwritten.append(self.boundary_gates[j])
         self.active_passes = new_passes
         return overwritten
 
     def param_groups(self):
+        """Every parameter in exactly one group; arms.PARAM_GROUPS gives each group its optimizer, LR and WD."""
         return dict(matrix=list(self.transformer.h.parameters()), embedding=[self.transformer.wte.weight],
-                    unembedding=[self.lm_head.weight])
+                    unembedding=[self.lm_head.weight], scalar=list(self.boundary_gates))
 
     def decode(self, h):
         """Final RMSNorm -> lm_head -> slice to the real vocab -> fp32 -> x output multiplier (also the logit lens)."""
@@ -366,7 +381,8 @@ class GPT(nn.Module):
             if cfg.recurrence_norm:
                 x = norm(x)
             if cfg.alpha != 0 and (r < K - 1 or cfg.coda_inject):
-                x = x + cfg.alpha * e
+                gates = self.boundary_gates
+                x = x + (gates[min(r, len(gates) - 1)] if len(gates) else cfg.alpha) * e
         return run(self.coda_blocks(), x)
 
 
@@ -399,9 +415,9 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
     if unknown:
         raise ValueError(f"unknown override(s) {', '.join(sorted(unknown))}")
     arm = replace(ARMS[arch], **overrides)
-    alpha, coda_inject, recurrence_norm = arm.alpha, arm.coda_inject, arm.recurrence_norm
+    alpha, coda_inject, recurrence_norm, gate = arm.alpha, arm.coda_inject, arm.recurrence_norm, arm.boundary_gate
     if boundary in ("norm_only", "none"):
-        alpha, coda_inject = 0.0, False
+        alpha, coda_inject, gate = 0.0, False, False
     if boundary in ("inject_only", "none"):
         recurrence_norm = False
 
@@ -433,7 +449,7 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
                        recurrence_norm=recurrence_norm, coda_inject=coda_inject,
                        residual_multiplier=arm.residual_multiplier, output_multiplier=arm.output_multiplier,
                        wte_init_std=arm.wte_init_std, uniform_init_scale=arm.uniform_init_scale,
-                       mlp_multiple=mlp_multiple)
+                       mlp_multiple=mlp_multiple, boundary_gate=gate)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -453,13 +469,26 @@ def executed_blocks(cfg, passes):
     return cfg.n_prelude + passes * cfg.n_core + cfg.n_coda
 
 
+def gates_stored(cfg):
+    """Boundary gates: one per pass whose output is injected into (every pass but the last, and the last with
+    coda_inject), at the final pass count."""
+    return cfg.passes - 1 + cfg.coda_inject if cfg.boundary_gate and cfg.alpha != 0 else 0
+
+
 def params_stored(cfg):
-    return stored_blocks(cfg) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width
+    return stored_blocks(cfg) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width + gates_stored(cfg)
+
+
+def params_active(cfg, passes):
+    """The parameters a forward at `passes` uses, each counted once: its blocks (a tied core once, untied cores up to
+    `passes`), embedding, lm_head and the gates it injects through."""
+    gates = min(gates_stored(cfg), passes - 1 + cfg.coda_inject)
+    return stored_blocks(cfg, passes) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width + gates
 
 
 def params_tpp(cfg):
-    """N for tokens-per-parameter and LR scaling: the stored count at the INITIAL pass count (growth arms)."""
-    return stored_blocks(cfg, cfg.passes_initial) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width
+    """N for tokens-per-parameter and LR scaling: the parameters in use at the INITIAL pass count (growth arms)."""
+    return params_active(cfg, cfg.passes_initial)
 
 
 def params_compute_active(cfg, passes):
@@ -485,7 +514,7 @@ def describe(cfg):
         vocab_size=cfg.vocab_size, padded_vocab=cfg.padded_vocab, seq_len=cfg.seq_len,
         prelude=cfg.n_prelude, core=cfg.n_core, coda=cfg.n_coda, passes_initial=K0, passes_final=K,
         alpha=cfg.alpha, recurrence_norm=cfg.recurrence_norm, coda_inject=cfg.coda_inject,
-        residual_multiplier=cfg.residual_multiplier, output_multiplier=cfg.output_multiplier,
+        boundary_gate=cfg.boundary_gate, scalar_params=gates_stored(cfg), residual_multiplier=cfg.residual_multiplier, output_multiplier=cfg.output_multiplier,
         wte_init_std=cfg.wte_init_std, uniform_init_scale=cfg.uniform_init_scale,
         stored_blocks=stored_blocks(cfg), executed_blocks_initial=executed_blocks(cfg, K0),
         executed_blocks_final=executed_blocks(cfg, K), params_per_block=params_per_block(cfg),

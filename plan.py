@@ -25,8 +25,8 @@ import model as model_lib
 import muon
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
 from common import UsageError, torchrun_ranks
-from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, params_per_block,
-                   stored_blocks)
+from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, gates_stored,
+                   params_per_block, stored_blocks)
 
 
 @dataclass(frozen=True)
@@ -64,11 +64,17 @@ class Plan:
     data_constrained: str        # None, fixed-wd or tuned-wd
     seed: int
     model_config: ModelConfig
+    scalar_lr: float = None      # the scalar parameters' LR (None: the embedding LR; added later, so a default)
     total_flops: int = 0
 
     @property
     def passes_final(self):
         return self.model_config.passes
+
+    def group_lr(self, group):
+        """The LR of a model.param_groups() group at this depth (its Plan field in arms.PARAM_GROUPS)."""
+        lr = getattr(self, arms.PARAM_GROUPS[group][1])
+        return self.embedding_lr if lr is None else lr
 
     def as_dict(self):
         out = model_lib.describe(self.model_config)
@@ -156,7 +162,8 @@ def make_plan(args):
                 unembedding_lr=recipe.unembedding_lr * lr_scale, weight_decay=recipe.weight_decay,
                 adam_betas=tuple(recipe.adam_betas), adam_eps=recipe.adam_eps, warmup_steps=recipe.warmup_steps,
                 warmdown_ratio=recipe.warmdown_ratio, rewarm_steps=recipe.rewarm_steps if growth else 0,
-                data_constrained=args.data_constrained, seed=args.seed, model_config=cfg)
+                data_constrained=args.data_constrained, seed=args.seed, model_config=cfg,
+                scalar_lr=None if recipe.scalar_lr is None else recipe.scalar_lr * lr_scale)
     # 6. Compute: F(passes at the step) * tokens per step, summed over the steps.
     return replace(plan, total_flops=total_flops(plan))
 
@@ -460,17 +467,18 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
         groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
     rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
     matrix_grads = 4 * (owned_numel if zero2 else matrices)
-    adamw_grads = 4 * Vp * C + emb
+    scalars = 4 * gates_stored(cfg)  # fp32, trained by AdamW (arms.PARAM_GROUPS)
+    adamw_grads = 4 * Vp * C + emb + scalars
     if partial_sums and world_size == 1:
         matrix_grads, adamw_grads = 4 * matrices * partial_sums, adamw_grads * partial_sums
     elif partial_sums:
         matrix_grads = 4 * owned_numel * partial_sums
         adamw_grads = 2 * adamw_grads + adamw_grads * partial_sums // world_size
     return dict(
-        parameters=4 * (matrices + Vp * C) + emb + rotary,
+        parameters=4 * (matrices + Vp * C) + emb + rotary + scalars,
         gradients=matrix_grads + adamw_grads,
         muon_state=4 * sum(muon_state_numel(s) for s in owned),
-        adamw_state=2 * (4 * Vp * C + emb),
+        adamw_state=2 * (4 * Vp * C + emb + scalars),
         # Muon.step stacks one shape group (weights, grads, momentum and ~5 fp32-sized temporaries)
         optimizer_step=8 * 4 * max(groups.values(), default=0),
     )

@@ -28,9 +28,9 @@ from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from common import UsageError
-from laws import (ARM_STYLE, FIT, LOOP_GRID_VARIED, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
+from laws import (FIT, LOOP_GRID_VARIED, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
                   drop_repeats, fit_ladders, fnum, jsonable, note, pyplot, read_csv, read_result_json, run_paths,
-                  save_figures)
+                  save_figures, style)
 
 # ---------------------------------------------------------------------------------------------------- design
 DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
@@ -245,17 +245,28 @@ def true_laws(args, arms):
         raise UsageError("give the true curves: --truth PILOT.json (from fit.py ladders --json) or --E, --gamma and --A")
     if args.reference_arm not in have:
         raise UsageError(f"reference arm {args.reference_arm!r} has no law in the truth (arms: {', '.join(have)})")
+    named = dict(args.delta_gamma or [])  # ARM=DG, and "" for a bare DG: the arms without a law in the truth
+    unplanned = [a for a in named if a and a not in arms]
+    if unplanned:
+        raise UsageError(f"--delta-gamma {unplanned[0]}={named[unplanned[0]]:g} names an arm the plan does not run "
+                         f"(planned: {', '.join(arms)})")
+    if args.reference_arm in named:
+        raise UsageError(f"--delta-gamma {args.reference_arm}=... names the reference arm, whose gamma the others' "
+                         "are relative to; name the other arms")
+    lawless = [a for a in arms if a not in have and a not in named]
+    if "" in named and not lawless:
+        raise UsageError(f"--delta-gamma {named['']:g} applies to the planned arms without a law in the truth, and "
+                         "every planned arm has one; name the arm it should change: --delta-gamma ARM=DG")
     laws = {}
     for a in arms:
-        if a not in have and args.delta_gamma is None:
-            raise UsageError(f"planned arm {a!r} has no law in the truth; pass --delta-gamma to model it as the "
-                             f"reference arm with gamma + DG")
-        A, g = have.get(a, have[args.reference_arm])
-        laws[a] = (A, have[args.reference_arm][1] + args.delta_gamma) if args.delta_gamma is not None and \
-            a != args.reference_arm else (A, g)
+        dg = named.get(a, named.get("") if a not in have else None)
+        if a not in have and dg is None:
+            raise UsageError(f"planned arm {a!r} has no law in the truth; pass --delta-gamma DG (or {a}=DG) to model "
+                             f"it as the reference arm with gamma + DG")
+        A = have.get(a, have[args.reference_arm])[0]
+        laws[a] = (A, have[a][1] if dg is None else have[args.reference_arm][1] + dg)
         if laws[a][1] <= 0:
-            raise UsageError(f"--delta-gamma {args.delta_gamma:g} gives {a} a true gamma of {laws[a][1]:g}; it must "
-                             "stay > 0")
+            raise UsageError(f"--delta-gamma {dg:g} gives {a} a true gamma of {laws[a][1]:g}; it must stay > 0")
     return E, laws
 
 
@@ -332,7 +343,7 @@ def design_figure(results, ref_arm, out_dir, gpu):
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     arms = list(results[0]["arms"])
     for a in arms:
-        label, color = ARM_STYLE.get(a, (a, None))
+        label, color = style(a)
         for ax, key in zip(axes, ("gamma_ci_halfwidth", "delta_gamma_ci_halfwidth")):
             if key in results[0]["arms"][a]:
                 pts = sorted((r["gpu_hours"], r["arms"][a][key]) for r in results)

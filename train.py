@@ -43,7 +43,8 @@ from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Par
                     cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed,
                     torchrun_ranks)
 import arms
-from arms import ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PRESETS, SEEDS
+from arms import (ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
+                  SEEDS)
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
                   memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes, stage_at,
                   stage_index)
@@ -154,21 +155,23 @@ def compile_model(model, plan, whole=False):
 # Optimizers, growth, evaluation
 
 def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False, bucket_mb=muon.BUCKET_MB):
-    """Muon for the block matrices, AdamW for embedding and lm_head (--optimizer adamw: AdamW for all); fixed_order:
-    Muon's fixed reduction order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb)."""
-    groups = model.param_groups()
+    """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the block matrices,
+    AdamW for the others (--optimizer adamw: AdamW for all, Muon's groups last); fixed_order: Muon's fixed reduction
+    order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb)."""
+    groups = {name: params for name, params in model.param_groups().items() if params}
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
-    adam_groups = [dict(params=groups["embedding"], lr=plan.embedding_lr, base_lr=plan.embedding_lr),
-                   dict(params=groups["unembedding"], lr=plan.unembedding_lr, base_lr=plan.unembedding_lr)]
+    adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
+                  key=lambda name: PARAM_GROUPS[name][0] == "muon")
+    adam_groups = [dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
+                        weight_decay=wd if PARAM_GROUPS[name][2] else 0.0) for name in adam]
     if plan.optimizer == "adamw":
-        adam_groups.append(dict(params=groups["matrix"], lr=plan.matrix_lr, base_lr=plan.matrix_lr))
-        return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
+        return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)]
     names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
     matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
                        param_names=names, fixed_order=fixed_order, bucket_mb=bucket_mb)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
-    return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, weight_decay=wd, foreach=True)]
+    return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)]
 
 
 def replicated_grads(optimizers, fixed_order=False):

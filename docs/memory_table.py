@@ -42,7 +42,7 @@ HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (p
 print("Paper ladders (`bash ladder.sh all --dry-run`, 8 GPUs, 32 sequences per rank):\n\n" + HEADER)
 for name, argv in ladder_runs("all"):
     arch, depth = argv[1], int(argv[3])  # --arch A --depth D
-    grows = ARMS[arch].passes_initial is not None
+    grows = ARMS[arch].grows
     print(row(name, argv, (RELEASE_GROW if grows else RELEASE_FIXED)[depth]))
 print("\nd26 preset (`bash ladder.sh untied_grow --preset d26`, 2 nodes × 8 GPUs, 16 sequences per rank):\n\n" + HEADER)
 (name, argv), = ladder_runs("untied_grow", "d26")

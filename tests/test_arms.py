@@ -1,0 +1,252 @@
+"""Tests for arms.py: the paper's eight arms stay a fixed set, user arms live beside them, and invariants that every
+registered arm (paper or user) must keep, each parametrized over the table so that a new arm is checked by adding
+it: parameter counts and FLOPs against the real module, optimizer groups, loading checkpoints written before a field
+existed, and growth's promise. A broken invariant fails naming the arm and what broke."""
+import copy
+import dataclasses
+
+import pytest
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+import arms
+import checkpoint
+import model
+import train
+from model import GPT, config_for
+
+# vocab 256 is a multiple of model.VOCAB_MULTIPLE: the accounting counts the padded lm_head rows in all three loss
+# matmuls, while the chunked loss's two gradient matmuls use the real rows only
+SHAPE = dict(width_per_depth=32, head_dim=16, seq_len=16, vocab_size=256, mlp_multiple=64)
+DEPTH = 3
+# ModelConfig's fields in the first release: every field added since must have a default (earlier checkpoints lack it)
+FIRST_RELEASE_FIELDS = ("arch", "depth", "width", "n_head", "head_dim", "mlp_hidden", "vocab_size", "seq_len", "mode",
+                        "n_prelude", "n_core", "n_coda", "passes", "passes_initial", "alpha", "recurrence_norm",
+                        "coda_inject", "residual_multiplier", "output_multiplier", "wte_init_std", "uniform_init_scale",
+                        "mlp_multiple")
+
+
+def tiny(arch):
+    return config_for(arch, DEPTH, **SHAPE)
+
+
+def stages(cfg):
+    return sorted({cfg.passes_initial, cfg.passes})
+
+
+def random_model(cfg, seed=0):
+    """Every weight random (also the zero-initialised projections): no path is trivially zero."""
+    torch.manual_seed(seed)
+    net = GPT(cfg)
+    with torch.no_grad():
+        for p in net.parameters():
+            p.normal_(0, 0.3)
+    return net
+
+
+def batch(cfg, rows=2):
+    return torch.randint(0, cfg.vocab_size, (rows, cfg.seq_len), generator=torch.Generator().manual_seed(1))
+
+
+def test_the_paper_arms_are_the_fixed_eight_and_user_arms_live_beside_them():
+    assert list(arms.PAPER_ARMS) == ["vanilla", "deep_vanilla", "operator_1", "loop_2", "untied_2", "loop_grow",
+                                     "untied_grow", "deep_vanilla_grow"]
+    assert arms.ARMS == {**arms.PAPER_ARMS, **arms.USER_ARMS} and not set(arms.PAPER_ARMS) & set(arms.USER_ARMS)
+    assert {a for a in arms.PAPER_ARMS if arms.ARMS[a].grows} == {"loop_grow", "untied_grow", "deep_vanilla_grow"}
+    assert set(arms.GROWTH_ARMS) == {name for name, arm in arms.ARMS.items() if arm.passes_initial is not None}
+    assert all(arms.ARMS[a].default_crossover is not None for a in arms.GROWTH_ARMS)
+    assert arms.FIGURE2_ARMS == ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        arms.ARMS["vanilla"].tpp = 1
+    # the ladders: `all` is the paper's 58 runs whatever USER_ARMS holds; `user` runs the user arms
+    assert len(arms.ladder_runs("all")) == 58
+    assert {argv[1] for _, argv in arms.ladder_runs("user")} == set(arms.USER_ARMS)
+    assert {argv[1] for _, argv in arms.ladder_runs("demo", "cpu")} == set(arms.DEMO_ARMS)
+
+
+def test_a_user_arm_inherits_its_base_recipe_but_not_the_release_growth_fractions():
+    loop3 = arms.USER_ARMS["loop_3_grow"]
+    base = arms.PAPER_ARMS["loop_grow"]
+    assert (loop3.passes_initial, loop3.passes, loop3.crossover) == (1, 3, {})
+    for name in ("matrix_lr", "embedding_lr", "lr_exponent", "tpp", "rewarm_steps", "default_crossover", "alpha"):
+        assert getattr(loop3, name) == getattr(base, name), name
+
+
+def test_every_arm_has_its_own_label_and_colour():
+    labels = [arm.label for arm in arms.ARMS.values()]
+    colours = [arm.color for arm in arms.ARMS.values()]
+    assert len(set(labels)) == len(labels) and len(set(colours)) == len(colours), (labels, colours)
+
+
+@pytest.mark.parametrize("arch", list(arms.ARMS))
+def test_parameter_counts_are_the_modules_before_and_after_growth(arch):
+    cfg = tiny(arch)
+    net = random_model(cfg)
+    stored = sum(p.numel() for p in net.parameters())
+    assert model.params_stored(cfg) == stored, \
+        f"{arch}: model.params_stored says {model.params_stored(cfg):,}, the module has {stored:,} parameters"
+    for k in stages(cfg):
+        if k > net.active_passes:
+            net.grow(k)
+        net.zero_grad(set_to_none=True)
+        net(batch(cfg), batch(cfg)).backward()
+        used = sum(p.numel() for p in net.parameters() if p.grad is not None)
+        assert model.params_active(cfg, k) == used, f"{arch}: model.params_active at {k} passes says " \
+            f"{model.params_active(cfg, k):,}, a forward and backward at {k} passes trains {used:,} parameters"
+        assert sum(p.numel() for p in net.parameters()) == stored, f"{arch}: growth to {k} passes changed the count"
+    assert model.params_tpp(cfg) == model.params_active(cfg, cfg.passes_initial), \
+        f"{arch}: params_tpp (TPP, steps and LRs rest on it) is not the parameters in use at the initial passes"
+
+
+@pytest.mark.parametrize("arch", list(arms.ARMS))
+def test_flops_per_token_are_what_the_flop_counter_counts_at_every_pass_stage(arch):
+    """Convention: 6 x (matrix parameters executed, lm_head included) per token for the matmuls of forward and
+    backward, and causal attention at its (T+1)/2 average keys per query. FlopCounterMode counts every matmul, and
+    the math attention kernel's full T x T score and value matmuls: 2T/(T+1) times our attention term."""
+    cfg = tiny(arch)
+    net = random_model(cfg)
+    idx = batch(cfg)
+    tokens = idx.numel()
+    for k in stages(cfg):
+        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+            net(idx, idx, passes=k).backward()
+        counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
+        matrix = model.matrix_flops_per_token(cfg, k) * tokens
+        attention = (model.flops_per_token(cfg, k) - model.matrix_flops_per_token(cfg, k)) * tokens
+        assert counts.get("aten.mm") == matrix, f"{arch}: at {k} passes the matmuls count {counts.get('aten.mm'):,} " \
+            f"FLOPs, model.matrix_flops_per_token x tokens says {matrix:,}"
+        T = cfg.seq_len
+        assert counts.get("aten.bmm") * (T + 1) == attention * 2 * T, f"{arch}: at {k} passes attention counts " \
+            f"{counts.get('aten.bmm'):,} FLOPs (full T x T), the accounting's causal {attention:,} x 2T/(T+1) differs"
+        assert set(counts) == {"aten.mm", "aten.bmm"}, f"{arch}: uncounted FLOPs in {set(counts)}"
+
+
+def tiny_plan(arch, *flags):
+    argv = ["--arch", arch, "--depth", "2", "--preset", "cpu", "--steps", "4", *flags]
+    if arms.ARMS[arch].grows:
+        argv += ["--crossover-fractions", "0.5"]
+    return train.make_plan(train.parse_args(argv))
+
+
+@pytest.mark.parametrize("optimizer", ["muon", "adamw"])
+@pytest.mark.parametrize("arch", list(arms.ARMS))
+def test_every_parameter_is_in_exactly_one_optimizer_group_with_an_lr_and_wd_rule(arch, optimizer):
+    plan = tiny_plan(arch, "--optimizer", optimizer)
+    net = GPT(plan.model_config)
+    groups = net.param_groups()
+    unruled = set(groups) - set(arms.PARAM_GROUPS)
+    assert not unruled, f"{arch}: model.param_groups() {sorted(unruled)} has no row in arms.PARAM_GROUPS"
+    group_of = {}
+    for name, params in groups.items():
+        for p in params:
+            assert id(p) not in group_of, f"{arch}: a parameter is in both {group_of[id(p)]} and {name}"
+            group_of[id(p)] = name
+    missing = [n for n, p in net.named_parameters() if id(p) not in group_of]
+    assert not missing, f"{arch}: {missing} in no group of model.param_groups(): they would never train"
+    seen = {}
+    for opt in train.build_optimizers(net, plan):
+        for group in opt.param_groups:
+            for p in group["params"]:
+                name = group_of[id(p)]
+                assert id(p) not in seen, f"{arch}: a {name} parameter is in two optimizer groups"
+                seen[id(p)] = name
+                _, _, decays = arms.PARAM_GROUPS[name]
+                assert group["lr"] == plan.group_lr(name) > 0, f"{arch}: {name} trains at LR {group['lr']}"
+                assert group["weight_decay"] == (plan.weight_decay if decays else 0.0), \
+                    f"{arch}: {name} decays by {group['weight_decay']}, arms.PARAM_GROUPS says {decays}"
+    assert len(seen) == len(group_of), f"{arch}: {len(group_of) - len(seen)} parameters in no optimizer"
+
+
+def test_the_scalar_recipe_slot_scales_with_depth_and_defaults_to_the_embedding_lr():
+    plan = tiny_plan("gated_1")
+    assert plan.scalar_lr is None and plan.group_lr("scalar") == plan.embedding_lr
+    given = tiny_plan("gated_1", "--scalar-lr", "0.1")
+    assert given.group_lr("scalar") == pytest.approx(0.1 * given.embedding_lr / arms.ARMS["gated_1"].embedding_lr)
+
+
+def test_every_field_added_after_the_first_release_has_a_default():
+    for cls in (model.ModelConfig,):
+        late = [f.name for f in dataclasses.fields(cls) if f.name not in FIRST_RELEASE_FIELDS]
+        undefaulted = [n for n in late if next(f for f in dataclasses.fields(cls) if f.name == n).default is
+                       dataclasses.MISSING]
+        assert not undefaulted, f"ModelConfig.{undefaulted[0]} was added after the first release without a default: " \
+            "every earlier checkpoint would stop loading"
+
+
+@pytest.mark.parametrize("arch", list(arms.ARMS))
+def test_a_checkpoint_written_before_the_newer_fields_existed_still_loads(arch, tmp_path):
+    cfg = tiny(arch)
+    net = random_model(cfg)
+    earlier = {k: v for k, v in dataclasses.asdict(cfg).items() if k in FIRST_RELEASE_FIELDS}
+    path = tmp_path / "latest.pt"  # an earlier single-file checkpoint
+    torch.save(dict(model=net.state_dict(), model_config=earlier, passes=cfg.passes_initial, tokenizer="bytes",
+                    step=0), path)
+    if any(getattr(cfg, f.name) != f.default for f in dataclasses.fields(cfg) if f.name not in FIRST_RELEASE_FIELDS):
+        with pytest.raises(ValueError):  # a model the earlier code could not build (a gated one): refused, not guessed
+            checkpoint.load_checkpoint_model(str(path))
+        return
+    loaded, record = checkpoint.load_checkpoint_model(str(path))
+    assert loaded.cfg == cfg, f"{arch}: an earlier checkpoint loads as another model"
+    idx = batch(cfg)
+    assert torch.equal(loaded(idx), net.eval()(idx)), f"{arch}: an earlier checkpoint computes something else"
+
+
+@pytest.mark.parametrize("arch", list(arms.ARMS))
+def test_a_plan_recorded_before_the_newer_fields_existed_matches_its_command(arch):
+    plan = tiny_plan(arch)
+    recorded = plan.as_dict()
+    late = {f.name for f in dataclasses.fields(plan) if f.default is not dataclasses.MISSING} - {"total_flops"}
+    for name in late:
+        recorded.pop(name)
+    recorded["model_config"] = {k: v for k, v in recorded["model_config"].items() if k in FIRST_RELEASE_FIELDS}
+    if any(getattr(plan.model_config, k) != f.default for f in dataclasses.fields(model.ModelConfig)
+           if (k := f.name) not in FIRST_RELEASE_FIELDS):
+        with pytest.raises(arms.UsageError, match="another run"):
+            checkpoint.check_plan("result.json", recorded, plan)
+    else:
+        checkpoint.check_plan("result.json", recorded, plan)
+
+
+@pytest.mark.parametrize("arch", arms.GROWTH_ARMS)
+def test_growth_keeps_the_recipes_promise(arch):
+    """Untied: the new cores (and their gates) start as stacked copies of the trained ones; tied: the same weights,
+    now looped more often."""
+    cfg = tiny(arch)
+    net = random_model(cfg)
+    idx = batch(cfg)
+    for k in stages(cfg)[1:]:
+        before = copy.deepcopy(net)
+        old = net.active_passes
+        net.grow(k)
+        expected = copy.deepcopy(before)
+        if cfg.mode == "untied":
+            with torch.no_grad():
+                for j in range(old, k):
+                    for dst, src in zip(expected.core_blocks(j).parameters(), expected.core_blocks(j % old).parameters()):
+                        dst.copy_(src)
+                    if j < len(expected.boundary_gates):
+                        expected.boundary_gates[j].copy_(expected.boundary_gates[j % old])
+        else:
+            assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), before.state_dict().values())), \
+                f"{arch}: tied growth changed a weight"
+        assert torch.equal(net(idx), expected(idx, passes=k)), \
+            f"{arch}: the first forward after growth to {k} passes is not the recipe's promise"
+
+
+def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():
+    cfg = tiny("gated_1")
+    fixed = dataclasses.replace(cfg, boundary_gate=False)
+    gated, plain = random_model(cfg), random_model(fixed)
+    with torch.no_grad():
+        for gate in gated.boundary_gates:
+            gate.fill_(cfg.alpha)
+    idx = batch(cfg)
+    assert len(gated.boundary_gates) == model.gates_stored(cfg) == 1
+    assert torch.equal(gated(idx), plain(idx))
+    gated(idx, idx).backward()
+    assert gated.boundary_gates[0].grad.abs() > 0
+    with torch.no_grad():
+        gated.boundary_gates[0].fill_(0.0)
+    assert not torch.equal(gated(idx), plain(idx))
+    assert torch.equal(GPT(cfg).boundary_gates[0].detach(), torch.tensor(cfg.alpha))
