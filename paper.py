@@ -8,7 +8,7 @@ on, the paper's stated number with its section, and the relative difference (an 
 Fits follow the release's conventions (its appendix_ladders/README.md): the loss floor is fitted once on Vanilla's
 FLOP ladder and shared; multipliers interpolate in log compute without extrapolation.
 """
-import json, math, os
+import csv, json, math, os
 
 import numpy as np
 
@@ -67,10 +67,24 @@ def release_ladder_rows(path, obj, use_time):
     return [(a, d, x * 3600.0 if hours else x, l, s, o) for a, d, x, l, s, o in rows]
 
 
-def flops_column(c, path):
+def flops_column(c):
     """The regime CSVs' `compute`: EFLOP in weight_decay.csv and architectures.csv, FLOPs in regimes.csv -> FLOPs."""
     x = c["compute"]
     return x * 1e18 if x.max() < UNITS["eflop_max"] else x
+
+
+def release_loop_grid(path):
+    """The release's weight_decay.csv [weight_decay, loops, depth, compute (EFLOP), loss] as fit.py loops' columns, or
+    None when the CSV is not in the release's form."""
+    with open(path, newline="") as f:
+        header = {h.strip() for h in next(csv.reader(f), [])}
+    if not {"compute", "loss"} <= header or "compute_flops" in header:
+        return None
+    cols = ["depth", "loops", "weight_decay", "compute", "loss"]
+    c = read_csv(path, cols, numeric=cols, positive=["depth", "loops", "compute", "loss"], key=["depth", "loops",
+                                                                                              "weight_decay"])
+    c["compute_flops"], c["val_loss"] = flops_column(c), c.pop("loss")
+    return c
 
 
 def series_data(rows):
@@ -295,7 +309,7 @@ def regimes_figures(plt, release):
     ar = read_csv(os.path.join(base, "architectures.csv"), ["architecture", "family", "compute", "loss", "depth",
                                                             "loops"], numeric=["compute", "loss", "depth", "loops"],
                   positive=["compute", "loss"])
-    wd_x, rg_x, ar_x = flops_column(wd, "weight_decay.csv"), flops_column(rg, "regimes.csv"), flops_column(ar, "a")
+    wd_x, rg_x, ar_x = flops_column(wd), flops_column(rg), flops_column(ar)
     cmap = plt.get_cmap("plasma")
 
     def per_loops(ax, x, loss, loops, mask, title):
