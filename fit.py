@@ -282,22 +282,15 @@ def ladder_figures(data, fit, out_dir, xname):
         plt.close(fig2)
 
 
-def cmd_ladders(args):
-    if args.out:
-        check_outputs(args.out, LADDER_FIGURES)
-    data = load_ladders(args.inputs, args.time, args.replicates)
-    held = hold_out(data, args.holdout or [])
-    xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
-    sigma, dof = pooled_noise(data)
-    source = "replicates" if sigma is not None else None
-    if args.noise is not None:
-        if sigma is not None:
-            note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
-        sigma, dof, source = args.noise, 0, "--noise"
+def ladder_floor(args, data):
+    """The release's conventions: the shared --shared-anchor point, and the floor E held at vanilla's FLOP-ladder fit
+    for --time and any --reference-arm (None: fit_ladders fits it on the reference arm, as --refit-floor asks)."""
     if args.shared_anchor:
         note(f"shared d{args.shared_anchor} anchor: every arm's d{args.shared_anchor} loss set to "
              f"{paper.share_anchor(data, args.shared_anchor):.6f}, the mean of the equivalent runs")
     E_known = None
+    if args.reference_arm not in data:
+        raise UsageError(f"reference arm {args.reference_arm!r} not in the data (arms: {', '.join(data)})")
     if not args.refit_floor and (args.time or args.floor_from or args.reference_arm != paper.FLOOR_ARM):
         try:
             E_known = paper.floor_of(load_ladders(args.floor_from or args.inputs, False, args.replicates))
@@ -310,6 +303,22 @@ def cmd_ladders(args):
         axis = "time ladder" if args.time else "ladder"
         note(f"floor E = {E_known:.6f} from {paper.FLOOR_ARM}'s FLOP ladder, held fixed (--refit-floor fits it on "
              f"{args.reference_arm}'s {axis} instead)")
+    return E_known
+
+
+def cmd_ladders(args):
+    if args.out:
+        check_outputs(args.out, LADDER_FIGURES)
+    data = load_ladders(args.inputs, args.time, args.replicates)
+    held = hold_out(data, args.holdout or [])
+    xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
+    sigma, dof = pooled_noise(data)
+    source = "replicates" if sigma is not None else None
+    if args.noise is not None:
+        if sigma is not None:
+            note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
+        sigma, dof, source = args.noise, 0, "--noise"
+    E_known = ladder_floor(args, data)
     t0 = time.perf_counter()
     fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma, E_known)
     t_fit = time.perf_counter() - t0
@@ -510,12 +519,7 @@ MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: b
 NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
 
 
-def build_parser():
-    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    add = lambda name, helptext: sub.add_parser(name, help=helptext, description=f"{helptext}.\n\n{CONTRACTS[name]}",
-                                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    s = add("ladders", "per-arm power laws, multipliers, forecasts, figures")
+def ladders_flags(s):
     s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
@@ -539,6 +543,14 @@ def build_parser():
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
+
+
+def build_parser():
+    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add = lambda name, helptext: sub.add_parser(name, help=helptext, description=f"{helptext}.\n\n{CONTRACTS[name]}",
+                                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ladders_flags(add("ladders", "per-arm power laws, multipliers, forecasts, figures"))
     s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
     s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
