@@ -239,6 +239,25 @@ GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
 
+# The authors' release (reference/release/, see its SOURCE.md) names its series with short names: the project's arm
+# for each, or a descriptive label for a series that is no arm here (recipe, shape and boundary ablations).
+RELEASE_SERIES = {
+    "van": "vanilla", "k1": "operator_1", "k1_glr": "operator_1", "k2": "loop_2", "k2_grow": "loop_grow",
+    "dep": "untied_2", "dep_grow": "untied_grow", "deep_van": "deep_vanilla", "deep_van_grow": "deep_vanilla_grow",
+    "van_glr_wd": "Vanilla GLR+WD", "van_glr_om": "Vanilla GLR+OM", "van_grow": "Vanilla Grow",
+    "van_constant": "Vanilla constant", "van_const_mup_om": "Vanilla constant+muP OM", "van_mup_om": "Vanilla muP OM",
+    "van_wdr1": "Vanilla WDR 1", "k1_van_recipe": "Operator-1 (Vanilla recipe)", "k1_1c2": "Operator-1 1/C/2",
+    "k2_nci": "Loop-2 NCI", "k2_fixed_pc": "Loop-2 2/C/3", "k2_grow_random": "Loop-Grow random K",
+    "dep_nonorm": "Untied-2 no norm", "dep_noinject": "Untied-2 no inject", "dep_nci": "Untied-2 NCI",
+    "deeper_van": "Deeper Vanilla", "deeper_k1": "Deeper Operator-1", "van_adam": "Vanilla Adam",
+    "deep_width": "Deep Vanilla width-only", "deep_width_adam": "Deep Vanilla width-only Adam",
+    "dep_width": "Untied-2 width-only",
+    # effective_depth.json spells the arms out
+    "vanilla": "vanilla", "deep_vanilla": "deep_vanilla", "operator_1": "operator_1", "loop_2": "loop_2",
+    "loop_grow": "loop_grow", "untied_2": "untied_2", "untied_grow": "untied_grow",
+}
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Override flags generated from the knob fields
 

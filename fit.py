@@ -30,6 +30,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 from scipy import optimize
 
+import paper
 import studies
 from common import Parser, UsageError, cli_main, exit_process
 from arms import FIGURE2_ARMS
@@ -111,6 +112,11 @@ def load_ladders(inputs, use_time, replicates=False):
         if item.endswith(".csv"):
             rows += ladder_rows_from_csv(item, use_time)
             continue
+        if item.endswith(".json") and os.path.isfile(item):
+            obj = paper.read_json(item)
+            if paper.is_release_ladders(obj):  # the authors' release: {series: [records]}
+                rows += paper.release_ladder_rows(item, obj, use_time)
+                continue
         found = run_paths(item)
         if not found:
             raise UsageError(f"{item}: no CSV, result.json or run directory found")
@@ -276,15 +282,43 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
         plt.close(fig2)
 
 
+def ladder_floor(args, data):
+    """The release's conventions: the shared --shared-anchor point, and the floor E held at vanilla's FLOP-ladder fit
+    for --time and any --reference-arm (None: fit_ladders fits it on the reference arm, as --refit-floor asks)."""
+    if args.shared_anchor:
+        note(f"shared d{args.shared_anchor} anchor: every arm's d{args.shared_anchor} loss set to "
+             f"{paper.share_anchor(data, args.shared_anchor):.6f}, the mean of the equivalent runs")
+    E_known = None
+    if args.reference_arm not in data:
+        raise UsageError(f"reference arm {args.reference_arm!r} not in the data (arms: {', '.join(data)})")
+    if not args.refit_floor and (args.time or args.floor_from or args.reference_arm != paper.FLOOR_ARM):
+        try:
+            E_known = paper.floor_of(load_ladders(args.floor_from or args.inputs, False, args.replicates))
+        except UsageError as e:
+            if args.floor_from:
+                raise
+            raise UsageError(f"the floor is {paper.FLOOR_ARM}'s FLOP-ladder fit and the inputs give none ({e}); pass "
+                             "--floor-from with FLOP ladders (the release's ladders.json for its timing.json) or "
+                             "--refit-floor")
+        axis = "time ladder" if args.time else "ladder"
+        note(f"floor E = {E_known:.6f} from {paper.FLOOR_ARM}'s FLOP ladder, held fixed (--refit-floor fits it on "
+             f"{args.reference_arm}'s {axis} instead)")
+    return E_known
+
+
+def check_figure2_arms(figure2_arms, out, data):
+    if figure2_arms and not out:
+        raise UsageError("--figure2-arms picks the arms of Figure 2, which only --out DIR draws; add --out")
+    stray = [a for a in figure2_arms or () if a not in data]
+    if stray:
+        raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
+
+
 def cmd_ladders(args):
     if args.out:
         check_outputs(args.out, LADDER_FIGURES)
     data = load_ladders(args.inputs, args.time, args.replicates)
-    if args.figure2_arms and not args.out:
-        raise UsageError("--figure2-arms picks the arms of Figure 2, which only --out DIR draws; add --out")
-    stray = [a for a in args.figure2_arms or () if a not in data]
-    if stray:
-        raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
+    check_figure2_arms(args.figure2_arms, args.out, data)
     held = hold_out(data, args.holdout or [])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
     sigma, dof = pooled_noise(data)
@@ -293,8 +327,9 @@ def cmd_ladders(args):
         if sigma is not None:
             note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
         sigma, dof, source = args.noise, 0, "--noise"
+    E_known = ladder_floor(args, data)
     t0 = time.perf_counter()
-    fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma)
+    fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma, E_known)
     t_fit = time.perf_counter() - t0
     for warning in fit["warnings"]:
         note(warning)
@@ -442,7 +477,8 @@ def cmd_downstream(args):
 CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND -h`
     ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
 train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
-complete are skipped; any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
+complete are skipped; the authors' release JSON ({series: [{compute, loss, depth}]}, short series names as in
+arms.RELEASE_SERIES, compute in FLOPs or training hours) is read as is; any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
 The runs of one arm must share their data pool (data_manifest) and recipe: every plan field but the depth, what it
 derives (shapes, steps, tokens, the depth-scaled LRs, growth crossovers) and the seed; two that differ are an error
 naming both and the field (a run with another --lr-multiplier, --tpp or pool is another experiment).
@@ -470,6 +506,11 @@ lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
     surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows. With both D and compute, D is "
             f"fitted and each row's compute must lie within {studies.COMPUTE_SLACK:g}x of 6 N D (attention and embedding FLOPs move it tens of "
             "percent; a unit slip is refused).",
+    paper="""RELEASE: the folder holding the authors' release as reference/ does (release/appendix_ladders/*.json,
+release/appendix_regimes/*.csv, release/effective_depth.json; downstream.json in appendix_ladders if present).
+Writes Figures 6, 15a-c, 16a-f, 17, 19a-b (with downstream.json), 21, 22, 23a and 24 as PNG + PDF and
+paper_manifest.json: per figure the numbers it rests on and each number the paper states, with its section and the
+relative difference (an explanation where it exceeds 1 %). The floor is Vanilla's FLOP-ladder fit, shared.""",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
                "checkpoint; nll:/acc: pairs define the tasks.",
     tpp="DATA.csv [compute_flops, tpp, val_loss], several tpp per budget.",
@@ -493,12 +534,7 @@ MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: b
 NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
 
 
-def build_parser():
-    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    add = lambda name, helptext: sub.add_parser(name, help=helptext, description=f"{helptext}.\n\n{CONTRACTS[name]}",
-                                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    s = add("ladders", "per-arm power laws, multipliers, forecasts, figures")
+def ladders_flags(s):
     s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
@@ -509,7 +545,14 @@ def build_parser():
     s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
                                                  f"{FIT['default_extrapolate_boot']} with --extrapolate)")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="bootstrap seed")
-    s.add_argument("--time", action="store_true", help="use training time (seconds) instead of FLOPs")
+    s.add_argument("--time", action="store_true", help="use training time (seconds; the release's hours are "
+                                                       "converted) instead of FLOPs")
+    s.add_argument("--floor-from", nargs="+", metavar="INPUT", help="FLOP ladders to fit the shared floor on "
+                   "(vanilla's), e.g. the release's ladders.json for its timing.json (default: the inputs)")
+    s.add_argument("--refit-floor", action="store_true", help="fit the floor on --reference-arm on the axis in use "
+                   "(default: vanilla's FLOP-ladder floor, kept for --time and any --reference-arm, as the release)")
+    s.add_argument("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="average the equivalent runs at "
+                   "this depth into one anchor shared by every arm (Figure 16a: 8)")
     s.add_argument("--extrapolate", type=positive_float, metavar="C",
                    help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
@@ -517,6 +560,14 @@ def build_parser():
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
+
+
+def build_parser():
+    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    add = lambda name, helptext: sub.add_parser(name, help=helptext, description=f"{helptext}.\n\n{CONTRACTS[name]}",
+                                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    ladders_flags(add("ladders", "per-arm power laws, multipliers, forecasts, figures"))
     s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
     s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
@@ -564,6 +615,9 @@ def build_parser():
     s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
                    help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
     s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
+    s = add("paper", "every paper figure from the authors' released measurements, with a manifest")
+    s.add_argument("release", help="the release folder: reference/ (or reference/release/)")
+    s.add_argument("--out", required=True, help="directory for the figures (PNG + PDF) and paper_manifest.json")
     for name, helptext in (("tpp", "optimal tokens per parameter"), ("growth", "optimal growth fraction"),
                            ("lr", "hyperparameter drift exponent"), ("loops", "optimal loop count and frontiers")):
         s = add(name, helptext)
@@ -578,7 +632,7 @@ def build_parser():
     return p
 
 
-COMMANDS = dict(ladders=cmd_ladders, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
+COMMANDS = dict(ladders=cmd_ladders, paper=paper.cmd_paper, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
                 tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops)
 
 

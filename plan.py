@@ -146,8 +146,7 @@ def make_plan(args):
         raise UsageError(f"crossover steps {crossovers} must lie in [1, {steps}); use more --steps")
 
     # 5. LRs: the anchor depth's, scaled by (N(anchor) / N(d)) ** lr_exponent (App. A.4.4) and the preset's multiplier.
-    anchor = preset.anchor_depth
-    anchor_cfg = model_lib.config_from_args(args, preset, anchor, vocab_size) if anchor != depth else cfg
+    anchor_cfg = model_lib.config_from_args(args, preset, preset.anchor_depth, vocab_size)
     lr_scale = preset.lr_multiplier * (model_lib.params_tpp(anchor_cfg) / n_tpp) ** recipe.lr_exponent
     adamw_default = args.optimizer == "adamw" and args.matrix_lr is None  # a given --matrix-lr is the AdamW one too
     matrix_lr = ADAMW_MATRIX_LR if adamw_default else recipe.matrix_lr

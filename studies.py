@@ -21,13 +21,14 @@
   python fit.py surface grid.csv --form both --sparse-l
   python fit.py loops loop_grid.csv --wd 0.8
 """
-import json, math, re, sys
+import json, math, os, re, sys
 
 import numpy as np
 from scipy import optimize, stats
 
 from arms import GPU_PEAK_FLOPS
 from common import UsageError
+import paper
 from laws import (FIT, LOOP_GRID_VARIED, FitError, bootstrap_ladders, check_one_recipe, check_outputs,
                   drop_repeats, fit_ladders, fnum, jsonable, note, pyplot, read_csv, read_result_json, run_paths,
                   save_figures, style)
@@ -663,8 +664,13 @@ def loop_grid_from_runs(item):
 
 
 def cmd_loops(args):
-    c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS, positive=["depth", "loops", "compute_flops", "val_loss"],
-                 key=LOOP_KEY) if args.data.endswith(".csv") else loop_grid_from_runs(args.data)
+    if not args.data.endswith(".csv"):
+        c = loop_grid_from_runs(args.data)
+    else:  # the release's weight_decay.csv (compute in EFLOP) or the project's columns
+        c = paper.release_loop_grid(args.data) if os.path.isfile(args.data) else None
+        if c is None:
+            c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
+                         positive=["depth", "loops", "compute_flops", "val_loss"], key=LOOP_KEY)
     at_wd = np.isclose(c["weight_decay"], args.wd)
     if not at_wd.any():
         raise UsageError(f"{args.data}: no rows at weight decay {args.wd:g} (have "

@@ -1,0 +1,180 @@
+"""Tests for paper.py and what fit.py reads through it: the release's formats (JSON series with short names, training
+hours, EFLOP, the downstream file) on fixtures the tests write, the release's floor and anchor conventions, and
+`fit.py paper` on the release copy in reference/ against the numbers the paper states."""
+import csv
+import json
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+import numpy as np
+import pytest
+
+import fit
+import paper
+from refusals import assert_refused, run_in_process
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEPTHS = (6, 8, 10, 12, 14)
+
+
+def law(E, A, gamma, x):
+    return E + A * (x / 1e18) ** -gamma
+
+
+def release_ladders(scale=1.0, hours=False):
+    """{series: [records]} as the release writes them: Vanilla and Loop-2 (k2) on E = 1.7 laws, compute ~ d^3; with
+    hours, compute is training hours with a fixed 0.1 h overhead (so the time ladder's own floor is not 1.7)."""
+    out = {}
+    for series, (A, gamma, shift) in {"van": (1.6, 0.11, 1.0), "k2": (1.5, 0.12, 1.1)}.items():
+        recs = []
+        for d in DEPTHS:
+            c = 1e18 * (d / 8) ** 3 * shift * scale
+            recs.append(dict(compute=c / 1e21 + 0.1 if hours else c, loss=law(1.7, A, gamma, c), depth=d, parameters=1,
+                             effective_depth=float(d), width=64 * d, tokens=1))
+        out[series] = recs
+    return out
+
+
+def write(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f)
+    return str(path)
+
+
+def fit_json(capsys, *argv):
+    assert fit.main([str(a) for a in argv] + ["--json"]) == 0
+    out = capsys.readouterr()
+    return json.loads(out.out), out.err
+
+
+def test_release_json_read_as_is_with_project_names(tmp_path, capsys):
+    obj = release_ladders()
+    got, _ = fit_json(capsys, "ladders", write(tmp_path / "ladders.json", obj))
+    assert set(got["arms"]) == {"vanilla", "loop_2"}
+    rows = [dict(arm={"van": "vanilla", "k2": "loop_2"}[s], depth=r["depth"], compute_flops=r["compute"],
+                 val_loss=r["loss"]) for s, recs in obj.items() for r in recs]
+    with open(tmp_path / "same.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    same, _ = fit_json(capsys, "ladders", tmp_path / "same.csv")
+    assert got["E"] == pytest.approx(same["E"], rel=1e-12)
+    assert got["arms"]["loop_2"]["gamma"] == pytest.approx(same["arms"]["loop_2"]["gamma"], rel=1e-12)
+    assert got["E"] == pytest.approx(1.7, abs=1e-3)
+
+
+def test_hours_with_time_keep_the_flop_floor(tmp_path, capsys):
+    flops = write(tmp_path / "ladders.json", release_ladders())
+    hours = write(tmp_path / "timing.json", release_ladders(hours=True))  # hours grow slower than FLOPs
+    got, err = fit_json(capsys, "ladders", hours, "--time", "--floor-from", flops)
+    E_flops = paper.floor_of(paper.series_data(paper.release_ladder_rows("x", json.load(open(flops)), False)))
+    assert got["E"] == pytest.approx(E_flops, rel=1e-12) and "held fixed" in err
+    first = got["arms"]["vanilla"]["points"][0]
+    assert first["compute"] == pytest.approx(release_ladders(hours=True)["van"][0]["compute"] * 3600)
+    refit, _ = fit_json(capsys, "ladders", hours, "--time", "--refit-floor")
+    assert abs(refit["E"] - E_flops) > 1e-2  # the time ladder's own floor is another number
+
+
+def test_reference_arm_keeps_vanilla_floor(tmp_path, capsys):
+    obj = release_ladders()
+    obj["k2"] = [dict(r, loss=r["loss"] + 0.05) for r in obj["k2"]]  # Loop-2's own floor is 1.75
+    path = write(tmp_path / "ladders.json", obj)
+    kept, _ = fit_json(capsys, "ladders", path, "--reference-arm", "loop_2")
+    refit, _ = fit_json(capsys, "ladders", path, "--reference-arm", "loop_2", "--refit-floor")
+    assert kept["E"] == pytest.approx(1.7, abs=1e-3) and refit["E"] == pytest.approx(1.75, abs=1e-3)
+    assert kept["reference_arm"] == "loop_2"
+
+
+def test_shared_anchor_averages_the_equivalent_runs(tmp_path, capsys):
+    obj = release_ladders()
+    obj["k2"] = [dict(r, compute=obj["van"][i]["compute"]) for i, r in enumerate(obj["k2"])]
+    d8 = [r for r in obj["van"] + obj["k2"] if r["depth"] == 8]
+    mean = np.mean([r["loss"] for r in d8])
+    got, err = fit_json(capsys, "ladders", write(tmp_path / "l.json", obj), "--shared-anchor", 8)
+    for arm in ("vanilla", "loop_2"):
+        assert [p["loss"] for p in got["arms"][arm]["points"] if p["depth"] == 8] == [pytest.approx(mean)]
+    assert "shared d8 anchor" in err
+
+
+def test_eflop_loop_grid_equals_flops(tmp_path, capsys):
+    rows = [dict(weight_decay=0.8, loops=K, depth=d, compute=0.3 * K * (d / 6) ** 3,
+                 loss=3.3 + 0.6 * (d / 6) ** -1.2 + 0.05 * (K - 1 - 0.4 * d / 6) ** 2 / K)
+            for K in (1, 2, 4, 8) for d in (6, 8, 10, 12, 14, 16)]
+    with open(tmp_path / "release.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    with open(tmp_path / "project.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, ["depth", "loops", "weight_decay", "compute_flops", "val_loss"])
+        w.writeheader()
+        w.writerows(dict(depth=r["depth"], loops=r["loops"], weight_decay=0.8, compute_flops=r["compute"] * 1e18,
+                         val_loss=r["loss"]) for r in rows)
+    assert fit.main(["loops", str(tmp_path / "release.csv"), "--json"]) == 0
+    a = capsys.readouterr().out
+    assert fit.main(["loops", str(tmp_path / "project.csv"), "--json"]) == 0
+    assert a == capsys.readouterr().out
+
+
+def downstream_fixture():
+    """The release's downstream.json form: CORE answer NLL exactly 0.5 L - 0.2 on every checkpoint; Loop-2 reaches
+    each Vanilla CORE at half Vanilla's compute."""
+    out = {}
+    for series, shift in (("van", 1.0), ("k2", 0.5)):
+        recs = []
+        for d in DEPTHS:
+            c = 1e18 * (d / 8) ** 3
+            core = 0.1 * np.log(c / shift / 1e17)
+            loss = 3.0 - core
+            recs.append(dict(compute=c, loss=loss, depth=d,
+                             metrics=dict(full_core=core, answer_nll=0.5 * loss - 0.2, filtered_core=core,
+                                          filtered_core_std=0.01), task_nll={"arc": 1.0, "hellaswag": 2.0}))
+        out[series] = recs
+    return out
+
+
+def test_downstream_reader_and_figure(tmp_path):
+    series = paper.downstream_series(write(tmp_path / "downstream.json", downstream_fixture()))
+    assert set(series) == {"vanilla", "loop_2"} and series["loop_2"][0]["task_nll"] == {"arc": 1.0, "hellaswag": 2.0}
+    fig, numbers = paper.downstream_figure(paper.pyplot(), series)
+    paper.pyplot().close(fig)
+    assert numbers["pooled_line"]["slope"] == pytest.approx(0.5) and numbers["pooled_line"]["intercept"] == \
+        pytest.approx(-0.2)
+    mult = [m for m in numbers["multiplier_at_matched_core"]["loop_2"]["multiplier"] if np.isfinite(m)]
+    assert mult and np.allclose(mult, 2.0, rtol=1e-6)  # inside Vanilla's range only: the rest is NaN
+
+
+def test_downstream_missing_metric_refused(tmp_path):
+    bad = downstream_fixture()
+    del bad["k2"][1]["metrics"]["answer_nll"]
+    with pytest.raises(paper.UsageError, match="series 'k2'.*metrics"):
+        paper.downstream_series(write(tmp_path / "downstream.json", bad))
+
+
+@pytest.mark.parametrize("argv, obj, message", [
+    (["ladders", "{d}/t.json"], release_ladders(hours=True), "compute is in training hours; pass --time"),
+    (["ladders", "{d}/t.json", "--time"], release_ladders(hours=True), "pass --floor-from"),
+    (["ladders", "{d}/t.json", "--time"], release_ladders(), "compute is in FLOPs; drop --time"),
+    (["ladders", "{d}/t.json"], dict(release_ladders(), k1_glr=release_ladders()["van"], k1=release_ladders()["van"]),
+     "are both operator_1"),
+    (["ladders", "{d}/t.json", "--shared-anchor", "8"], release_ladders(), "different compute"),
+])
+def test_bad_release_inputs(tmp_path, argv, obj, message):
+    assert_refused("fit.py", argv, tmp_path, message, files={"t.json": json.dumps(obj)}, runner=run_in_process)
+
+
+def test_paper_on_the_release(tmp_path, capsys):
+    """The whole command on the release copy: every figure written, every stated number within 1 % or explained."""
+    out = tmp_path / "paper"
+    assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0
+    manifest = json.load(open(out / paper.MANIFEST))
+    written = set(os.listdir(out))
+    for fig_id in manifest["figures"]:
+        if not fig_id.startswith("fig3 "):
+            assert {f"{fig_id}.png", f"{fig_id}.pdf"} <= written
+    rows = [r for entry in manifest["figures"].values() for r in entry["stated"]]
+    assert len(rows) >= 15
+    assert all(r["rel_diff"] <= paper.TOLERANCE or r["explanation"] != "unexplained" for r in rows)
+    e = {r["what"]: r for r in rows}
+    assert e["shared floor E (Vanilla FLOP ladder)"]["ours"] == pytest.approx(1.7064, abs=1e-4)
+    assert e["Operator-1 loss cost of Vanilla's recipe at d8"]["ours"] == pytest.approx(1.01e-2, abs=1e-4)
+    assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0  # its own files: rewritten
