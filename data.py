@@ -529,11 +529,13 @@ def check_pool_hashes(data_dir):
     that restores mtime) and the sha256 it matched, and a file whose record still holds is not hashed again. A pool
     on a read-only filesystem is hashed at every call."""
     path = os.path.join(data_dir, VERIFIED)
-    try:
-        with open(path) as f:
-            verified = json.load(f)
-    except (OSError, ValueError):
-        verified = {}
+    verified = {}
+    if os.path.isfile(path):  # a regular file only: open() of a FIFO of that name would wait forever for a writer
+        try:
+            with open(path) as f:
+                verified = json.load(f)
+        except (OSError, ValueError):
+            pass
     records = {}
     for split in SPLITS:
         pool = load_pool(data_dir, split)  # a complete pool whose files have their recorded sizes

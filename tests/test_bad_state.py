@@ -492,6 +492,18 @@ def test_class7_verified_pool_is_hashed_once_and_again_when_rewritten(tmp_path, 
         data.check_pool_hashes(str(pool_copy))
 
 
+def test_issue31_class3_a_fifo_named_verified_json_does_not_block(tmp_path, pool_copy):
+    """Records are opened only when they are regular files: open() of a FIFO waits forever for a writer."""
+    os.mkfifo(pool_copy / "verified.json")
+    code = f"import sys; sys.path.insert(0, {ROOT!r}); import data; data.check_pool_hashes({str(pool_copy)!r})"
+    try:
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("check_pool_hashes blocked on a FIFO named verified.json")
+    assert result.returncode == 0, result.stderr
+    assert os.path.isfile(pool_copy / "verified.json")  # replaced by the record of the files it hashed
+
+
 # A complete run was never compared with the command (ladder.sh then skipped a mislabelled run forever: "already
 # complete; nothing to do", exit 0), and --resume with another --data-dir continued on another corpus.
 @pytest.fixture(scope="module")
