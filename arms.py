@@ -168,6 +168,7 @@ GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
 BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
 BENCH_ARMS = tuple(dict.fromkeys(arch for pair in BENCH_PAIRS for arch in pair))
+GPU_CHECK_TRAINING = ("vanilla", "untied_grow_eager", "untied_grow")  # bench.py --gpu-check's training sections
 
 # The optimizer of each group of model.param_groups(): group -> (optimizer, the Plan's LR field, weight decay?).
 # LRs are the arm's, scaled with depth like the others (plan.make_plan). Scalars (boundary gates) take AdamW at

@@ -35,7 +35,7 @@ import core_eval
 import data
 import model as model_lib
 import train
-from arms import BENCH_ARMS, BENCH_SHAPES, PRESETS
+from arms import BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, PRESETS
 from common import UsageError, cli_main_distributed, exit_process, integer, setup_distributed, write_json
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank
 from train import count_step, gpu_peak_flops, train_step, use_compile
@@ -437,7 +437,7 @@ def check_core_scoring(args, device, examples):
 
 def check_summary(name, result):
     """One line per section: its headline numbers."""
-    if name in ("vanilla", "untied_grow_eager", "untied_grow"):
+    if name in GPU_CHECK_TRAINING:
         memory = result["max_memory_allocated_bytes"]
         return (f"{result['arch']} d{result['depth']} {'compiled' if result['compiled'] else 'eager'}: "
                 f"{1000 * result['step_seconds']:.0f} ms/step, "
@@ -492,7 +492,7 @@ def gpu_check(args):
         roofline=lambda deadline: dict(flops_per_second=matmul_roofline(device, size=None if device.type == "cuda"
                                                                         else 512)),
         core_scoring=lambda deadline: check_core_scoring(args, device, recipe["core_examples"]),
-        **{name: training(name) for name in ("vanilla", "untied_grow_eager", "untied_grow")},
+        **{name: training(name) for name in GPU_CHECK_TRAINING},
         ratios=lambda deadline: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"],
                                              recipe["ratio_repeats"], deadline))
     out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if device.type == "cuda"

@@ -12,7 +12,7 @@ import csv, json, math, os
 
 import numpy as np
 
-from arms import RELEASE_SERIES
+from arms import DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
 from laws import (FIT, FitError, check_outputs, compute_at_loss, fit_free_e, fit_ladders, jsonable,
                   pyplot, read_csv, save_figures, style)
@@ -342,7 +342,7 @@ def regimes_figures(plt, release):
         mask = (np.array(ar["architecture"]) == a) & (np.array(ar["family"]) == f)
         per_loops(ax, ar_x, ar["loss"], ar["loops"], mask, f"{a}, {f}")
     fig24.tight_layout()
-    paper_wd = {6: 0.4, 8: 0.8, 10: 0.8, 12: 1.2, 14: 1.2, 16: 1.6, 18: 1.6}  # App. D.3
+    paper_wd = DATA_CONSTRAINED["tuned-wd"].weight_decay  # App. D.3
     checks = [stated(f"best K=1 weight decay at d{d}", best_wd[d], w, "App. D.3") for d, w in paper_wd.items()
               if d in best_wd]
     return {"fig21": (fig21, dict(regimes=regimes), []), "fig22": (fig22, dict(weight_decays=wds), []),

@@ -250,3 +250,33 @@ def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():
         gated.boundary_gates[0].fill_(0.0)
     assert not torch.equal(gated(idx), plain(idx))
     assert torch.equal(GPT(cfg).boundary_gates[0].detach(), torch.tensor(cfg.alpha))
+
+
+def test_the_guides_registration_snippet_is_what_arms_py_runs_and_registers_the_arms_alone(tmp_path):
+    """docs/your_own_arm.md's ```python block is arms.py's USER_ARMS, line for line; pasted into a throwaway copy of
+    the scripts whose USER_ARMS is empty, it registers the arms: model.py and the ladder listing take them."""
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    guide = open(os.path.join(root, "docs", "your_own_arm.md")).read()
+    snippet = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
+    source = open(os.path.join(root, "arms.py")).read()
+    start = source.index("USER_ARMS = {\n") + len("USER_ARMS = {\n")
+    end = source.index("}\n", start)
+    assert source[start:end] == snippet, "docs/your_own_arm.md's snippet is not arms.py's USER_ARMS"
+    for name in os.listdir(root):
+        if name.endswith(".py"):
+            shutil.copy(os.path.join(root, name), tmp_path / name)
+    (tmp_path / "arms.py").write_text(source[:start] + source[end:])  # no user arms
+    run = lambda *argv: subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True)
+    assert "gated_1" not in run("arms.py", "arms").stdout
+    assert run("arms.py", "ladder", "user").returncode == 2
+    (tmp_path / "arms.py").write_text(source[:start] + snippet + source[end:])
+    assert run("arms.py", "arms").stdout.split()[-3:] == ["gated_1", "loop_3", "loop_3_grow"]
+    table = run("model.py", "--arch", "gated_1", "--depth", "2", "--preset", "cpu", "--vocab-size", "257", "--json")
+    assert table.returncode == 0 and '"scalar_params": 1' in table.stdout, table.stderr
+    listing = run("arms.py", "ladder", "user", "--preset", "cpu").stdout.splitlines()
+    assert len(listing) == 3 * 4 and listing[0].startswith("gated_1_d1 --arch gated_1")

@@ -4,6 +4,7 @@ function over 80 lines outside plotting code."""
 import ast
 import glob
 import os
+import re
 
 import pytest
 
@@ -98,3 +99,35 @@ def test_no_long_functions_outside_plotting(name):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
             and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES and not plots(node, tree)]
     assert not long, f"{name}.py: {', '.join(long)}"
+
+
+def literal_lists(tree):
+    """(line, values) of every tuple, list or set literal of constants, and of every dict literal's constant keys."""
+    for node in ast.walk(tree):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) \
+            else None
+        if items and all(isinstance(item, ast.Constant) for item in items):
+            yield node.lineno, [item.value for item in items]
+
+
+def test_no_list_of_arms_or_depths_outside_arms_py():
+    """Every list of arms (two or more arm names) or of ladder depths (three or more of the table's depths, rising)
+    lives in arms.py: a user arm then reaches every script, and no script keeps a stale copy."""
+    import arms
+    names = set(arms.ARMS)
+    depths = {d for arm in arms.ARMS.values() for d in arm.ladder_depths} | set(arms.CPU_LADDER_DEPTHS)
+    found = []
+    for name in SCRIPTS:
+        if name == "arms":
+            continue
+        for line, values in literal_lists(parsed(name)):
+            if sum(v in names for v in values if isinstance(v, str)) >= 2:
+                found.append(f"{name}.py:{line} lists arms {values}")
+            ints = [v for v in values if type(v) is int]
+            if len(ints) == len(values) >= 3 and set(ints) <= depths and ints == sorted(set(ints)) and min(ints) >= 6:
+                found.append(f"{name}.py:{line} lists depths {values}")
+    with open(os.path.join(ROOT, "ladder.sh")) as f:
+        for number, text in enumerate(f, 1):
+            if not text.lstrip().startswith("#") and sum(re.search(rf"\b{n}\b", text) is not None for n in names) >= 2:
+                found.append(f"ladder.sh:{number} lists arms")
+    assert not found, "derive these from arms.py instead: " + "; ".join(found)
