@@ -121,7 +121,7 @@ def load_checkpoint_model(path, device="cpu"):
     try:
         ckpt = load_tensors(weights, map_location="cpu")
         ckpt["model_config"] = config = with_current_mode_names(ckpt["model_config"])
-        model = GPT(ModelConfig(**config), device=device)  # on its device tensor by tensor, as train.py builds it
+        model = GPT(ModelConfig(**config), device=device, draw_weights=False)  # every parameter is loaded below
         model.load_state_dict(ckpt.pop("model"))  # no mapping of the file outlives the call (a run may replace it)
         model.set_passes(int(ckpt["passes"]))
     except pickle.UnpicklingError:

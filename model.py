@@ -227,10 +227,12 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg, device="cpu"):
+    def __init__(self, cfg, device="cpu", draw_weights=True):
         """The network on `device`, the embedding in embedding_dtype(device). It is built on the meta device and
         materialised tensor by tensor (init_weights), so the host holds about one tensor, not the model (7.4 B fp32
-        parameters at d26), and a seed gives the same weights on any device."""
+        parameters at d26), and a seed gives the same weights on any device. On the meta device, or with
+        draw_weights=False (a model whose every parameter a checkpoint will overwrite), nothing is drawn: the
+        parameters are left uninitialised and the CPU generator is not advanced (drawing d26's takes minutes)."""
         super().__init__()
         self.cfg = cfg
         with torch.device("meta"):
@@ -249,7 +251,8 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", angles.cos().to(device), persistent=False)  # checkpoints hold parameters only
         self.register_buffer("rope_sin", angles.sin().to(device), persistent=False)
         self.active_passes = cfg.passes_initial
-        self.init_weights()
+        if draw_weights and torch.device(device).type != "meta":
+            self.init_weights()
 
     @torch.no_grad()
     def init_weights(self):

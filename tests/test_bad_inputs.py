@@ -75,6 +75,18 @@ def test_model_into_a_closed_pipe_is_quiet():
     assert r.stderr == "", r.stderr
 
 
+def test_issue31_class5_meta_and_checkpoint_builds_draw_nothing(monkeypatch):
+    """GPT(config_for('untied_grow', 26), device='meta') drew all 7.4 B values on the CPU (minutes, no sign of life);
+    a meta build, and a build whose weights a checkpoint overwrites, now draw none and leave the generator alone."""
+    import model
+    monkeypatch.setattr(model.GPT, "init_weights", lambda self: pytest.fail("init_weights drew values"))
+    state = torch.get_rng_state()
+    net = model.GPT(model.config_for("untied_grow", 26), device="meta")
+    assert net.lm_head.weight.is_meta and sum(p.numel() for p in net.parameters()) > 7e9
+    model.GPT(model.config_for("vanilla", 2, vocab_size=256), draw_weights=False)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 # ------------------------------------------------------------------------------------------------ data.py
 OTHER_PREPARE = json.dumps(dict(schema_version=1, status="running", corpus="files", files="mine/*.txt",
                                 tokenizer="bytes", splits={}, sources=[], sources_done=3))
