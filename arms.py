@@ -347,10 +347,11 @@ CPU_LADDER_DEPTHS = (1, 2, 3, 4)                   # every arm's ladder at the c
 DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: their cpu ladders, then the fit
 
 
-def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depths=None):
+def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
     """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
     eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run NAME_sS with --seed S per seed, at
     replicate_depths only (when given) and the first seed elsewhere."""
+    preset = preset or ("cpu" if target == "demo" else "paper")
     if preset not in LADDER_PRESETS:
         raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
     if replicate_depths and not seeds:
@@ -358,6 +359,9 @@ def ladder_runs(target, preset="paper", depths=None, seeds=None, replicate_depth
     groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
     if target not in (*ARMS, *groups):
         raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})")
+    if target == "demo" and preset != "cpu":  # ladder.sh demo's rule too: it asks this function
+        raise UsageError(f"the demo runs the cpu preset, not --preset {preset}; drop --preset (other presets: bash "
+                         "ladder.sh ARCH|all --preset P)")
     archs = groups.get(target, [target])
     if not archs:
         raise UsageError("there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)")
@@ -426,7 +430,7 @@ def run(argv):
     ladder = sub.add_parser("ladder", help="one line per run of `bash ladder.sh TARGET ...`: its name, then its "
                             "train.py arguments")
     ladder.add_argument("target", help="an arm, all, user or demo")
-    ladder.add_argument("--preset", default="paper", help=", ".join(LADDER_PRESETS))
+    ladder.add_argument("--preset", default=None, help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
     for flag in ("--depths", "--seeds", "--replicate-depths"):
         ladder.add_argument(flag, default="", type=lambda text, flag=flag: whole_numbers(text, flag),
                             help='whole numbers in one argument, e.g. "6 8 10"')

@@ -89,11 +89,7 @@ while [ $# -gt 0 ]; do
         *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --dry-run, -- train.py args)" ;;
     esac
 done
-if [ "$target" = demo ]; then  # the demo is the cpu preset's ladders
-    [ "${preset:-cpu}" = cpu ] || die "the demo runs the cpu preset, not --preset $preset; drop --preset (other" \
-        "presets: bash ladder.sh ARCH|all --preset P)"
-    preset=cpu
-fi
+[ "$target" != demo ] || preset="${preset:-cpu}"  # the demo is the cpu preset's ladders (arms.py refuses others)
 preset="${preset:-paper}"
 # The runs, one "NAME ARGS..." line each (arms.py also checks the options and the arch)
 listing=$(python_or_die arms.py ladder "$target" --preset "$preset" --depths "$depths" --seeds "$seeds" \

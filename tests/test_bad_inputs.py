@@ -87,6 +87,16 @@ def test_issue31_class5_meta_and_checkpoint_builds_draw_nothing(monkeypatch):
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_issue31_class4_arms_py_refuses_the_ladders_ladder_sh_refuses():
+    """One rule for ladder.sh and the listing it reads: `python arms.py ladder demo --preset paper` listed runs that
+    `bash ladder.sh demo --preset paper` refuses."""
+    for argv in (["python", "arms.py", "ladder", "demo", "--preset", "paper"],
+                 ["bash", "ladder.sh", "demo", "--preset", "paper", "--dry-run"]):
+        r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 2 and r.stdout == "", (argv, r.stdout)
+        assert "the demo runs the cpu preset, not --preset paper" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
 # ------------------------------------------------------------------------------------------------ data.py
 OTHER_PREPARE = json.dumps(dict(schema_version=1, status="running", corpus="files", files="mine/*.txt",
                                 tokenizer="bytes", splits={}, sources=[], sources_done=3))
