@@ -746,3 +746,38 @@ def test_sweep_notes_print_plain_numbers(tmp_path, capsys):
     path = write_csv(tmp_path / "g.csv", ["depth", "compute_flops", "rho", "val_loss"], rows + [(10, 1e18, 0.5, 3.0)])
     err = run(capsys, "growth", path).err
     assert "fit.py: d10 C=1e+18: fewer than 3 distinct points (1); skipped" in err and "np." not in err
+
+
+def test_design_delta_gamma_changes_only_the_arms_it_names(tmp_path):
+    """--delta-gamma ARM=DG moves that arm's true gamma; a bare DG only the planned arms the truth has no law for (it
+    overrode every arm's, the pilot's own laws included)."""
+    import argparse
+    truth = tmp_path / "pilot.json"
+    truth.write_text(json.dumps(dict(E=1.7, arms=dict(vanilla=dict(A=1.6, gamma=0.11), other=dict(A=1.5, gamma=0.12)))))
+    args = lambda *dg: argparse.Namespace(truth=str(truth), E=None, gamma=None, A=None, reference_arm="vanilla",
+                                          delta_gamma=[fit.arm_delta_gamma(d) for d in dg])
+    _, laws_ = studies.true_laws(args("other=0.02"), ["vanilla", "other"])
+    assert laws_ == {"vanilla": (1.6, 0.11), "other": (1.5, pytest.approx(0.13))}
+    _, laws_ = studies.true_laws(args("0.005"), ["vanilla", "other", "new"])
+    assert laws_["other"] == (1.5, 0.12) and laws_["new"] == (1.6, pytest.approx(0.115))
+    with pytest.raises(fit.UsageError, match="every planned arm has one; name the arm"):
+        studies.true_laws(args("0.005"), ["vanilla", "other"])
+    with pytest.raises(fit.UsageError, match="names an arm the plan does not run"):
+        studies.true_laws(args("nope=0.01"), ["vanilla", "other"])
+
+
+def test_figure2_shows_the_arms_asked_for_in_their_own_colours(tmp_path, monkeypatch):
+    """A user arm is in Figure 2 when --figure2-arms names it, drawn in its arms-table colour and label; an arm the
+    table does not know gets a colour no table arm uses."""
+    path = str(synthetic_ladders(tmp_path, {"vanilla": (1.6, 0.11), "gated_1": (1.55, 0.12), "mine": (1.5, 0.115)})[0])
+    drawn = {}
+    real = fit.ladder_figures
+    monkeypatch.setattr(fit, "ladder_figures", lambda data, f, out, x, arms2: drawn.setdefault("arms", arms2) and
+                        real(data, f, out, x, arms2))
+    assert fit.main(["ladders", path, "--out", str(tmp_path / "f"), "--figure2-arms", "vanilla", "gated_1"]) == 0
+    assert drawn["arms"] == ["vanilla", "gated_1"] and os.path.getsize(tmp_path / "f" / "fig2_left.png") > 1000
+    assert laws.style("gated_1") == ("Gated-1", "tab:purple")
+    import arms
+    assert laws.style("mine")[1] not in {arm.color for arm in arms.ARMS.values()}
+    assert fit.main(["ladders", path, "--figure2-arms", "gated_1"]) == 2  # no --out: nothing would be drawn
+    assert fit.main(["ladders", path, "--out", str(tmp_path / "g"), "--figure2-arms", "loop_3"]) == 2
