@@ -494,6 +494,7 @@ def test_class7_verified_pool_is_hashed_once_and_again_when_rewritten(tmp_path, 
 
 def test_issue31_class3_a_fifo_named_verified_json_does_not_block(tmp_path, pool_copy):
     """Records are opened only when they are regular files: open() of a FIFO waits forever for a writer."""
+    (pool_copy / "verified.json").unlink(missing_ok=True)  # the shared pool may have been verified already
     os.mkfifo(pool_copy / "verified.json")
     code = f"import sys; sys.path.insert(0, {ROOT!r}); import data; data.check_pool_hashes({str(pool_copy)!r})"
     try:

@@ -123,7 +123,7 @@ def test_load_checkpoint_model_builds_the_model_on_its_device(tmp_path, monkeypa
     torch.save(dict(model_config=dataclasses.asdict(cfg), model=model.GPT(cfg).state_dict(), passes=1,
                     tokenizer="bytes", step=0), tmp_path / "final.pt")
     built_on = []
-    monkeypatch.setattr(checkpoint, "GPT", lambda config, device="cpu": built_on.append(device) or model.GPT(config))
+    monkeypatch.setattr(checkpoint, "GPT", lambda config, device="cpu", **kw: built_on.append(device) or model.GPT(config, **kw))
     checkpoint.load_checkpoint_model(str(tmp_path / "final.pt"), device="meta")
     assert built_on == ["meta"]
 

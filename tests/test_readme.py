@@ -40,6 +40,8 @@ PLACEHOLDERS = {"A": "untied_grow", "ARCH": "untied_grow", "d": "4", "GIB": "80"
 def split(command):
     """-> (env, argv) with env assignments in front peeled off and placeholders filled in."""
     words = [PLACEHOLDERS.get(w, w) for w in shlex.split(command)]
+    if len(words) > 2 and words[-2] in (">", ">>"):  # `... --dry-run > plan.jsonl`: the output's file is the shell's
+        words = words[:-2]
     env = {}
     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):
         key, value = words.pop(0).split("=", 1)

@@ -155,7 +155,8 @@ def test_grow_copies_cores_and_resets_their_optimizer_state():
     torch.manual_seed(0)
     net = model.GPT(cfg)
     plan = types.SimpleNamespace(adam_betas=(0.8, 0.99), adam_eps=1e-8, weight_decay=0.1, optimizer="muon",
-                                 matrix_lr=0.02, embedding_lr=0.01, unembedding_lr=0.01)
+                                 matrix_lr=0.02, embedding_lr=0.01, unembedding_lr=0.01, scalar_lr=None)
+    plan.group_lr = lambda group: plan_lib.Plan.group_lr(plan, group)
     optimizers = train.build_optimizers(net, plan)
     x = torch.randint(0, 257, (4, 17))
     for _ in range(3):
