@@ -459,7 +459,7 @@ def cmd_paper(args):
     plt = pyplot()
     flops = read_json(os.path.join(release, LADDERS, "ladders.json"))
     E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
-    manifest, figures = dict(release=os.path.abspath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
+    manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
     gammas, checks = figure3_checks(release, E_flops)
     manifest["figures"]["fig3 (from ladders.json)"] = dict(numbers=dict(gamma=gammas), stated=checks)
     for fig_id, panels in LADDER_FIGURES.items():
