@@ -29,6 +29,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import sysconfig
 import tempfile
@@ -101,7 +102,11 @@ _worker_enc = None
 
 
 def _init_worker(tokenizer):
+    """A tokenising worker: SIGTERM (the pool's terminate at its end) ends it quietly, SIGINT is its parent's to
+    handle; the handlers a fork inherits (train.py's, which raise) would print a traceback per worker."""
     global _worker_enc
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_enc = get_tokenizer(tokenizer)
 
 

@@ -3,6 +3,7 @@ split and de-dup, FineWeb-Edu, stdlib, local files, resume), the loader's world-
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -400,3 +401,16 @@ def test_token_range_check_splits_the_pool_over_ranks_and_shares_the_verdict(tmp
     errors = {r["flipped"][1] for r in reports}
     assert len(errors) == 1 and "token id 300" in errors.pop()  # rank 0 read no bad token and stops all the same
     assert all(r["flipped"][0] <= 501 for r in reports)
+
+
+def test_a_tokenising_worker_ends_quietly_on_the_pools_sigterm():
+    """Pool workers are forked from train.py, whose SIGTERM handler raises: the pool's terminate() at its end then
+    printed a traceback per worker. A worker resets the handlers."""
+    code = ("import os, signal, data\n"
+            "def raising(signum, frame): raise RuntimeError('inherited handler ran')\n"
+            "signal.signal(signal.SIGTERM, raising)\n"
+            "data._init_worker('bytes')\n"
+            "os.kill(os.getpid(), signal.SIGTERM)\n"
+            "import time; time.sleep(5)\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == -signal.SIGTERM and "Traceback" not in r.stderr, r.stderr
