@@ -237,6 +237,7 @@ BENCH_SHAPES = {  # bench.py --bench-shape: flags of a named shape on top of --p
 # estimates (ladder.sh, fit.py design). The first key the device name contains wins: the PCIe and NVL cards first.
 GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
                   "A100": 312e12, "B200": 2250e12}
+EVAL_COMPUTE_SHARE = 0.02  # train.py's default --eval-every: periodic validation costs at most 2 % of the training
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
 

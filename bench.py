@@ -150,6 +150,7 @@ def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext(), deadline=m
             seconds.append(start.elapsed_time(end) / 1000)
         else:
             seconds.append(time.perf_counter() - t0)
+        loss = loss.item()
         if not math.isfinite(loss):
             raise RuntimeError(f"non-finite loss {loss} at step {arm.state.step}")
         count_step(arm.run, arm.state, passes, seconds[-1])

@@ -146,6 +146,13 @@ class RunState:
     matrix_flops: int = 0        # without attention: the convention of the paper's data-constrained loop grid
     train_seconds: float = 0.0
     tokens: int = 0
+    wall_seconds: float = 0.0    # every invocation's, from its first step (start-up excluded), resumes added
+    eval_seconds: float = 0.0    # of that, in validations
+
+
+def run_state_of(meta):
+    """The RunState a checkpoint's meta.json records; fields added since it was written at their defaults."""
+    return RunState(**{f.name: meta[f.name] if f.name in meta else f.default for f in fields(RunState)})
 
 
 class SafeMetadataReader(dcp.FileSystemReader):
@@ -364,7 +371,7 @@ def load_checkpoint(folder, plan, model, optimizers, device):
         for opt, saved in zip(adamw, saved_adamw, strict=True):
             opt.load_state_dict(saved)
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
-        state = RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+        state = run_state_of(meta)
     except UsageError:
         raise
     except (Exception, dcp.api.CheckpointException) as e:  # DCP's CheckpointException is a BaseException
@@ -422,7 +429,7 @@ def read_run_state(folder):
     """The RunState of a checkpoint (after its manifest check), without loading any tensor."""
     verify(folder)
     meta = json.load(open(os.path.join(folder, "meta.json")))
-    return RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+    return run_state_of(meta)
 
 
 def checkpoint_step(folder):
@@ -708,18 +715,22 @@ def open_trajectory(run, step):
 
 
 def write_result(run, state, status, mfu=None, **extra):
+    """result.json: the run's plan, environment and progress; the final_* numbers only once it is complete (a
+    running, stopped or failed run's last validation is last_eval)."""
     if not run.master:
         return
-    evals = state.evals
+    evals, final = state.evals, status == "complete" and bool(state.evals)
     write_json(run.result_path, dict(  # the keys fit.py and the tests read
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
         fixed_reduce_order=run.fixed_reduce_order, device_batch_size=list(run.micro_batches), memory=run.memory,
         gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
-        growth_events=state.growth_events, final_val_loss=evals[-1]["val_loss"] if evals else None,
-        best_val_loss=min((e["val_loss"] for e in evals), default=None),
-        final_val_bpb=evals[-1]["val_bpb"] if evals else None, estimated_training_flops=state.flops,
+        growth_events=state.growth_events, last_eval=evals[-1] if evals else None,
+        final_val_loss=evals[-1]["val_loss"] if final else None,
+        best_val_loss=min((e["val_loss"] for e in evals), default=None) if final else None,
+        final_val_bpb=evals[-1]["val_bpb"] if final else None, estimated_training_flops=state.flops,
         tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
-        total_training_time_seconds=state.train_seconds,
+        total_training_time_seconds=state.train_seconds, wall_seconds=state.wall_seconds,
+        eval_seconds=state.eval_seconds,
         tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
         last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))

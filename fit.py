@@ -17,6 +17,10 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
                      val_loss (+ hparam: several hyperparameters at once)].
   loops GRID.csv|RUNS  optimal loop count per budget and loop-vs-size frontiers (Fig 2 right, Fig 5)  [depth, loops,
                      weight_decay, compute_flops, val_loss].
+  runs RUNS...       one row per train.py run: state (complete / running / stopped / failed, with the reason), step,
+                     last train and val loss, FLOPs done / planned, wall time, ETA.
+  curves RUNS...     training and validation loss against steps, tokens or FLOPs, one figure per ladder (preset),
+                     growth and warmdown marked; with --x flops --frontier FIT.json the fitted L(C) overlaid.
 
   python fit.py ladders reference/fineweb_ladders.csv --out figures --bootstrap 1000
   python fit.py surface grid.csv --form both --sparse-l
@@ -32,6 +36,7 @@ from scipy import optimize
 
 import paper
 import studies
+import watch
 from common import Parser, UsageError, cli_main, exit_process
 from arms import FIGURE2_ARMS
 from laws import (DEPTH_DERIVED, FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
@@ -521,6 +526,12 @@ relative difference (an explanation where it exceeds 1 %). The floor is Vanilla'
           "release's loop_grid.csv) or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "
           "is fitted where >= 3 loop counts span it, and no budget fitted is an error.\nDefault budgets: the "
           "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + " FLOPs.",
+    runs="""RUNS: train.py run folders (holding result.json, train.lock or trajectory.jsonl) or folders of them (a
+RUNS_DIR). A run is running while a train.py holds its train.lock (on this host); a result.json saying "running" with
+no holder is a failed run (the process died: ladder.sh or --resume continues it).""",
+    curves="""RUNS: as for runs; every run with trajectory.jsonl records is drawn (docs/trajectory.md), one colour per
+arm, depth by shade (lighter: shallower), one figure per ladder (the runs' preset). --frontier FIT.json: the output of
+`fit.py ladders RUNS --json`, drawn on the validation panel of a --x flops figure.""",
 )
 
 
@@ -627,13 +638,22 @@ def build_parser():
                            "(default %(default)s; the reported loop-scaling gain depends on it)")
             s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
+    s = add("runs", "a table of train.py runs and where each stands")
+    s.add_argument("runs", nargs="+", help="run folders or folders of them")
+    s = add("curves", "training and validation curves of train.py runs")
+    s.add_argument("runs", nargs="+", help="run folders or folders of them")
+    s.add_argument("--out", required=True, help="directory for curves_PRESET_X.{png,pdf}")
+    s.add_argument("--x", choices=sorted(watch.X_AXES), default="steps", help="the x axis (default: steps)")
+    s.add_argument("--frontier", metavar="FIT.json", help="overlay the fitted L(C) of `fit.py ladders --json` "
+                   "(needs --x flops)")
     for s in sub.choices.values():
         s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     return p
 
 
 COMMANDS = dict(ladders=cmd_ladders, paper=paper.cmd_paper, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
-                tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops)
+                tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops,
+                runs=watch.cmd_runs, curves=watch.cmd_curves)
 
 
 def run(argv):

@@ -69,6 +69,7 @@ on CPU (tested), so the update needs no change.
 Tests: python -m pytest -q tests/test_muon.py
 """
 import math
+import struct
 from collections import defaultdict
 
 import torch
@@ -105,8 +106,12 @@ def shape_lr_factor(shape):
 
 
 def bf16_scalar(x):
-    """x rounded to bf16 precision, as a Python float (the release's fused kernel casts its scalars to bf16)."""
-    return torch.tensor(x, dtype=torch.bfloat16).item()
+    """x rounded to bf16 precision (to fp32, then to nearest even on the top 16 bits, as torch rounds), as a Python
+    float: the release's fused kernel casts its scalars to bf16. Plain arithmetic, not a tensor's .item(), so that a
+    step asks nothing of the device (tests/test_train.py counts the syncs)."""
+    bits = struct.unpack("<I", struct.pack("<f", x))[0]
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
 def cpu_flags():
@@ -382,6 +387,7 @@ class Muon(torch.optim.Optimizer):
                 second_moment_shape(p.shape), dtype=torch.float32, device=p.device))
         self.stepped = [False] * len(params)  # replicated: True once a matrix's state may be non-zero
         self.sync_grads, self.fixed_order = True, fixed_order
+        self.measure_grad_norm, self.grad_sq = False, None  # grad_sq: the owned gradients' squared L2 norm (a step's)
         self._leaf_level = leaf_level(self.world_size) if fixed_order else None
         self._stacks = defaultdict(list)  # fixed order: index -> partial sums of an owned matrix's gradient
         self._plans = {}
@@ -556,6 +562,9 @@ class Muon(torch.optim.Optimizer):
         else:
             grads = {i: p.grad for i, p in enumerate(params) if p.grad is not None}
             with_grad = sorted(grads)
+        if self.measure_grad_norm:  # this rank's owned matrices: each matrix is owned by one rank
+            norms = torch._foreach_norm([g.float() for g in grads.values()]) if grads else []
+            self.grad_sq = torch.stack(norms).square().sum() if norms else torch.zeros((), device=params[0].device)
         has_grad = set(with_grad)
         moving = [i for i in range(len(params)) if i in has_grad or self.stepped[i]]
         for i in range(len(params)):

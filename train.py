@@ -43,8 +43,9 @@ from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Par
                     cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed,
                     torchrun_ranks)
 import arms
-from arms import (ARMS, DATA_CONSTRAINED, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
+from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
                   SEEDS)
+from watch import Progress, check_tracker, open_tracker
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
                   memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes, stage_at,
                   stage_index)
@@ -229,9 +230,8 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, f
         if world > 1:
             dist.all_reduce(sums)
     model.train()
-    loss = (sums[0] / sums[1]).item()
-    bpb = (sums[2] / (math.log(2) * sums[3])).item() if sums[3] > 0 else None
-    return loss, bpb
+    ce, targets, byte_ce, nbytes = sums.tolist()
+    return ce / targets, byte_ce / (math.log(2) * nbytes) if nbytes > 0 else None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -322,6 +322,7 @@ class Training:
     optimizers: list
     replicated: muon.ReplicatedGrads
     state: RunState
+    grad_norm: torch.Tensor = None  # the last measured step's (train_step(measure=True))
 
 
 def start_training(run):
@@ -345,28 +346,45 @@ def start_training(run):
     return Training(run, model, step_model, optimizers, replicated, state)
 
 
-def validate(run, model, state):
-    loss, bpb = evaluate(model, run.val, run.plan.passes_final, run.micro_batches[-1], run.token_bytes, run.rank,
-                         run.world, run.device, run.fixed_reduce_order)
+def eval_passes(run, state):
+    """The passes a validation after state.step steps runs at: the stage the last step trained at (step 0: the
+    first), the plan's final passes at the end."""
+    plan = run.plan
+    return plan.passes_final if state.step == plan.steps else stage_at(max(state.step - 1, 0), plan)
+
+
+def validate(run, model, state, passes, when):
+    """One validation, recorded in state.evals (result.json) with its passes and why it ran (`when`)."""
+    t0 = time.perf_counter()
+    loss, bpb = evaluate(model, run.val, passes, run.micro_batches[-1], run.token_bytes, run.rank, run.world,
+                         run.device, run.fixed_reduce_order)
+    state.eval_seconds += time.perf_counter() - t0
     epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained, as trajectory.jsonl says
-    state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb))
+    state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb, passes=passes, when=when))
     if run.master:
-        print(f"step {state.step}/{run.plan.steps} | val loss {loss:.4f}" + (f" | val bpb {bpb:.4f}" if bpb else ""))
+        print(f"step {state.step}/{run.plan.steps} | val loss {loss:.4f}" + (f" | val bpb {bpb:.4f}" if bpb else "")
+              + f" | passes {passes} ({when})")
+    return state.evals[-1]
 
 
 def grow_if_due(run, model, optimizers, state):
-    """At a crossover step, grow to the next stage (before that step's forward) and record the event."""
-    if state.step in run.plan.crossover_steps:
+    """At a crossover step, grow to the next stage (before that step's forward) and record the event -> whether it
+    grew. Once per crossover: train.py grows right after the step before it (so that the validations around the growth
+    and the checkpoint at that step see it), bench.py at the start of the step."""
+    if state.step in run.plan.crossover_steps and all(e["step"] != state.step for e in state.growth_events):
         before, target = model.active_passes, stage_at(state.step, run.plan)
         overwritten = grow(model, optimizers, target)
         state.growth_events.append(dict(step=state.step, passes_from=before, passes_to=target,
                                         reset_parameters=len(overwritten)))
+        return True
+    return False
 
 
-def train_step(training, optimizer_timer=contextlib.nullcontext()):
+def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False):
     """One optimizer step at state.step: growth if due, passes, LR and momentum, the accumulated micro-batches,
-    gradient reduction, update. -> (mean loss over ranks, passes, epoch, LR multiplier). optimizer_timer: a context
-    manager around the optimizers' steps (bench.py times them with it).
+    gradient reduction, update. -> (mean loss over ranks as a 0-dim device tensor: nothing here waits for the device,
+    passes, epoch, LR multiplier). optimizer_timer: a context manager around the optimizers' steps (bench.py times
+    them with it). measure: also put the step's gradient norm in training.grad_norm (a device tensor; a collective).
 
     Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
     the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch, where each
@@ -391,9 +409,13 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
         epoch, windows = run.loader.batch(step, run.rank, run.world, micro_batch=micro_batch)
     else:
         epoch, windows = run.loader.batch(step, run.rank, run.world)
+    if run.device.type == "cuda":  # from page-locked memory the copies below are asynchronous (pageable: synchronous)
+        windows = windows.pin_memory()
     accumulation = len(windows) // micro_batch
     scale = accumulation * run.world if fixed else accumulation  # fixed: 1/M, the same float at every world size
     matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+    for opt in matrix:
+        opt.measure_grad_norm = measure
     executed = set(executed_matrices(plan.model_config, passes))
     for opt in matrix:  # buckets of exactly the matrices this step trains: none waits for a dormant core
         opt.expect_gradients([p for i, p in enumerate(model.param_groups()["matrix"]) if i in executed])
@@ -414,8 +436,25 @@ def train_step(training, optimizer_timer=contextlib.nullcontext()):
     with optimizer_timer:
         for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
             opt.step()
+    if measure:
+        training.grad_norm = grad_norm(run, optimizers)
     training.step_model.zero_grad(set_to_none=True)
     return step_loss(run, losses, accumulation), passes, epoch, lrm
+
+
+def grad_norm(run, optimizers):
+    """The L2 norm of the gradient the optimizers stepped on (rank-averaged; nothing is clipped), as a device
+    tensor: AdamW's gradients are the same on every rank, Muon's matrices are summed over their owners."""
+    adamw = [p.grad.float() for opt in optimizers if isinstance(opt, torch.optim.AdamW)
+             for group in opt.param_groups for p in group["params"] if p.grad is not None]
+    sq = torch.stack(torch._foreach_norm(adamw)).square().sum() if adamw else torch.zeros((), device=run.device)
+    owned = [opt.grad_sq for opt in optimizers if isinstance(opt, muon.Muon)]
+    if owned:
+        owned = owned[0].clone()
+        if run.world > 1:
+            dist.all_reduce(owned)
+        sq = sq + owned
+    return sq.sqrt()
 
 
 def step_loss(run, losses, accumulation):
@@ -423,38 +462,80 @@ def step_loss(run, losses, accumulation):
     all-gathered and added in global micro-batch order (muon.fold), the same bits at every world size."""
     if run.fixed_reduce_order:
         ordered = in_global_order(torch.stack(losses), run.world)
-        return (muon.fold(list(ordered.unbind())) / len(ordered)).item()
+        return muon.fold(list(ordered.unbind())) / len(ordered)
     batch_loss = torch.zeros((), device=run.device)
     for loss in losses:
         batch_loss += loss / accumulation
     if run.world > 1:
         dist.all_reduce(batch_loss)
         batch_loss /= run.world
-    return batch_loss.item()
+    return batch_loss
 
 
-def count_step(run, state, passes, seconds):
-    """Advance the counters by one finished step -> its model FLOPs utilization (None off CUDA)."""
+def count_step(run, state, passes, seconds=None):
+    """Advance the counters by one finished step; with its seconds (bench.py) -> its model FLOPs utilization (None
+    off CUDA). train.py times steps between logged ones instead (Progress)."""
     cfg, tokens = run.plan.model_config, run.plan.tokens_per_step
     flops_per_token = model_lib.flops_per_token(cfg, passes)
     state.step += 1
     state.flops += flops_per_token * tokens
     state.matrix_flops += model_lib.matrix_flops_per_token(cfg, passes) * tokens
     state.tokens += tokens
+    if seconds is None:
+        return None
     state.train_seconds += seconds
     return flops_per_token * (tokens / seconds) / run.peak_flops if run.peak_flops else None
 
 
-def log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log_every, stop):
-    if not run.master:
-        return
-    step, tok_s = state.step - 1, run.plan.tokens_per_step / seconds
-    trajectory.write(json.dumps(dict(step=step + 1, loss=loss, lr_multiplier=lrm, passes=passes,
-                                     tokens_per_second=tok_s, epoch=epoch)) + "\n")
-    if step % log_every == 0 or step + 1 == stop:
-        eta = (run.plan.steps - step - 1) * state.train_seconds / max(state.step, 1)
-        print(f"step {step + 1}/{run.plan.steps} | loss {loss:.4f} | lrm {lrm:.3f} | passes {passes} | "
-              f"{tok_s:,.0f} tok/s" + (f" | mfu {100 * mfu:.1f}%" if mfu else "") + f" | eta {eta:.0f}s")
+@dataclass
+class Cadence:
+    """After step s has trained: whether it validates, checkpoints and logs. Only a logged step waits for the
+    device: it fetches the losses of the steps since the last one in one transfer (tests/test_train.py counts)."""
+    plan: object
+    stop: int
+    log_every: int
+    eval_every: int              # 0: no periodic validation (still at the start, the end, epochs and growth)
+    save_every: int
+    steps_per_epoch: int
+
+    def validates(self, s):
+        return (s == self.plan.steps or s % self.steps_per_epoch == 0 or s in self.plan.crossover_steps
+                or bool(self.eval_every) and s % self.eval_every == 0)
+
+    def saves(self, s):
+        return s == self.plan.steps or s == self.stop or bool(self.save_every) and s % self.save_every == 0
+
+    def logs(self, s):  # the step after a growth too: its own interval holds the recompilation, not the EMA's
+        return (s == 1 or s % self.log_every == 0 or s - 1 in self.plan.crossover_steps or self.validates(s)
+                or self.saves(s))
+
+
+def default_eval_every(plan):
+    """Steps between periodic validations that cost at most EVAL_COMPUTE_SHARE of the training compute: a validation
+    is a forward over val_tokens, a third of a training step's FLOPs per token, so it costs val_tokens /
+    (3 tokens_per_step) steps (paper preset: 6.3, so every 317 steps; cpu preset: 10.7, every 534)."""
+    return math.ceil(plan.val_tokens / (3 * EVAL_COMPUTE_SHARE * plan.tokens_per_step))
+
+
+def cadence_of(args, run):
+    plan, preset = run.plan, PRESETS[run.plan.preset]
+    return Cadence(plan, stop=min(plan.steps, args.stop_after) if args.stop_after else plan.steps,
+                   log_every=args.log_every or preset.log_every,
+                   eval_every=default_eval_every(plan) if args.eval_every is None else args.eval_every,
+                   save_every=preset.save_every if args.save_every is None else args.save_every,
+                   steps_per_epoch=run.loader.steps_per_epoch)
+
+
+def fetch(progress, model, grad_norm):
+    """A logged step's one device->host transfer: the losses of the steps since the last one, the step's gradient
+    norm and the model's learned scalars (its 0-dim parameters: the boundary gates) -> the first step whose loss is
+    not finite, or None."""
+    scalars = {name: p for name, p in model.named_parameters() if p.ndim == 0}
+    tensors = progress.losses() + ([grad_norm] if grad_norm is not None else []) + list(scalars.values())
+    values = torch.stack([t.detach().float().reshape(()) for t in tensors]).tolist()
+    n = len(progress.pending)
+    norm = values[n] if grad_norm is not None else None
+    return progress.fetched(values[:n], norm, dict(zip(scalars, values[n + (grad_norm is not None):])))
 
 
 def save(run, model, optimizers, state, trajectory, mfu):
@@ -529,47 +610,73 @@ def train(args):
     with record_a_stop(run, state), stop_on_write_failure(run, state):  # a stop inside DCP comes out of the inner
         trajectory = open_trajectory(run, state.step)
         write_result(run, state, "running")
+        cadence, progress = cadence_of(args, run), Progress(run, state, trajectory, open_tracker(args, run))
         if state.step == 0 and not state.evals:
-            validate(run, step_model, state)
-        stop = min(plan.steps, args.stop_after) if args.stop_after else plan.steps
-        save_every = args.save_every if args.save_every is not None else PRESETS[plan.preset].save_every
-        log_every = args.log_every or PRESETS[plan.preset].log_every
-        mfu = None
-        while state.step < stop:
-            t0 = time.perf_counter()
-            loss, passes, epoch, lrm = train_step(training)
-            if run.device.type == "cuda":
-                torch.cuda.synchronize()
-            seconds = time.perf_counter() - t0
-            if not math.isfinite(loss):
-                write_result(run, state, "failed", mfu, error=f"non-finite loss at step {state.step}")
-                print(f"train.py: error: non-finite loss {loss} at step {state.step}; the last good checkpoint "
-                      f"is {run.latest}", file=sys.stderr)
-                return 3
-            mfu = count_step(run, state, passes, seconds)
-            log_step(run, trajectory, state, loss, lrm, passes, epoch, seconds, mfu, log_every, stop)
-            # the one place where a step's eval, checkpoint and stop are decided
-            done = state.step == plan.steps
-            if done or state.step % run.loader.steps_per_epoch == 0:  # the end, and every epoch boundary
-                validate(run, step_model, state)
-            if done or state.step == stop or (save_every and state.step % save_every == 0):
-                save(run, model, optimizers, state, trajectory, mfu)
-        finish(run, state, trajectory, mfu)
+            validate(run, step_model, state, plan.pass_stages[0], "start")
+            progress.restart_clock()
+        while state.step < cadence.stop:
+            logged = cadence.logs(state.step + 1)
+            loss, passes, epoch, lrm = train_step(training, measure=logged)
+            count_step(run, state, passes)
+            progress.add(dict(step=state.step, tokens=state.tokens, flops=state.flops, lr_multiplier=lrm,
+                              passes=passes, stage=stage_index(state.step - 1, plan), epoch=epoch), loss)
+            if not logged:
+                continue
+            # the one place where a step's evals, growth, checkpoint and stop are decided
+            bad = fetch(progress, model, training.grad_norm)
+            if bad is not None:
+                return stop_non_finite(run, state, progress, bad)
+            if cadence.validates(state.step):
+                watch_evals(run, training, progress, cadence)
+            progress.write(printed=True)
+            if cadence.saves(state.step):
+                save(run, model, optimizers, state, trajectory, progress.mfu)
+                progress.restart_clock()
+        finish(run, state, progress)
     return 0
 
 
-def finish(run, state, trajectory, mfu):
+def watch_evals(run, training, progress, cadence):
+    """The validations after a step (periodic, epoch, end; around a growth: before it, grow, after it), their numbers
+    added to the step's trajectory record."""
+    state, record = training.state, progress.records[-1]
+    when = ("end" if state.step == run.plan.steps else "before growth" if state.step in run.plan.crossover_steps
+            else "epoch" if state.step % cadence.steps_per_epoch == 0 else "periodic")
+    ev = validate(run, training.step_model, state, eval_passes(run, state), when)
+    record.update(val_loss=ev["val_loss"], val_bpb=ev["val_bpb"], val_passes=ev["passes"])
+    if grow_if_due(run, training.model, training.optimizers, state):
+        progress.grew()
+        ev = validate(run, training.step_model, state, stage_at(state.step, run.plan), "after growth")
+        record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
+                      passes_after_growth=ev["passes"])
+    progress.restart_clock()
+
+
+def stop_non_finite(run, state, progress, bad):
+    """A step's loss was not finite: the records up to it go into trajectory.jsonl, result.json says failed; the
+    last good checkpoint (saved only after a fetch found its steps finite) stays for --resume. -> exit code 3."""
+    progress.records = [r for r in progress.records if r["step"] <= bad]
+    progress.write(printed=False)
+    write_result(run, state, "failed", progress.mfu, error=f"non-finite loss at step {bad - 1}")
+    print(f"train.py: error: non-finite loss at step {bad - 1}; the last good checkpoint is {run.latest}",
+          file=sys.stderr)
+    return 3
+
+
+def finish(run, state, progress):
     if not run.master:
         return
-    trajectory.close()
+    progress.trajectory.close()
     if state.step == run.plan.steps:
         os.replace(run.latest, run.final)
-        write_result(run, state, "complete", mfu)
+        write_result(run, state, "complete", progress.mfu)
         print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | "
               f"{state.flops:.3e} FLOPs | {state.train_seconds:.0f}s | {run.run_dir}")
     else:
-        write_result(run, state, "stopped", mfu, stopped_early=True)
+        write_result(run, state, "stopped", progress.mfu, stopped_early=True)
         print(f"stopped after step {state.step} (--stop-after); continue with --resume")
+    if progress.tracker:
+        progress.tracker.finish(run.result_path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -577,6 +684,7 @@ def finish(run, state, trajectory, mfu):
 # here what a range cannot say (the run folder's checks: checkpoint.py; the pool's: open_run)
 
 def check_flags(args):
+    check_tracker(args)
     if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
         raise UsageError(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for "
                          "the parent folder")
@@ -610,7 +718,14 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                      help="stop after N steps without changing the plan")
     run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
                      help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None)
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
+                     help="print (and fetch the losses from the device) every N steps (default: the preset's)")
+    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
+                     help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
+                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%} of the training compute "
+                          "(docs/trajectory.md)")
+    run.add_argument("--wandb", default=None, metavar="PROJECT",
+                     help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
     run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")

@@ -378,14 +378,14 @@ def test_class1_train_disk_full_marks_the_result_failed(pool_copy, tmp_path, mon
     failed and the checkpoint of step 1 is kept."""
     import errno
     import data
-    import train
-    log_step = train.log_step
+    import watch
+    write = watch.Progress.write
 
-    def full_at_step_2(run, trajectory, state, *rest):
-        if state.step == 2:
+    def full_at_step_2(progress, *rest, **kw):
+        if progress.state.step == 2:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        return log_step(run, trajectory, state, *rest)
-    monkeypatch.setattr(train, "log_step", full_at_step_2)
+        return write(progress, *rest, **kw)
+    monkeypatch.setattr(watch.Progress, "write", full_at_step_2)
     data.check_pool_hashes(str(pool_copy))  # the copy's hashes recorded: a run then leaves the pool as it is
     line = assert_refused("train.py", [*RUN, "--save-every", "1"], tmp_path, "No space left on device",
                           runner=run_in_process)

@@ -596,7 +596,8 @@ def ledger_worker(rank, ports, out_dir):
             for _ in range(plan.steps):
                 loss, passes, _, _ = train.train_step(training)
                 train.count_step(run, training.state, passes, seconds=1.0)
-                losses.append(loss)
+                losses.append(loss.item())
+                del loss  # the step's loss went through all_reduce: alive, the ledger would count it as gradient bytes
             reports[compiled, transport] = dict(records=ledger.records, losses=losses, zero2=mem.zero2,
                                                 fixed=args.fixed_reduce_order)
         torch.save(reports, os.path.join(out_dir, f"w{world}_rank{rank}.pt"))
@@ -878,3 +879,100 @@ def test_a_signal_inside_a_dcp_save_stays_a_signal(tmp_path):
     with pytest.raises(train.Stopped) as caught, train.stop_on_write_failure(run, train.RunState(step=15)):
         raise dcp.api.CheckpointException("save", {0: (stopped, None)})
     assert caught.value is stopped
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Watching a run: periodic validation, trajectory.jsonl's documented fields (docs/trajectory.md), the host syncs.
+
+EVERY_RECORD = {"step", "tokens", "flops", "lr_multiplier", "passes", "stage", "epoch", "loss", "tokens_per_second"}
+LOGGED_RECORD = EVERY_RECORD | {"grad_norm", "scalars", "wall_seconds", "train_seconds", "eta_seconds"}
+
+
+def test_eval_every_trajectory_has_the_documented_fields_and_resumes_bit_exact(pool, tmp_path):
+    """--eval-every 4 on a growth run (crossover at step 6): validations at 0, 4, before and after the growth at 6, 8
+    and the end; every record has the per-step fields, logged ones the rest; FLOPs follow the plan's accounting; a
+    run stopped at step 7 and resumed writes the same trajectory and evals, with its wall time added up."""
+    base = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--eval-every", "4", "--log-every",
+                "2", "--save-every", "0", steps=12)
+    assert train.main(base + ["--run-name", "full"]) == 0
+    assert train.main(base + ["--run-name", "cut", "--stop-after", "7"]) == 0
+    stopped, stopped_traj = read_run(tmp_path, "cut")
+    assert stopped["status"] == "stopped" and stopped["final_val_loss"] is None and stopped["best_val_loss"] is None
+    assert stopped["last_eval"] == stopped["evals"][-1] and stopped["last_eval"]["step"] == 6
+    assert train.main(base + ["--run-name", "cut", "--resume"]) == 0
+    full, traj = read_run(tmp_path, "full")
+    cut, cut_traj = read_run(tmp_path, "cut")
+    epochs = [e["step"] for e in full["evals"] if e["when"] == "epoch"]  # where the pool's epochs end
+    assert [(e["step"], e["when"]) for e in full["evals"] if e["when"] != "epoch"] == [
+            (0, "start"), (4, "periodic"), (6, "before growth"), (6, "after growth"), (8, "periodic"), (12, "end")]
+    assert [(e["step"], e["passes"]) for e in full["evals"] if e["when"] in ("before growth", "after growth")] == \
+        [(6, 2), (6, 4)]
+    assert full["final_val_loss"] == full["evals"][-1]["val_loss"] and full["last_eval"] == full["evals"][-1]
+    cfg = plan_for(*base).model_config
+    flops = 0
+    for record in traj:
+        assert EVERY_RECORD <= set(record), record
+        flops += model.flops_per_token(cfg, record["passes"]) * 256
+        assert record["tokens"] == 256 * record["step"] and record["flops"] == flops
+        assert record["stage"] == (0 if record["step"] <= 6 else 1)
+    logged = [r for r in traj if "wall_seconds" in r]
+    assert [r["step"] for r in logged] == sorted({1, 2, 4, 6, 7, 8, 10, 12, *epochs})
+    assert all(LOGGED_RECORD <= set(r) and r["grad_norm"] > 0 for r in logged)
+    at6 = next(r for r in traj if r["step"] == 6)
+    assert (at6["val_passes"], at6["passes_after_growth"]) == (2, 4) and at6["val_loss_after_growth"] > 0
+    assert [r["step"] for r in traj if "val_loss" in r] == sorted({e["step"] for e in full["evals"]} - {0})
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("tokens_per_second", "wall_seconds", "train_seconds",
+                                                                 "eta_seconds")} for r in rs]
+    assert strip(cut_traj) == strip(traj)  # losses, grad norms, val losses: the same bits
+    assert [{k: e[k] for k in ("step", "val_loss", "passes", "when")} for e in cut["evals"]] == \
+        [{k: e[k] for k in ("step", "val_loss", "passes", "when")} for e in full["evals"]]
+    walls = [r["wall_seconds"] for r in cut_traj if "wall_seconds" in r]
+    assert walls == sorted(walls) and cut["wall_seconds"] >= walls[-1] > stopped["wall_seconds"] > 0
+    assert 0 < cut["eval_seconds"] < cut["wall_seconds"]
+
+
+def test_learned_scalars_are_logged_by_name(pool, tmp_path):
+    """A user arm's boundary gate (a 0-dim parameter) shows up in every logged record, by its parameter name."""
+    assert train.main(tiny(pool, tmp_path, "gated_1", "--run-name", "g", "--log-every", "2", steps=4)) == 0
+    _, traj = read_run(tmp_path, "g")
+    logged = [r for r in traj if "scalars" in r]
+    assert [r["step"] for r in logged] == [1, 2, 3, 4]  # 3: the pool's epoch ends (a validation)
+    assert all(set(r["scalars"]) == {"boundary_gates.0"} for r in logged)
+    assert len({r["scalars"]["boundary_gates.0"] for r in logged}) >= 3  # it trains (step 4's LR is 0)
+
+
+SYNCS = ("item", "tolist", "cpu", "numpy", "__float__", "__int__", "__bool__")
+
+
+def test_only_logged_steps_wait_for_the_device(pool, tmp_path, monkeypatch):
+    """A step that is not logged asks nothing of the device: no .item(), .tolist(), .cpu(), float(), bool() of a
+    tensor and no torch.cuda.synchronize from the project's code inside train_step or between steps; a logged step
+    fetches once (train.fetch: its losses, gradient norm and gates in one transfer). On CPU every call is counted (the
+    device is synchronous); what torch itself syncs on CUDA is not seen here."""
+    calls = []  # data.py's loader works on host tensors (an epoch's permutation): not the device's
+    project = {os.path.join(ROOT, f) for f in os.listdir(ROOT) if f.endswith(".py") and f != "data.py"}
+
+    def counted(name, original):
+        def wrapper(*args, **kwargs):
+            frame = sys._getframe(1)
+            if frame.f_code.co_filename in project:
+                stack, f = [], frame
+                while f is not None:
+                    stack.append(f.f_code.co_name)
+                    f = f.f_back
+                calls.append((name, stack))
+            return original(*args, **kwargs)
+        return wrapper
+    for name in SYNCS:
+        monkeypatch.setattr(torch.Tensor, name, counted(name, getattr(torch.Tensor, name)))
+    monkeypatch.setattr(torch.cuda, "synchronize", counted("synchronize", torch.cuda.synchronize))
+    argv = tiny(pool, tmp_path, "gated_1", "--run-name", "s", "--log-every", "5", "--eval-every", "0",
+                "--save-every", "0", steps=12)
+    assert train.main(argv) == 0
+    in_loop = [(name, stack) for name, stack in calls if "train" in stack and "finish" not in stack
+               and "validate" not in stack and "save" not in stack and "start_training" not in stack]
+    assert not [c for c in in_loop if "train_step" in c[1]], in_loop
+    fetches = [c for c in in_loop if "fetch" in c[1]]
+    _, traj = read_run(tmp_path, "s")
+    assert len(fetches) == len([r for r in traj if "wall_seconds" in r]) == 5  # steps 1, 3 (epoch), 5, 10, 12
+    assert len(in_loop) == len(fetches), in_loop

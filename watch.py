@@ -1,0 +1,354 @@
+"""watch.py — watching runs: what a run writes as it trains (trajectory.jsonl, the progress lines, an optional wandb
+run) and what reads a ladder of them (the runs table, the training curves). docs/trajectory.md has the record's fields.
+
+    python fit.py runs runs/demo                     # one row per run: state, step, losses, FLOPs, wall time, ETA
+    python fit.py curves runs/demo --out runs/demo/curves --x flops --frontier fit.json
+    python train.py --arch vanilla --depth 3 --preset cpu --wandb my-project     # or WANDB_PROJECT=my-project
+Torch-free: train.py fetches a run's numbers from the device and hands them over as Python values; the readers import
+laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does not pay for them.
+"""
+import fcntl, json, math, os, time
+
+from common import UsageError
+
+LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes the run
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What a run writes while it trains (train.py)
+
+class Progress:
+    """trajectory.jsonl, the printed progress lines and the tracker. Finished steps wait (as device tensors, held by
+    train.py) until a logged step fetches them together; training seconds are the wall time between those fetches
+    minus validations and checkpoints, so the device's queue is timed, not the host's; the ETA comes from their
+    EMA, restarted at growth and after an invocation's first (compiling) interval."""
+    EMA_DECAY = 0.98  # per step: the last ~50 steps count
+
+    def __init__(self, run, state, trajectory, tracker=None):
+        self.run, self.state, self.trajectory, self.tracker = run, state, trajectory, tracker
+        self.pending, self.records, self.mark, self.flops_mark = [], [], time.perf_counter(), state.flops
+        self.wall_start = self.mark - state.wall_seconds  # resumes add up
+        self.step_seconds, self.warm, self.mfu = None, False, None
+
+    def add(self, record, loss):
+        """A finished step: its record (plain values) and its loss (a device tensor, fetched later)."""
+        self.pending.append((record, loss))
+
+    def losses(self):
+        return [loss for _, loss in self.pending]
+
+    def fetched(self, losses, grad_norm, scalars):
+        """The pending steps' losses, the last one's gradient norm (or None) and learned scalars ({name: value}),
+        fetched by train.py -> the first step whose loss is not finite, or None."""
+        now = time.perf_counter()
+        seconds = (now - self.mark) / len(self.pending)
+        self.state.train_seconds += now - self.mark
+        self.mark = now
+        for (record, _), loss in zip(self.pending, losses):
+            self.records.append(dict(record, loss=loss, tokens_per_second=self.run.plan.tokens_per_step / seconds))
+        self.records[-1].update({} if grad_norm is None else dict(grad_norm=grad_norm), scalars=scalars)
+        peak, flops, self.flops_mark = self.run.peak_flops, self.state.flops - self.flops_mark, self.state.flops
+        self.mfu = flops / (seconds * len(self.pending) * peak) if peak else None
+        self.advance_eta(seconds, len(self.pending))
+        self.pending = []
+        return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
+
+    def advance_eta(self, seconds, steps):
+        if not self.warm:  # the first interval of an invocation or after a growth: compiling, not training
+            self.warm = True
+            return
+        weight = 1 - self.EMA_DECAY ** steps
+        self.step_seconds = seconds if self.step_seconds is None else \
+            (1 - weight) * self.step_seconds + weight * seconds
+
+    def grew(self):
+        self.step_seconds, self.warm = None, False
+
+    def restart_clock(self):  # after a validation or a checkpoint: their time is not training time
+        self.mark = time.perf_counter()
+
+    def write(self, printed=True):
+        """The fetched records into trajectory.jsonl and the tracker; `printed`: also the progress line."""
+        run, state, last = self.run, self.state, self.records[-1]
+        state.wall_seconds = time.perf_counter() - self.wall_start
+        eta = (run.plan.steps - state.step) * self.step_seconds if self.step_seconds is not None else None
+        last.update(wall_seconds=state.wall_seconds, train_seconds=state.train_seconds, eta_seconds=eta)
+        if run.master:
+            self.trajectory.writelines(json.dumps(r) + "\n" for r in self.records)
+            if self.tracker:
+                self.tracker.log(self.records)
+            if printed:
+                print(f"step {state.step}/{run.plan.steps} | loss {last['loss']:.4f} | lrm {last['lr_multiplier']:.3f} "
+                      f"| passes {last['passes']} | {last['tokens_per_second']:,.0f} tok/s"
+                      + (f" | mfu {100 * self.mfu:.1f}%" if self.mfu else "")
+                      + (f" | eta {eta:.0f}s" if eta is not None else ""))
+        self.records = []
+
+
+class Wandb:
+    """The optional experiment tracker: the plan as config, every trajectory record, the final result.json as the
+    summary; a resumed run continues the same wandb run (its id is kept in the run folder's wandb_id)."""
+
+    def __init__(self, project, run_dir, name, config):
+        import wandb  # optional: check_tracker refused its absence before any work
+        id_path = os.path.join(run_dir, "wandb_id")
+        run_id = open(id_path).read().strip() if os.path.exists(id_path) else wandb.util.generate_id()
+        self.run = wandb.init(project=project, id=run_id, resume="allow", name=name, config=config, dir=run_dir)
+        with open(id_path, "w") as f:
+            f.write(run_id + "\n")
+
+    def log(self, records):
+        for r in records:
+            self.run.log({k: v for k, v in flat_record(r).items() if v is not None}, step=r["step"])
+
+    def finish(self, result_path):
+        self.run.summary.update({k: v for k, v in json.load(open(result_path)).items()
+                                 if isinstance(v, (int, float, str, bool))})
+        self.run.finish()
+
+
+def tracker_project(args):
+    return getattr(args, "wandb", None) or os.environ.get("WANDB_PROJECT") or None
+
+
+def check_tracker(args):
+    """--wandb (or WANDB_PROJECT) without the wandb package: one line, before any work."""
+    if tracker_project(args):
+        try:
+            import wandb  # noqa: F401
+        except ImportError:
+            raise UsageError(f"--wandb {tracker_project(args)} needs the wandb package: pip install wandb (or drop "
+                             "--wandb and unset WANDB_PROJECT)") from None
+
+
+def open_tracker(args, run):
+    project = tracker_project(args)
+    if not project or not run.master:
+        return None
+    return Wandb(project, run.run_dir, os.path.basename(run.run_dir), run.plan.as_dict())
+
+
+def flat_record(record):
+    """A trajectory record for a tracker: scalars as scalars/NAME."""
+    out = {k: v for k, v in record.items() if k != "scalars"}
+    out.update({f"scalars/{k}": v for k, v in (record.get("scalars") or {}).items()})
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Reading run folders (fit.py runs | curves)
+
+def run_dirs(items):
+    """The run folders the inputs name: a folder holding a result.json, a train.lock or a trajectory.jsonl, else
+    such folders one level below it."""
+    is_run = lambda d: any(os.path.exists(os.path.join(d, f)) for f in ("result.json", LOCK_FILE, "trajectory.jsonl"))
+    found = []
+    for item in items:
+        if not os.path.isdir(item):
+            raise UsageError(f"{item} is not a folder; pass train.py run folders or a folder of them (RUNS_DIR)")
+        below = sorted(os.path.join(item, d) for d in os.listdir(item) if os.path.isdir(os.path.join(item, d)))
+        found += [item] if is_run(item) else [d for d in below if is_run(d)]
+    if not found:
+        raise UsageError(f"no train.py runs in {' '.join(items)} (no result.json, train.lock or trajectory.jsonl); "
+                         "pass run folders or their RUNS_DIR")
+    return found
+
+
+def lock_held(run_dir):
+    """Whether a process holds the run's lock (a train.py writing it now, on this host)."""
+    path = os.path.join(run_dir, LOCK_FILE)
+    if not os.path.isfile(path):
+        return False
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return False
+
+
+def read_trajectory(run_dir):
+    """trajectory.jsonl's records; lines of runs written before the documented fields exist (step, loss, passes,
+    lr_multiplier, epoch, tokens_per_second) read too, and a torn last line of a live run is left out."""
+    path = os.path.join(run_dir, "trajectory.jsonl")
+    records = []
+    if os.path.isfile(path):
+        for line in open(path, errors="replace"):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("step"), int):
+                records.append(record)
+    return records
+
+
+def read_result(run_dir):
+    path = os.path.join(run_dir, "result.json")
+    try:
+        result = json.load(open(path))
+    except (OSError, ValueError):
+        return None
+    return result if isinstance(result, dict) else None
+
+
+def run_row(run_dir):
+    """One row of the runs table: what the run folder says, its state checked against its lock."""
+    result, records, held = read_result(run_dir), read_trajectory(run_dir), lock_held(run_dir)
+    plan = result.get("plan") if result and isinstance(result.get("plan"), dict) else {}
+    status = result.get("status") if result else None
+    last = records[-1] if records else {}
+    evals = [r for r in records if r.get("val_loss") is not None] or (result or {}).get("evals") or []
+    state, reason = {None: "running" if held else "failed", "running": "running" if held else "failed",
+                     "complete": "complete", "stopped": "stopped", "interrupted": "stopped",
+                     "failed": "failed"}.get(status, "failed"), (result or {}).get("error")
+    if state == "failed" and status in (None, "running"):
+        reason = "no process holds its lock: the run died (killed?); ladder.sh or --resume continues it" \
+            if result or records else "no result.json and no process holds its lock"
+    if state == "running" and status not in (None, "running"):  # a new invocation has not yet written its first
+        reason = f"resuming a {status} run"
+    steps, flops_planned = plan.get("steps"), plan.get("total_flops")
+    return dict(run=os.path.basename(os.path.normpath(run_dir)), path=run_dir,
+                arch=(result or {}).get("arch", plan.get("arch")), depth=(result or {}).get("depth", plan.get("depth")),
+                state=state, reason=reason, step=last.get("step", (result or {}).get("completed_steps")), steps=steps,
+                train_loss=last.get("loss"), val_loss=evals[-1]["val_loss"] if evals else None,
+                flops=last.get("flops", (result or {}).get("estimated_training_flops")), flops_planned=flops_planned,
+                wall_seconds=last_value(records, "wall_seconds", (result or {}).get("total_training_time_seconds")),
+                eta_seconds=last_value(records, "eta_seconds") if state == "running" else None)
+
+
+def last_value(records, key, default=None):
+    return next((r[key] for r in reversed(records) if r.get(key) is not None), default)
+
+
+def cmd_runs(args):
+    import laws
+    rows = sorted((run_row(d) for d in run_dirs(args.runs)),
+                  key=lambda r: (laws.arm_order(r["arch"] or ""), r["depth"] or 0, r["run"]))
+    if args.json:
+        print(json.dumps(laws.jsonable(dict(runs=rows)), indent=2))
+        return
+    clock = lambda s: "—" if s is None else time.strftime("%H:%M:%S", time.gmtime(s)) if s < 86400 else f"{s / 86400:.1f} d"
+    print(f"{'run':<24} {'state':<9} {'step':>13} {'train':>7} {'val':>7} {'FLOPs done / planned':>21} "
+          f"{'wall':>9} {'ETA':>9}")
+    for r in rows:
+        step = f"{r['step'] or 0}/{r['steps'] or '?'}"
+        flops = f"{laws.fnum(r['flops'], '.2e')} / {laws.fnum(r['flops_planned'], '.2e')}"
+        print(f"{r['run']:<24} {r['state']:<9} {step:>13} {laws.fnum(r['train_loss']):>7} {laws.fnum(r['val_loss']):>7} "
+              f"{flops:>21} {clock(r['wall_seconds']):>9} {clock(r['eta_seconds']):>9}"
+              + (f"  {r['reason']}" if r["reason"] else ""))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Training curves
+
+X_AXES = dict(steps=("step", "optimizer step", "linear"), tokens=("tokens", "training tokens", "log"),
+              flops=("flops", "training FLOPs (the plan's accounting)", "log"))
+
+
+def curve_runs(items):
+    """[(row, records, result)] of every run with trajectory records, in the arms table's order then by depth."""
+    import laws
+    runs = []
+    for d in run_dirs(items):
+        records = read_trajectory(d)
+        if records:
+            runs.append((run_row(d), records, read_result(d) or {}))
+    if not runs:
+        raise UsageError(f"no run in {' '.join(items)} has trajectory records yet; curves need trajectory.jsonl")
+    return sorted(runs, key=lambda r: (laws.arm_order(r[0]["arch"] or ""), r[0]["depth"] or 0, r[0]["run"]))
+
+
+def shade(colour, depth, depths):
+    """The arm's colour, lighter for shallower runs: depth by shade."""
+    from matplotlib.colors import to_rgb
+    rank = sorted(depths).index(depth) if depth in depths else len(depths) - 1
+    lift = 0.6 * (1 - (rank + 1) / len(depths)) if len(depths) > 1 else 0.0
+    return tuple(c + (1 - c) * lift for c in to_rgb(colour))
+
+
+def frontier_laws(path):
+    """{arm: (E, A, gamma, c_ref)} from a `fit.py ladders --json` output."""
+    try:
+        fit = json.load(open(path))
+        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"]) for arm, law in fit["arms"].items()
+                if law.get("gamma") is not None}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(f"--frontier {path} is not a `fit.py ladders --json` output (E, c_ref, arms.*.A/gamma); "
+                         "write one with python fit.py ladders RUNS --json > fit.json") from None
+
+
+def curves_figure(plt, runs, x_axis, frontier):
+    """Train (thin) and validation (dots and line) loss of every run against the x axis; growth marked by a
+    triangle at the crossover, the warmdown's start by a tick; the fitted frontier dashed."""
+    import laws
+    key, label, scale = X_AXES[x_axis]
+    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
+    by_arm = {}
+    for row, records, _ in runs:
+        by_arm.setdefault(row["arch"], set()).add(row["depth"])
+    for row, records, result in runs:
+        arm, depth = row["arch"], row["depth"]
+        colour = shade(laws.style(arm)[1] if arm else "#777777", depth, by_arm[arm])
+        points = [r for r in records if r.get(key) is not None]
+        if not points:
+            continue
+        name = f"{laws.style(arm)[0] if arm else row['run']} d{depth}"
+        ax_train.plot([r[key] for r in points], [r["loss"] for r in points], color=colour, lw=0.8, label=name)
+        vals = [r for r in points if r.get("val_loss") is not None]
+        ax_val.plot([r[key] for r in vals], [r["val_loss"] for r in vals], "o-", color=colour, ms=3, lw=1, label=name)
+        plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
+        at = {r["step"]: r for r in points}
+        for event in result.get("growth_events") or []:
+            if event.get("step") in at:
+                grown = at[event["step"]]
+                for ax, y in ((ax_train, grown["loss"]), (ax_val, grown.get("val_loss_after_growth"))):
+                    if y is not None:
+                        ax.plot(grown[key], y, "^", color=colour, ms=8, mec="black", mew=0.6)
+        if plan.get("steps") and plan.get("warmdown_ratio"):
+            start = at.get(round(plan["steps"] * (1 - plan["warmdown_ratio"])))
+            if start:
+                ax_train.plot(start[key], start["loss"], "|", color=colour, ms=14, mew=1.5)
+    for arm, (E, A, gamma, c_ref) in (frontier or {}).items():
+        if arm in by_arm:
+            xs = sorted(r[key] for _, records, _ in runs for r in records if r.get(key))
+            grid = [xs[0] * (xs[-1] / xs[0]) ** (i / 50) for i in range(51)]
+            ax_val.plot(grid, [E + A * (c / c_ref) ** -gamma for c in grid], "--", color=laws.style(arm)[1], lw=1.2,
+                        label=f"{laws.style(arm)[0]} frontier")
+    for ax, title in ((ax_train, "training loss"), (ax_val, "validation loss")):
+        ax.set_xscale(scale)
+        ax.set_yscale("log")
+        ax.set_xlabel(label)
+        ax.set_title(f"{title} (▲ growth" + (", | warmdown start)" if ax is ax_train else ")"))
+        ax.grid(alpha=0.3, which="both")
+    ax_val.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def ladder_key(row, result):
+    """Runs of one ladder share a preset (one figure per ladder)."""
+    plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
+    return plan.get("preset") or "runs"
+
+
+def cmd_curves(args):
+    import laws
+    if args.frontier and args.x != "flops":
+        raise UsageError("--frontier overlays L(C) on a FLOPs axis; add --x flops")
+    frontier = frontier_laws(args.frontier) if args.frontier else None
+    runs = curve_runs(args.runs)
+    ladders = {}
+    for run in runs:
+        ladders.setdefault(ladder_key(run[0], run[2]), []).append(run)
+    names = {f"curves_{ladder}_{args.x}.{ext}": ladder for ladder in ladders for ext in ("png", "pdf")}
+    laws.check_outputs(args.out, names)
+    plt = laws.pyplot()
+    figures = {}
+    for ladder, members in ladders.items():
+        fig = curves_figure(plt, members, args.x, frontier)
+        figures.update({name: fig for name, of in names.items() if of == ladder})
+    for path in laws.save_figures(args.out, figures, dpi=120):
+        print(f"wrote {path}")
+    print(f"{len(runs)} runs: " + ", ".join(f"{r[0]['run']} ({r[0]['state']})" for r in runs))
