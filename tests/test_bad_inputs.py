@@ -705,3 +705,40 @@ def test_ladder_under_slurm_from_another_directory(tmp_path):
     assert len(calls) == 2 and all(f"--data-dir {tmp_path}/pool --run-name untied_grow_d26 --runs-dir "
                                    f"{tmp_path}/runs" in call for call in calls), calls
     assert (tmp_path / "runs" / "untied_grow_d26" / "train.log").exists()
+
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 2
+# the pool's and core_eval's records read back are checked against their declared schema (data.py's MANIFEST_SCHEMA,
+# COMPLETE_SCHEMA; core_eval.py's EVAL_SCHEMA) before use: one line naming the file and the field
+def edit_corpus_json(pool, change):
+    path = os.path.join(pool, "corpus.json")
+    manifest = json.load(open(path))
+    with open(path, "w") as f:
+        json.dump(change(manifest), f)
+
+
+CLASS2_POOL_CASES = [  # (id, change of the pool's corpus.json, message)
+    ("corpus-json-a-list", lambda m: [m], "pool/corpus.json must be an object, got a list of 1"),
+    ("splits-a-string", lambda m: dict(m, splits="train"), 'pool/corpus.json: field splits must be an object, got "train"'),
+    ("token-count-a-string", lambda m: (m["splits"]["train"].update(token_count="10"), m)[1],
+     'pool/corpus.json: field splits.train.token_count must be a whole number >= 0, got "10"'),
+    ("doc-count-negative", lambda m: (m["splits"]["val"].update(doc_count=-1), m)[1],
+     "pool/corpus.json: field splits.val.doc_count must be a whole number >= 0, got -1"),
+    ("sha256-missing", lambda m: (m["splits"]["train"].pop("sha256"), m)[1],
+     "pool/corpus.json: field splits.train.sha256 is missing"),
+]
+
+
+@pytest.mark.parametrize("change, message", [c[1:] for c in CLASS2_POOL_CASES], ids=[c[0] for c in CLASS2_POOL_CASES])
+def test_issue31_class2_pool_records_checked_against_their_schema(tmp_path, pool_copy, change, message):
+    edit_corpus_json(pool_copy, change)
+    assert_refused("train.py", RUN, tmp_path, message, runner=run_in_process)
+
+
+def test_issue31_class2_eval_json_read_back_is_checked(tmp_path, checkpoint):
+    # core_eval's own result with a checkpoint that is not text: named, not "not core_eval's result for this checkpoint"
+    files = dict(bundle_files(), **{"eval.json": json.dumps(dict(core_metric=0.1, checkpoint=5))})
+    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
+                   "eval.json: field checkpoint must be text, got 5; it is not a core_eval.py result", files,
+                   runner=run_in_process)
+
