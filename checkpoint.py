@@ -706,6 +706,7 @@ class Run:
     run_dir: str = ""            # the folder, data and validation windows ("" and None for bench.py's runs)
     data_dir: str = ""
     data_manifest: dict = field(default_factory=dict)
+    data_check: str = None       # "verified" or "skipped (--no-verify)": whether the pool's sha256 were checked
     val: torch.Tensor = None
     token_bytes: torch.Tensor = None
     resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
@@ -750,7 +751,8 @@ def write_result(run, state, status, mfu=None, **extra):
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
         fixed_reduce_order=run.fixed_reduce_order, device_batch_size=list(run.micro_batches), memory=run.memory,
         gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
-        environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
+        environment=run.environment, data_manifest=run.data_manifest, data_check=run.data_check,
+        completed_steps=state.step, evals=evals,
         growth_events=state.growth_events, final_val_loss=evals[-1]["val_loss"] if evals else None,
         best_val_loss=min((e["val_loss"] for e in evals), default=None),
         final_val_bpb=evals[-1]["val_bpb"] if evals else None, estimated_training_flops=state.flops,

@@ -257,6 +257,8 @@ LOOP_GRID_VARIED = DEPTH_DERIVED - {"train_token_limit"} | {  # the grid's token
     "passes_initial", "passes_final", "pass_stages", "model_config.passes", "model_config.passes_initial",
     "weight_decay", "data_constrained"}
 POOL_TIMES = ("data_manifest.created", "data_manifest.finished")  # when a pool was prepared is not what it holds
+POOL_CHECKS = ("data_manifest.splits.train.sha256_checked", "data_manifest.splits.val.sha256_checked")  # nor whether
+# a run's start checked the pool's hashes (train.py --no-verify skips it)
 
 
 def flat(d, prefix=""):
@@ -280,7 +282,8 @@ def recipe_of(r, varies):
     except (KeyError, TypeError, ArithmeticError):  # a plan without them (an older or hand-made run)
         pass
     if isinstance(r.get("data_manifest"), dict):
-        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items() if k not in POOL_TIMES})
+        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items()
+                    if k not in POOL_TIMES + POOL_CHECKS})
     return out
 
 

@@ -277,8 +277,17 @@ def open_run(args, plan):
     val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
     return new_run(args, plan, mem, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
-                   data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, val=val,
+                   data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
+                   data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
+
+
+def recorded_pool(manifest, verified):
+    """The pool as result.json records it: corpus.json without its source list, each split's sha256 marked as checked
+    against the token files at this start (verify_pool) or only copied from corpus.json (--no-verify)."""
+    pool = {k: v for k, v in manifest.items() if k != "sources"}
+    pool["splits"] = {name: dict(info, sha256_checked=verified) for name, info in pool["splits"].items()}
+    return pool
 
 
 def verify_pool(data_dir):

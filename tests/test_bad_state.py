@@ -505,6 +505,29 @@ def test_issue31_class3_a_fifo_named_verified_json_does_not_block(tmp_path, pool
     assert os.path.isfile(pool_copy / "verified.json")  # replaced by the record of the files it hashed
 
 
+def test_issue31_class3_no_verify_is_recorded_and_the_sha256_not_presented_as_checked(tmp_path, pool_copy):
+    """--no-verify on a pool corrupted within the vocabulary: result.json said nothing of the skipped check and
+    carried corpus.json's sha256 as the pool's, as a verified run does."""
+    with open(pool_copy / "train.bin", "r+b") as f:
+        f.seek(20)
+        old = f.read(2)
+        f.seek(20)
+        f.write(bytes([(old[0] + 1) % 256, 0]))
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1"]]
+    assert run_in_process("train.py", [*argv, "--no-verify"])[0] == 0
+    result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
+    assert result["data_check"] == "skipped (--no-verify)"
+    assert [s["sha256_checked"] for s in result["data_manifest"]["splits"].values()] == [False, False]
+
+
+def test_issue31_class3_a_verified_start_says_so(tmp_path, pool_copy):
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1"]]
+    assert run_in_process("train.py", argv)[0] == 0
+    result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
+    assert result["data_check"] == "verified"
+    assert [s["sha256_checked"] for s in result["data_manifest"]["splits"].values()] == [True, True]
+
+
 # Issue 31, class 2: what a run folder says about itself is checked against its declared schema (checkpoint.py's
 # META_SCHEMA, RESULT_SCHEMA, TRAJECTORY_LINE) before use; valid JSON of the wrong shape, its manifest rehashed to
 # match, reached an AttributeError, a ZeroDivisionError, a TypeError in write_result, or a "complete" result.json
