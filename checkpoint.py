@@ -616,7 +616,7 @@ def resume_point(args, run_dir, rank):
 
 
 LOCK_FILE = "train.lock"             # in the run folder; holds "PID n on host" of the writer
-FOREIGN_OK = (LOCK_FILE, "train.log")  # what may already be in a fresh run's folder (ladder.sh writes the log)
+FOREIGN_OK = (LOCK_FILE, "train.log", "ladder.lock")  # what may be in a fresh run's folder (ladder.sh's log, lock)
 
 
 def run_dir_of(args):

@@ -742,3 +742,15 @@ def test_issue31_class2_eval_json_read_back_is_checked(tmp_path, checkpoint):
                    "eval.json: field checkpoint must be text, got 5; it is not a core_eval.py result", files,
                    runner=run_in_process)
 
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 4
+# scripts' messages: docs/memory_table.py refused unknown arguments silently and tracebacked into a closed pipe
+def test_issue31_class4_memory_table_refuses_unknown_arguments(tmp_path):
+    assert_refused("docs/memory_table.py", ["--gpu", "h100"], tmp_path, "unrecognized arguments: --gpu h100")
+
+
+def test_issue31_class4_memory_table_into_a_closed_pipe_ends_quietly():
+    r = subprocess.run(["bash", "-c", "python docs/memory_table.py | head -n 1"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.stdout.startswith("Paper ladders") and r.stderr == "", r.stderr[-2000:]
+

@@ -93,6 +93,42 @@ def test_ladder_refuses_a_run_being_trained(tmp_path):
         holder.wait()
 
 
+def test_issue31_class4_two_identical_ladders_second_stops_and_writes_nothing(tmp_path):
+    """Two identical ladder.sh commands on one RUNS_DIR: the second passed the train.lock check while the first's
+    torchrun was still starting, appended its torchrun's output (a traceback) to the first run's train.log and exited
+    1 with "run failed". A stand-in torchrun on PATH stays up until told to finish, so the race is certain."""
+    bin_dir, flag = tmp_path / "bin", tmp_path / "hold"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f'#!/bin/bash\necho "stand-in torchrun $$"\nwhile [ -e {flag} ]; do sleep 0.05; '
+                                      'done\necho "done: stand-in"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    flag.write_text("")
+    env = dict(os.environ, RUNS_DIR=str(tmp_path / "runs"), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    command = ["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"]
+    log = tmp_path / "runs" / "vanilla_d1" / "train.log"
+    first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if log.exists() and "stand-in torchrun" in log.read_text():
+                break
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        second = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            _, err = second.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            flag.unlink()
+            _, err = second.communicate()
+        assert second.returncode == 2 and err.count("\n") == 1, (second.returncode, err)
+        assert f"run vanilla_d1 is being trained by another ladder.sh (PID {first.pid} on " in err, err
+        assert log.read_text().count("stand-in torchrun") == 1, log.read_text()
+    finally:
+        flag.unlink(missing_ok=True)
+        first.communicate(timeout=120)
+    assert first.returncode == 0 and log.read_text().count("stand-in torchrun") == 1
+
+
 def test_orphaned_torchrun_worker_keeps_the_lock(tmp_path, pool, free_port):
     """torchrun killed with -9 (as when a ladder's process group is killed) leaves its worker running: the worker,
     not torchrun, holds the lock, so a re-run is refused instead of becoming a second writer."""
