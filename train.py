@@ -349,6 +349,10 @@ def start_training(run):
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     step_model = compile_model(model, plan) if use_compile(args, run.device) else model
+    if run.master and use_compile(args, run.device):  # the first step can take minutes: say why it is slow
+        print("compiling: torch.compile compiles the blocks at the first step" + (
+            " and again at each growth" if len(plan.pass_stages) > 1 else "") + " (minutes, more on a busy CPU; "
+              "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
         print(f"note: {note}")
     return Training(run, model, step_model, optimizers, replicated, state)

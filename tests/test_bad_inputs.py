@@ -754,3 +754,35 @@ def test_issue31_class4_memory_table_into_a_closed_pipe_ends_quietly():
                        text=True, timeout=300)
     assert r.stdout.startswith("Paper ladders") and r.stderr == "", r.stderr[-2000:]
 
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 5
+# slow start-up work says what it is doing: bench.py --gpu-check names each section before it runs (a section's
+# compiles can take minutes on a CPU), train.py says it compiles before the first step
+def test_issue31_class5_gpu_check_names_each_section_before_it_runs(tmp_path, monkeypatch, capsys):
+    import bench
+    seen = []
+
+    def section(*args, **kwargs):  # what was on stdout when the section started
+        seen.append(capsys.readouterr().out)
+        raise RuntimeError("stand-in")
+    for name in ("check_ratios", "check_core_scoring", "check_training", "matmul_roofline"):
+        monkeypatch.setattr(bench, name, section)
+    out = tmp_path / "gpu_check.json"
+    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    names = list(bench.GPU_CHECK["cpu"]["caps"])
+    assert len(seen) == len(names)
+    assert seen[0].startswith("gpu-check: planning its training runs")
+    for name, text in zip(names, seen):
+        assert text.splitlines()[-1].startswith(f"gpu-check {name}: starting (cap "), (name, text)
+
+
+def test_issue31_class5_compiled_run_says_it_compiles_before_the_first_step(tmp_path, pool_copy, monkeypatch, capsys):
+    import train
+    printed = []
+    monkeypatch.setattr(train, "compile_model", lambda model, plan, whole=False: printed.append(
+        capsys.readouterr().out) or model)  # stand-in: the blocks stay eager, the test stays fast
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1", "--compile"]]
+    assert train.main(argv) == 0
+    out = capsys.readouterr().out
+    assert printed and "compiling: torch.compile compiles the blocks at the first step" in out
+    assert out.index("compiling:") < out.index("step 1/")
