@@ -484,6 +484,7 @@ def gpu_check(args):
     if any(path and os.path.exists(path) for path in snapshots.values()):
         raise UsageError(f"{args.memory_snapshots} already holds memory snapshots; pass another --memory-snapshots")
     recipe = GPU_CHECK[args.preset]
+    print("gpu-check: planning its training runs against this device's memory", flush=True)
     runs = gpu_check_plans(args, device)
 
     def training(name):
@@ -508,6 +509,8 @@ def gpu_check(args):
             out["skipped"][name] = (f"not started: {start - t0:.0f} s had passed and its {cap} s cap would end past "
                                     f"the {recipe['budget_seconds']} s budget")
         else:
+            print(f"gpu-check {name}: starting (cap {cap} s; {start - t0:.0f} s of the {recipe['budget_seconds']} s "
+                  "budget used)", flush=True)  # a section can take minutes (compiles), so say which one runs
             try:
                 out[name] = sections[name](start + cap)
             except Exception as exc:  # a GPU minute is precious: record it and go on with the next section

@@ -27,7 +27,8 @@ import torch.distributed.checkpoint as dcp
 
 import muon
 from arms import with_current_mode_names
-from common import UsageError, atomic_write, sha256_file, torchrun_ranks, write_json
+from common import (ANY_NUMBER, FLAG, LIST, OBJECT, TEXT, UsageError, atomic_write, check_record, each, nullable, real,
+                    sha256_file, torchrun_ranks, whole, write_json)
 from model import GPT, ModelConfig
 
 # DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
@@ -330,6 +331,32 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_red
 
 CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
 
+# The run records train.py reads back, field -> rule (common.check_record; "name?": may be absent), checked before any
+# field is used: a record of the wrong shape (edited, its manifest rehashed) is one line naming the file and field.
+EVAL_RECORD = {"step": whole(0), "epoch?": whole(0), "val_loss": ANY_NUMBER, "val_bpb?": nullable(ANY_NUMBER),
+               "passes?": whole(1), "when?": TEXT}
+META_SCHEMA = {  # a checkpoint's meta.json (save_checkpoint writes it)
+    "format": whole(1), "plan": OBJECT, "world_size": whole(1), "rng": each(whole(0, 255)),
+    "muon_param_groups": each(OBJECT), "args?": OBJECT, "fixed_reduce_order?": FLAG,
+    "micro_batches?": nullable(each(whole(1))), "step": whole(0), "evals": each(EVAL_RECORD),
+    "growth_events": each({"step": whole(0)}), "flops": real(0), "matrix_flops": real(0), "train_seconds": real(0),
+    "tokens": whole(0), "wall_seconds?": real(0), "eval_seconds?": real(0)}
+RESULT_SCHEMA = {  # a run's result.json (write_result), as far as a later invocation reads it
+    "status": TEXT, "plan?": OBJECT, "data_dir?": nullable(TEXT), "data_manifest?": nullable(OBJECT)}
+TRAJECTORY_LINE = {"step": whole(1), "loss": nullable(ANY_NUMBER)}  # each line of trajectory.jsonl; more keys pass
+CHECKPOINT_FIX = "resume from an intact checkpoint or start the run again under another --run-name"
+
+
+def read_meta(folder):
+    """A checkpoint's meta.json, checked against META_SCHEMA (the caller has checked it against the manifest)."""
+    path = os.path.join(folder, "meta.json")
+    try:
+        with open(path) as f:
+            meta = json.load(f)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path} is unreadable ({e}); {CHECKPOINT_FIX}") from None
+    return check_record(path, meta, META_SCHEMA, CHECKPOINT_FIX)
+
 
 def primitive_args(args):
     """The command line as a dict of JSON primitives (for the record; the plan decides what a resume must match)."""
@@ -347,7 +374,7 @@ def load_checkpoint(folder, plan, model, optimizers, device):
     GPU 0), the weights through the CPU into the model's parameters. A checkpoint that fails its manifest, its plan,
     its own records (check_self_consistent) or its loading is a UsageError."""
     verify(folder)
-    meta = json.load(open(os.path.join(folder, "meta.json")))
+    meta = read_meta(folder)
     if meta.get("format") != CHECKPOINT_FORMAT:
         raise UsageError(f"{folder} was written by another checkpoint format ({meta.get('format')!r}); start the run "
                          "again under another --run-name")
@@ -412,12 +439,13 @@ def check_self_consistent(folder, weights, meta, plan):
 def recorded_micro_batches(folder, fixed_reduce_order):
     """On resume, before any long work: the checkpoint's reduction order must be this invocation's (the other order
     sums the gradients differently, so the run would silently stop being bit-identical); in the fixed order -> the
-    micro-batches the run started with. An unreadable meta.json is left to load_checkpoint's manifest check."""
+    micro-batches the run started with. A meta.json that fails the manifest is left to load_checkpoint's check."""
     try:
-        meta = json.load(open(os.path.join(folder, "meta.json")))
-        was_fixed, micro_batches = bool(meta.get("fixed_reduce_order", False)), meta.get("micro_batches")
-    except (OSError, ValueError, AttributeError):
+        verify_checkpoint(folder, only="meta.json")
+    except ValueError:
         return None
+    meta = read_meta(folder)
+    was_fixed, micro_batches = meta.get("fixed_reduce_order", False), meta.get("micro_batches")
     if was_fixed != fixed_reduce_order:
         raise UsageError(f"{folder} was written {'with' if was_fixed else 'without'} --fixed-reduce-order; resume "
                          f"{'with' if was_fixed else 'without'} it too (the other reduction order would silently end "
@@ -428,16 +456,15 @@ def recorded_micro_batches(folder, fixed_reduce_order):
 def read_run_state(folder):
     """The RunState of a checkpoint (after its manifest check), without loading any tensor."""
     verify(folder)
-    meta = json.load(open(os.path.join(folder, "meta.json")))
-    return run_state_of(meta)
+    return run_state_of(read_meta(folder))
 
 
 def checkpoint_step(folder):
     """The step of a complete checkpoint folder, None if it is not complete."""
     try:
         verify_checkpoint(folder)
-        return json.load(open(os.path.join(folder, "meta.json")))["step"]
-    except (ValueError, OSError, KeyError, TypeError):
+        return read_meta(folder)["step"]
+    except (ValueError, UsageError):
         return None
 
 
@@ -483,13 +510,13 @@ def read_result(run_dir):
     path = os.path.join(run_dir, "result.json")
     if not os.path.exists(path):
         return None
+    fix = "move it away or choose another --run-name"
     try:
-        result = json.load(open(path))
-        result["status"]
-        return result
-    except (OSError, ValueError, KeyError, TypeError):
-        raise UsageError(f"{path} is not a train.py result.json; move it away or choose another --run-name") \
-            from None
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        raise UsageError(f"{path} is not a train.py result.json; {fix}") from None
+    return check_record(path, result, RESULT_SCHEMA, fix)
 
 
 def run_status(run_dir):
@@ -532,9 +559,10 @@ def check_recorded_plan(run_dir, resume_from, plan):
     if resume_from == "complete":
         check_plan(run_dir, read_result(run_dir).get("plan"), plan)
         return
-    with contextlib.suppress(OSError, ValueError):
-        meta = json.load(open(os.path.join(resume_from, "meta.json")))
-        if isinstance(meta, dict) and meta.get("format") == CHECKPOINT_FORMAT:
+    with contextlib.suppress(ValueError):
+        verify_checkpoint(resume_from, only="meta.json")
+        meta = read_meta(resume_from)
+        if meta.get("format") == CHECKPOINT_FORMAT:
             check_plan(resume_from, meta.get("plan"), plan)
 
 
@@ -595,7 +623,7 @@ def resume_point(args, run_dir, rank):
 
 
 LOCK_FILE = "train.lock"             # in the run folder; holds "PID n on host" of the writer
-FOREIGN_OK = (LOCK_FILE, "train.log")  # what may already be in a fresh run's folder (ladder.sh writes the log)
+FOREIGN_OK = (LOCK_FILE, "train.log", "ladder.lock")  # what may be in a fresh run's folder (ladder.sh's log, lock)
 
 
 def run_dir_of(args):
@@ -685,6 +713,7 @@ class Run:
     run_dir: str = ""            # the folder, data and validation windows ("" and None for bench.py's runs)
     data_dir: str = ""
     data_manifest: dict = field(default_factory=dict)
+    data_check: str = None       # "verified" or "skipped (--no-verify)": whether the pool's sha256 were checked
     val: torch.Tensor = None
     token_bytes: torch.Tensor = None
     resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
@@ -698,11 +727,18 @@ class Run:
 
 
 def open_trajectory(run, step):
-    """trajectory.jsonl cut back to the first `step` lines (the checkpoint resumed from), open for appending."""
+    """trajectory.jsonl cut back to the first `step` lines (the checkpoint resumed from), open for appending; the
+    lines kept are checked against TRAJECTORY_LINE."""
     lines = open(run.trajectory_path).readlines() if os.path.exists(run.trajectory_path) else []
+    fix = "restore the file or start the run again under another --run-name"
     if len(lines) < step:  # on every rank, so that all of them stop
-        raise UsageError(f"{run.trajectory_path} has {len(lines)} lines but the checkpoint is at step {step}; "
-                         "restore the file or start the run again under another --run-name")
+        raise UsageError(f"{run.trajectory_path} has {len(lines)} lines but the checkpoint is at step {step}; {fix}")
+    for number, line in enumerate(lines[:step], 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise UsageError(f"{run.trajectory_path}:{number} is not a JSON line; {fix}") from None
+        check_record(f"{run.trajectory_path}:{number}", record, TRAJECTORY_LINE, fix)
     if not run.master:
         return None
     os.makedirs(run.ckpt_dir, exist_ok=True)
@@ -724,9 +760,9 @@ def write_result(run, state, status, mfu=None, **extra):
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
         fixed_reduce_order=run.fixed_reduce_order, device_batch_size=list(run.micro_batches), memory=run.memory,
         gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
-        environment=run.environment, data_manifest=run.data_manifest, completed_steps=state.step, evals=evals,
-        growth_events=state.growth_events, last_eval=evals[-1] if evals else None,
-        final_val_loss=evals[-1]["val_loss"] if final else None,
+        environment=run.environment, data_manifest=run.data_manifest, data_check=run.data_check,
+        completed_steps=state.step, evals=evals, growth_events=state.growth_events,
+        last_eval=evals[-1] if evals else None, final_val_loss=evals[-1]["val_loss"] if final else None,
         best_val_loss=min((e["val_loss"] for e in evals), default=None) if final else None,
         final_val_bpb=evals[-1]["val_bpb"] if final else None, estimated_training_flops=state.flops,
         tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,

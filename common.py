@@ -161,6 +161,84 @@ def write_json(path, obj, allow_nan=True):
     atomic_write(path, write)
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# Records read back (a checkpoint's meta.json, result.json, trajectory.jsonl, a pool's corpus.json and verified.json,
+# core_eval's eval.json): each declares its schema where it is read (checkpoint.py, data.py, core_eval.py) as a table
+# {field: rule}, and check_record checks a record against it before any field is used. A rule is (what, test), a
+# nested table for an object, each(rule) for a list, nullable(rule) for rule or null; a field named "name?" may be
+# absent. Extra fields pass.
+
+def rule(what, test):
+    return what, test
+
+
+def is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def whole(low=0, high=None):
+    return rule(f"a whole number >= {low}" if high is None else f"a whole number in [{low}, {high}]",
+                lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= low and (high is None or v <= high))
+
+
+def real(low=0.0):
+    return rule(f"a finite number >= {low:g}", lambda v: is_number(v) and math.isfinite(v) and v >= low)
+
+
+def nullable(r):
+    return ("nullable", r)
+
+
+ANY_NUMBER = rule("a number (nan allowed)", is_number)
+TEXT, FLAG = rule("text", lambda v: isinstance(v, str)), rule("true or false", lambda v: isinstance(v, bool))
+OBJECT, LIST = rule("an object", lambda v: isinstance(v, dict)), rule("a list", lambda v: isinstance(v, list))
+
+
+def each(r):
+    return ("each", r)
+
+
+def shown(v):
+    if isinstance(v, (dict, list)):
+        return f"{'an object' if isinstance(v, dict) else 'a list'} of {len(v)}"
+    text = json.dumps(v) if v is None or isinstance(v, (bool, int, float, str)) else type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def record_error(value, schema, where=""):
+    """The first field of `value` that breaks `schema` as "field F must be ..., got ..." (None when all hold)."""
+    name = where or "the record"
+    if isinstance(schema, dict):
+        if not isinstance(value, dict):
+            return f"{name} must be an object, got {shown(value)}"
+        for key, r in schema.items():
+            field = key.rstrip("?")
+            if field not in value:
+                if key.endswith("?"):
+                    continue
+                return f"field {where + '.' if where else ''}{field} is missing"
+            error = record_error(value[field], r, f"{where}.{field}" if where else field)
+            if error:
+                return error
+        return None
+    if schema[0] == "nullable":
+        return None if value is None else record_error(value, schema[1], where)
+    if schema[0] == "each":
+        if not isinstance(value, list):
+            return f"field {name} must be a list, got {shown(value)}"
+        return next(filter(None, (record_error(v, schema[1], f"{where}[{i}]") for i, v in enumerate(value))), None)
+    return None if schema[1](value) else f"field {name} must be {schema[0]}, got {shown(value)}"
+
+
+def check_record(path, value, schema, fix, error_class=UsageError):
+    """Refuse (UsageError, one line naming the file and the field) a record that breaks its declared schema."""
+    error = record_error(value, schema)
+    if error:
+        raise error_class(f"{path} {error[len('the record '):]}; {fix}" if error.startswith("the record ") else
+                         f"{path}: {error}; {fix}")
+    return value
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:

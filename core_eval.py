@@ -43,8 +43,8 @@ import data
 import model
 from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
 from arms import MAX_PASSES, SEEDS
-from common import (DownloadError, Parser, UsageError, autocast, cli_main_distributed, download, exit_process, integer,
-                    number, setup_distributed, sha256_file, write_json)
+from common import (ANY_NUMBER, TEXT, DownloadError, Parser, UsageError, autocast, check_record, cli_main_distributed,
+                    download, exit_process, integer, nullable, number, setup_distributed, sha256_file, write_json)
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (paper App. C.2) and evaluator defaults
@@ -63,6 +63,7 @@ EVAL = dict(
     kl_threshold=2.0,           # nats (paper Fig. 6)
 )
 SCORING = ("one_at_a_time", "batched", "shared")  # score_examples paths; the results are the same
+EVAL_SCHEMA = {"core_metric": nullable(ANY_NUMBER), "checkpoint": TEXT}  # eval.json read back (check_out_path)
 CORE_TASKS = [  # the 22 CORE tasks in core.yaml order
     "hellaswag_zeroshot", "jeopardy", "bigbench_qa_wikidata", "arc_easy", "arc_challenge", "copa", "commonsense_qa",
     "piqa", "openbook_qa", "lambada_openai", "hellaswag", "winograd", "winogrande", "bigbench_dyck_languages",
@@ -757,8 +758,9 @@ def check_out_path(out_path, overwrite, settings):
             previous = json.load(f)
     except (OSError, ValueError):
         previous = None
-    if not isinstance(previous, dict) or "core_metric" not in previous \
-            or previous.get("checkpoint") != settings["checkpoint"]:
+    if isinstance(previous, dict) and "core_metric" in previous:  # core_eval's: a field of the wrong type is named
+        check_record(out_path, previous, EVAL_SCHEMA, "it is not a core_eval.py result: pass another --out or --overwrite")
+    if not isinstance(previous, dict) or "core_metric" not in previous or previous["checkpoint"] != settings["checkpoint"]:
         raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass "
                          "another --out, or --overwrite to replace it")
     changed = [f"{key} {previous.get(key)!r} -> {value!r}" for key, value in settings.items()

@@ -42,8 +42,8 @@ import tiktoken
 import torch
 import torch.distributed as dist
 
-from common import (Parser, UsageError, cli_main, download, exit_process, hf_auth_headers, hf_list, hf_url, integer,
-                    sha256_file, write_json)
+from common import (LIST, OBJECT, TEXT, Parser, UsageError, check_record, cli_main, download, each, exit_process,
+                    hf_auth_headers, hf_list, hf_url, integer, record_error, rule, sha256_file, whole, write_json)
 
 # Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
 CORPORA = {
@@ -63,6 +63,19 @@ SIGNATURE_TOKENS = 64              # FineWeb de-dup: SHA-1 of the first <= 64 bo
 EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + epoch*1,000,003 + stage*101
 MAX_WORKERS = 1024                 # --workers: tokeniser processes
 SPLITS = ("train", "val")
+
+# The pool records data.py and train.py read back, field -> rule (common.check_record; "name?": may be absent), each
+# checked before its fields are used: a corpus.json of the wrong shape is one line naming the file and the field.
+SHA256 = rule("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and len(v) == 64 and
+              all(c in "0123456789abcdef" for c in v))
+SPLIT_RECORD = {"token_count": whole(0), "doc_count": whole(0)}
+MANIFEST_SCHEMA = {"status": TEXT, "splits": OBJECT}  # any corpus.json, of a prepare running or complete
+RESUMABLE_SCHEMA = {"sources": each(TEXT), "sources_done": whole(0), "dedup_skipped_docs": whole(0),
+                    "splits": {s: SPLIT_RECORD for s in SPLITS}}  # an interrupted prepare that resumes
+COMPLETE_SCHEMA = {"tokenizer": TEXT, "splits": {s: dict(SPLIT_RECORD, sha256=SHA256) for s in SPLITS}}
+VERIFIED_SCHEMA = {f"{s}.bin?": rule("[size, mtime_ns, ctime_ns, sha256]", lambda v: isinstance(v, list) and len(v) == 4
+                                     and all(isinstance(x, int) for x in v[:3]) and isinstance(v[3], str))
+                   for s in SPLITS}  # verified.json, the pool's record of files already hashed
 
 
 class DataError(UsageError):
@@ -327,6 +340,9 @@ def _check_writable(out):
 def _start_manifest(out, old, same, settings, names, workdir):
     """-> (manifest, resume): the interrupted prepare's manifest if its settings, sources and files still match, else
     a fresh "running" one (written before any pool file is recreated, with stale partial downloads removed)."""
+    if same and old.get("sources") == names:
+        check_record(os.path.join(out, "corpus.json"), old, RESUMABLE_SCHEMA, "delete the folder and prepare again",
+                     DataError)
     resume = same and old.get("sources") == names and all(
         os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
             (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
@@ -485,9 +501,11 @@ def _read_manifest(data_dir):
         return None
     try:
         with open(path) as f:
-            return json.load(f)
+            manifest = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise DataError(f"{path} is unreadable ({e}); delete the pool and prepare it again") from None
+    return check_record(path, manifest, MANIFEST_SCHEMA, "it is not a data.py pool manifest: delete the pool and "
+                        "prepare it again, or use another folder", DataError)
 
 
 def _open_arrays(data_dir, split, token_count, doc_count):
@@ -508,6 +526,8 @@ def load_pool(data_dir, split, verify_hash=False):
     if manifest.get("status") != "complete":
         raise DataError(f"pool {data_dir} is incomplete (status {manifest.get('status')!r}); re-run the same "
                         f"prepare command to finish it")
+    check_record(os.path.join(data_dir, "corpus.json"), manifest, COMPLETE_SCHEMA,
+                 f"delete {data_dir} and prepare it again", DataError)
     info = manifest["splits"][split]
     n_tokens, n_docs = info["token_count"], info["doc_count"]
     for path, size in ((_token_path(data_dir, split), 2 * n_tokens), (_docs_path(data_dir, split), 8 * n_docs)):
@@ -541,6 +561,8 @@ def check_pool_hashes(data_dir):
                 verified = json.load(f)
         except (OSError, ValueError):
             pass
+    if record_error(verified, VERIFIED_SCHEMA):  # a cache this function rewrites: of the wrong shape, it counts as
+        verified = {}                             # no record, and every file is hashed again
     records = {}
     for split in SPLITS:
         pool = load_pool(data_dir, split)  # a complete pool whose files have their recorded sizes

@@ -204,7 +204,7 @@ def noise_lines(fit):
         lines = ["noise: none given (no seed replicates, no --noise); fits unweighted, gamma ± se from the residuals"]
     else:
         src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
-        lines = [f"noise: sigma = {nz['sigma']:.5f} relative (sd of ln L of one run; {src}); fits weighted by it, "
+        lines = [f"noise: sigma = {nz['sigma']:.3g} relative (sd of ln L of one run; {src}); fits weighted by it, "
                  f"gamma ± se from it" + (f"; {nz['replicated_points']} points have replicates" if nz["replicated_points"] else "")]
     lines.append(f"se of gamma and of gamma - ref include the shared floor E's uncertainty (refitted on "
                  f"{fit['reference_arm']}; first order); with E held fixed, gamma's se is --json's gamma_se_given_E")
@@ -212,6 +212,29 @@ def noise_lines(fit):
         lines.append(f"CIs: {b['n']} " + ("parametric resamples re-drawing that noise (they include seed noise)"
                                          if b["includes_seed_noise"] else "resamples of points within each arm (they do "
                                          "not include run-to-run noise; seed replicates or --noise add it)"))
+    return lines + contradiction_lines(fit)
+
+
+def contradiction_lines(fit):
+    """When the residuals contradict the given noise (laws.noise_check): the chi^2, and the intervals the residuals
+    support (every ± times the Birge ratio) with the free-E flags at those intervals."""
+    c = fit.get("noise_check")
+    if not c or not c["contradicted"]:
+        return []
+    S, sigma = c["birge_ratio"], fit["noise"]["sigma"]
+    worst = ", ".join(f"{a} {v:.3g}" for a, v in sorted(c["per_arm_reduced_chi2"].items(), key=lambda t: -t[1])[:3])
+    lines = ["", f"WARNING: the residuals contradict the noise sigma = {sigma:.3g}: reduced chi^2 = {c['reduced_chi2']:.4g} "
+                 f"over {c['dof']} dof (p = {c['p']:.2g}; contradicted when p < {c['p_threshold']:g}, here reduced "
+                 f"chi^2 > {c['chi2_red_threshold']:.3g}); largest per arm: {worst}",
+             f"  the ± above and the DISAGREES flags rest on that sigma. From the residuals (Birge ratio: every ± times "
+             f"sqrt(reduced chi^2) = {S:.4g}, i.e. sigma ~ {sigma * S:.3g}; --noise {sigma * S:.3g} refits at it"
+             + (", and its bootstrap re-draws that noise" if fit.get("bootstrap") else "") + "):",
+             f"  {'arm':<18} {'gamma ± se':<18} {'gamma - ref ± se':<20} free-E flag"]
+    for arm, r in fit["arms"].items():
+        q = c["rescaled"][arm]
+        flag = "—" if q["free_disagrees"] is None else "DISAGREES" if q["free_disagrees"] else "agrees"
+        lines.append(f"  {arm:<18} {r['gamma']:.4f} ± {fnum(q['gamma_se'])}{'':<3} "
+                     f"{r['delta_gamma']:+.4f} ± {fnum(q['delta_gamma_se']):<8} {flag}")
     return lines
 
 
@@ -373,7 +396,7 @@ def cmd_ladders(args):
                 "free_E_se", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
                 "gain_at_extrapolate_ci", "pi_at_extrapolate", "pi_at_extrapolate_ci", "points")
         obj = dict(E=fit["E"], reference_arm=fit["reference_arm"], C0=fit["C0"], x_unit=xname, c_ref=c_ref,
-                   reference_free=ref_free, noise=fit["noise"],
+                   reference_free=ref_free, noise=fit["noise"], noise_check=fit.get("noise_check"),
                    arms={a: {k: r[k] for k in keep if k in r} for a, r in fit["arms"].items()}, errors=fit["errors"])
         obj.update({k: fit[k] for k in ("E_ci", "bootstrap") if k in fit})
         if args.extrapolate:

@@ -214,6 +214,15 @@ for r in "${runs[@]}"; do
     fi
     made=$(mkdir -p "$run_dir" 2>&1) || die "environment variable RUNS_DIR: cannot create the run folder $run_dir" \
         "(${made##*: }); set RUNS_DIR to a folder you can write to"
+    # one ladder.sh per run: it holds $run_dir/ladder.lock (fd 8, inherited by torchrun) from here to the run's end,
+    # so the second of two identical commands stops here, before it appends anything to the first one's train.log
+    # (train.lock is taken only once train.py has started, seconds later)
+    if command -v flock >/dev/null; then
+        exec 8>>"$run_dir/ladder.lock"
+        holder="another ladder.sh ($(head -n 1 "$run_dir/ladder.lock" | grep . || echo 'starting'))"
+        flock -n 8 || die "run $name is being trained by $holder; wait for it or stop it first"
+        printf 'PID %s on %s\n' "$$" "$(uname -n)" >"$run_dir/ladder.lock"
+    fi
     log="$run_dir/train.log"
     echo "run  $name -> $log"
     # torchrun runs in the background so that a SIGTERM/SIGINT to this script reaches it (and through it the
@@ -235,6 +244,7 @@ for r in "${runs[@]}"; do
         exit 1
     fi
     grep -E "^done:" "$log" | tail -n 1 || true
+    exec 8>&-  # the run is done: its lock goes (a worker that outlived torchrun still holds it)
 done
 if [ "$target" = demo ]; then
     python fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"

@@ -19,6 +19,8 @@ FIT = dict(
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
     anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
+    chi2_p=1e-3,                        # the residuals contradict a given noise when the pooled chi^2 has p < 0.001
+    design_min_converged=0.8,           # fit.py design warns when fewer than 80% of an arm's simulated fits converge
     extrapolate_warn=10.0,              # warn when --extrapolate C is 10x beyond the measured computes (either way)
     ci=95.0, default_extrapolate_boot=200,
     replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
@@ -255,6 +257,8 @@ LOOP_GRID_VARIED = DEPTH_DERIVED - {"train_token_limit"} | {  # the grid's token
     "passes_initial", "passes_final", "pass_stages", "model_config.passes", "model_config.passes_initial",
     "weight_decay", "data_constrained"}
 POOL_TIMES = ("data_manifest.created", "data_manifest.finished")  # when a pool was prepared is not what it holds
+POOL_CHECKS = ("data_manifest.splits.train.sha256_checked", "data_manifest.splits.val.sha256_checked")  # nor whether
+# a run's start checked the pool's hashes (train.py --no-verify skips it)
 
 
 def flat(d, prefix=""):
@@ -278,7 +282,8 @@ def recipe_of(r, varies):
     except (KeyError, TypeError, ArithmeticError):  # a plan without them (an older or hand-made run)
         pass
     if isinstance(r.get("data_manifest"), dict):
-        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items() if k not in POOL_TIMES})
+        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items()
+                    if k not in POOL_TIMES + POOL_CHECKS})
     return out
 
 
@@ -444,7 +449,30 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     for res in out["arms"].values():
         res["fitted_final_multiplier"] = float(fitted_multiplier(ref, res, budgets[-1] / c_ref))
     floor_uncertainty(out, data, sigma, known=E_known is not None)
+    if sigma is not None:
+        out["noise_check"] = noise_check(out)
     return out
+
+
+def noise_check(fit):
+    """Whether the shared-E fits' residuals agree with the given noise: the pooled chi^2 = sum over arms of
+    reduced_chi2 (n - 2) and its p-value; contradicted when p < FIT["chi2_p"]. Every standard error of a weighted fit
+    is proportional to sigma, so the intervals the residuals support are the given ones times the Birge ratio
+    sqrt(chi2 / dof) (the standard rescaling, e.g. the PDG's scale factor): birge_ratio, and rescaled gamma_se,
+    delta_gamma_se and free-E flags per arm. One number for all arms: the noise is one sigma for the whole ladder."""
+    per_arm = {a: (r["reduced_chi2"], len(r["points"]) - 2) for a, r in fit["arms"].items() if len(r["points"]) > 2}
+    dof = sum(k for _, k in per_arm.values())
+    chi2 = sum(c * k for c, k in per_arm.values())
+    if not dof:
+        return dict(dof=0, contradicted=False)
+    p = float(stats.chi2.sf(chi2, dof))
+    S = math.sqrt(chi2 / dof)
+    rescaled = {a: dict(gamma_se=r["gamma_se"] * S, delta_gamma_se=r["delta_gamma_se"] * S,
+                        free_disagrees=bool(abs(r["free_E"] - fit["E"]) > FIT["disagree_se"] * r["free_E_se"] * S)
+                        if r.get("free_disagrees") is not None else None) for a, r in fit["arms"].items()}
+    return dict(chi2=chi2, dof=dof, reduced_chi2=chi2 / dof, p=p, p_threshold=FIT["chi2_p"],
+                chi2_red_threshold=float(stats.chi2.isf(FIT["chi2_p"], dof) / dof), contradicted=p < FIT["chi2_p"],
+                birge_ratio=S, per_arm_reduced_chi2={a: c for a, (c, _) in per_arm.items()}, rescaled=rescaled)
 
 
 def floor_uncertainty(fit, data, sigma, known):

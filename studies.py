@@ -201,7 +201,7 @@ def summarize(points, laws, E, ref_arm, sigma, draws):
         ok = np.isfinite(d["gamma"])
         share = lambda hit: float(np.mean(hit[ok])) if ok.any() else np.nan
         booted = np.isfinite(d["gamma_lo"][ok]).any()
-        r = dict(gamma_true=g_true, gamma_ci_halfwidth=q(d["gamma"]), valid=int(ok.sum()),
+        r = dict(gamma_true=g_true, gamma_ci_halfwidth=q(d["gamma"]), valid=int(ok.sum()), sims=len(ok),
                  gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma),
                  gamma_coverage=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se"]),
                  gamma_coverage_given_E=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se_given_E"]))
@@ -296,6 +296,9 @@ def cmd_design(args):
                             gpu_hours=flops / (peak * args.mfu) / 3600,
                             depths={a: dict(zip(map(int, ds), map(int, n))) for a, (_, n, ds) in arms.items()},
                             arms=summarize(points, laws, E, args.reference_arm, args.noise, draws)))
+        results[-1]["warnings"] = convergence_warnings(results[-1]["arms"])
+        for w in results[-1]["warnings"]:
+            note(f"warning: design {spec!r}: {w}")
     paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
     out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
                bootstrap=args.bootstrap, seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
@@ -310,16 +313,20 @@ def cmd_design(args):
 def design_table(out):
     """cmd_design's text: per design, the spread of the estimates, then how the analyst's intervals do."""
     ref, pct = out["reference_arm"], f"{FIT['ci']:.0f}%"
-    lines = [f"sigma = {out['noise']:g} relative (sd of ln L of one run); {out['sims']} simulated ladders per design; "
+    lines = [f"sigma = {out['noise']:g} relative (sd of ln L of one run); {out['sims']} simulated ladders per design "
+             f"(asked; every number below rests on the arm's converged fits, column 'fits': converged/asked); "
              + ("E known" if out["fixed_E"] else f"E refitted on {ref} in every simulation")
              + f"; GPU-hours at {out['mfu']:.0%} MFU of {out['peak_flops']:.3g} FLOP/s ({out['gpu']})"]
     f = lambda v, key, fmt: format(v[key], fmt) if key in v else " " * len(format(0.0, fmt))
     for r in out["designs"]:
         lines += [f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours",
                   f"  spread of the estimates ({pct} half-width) and the oracle's P(detect) (estimate beyond it):",
-                  f"  {'arm':<18} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} {'P(detect)':>9}"]
+                  f"  {'arm':<18} {'fits':>9} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} "
+                  f"{'P(detect)':>9}"]
+        fits = {a: f"{v['valid']}/{v['sims']}" for a, v in r["arms"].items()}
         for a, v in r["arms"].items():
-            lines.append(f"  {a:<18} {v['gamma_true']:7.4f} {v['gamma_ci_halfwidth']:8.4f} {v['gamma_se_known_E']:11.5f} "
+            lines.append(f"  {a:<18} {fits[a]:>9} {v['gamma_true']:7.4f} {fnum(v['gamma_ci_halfwidth'], '8.4f'):>8} "
+                         f"{v['gamma_se_known_E']:11.5f} "
                          f"{f(v, 'delta_gamma_true', '+8.4f')} {f(v, 'delta_gamma_ci_halfwidth', '8.4f')} "
                          f"{f(v, 'detect_probability', '9.2f')}".rstrip())
         boot = out["bootstrap"] > 0
@@ -327,15 +334,27 @@ def design_table(out):
                   f"{stats.norm.ppf(0.5 + FIT['ci'] / 200):.2f} se" + (f" and the {out['bootstrap']}-resample "
                                                                         "bootstrap" if boot else "")
                   + "; lower floor: the arm's own free-E fit rejects the shared E for a lower one",
-                  f"  {'arm':<18} {'cover gamma':>11} {'(E fixed)':>9} {'cover dgamma':>12} {'power':>6}"
+                  f"  {'arm':<18} {'fits':>9} {'cover gamma':>11} {'(E fixed)':>9} {'cover dgamma':>12} {'power':>6}"
                   + (f" {'boot: gamma':>11} {'dgamma':>7} {'power':>6}" if boot else "") + f" {'lower floor':>11}"]
         for a, v in r["arms"].items():
-            lines.append((f"  {a:<18} {v['gamma_coverage']:11.3f} {v['gamma_coverage_given_E']:9.3f} "
+            lines.append((f"  {a:<18} {fits[a]:>9} {fnum(v['gamma_coverage'], '11.3f'):>11} "
+                          f"{fnum(v['gamma_coverage_given_E'], '9.3f'):>9} "
                           f"{f(v, 'delta_gamma_coverage', '12.3f')} {f(v, 'power', '6.2f')}"
                           + (f" {v['gamma_coverage_bootstrap']:11.3f} {f(v, 'delta_gamma_coverage_bootstrap', '7.3f')} "
                              f"{f(v, 'power_bootstrap', '6.2f')}" if boot else "")
                           + f" {f(v, 'lower_floor', '11.2f')}").rstrip())
+        lines += [f"  WARNING: {w}" for w in r["warnings"]]
     return lines
+
+
+def convergence_warnings(arms):
+    """One line per arm whose simulated fits converged in fewer than FIT["design_min_converged"] of the ladders: its
+    numbers are over the converged ones only, which are not a random sample of the ladders (a noisy draw fails
+    more often), so its coverage and power can be far from what one real ladder gets."""
+    return [f"{a}: only {v['valid']} of {v['sims']} simulated fits converged (< {FIT['design_min_converged']:.0%}, "
+            f"FIT['design_min_converged']); its numbers rest on those {v['valid']} alone, which are not a random "
+            "sample of the ladders (the failed draws are not random): its coverage and power may not be one ladder's" for a, v in arms.items()
+            if v["valid"] < FIT["design_min_converged"] * v["sims"]]
 
 
 def design_figure(results, ref_arm, out_dir, gpu):

@@ -277,8 +277,17 @@ def open_run(args, plan):
     val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
     return new_run(args, plan, mem, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
-                   data_manifest={k: v for k, v in train_pool.manifest.items() if k != "sources"}, val=val,
+                   data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
+                   data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
+
+
+def recorded_pool(manifest, verified):
+    """The pool as result.json records it: corpus.json without its source list, each split's sha256 marked as checked
+    against the token files at this start (verify_pool) or only copied from corpus.json (--no-verify)."""
+    pool = {k: v for k, v in manifest.items() if k != "sources"}
+    pool["splits"] = {name: dict(info, sha256_checked=verified) for name, info in pool["splits"].items()}
+    return pool
 
 
 def verify_pool(data_dir):
@@ -341,6 +350,10 @@ def start_training(run):
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     step_model = compile_model(model, plan) if use_compile(args, run.device) else model
+    if run.master and use_compile(args, run.device):  # the first step can take minutes: say why it is slow
+        print("compiling: torch.compile compiles the blocks at the first step" + (
+            " and again at each growth" if len(plan.pass_stages) > 1 else "") + " (minutes, more on a busy CPU; "
+              "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
         print(f"note: {note}")
     return Training(run, model, step_model, optimizers, replicated, state)

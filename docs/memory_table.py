@@ -11,6 +11,7 @@ import model  # noqa: E402
 import plan  # noqa: E402
 import train  # noqa: E402
 from arms import ARMS, DATA_CONSTRAINED_LOOPS, ladder_runs  # noqa: E402
+from common import Parser, cli_main, exit_process  # noqa: E402
 
 H200_141GB_GIB = 143771 / 1024  # what torch reports for an H200 141GB
 # The release scripts' micro-batches on 80 GB H100s (compiled, FlashAttention-3): per depth, and per (depth, K).
@@ -39,17 +40,29 @@ def row(name, argv, release, world=8):
 
 HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (peak GiB) | 141 GB: micro-batch (peak GiB) |"
           "\n|---|---|---|---|---|")
-print("Paper ladders (`bash ladder.sh all --dry-run`, 8 GPUs, 32 sequences per rank):\n\n" + HEADER)
-for name, argv in ladder_runs("all"):
-    arch, depth = argv[1], int(argv[3])  # --arch A --depth D
-    grows = ARMS[arch].grows
-    print(row(name, argv, (RELEASE_GROW if grows else RELEASE_FIXED)[depth]))
-print("\nd26 preset (`bash ladder.sh untied_grow --preset d26`, 2 nodes × 8 GPUs, 16 sequences per rank):\n\n" + HEADER)
-(name, argv), = ladder_runs("untied_grow", "d26")
-print(row(name, argv, RELEASE_GROW[26], world=16))
-print("\nData-constrained grid (`--arch operator_1 --passes K --data-constrained`; fixed-WD and tuned-WD cells alike, "
-      "8 GPUs):\n\n" + HEADER)
-for d, loops in DATA_CONSTRAINED_LOOPS.items():
-    for k in loops:
-        print(row(f"dc_d{d}_k{k}", ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
-                                    "--data-constrained", "fixed-wd"], RELEASE_DC[d][k]))
+
+
+def run(argv):
+    Parser(prog="docs/memory_table.py", description=__doc__.split("\n\n")[0]).parse_args(argv)  # no options
+    print("Paper ladders (`bash ladder.sh all --dry-run`, 8 GPUs, 32 sequences per rank):\n\n" + HEADER)
+    for name, flags in ladder_runs("all"):
+        arch, depth = flags[1], int(flags[3])  # --arch A --depth D
+        grows = ARMS[arch].grows
+        print(row(name, flags, (RELEASE_GROW if grows else RELEASE_FIXED)[depth]))
+    print("\nd26 preset (`bash ladder.sh untied_grow --preset d26`, 2 nodes × 8 GPUs, 16 sequences per rank):\n\n" + HEADER)
+    (name, flags), = ladder_runs("untied_grow", "d26")
+    print(row(name, flags, RELEASE_GROW[26], world=16))
+    print("\nData-constrained grid (`--arch operator_1 --passes K --data-constrained`; fixed-WD and tuned-WD cells alike, "
+          "8 GPUs):\n\n" + HEADER)
+    for d, loops in DATA_CONSTRAINED_LOOPS.items():
+        for k in loops:
+            print(row(f"dc_d{d}_k{k}", ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
+                                        "--data-constrained", "fixed-wd"], RELEASE_DC[d][k]))
+
+
+def main(argv=None):  # bad arguments: one line, exit 2; a closed pipe (`| head`) ends quietly
+    return cli_main(run, "docs/memory_table.py", argv)
+
+
+if __name__ == "__main__":
+    exit_process(main())

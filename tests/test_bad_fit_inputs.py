@@ -592,3 +592,64 @@ def test_fit_holdout_named_twice_says_so(tmp_path):
     # the point exists; the message said "no vanilla d6 point in the inputs"
     assert_refused("fit.py", ["ladders", "{d}/l.csv", "--holdout", "vanilla:6", "vanilla:6"], tmp_path,
                    "--holdout names vanilla:6 twice; name each point once", GOOD, runner=run_in_process)
+
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 1
+# an interval that its own fit contradicts: the text output says what the numbers rest on
+def noisy_ladder_csv():
+    """ladder_csv with a deterministic +-0.5% scatter on every loss (relative noise ~0.005)."""
+    lines = ladder_csv().splitlines()
+    out = [lines[0]]
+    for i, line in enumerate(lines[1:]):
+        arm, depth, c, loss = line.split(",")
+        out.append(f"{arm},{depth},{c},{float(loss) * (1.005 if i % 2 else 0.995):.6f}")
+    return "\n".join(out) + "\n"
+
+
+def test_issue31_class1_ladders_noise_contradicted_by_residuals_says_so(tmp_path, capsys):
+    # --noise 1e-6 on a ladder scattered by 0.5%: every gamma was "± 0.0000", the chi^2 only in --json
+    import fit
+    (tmp_path / "l.csv").write_text(noisy_ladder_csv())
+    assert fit.main(["ladders", f"{tmp_path}/l.csv", "--noise", "1e-6"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: the residuals contradict the noise sigma = 1e-06: reduced chi^2 = " in out, out
+    assert "Birge ratio" in out
+    assert fit.main(["ladders", f"{tmp_path}/l.csv", "--noise", "1e-6", "--json"]) == 0
+    check = json.loads(capsys.readouterr().out)["noise_check"]
+    assert check["contradicted"] and check["reduced_chi2"] > 1e4
+    S = check["birge_ratio"]
+    # the rescaled intervals are what a refit at the noise the residuals imply prints
+    assert fit.main(["ladders", f"{tmp_path}/l.csv", "--noise", repr(1e-6 * S), "--json"]) == 0
+    refit = json.loads(capsys.readouterr().out)
+    for arm, r in refit["arms"].items():
+        assert abs(check["rescaled"][arm]["gamma_se"] - r["gamma_se"]) < 1e-3 * r["gamma_se"], arm
+    assert not refit["noise_check"]["contradicted"]
+
+
+def test_issue31_class1_ladders_noise_that_fits_gives_no_warning(tmp_path, capsys):
+    import fit
+    (tmp_path / "l.csv").write_text(noisy_ladder_csv())
+    assert fit.main(["ladders", f"{tmp_path}/l.csv", "--noise", "0.01"]) == 0
+    out = capsys.readouterr().out
+    assert "contradict" not in out and "sigma = 0.01 relative" in out
+
+
+def test_issue31_class1_design_says_how_many_simulations_its_numbers_rest_on(tmp_path, capsys):
+    # --noise 0.5: coverage 1.000 over the 7 of 20 simulated ladders whose fit converged, with no word of the 13
+    import fit
+    (tmp_path / "p.jsonl").write_text(PLAN)
+    (tmp_path / "pilot.json").write_text(PILOT)
+    argv = ["design", f"{tmp_path}/p.jsonl", "--truth", f"{tmp_path}/pilot.json", "--sims", "20", "--seed", "0"]
+    assert fit.main([*argv, "--noise", "0.5"]) == 0
+    captured = capsys.readouterr()
+    rows = [line for line in captured.out.splitlines() if line.strip().startswith("vanilla")]
+    assert len(rows) == 2 and all(row.split()[1] == rows[0].split()[1] for row in rows), rows
+    converged = int(rows[0].split()[1].split("/")[0])
+    assert rows[0].split()[1] == f"{converged}/20" and converged < 16
+    assert f"WARNING: vanilla: only {converged} of 20 simulated fits converged (< 80%" in captured.out
+    assert "warning: design 'plan': vanilla: only" in captured.err
+    assert fit.main([*argv, "--noise", "0.002", "--json"]) == 0
+    captured = capsys.readouterr()
+    design = json.loads(captured.out)["designs"][0]
+    assert design["arms"]["vanilla"]["valid"] == design["arms"]["vanilla"]["sims"] == 20
+    assert design["warnings"] == [] and "warning" not in captured.err

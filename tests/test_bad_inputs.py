@@ -705,3 +705,84 @@ def test_ladder_under_slurm_from_another_directory(tmp_path):
     assert len(calls) == 2 and all(f"--data-dir {tmp_path}/pool --run-name untied_grow_d26 --runs-dir "
                                    f"{tmp_path}/runs" in call for call in calls), calls
     assert (tmp_path / "runs" / "untied_grow_d26" / "train.log").exists()
+
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 2
+# the pool's and core_eval's records read back are checked against their declared schema (data.py's MANIFEST_SCHEMA,
+# COMPLETE_SCHEMA; core_eval.py's EVAL_SCHEMA) before use: one line naming the file and the field
+def edit_corpus_json(pool, change):
+    path = os.path.join(pool, "corpus.json")
+    manifest = json.load(open(path))
+    with open(path, "w") as f:
+        json.dump(change(manifest), f)
+
+
+CLASS2_POOL_CASES = [  # (id, change of the pool's corpus.json, message)
+    ("corpus-json-a-list", lambda m: [m], "pool/corpus.json must be an object, got a list of 1"),
+    ("splits-a-string", lambda m: dict(m, splits="train"), 'pool/corpus.json: field splits must be an object, got "train"'),
+    ("token-count-a-string", lambda m: (m["splits"]["train"].update(token_count="10"), m)[1],
+     'pool/corpus.json: field splits.train.token_count must be a whole number >= 0, got "10"'),
+    ("doc-count-negative", lambda m: (m["splits"]["val"].update(doc_count=-1), m)[1],
+     "pool/corpus.json: field splits.val.doc_count must be a whole number >= 0, got -1"),
+    ("sha256-missing", lambda m: (m["splits"]["train"].pop("sha256"), m)[1],
+     "pool/corpus.json: field splits.train.sha256 is missing"),
+]
+
+
+@pytest.mark.parametrize("change, message", [c[1:] for c in CLASS2_POOL_CASES], ids=[c[0] for c in CLASS2_POOL_CASES])
+def test_issue31_class2_pool_records_checked_against_their_schema(tmp_path, pool_copy, change, message):
+    edit_corpus_json(pool_copy, change)
+    assert_refused("train.py", RUN, tmp_path, message, runner=run_in_process)
+
+
+def test_issue31_class2_eval_json_read_back_is_checked(tmp_path, checkpoint):
+    # core_eval's own result with a checkpoint that is not text: named, not "not core_eval's result for this checkpoint"
+    files = dict(bundle_files(), **{"eval.json": json.dumps(dict(core_metric=0.1, checkpoint=5))})
+    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
+                   "eval.json: field checkpoint must be text, got 5; it is not a core_eval.py result", files,
+                   runner=run_in_process)
+
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 4
+# scripts' messages: docs/memory_table.py refused unknown arguments silently and tracebacked into a closed pipe
+def test_issue31_class4_memory_table_refuses_unknown_arguments(tmp_path):
+    assert_refused("docs/memory_table.py", ["--gpu", "h100"], tmp_path, "unrecognized arguments: --gpu h100")
+
+
+def test_issue31_class4_memory_table_into_a_closed_pipe_ends_quietly():
+    r = subprocess.run(["bash", "-c", "python docs/memory_table.py | head -n 1"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert r.stdout.startswith("Paper ladders") and r.stderr == "", r.stderr[-2000:]
+
+
+# ------------------------------------------------------------------------------------------------ issue 31, class 5
+# slow start-up work says what it is doing: bench.py --gpu-check names each section before it runs (a section's
+# compiles can take minutes on a CPU), train.py says it compiles before the first step
+def test_issue31_class5_gpu_check_names_each_section_before_it_runs(tmp_path, monkeypatch, capsys):
+    import bench
+    seen = []
+
+    def section(*args, **kwargs):  # what was on stdout when the section started
+        seen.append(capsys.readouterr().out)
+        raise RuntimeError("stand-in")
+    for name in ("check_ratios", "check_core_scoring", "check_training", "matmul_roofline"):
+        monkeypatch.setattr(bench, name, section)
+    out = tmp_path / "gpu_check.json"
+    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    names = list(bench.GPU_CHECK["cpu"]["caps"])
+    assert len(seen) == len(names)
+    assert seen[0].startswith("gpu-check: planning its training runs")
+    for name, text in zip(names, seen):
+        assert text.splitlines()[-1].startswith(f"gpu-check {name}: starting (cap "), (name, text)
+
+
+def test_issue31_class5_compiled_run_says_it_compiles_before_the_first_step(tmp_path, pool_copy, monkeypatch, capsys):
+    import train
+    printed = []
+    monkeypatch.setattr(train, "compile_model", lambda model, plan, whole=False: printed.append(
+        capsys.readouterr().out) or model)  # stand-in: the blocks stay eager, the test stays fast
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1", "--compile"]]
+    assert train.main(argv) == 0
+    out = capsys.readouterr().out
+    assert printed and "compiling: torch.compile compiles the blocks at the first step" in out
+    assert out.index("compiling:") < out.index("step 1/")

@@ -93,6 +93,42 @@ def test_ladder_refuses_a_run_being_trained(tmp_path):
         holder.wait()
 
 
+def test_issue31_class4_two_identical_ladders_second_stops_and_writes_nothing(tmp_path):
+    """Two identical ladder.sh commands on one RUNS_DIR: the second passed the train.lock check while the first's
+    torchrun was still starting, appended its torchrun's output (a traceback) to the first run's train.log and exited
+    1 with "run failed". A stand-in torchrun on PATH stays up until told to finish, so the race is certain."""
+    bin_dir, flag = tmp_path / "bin", tmp_path / "hold"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(f'#!/bin/bash\necho "stand-in torchrun $$"\nwhile [ -e {flag} ]; do sleep 0.05; '
+                                      'done\necho "done: stand-in"\n')
+    (bin_dir / "torchrun").chmod(0o755)
+    flag.write_text("")
+    env = dict(os.environ, RUNS_DIR=str(tmp_path / "runs"), PATH=f"{bin_dir}:{os.environ['PATH']}")
+    command = ["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"]
+    log = tmp_path / "runs" / "vanilla_d1" / "train.log"
+    first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(600):
+            if log.exists() and "stand-in torchrun" in log.read_text():
+                break
+            assert first.poll() is None, first.communicate()
+            time.sleep(0.05)
+        second = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        try:
+            _, err = second.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            flag.unlink()
+            _, err = second.communicate()
+        assert second.returncode == 2 and err.count("\n") == 1, (second.returncode, err)
+        assert f"run vanilla_d1 is being trained by another ladder.sh (PID {first.pid} on " in err, err
+        assert log.read_text().count("stand-in torchrun") == 1, log.read_text()
+    finally:
+        flag.unlink(missing_ok=True)
+        first.communicate(timeout=120)
+    assert first.returncode == 0 and log.read_text().count("stand-in torchrun") == 1
+
+
 def test_orphaned_torchrun_worker_keeps_the_lock(tmp_path, pool, free_port):
     """torchrun killed with -9 (as when a ladder's process group is killed) leaves its worker running: the worker,
     not torchrun, holds the lock, so a re-run is refused instead of becoming a second writer."""
@@ -503,6 +539,98 @@ def test_issue31_class3_a_fifo_named_verified_json_does_not_block(tmp_path, pool
         pytest.fail("check_pool_hashes blocked on a FIFO named verified.json")
     assert result.returncode == 0, result.stderr
     assert os.path.isfile(pool_copy / "verified.json")  # replaced by the record of the files it hashed
+
+
+def test_issue31_class3_no_verify_is_recorded_and_the_sha256_not_presented_as_checked(tmp_path, pool_copy):
+    """--no-verify on a pool corrupted within the vocabulary: result.json said nothing of the skipped check and
+    carried corpus.json's sha256 as the pool's, as a verified run does."""
+    with open(pool_copy / "train.bin", "r+b") as f:
+        f.seek(20)
+        old = f.read(2)
+        f.seek(20)
+        f.write(bytes([(old[0] + 1) % 256, 0]))
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1"]]
+    assert run_in_process("train.py", [*argv, "--no-verify"])[0] == 0
+    result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
+    assert result["data_check"] == "skipped (--no-verify)"
+    assert [s["sha256_checked"] for s in result["data_manifest"]["splits"].values()] == [False, False]
+
+
+def test_issue31_class3_a_verified_start_says_so(tmp_path, pool_copy):
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1"]]
+    assert run_in_process("train.py", argv)[0] == 0
+    result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
+    assert result["data_check"] == "verified"
+    assert [s["sha256_checked"] for s in result["data_manifest"]["splits"].values()] == [True, True]
+
+
+# Issue 31, class 2: what a run folder says about itself is checked against its declared schema (checkpoint.py's
+# META_SCHEMA, RESULT_SCHEMA, TRAJECTORY_LINE) before use; valid JSON of the wrong shape, its manifest rehashed to
+# match, reached an AttributeError, a ZeroDivisionError, a TypeError in write_result, or a "complete" result.json
+# with NaN FLOPs.
+def write_meta(latest, meta):
+    with open(os.path.join(latest, "meta.json"), "w") as f:
+        json.dump(meta, f)
+    rehash(latest)
+
+
+def write_run_file(run_dir, name, text):
+    with open(os.path.join(run_dir, name), "w") as f:
+        f.write(text)
+
+
+def edit_trajectory_line(run_dir, index, **changes):
+    path = os.path.join(run_dir, "trajectory.jsonl")
+    lines = open(path).read().splitlines()
+    lines[index] = json.dumps(dict(json.loads(lines[index]), **changes))
+    write_run_file(run_dir, "trajectory.jsonl", "\n".join(lines) + "\n")
+
+
+FIXED = [*RESUME, "--fixed-reduce-order"]
+CLASS2_CASES = [  # (id, mutation of the copied run dir, flags after the run's own, message)
+    ("meta-a-list", lambda r: write_meta(f"{r}/checkpoints/latest", [1, 2]), RESUME,
+     "checkpoints/latest/meta.json must be an object, got a list of 2"),
+    ("meta-micro-batch-a-string", lambda r: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
+                                                      micro_batches="8"), FIXED,
+     'meta.json: field micro_batches must be a list, got "8"'),
+    ("meta-micro-batch-zero", lambda r: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
+                                                  micro_batches=[0]), FIXED,
+     "meta.json: field micro_batches[0] must be a whole number >= 1, got 0"),
+    ("meta-evals-a-string", lambda r: edit_meta(f"{r}/checkpoints/latest", evals="none"), RESUME,
+     'meta.json: field evals must be a list, got "none"'),
+    ("meta-negative-tokens", lambda r: edit_meta(f"{r}/checkpoints/latest", tokens=-512), RESUME,
+     "meta.json: field tokens must be a whole number >= 0, got -512"),
+    ("meta-flops-text", lambda r: edit_meta(f"{r}/checkpoints/latest", flops="1e9"), RESUME,
+     'meta.json: field flops must be a finite number >= 0, got "1e9"'),
+    ("meta-eval-loss-missing", lambda r: edit_meta(f"{r}/checkpoints/latest", evals=[dict(step=0)]), RESUME,
+     "meta.json: field evals[0].val_loss is missing"),
+    ("result-a-list", lambda r: write_run_file(r, "result.json", "[]"), RESUME, "result.json must be an object"),
+    ("result-status-a-number", lambda r: write_run_file(r, "result.json", '{"status": 3}'), RESUME,
+     "result.json: field status must be text, got 3"),
+    ("trajectory-step-text", lambda r: edit_trajectory_line(r, 1, step="2"), RESUME,
+     'trajectory.jsonl:2: field step must be a whole number >= 1, got "2"'),
+    ("trajectory-loss-text", lambda r: edit_trajectory_line(r, 0, loss="low"), RESUME,
+     'trajectory.jsonl:1: field loss must be a number (nan allowed), got "low"'),
+    ("trajectory-a-list-line", lambda r: write_run_file(r, "trajectory.jsonl", "[1]\n[2]\n"), RESUME,
+     "trajectory.jsonl:1 must be an object, got a list of 1"),
+]
+
+
+@pytest.mark.parametrize("mutate, extra, message", [c[1:] for c in CLASS2_CASES], ids=[c[0] for c in CLASS2_CASES])
+def test_issue31_class2_run_records_checked_against_their_schema(pool, stopped_run, tmp_path, mutate, extra, message):
+    run_dir = os.path.join(tmp_path, "runs", "r")
+    shutil.copytree(stopped_run, run_dir)
+    mutate(run_dir)
+    assert_refused("train.py", tiny_run_argv(pool, *extra), tmp_path, message, runner=run_in_process)
+
+
+def test_issue31_class2_trajectory_lines_may_carry_more_fields(pool, stopped_run, tmp_path):
+    # others add optional fields (tokens, flops, wall_seconds, val_loss, ...): only step and loss are checked
+    run_dir = os.path.join(tmp_path, "runs", "r")
+    shutil.copytree(stopped_run, run_dir)
+    edit_trajectory_line(run_dir, 0, tokens=256, stage="a", scalars=dict(x=1), loss=None)
+    argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool, "--resume")]
+    assert run_in_process("train.py", argv)[0] == 0
 
 
 # A complete run was never compared with the command (ladder.sh then skipped a mislabelled run forever: "already
