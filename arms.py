@@ -8,6 +8,7 @@ model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob i
 import argparse
 import math
 import sys
+from collections import namedtuple
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 from common import Parser, UsageError, cli_main, integer, number
@@ -241,6 +242,109 @@ EVAL_COMPUTE_SHARE = 0.02  # train.py's default --eval-every: periodic validatio
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
 
+# ----------------------------------------------------------------------------------------------------------------------
+# The GPU acceptance runs' targets (bench.py --gpu-check, --gpu-smoke): per run and section the measurement, how it is
+# compared and its bound (per dtype where rounding sets it). bench.gate() puts each next to its measurement with a
+# `met` flag; docs/gpu_acceptance.md's tables are `python arms.py targets` (tests/test_bench.py checks them).
+
+# A run's outcome, worst first: an error; a target missed; something not run or not measurable here; every target met.
+VERDICTS = ("failed", "missed", "incomplete", "passed")
+EXIT_CODES = dict(passed=0, failed=1, missed=4, incomplete=5)  # 2 stays the usage error (one line on stderr)
+VERDICT_MEANING = dict(
+    passed="every section ran and every target was met",
+    missed="at least one measurement missed its target (`misses` names it); other parts may not have run",
+    incomplete="no target was missed, but a part did not run or could not be measured here (`skipped`, "
+               "`unmeasured`): one GPU, no GPU (`--cpu-exercise`), a time budget",
+    failed="a part stopped with an error (`errors`, or a launch's exit code and log)")
+
+MFU_CONVENTIONS = dict(  # how MFU counts attention; both are reported, the targets use the project's
+    causal_half="the project's: causal attention at half, 6 * C * (T + 1) FLOPs per token per block "
+                "(model.flops_per_token)",
+    full_attention="nanoGPT / PaLM: attention counted whole, 12 * C * T per token per block (reads a few points "
+                   "higher)")
+
+# Resumed runs against an uninterrupted run of the same steps, largest relative difference of the per-step losses and
+# of the final weights (per tensor). fp32 (CPU gloo, 2 ranks): losses equal to the bit, weights ~4e-4 apart (the
+# transports add micro-batches in different orders; Muon's normalised update amplifies it in near-zero matrices).
+# bf16 autocast (GPU): unmeasured; a flipped rounding moves a loss by ~1e-3. A gradient weighted wrongly moves the
+# weights by ~0.25 (tests/smoke_wrong_scale.py) but the losses by ~1e-7: only the weights catch it in six steps.
+TRANSPORT_LOSS_TOLERANCE = dict(fp32=1e-6, bf16=5e-3)
+TRANSPORT_WEIGHT_TOLERANCE = dict(fp32=5e-3, bf16=5e-2)
+
+Target = namedtuple("Target", "run section measurement op bound note")
+TARGETS = [
+    Target("gpu_check", "roofline", "peak_fraction", ">=", 0.5,
+           "matmul roofline over the GPU's dense bf16 peak; below: a throttled GPU or a wrong --peak-flops"),
+    Target("gpu_check", "core_scoring", "max_accuracy_difference", "<=", 0.0,
+           "core_eval's batched scoring paths against one_at_a_time"),
+    Target("gpu_check", "core_scoring", "max_nll_difference", "<=", dict(bf16=2e-2, fp32=1e-4),
+           "answer NLLs apart by rounding only"),
+    Target("gpu_check", "vanilla", "mfu_causal_half", ">=", 0.5, "MFU, the project's convention (causal half)"),
+    Target("gpu_check", "untied_grow_eager", "memory_measured_over_predicted", "<=", 1.0,
+           "max_memory_allocated over the memory model's peak (the model is eager's)"),
+    Target("gpu_check", "untied_grow", "memory_measured_over_predicted", "<=", 1.0,
+           "the same, compiled (saves less than eager)"),
+    Target("gpu_check", "ratios", "operator_1_over_vanilla", "<=", 1.02, "step-time ratio"),
+    Target("gpu_check", "ratios", "untied_2_over_loop_2", "within", (0.98, 1.02), "step-time ratio"),
+    Target("gpu_smoke", "checks", "complete", "is", True, "both resumed runs finished every step"),
+    Target("gpu_smoke", "checks", "grew_at_crossover", "is", True, "both grew K = 2 -> 4 at step 3"),
+    Target("gpu_smoke", "checks", "finite", "is", True, "every loss and the final validation loss finite"),
+    Target("gpu_smoke", "checks", "first_resumed_loss_equal", "is", True,
+           "step 3 resumes the same checkpoint and batch in both: bit-identical"),
+    Target("gpu_smoke", "checks", "default_vs_uninterrupted", "<=", TRANSPORT_LOSS_TOLERANCE,
+           "resumed, default transport: largest relative loss difference from the uninterrupted run"),
+    Target("gpu_smoke", "checks", "sharded_vs_uninterrupted", "<=", TRANSPORT_LOSS_TOLERANCE,
+           "resumed, --shard-gradients: the same"),
+    Target("gpu_smoke", "checks", "default_weights_vs_uninterrupted", "<=", TRANSPORT_WEIGHT_TOLERANCE,
+           "resumed, default transport: largest relative difference of a final weight tensor"),
+    Target("gpu_smoke", "checks", "sharded_weights_vs_uninterrupted", "<=", TRANSPORT_WEIGHT_TOLERANCE,
+           "resumed, --shard-gradients: the same"),
+]
+
+
+def bound_for(target, dtype):
+    """The target's bound, for `dtype` where it has one per dtype."""
+    return target.bound[dtype] if isinstance(target.bound, dict) else target.bound
+
+
+def target_text(target, dtype=None):
+    """'>= 0.5', '<= 0.0001', 'in [0.98, 1.02]', 'true'; a per-dtype bound without a dtype lists each."""
+    if isinstance(target.bound, dict) and dtype is None:
+        return ", ".join(f"{target.op} {bound:g} ({dt})" for dt, bound in target.bound.items())
+    bound = bound_for(target, dtype)
+    if target.op == "within":
+        return f"in [{bound[0]:g}, {bound[1]:g}]"
+    if target.op == "is":
+        return "true" if bound else "false"
+    return f"{target.op} {bound:g}"
+
+
+def is_met(target, value, dtype):
+    """True / False; None when the value was not measured (None, NaN)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    bound = bound_for(target, dtype)
+    if target.op == "is":
+        return value is bound
+    if target.op == "within":
+        return bound[0] <= value <= bound[1]
+    return value >= bound if target.op == ">=" else value <= bound
+
+
+def targets_markdown():
+    """docs/gpu_acceptance.md's target table."""
+    rows = ["| run | section | measurement | target | what |", "|---|---|---|---|---|"]
+    rows += [f"| {t.run} | `{t.section}` | `{t.measurement}` | {target_text(t)} | {t.note} |" for t in TARGETS]
+    return "\n".join(rows)
+
+
+def verdicts_markdown():
+    """docs/gpu_acceptance.md's verdict table: verdict, exit code, meaning."""
+    rows = ["| verdict | exit code | meaning |", "|---|---|---|"]
+    rows += [f"| `{v}` | {EXIT_CODES[v]} | {VERDICT_MEANING[v]} |" for v in reversed(VERDICTS)]
+    return "\n".join(rows)
+
+
 # The authors' release (reference/release/, see its SOURCE.md) names its series with short names: the project's arm
 # for each, or a descriptive label for a series that is no arm here (recipe, shape and boundary ablations).
 RELEASE_SERIES = {
@@ -430,6 +534,7 @@ def run(argv):
     sub.add_parser("arms", help="the arm names, in the table's order")
     ladder = sub.add_parser("ladder", help="one line per run of `bash ladder.sh TARGET ...`: its name, then its "
                             "train.py arguments")
+    sub.add_parser("targets", help="docs/gpu_acceptance.md's tables: the GPU acceptance targets and verdicts")
     ladder.add_argument("target", help="an arm, all, user or demo")
     ladder.add_argument("--preset", default=None, help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
     for flag in ("--depths", "--seeds", "--replicate-depths"):
@@ -438,6 +543,9 @@ def run(argv):
     args = p.parse_args(argv)
     if args.command == "arms":
         print(*ARMS)
+        return
+    if args.command == "targets":
+        print(targets_markdown() + "\n\n" + verdicts_markdown())
         return
     for name, run_args in ladder_runs(args.target, args.preset, args.depths, args.seeds, args.replicate_depths):
         print(name, *run_args)

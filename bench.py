@@ -35,11 +35,12 @@ import core_eval
 import data
 import model as model_lib
 import train
-from arms import BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, PRESETS
-from common import UsageError, cli_main_distributed, exit_process, integer, setup_distributed, write_json
+from arms import (BENCH_ARMS, BENCH_SHAPES, EXIT_CODES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, TARGETS,
+                  VERDICTS, is_met, target_text)
+from common import (Stopped, UsageError, cli_main_distributed, exit_process, flight_recorder_env, integer,
+                    raise_stopped, setup_distributed, stop_launch, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank
 from train import count_step, gpu_peak_flops, train_step, use_compile
-
 
 
 def single_process(device_flag, what):
@@ -357,33 +358,56 @@ def release_memory(device):
         torch.cuda.empty_cache()
 
 
+def mfu(cfg, passes, tokens_per_second, peak):
+    """MFU in both conventions of MFU_CONVENTIONS (None without a peak): model.flops_per_token counts
+    causal attention at half, 6 * C * (T + 1) per token per block; the nanoGPT / PaLM count takes it whole,
+    12 * C * T."""
+    full = (model_lib.matrix_flops_per_token(cfg, passes)
+            + model_lib.executed_blocks(cfg, passes) * 12 * cfg.n_head * cfg.head_dim * cfg.seq_len)
+    per_token = dict(causal_half=model_lib.flops_per_token(cfg, passes), full_attention=full)
+    return {f"mfu_{name}": flops * tokens_per_second / peak if peak else None for name, flops in per_token.items()}
+
+
+def timed_window(seconds, plan):
+    """The steps whose median is a section's step time -> (first step, last step + 1, stage): after compilation (the
+    first two steps) and, for a run that grows, after growth only (its first step recompiles), so that the grown
+    model's FLOPs meet the grown model's step times; a run stopped before a step after growth reports the steps
+    before it instead, as such."""
+    n, crossover = len(seconds), plan.crossover_step
+    if not crossover:
+        return (2 if n > 3 else 0), n, "whole run"
+    if n > crossover + 1:
+        return (crossover + 2 if n > crossover + 2 else crossover + 1), n, "after growth"
+    end = min(n, crossover)
+    return (2 if end > 3 else 0), end, "before growth"
+
+
 def check_training(args, device, peak, plan, deadline, snapshot=None):
     """The plan's steps of one arm on synthetic tokens (compiled as args say), stopping at the first step that ends
-    past `deadline`: step time, tokens/s, MFU, memory vs the memory model. snapshot: a file for the CUDA allocator's
-    history of the whole section (torch.cuda.memory._dump_snapshot; drop it on https://pytorch.org/memory_viz)."""
+    past `deadline`: step time, tokens/s, MFU in both conventions (of the steps timed_window picks, their count
+    recorded), memory vs the memory model. snapshot: a file for the CUDA allocator's history of the whole section
+    (torch.cuda.memory._dump_snapshot; drop it on https://pytorch.org/memory_viz)."""
     with memory_history(snapshot):
         arm = synthetic_training(args, plan, device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
         t0 = time.perf_counter()
         seconds, loss = timed_steps(arm, plan.steps, deadline=deadline)
-    crossover = plan.crossover_step
-    warm = seconds[2:] if len(seconds) > 3 else seconds  # the first steps compile (and grow)
-    if crossover and len(seconds) > crossover + 3:  # after growth: the grown model's steady state
-        warm = seconds[crossover + 2:]
-    step_seconds = median(warm)
-    flops_per_token = model_lib.flops_per_token(plan.model_config, arm.model.active_passes)
+    first, end, stage = timed_window(seconds, plan)
+    step_seconds = median(seconds[first:end])
+    passes = plan.pass_stages[0] if stage == "before growth" else arm.model.active_passes
     predicted = max(memory_per_rank(plan.model_config, k, micro, device=device.type)["peak"]
                     for k, micro in zip(plan.pass_stages, arm.run.micro_batches))
     measured = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return dict(arch=plan.arch, depth=plan.depth, steps=plan.steps, steps_run=len(seconds),
-                stopped_at_cap=len(seconds) < plan.steps, crossover_step=crossover,
+                stopped_at_cap=len(seconds) < plan.steps, crossover_step=plan.crossover_step,
                 pass_stages=list(plan.pass_stages), growth_events=arm.state.growth_events,
                 micro_batches=list(arm.run.micro_batches), tokens_per_step=plan.tokens_per_step,
                 compiled=use_compile(args, device), final_loss=loss, wall_seconds=time.perf_counter() - t0,
                 first_step_seconds=seconds[0], step_seconds=step_seconds,
+                timed_window=dict(first_step=first, steps=end - first, stage=stage, passes=passes),
                 tokens_per_second=plan.tokens_per_step / step_seconds,
-                mfu=flops_per_token * plan.tokens_per_step / step_seconds / peak if peak else None,
+                **mfu(plan.model_config, passes, plan.tokens_per_step / step_seconds, peak),
                 max_memory_allocated_bytes=measured, predicted_peak_bytes=predicted,
                 memory_measured_over_predicted=measured / predicted if measured else None, memory_snapshot=snapshot)
 
@@ -442,8 +466,11 @@ def check_summary(name, result):
         memory = result["max_memory_allocated_bytes"]
         return (f"{result['arch']} d{result['depth']} {'compiled' if result['compiled'] else 'eager'}: "
                 f"{1000 * result['step_seconds']:.0f} ms/step, "
-                f"{result['tokens_per_second']:,.0f} tok/s" + (f", MFU {100 * result['mfu']:.1f}%" if result["mfu"]
-                                                                 else "")
+                f"{result['tokens_per_second']:,.0f} tok/s" + (
+                    f", MFU {100 * result['mfu_causal_half']:.1f}% (causal half; "
+                    f"{100 * result['mfu_full_attention']:.1f}% counting attention whole)"
+                    if result["mfu_causal_half"] else "")
+                + f" over {result['timed_window']['steps']} steps ({result['timed_window']['stage']})"
                 + (f", peak memory {memory / GIB:.1f} GiB" if memory else "")
                 + f" (model predicts {result['predicted_peak_bytes'] / GIB:.1f} GiB)"
                 + (f", growth {result['growth_events']}" if result["growth_events"] else "")
@@ -462,15 +489,49 @@ def check_summary(name, result):
 SNAPSHOT_SECTIONS = ("untied_grow_eager", "untied_grow")  # --memory-snapshots: one file each
 
 
-def gpu_check(args):
-    """--gpu-check: the sections of GPU_CHECK[preset] in order, each within its time cap and recorded (or its error,
-    or why it was skipped). Every training run is planned before the first section starts; the JSON is rewritten
-    after every section, so a run cut short still leaves what it measured."""
-    device = single_process(args.device, "--gpu-check")
-    peak = gpu_peak_flops(device, args.peak_flops)
-    if device.type == "cuda" and peak is None:
-        raise UsageError(f"unknown GPU {torch.cuda.get_device_name(device)!r}: pass its dense bf16 peak, e.g. "
-                         "--peak-flops 989e12")
+def gate(run, out, dtype):
+    """Add out[section]["gates"] (measurement, value, target, met) for every target of `run` whose section ran, and
+    out["verdict"], out["misses"], out["unmeasured"], out["exit_code"] -> the verdict. A section that did not run
+    (None) leaves its targets unmeasured."""
+    misses, unmeasured = [], []
+    for target in (t for t in TARGETS if t.run == run):
+        section = out.get(target.section)
+        value = section.get(target.measurement) if isinstance(section, dict) else None
+        met = is_met(target, value, dtype)
+        if isinstance(section, dict):
+            section.setdefault("gates", {})[target.measurement] = dict(
+                value=value, target=target_text(target, dtype), met=met)
+        name = f"{target.section}.{target.measurement}"
+        (misses if met is False else unmeasured if met is None else []).append(name)
+    out.update(misses=misses, unmeasured=unmeasured)
+    out["verdict"] = verdict(out)
+    out["exit_code"] = EXIT_CODES[out["verdict"]]
+    return out["verdict"]
+
+
+def verdict(out):
+    """failed (out["errors"]), missed (out["misses"]), incomplete (out["skipped"], out["unmeasured"]) or passed, the
+    worst of them, also counting out["parts"]: the verdicts of nested runs (the smoke's --gpu-check)."""
+    own = ("failed" if out.get("errors") else "missed" if out.get("misses") else
+           "incomplete" if out.get("skipped") or out.get("unmeasured") else "passed")
+    return worst([own, *out.get("parts", {}).values()])
+
+
+def worst(verdicts):
+    return min(verdicts, key=VERDICTS.index)
+
+
+def require_gpu(args, device, what):
+    """No GPU, no pretending: a GPU acceptance run on the CPU only when --cpu-exercise asks for its code path there
+    (its verdict is then at best incomplete)."""
+    if device.type != "cuda" and not args.cpu_exercise:
+        why = "no CUDA device is visible" if not torch.cuda.is_available() else "--device cpu was passed"
+        raise UsageError(f"{what} measures a GPU and {why}; run it on a GPU node, or pass --cpu-exercise to run its "
+                         "code path on the CPU (verdict: incomplete)")
+
+
+def gpu_check_outputs(args, device):
+    """Refuse --gpu-check's outputs and inputs that would fail later -> {section: its memory snapshot file or None}."""
     if args.bundle_dir and not os.path.isdir(args.bundle_dir):
         raise UsageError(f"--bundle-dir {args.bundle_dir} is not a directory")
     if os.path.exists(args.gpu_check_out):
@@ -483,6 +544,29 @@ def gpu_check(args):
         raise UsageError(f"--memory-snapshots {args.memory_snapshots} is not a directory")
     if any(path and os.path.exists(path) for path in snapshots.values()):
         raise UsageError(f"{args.memory_snapshots} already holds memory snapshots; pass another --memory-snapshots")
+    return snapshots
+
+
+def gates_summary(result):
+    """'; targets: NAME VALUE (TARGET) met|MISSED|unmeasured, ...' of one gated section."""
+    words = {True: "met", False: "MISSED", None: "unmeasured"}
+    shown = lambda value: f"{value:.4g}" if isinstance(value, float) else str(value)
+    return "; targets: " + ", ".join(f"{name} {shown(g['value'])} ({g['target']}) {words[g['met']]}"
+                                     for name, g in result.get("gates", {}).items())
+
+
+def gpu_check(args):
+    """--gpu-check: the sections of GPU_CHECK[preset] in order, each within its time cap and recorded (or its error,
+    or why it was skipped), each measurement gated against arms.TARGETS. Every training run is planned before
+    the first section starts; the JSON is rewritten after every section, so a run cut short still leaves what it
+    measured -> the verdict's exit code (arms.EXIT_CODES)."""
+    device = single_process(args.device, "--gpu-check")
+    require_gpu(args, device, "--gpu-check")
+    peak = gpu_peak_flops(device, args.peak_flops)
+    if device.type == "cuda" and peak is None:
+        raise UsageError(f"unknown GPU {torch.cuda.get_device_name(device)!r}: pass its dense bf16 peak, e.g. "
+                         "--peak-flops 989e12")
+    snapshots = gpu_check_outputs(args, device)
     recipe = GPU_CHECK[args.preset]
     print("gpu-check: planning its training runs against this device's memory", flush=True)
     runs = gpu_check_plans(args, device)
@@ -490,17 +574,23 @@ def gpu_check(args):
     def training(name):
         (run_args, plan), = runs[name]
         return lambda deadline: check_training(run_args, device, peak, plan, deadline, snapshots.get(name))
+
+    def roofline(deadline):
+        flops = matmul_roofline(device, size=None if device.type == "cuda" else 512)
+        return dict(flops_per_second=flops, peak_flops=peak, peak_fraction=flops / peak if peak else None)
     sections = dict(
-        roofline=lambda deadline: dict(flops_per_second=matmul_roofline(device, size=None if device.type == "cuda"
-                                                                        else 512)),
-        core_scoring=lambda deadline: check_core_scoring(args, device, recipe["core_examples"]),
+        roofline=roofline, core_scoring=lambda deadline: check_core_scoring(args, device, recipe["core_examples"]),
         **{name: training(name) for name in GPU_CHECK_TRAINING},
         ratios=lambda deadline: check_ratios(args, device, recipe["ratio_depth"], recipe["ratio_steps"],
                                              recipe["ratio_repeats"], deadline))
-    out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if device.type == "cuda"
-               else "cpu", torch=torch.__version__, preset=args.preset, tokens="synthetic (uniform random ids)",
-               peak_flops=peak, caps_seconds=recipe["caps"], budget_seconds=recipe["budget_seconds"], errors={},
-               skipped={})
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    out = dict(verdict=None, exit_code=None, misses=[], unmeasured=[], date=time.strftime("%Y-%m-%d"),
+               device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", dtype=dtype,
+               torch=torch.__version__, preset=args.preset, tokens="synthetic (uniform random ids)", peak_flops=peak,
+               mfu_conventions=MFU_CONVENTIONS, caps_seconds=recipe["caps"],
+               budget_seconds=recipe["budget_seconds"], errors={}, skipped={})
+    if device.type != "cuda":
+        out["skipped"]["gpu"] = "--cpu-exercise: the code path ran on the CPU; nothing was measured on a GPU"
     t0 = time.perf_counter()
     for name, cap in recipe["caps"].items():
         start = time.perf_counter()
@@ -515,15 +605,18 @@ def gpu_check(args):
                 out[name] = sections[name](start + cap)
             except Exception as exc:  # a GPU minute is precious: record it and go on with the next section
                 out["errors"][name] = f"{type(exc).__name__}: {exc}"
+        gate("gpu_check", out, dtype)
         print(f"gpu-check {name} ({time.perf_counter() - start:.0f}s): " + (
-            check_summary(name, out[name]) if out[name] else out["errors"].get(name) or out["skipped"][name]),
-            flush=True)
+            check_summary(name, out[name]) + gates_summary(out[name]) if out[name]
+            else out["errors"].get(name) or out["skipped"][name]), flush=True)
         release_memory(device)
         out["total_seconds"] = time.perf_counter() - t0
         write_json(args.gpu_check_out, out)
-    print(f"gpu-check: wrote {args.gpu_check_out}; {len(out['errors'])} section(s) failed, {len(out['skipped'])} "
-          "skipped")
-    return 1 if out["errors"] or out["skipped"] else 0
+    print(f"gpu-check: {out['verdict']} (exit {out['exit_code']}); wrote {args.gpu_check_out}"
+          + "".join(f"; {label}: {', '.join(names)}" for label, names in [
+              ("missed", out["misses"]), ("failed", list(out["errors"])), ("skipped", list(out["skipped"])),
+              ("unmeasured", out["unmeasured"])] if names))
+    return out["exit_code"]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -537,26 +630,37 @@ GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the b
     "cpu": dict(depth=2, steps=6, val_tokens=1024, train_tokens=20_000, launch_timeout=300),
 }
 SMOKE_PROCESSES = 2
+SMOKE_TRAINER = "train.py"  # what torchrun starts; tests/smoke_wrong_scale.py is train.py with a wrong transport
 SHARDED_GRADIENTS = ["--shard-gradients"]  # train.py: the owner-sharded transport even where gradients fit replicated
 SHORT_TIMEOUT = ["--dist-timeout", "3"]  # train.py: minutes a collective may wait; a hang ends in minutes
 
 
 def smoke_launch(name, argv, out_dir, timeout):
-    """One torchrun of train.py (NCCL_DEBUG=WARN), its output in out_dir/NAME.log, killed with its workers after
-    `timeout` seconds -> what it did: exit code, seconds, NCCL warnings, its last line."""
+    """One torchrun of train.py (NCCL_DEBUG=WARN, the flight recorder dumping into out_dir/NAME.nccl_trace_rank_*),
+    its output in out_dir/NAME.log, stopped with its workers after `timeout` seconds, or when bench.py gets a SIGTERM
+    or SIGINT (then waited for, and Stopped raised) -> what it did: exit code, seconds, NCCL warnings, its last line."""
     log = os.path.join(out_dir, f"{name}.log")
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-               str(SMOKE_PROCESSES), "train.py", *argv]
+               str(SMOKE_PROCESSES), SMOKE_TRAINER, *argv]
+    env = dict(os.environ, NCCL_DEBUG="WARN", **flight_recorder_env(os.path.join(out_dir, f"{name}.nccl_trace_rank_")))
     t0, timed_out = time.perf_counter(), False
+    proc, handlers = None, {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
     with open(log, "w") as f:
-        proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.abspath(__file__)), stdout=f,
-                                stderr=subprocess.STDOUT, env=dict(os.environ, NCCL_DEBUG="WARN"),
-                                start_new_session=True)
         try:
+            proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.abspath(__file__)), stdout=f,
+                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # torchrun and its workers
-            code, timed_out = proc.wait(), True
+            code, timed_out = stop_launch(proc), True
+        except Stopped:
+            for other in handlers:  # a second signal does not cut the wait short
+                signal.signal(other, signal.SIG_IGN)
+            if proc:
+                stop_launch(proc, signal.SIGTERM)  # Ctrl-C too: torchrun stops its workers on SIGTERM
+            raise
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
     lines = open(log, errors="replace").read().splitlines()
     return dict(command=" ".join(command), returncode=code, seconds=time.perf_counter() - t0, timed_out=timed_out,
                 log=log, last_line=lines[-1] if lines else "", nccl_warnings=[l for l in lines if "NCCL WARN" in l])
@@ -570,9 +674,43 @@ def smoke_run(run_dir):
                 memory=result["memory"], losses=losses, final_val_loss=result["final_val_loss"])
 
 
+def relative_difference(losses, reference):
+    """The largest relative difference of two loss lists; None when they differ in length (a run cut short)."""
+    if len(losses) != len(reference) or not reference:
+        return None
+    return max(abs(x - y) / abs(y) if y else abs(x - y) for x, y in zip(losses, reference))
+
+
+def weights_difference(run_dir, reference_dir):
+    """The largest relative difference ||w - w_ref|| / ||w_ref|| over the weight tensors of two runs' final
+    checkpoints (model.pt). Losses over a few steps hardly see a wrongly weighted gradient (Muon's update is
+    normalised); the weights it moved do."""
+    load = lambda d: torch.load(os.path.join(d, "checkpoints", "final", "model.pt"), map_location="cpu",
+                                weights_only=True)["model"]
+    weights, reference = load(run_dir), load(reference_dir)
+    return max(((weights[k].double() - w).norm() / w.norm().clamp_min(1e-30)).item()
+               for k, w in ((k, v.double()) for k, v in reference.items()))
+
+
+def smoke_checks(runs, steps):
+    """The smoke's measurements (gated by arms.TARGETS): both resumed runs complete, grown at the crossover,
+    finite, the first resumed step bit-identical, and each resumed run's losses against the uninterrupted run's."""
+    resumed = [runs["default"], runs["sharded"]]
+    a, b, reference = runs["default"]["losses"], runs["sharded"]["losses"], runs["uninterrupted"]["losses"]
+    return dict(
+        complete=all(r["status"] == "complete" and len(r["losses"]) == steps for r in runs.values()),
+        grew_at_step=[r["growth_events"][0]["step"] if r["growth_events"] else None for r in resumed],
+        grew_at_crossover=all(r["growth_events"] and r["growth_events"][0]["step"] == steps // 2 for r in resumed),
+        finite=all(math.isfinite(x) for r in runs.values() for x in r["losses"] + [r["final_val_loss"]]),
+        first_resumed_loss_equal=len(a) > 2 and len(b) > 2 and a[2] == b[2],  # the transports differ after it
+        loss_max_relative_difference=relative_difference(b, a),
+        default_vs_uninterrupted=relative_difference(a, reference),
+        sharded_vs_uninterrupted=relative_difference(b, reference))
+
+
 def gpu_smoke_runs(args, device, out_dir, out):
-    """The 2-process part of --gpu-smoke: start (stop at step 2), resume with each transport; fills out["launches"],
-    out["runs"], out["checks"]."""
+    """The 2-process part of --gpu-smoke: start (stop at step 2), resume with each transport, and the same steps
+    uninterrupted; fills out["launches"], out["runs"], out["checks"] (a launch that failed: out["errors"])."""
     recipe = GPU_SMOKE[args.preset]
     pool, runs_dir = os.path.join(out_dir, "pool"), os.path.join(out_dir, "runs")
     data.prepare("stdlib", pool, tokenizer="bytes", train_tokens=recipe["train_tokens"],
@@ -585,46 +723,67 @@ def gpu_smoke_runs(args, device, out_dir, out):
         common += ["--device-batch-size", *map(str, args.device_batch_size)]
     launches = [("start", ["--run-name", "default", "--stop-after", "2"]),
                 ("resume_default", ["--run-name", "default", "--resume"]),
-                ("resume_sharded", ["--run-name", "sharded", "--resume", *SHARDED_GRADIENTS])]
+                ("resume_sharded", ["--run-name", "sharded", "--resume", *SHARDED_GRADIENTS]),
+                ("uninterrupted", ["--run-name", "uninterrupted"])]
     for name, argv in launches:
-        if name != "start" and out["launches"]["start"]["returncode"] != 0:
+        if name.startswith("resume") and out["launches"]["start"]["returncode"] != 0:
             out["skipped"][name] = "not started: the start failed"
             continue
-        out["launches"][name] = smoke_launch(name, common + argv, out_dir, recipe["launch_timeout"])
-        if name == "start" and out["launches"]["start"]["returncode"] == 0:  # the checkpoint both resumes continue
+        out["launches"][name] = launch = smoke_launch(name, common + argv, out_dir, recipe["launch_timeout"])
+        if launch["returncode"] != 0:
+            out["errors"][name] = f"exit code {launch['returncode']}" + (
+                " (timed out)" if launch["timed_out"] else "") + f"; see {launch['log']}"
+        if name == "start" and launch["returncode"] == 0:  # the checkpoint both resumes continue
             shutil.copytree(os.path.join(runs_dir, "default"), os.path.join(runs_dir, "sharded"))
-    if any(launch["returncode"] != 0 for launch in out["launches"].values()) or out["skipped"]:
-        out["checks"] = dict(passed=False)
+    if out["errors"] or out["skipped"]:
         return
-    runs = out["runs"] = {name: smoke_run(os.path.join(runs_dir, name)) for name in ("default", "sharded")}
-    a, b = runs["default"]["losses"], runs["sharded"]["losses"]
-    crossover = recipe["steps"] // 2
-    out["checks"] = checks = dict(
-        complete=all(r["status"] == "complete" and len(r["losses"]) == recipe["steps"] for r in runs.values()),
-        grew_at_step=[r["growth_events"][0]["step"] if r["growth_events"] else None for r in runs.values()],
-        finite=all(math.isfinite(x) for r in runs.values() for x in r["losses"] + [r["final_val_loss"]]),
-        first_resumed_loss_equal=a[2] == b[2],  # the same checkpoint and batch: the transports differ after it
-        loss_max_relative_difference=max(abs(x - y) / abs(x) for x, y in zip(a, b)))
-    checks["passed"] = checks["complete"] and checks["finite"] and checks["first_resumed_loss_equal"] and \
-        checks["grew_at_step"] == [crossover, crossover]
+    out["runs"] = {name: smoke_run(os.path.join(runs_dir, name)) for name in ("default", "sharded", "uninterrupted")}
+    out["checks"] = smoke_checks(out["runs"], recipe["steps"])
+    for name in ("default", "sharded"):
+        out["checks"][f"{name}_weights_vs_uninterrupted"] = weights_difference(
+            os.path.join(runs_dir, name), os.path.join(runs_dir, "uninterrupted"))
 
 
 def gpu_smoke(args):
     """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
-    snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped"."""
+    snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped" and makes the
+    verdict incomplete -> the verdict's exit code (arms.EXIT_CODES). A SIGTERM or SIGINT stops the launch in
+    flight and its workers, is recorded, and ends bench.py with 128 + the signal."""
     out_dir = args.gpu_smoke_dir
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
         raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
     device = single_process(args.device, "--gpu-smoke")
+    require_gpu(args, device, "--gpu-smoke")
     os.makedirs(out_dir, exist_ok=True)
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
-    out = dict(date=time.strftime("%Y-%m-%d"), device=torch.cuda.get_device_name(device) if gpus else "cpu",
-               gpus=gpus, torch=torch.__version__, nccl=str(torch.cuda.nccl.version()) if gpus else None,
-               preset=args.preset, processes=SMOKE_PROCESSES, launches={}, runs={}, checks={}, gpu_check=None,
+    dtype = "bf16" if device.type == "cuda" else "fp32"
+    out = dict(verdict=None, exit_code=None, misses=[], unmeasured=[], date=time.strftime("%Y-%m-%d"),
+               device=torch.cuda.get_device_name(device) if gpus else "cpu", gpus=gpus, dtype=dtype,
+               torch=torch.__version__, nccl=str(torch.cuda.nccl.version()) if gpus else None, preset=args.preset,
+               processes=SMOKE_PROCESSES, launches={}, runs={}, checks=None, gpu_check=None, parts={}, errors={},
                skipped={})
     path, t0 = os.path.join(out_dir, "gpu_smoke.json"), time.perf_counter()
+    try:
+        smoke_parts(args, device, gpus, out_dir, out, path)
+    except Stopped as stop:
+        out["errors"]["stopped"] = f"{stop} to bench.py: the launch in flight and its workers were stopped"
+        raise
+    finally:
+        gate("gpu_smoke", out, dtype)
+        out["total_seconds"] = time.perf_counter() - t0
+        write_json(path, out)
+    print(f"gpu-smoke: {out['verdict']} (exit {out['exit_code']}) in {out['total_seconds']:.0f}s; wrote {path}"
+          + "".join(f"; {label}: {', '.join(names)}" for label, names in [
+              ("missed", out["misses"]), ("failed", list(out["errors"])), ("skipped", list(out["skipped"])),
+              ("unmeasured", out["unmeasured"])] if names))
+    return out["exit_code"]
+
+
+def smoke_parts(args, device, gpus, out_dir, out, path):
+    """gpu_smoke's parts in order, the JSON rewritten after each: the 2-process runs (skipped with fewer GPUs), then
+    on CUDA --gpu-check into out_dir/gpu_check.json (its verdict under out["parts"])."""
     if device.type == "cuda" and gpus < SMOKE_PROCESSES:
-        out["skipped"]["runs"] = f"{SMOKE_PROCESSES} GPUs needed, {gpus} visible"
+        out["skipped"]["runs"] = f"{SMOKE_PROCESSES} GPUs needed, {gpus} visible: NCCL was not started"
     else:
         gpu_smoke_runs(args, device, out_dir, out)
     write_json(path, out)
@@ -633,14 +792,9 @@ def gpu_smoke(args):
                                                memory_snapshots=out_dir))
         out["gpu_check_exit_code"] = gpu_check(check_args)
         out["gpu_check"] = json.load(open(check_args.gpu_check_out))
+        out["parts"]["gpu_check"] = out["gpu_check"]["verdict"]
     else:
-        out["skipped"]["gpu_check"] = "needs a CUDA device (tests/test_bench.py runs its CPU mode)"
-    out["passed"] = out["checks"].get("passed", "runs" in out["skipped"]) and out.get("gpu_check_exit_code", 0) == 0
-    out["total_seconds"] = time.perf_counter() - t0
-    write_json(path, out)
-    print(f"gpu-smoke: {'passed' if out['passed'] else 'FAILED'} in {out['total_seconds']:.0f}s; wrote {path}"
-          + (f"; skipped: {', '.join(out['skipped'])}" if out["skipped"] else ""))
-    return 0 if out["passed"] else 1
+        out["skipped"]["gpu_check"] = "needs a CUDA device (--cpu-exercise: the code path ran on the CPU)"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -649,7 +803,8 @@ def gpu_smoke(args):
 MODES = {"gpu_smoke": "--gpu-smoke", "gpu_check": "--gpu-check", "compile_time": "--compile-time",
          "bench": "the step-time bench (no --gpu-smoke, --gpu-check or --compile-time)"}  # run()'s order
 MODES_READING = dict(gpu_check_out=["gpu_check"], memory_snapshots=["gpu_check"], gpu_smoke_dir=["gpu_smoke"],
-                     bundle_dir=["gpu_check", "gpu_smoke"], bench_repeats=["bench"],
+                     bundle_dir=["gpu_check", "gpu_smoke"], cpu_exercise=["gpu_check", "gpu_smoke"],
+                     bench_repeats=["bench"],
                      bench_steps=["bench", "compile_time"])
 
 
@@ -692,6 +847,9 @@ def parse_args(argv):
                       help="first run on a new cluster: 2-process torchrun runs of untied_grow through growth, a "
                            "stop and two resumes (default and sharded gradients), then --gpu-check (README)")
     perf.add_argument("--gpu-smoke-dir", default="gpu_smoke", help="the new folder --gpu-smoke writes into")
+    perf.add_argument("--cpu-exercise", action="store_true",
+                      help="--gpu-check / --gpu-smoke without a GPU: run their code path on the CPU (--device cpu, "
+                           "--preset cpu by default; the tests use it); the verdict is then at best incomplete")
     perf.add_argument("--memory-snapshots", default=None, metavar="DIR",
                       help="--gpu-check on CUDA: the allocator's history of untied_grow d8 eager and compiled, one "
                            "pickle each (drop it on https://pytorch.org/memory_viz)")
@@ -699,6 +857,10 @@ def parse_args(argv):
     if args.dry_run:
         raise UsageError("--dry-run plans a training run: python train.py --arch A --depth D --dry-run")
     check_ignored_flags(p, args)
+    if args.cpu_exercise:  # the code path on the CPU, at the tiny preset unless one is named
+        if args.device == "cuda":
+            raise UsageError("--cpu-exercise runs on the CPU; drop --device cuda (or --cpu-exercise)")
+        args.device, args.preset = "cpu", args.preset or "cpu"
     args.preset = args.preset or ("cpu" if not (args.gpu_check or args.gpu_smoke) and not torch.cuda.is_available()
                                   else "paper")
     for name, value in BENCH_SHAPES.get(args.bench_shape, {}).items():  # explicit flags win over the shape's
@@ -720,7 +882,14 @@ def run(argv):
 
 
 def main(argv=None):
-    return cli_main_distributed(run, "bench.py", argv)
+    """bench.py's exit code: 0 passed, 1 failed, 4 missed, 5 incomplete (arms.EXIT_CODES), 2 a usage error, 128 +
+    the signal when stopped by one."""
+    try:
+        return cli_main_distributed(run, "bench.py", argv)
+    except Stopped as stop:
+        print(f"bench.py: stopped by {stop}; the torchrun in flight and its workers were stopped and waited for",
+              file=sys.stderr)
+        return 128 + stop.signum
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import hashlib
 import json
 import math
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -414,6 +416,68 @@ def cli_main_distributed(run, prog, argv=None):
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Launches of torchrun from Python (bench.py --gpu-smoke): stopped with their workers on a signal, a hang recorded
+
+STOP_GRACE_SECONDS = 60  # a stopped torchrun's time to stop its workers (its own is 30 s) before SIGKILL
+
+
+def flight_recorder_env(prefix):
+    """NCCL's flight recorder for a launch: the last 2000 collectives of every rank kept, dumped on a timeout to
+    PREFIX<rank> (the variables under both names torch reads, TORCH_NCCL_* and TORCH_FR_*), and a failed collective
+    ends the process instead of hanging (TORCH_NCCL_ASYNC_ERROR_HANDLING=1); a user's own setting wins.
+    docs/gpu_acceptance.md, "A hang"; ladder.sh sets the same."""
+    wanted = dict(TORCH_NCCL_TRACE_BUFFER_SIZE="2000", TORCH_FR_BUFFER_SIZE="2000", TORCH_NCCL_DUMP_ON_TIMEOUT="1",
+                  TORCH_NCCL_DEBUG_INFO_TEMP_FILE=prefix, TORCH_FR_DUMP_TEMP_FILE=prefix,
+                  TORCH_NCCL_ASYNC_ERROR_HANDLING="1")
+    return {name: os.environ.get(name, value) for name, value in wanted.items()}
+
+
+class Stopped(BaseException):
+    """A SIGTERM or SIGINT to bench.py (timeout, scancel, Ctrl-C); not an Exception, so no section records it and
+    goes on."""
+
+    def __init__(self, signum):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def raise_stopped(signum, frame):
+    raise Stopped(signum)
+
+
+def process_tree(pid):
+    """pid and its descendants, from /proc (Linux; elsewhere pid alone): torchrun starts each worker in a session
+    of its own, so a process group does not reach them."""
+    children = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+        except (OSError, ValueError, IndexError):
+            continue
+    tree, todo = [], [pid]
+    while todo:
+        tree.append(todo.pop())
+        todo += children.get(tree[-1], [])
+    return tree
+
+
+def stop_launch(proc, signum=signal.SIGTERM, grace=STOP_GRACE_SECONDS):
+    """Stop a torchrun: `signum` to it (it passes a SIGTERM on to its workers and waits for them; train.py records
+    the stop and releases its run lock), then, past `grace` seconds, SIGKILL to it and every worker -> its exit code."""
+    tree = process_tree(proc.pid)
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signum)
+    try:
+        return proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        for pid in dict.fromkeys(process_tree(proc.pid) + tree):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return proc.wait()
 
 
 def autocast(device):

@@ -229,7 +229,14 @@ for r in "${runs[@]}"; do
     # workers, which torchrun starts in their own session); a worker that survives anyway holds the run's lock.
     # shellcheck disable=SC2086
     train_args "$name" $args
-    "${launch[@]}" train.py "${train_args[@]}" ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
+    # NCCL's flight recorder (as bench.py --gpu-smoke; docs/gpu_acceptance.md, "A hang"): every rank keeps its last
+    # 2000 collectives and dumps them on a timeout to RUN_DIR/nccl_trace_rank_<rank>; a failed collective ends the
+    # process instead of hanging. The user's own settings win.
+    trace="$(cd "$run_dir" && pwd)/nccl_trace_rank_"
+    TORCH_NCCL_TRACE_BUFFER_SIZE="${TORCH_NCCL_TRACE_BUFFER_SIZE:-2000}" TORCH_FR_BUFFER_SIZE="${TORCH_FR_BUFFER_SIZE:-2000}" \
+    TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}" TORCH_NCCL_DEBUG_INFO_TEMP_FILE="${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$trace}" \
+    TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-$trace}" TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}" \
+        "${launch[@]}" train.py "${train_args[@]}" ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
     child=$!
     # torchrun exits 1 when stopped; the ladder exits as its signal says (128 + n). A script's background job
     # ignores SIGINT, so Ctrl-C reaches torchrun as a SIGTERM.

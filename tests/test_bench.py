@@ -9,6 +9,7 @@ import types
 import pytest
 import torch
 
+import arms
 import bench
 import model
 import train
@@ -72,10 +73,12 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
     out = tmp_path / "gpu_check.json"
     released, release = [], bench.release_memory
     monkeypatch.setattr(bench, "release_memory", lambda device: (released.append(device), release(device)))
-    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 0
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--gpu-check-out", str(out)]) == 5  # incomplete: no GPU
     assert len(released) >= len(bench.GPU_CHECK["cpu"]["caps"])  # after every section, so the next one starts clean
     result = json.loads(out.read_text())
-    assert result["errors"] == {} and result["skipped"] == {} and result["tokens"].startswith("synthetic")
+    assert result["errors"] == {} and list(result["skipped"]) == ["gpu"] and result["tokens"].startswith("synthetic")
+    assert result["verdict"] == "incomplete" and result["misses"] == [] and "vanilla.mfu_causal_half" in \
+        result["unmeasured"]
     sections = list(bench.GPU_CHECK["cpu"]["caps"])
     assert [key for key in result if key in sections] == sections  # written in the order they ran
     assert result["roofline"]["flops_per_second"] > 0
@@ -83,7 +86,8 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
         run = result[name]
         assert run["arch"] == arch and run["steps_run"] == 3 and math.isfinite(run["final_loss"])
         assert run["tokens_per_second"] > 0 and run["step_seconds"] > 0 and run["predicted_peak_bytes"] > 0
-        assert run["mfu"] is None and run["max_memory_allocated_bytes"] is None  # CPU: no peak, no CUDA allocator
+        assert run["mfu_causal_half"] is None and run["mfu_full_attention"] is None  # CPU: no peak
+        assert run["max_memory_allocated_bytes"] is None  # nor a CUDA allocator
         assert not run["stopped_at_cap"] and run["memory_snapshot"] is None  # snapshots are CUDA's
     for name in ("untied_grow_eager", "untied_grow"):
         assert result[name]["growth_events"] == [dict(step=1, passes_from=2, passes_to=4, reset_parameters=14)]
@@ -105,9 +109,9 @@ def test_gpu_check_records_a_failed_section_and_goes_on_and_stops_a_section_at_i
     monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(recipe, steps=2, crossover_step=1,
                                                      caps=dict(recipe["caps"], untied_grow_eager=0)))
     out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--gpu-check-out", str(out)]) == 1
     result = json.loads(out.read_text())
-    assert result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
+    assert result["verdict"] == "failed" and result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
     assert result["ratios"] is None and result["vanilla"]["tokens_per_second"] > 0
     assert result["untied_grow_eager"]["stopped_at_cap"] and result["untied_grow_eager"]["steps_run"] == 1
     assert not result["untied_grow"]["stopped_at_cap"] and result["untied_grow"]["steps_run"] == 2
@@ -116,10 +120,11 @@ def test_gpu_check_records_a_failed_section_and_goes_on_and_stops_a_section_at_i
 def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
     monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], budget_seconds=-1))
     out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--gpu-check-out", str(out)]) == 5
     result = json.loads(out.read_text())
-    assert result["errors"] == {} and list(result["skipped"]) == list(bench.GPU_CHECK["cpu"]["caps"])
-    assert all(result[name] is None and "budget" in why for name, why in result["skipped"].items())
+    assert result["verdict"] == "incomplete" and result["errors"] == {}
+    assert list(result["skipped"]) == ["gpu", *bench.GPU_CHECK["cpu"]["caps"]]
+    assert all(result[name] is None and "budget" in result["skipped"][name] for name in bench.GPU_CHECK["cpu"]["caps"])
 
 
 def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(monkeypatch):
@@ -147,12 +152,13 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
 
 @pytest.mark.parametrize("argv, message", [
     (["--bench-repeats", "0"], "--bench-repeats: must be a whole number in [1, 1000], got '0'"),
-    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
-    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", "README.md"], "already exists"),
+    (["--gpu-check", "--cpu-exercise", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
+    (["--gpu-check", "--cpu-exercise", "--gpu-check-out", "README.md"], "already exists"),
     (["--dry-run"], "python train.py --arch A --depth D --dry-run"),
     (["--fixed-reduce-order"], "--fixed-reduce-order is for training runs (train.py); drop it for bench.py"),
-    (["--gpu-check", "--device", "cpu", "--preset", "cpu", "--memory-snapshots", "/nonexistent/dir"],
-     "not a directory"),
+    (["--gpu-check", "--cpu-exercise", "--memory-snapshots", "/nonexistent/dir"], "not a directory"),
+    (["--gpu-check", "--cpu-exercise", "--device", "cuda"], "--cpu-exercise runs on the CPU; drop --device cuda"),
+    (["--cpu-exercise"], "--cpu-exercise is read only by --gpu-check or --gpu-smoke"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert bench.main(argv) == 2
@@ -189,22 +195,30 @@ def test_torchrun_launch_is_refused_before_any_process_group(argv, monkeypatch, 
     assert not torch.distributed.is_initialized()
 
 
-def test_gpu_smoke_on_two_gloo_processes(tmp_path, monkeypatch):
-    """--gpu-smoke as on a GPU node, on CPU: 2 torchrun processes with gloo at the cpu preset (4 micro-batches per
-    rank, so the sharded transport reduces each one) start Untied-Grow and stop at step 2 with a checkpoint; both
-    transports resume it through the growth at step 3 to the end; the one-GPU part is reported as skipped. train.py's
-    --shard-gradients and --dist-timeout are passed only where its parser has them."""
+def smoke_flags(monkeypatch):
+    """train.py's --shard-gradients and --dist-timeout, passed only where its parser has them."""
     options = train.build_parser()._option_string_actions
     for name in ("SHARDED_GRADIENTS", "SHORT_TIMEOUT"):
         if getattr(bench, name)[0] not in options:
             monkeypatch.setattr(bench, name, [])
+
+
+SMOKE_ARGV = ["--gpu-smoke", "--cpu-exercise", "--device-batch-size", "2"]
+
+
+def test_gpu_smoke_on_two_gloo_processes(tmp_path, monkeypatch):
+    """--gpu-smoke as on a GPU node, on CPU: 2 torchrun processes with gloo at the cpu preset (4 micro-batches per
+    rank, so the sharded transport reduces each one) start Untied-Grow and stop at step 2 with a checkpoint; both
+    transports resume it through the growth at step 3 to the end, and match the same steps run uninterrupted; the
+    one-GPU part is skipped, so the verdict is incomplete (exit 5), never passed."""
+    smoke_flags(monkeypatch)
     out = tmp_path / "smoke"
-    assert bench.main(["--gpu-smoke", "--device", "cpu", "--preset", "cpu", "--device-batch-size", "2",
-                       "--gpu-smoke-dir", str(out)]) == 0
+    assert bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]) == 5
     result = json.loads((out / "gpu_smoke.json").read_text())
-    assert result["passed"] and result["processes"] == 2 and list(result["skipped"]) == ["gpu_check"]
+    assert result["verdict"] == "incomplete" and result["misses"] == [] and result["unmeasured"] == []
+    assert result["processes"] == 2 and list(result["skipped"]) == ["gpu_check"] and result["errors"] == {}
     launches = result["launches"]
-    assert list(launches) == ["start", "resume_default", "resume_sharded"]
+    assert list(launches) == ["start", "resume_default", "resume_sharded", "uninterrupted"]
     assert all(launch["returncode"] == 0 and not launch["timed_out"] for launch in launches.values())
     assert "--stop-after 2" in launches["start"]["command"] and "--nproc_per_node 2" in launches["start"]["command"]
     assert launches["resume_sharded"]["command"].endswith(" ".join(["--resume", *bench.SHARDED_GRADIENTS]).strip())
@@ -213,5 +227,23 @@ def test_gpu_smoke_on_two_gloo_processes(tmp_path, monkeypatch):
         assert run["growth_events"][0]["step"] == 3 and run["memory"]["stages"][0]["accumulation"] == 4
     default, sharded = result["runs"]["default"]["losses"], result["runs"]["sharded"]["losses"]
     assert default[:3] == sharded[:3] and sharded == pytest.approx(default, rel=1e-4)
-    assert result["checks"]["grew_at_step"] == [3, 3] and result["checks"]["first_resumed_loss_equal"]
+    checks = result["checks"]
+    assert checks["grew_at_step"] == [3, 3] and checks["first_resumed_loss_equal"]
+    assert all(gate["met"] for gate in checks["gates"].values()) and len(checks["gates"]) == len(
+        [t for t in arms.TARGETS if t.run == "gpu_smoke"])
+    assert checks["gates"]["sharded_weights_vs_uninterrupted"]["target"] == "<= 0.005"  # fp32's
     assert os.path.exists(out / "runs" / "sharded" / "checkpoints" / "final" / "model.pt")
+
+
+def test_gpu_smoke_with_a_wrongly_scaled_transport_is_not_passed(tmp_path, monkeypatch):
+    """tests/smoke_wrong_scale.py in place of train.py: under --shard-gradients rank 1's gradients enter the sum
+    x world. The losses barely move; the final weights do, and the smoke says missed (exit 4)."""
+    smoke_flags(monkeypatch)
+    monkeypatch.setattr(bench, "SMOKE_TRAINER", os.path.join("tests", "smoke_wrong_scale.py"))
+    out = tmp_path / "smoke"
+    assert bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]) == 4
+    result = json.loads((out / "gpu_smoke.json").read_text())
+    assert result["verdict"] == "missed" and result["misses"] == ["checks.sharded_weights_vs_uninterrupted"]
+    gate = result["checks"]["gates"]["sharded_weights_vs_uninterrupted"]
+    assert gate["met"] is False and gate["value"] > 0.05
+    assert result["checks"]["gates"]["default_weights_vs_uninterrupted"]["met"]

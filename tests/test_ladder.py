@@ -137,6 +137,42 @@ def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
     assert json.load(open(tmp_path / "operator_1_d2" / "result.json"))["status"] == "complete"
 
 
+FAKE_TORCHRUN = """#!/usr/bin/env bash
+# a torchrun that records its flight-recorder environment and its pid, then waits to be stopped
+env | grep -E '^TORCH_(NCCL|FR)_' | sort > "$FAKE_DIR/env.txt"
+echo $$ > "$FAKE_DIR/pid"
+trap 'kill $! 2>/dev/null; echo stopped > "$FAKE_DIR/stopped"; exit 1' TERM
+sleep 120 & wait $!
+"""
+
+
+def test_a_stopped_ladder_stops_its_torchrun_which_had_the_flight_recorder_set(tmp_path):
+    """SIGTERM to ladder.sh reaches its torchrun, which it waits for; the launch sets NCCL's flight recorder to dump
+    into the run folder (a user's own setting wins)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "torchrun").write_text(FAKE_TORCHRUN)
+    (bin_dir / "torchrun").chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_DIR=str(tmp_path),
+               RUNS_DIR=str(tmp_path / "runs"), TORCH_NCCL_TRACE_BUFFER_SIZE="500")
+    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while not (tmp_path / "pid").exists() and time.time() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.3)  # the fake's trap is set
+    child = int((tmp_path / "pid").read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 143
+    assert (tmp_path / "stopped").exists() and not os.path.exists(f"/proc/{child}")
+    recorded = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines())
+    trace = str(tmp_path / "runs" / "vanilla_d1" / "nccl_trace_rank_")
+    expected = dict(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=trace, TORCH_NCCL_ASYNC_ERROR_HANDLING="1",
+                    TORCH_NCCL_DEBUG_INFO_TEMP_FILE=trace, TORCH_NCCL_DUMP_ON_TIMEOUT="1",
+                    TORCH_NCCL_TRACE_BUFFER_SIZE="500")
+    assert {name: recorded.get(name) for name in expected} == expected
+
+
 def test_help_is_usage_and_exit_0():
     r = ladder("-h")
     assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
@@ -144,14 +180,14 @@ def test_help_is_usage_and_exit_0():
 
 def test_gpu_check_target_is_bench_py_gpu_check(tmp_path):
     """ladder.sh gpu-check hands its arguments to bench.py --gpu-check (a bad one fails there, before any work)."""
-    r = ladder("gpu-check", "--device", "cpu", "--bundle-dir", str(tmp_path / "missing"))
+    r = ladder("gpu-check", "--cpu-exercise", "--bundle-dir", str(tmp_path / "missing"))
     assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --bundle-dir") and "is not a directory" in r.stderr
 
 
 def test_gpu_smoke_target_is_bench_py_gpu_smoke(tmp_path):
     """ladder.sh gpu-smoke hands its arguments to bench.py --gpu-smoke (tests/test_bench.py runs it on CPU)."""
     (tmp_path / "taken").write_text("someone's file")
-    r = ladder("gpu-smoke", "--device", "cpu", "--gpu-smoke-dir", str(tmp_path))
+    r = ladder("gpu-smoke", "--cpu-exercise", "--gpu-smoke-dir", str(tmp_path))
     assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --gpu-smoke-dir") and "not an empty folder" \
         in r.stderr, r.stderr
 
