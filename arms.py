@@ -271,21 +271,22 @@ MFU_CONVENTIONS = dict(  # how MFU counts attention; both are reported, the targ
 TRANSPORT_LOSS_TOLERANCE = dict(fp32=1e-6, bf16=5e-3)
 TRANSPORT_WEIGHT_TOLERANCE = dict(fp32=5e-3, bf16=5e-2)
 
-Target = namedtuple("Target", "run section measurement op bound note")
+# hardware: a speed or memory measurement, meaningful only on the GPU (--cpu-exercise records it, ungated)
+Target = namedtuple("Target", "run section measurement op bound note hardware", defaults=(False,))
 TARGETS = [
     Target("gpu_check", "roofline", "peak_fraction", ">=", 0.5,
-           "matmul roofline over the GPU's dense bf16 peak; below: a throttled GPU or a wrong --peak-flops"),
+           "matmul roofline over the GPU's dense bf16 peak; below: a throttled GPU or a wrong --peak-flops", True),
     Target("gpu_check", "core_scoring", "max_accuracy_difference", "<=", 0.0,
            "core_eval's batched scoring paths against one_at_a_time"),
     Target("gpu_check", "core_scoring", "max_nll_difference", "<=", dict(bf16=2e-2, fp32=1e-4),
            "answer NLLs apart by rounding only"),
-    Target("gpu_check", "vanilla", "mfu_causal_half", ">=", 0.5, "MFU, the project's convention (causal half)"),
+    Target("gpu_check", "vanilla", "mfu_causal_half", ">=", 0.5, "MFU, the project's convention (causal half)", True),
     Target("gpu_check", "untied_grow_eager", "memory_measured_over_predicted", "<=", 1.0,
-           "max_memory_allocated over the memory model's peak (the model is eager's)"),
+           "max_memory_allocated over the memory model's peak (the model is eager's)", True),
     Target("gpu_check", "untied_grow", "memory_measured_over_predicted", "<=", 1.0,
-           "the same, compiled (saves less than eager)"),
-    Target("gpu_check", "ratios", "operator_1_over_vanilla", "<=", 1.02, "step-time ratio"),
-    Target("gpu_check", "ratios", "untied_2_over_loop_2", "within", (0.98, 1.02), "step-time ratio"),
+           "the same, compiled (saves less than eager)", True),
+    Target("gpu_check", "ratios", "operator_1_over_vanilla", "<=", 1.02, "step-time ratio", True),
+    Target("gpu_check", "ratios", "untied_2_over_loop_2", "within", (0.98, 1.02), "step-time ratio", True),
     Target("gpu_smoke", "checks", "complete", "is", True, "both resumed runs finished every step"),
     Target("gpu_smoke", "checks", "grew_at_crossover", "is", True, "both grew K = 2 -> 4 at step 3"),
     Target("gpu_smoke", "checks", "finite", "is", True, "every loss and the final validation loss finite"),

@@ -7,7 +7,7 @@ run) and what reads a ladder of them (the runs table, the training curves). docs
 Torch-free: train.py fetches a run's numbers from the device and hands them over as Python values; the readers import
 laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does not pay for them.
 """
-import fcntl, json, math, os, time
+import fcntl, json, math, os, time, uuid
 
 from common import UsageError
 
@@ -92,7 +92,7 @@ class Wandb:
     def __init__(self, project, run_dir, name, config):
         import wandb  # optional: check_tracker refused its absence before any work
         id_path = os.path.join(run_dir, "wandb_id")
-        run_id = open(id_path).read().strip() if os.path.exists(id_path) else wandb.util.generate_id()
+        run_id = open(id_path).read().strip() if os.path.exists(id_path) else uuid.uuid4().hex[:8]
         self.run = wandb.init(project=project, id=run_id, resume="allow", name=name, config=config, dir=run_dir)
         with open(id_path, "w") as f:
             f.write(run_id + "\n")

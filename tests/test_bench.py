@@ -95,6 +95,10 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
     ratios = result["ratios"]
     assert set(ratios["step_seconds"]) == set(bench.BENCH_ARMS)
     assert ratios["operator_1_over_vanilla"] > 0 and ratios["untied_2_over_loop_2"] > 0
+    # a CPU's step-time ratios are recorded, not gated against the GPU's targets (they missed by chance on a busy host)
+    assert {m: g["met"] for m, g in ratios["gates"].items()} == dict(operator_1_over_vanilla=None,
+                                                                    untied_2_over_loop_2=None)
+    assert "ratios.operator_1_over_vanilla" in result["unmeasured"]
     core = result["core_scoring"]
     assert core["source"] == "synthetic" and len(core["tasks"]) == 3
     assert core["max_nll_difference"] < 1e-4 and core["max_accuracy_difference"] == 0

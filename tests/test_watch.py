@@ -1,0 +1,201 @@
+"""Tests for watch.py: the runs table (fit.py runs) over complete, running, stopped and failed runs, the training
+curves (fit.py curves), and the optional wandb tracker (offline) with its one-line refusal when wandb is missing."""
+import glob
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+
+import fit
+import laws
+import train
+import watch
+from test_train import read_run, tiny
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def ladder(pool, tmp_path_factory):
+    """A small ladder: Vanilla d2 and Untied-Grow d2 complete (the latter grown at step 4), Vanilla d3 stopped."""
+    runs = tmp_path_factory.mktemp("runs")
+    assert train.main(tiny(pool, runs, "vanilla", "--run-name", "vanilla_d2", steps=8)) == 0
+    assert train.main(tiny(pool, runs, "untied_grow", "--run-name", "untied_grow_d2", "--crossover-fractions", "0.5",
+                           steps=8)) == 0
+    assert train.main(tiny(pool, runs, "vanilla", "--run-name", "vanilla_d3", "--stop-after", "3", steps=8,
+                           depth=3)) == 0
+    return runs
+
+
+def edit_result(run_dir, **changes):
+    path = os.path.join(run_dir, "result.json")
+    result = json.load(open(path))
+    result.update(changes)
+    json.dump(result, open(path, "w"))
+
+
+def table(argv, capsys):
+    assert fit.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def test_runs_table_names_each_runs_state(ladder, tmp_path, capsys):
+    """Complete, running (a process holds train.lock), stopped, failed with its error, failed because the process
+    died (result.json says running, nobody holds the lock), and a run written before the documented fields."""
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    for name in ("running_d3", "died_d3", "nan_d3"):
+        shutil.copytree(runs / "vanilla_d3", runs / name)
+    edit_result(runs / "running_d3", status="running")
+    edit_result(runs / "died_d3", status="running")
+    edit_result(runs / "nan_d3", status="failed", error="non-finite loss at step 3")
+    shutil.copytree(runs / "vanilla_d2", runs / "old_d2")
+    with open(runs / "old_d2" / "trajectory.jsonl", "w") as f:  # the fields of runs written before this change
+        for r in read_run(runs, "vanilla_d2")[1]:
+            f.write(json.dumps({k: r[k] for k in ("step", "loss", "lr_multiplier", "passes", "tokens_per_second",
+                                                  "epoch")}) + "\n")
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
+                               str(runs / "running_d3" / "train.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rows = {r["run"]: r for r in json.loads(table(["runs", str(runs), "--json"], capsys))["runs"]}
+        text = table(["runs", str(runs)], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert {name: r["state"] for name, r in rows.items()} == dict(
+        vanilla_d2="complete", untied_grow_d2="complete", old_d2="complete", vanilla_d3="stopped",
+        running_d3="running", died_d3="failed", nan_d3="failed")
+    assert "died" in rows["died_d3"]["reason"] and rows["nan_d3"]["reason"] == "non-finite loss at step 3"
+    assert (rows["vanilla_d3"]["step"], rows["vanilla_d3"]["steps"]) == (3, 8)
+    for name in ("vanilla_d2", "untied_grow_d2", "old_d2"):
+        r = rows[name]
+        assert (r["step"], r["steps"], r["eta_seconds"]) == (8, 8, None) and r["flops"] == r["flops_planned"] > 0
+        assert r["val_loss"] == json.load(open(runs / name / "result.json"))["final_val_loss"] and r["wall_seconds"] > 0
+    assert rows["vanilla_d3"]["flops"] < rows["vanilla_d3"]["flops_planned"]
+    assert rows["running_d3"]["eta_seconds"] is not None and rows["vanilla_d3"]["eta_seconds"] is None
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 + len(rows) and lines[0].split()[:3] == ["run", "state", "step"]
+    assert any(line.startswith("running_d3") and " running " in line and " 3/8 " in line for line in lines)
+
+
+def test_runs_refuses_a_folder_without_runs(tmp_path, capsys):
+    assert fit.main(["runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no train.py runs" in err[0]
+
+
+def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_path, capsys):
+    out = tmp_path / "curves"
+    assert fit.main(["curves", str(ladder), "--out", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["curves_cpu_steps.pdf", "curves_cpu_steps.png", "fit_manifest.json"]
+    assert os.path.getsize(out / "curves_cpu_steps.png") > 10_000
+    plt = laws.pyplot()
+    runs = watch.curve_runs([str(ladder)])
+    assert [r[0]["run"] for r in runs] == ["vanilla_d2", "vanilla_d3", "untied_grow_d2"]  # the arms table's order
+    fig = watch.curves_figure(plt, runs, "steps", None)
+    train_ax, val_ax = fig.axes
+    markers = lambda ax, m: [line for line in ax.lines if line.get_marker() == m]
+    assert len(markers(train_ax, "^")) == len(markers(val_ax, "^")) == 1  # Untied-Grow's growth, on both panels
+    grown = markers(train_ax, "^")[0]
+    assert list(grown.get_xdata()) == [json.load(open(ladder / "untied_grow_d2" / "result.json"))["growth_events"][0]
+                                       ["step"]]
+    warmdown = round(8 * (1 - json.load(open(ladder / "vanilla_d2" / "result.json"))["plan"]["warmdown_ratio"]))
+    assert [list(m.get_xdata()) for m in markers(train_ax, "|")] == [[warmdown], [warmdown]]  # not the stopped d3
+    colours = {line.get_label(): line.get_color() for line in train_ax.lines if line.get_label().endswith(("d2", "d3"))}
+    assert len(set(colours.values())) == 3  # one hue per arm, depth by shade
+    fit_json = tmp_path / "fit.json"
+    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1)))))
+    fig = watch.curves_figure(plt, runs, "flops", watch.frontier_laws(str(fit_json)))
+    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier"]
+    assert len(frontier) == 1 and frontier[0].get_linestyle() == "--"
+    assert fit.main(["curves", str(ladder), "--out", str(out), "--x", "flops", "--frontier", str(fit_json)]) == 0
+    assert (out / "curves_cpu_flops.png").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--frontier", "fit.json"], "add --x flops"),
+    (["--x", "flops", "--frontier", "missing.json"], "is not a `fit.py ladders --json` output"),
+])
+def test_curves_refuse_bad_input_in_one_line(ladder, tmp_path, capsys, argv, message):
+    assert fit.main(["curves", str(ladder), "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_curves_never_overwrite_a_file_they_did_not_write(ladder, tmp_path, capsys):
+    (tmp_path / "curves_cpu_steps.png").write_text("mine")
+    assert fit.main(["curves", str(ladder), "--out", str(tmp_path)]) == 2
+    assert (tmp_path / "curves_cpu_steps.png").read_text() == "mine"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# wandb, offline
+
+def wandb_records(path):
+    """The protobuf records of a .wandb file (the LevelDB log format: 32 KiB blocks of chunks, each with a 7-byte
+    header crc32, length, type; FULL=1 and LAST=4 end a record), after its 7-byte ':W&B' file header."""
+    from wandb.proto import wandb_internal_pb2
+    data, pos, block, buffered = open(path, "rb").read(), 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (kind == 0 and length == 0):
+            pos += left
+            continue
+        buffered += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(buffered)
+            buffered = b""
+            yield record
+
+
+def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_same_run(pool, tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is optional (pip install wandb): its offline test needs it")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    argv = tiny(pool, tmp_path, "gated_1", "--run-name", "w", "--log-every", "2", "--wandb", "ladder-test", steps=6)
+    assert train.main(argv + ["--stop-after", "3"]) == 0
+    run_id = (tmp_path / "w" / "wandb_id").read_text().strip()
+    assert train.main(argv + ["--resume"]) == 0
+    assert (tmp_path / "w" / "wandb_id").read_text().strip() == run_id
+    files = sorted(glob.glob(str(tmp_path / "w" / "wandb" / "offline-run-*" / f"run-{run_id}.wandb")),
+                   key=os.path.getmtime)
+    assert len(files) == 2  # two invocations, one wandb run
+    history, config, summary = {}, {}, {}
+    for path in files:
+        for record in wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+                history[items["_step"]] = items
+            elif kind == "run":
+                config.update({u.key: json.loads(u.value_json) for u in record.run.config.update})
+            elif kind == "summary":
+                summary.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in record.summary.update})
+    _, trajectory = read_run(tmp_path, "w")
+    assert sorted(history) == [r["step"] for r in trajectory] == list(range(1, 7))
+    for r in trajectory:
+        assert history[r["step"]]["loss"] == r["loss"] and history[r["step"]]["flops"] == r["flops"]
+        if "scalars" in r:
+            assert history[r["step"]]["scalars/boundary_gates.0"] == r["scalars"]["boundary_gates.0"]
+    assert config["arch"] == "gated_1" and config["steps"] == 6
+    result = json.load(open(tmp_path / "w" / "result.json"))
+    assert summary["status"] == "complete" and summary["final_val_loss"] == result["final_val_loss"]
+
+
+def test_wandb_without_the_package_is_one_line_before_any_work(pool, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "x", "--wandb", "p", steps=2)) == 2
+    monkeypatch.setenv("WANDB_PROJECT", "p")
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "x", steps=2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("needs the wandb package: pip install wandb" in line for line in err), err
+    assert not (tmp_path / "x").exists()
