@@ -47,18 +47,34 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM, raised where the program is (as Python raises KeyboardInterrupt for SIGINT), so that `with` blocks
+    clean up (data.py's tokenising pool ends its workers) instead of the process vanishing mid-write."""
+
+
+def raise_interrupted(signum, frame):
+    raise Interrupted()
+
+
 def cli_main(run, prog, argv=None):
     """Call run(argv) and return its exit code (None counts as 0); a UsageError becomes one line
-    '<prog>: error: <message>' on stderr and exit code 2."""
+    '<prog>: error: <message>' on stderr and exit code 2; Ctrl-C or SIGTERM one line and exit code 128 + n."""
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)  # train.py and bench.py install their own inside
     try:
         code = run(argv)
         sys.stdout.flush()  # a closed pipe (`... | head -1`) surfaces here, inside the handler below
     except UsageError as e:
         print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
         code = 2
+    except KeyboardInterrupt as e:  # one line, as a UsageError, not a traceback
+        name = "SIGTERM" if isinstance(e, Interrupted) else "SIGINT (Ctrl-C)"
+        print(f"{prog}: stopped by {name}; run the same command again", file=sys.stderr)
+        code = 128 + (signal.SIGTERM if isinstance(e, Interrupted) else signal.SIGINT)
     except BrokenPipeError:  # the reader went away: stop quietly, as Unix tools do (128 + SIGPIPE)
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
         code = 141
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0 if code is None else code
 
 

@@ -37,12 +37,33 @@ from_caller() {
 [ -z "${DATA_DIR:-}" ] || DATA_DIR=$(from_caller "$DATA_DIR")
 
 die() { echo "ladder.sh: error: $*" >&2; exit 2; }
+# Ctrl-C or SIGTERM: stop the run in flight (train.py records "interrupted" and keeps its last checkpoint), then one
+# line and exit 128 + n. Python runs as a background job (py), so a Ctrl-C reaches this script alone.
+child="" current=""
+stopped() {
+    trap '' INT TERM
+    if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null || true; fi
+    echo "ladder.sh: stopped by SIG$1${current:+ during run $current (log: $run_dir/train.log)}; run the same" \
+        "command again to continue" >&2
+    exit "$2"
+}
+trap 'stopped INT 130' INT
+trap 'stopped TERM 143' TERM
+py() {  # python "$@" as a background job, which ignores the terminal's Ctrl-C (no KeyboardInterrupt traceback while
+    # it imports): the signal reaches this script alone, and stopped() ends the job with a SIGTERM
+    local status=0
+    python "$@" <&0 &  # explicitly the script's stdin: a background job's is /dev/null (--ladder-dry-run reads it)
+    child=$!
+    wait "$child" || status=$?
+    child=""
+    return "$status"
+}
 # train.py --ladder-dry-run's flags that ladder.sh fills from the environment: an error about one names the variable
 declare -A env_of_flag=([--gpus-per-node]=NPROC_PER_NODE [--nodes]=NNODES [--mfu]=MFU)
 python_or_die() {  # python "$@"; its one-line error becomes ladder.sh's own
     local err status=0
     err=$(mktemp)
-    python "$@" 2>"$err" || status=$?
+    py "$@" 2>"$err" || status=$?
     if [ "$status" = 141 ]; then  # the reader of our output went away (`| head`): stop quietly, as python did
         rm -f "$err"
         exit 141
@@ -182,7 +203,7 @@ fi
 
 if [ "$target" = demo ] && [ "$dry_run" = 0 ]; then
     export DATA_DIR="${DATA_DIR:-data/stdlib}"
-    python data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
+    py data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
 fi
 
 if [ "$dry_run" = 1 ]; then
@@ -207,7 +228,7 @@ for r in "${runs[@]}"; do
     fi
     resume=()
     if [ -f "$run_dir/result.json" ]; then
-        status=$(python -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
+        status=$(py -c 'import json, sys; print(json.load(open(sys.argv[1])).get("status"))' "$run_dir/result.json" \
                  2>/dev/null || echo unreadable)
         if [ "$status" = complete ]; then echo "skip $name (complete)"; continue; fi
         resume=("$resume_flag")
@@ -237,14 +258,11 @@ for r in "${runs[@]}"; do
     TORCH_NCCL_DUMP_ON_TIMEOUT="${TORCH_NCCL_DUMP_ON_TIMEOUT:-1}" TORCH_NCCL_DEBUG_INFO_TEMP_FILE="${TORCH_NCCL_DEBUG_INFO_TEMP_FILE:-$trace}" \
     TORCH_FR_DUMP_TEMP_FILE="${TORCH_FR_DUMP_TEMP_FILE:-$trace}" TORCH_NCCL_ASYNC_ERROR_HANDLING="${TORCH_NCCL_ASYNC_ERROR_HANDLING:-1}" \
         "${launch[@]}" train.py "${train_args[@]}" ${resume[@]+"${resume[@]}"} ${extra[@]+"${extra[@]}"} >>"$log" 2>&1 &
-    child=$!
-    # torchrun exits 1 when stopped; the ladder exits as its signal says (128 + n). A script's background job
-    # ignores SIGINT, so Ctrl-C reaches torchrun as a SIGTERM.
-    trap 'kill -TERM "$child" 2>/dev/null; wait "$child" || true; exit 143' TERM
-    trap 'kill -TERM "$child" 2>/dev/null; wait "$child" || true; exit 130' INT
+    child=$! current=$name
+    # torchrun exits 1 when stopped; the ladder exits as its signal says (128 + n), in stopped()
     status=0
     wait "$child" || status=$?
-    trap - TERM INT
+    child="" current=""
     if [ "$status" != 0 ]; then
         echo "ladder.sh: run $name failed; see $log" >&2
         tail -n 5 "$log" >&2
@@ -254,6 +272,6 @@ for r in "${runs[@]}"; do
     exec 8>&-  # the run is done: its lock goes (a worker that outlived torchrun still holds it)
 done
 if [ "$target" = demo ]; then
-    python fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"
+    py fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"
     echo "figure: $runs_dir/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
 fi

@@ -107,6 +107,9 @@ def ladder_dry_run(argv):
               + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {mem.gpu_memory_gib:.1f} GiB"
               + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
               + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
+    if not peaks:
+        raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
+                         "its train.py flags)")
     hours = flops / (GPU_PEAK_FLOPS["H100"] * args.mfu) / 3600
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100 | "
           f"{args.gpus_per_node} GPUs/node x {args.nodes} nodes | max peak {max(peaks)[0]:.1f} GiB per rank "

@@ -184,3 +184,24 @@ def test_setup_distributed_turns_on_expandable_segments_unless_the_user_chose(mo
     monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")
     common.setup_distributed("cpu")
     assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == "max_split_size_mb:512"
+
+
+def test_cli_main_turns_ctrl_c_and_sigterm_into_one_line(capsys):
+    """A Ctrl-C (KeyboardInterrupt) or a SIGTERM inside a script's work: one line, exit 128 + n, the SIGTERM handler
+    restored afterwards; a SIGTERM raises where the work is, so `with` blocks clean up (data.py's pool)."""
+    import signal
+    import time
+
+    def ctrl_c(argv):
+        raise KeyboardInterrupt
+
+    def sigterm(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)
+        return 0
+    before = signal.getsignal(signal.SIGTERM)
+    assert common.cli_main(ctrl_c, "x.py") == 130
+    assert common.cli_main(sigterm, "x.py") == 143
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert capsys.readouterr().err.splitlines() == ["x.py: stopped by SIGINT (Ctrl-C); run the same command again",
+                                                    "x.py: stopped by SIGTERM; run the same command again"]

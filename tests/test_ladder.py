@@ -305,6 +305,8 @@ def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
     assert lines[2].startswith(f"2 runs | {flops:.3e} FLOPs |") and "4 GPUs/node x 1 nodes" in lines[2]
     monkeypatch.setattr("sys.stdin", io.StringIO("big --arch untied_grow --depth 26\n"))
     assert train.main(["--ladder-dry-run", "--", "--gpu-memory", "40"]) == 2
+    monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # nothing piped in: was a ValueError traceback
+    assert train.main(["--ladder-dry-run"]) == 2
     assert "big: untied_grow d26 does not fit 40 GiB" in capsys.readouterr().err
 
 
@@ -314,3 +316,39 @@ def test_demo_dry_run_lists_the_cpu_ladders_of_the_demo_arms_and_trains_nothing(
     names = [re.search(r"--run-name (\S+)", line).group(1) for line in launched(r.stdout)]
     assert names == [f"{arch}_d{d}" for arch in arms.DEMO_ARMS for d in (1, 2)]
     assert r.stdout.strip().splitlines()[-1].startswith("6 runs |") and os.listdir(tmp_path) == []
+
+
+def stop_a_ladder(pool, tmp_path, signum, group, started):
+    """Start a CPU ladder in its own session (as a terminal's foreground job), wait until started() holds, then send
+    signum to its process group (Ctrl-C in a terminal) or to ladder.sh alone (kill, scancel) -> (exit code, output)."""
+    argv = ["operator_1", "--preset", "cpu", "--depths", "2", "--", *TINY, "--steps", "400", "--data-dir", pool]
+    proc = subprocess.Popen(["bash", "ladder.sh", *argv], cwd=ROOT, env=dict(os.environ, RUNS_DIR=str(tmp_path)),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not started() and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signum) if group else proc.send_signal(signum)
+    out = proc.communicate(timeout=120)[0]
+    return proc.returncode, out
+
+
+@pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
+def test_ctrl_c_or_sigterm_stops_a_training_ladder_with_one_line(pool, tmp_path, signum, group):
+    """Ctrl-C printed train.py's one line followed by torchrun's 30-line traceback; now the ladder's own line, no
+    traceback, exit 128 + n, and the run is recorded as interrupted (the next invocation resumes it)."""
+    trajectory = tmp_path / "operator_1_d2" / "trajectory.jsonl"
+    code, out = stop_a_ladder(pool, tmp_path, signum, group, lambda: trajectory.exists() and trajectory.stat().st_size)
+    name = signal.Signals(signum).name
+    assert code == 128 + signum and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1] == (f"ladder.sh: stopped by {name} during run operator_1_d2 (log: {tmp_path}/"
+                                            "operator_1_d2/train.log); run the same command again to continue")
+    result = json.load(open(tmp_path / "operator_1_d2" / "result.json"))
+    assert result["status"] == "interrupted" and result["error"].startswith(f"stopped by {name}")
+
+
+def test_ctrl_c_while_ladder_sh_lists_its_runs_is_one_line(pool, tmp_path):
+    """A Ctrl-C while Python was still importing (the runs' listing) printed a KeyboardInterrupt traceback."""
+    t0 = time.time()
+    code, out = stop_a_ladder(pool, tmp_path, signal.SIGINT, True, lambda: time.time() > t0 + 0.3)
+    assert code == 130 and "Traceback" not in out, out
+    assert out.strip().splitlines()[-1].startswith("ladder.sh: stopped by SIGINT")
