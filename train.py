@@ -738,7 +738,7 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                      help="print (and fetch the losses from the device) every N steps (default: the preset's)")
     run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
                      help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
-                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%} of the training compute "
+                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute "
                           "(docs/trajectory.md)")
     run.add_argument("--wandb", default=None, metavar="PROJECT",
                      help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")

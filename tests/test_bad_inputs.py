@@ -768,7 +768,7 @@ def test_issue31_class5_gpu_check_names_each_section_before_it_runs(tmp_path, mo
     for name in ("check_ratios", "check_core_scoring", "check_training", "matmul_roofline"):
         monkeypatch.setattr(bench, name, section)
     out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--device", "cpu", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
     names = list(bench.GPU_CHECK["cpu"]["caps"])
     assert len(seen) == len(names)
     assert seen[0].startswith("gpu-check: planning its training runs")

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("train.py", "model.py", "data.py", "core_eval.py", "fit.py", "bench.py")
-SUBCOMMANDS = {"fit.py": ("ladders", "downstream", "design", "surface", "tpp", "growth", "lr", "loops", "paper"),
+SUBCOMMANDS = {"fit.py": ("ladders", "downstream", "design", "surface", "tpp", "growth", "lr", "loops", "paper", "runs", "curves"),
                "data.py": ("prepare", "verify", "bench")}
 COMMAND = re.compile(r"(?:[A-Z_]+=\S+ )*(?:python (?:%s)|bash ladder\.sh)[^`\n#]*" % "|".join(map(re.escape, SCRIPTS)))
 
