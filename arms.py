@@ -244,8 +244,8 @@ BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
 # ----------------------------------------------------------------------------------------------------------------------
 # The GPU acceptance runs' targets (bench.py --gpu-check, --gpu-smoke): per run and section the measurement, how it is
-# compared and its bound (per dtype where rounding sets it). bench.gate() puts each next to its measurement with a
-# `met` flag; docs/gpu_acceptance.md's tables are `python arms.py targets` (tests/test_bench.py checks them).
+# compared and its bound (per dtype where rounding sets it). gate() below puts each next to its measurement with a
+# `met` flag; docs/gpu_acceptance.md's tables are `python arms.py targets` (tests/test_acceptance.py checks them).
 
 # A run's outcome, worst first: an error; a target missed; something not run or not measurable here; every target met.
 VERDICTS = ("failed", "missed", "incomplete", "passed")
@@ -300,6 +300,11 @@ TARGETS = [
            "resumed, default transport: largest relative difference of a final weight tensor"),
     Target("gpu_smoke", "checks", "sharded_weights_vs_uninterrupted", "<=", TRANSPORT_WEIGHT_TOLERANCE,
            "resumed, --shard-gradients: the same"),
+    Target("gpu_smoke", "checks", "memory_measured_over_predicted", "<=", 1.0,
+           "every rank's max_memory_allocated per pass stage over the planner's peak for 2 ranks", True),
+    Target("gpu_smoke", "checks", "outside_allocator_over_predicted", "<=", 1.0,
+           "every rank's device memory beyond the allocator's reserve (mem_get_info) over the planner's CUDA context "
+           "+ NCCL allowance", True),
 ]
 
 
@@ -330,6 +335,47 @@ def is_met(target, value, dtype):
     if target.op == "within":
         return bound[0] <= value <= bound[1]
     return value >= bound if target.op == ">=" else value <= bound
+
+
+def gate(run, out, dtype):
+    """Add out[section]["gates"] (measurement, value, target, met) for every target of `run` whose section ran, and
+    out["verdict"], out["misses"], out["unmeasured"], out["exit_code"] -> the verdict. A section that did not run
+    (None) leaves its targets unmeasured, and so does a CPU exercise its speed and memory targets (a CPU's step-time
+    ratios say nothing of the GPU's)."""
+    misses, unmeasured = [], []
+    for target in (t for t in TARGETS if t.run == run):
+        section = out.get(target.section)
+        value = section.get(target.measurement) if isinstance(section, dict) else None
+        met = None if target.hardware and out.get("device") == "cpu" else is_met(target, value, dtype)
+        if isinstance(section, dict):
+            section.setdefault("gates", {})[target.measurement] = dict(
+                value=value, target=target_text(target, dtype), met=met)
+        name = f"{target.section}.{target.measurement}"
+        (misses if met is False else unmeasured if met is None else []).append(name)
+    out.update(misses=misses, unmeasured=unmeasured)
+    out["verdict"] = verdict(out)
+    out["exit_code"] = EXIT_CODES[out["verdict"]]
+    return out["verdict"]
+
+
+def verdict(out):
+    """failed (out["errors"]), missed (out["misses"]), incomplete (out["skipped"], out["unmeasured"]) or passed, the
+    worst of them, also counting out["parts"]: the verdicts of nested runs (the smoke's --gpu-check)."""
+    own = ("failed" if out.get("errors") else "missed" if out.get("misses") else
+           "incomplete" if out.get("skipped") or out.get("unmeasured") else "passed")
+    return worst([own, *out.get("parts", {}).values()])
+
+
+def verdict_summary(out, path, took=""):
+    """'VERDICT (exit N)TOOK; wrote PATH; missed: A, B; failed: C; skipped: D; unmeasured: E' (the non-empty ones)."""
+    parts = dict(missed=out["misses"], failed=list(out["errors"]), skipped=list(out["skipped"]),
+                 unmeasured=out["unmeasured"])
+    return f"{out['verdict']} (exit {out['exit_code']}){took}; wrote {path}" + "".join(
+        f"; {label}: {', '.join(names)}" for label, names in parts.items() if names)
+
+
+def worst(verdicts):
+    return min(verdicts, key=VERDICTS.index)
 
 
 def targets_markdown():

@@ -35,8 +35,7 @@ import core_eval
 import data
 import model as model_lib
 import train
-from arms import (BENCH_ARMS, BENCH_SHAPES, EXIT_CODES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, TARGETS,
-                  VERDICTS, is_met, target_text)
+from arms import BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, gate, verdict_summary
 from common import (Stopped, UsageError, cli_main_distributed, exit_process, flight_recorder_env, integer,
                     raise_stopped, setup_distributed, stop_launch, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank
@@ -350,18 +349,16 @@ def memory_history(path):
 
 
 def release_memory(device):
-    """Free what the last section left: a compiled block holds its compiled wrapper, which refers back to the block
-    (a reference cycle), so its weights outlive the section until the garbage collector runs; then hand the cached
-    blocks back, so the next section's peak is its own."""
+    """Free what the last section left (a compiled block and its wrapper refer to each other: only the garbage
+    collector frees them), then the cached blocks, so that the next section's peak is its own."""
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
 
 def mfu(cfg, passes, tokens_per_second, peak):
-    """MFU in both conventions of MFU_CONVENTIONS (None without a peak): model.flops_per_token counts
-    causal attention at half, 6 * C * (T + 1) per token per block; the nanoGPT / PaLM count takes it whole,
-    12 * C * T."""
+    """MFU in both MFU_CONVENTIONS (None without a peak): causal attention at half (model.flops_per_token), or
+    whole (nanoGPT / PaLM: 12 * C * T per token per block)."""
     full = (model_lib.matrix_flops_per_token(cfg, passes)
             + model_lib.executed_blocks(cfg, passes) * 12 * cfg.n_head * cfg.head_dim * cfg.seq_len)
     per_token = dict(causal_half=model_lib.flops_per_token(cfg, passes), full_attention=full)
@@ -489,39 +486,6 @@ def check_summary(name, result):
 SNAPSHOT_SECTIONS = ("untied_grow_eager", "untied_grow")  # --memory-snapshots: one file each
 
 
-def gate(run, out, dtype):
-    """Add out[section]["gates"] (measurement, value, target, met) for every target of `run` whose section ran, and
-    out["verdict"], out["misses"], out["unmeasured"], out["exit_code"] -> the verdict. A section that did not run
-    (None) leaves its targets unmeasured, and so does a CPU exercise its speed and memory targets (a CPU's step-time
-    ratios say nothing of the GPU's)."""
-    misses, unmeasured = [], []
-    for target in (t for t in TARGETS if t.run == run):
-        section = out.get(target.section)
-        value = section.get(target.measurement) if isinstance(section, dict) else None
-        met = None if target.hardware and out.get("device") == "cpu" else is_met(target, value, dtype)
-        if isinstance(section, dict):
-            section.setdefault("gates", {})[target.measurement] = dict(
-                value=value, target=target_text(target, dtype), met=met)
-        name = f"{target.section}.{target.measurement}"
-        (misses if met is False else unmeasured if met is None else []).append(name)
-    out.update(misses=misses, unmeasured=unmeasured)
-    out["verdict"] = verdict(out)
-    out["exit_code"] = EXIT_CODES[out["verdict"]]
-    return out["verdict"]
-
-
-def verdict(out):
-    """failed (out["errors"]), missed (out["misses"]), incomplete (out["skipped"], out["unmeasured"]) or passed, the
-    worst of them, also counting out["parts"]: the verdicts of nested runs (the smoke's --gpu-check)."""
-    own = ("failed" if out.get("errors") else "missed" if out.get("misses") else
-           "incomplete" if out.get("skipped") or out.get("unmeasured") else "passed")
-    return worst([own, *out.get("parts", {}).values()])
-
-
-def worst(verdicts):
-    return min(verdicts, key=VERDICTS.index)
-
-
 def require_gpu(args, device, what):
     """No GPU, no pretending: a GPU acceptance run on the CPU only when --cpu-exercise asks for its code path there
     (its verdict is then at best incomplete)."""
@@ -613,10 +577,7 @@ def gpu_check(args):
         release_memory(device)
         out["total_seconds"] = time.perf_counter() - t0
         write_json(args.gpu_check_out, out)
-    print(f"gpu-check: {out['verdict']} (exit {out['exit_code']}); wrote {args.gpu_check_out}"
-          + "".join(f"; {label}: {', '.join(names)}" for label, names in [
-              ("missed", out["misses"]), ("failed", list(out["errors"])), ("skipped", list(out["skipped"])),
-              ("unmeasured", out["unmeasured"])] if names))
+    print(f"gpu-check: {verdict_summary(out, args.gpu_check_out)}")
     return out["exit_code"]
 
 
@@ -671,21 +632,27 @@ def smoke_run(run_dir):
     """What a smoke run folder shows: status, growth, the losses of its steps, its final validation loss."""
     result = json.load(open(os.path.join(run_dir, "result.json")))
     losses = [json.loads(line)["loss"] for line in open(os.path.join(run_dir, "trajectory.jsonl"))]
-    return dict(status=result["status"], world_size=result["world_size"], growth_events=result["growth_events"],
-                memory=result["memory"], losses=losses, final_val_loss=result["final_val_loss"])
+    keys = ("status", "world_size", "growth_events", "memory", "memory_measured", "final_val_loss")
+    return dict({key: result[key] for key in keys}, losses=losses)
+
+
+def measured_over_predicted(runs, measured, predicted):
+    """The largest ratio, over the runs' pass stages (train.record_memory) and ranks, of a rank's `measured` bytes to
+    the stage's `predicted` ones; None where not measured (a CPU records its resident set, max_rss, instead)."""
+    ratios = [rank[measured] / record[predicted] for r in runs.values() for record in r["memory_measured"]
+              for rank in record["ranks"] if rank.get(measured) is not None]
+    return max(ratios, default=None)
 
 
 def relative_difference(losses, reference):
     """The largest relative difference of two loss lists; None when they differ in length (a run cut short)."""
-    if len(losses) != len(reference) or not reference:
-        return None
-    return max(abs(x - y) / abs(y) if y else abs(x - y) for x, y in zip(losses, reference))
+    same = len(losses) == len(reference) and reference
+    return max(abs(x - y) / abs(y) if y else abs(x - y) for x, y in zip(losses, reference)) if same else None
 
 
 def weights_difference(run_dir, reference_dir):
-    """The largest relative difference ||w - w_ref|| / ||w_ref|| over the weight tensors of two runs' final
-    checkpoints (model.pt). Losses over a few steps hardly see a wrongly weighted gradient (Muon's update is
-    normalised); the weights it moved do."""
+    """The largest ||w - w_ref|| / ||w_ref|| over the weight tensors of two runs' final checkpoints: a few steps'
+    losses hardly see a wrongly weighted gradient (Muon's update is normalised), the weights it moved do."""
     load = lambda d: torch.load(os.path.join(d, "checkpoints", "final", "model.pt"), map_location="cpu",
                                 weights_only=True)["model"]
     weights, reference = load(run_dir), load(reference_dir)
@@ -693,9 +660,9 @@ def weights_difference(run_dir, reference_dir):
                for k, w in ((k, v.double()) for k, v in reference.items()))
 
 
-def smoke_checks(runs, steps):
-    """The smoke's measurements (gated by arms.TARGETS): both resumed runs complete, grown at the crossover,
-    finite, the first resumed step bit-identical, and each resumed run's losses against the uninterrupted run's."""
+def smoke_checks(runs, steps, runs_dir):
+    """The smoke's measurements (gated by arms.TARGETS): complete, grown, finite, bit-identical first resumed step,
+    resumed vs uninterrupted losses and final weights, every rank's memory vs the planner's."""
     resumed = [runs["default"], runs["sharded"]]
     a, b, reference = runs["default"]["losses"], runs["sharded"]["losses"], runs["uninterrupted"]["losses"]
     return dict(
@@ -707,7 +674,13 @@ def smoke_checks(runs, steps):
         first_resumed_loss_equal=len(a) > 2 and len(b) > 2 and a[2] == b[2],  # the transports differ after it
         loss_max_relative_difference=relative_difference(b, a),
         default_vs_uninterrupted=relative_difference(a, reference),
-        sharded_vs_uninterrupted=relative_difference(b, reference))
+        sharded_vs_uninterrupted=relative_difference(b, reference),
+        memory_measured_over_predicted=measured_over_predicted(runs, "max_memory_allocated", "predicted_peak_bytes"),
+        outside_allocator_over_predicted=measured_over_predicted(runs, "outside_allocator",
+                                                                 "predicted_outside_allocator_bytes"),
+        **{f"{name}_weights_vs_uninterrupted": weights_difference(os.path.join(runs_dir, name),
+                                                                 os.path.join(runs_dir, "uninterrupted"))
+           for name in ("default", "sharded")})
 
 
 def gpu_smoke_runs(args, device, out_dir, out):
@@ -720,9 +693,8 @@ def gpu_smoke_runs(args, device, out_dir, out):
     common = ["--arch", "untied_grow", "--depth", str(recipe["depth"]), "--preset", args.preset, "--tokenizer",
               "bytes", "--data-dir", pool, "--runs-dir", runs_dir, "--steps", str(recipe["steps"]),
               "--crossover-fractions", "0.5", "--save-every", "2", "--val-tokens", str(recipe["val_tokens"]),
-              "--device", device.type, *SHORT_TIMEOUT]
-    if args.device_batch_size:
-        common += ["--device-batch-size", *map(str, args.device_batch_size)]
+              "--device", device.type, *SHORT_TIMEOUT,
+              *(["--device-batch-size", *map(str, args.device_batch_size)] if args.device_batch_size else [])]
     launches = [("start", ["--run-name", "default", "--stop-after", "2"]),
                 ("resume_default", ["--run-name", "default", "--resume"]),
                 ("resume_sharded", ["--run-name", "sharded", "--resume", *SHARDED_GRADIENTS]),
@@ -740,10 +712,7 @@ def gpu_smoke_runs(args, device, out_dir, out):
     if out["errors"] or out["skipped"]:
         return
     out["runs"] = {name: smoke_run(os.path.join(runs_dir, name)) for name in ("default", "sharded", "uninterrupted")}
-    out["checks"] = smoke_checks(out["runs"], recipe["steps"])
-    for name in ("default", "sharded"):
-        out["checks"][f"{name}_weights_vs_uninterrupted"] = weights_difference(
-            os.path.join(runs_dir, name), os.path.join(runs_dir, "uninterrupted"))
+    out["checks"] = smoke_checks(out["runs"], recipe["steps"], runs_dir)
 
 
 def gpu_smoke(args):
@@ -774,10 +743,7 @@ def gpu_smoke(args):
         gate("gpu_smoke", out, dtype)
         out["total_seconds"] = time.perf_counter() - t0
         write_json(path, out)
-    print(f"gpu-smoke: {out['verdict']} (exit {out['exit_code']}) in {out['total_seconds']:.0f}s; wrote {path}"
-          + "".join(f"; {label}: {', '.join(names)}" for label, names in [
-              ("missed", out["misses"]), ("failed", list(out["errors"])), ("skipped", list(out["skipped"])),
-              ("unmeasured", out["unmeasured"])] if names))
+    print("gpu-smoke: " + verdict_summary(out, path, f" in {out['total_seconds']:.0f}s"))
     return out["exit_code"]
 
 

@@ -149,6 +149,7 @@ class RunState:
     tokens: int = 0
     wall_seconds: float = 0.0    # every invocation's, from its first step (start-up excluded), resumes added
     eval_seconds: float = 0.0    # of that, in validations
+    memory_measured: list = field(default_factory=list)  # train.record_memory: every rank's, per stage and invocation
 
 
 def run_state_of(meta):
@@ -340,7 +341,7 @@ META_SCHEMA = {  # a checkpoint's meta.json (save_checkpoint writes it)
     "muon_param_groups": each(OBJECT), "args?": OBJECT, "fixed_reduce_order?": FLAG,
     "micro_batches?": nullable(each(whole(1))), "step": whole(0), "evals": each(EVAL_RECORD),
     "growth_events": each({"step": whole(0)}), "flops": real(0), "matrix_flops": real(0), "train_seconds": real(0),
-    "tokens": whole(0), "wall_seconds?": real(0), "eval_seconds?": real(0)}
+    "tokens": whole(0), "wall_seconds?": real(0), "eval_seconds?": real(0), "memory_measured?": each(OBJECT)}
 RESULT_SCHEMA = {  # a run's result.json (write_result), as far as a later invocation reads it
     "status": TEXT, "plan?": OBJECT, "data_dir?": nullable(TEXT), "data_manifest?": nullable(OBJECT)}
 TRAJECTORY_LINE = {"step": whole(1), "loss": nullable(ANY_NUMBER)}  # each line of trajectory.jsonl; more keys pass
@@ -767,6 +768,6 @@ def write_result(run, state, status, mfu=None, **extra):
         final_val_bpb=evals[-1]["val_bpb"] if final else None, estimated_training_flops=state.flops,
         tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
         total_training_time_seconds=state.train_seconds, wall_seconds=state.wall_seconds,
-        eval_seconds=state.eval_seconds,
+        eval_seconds=state.eval_seconds, memory_measured=state.memory_measured,
         tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
         last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))

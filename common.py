@@ -396,6 +396,29 @@ def keep_freed_cpu_memory():
                 and libc.mallopt(GLIBC_M_TRIM_THRESHOLD, 2 ** 31 - 1))
 
 
+def memory_in_use(device):
+    """This process's memory since the previous call, which resets the peaks (result.json's memory_measured). CUDA:
+    the caching allocator's peaks, and from mem_get_info what the device holds beyond the allocator's reserve (the
+    CUDA context, NCCL's buffers). CPU: the resident set, its peak reset where the kernel allows (clear_refs)."""
+    import torch
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        out = dict(max_memory_allocated=torch.cuda.max_memory_allocated(device),
+                   max_memory_reserved=torch.cuda.max_memory_reserved(device), device_used=total - free,
+                   outside_allocator=total - free - torch.cuda.memory_reserved(device))
+        torch.cuda.reset_peak_memory_stats(device)
+        return out
+    try:
+        with open("/proc/self/status") as f:
+            kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmHWM", "VmRSS")}
+    except OSError:  # no procfs (macOS): the process's peak, never reset
+        import resource
+        return dict(max_rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss=None)
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident set
+    return dict(max_rss=kib["VmHWM"] * 1024, rss=kib["VmRSS"] * 1024)
+
+
 DIST_TIMEOUT_MINUTES = 30  # NCCL's default 10 can pass while ranks build, load and compile a large model at start-up
 
 
@@ -409,6 +432,9 @@ def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
     # Before the first CUDA allocation: the planner packs a GPU to its margin, and growth halves the micro-batch;
     # expandable segments let the caching allocator grow blocks instead of fragmenting. A user's setting wins.
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    # NVLS (NVLink SHARP on NVSwitch nodes) binds ~1 GiB per rank outside the allocator; off unless the user sets it.
+    # The planner reads the same variable (plan.nvls_enabled), so a run and its dry run count the same buffers.
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
     use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
     if use_cuda and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible")

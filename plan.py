@@ -14,6 +14,7 @@ prints the tables of every paper run.
     python -m pytest -q tests/test_plan.py
 """
 import math
+import os
 import random
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -270,8 +271,26 @@ def passes_at(step, plan):
 
 GIB = 2 ** 30
 BUCKET_BYTES = int(muon.BUCKET_MB * 2 ** 20)  # Muon's gradient bucket (train.py --bucket-mb)
-MEMORY_MARGIN_BYTES = 3 * GIB          # CUDA context, cuBLAS/NCCL workspaces, compile autotuning
+# Outside the caching allocator (torch.cuda.mem_get_info sees them, max_memory_allocated does not), per rank. They are
+# allowances the GPU smoke measures (bench.py --gpu-smoke: outside_allocator_over_predicted), not measurements.
+CUDA_CONTEXT_BYTES = 3 * GIB // 4      # the CUDA context and its loaded kernel modules (0.5-0.7 GiB on an H100)
+NCCL_BUFFER_BYTES = GIB // 2           # NCCL's channel and peer buffers, with several ranks and NVLS off
+NCCL_NVLS_BYTES = GIB                  # NVLink SHARP's buffers on NVSwitch nodes, when NCCL_NVLS_ENABLE is not 0
+# Inside the allocator but not in the memory model: what is left of the margin
+WORKSPACE_BYTES = 7 * GIB // 4         # cuBLAS workspaces, compile autotuning
 MEMORY_MARGIN_FRACTION = 0.10          # caching-allocator fragmentation, on top of the tracked peak
+
+
+def nvls_enabled():
+    """Whether NCCL may use NVLS: common.setup_distributed sets NCCL_NVLS_ENABLE=0 unless the environment sets it (the
+    ~1 GiB per rank it binds is what d26 on 80 GB does not have); the planner reads the same variable."""
+    return os.environ.get("NCCL_NVLS_ENABLE", "0") != "0"
+
+
+def outside_allocator_bytes(world_size, nvls=False):
+    """{cuda_context, nccl_buffers}: the bytes a rank holds outside the caching allocator."""
+    nccl = NCCL_BUFFER_BYTES + (NCCL_NVLS_BYTES if nvls else 0) if world_size > 1 else 0
+    return dict(cuda_context=CUDA_CONTEXT_BYTES, nccl_buffers=nccl)
 
 
 def block_matrix_shapes(cfg):
@@ -484,10 +503,12 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
 
 
 def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0,
-                    bucket_bytes=BUCKET_BYTES):
+                    bucket_bytes=BUCKET_BYTES, nvls=False):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
     autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
-    report; 'required' adds the margin. The step's peak is the largest of three moments: the end of the forward /
+    report; 'required' adds what the rank holds outside the allocator (cuda_context, nccl_buffers: nvls is NCCL's
+    NVLS, nvls_enabled) and the margin (workspaces and fragmentation: WORKSPACE_BYTES and MEMORY_MARGIN_FRACTION of
+    the peak). The step's peak is the largest of three moments: the end of the forward /
     start of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
     backward working set of one block's activations plus two fp32 residual-stream gradients plus the gradient buckets
     in flight), the Muon step (its stacked shape group plus the bucket of new weights being all-gathered), and a
@@ -517,8 +538,9 @@ def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device=
                  evaluation=evaluation_bytes(cfg, passes, micro_batch, autocast))
     training = parts["weight_copies"] + parts["activations"] + loss_saved + parts["step_transient"]
     peak = static + max(training, parts["optimizer_step"], parts["evaluation"])
-    margin = MEMORY_MARGIN_BYTES + round(MEMORY_MARGIN_FRACTION * peak)
-    return dict(parts, peak=peak, margin=margin, required=peak + margin)
+    outside = outside_allocator_bytes(world_size, nvls)
+    margin = WORKSPACE_BYTES + round(MEMORY_MARGIN_FRACTION * peak)
+    return dict(parts, peak=peak, **outside, margin=margin, required=peak + sum(outside.values()) + margin)
 
 
 @dataclass
@@ -527,6 +549,7 @@ class StageMemory:
     executed_blocks: int
     micro_batch: int
     bytes: dict          # memory_per_rank at this micro-batch: the components, peak, margin, required
+    headroom: int = None  # the GPU's memory less the required bytes (None: an unbounded CPU run)
 
 
 @dataclass
@@ -539,20 +562,20 @@ class MemoryPlan:
 
 
 def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, micro_batches=None,
-                device="cuda", fixed_order=False, bucket_bytes=BUCKET_BYTES):
+                device="cuda", fixed_order=False, bucket_bytes=BUCKET_BYTES, nvls=False):
     """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
     whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
     executed depth p + K*c + q is what costs memory. micro_batches (one per stage, each a divisor of rank_sequences:
     requested_micro_batches) are checked instead of chosen: one that does not fit raises ValueError naming the
     largest that fits. fixed_order: the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1
-    (muon.py). bucket_bytes: Muon's gradient bucket."""
+    (muon.py). bucket_bytes: Muon's gradient bucket; nvls: NCCL's NVLS buffers (nvls_enabled)."""
     capacity = gpu_memory_gib * GIB
     divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
     stages = []
     for i, passes in enumerate(pass_stages):
         def need(b):
             partial_sums = (rank_sequences // b).bit_length() if fixed_order else 0  # floor(log2(n)) + 1
-            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums, bucket_bytes)
+            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums, bucket_bytes, nvls)
         fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
         where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
         if micro_batches is None and fitting is None:
@@ -563,7 +586,8 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
             largest = f"the largest that fits is {fitting}" if fitting else "none fits, not even 1"
             raise ValueError(f"micro-batch {choice} needs {need(choice)['required'] / GIB:.1f} GiB per GPU for "
                              f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
-        stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice)))
+        headroom = None if math.isinf(capacity) else capacity - need(choice)["required"]
+        stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice), headroom))
     return MemoryPlan(gpu_memory_gib, world_size, zero2, stages)
 
 
@@ -644,7 +668,7 @@ def fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order=F
     for zero2 in layouts:
         try:
             mem = plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib, world, zero2,
-                              micro_batches, device, fixed_order, int(bucket_mb * 2 ** 20))
+                              micro_batches, device, fixed_order, int(bucket_mb * 2 ** 20), nvls_enabled())
             return replace(mem, shard_gradients=shard_gradients and zero2)
         except ValueError:
             if zero2 == layouts[-1]:
@@ -662,7 +686,8 @@ def fits(plan, world, gpu_memory_gib, device, **transport):
 
 def memory_report(mem, plan, fixed_order=False):
     """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
-    the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run)."""
+    the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run, with the headroom left),
+    and in bytes the peak and the allowance outside the allocator that a run's measured memory is gated against."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
     why = "--shard-gradients" if mem.shard_gradients else \
         "the owner-sharded transport is required: replicated gradients do not fit"
@@ -674,10 +699,13 @@ def memory_report(mem, plan, fixed_order=False):
     return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
                 world_size=mem.world_size, sequences_per_rank=rank_seqs,
                 sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, fixed_reduce_order=fixed_order,
-                compile=COMPILE_MODE,
+                compile=COMPILE_MODE, nccl_nvls=nvls_enabled() if mem.world_size > 1 else None,
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
-                             accumulation=rank_seqs // s.micro_batch,
-                             gib={k: round(v / GIB, 2) for k, v in s.bytes.items()}) for s in mem.stages])
+                             accumulation=rank_seqs // s.micro_batch, peak_bytes=s.bytes["peak"],
+                             outside_allocator_bytes=s.bytes["cuda_context"] + s.bytes["nccl_buffers"],
+                             gib={k: None if v is None else round(v / GIB, 2)
+                                  for k, v in dict(s.bytes, headroom=s.headroom).items()})
+                        for s in mem.stages])
 
 
 # Host memory at start-up: what the dry run predicts per node (ranks per node x one rank's bytes)

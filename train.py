@@ -40,15 +40,15 @@ from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, fai
                         open_trajectory, read_run_state, recorded_micro_batches, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
 from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
-                    cli_main_distributed, env_integer, exit_process, integer, number, setup_distributed,
-                    torchrun_ranks)
+                    cli_main_distributed, env_integer, exit_process, integer, memory_in_use, number,
+                    setup_distributed, torchrun_ranks)
 import arms
 from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
                   SEEDS)
 from watch import Progress, check_tracker, open_tracker
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
-                  memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes, stage_at,
-                  stage_index)
+                  memory_report, nvls_enabled, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
+                  stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -104,7 +104,9 @@ def ladder_dry_run(argv):
         peaks.append((max(peak), name))
         host = host_memory(plan, args.gpus_per_node)
         print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
-              + " -> ".join(f"{p:.1f}" for p in peak) + f" GiB per rank, fits {mem.gpu_memory_gib:.1f} GiB"
+              + " -> ".join(f"{p:.1f}" for p in peak) + " GiB per rank + " + outside_text(mem.stages[0].bytes)
+              + " | headroom " + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages)
+              + f" GiB of {mem.gpu_memory_gib:.1f}"
               + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
               + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
     if not peaks:
@@ -114,6 +116,13 @@ def ladder_dry_run(argv):
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100 | "
           f"{args.gpus_per_node} GPUs/node x {args.nodes} nodes | max peak {max(peaks)[0]:.1f} GiB per rank "
           f"({max(peaks)[1]})")
+
+
+def outside_text(parts):
+    """'0.75 CUDA context + 0.5 NCCL (NVLS off) GiB outside the allocator' of one stage's memory_per_rank."""
+    nccl = f" + {parts['nccl_buffers'] / GIB:g} NCCL (NVLS {'on' if nvls_enabled() else 'off'})" \
+        if parts["nccl_buffers"] else ""
+    return f"{parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator"
 
 
 def check_reduce_order(args, world):
@@ -627,6 +636,7 @@ def train(args):
         trajectory = open_trajectory(run, state.step)
         write_result(run, state, "running")
         cadence, progress = cadence_of(args, run), Progress(run, state, trajectory, open_tracker(args, run))
+        start_step = state.step
         if state.step == 0 and not state.evals:
             validate(run, step_model, state, plan.pass_stages[0], "start")
             progress.restart_clock()
@@ -643,7 +653,9 @@ def train(args):
             if bad is not None:
                 return stop_non_finite(run, state, progress, bad)
             if cadence.validates(state.step):
-                watch_evals(run, training, progress, cadence)
+                watch_evals(run, training, progress, cadence, start_step)
+            if state.step == cadence.stop:  # before its checkpoint, which keeps it for the resumes
+                record_memory(run, state, start_step)
             progress.write(printed=True)
             if cadence.saves(state.step):
                 save(run, model, optimizers, state, trajectory, progress.mfu)
@@ -652,7 +664,7 @@ def train(args):
     return 0
 
 
-def watch_evals(run, training, progress, cadence):
+def watch_evals(run, training, progress, cadence, start_step):
     """The validations after a step (periodic, epoch, end; around a growth: before it, grow, after it), their numbers
     added to the step's trajectory record."""
     state, record = training.state, progress.records[-1]
@@ -660,12 +672,28 @@ def watch_evals(run, training, progress, cadence):
             else "epoch" if state.step % cadence.steps_per_epoch == 0 else "periodic")
     ev = validate(run, training.step_model, state, eval_passes(run, state), when)
     record.update(val_loss=ev["val_loss"], val_bpb=ev["val_bpb"], val_passes=ev["passes"])
+    if when == "before growth":
+        record_memory(run, state, start_step)
     if grow_if_due(run, training.model, training.optimizers, state):
         progress.grew()
         ev = validate(run, training.step_model, state, stage_at(state.step, run.plan), "after growth")
         record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
                       passes_after_growth=ev["passes"])
     progress.restart_clock()
+
+
+def record_memory(run, state, start_step):
+    """Every rank's memory over the pass stage in force (from this invocation's start or the last growth, whichever
+    came later, to now: before a growth and at an invocation's last step; a collective), next to the planner's
+    prediction for this world size: state.memory_measured, which result.json and the checkpoints keep."""
+    stage = len(state.growth_events)
+    predicted = run.memory["stages"][stage]
+    state.memory_measured.append(dict(
+        stage=stage, passes=predicted["passes"], micro_batch=predicted["micro_batch"], world_size=run.world,
+        sharded_gradients=run.sync_every_micro_batch,
+        steps=[max([start_step] + [e["step"] for e in state.growth_events]), state.step],
+        predicted_peak_bytes=predicted["peak_bytes"],
+        predicted_outside_allocator_bytes=predicted["outside_allocator_bytes"], ranks=gather(memory_in_use(run.device))))
 
 
 def stop_non_finite(run, state, progress, bad):

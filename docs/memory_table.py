@@ -28,7 +28,8 @@ def cell(run_plan, world, gpu):
     except train.UsageError:
         return "does not fit"
     return ("→".join(str(s.micro_batch) for s in mem.stages) + " (" +
-            " → ".join(f"{s.bytes['peak'] / plan.GIB:.1f}" for s in mem.stages) + ")" + (" zero2" if mem.zero2 else ""))
+            " → ".join(f"{s.bytes['peak'] / plan.GIB:.1f}" for s in mem.stages) +
+            f"; {min(s.headroom for s in mem.stages) / plan.GIB:.1f})" + (" zero2" if mem.zero2 else ""))
 
 
 def row(name, argv, release, world=8):
@@ -38,8 +39,8 @@ def row(name, argv, release, world=8):
             f"{cell(run_plan, world, H200_141GB_GIB)} |")
 
 
-HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (peak GiB) | 141 GB: micro-batch (peak GiB) |"
-          "\n|---|---|---|---|---|")
+HEADER = ("| run | executed blocks | release micro-batch | 80 GB: micro-batch (peak; headroom GiB) | "
+          "141 GB: micro-batch (peak; headroom GiB) |\n|---|---|---|---|---|")
 
 
 def run(argv):

@@ -48,11 +48,11 @@ def synthetic(run, dtype="bf16"):
 @pytest.mark.parametrize("run", ["gpu_check", "gpu_smoke"])
 def test_every_target_met_is_passed_and_each_one_missed_in_turn_is_missed(run):
     out = synthetic(run)
-    assert bench.gate(run, out, "bf16") == "passed" and out["exit_code"] == 0 and out["unmeasured"] == []
+    assert arms.gate(run, out, "bf16") == "passed" and out["exit_code"] == 0 and out["unmeasured"] == []
     for target in (t for t in arms.TARGETS if t.run == run):
         one = synthetic(run)
         one[target.section][target.measurement] = missing(target, "bf16")
-        assert bench.gate(run, one, "bf16") == "missed", target
+        assert arms.gate(run, one, "bf16") == "missed", target
         assert one["exit_code"] == 4 and one["misses"] == [f"{target.section}.{target.measurement}"]
         assert one[target.section]["gates"][target.measurement]["met"] is False
 
@@ -60,28 +60,28 @@ def test_every_target_met_is_passed_and_each_one_missed_in_turn_is_missed(run):
 def test_per_dtype_bounds_apply_the_runs_dtype():
     out = synthetic("gpu_smoke", "bf16")
     out["checks"]["default_vs_uninterrupted"] = 1e-4  # inside bf16's tolerance, outside fp32's
-    assert bench.gate("gpu_smoke", copy.deepcopy(out), "bf16") == "passed"
-    assert bench.gate("gpu_smoke", out, "fp32") == "missed"
+    assert arms.gate("gpu_smoke", copy.deepcopy(out), "bf16") == "passed"
+    assert arms.gate("gpu_smoke", out, "fp32") == "missed"
 
 
 def test_a_section_not_run_is_incomplete_an_error_failed_and_the_worst_wins():
     out = synthetic("gpu_check")
     out["ratios"], out["skipped"]["ratios"] = None, "not started: budget"
-    assert bench.gate("gpu_check", out, "bf16") == "incomplete" and out["exit_code"] == 5
+    assert arms.gate("gpu_check", out, "bf16") == "incomplete" and out["exit_code"] == 5
     assert out["unmeasured"] == ["ratios.operator_1_over_vanilla", "ratios.untied_2_over_loop_2"]
     out["vanilla"]["mfu_causal_half"] = 0.2
-    assert bench.gate("gpu_check", out, "bf16") == "missed"  # a miss outranks a part not run
+    assert arms.gate("gpu_check", out, "bf16") == "missed"  # a miss outranks a part not run
     out["errors"]["core_scoring"] = "RuntimeError: out of memory"
-    assert bench.gate("gpu_check", out, "bf16") == "failed" and out["exit_code"] == 1
+    assert arms.gate("gpu_check", out, "bf16") == "failed" and out["exit_code"] == 1
     out = synthetic("gpu_check")
     out["vanilla"]["mfu_causal_half"] = None  # not measured (no peak): never counted as met
-    assert bench.gate("gpu_check", out, "bf16") == "incomplete"
+    assert arms.gate("gpu_check", out, "bf16") == "incomplete"
 
 
 def test_the_smoke_takes_the_worst_of_its_own_checks_and_its_gpu_check():
     out = synthetic("gpu_smoke")
     out["parts"] = dict(gpu_check="missed")
-    assert bench.gate("gpu_smoke", out, "bf16") == "missed" and out["exit_code"] == 4
+    assert arms.gate("gpu_smoke", out, "bf16") == "missed" and out["exit_code"] == 4
 
 
 def test_the_one_gpu_smoke_is_incomplete_never_passed(tmp_path, monkeypatch):
@@ -94,7 +94,7 @@ def test_the_one_gpu_smoke_is_incomplete_never_passed(tmp_path, monkeypatch):
     args = types.SimpleNamespace(gpu_check_out=None, memory_snapshots=None)
     bench.smoke_parts(args, torch.device("cuda", 0), 1, str(tmp_path), out, str(tmp_path / "gpu_smoke.json"))
     assert "NCCL was not started" in out["skipped"]["runs"] and out["parts"] == dict(gpu_check="passed")
-    assert bench.gate("gpu_smoke", out, "bf16") == "incomplete" and out["exit_code"] == 5
+    assert arms.gate("gpu_smoke", out, "bf16") == "incomplete" and out["exit_code"] == 5
 
 
 def test_docs_list_the_targets_and_verdicts_of_the_table():

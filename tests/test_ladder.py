@@ -335,7 +335,9 @@ def stop_a_ladder(pool, tmp_path, signum, group, started):
 @pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_ctrl_c_or_sigterm_stops_a_training_ladder_with_one_line(pool, tmp_path, signum, group):
     """Ctrl-C printed train.py's one line followed by torchrun's 30-line traceback; now the ladder's own line, no
-    traceback, exit 128 + n, and the run is recorded as interrupted (the next invocation resumes it)."""
+    traceback, exit 128 + n, and the run is recorded as interrupted (the next invocation resumes it). On a Ctrl-C
+    torchrun, in the terminal's process group, passes the SIGINT on to its workers, racing the SIGTERM ladder.sh
+    stops it with: the record names whichever reached train.py first."""
     trajectory = tmp_path / "operator_1_d2" / "trajectory.jsonl"
     code, out = stop_a_ladder(pool, tmp_path, signum, group, lambda: trajectory.exists() and trajectory.stat().st_size)
     name = signal.Signals(signum).name
@@ -343,7 +345,8 @@ def test_ctrl_c_or_sigterm_stops_a_training_ladder_with_one_line(pool, tmp_path,
     assert out.strip().splitlines()[-1] == (f"ladder.sh: stopped by {name} during run operator_1_d2 (log: {tmp_path}/"
                                             "operator_1_d2/train.log); run the same command again to continue")
     result = json.load(open(tmp_path / "operator_1_d2" / "result.json"))
-    assert result["status"] == "interrupted" and result["error"].startswith(f"stopped by {name}")
+    recorded = ("stopped by SIGINT", "stopped by SIGTERM") if group else ("stopped by SIGTERM",)
+    assert result["status"] == "interrupted" and result["error"].startswith(recorded), result["error"]
 
 
 def test_ctrl_c_while_ladder_sh_lists_its_runs_is_one_line(pool, tmp_path):

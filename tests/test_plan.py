@@ -3,6 +3,8 @@ column, the schedules; the memory model against what autograd saves on CPU (save
 the CPU allocator's peak (torch.profiler's memory events), for training and for evaluation; the micro-batch planner's choices and errors; the first-contact
 matrix (every entry point's plan on the GPUs a user has, at 1, 8 and 16 of them)."""
 import csv
+import io
+import json
 import math
 import os
 
@@ -530,7 +532,8 @@ def core_eval_peak(cfg, passes):
     weights = 4 * model.params_stored(cfg) + 4 * 2 * model.ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2)
     tokens = core_eval.EVAL["tokens_per_forward"]["cuda"]
     forward = plan_lib.evaluation_bytes(cfg, passes, tokens // cfg.seq_len)
-    return weights + forward + 3 * tokens * 4 * cfg.vocab_size + plan_lib.MEMORY_MARGIN_BYTES
+    margin = plan_lib.CUDA_CONTEXT_BYTES + plan_lib.WORKSPACE_BYTES  # one process: no NCCL
+    return weights + forward + 3 * tokens * 4 * cfg.vocab_size + margin
 
 
 @pytest.mark.parametrize("gib", GPUS_GIB)
@@ -557,3 +560,37 @@ def test_first_contact_matrix(gib, ladder_plans):
             assert isinstance(mem, plan_lib.MemoryPlan), f"--gpu-check {section}, {plan.arch}: {mem}"
     largest = max((plan.model_config for _, _, plan in ladder_plans), key=model.params_stored)
     assert core_eval_peak(largest, largest.passes) <= gib * GIB
+
+
+def test_memory_outside_the_allocator_is_counted_term_by_term_and_the_headroom_reported(monkeypatch, capsys):
+    """required = peak + the CUDA context + NCCL's buffers (several ranks only; NVLS's when NCCL_NVLS_ENABLE is not 0)
+    + the margin (workspaces, fragmentation); every stage reports the headroom it leaves, and the d26 dry run on
+    2 x 8 H100 80GB has some at both stages."""
+    cfg = config_for("untied_grow", 8)
+    one, eight = (plan_lib.memory_per_rank(cfg, 4, 8, world) for world in (1, 8))
+    for parts in one, eight:
+        assert parts["required"] == parts["peak"] + parts["cuda_context"] + parts["nccl_buffers"] + parts["margin"]
+        assert parts["margin"] == plan_lib.WORKSPACE_BYTES + round(plan_lib.MEMORY_MARGIN_FRACTION * parts["peak"])
+    assert one["cuda_context"] == eight["cuda_context"] == plan_lib.CUDA_CONTEXT_BYTES
+    assert (one["nccl_buffers"], eight["nccl_buffers"]) == (0, plan_lib.NCCL_BUFFER_BYTES)
+    nvls = plan_lib.memory_per_rank(cfg, 4, 8, 8, nvls=True)
+    assert nvls["nccl_buffers"] == plan_lib.NCCL_BUFFER_BYTES + plan_lib.NCCL_NVLS_BYTES
+
+    def d26(nvls_env):
+        monkeypatch.setenv("NCCL_NVLS_ENABLE", nvls_env)
+        train.main(["--arch", "untied_grow", "--depth", "26", "--world-size", "16", "--dry-run"])
+        return json.loads(capsys.readouterr().out)["memory"]
+
+    off, on = d26("0"), d26("1")
+    assert (off["nccl_nvls"], on["nccl_nvls"]) == (False, True)
+    for stage in off["stages"]:
+        gib = stage["gib"]
+        assert gib["headroom"] == pytest.approx(off["gpu_memory_gib"] - gib["required"], abs=0.02) and gib["headroom"] > 0
+        assert stage["outside_allocator_bytes"] == plan_lib.CUDA_CONTEXT_BYTES + plan_lib.NCCL_BUFFER_BYTES
+    assert [s["gib"]["headroom"] - t["gib"]["headroom"] for s, t in zip(off["stages"], on["stages"])] == \
+        pytest.approx([plan_lib.NCCL_NVLS_BYTES / GIB] * 2, abs=0.02)
+    monkeypatch.delenv("NCCL_NVLS_ENABLE")  # unset: off, as common.setup_distributed sets it
+    monkeypatch.setattr("sys.stdin", io.StringIO("untied_grow_d26 --arch untied_grow --depth 26\n"))
+    train.main(["--ladder-dry-run", "--nodes", "2"])
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "0.75 CUDA context + 0.5 NCCL (NVLS off) GiB outside the allocator | headroom " in line, line
