@@ -294,23 +294,26 @@ def predict(plan, mem, nodes, per_node, fixed_order=False, bucket_mb=None, clust
         total += steps * stage["seconds"]["step"]
     return dict(predicted="predicted from stated bandwidths and efficiencies; not measured on a GPU",
                 nodes=nodes, gpus_per_node=per_node, cluster=asdict(cluster), stages=stages,
-                seconds=round(total, 1), gpu_hours=round(total * nodes * per_node / 3600, 1),
+                seconds=float(f"{total:.5g}"), gpu_hours=float(f"{total * nodes * per_node / 3600:.4g}"),
                 mfu=round(plan.total_flops / (nodes * per_node * GPU_PEAK_FLOPS[cluster.gpu] * total), 4))
+
+
+def figure(x):
+    """x to about 3 significant figures, without an exponent: 964, 4.17, 0.0737."""
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
 def summary_line(name, prediction):
     """ladder.sh --dry-run's line for one run (stages joined by ->)."""
-    stages = prediction["stages"]
-
-    def each(get, form="{:.2f}"):
-        return " -> ".join(form.format(get(s)) for s in stages)
+    def each(get):
+        return " -> ".join(get(s) if isinstance(get(s), str) else figure(get(s)) for s in prediction["stages"])
     time = {k: each(lambda s, k=k: s["seconds"][k]) for k in ("communication", "exposed_communication", "optimizer",
                                                                "step")}
-    return (f"throughput {name}: micro-batch {each(lambda s: s['micro_batch'], '{}')} | GB per GPU per step: NVLink "
-            f"{each(lambda s: s['gb_per_step']['nvlink'], '{:.1f}')}, network "
-            f"{each(lambda s: s['gb_per_step']['network'], '{:.1f}')} | communication {time['communication']} s, "
-            f"exposed {time['exposed_communication']} s, optimizer {time['optimizer']} s, step {time['step']} s | "
-            f"predicted MFU {prediction['mfu']:.1%} | {prediction['gpu_hours']:,.0f} GPU-hours")
+    return (f"throughput {name}: micro-batch {each(lambda s: str(s['micro_batch']))} | GB per GPU per step: NVLink "
+            f"{each(lambda s: s['gb_per_step']['nvlink'])}, network {each(lambda s: s['gb_per_step']['network'])} | "
+            f"communication {time['communication']} s, exposed {time['exposed_communication']} s, optimizer "
+            f"{time['optimizer']} s, step {time['step']} s | predicted MFU {prediction['mfu']:.1%} | "
+            f"{figure(prediction['gpu_hours'])} GPU-hours")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
