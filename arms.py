@@ -18,8 +18,9 @@ SEEDS = (0, 2 ** 63 - 1)                                 # train.py --seed, ladd
 
 
 def knob(flag, default=MISSING, help=None, range=None):
-    """A field that is also an override flag; range: the values its flag accepts, (low, high) for a whole number or
-    an interval such as "(0, 1]" for a float (see common.integer and common.number)."""
+    """A field that is also an override flag ("cluster" knobs: an environment variable, throughput.py); range: the
+    values its flag accepts, (low, high) for a whole number or an interval such as "(0, 1]" for a float (see
+    common.integer and common.number)."""
     return field(default=default, metadata=dict(flag=flag, help=help, range=range))
 
 
@@ -238,6 +239,29 @@ BENCH_SHAPES = {  # bench.py --bench-shape: flags of a named shape on top of --p
 # estimates (ladder.sh, fit.py design). The first key the device name contains wins: the PCIe and NVL cards first.
 GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
                   "A100": 312e12, "B200": 2250e12}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """A node type throughput.py predicts step times on: its GPU (a GPU_PEAK_FLOPS key), its links, and the share of
+    their rates a run gets. Each knob is also an environment variable of the dry runs, its name in capitals
+    (NIC_GBITS=200 bash ladder.sh all --dry-run)."""
+    gpu: str
+    nvlink_gbs: float = knob("cluster", help="NVLink GB/s per GPU and direction", range="(0, inf)")
+    nic_gbits: float = knob("cluster", help="Gb/s of one network card", range="(0, inf)")
+    nics_per_node: int = knob("cluster", help="network cards per node", range=(1, 1024))
+    bus_efficiency: float = knob("cluster", help="the share of the link rates NCCL's ring collectives reach (its "
+                                 "nccl-tests bus bandwidth / the link rate)", range="(0, 1]")
+    matmul_efficiency: float = knob("cluster", help="the share of the GPU's dense bf16 peak the model's and the "
+                                    "optimizer's FLOPs run at", range="(0, 1]")
+
+
+# DGX/HGX H100: NVLink 4 at 450 GB/s per direction, 8 ConnectX-7 NDR cards of 400 Gb/s. bus_efficiency 0.8: ring
+# reduce-scatter reaches ~360 GB/s of NVLink's 450 on 8 H100s (nccl-tests busbw). matmul_efficiency 0.5: about what
+# the release's largest runs reached (Vanilla d20: 49.6 % MFU, `python throughput.py anchor`), where communication is
+# < 1 % of a step; the model has no term for what slows small runs (per-op overheads, memory-bound kernels).
+CLUSTERS = {"H100": Cluster(gpu="H100", nvlink_gbs=450, nic_gbits=400, nics_per_node=8, bus_efficiency=0.8,
+                            matmul_efficiency=0.5)}
 EVAL_COMPUTE_SHARE = 0.02  # train.py's default --eval-every: periodic validation costs at most 2 % of the training
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 

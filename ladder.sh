@@ -14,7 +14,9 @@
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed
-# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (0.4, for the dry-run GPU-hour estimate); a relative
+# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (unset: the dry run's GPU-hours come from the
+# throughput model's predicted MFU per run, throughput.py; set: at that MFU), the throughput model's links and
+# efficiencies (NVLINK_GBS, NIC_GBITS, NICS_PER_NODE, BUS_EFFICIENCY, MATMUL_EFFICIENCY: arms.CLUSTERS); a relative
 # DATA_DIR or RUNS_DIR is taken from the directory ladder.sh is run in, the defaults lie under the repository.
 # SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
 # each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
@@ -213,8 +215,9 @@ if [ "$dry_run" = 1 ]; then
         train_args "$name" $args
         echo "${launch[*]} train.py$(printf ' %q' "${train_args[@]}" ${extra[@]+"${extra[@]}"})"
     done
-    # train.py's derivation and micro-batch planner for every run: its memory per rank, then FLOPs and GPU-hours
-    python_or_die train.py --ladder-dry-run --gpus-per-node "$nproc" --nodes "$nnodes" --mfu "${MFU:-0.4}" \
+    # train.py's derivation, micro-batch planner and throughput model for every run: its memory per rank, bytes
+    # per link, exposed communication and predicted MFU, then FLOPs and GPU-hours
+    python_or_die train.py --ladder-dry-run --gpus-per-node "$nproc" --nodes "$nnodes" ${MFU:+--mfu "$MFU"} \
         -- ${extra[@]+"${extra[@]}"} <<<"$listing"
     exit 0
 fi

@@ -36,6 +36,7 @@ import torch.distributed.checkpoint as dcp
 import data
 import model as model_lib
 import muon
+import throughput
 from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, failure_reason, gather, load_checkpoint,
                         open_trajectory, read_run_state, recorded_micro_batches, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
@@ -54,8 +55,8 @@ from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, hos
 # Dry run and compilation
 
 def dry_run(args):
-    """One JSON line per --depth: the plan, its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA) and its
-    "host_memory" per node of NPROC_PER_NODE ranks."""
+    """One JSON line per --depth: the plan, its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA), its
+    "host_memory" per node of NPROC_PER_NODE ranks and its predicted "throughput" on those nodes (throughput.py)."""
     ranks_per_node = env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
     world = args.world_size or ranks_per_node * env_integer("NNODES", 1, 1, MAX_NODES)
     check_reduce_order(args, world)
@@ -64,8 +65,10 @@ def dry_run(args):
         plan = make_plan(args)
         mem = dry_run_memory(args, plan, world)
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
+        speed = throughput.predict(plan, mem, *throughput.layout(world, ranks_per_node), args.fixed_reduce_order,
+                                   args.bucket_mb)
         print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
-                              host_memory=host_memory(plan, min(ranks_per_node, world)),
+                              host_memory=host_memory(plan, min(ranks_per_node, world)), throughput=speed,
                               schedule_notes=schedule_notes(plan))))
     return 0
 
@@ -82,24 +85,29 @@ def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
     run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
     prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
-    planner's, on N x M H100s unless --gpu-memory) and host memory per node (plan.host_memory), then the ladder's
-    FLOPs and GPU-hours at F of an H100's peak."""
+    planner's, on N x M H100s unless --gpu-memory), host memory per node (plan.host_memory) and predicted throughput
+    (throughput.py), then the ladder's FLOPs and GPU-hours: the throughput model's, or at F of an H100's peak."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
     p.add_argument("--nodes", type=integer(1, MAX_NODES), default=1)
-    p.add_argument("--mfu", type=number("(0, 1]"), default=0.4)
+    p.add_argument("--mfu", type=number("(0, 1]"), default=None,
+                   help="GPU-hours at this MFU instead of the throughput model's prediction per run")
     args = p.parse_args(ours)
-    world, flops, peaks = args.gpus_per_node * args.nodes, 0, []
+    world, flops, peaks, hours = args.gpus_per_node * args.nodes, 0, [], 0.0
+    cluster = throughput.cluster_from_env()
     for line in sys.stdin:
         name, *run_args = line.split()
         try:
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
             mem = dry_run_memory(run_args, plan, world)
+            speed = throughput.predict(plan, mem, args.nodes, args.gpus_per_node, run_args.fixed_reduce_order,
+                                       run_args.bucket_mb, cluster)
         except UsageError as e:
             raise UsageError(f"{name}: {e}") from None
         flops += plan.total_flops
+        hours += speed["gpu_hours"]
         peak = [s.bytes["peak"] / GIB for s in mem.stages]
         peaks.append((max(peak), name))
         host = host_memory(plan, args.gpus_per_node)
@@ -109,13 +117,14 @@ def ladder_dry_run(argv):
               + f" GiB of {mem.gpu_memory_gib:.1f}"
               + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
               + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
+        print(throughput.summary_line(name, speed))
     if not peaks:
         raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
                          "its train.py flags)")
-    hours = flops / (GPU_PEAK_FLOPS["H100"] * args.mfu) / 3600
-    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100 | "
-          f"{args.gpus_per_node} GPUs/node x {args.nodes} nodes | max peak {max(peaks)[0]:.1f} GiB per rank "
-          f"({max(peaks)[1]})")
+    hours = f"~{hours:,.0f} GPU-hours predicted (throughput.py; not measured)" if args.mfu is None else \
+        f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100"
+    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} GPUs/node x {args.nodes} nodes | "
+          f"max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
 
 
 def outside_text(parts):

@@ -61,6 +61,10 @@ def test_data_constrained_and_d26_dry_runs():
     (line,) = launched(r.stdout)
     assert "--nnodes 2" in line and "--node_rank 1" in line and "--master_addr 10.0.0.1" in line
     assert "--depth 26" in line and "fineweb_edu" in line
+    (speed,) = [line for line in r.stdout.splitlines() if line.startswith("throughput untied_grow_d26:")]
+    assert re.search(r"micro-batch 1 -> 1 \| GB per GPU per step: NVLink [0-9. >-]+, network [1-9][0-9.]* -> "
+                     r"[1-9][0-9.]* \| communication .* exposed .* predicted MFU [0-9.]+% \|", speed), speed
+    assert "GPU-hours predicted" in r.stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -299,10 +303,16 @@ def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
     monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\nb --arch loop_2 --depth 8\n"))
     assert train.main(["--ladder-dry-run", "--gpus-per-node", "4", "--", "--tpp", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines[:2]] == ["memory a", "memory b"]
+    assert [line.split(":")[0] for line in lines[:4]] == ["memory a", "throughput a", "memory b", "throughput b"]
     flops = sum(train.make_plan(train.parse_args(argv)).total_flops for argv in (
         ["--arch", "vanilla", "--depth", "6", "--tpp", "10"], ["--arch", "loop_2", "--depth", "8", "--tpp", "10"]))
-    assert lines[2].startswith(f"2 runs | {flops:.3e} FLOPs |") and "4 GPUs/node x 1 nodes" in lines[2]
+    assert lines[4].startswith(f"2 runs | {flops:.3e} FLOPs |") and "4 GPUs/node x 1 nodes" in lines[4]
+    hours = [float(re.search(r"\| ([0-9.,]+) GPU-hours$", line).group(1)) for line in (lines[1], lines[3])]
+    total = float(re.search(r"~([0-9.,]+) GPU-hours predicted", lines[4]).group(1).replace(",", ""))
+    assert total == pytest.approx(sum(hours), abs=0.51)  # the throughput model's, not a fixed MFU
+    monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\n"))
+    assert train.main(["--ladder-dry-run", "--mfu", "0.5"]) == 0
+    assert "GPU-hours at 50% MFU of an H100" in capsys.readouterr().out
     monkeypatch.setattr("sys.stdin", io.StringIO("big --arch untied_grow --depth 26\n"))
     assert train.main(["--ladder-dry-run", "--", "--gpu-memory", "40"]) == 2
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # nothing piped in: was a ValueError traceback

@@ -10,7 +10,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {os.path.basename(path)[:-3]: path for path in sorted(glob.glob(os.path.join(ROOT, "*.py")))}
-MAX_SCRIPTS, MAX_LINES, MAX_FUNCTION_LINES = 15, 900, 80
+MAX_SCRIPTS, MAX_LINES, MAX_FUNCTION_LINES = 16, 900, 80
 
 
 def parsed(name):

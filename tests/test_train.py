@@ -342,6 +342,27 @@ def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
     assert f"host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)" in line
 
 
+def test_dry_run_predicts_throughput_on_its_nodes(capsys, monkeypatch):
+    """The dry run's "throughput" (throughput.py) is for NPROC_PER_NODE x NNODES (or --world-size GPUs in nodes of
+    NPROC_PER_NODE): one node has no network bytes; --shard-gradients syncs every micro-batch and moves more."""
+    def speed(*flags):
+        assert train.main(["--arch", "vanilla", "--depth", "12", "--dry-run", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["throughput"]
+    one = speed()
+    assert (one["nodes"], one["gpus_per_node"]) == (1, 8) and one["predicted"].startswith("predicted")
+    (stage,) = one["stages"]
+    assert stage["gb_per_step"]["network"] == 0 < stage["gb_per_step"]["nvlink"] and stage["synced_micro_batches"] == 1
+    assert 0.3 < one["mfu"] < one["cluster"]["matmul_efficiency"]
+    monkeypatch.setenv("NPROC_PER_NODE", "4")
+    two = speed("--world-size", "8", "--shard-gradients")
+    assert (two["nodes"], two["gpus_per_node"]) == (2, 4) and two["stages"][0]["gb_per_step"]["network"] > 0
+    assert two["stages"][0]["synced_micro_batches"] == two["stages"][0]["accumulation"] > 1
+    assert two["stages"][0]["gb_per_step"]["nvlink"] > stage["gb_per_step"]["nvlink"] * 3 / 4
+    monkeypatch.setenv("NPROC_PER_NODE", "3")
+    assert train.main(["--arch", "vanilla", "--depth", "12", "--dry-run", "--world-size", "8"]) == 2
+    assert "not a whole number of nodes" in capsys.readouterr().err
+
+
 def test_shard_gradients_flag_shards_where_replicated_gradients_fit(capsys):
     argv = ["--arch", "untied_grow", "--depth", "12", "--dry-run"]
     for flags, sharded in (([], False), (["--shard-gradients"], True)):

@@ -1,0 +1,229 @@
+"""throughput.py: the collectives it predicts against what train_step sends on 2 and 4 gloo ranks (4 as 2 "nodes" x
+2), its closed-form link bytes against rings walked edge by edge, the overlap rule, the d26 run, and the release's
+MFU (timing.json with this project's FLOP count)."""
+import os
+from collections import Counter
+from fractions import Fraction
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import plan as plan_lib
+import throughput
+import train
+from common import UsageError
+from test_train import COLLECTIVES, LEDGER_ARGV, LEDGER_TRANSPORTS
+
+KINDS = ("reduce_scatter_single", "all_gather_single", "all_reduce", "reduce", "broadcast", "all_to_all_single",
+         "gather")
+FIELD = {"reduce": "dst", "broadcast": "src", "gather": "dst"}  # the root's keyword (muon.py passes it by name)
+
+
+def walked(kind, n, nodes, per_node, root=0):
+    """{"nvlink": bytes, "network": bytes} over every link of one collective, the module docstring's rings walked
+    edge by edge: channel c enters each node at its GPU c + 1 and leaves it from GPU c; a ring collective sends each
+    rank's chunk of n / channels along every edge (W - 1) times (all-reduce twice); a broadcast chains from the root,
+    a reduce into it; all-to-all and gather send point to point."""
+    world, links = nodes * per_node, Counter()
+
+    def send(a, b, nbytes):
+        links["network" if a // per_node != b // per_node else "nvlink"] += nbytes
+    if kind in ("all_to_all_single", "gather"):
+        for a in range(world):
+            for b in range(world):
+                if a != b and (kind == "all_to_all_single" or b == root):
+                    send(a, b, Fraction(n, world) if kind == "all_to_all_single" else n)
+        return links
+    for c in range(per_node):
+        ring = [k * per_node + (c + 1 + j) % per_node for k in range(nodes) for j in range(per_node)]
+        at = ring.index(root)
+        idle = (ring[at - 1], root) if kind == "broadcast" else (root, ring[(at + 1) % world])
+        for a, b in zip(ring, ring[1:] + ring[:1]):
+            if kind in ("broadcast", "reduce"):
+                send(a, b, 0 if (a, b) == idle else Fraction(n, per_node))
+            else:
+                send(a, b, (2 if kind == "all_reduce" else 1) * (world - 1) * Fraction(n, per_node * world))
+    return links
+
+
+@pytest.mark.parametrize("nodes, per_node", [(1, 2), (2, 1), (2, 2), (1, 8), (2, 8), (3, 4)])
+def test_link_bytes_are_the_rings_walked_edge_by_edge(nodes, per_node):
+    world = nodes * per_node
+    for kind in KINDS:
+        for n in (4, 6144, 1_000_003):
+            for root in {0, world - 1, world // 2}:
+                nvlink, network = throughput.link_bytes(kind, n, nodes, per_node)
+                links = walked(kind, n, nodes, per_node, root)
+                assert (nvlink * world, network * world) == (links["nvlink"], links["network"]), (kind, n, root)
+
+
+def test_a_bucket_ready_with_another_in_flight_stalls_backward():
+    """Backward of 3 blocks of 1 s, every collective 1 s. Buckets ready 1 s apart hide; two complete at once: backward
+    waits 1 s for the first before copying the second (exposed although the stream has time), and at backward's end
+    the second also ends 1 s after it: 2 s. An AdamW all-reduce does not stall backward but queues on the stream."""
+    send = throughput.BackwardSend
+    cost = lambda s: 1.0  # noqa: E731
+    assert throughput.backward_exposed([send("reduce_scatter_single", 1, k, True) for k in (1, 2)], 0.0, 1.0, 3,
+                                       cost) == 0.0
+    assert throughput.backward_exposed([send("reduce_scatter_single", 1, 1, True)] * 2, 0.0, 1.0, 3, cost) == 1.0
+    assert throughput.backward_exposed([send("reduce_scatter_single", 1, 3, True)] * 2, 0.0, 1.0, 3, cost) == 2.0
+    assert throughput.backward_exposed([send("all_reduce", 1, 0, False), send("reduce_scatter_single", 1, 0, True)],
+                                       0.0, 1.0, 3, cost) == 0.0
+    assert throughput.backward_exposed([send("all_reduce", 1, 3, False)], 0.0, 1.0, 3, cost) == 1.0
+
+
+@pytest.mark.parametrize("arch, passes", [("vanilla", 1), ("gated_1", 1), ("untied_grow", 2), ("untied_grow", 4)])
+def test_adamw_gradients_are_what_a_backward_hands_replicated_grads(arch, passes):
+    """The AdamW gradients (numel, bytes per element) a backward gives, in the order their hooks fire (the ones
+    muon.ReplicatedGrads all-reduces); the gated arm's boundary gate too."""
+    import model
+    cfg = model.config_for(arch, 3, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257)
+    net, fired = model.GPT(cfg), []
+    for group in ("embedding", "unembedding", "scalar"):
+        for p in net.param_groups()[group]:
+            p.register_post_accumulate_grad_hook(lambda p: fired.append((p.numel(), p.element_size())))
+    idx = torch.randint(0, 257, (2, 17), generator=torch.Generator().manual_seed(0))
+    net(idx[:, :-1], targets=idx[:, 1:], passes=passes).backward()
+    assert fired == throughput.adamw_gradients(cfg, passes, "cpu")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# What gloo moves: tiny Untied-Grow runs through growth (tests/test_train.py's ledger runs) on 4 ranks, then on 2
+
+def counting(name, collective, sent):
+    """collective, recording (name, payload bytes, root): the full buffer (reduce-scatter's input, all-gather's
+    output, all-to-all's input, what a gather's rank sends)."""
+    def counted(*args, **kwargs):
+        tensor = args[1] if name in ("reduce_scatter_single", "all_to_all_single") else args[0]
+        sent.append((name, tensor.numel() * tensor.element_size(), kwargs.get(FIELD.get(name), 0)))
+        return collective(*args, **kwargs)
+    return counted
+
+
+def traffic_worker(rank, ports, out_dir):
+    import bench
+    torch.set_num_threads(1)
+    sent = []
+    for name in COLLECTIVES:
+        setattr(dist, name, counting(name, getattr(dist, name), sent))
+    for world, port in zip((4, 2), ports):
+        if rank >= world:
+            break
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+        reports = {}
+        for transport, flags in LEDGER_TRANSPORTS.items():
+            args = train.parse_args(LEDGER_ARGV + ["--no-compile"] + flags)
+            plan = train.make_plan(args)
+            mem = plan_lib.device_memory_plan(args, plan, world, torch.device("cpu"))
+            run = train.new_run(args, plan, mem, rank, world, torch.device("cpu"),
+                                bench.SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, 8))
+            training, steps = train.start_training(run), []
+            for _ in range(plan.steps):
+                sent.clear()
+                loss, passes, _, _ = train.train_step(training)
+                train.count_step(run, training.state, passes, seconds=1.0)
+                steps.append((passes, list(sent)))
+            reports[transport] = dict(steps=steps, zero2=mem.zero2)
+        if rank == 0:
+            torch.save(reports, os.path.join(out_dir, f"w{world}.pt"))
+        dist.barrier()
+        dist.destroy_process_group()
+    os._exit(0)  # gloo's teardown can abort an exiting process (tests/test_muon.py, transport_worker)
+
+
+@pytest.fixture(scope="module")
+def traffic(tmp_path_factory):
+    import socket
+    import torch.multiprocessing as mp
+    out_dir, sockets = tmp_path_factory.mktemp("traffic"), [socket.socket(), socket.socket()]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    mp.spawn(traffic_worker, args=(ports, str(out_dir)), nprocs=4, join=True)
+    return {world: torch.load(out_dir / f"w{world}.pt") for world in (4, 2)}
+
+
+@pytest.mark.parametrize("world", [4, 2])
+def test_predicted_collectives_are_what_gloo_moved(traffic, world):
+    """Every step, through growth, with replicated, sharded and fixed-order gradients: the collectives and payloads
+    the model predicts are exactly those train_step sent; on 4 ranks as 2 nodes x 2 the bytes over each link are
+    the rings walked over what was sent."""
+    for transport, report in traffic[world].items():
+        args = train.parse_args(LEDGER_ARGV + LEDGER_TRANSPORTS[transport])
+        plan = train.make_plan(args)
+        mem = plan_lib.device_memory_plan(args, plan, world, torch.device("cpu"))
+        assert mem.zero2 == report["zero2"] == (transport == "sharded")
+        nodes, per_node = (2, 2) if world == 4 else (1, 2)
+        for step, (passes, sent) in enumerate(report["steps"]):
+            stage = plan_lib.stage_index(step, plan)
+            assert passes == plan.pass_stages[stage]
+            moving, _, accumulation, synced = throughput.stage_transport(plan, mem, stage, passes,
+                                                                         args.fixed_reduce_order)
+            predicted = throughput.step_collectives(plan.model_config, passes, moving, world,
+                                                    int(args.bucket_mb * 2 ** 20), accumulation, synced,
+                                                    args.fixed_reduce_order, "cpu")
+            assert Counter((name, n) for name, n, _ in sent) == predicted, (transport, step)
+            links = sum((walked(name, n, nodes, per_node, root) for name, n, root in sent), Counter())
+            model = [sum(throughput.link_bytes(kind, n, nodes, per_node)[i] * count
+                         for (kind, n), count in predicted.items()) * world for i in (0, 1)]
+            assert (links["nvlink"], links["network"]) == tuple(model), (transport, step)
+            if world == 4:
+                assert links["network"] > 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The paper's runs
+
+def test_d26_on_two_nodes_reduces_every_micro_batch_over_the_network():
+    """d26 on 2 x 8 H100 80GB: micro-batch 1 with sharded gradients, 16 synced micro-batches a step, each
+    reduce-scattering the executed matrices' fp32 gradients (28.36 GB at K = 4) to their owners; 1/8 of a GPU's ring
+    bytes cross the network; communication exposed, MFU below the matmul efficiency."""
+    plan = train.make_plan(train.parse_args(["--arch", "untied_grow", "--depth", "26"]))
+    mem = plan_lib.plan_micro_batches(plan, 16, plan_lib.H100_80GB_GIB)
+    speed = throughput.predict(plan, mem, 2, 8)
+    final = speed["stages"][-1]
+    assert (final["passes"], final["micro_batch"], final["synced_micro_batches"]) == (4, 1, 16)
+    sends = throughput.backward_sends(plan.model_config, 4, 16, plan_lib.BUCKET_BYTES)
+    muon_bytes = sum(s.nbytes for s in sends if s.muon)
+    cfg = plan.model_config
+    assert muon_bytes == 4 * 53 * cfg.width * (4 * cfg.width + 3 * cfg.mlp_hidden)  # every executed matrix, fp32
+    assert round(muon_bytes / 1e9, 2) == 28.36
+    assert final["gb_per_step"]["network"] == pytest.approx(final["gb_per_step"]["nvlink"] / 7, rel=1e-3)
+    assert 0 < final["seconds"]["exposed_communication"] < final["seconds"]["communication"]
+    assert speed["mfu"] < 0.45 and speed["gpu_hours"] > 0
+    one_node = throughput.predict(plan, plan_lib.plan_micro_batches(plan, 16, 1000), 1, 16)
+    assert one_node["stages"][-1]["gb_per_step"]["network"] == 0
+
+
+def test_cluster_knobs_come_from_the_environment(monkeypatch):
+    monkeypatch.setenv("NIC_GBITS", "200")
+    monkeypatch.setenv("NICS_PER_NODE", "4")
+    cluster = throughput.cluster_from_env()
+    assert (cluster.nic_gbits, cluster.nics_per_node, cluster.nvlink_gbs) == (200, 4, 450)
+    for name, value in (("NICS_PER_NODE", "0"), ("BUS_EFFICIENCY", "1.5"), ("MATMUL_EFFICIENCY", "nan")):
+        monkeypatch.setenv(name, value)
+        with pytest.raises(UsageError, match=f"environment variable {name} "):
+            throughput.cluster_from_env()
+        monkeypatch.delenv(name)
+
+
+def release_mfu(arch, depth, hours):
+    plan = train.make_plan(train.parse_args(["--arch", arch, "--depth", str(depth)]))
+    return throughput.measured_mfu(plan.total_flops, hours)
+
+
+def test_anchor_the_release_mfu_from_its_hours_and_our_flops():
+    """timing.json's training hours on one 8 x H100 node and this project's FLOP count: Vanilla d6 37 %, d12 46.4 %,
+    d20 49.6 % (issue 29); every one of the 58 runs is an arm of arms.RELEASE_SERIES."""
+    import arms
+    timing = throughput.release_timing()
+    assert len(timing) == 58
+    hours = {(arms.RELEASE_SERIES[s], d): h for s, d, h in timing}
+    assert len(hours) == 58 and set(arch for arch, _ in hours) == set(arms.PAPER_ARMS)
+    got = {d: release_mfu("vanilla", d, hours["vanilla", d]) for d in (6, 12, 20)}
+    assert (round(100 * got[6]), round(100 * got[12], 1), round(100 * got[20], 1)) == (37, 46.4, 49.6)
+    with pytest.raises(UsageError):
+        throughput.measured_mfu(1e18, 0.0)
