@@ -17,6 +17,23 @@ def free_port():
 
 
 @pytest.fixture(scope="session")
+def spawn_ranks():
+    """spawn(worker, out_dir, nprocs): torch.multiprocessing.spawn of worker(rank, ports, out_dir) on nprocs
+    processes, with two free TCP ports for the process groups it starts one after the other."""
+    import torch.multiprocessing as mp
+
+    def spawn(worker, out_dir, nprocs=4):
+        sockets = [socket.socket(), socket.socket()]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        ports = [s.getsockname()[1] for s in sockets]
+        for s in sockets:
+            s.close()
+        mp.spawn(worker, args=(ports, str(out_dir)), nprocs=nprocs, join=True)
+    return spawn
+
+
+@pytest.fixture(scope="session")
 def pool(tmp_path_factory):
     """A small offline token pool (byte tokenizer, stdlib corpus) for short training runs."""
     import data

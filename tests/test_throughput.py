@@ -133,16 +133,9 @@ def traffic_worker(rank, ports, out_dir):
 
 
 @pytest.fixture(scope="module")
-def traffic(tmp_path_factory):
-    import socket
-    import torch.multiprocessing as mp
-    out_dir, sockets = tmp_path_factory.mktemp("traffic"), [socket.socket(), socket.socket()]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    mp.spawn(traffic_worker, args=(ports, str(out_dir)), nprocs=4, join=True)
+def traffic(tmp_path_factory, spawn_ranks):
+    out_dir = tmp_path_factory.mktemp("traffic")
+    spawn_ranks(traffic_worker, out_dir)
     return {world: torch.load(out_dir / f"w{world}.pt") for world in (4, 2)}
 
 

@@ -627,16 +627,9 @@ def ledger_worker(rank, ports, out_dir):
 
 
 @pytest.fixture(scope="module")
-def ledgers(tmp_path_factory):
-    import socket
-    import torch.multiprocessing as mp
-    out_dir, sockets = tmp_path_factory.mktemp("ledger"), [socket.socket(), socket.socket()]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    mp.spawn(ledger_worker, args=(ports, str(out_dir)), nprocs=4, join=True)
+def ledgers(tmp_path_factory, spawn_ranks):
+    out_dir = tmp_path_factory.mktemp("ledger")
+    spawn_ranks(ledger_worker, out_dir)
     return {world: [torch.load(out_dir / f"w{world}_rank{r}.pt", map_location="cpu") for r in range(world)] for world in (2, 4)}
 
 
