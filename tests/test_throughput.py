@@ -136,7 +136,7 @@ def traffic_worker(rank, ports, out_dir):
 def traffic(tmp_path_factory, spawn_ranks):
     out_dir = tmp_path_factory.mktemp("traffic")
     spawn_ranks(traffic_worker, out_dir)
-    return {world: torch.load(out_dir / f"w{world}.pt") for world in (4, 2)}
+    return {world: torch.load(out_dir / f"w{world}.pt", map_location="cpu") for world in (4, 2)}
 
 
 @pytest.mark.parametrize("world", [4, 2])
