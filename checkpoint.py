@@ -371,8 +371,8 @@ def primitive_args(args):
 def load_checkpoint(folder, plan, model, optimizers, device):
     """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
     world size -> RunState (the caller sets the model's passes for its step). device: this rank's; the AdamW state
-    is loaded straight onto it (rank 0 saved it from its own GPU: without map_location every rank would put it on
-    GPU 0), the weights through the CPU into the model's parameters. A checkpoint that fails its manifest, its plan,
+    and the weights go through the host onto their parameters (rank 0 saved them from its own GPU: restored where
+    they were saved, every rank would put them on GPU 0). A checkpoint that fails its manifest, its plan,
     its own records (check_self_consistent) or its loading is a UsageError."""
     verify(folder)
     meta = read_meta(folder)
@@ -391,13 +391,7 @@ def load_checkpoint(folder, plan, model, optimizers, device):
                 template = dict(muon={k: v for k, v in opt.state_dict().items() if k != "param_groups"})
                 dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
                 opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
-        adamw = [opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)]
-        # on CPU AdamW adopts the loaded tensors as its state: mapped, they would keep the file open all run (on NFS
-        # its deletion at the next save then leaves latest.old behind, and the save after that fails)
-        saved_adamw = load_tensors(os.path.join(folder, "adamw.pt"), map_location=device,
-                                   mmap=torch.device(device).type != "cpu")
-        for opt, saved in zip(adamw, saved_adamw, strict=True):
-            opt.load_state_dict(saved)
+        load_adamw([opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)], folder, device)
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
         state = run_state_of(meta)
     except UsageError:
@@ -412,6 +406,19 @@ def load_checkpoint(folder, plan, model, optimizers, device):
         where = "muon/ does not load: " if cause is not e else ""
         raise UsageError(f"checkpoint {folder} is not usable: {where}{failure_reason(cause)}") from None
     return state
+
+
+def load_adamw(optimizers, folder, device):
+    """AdamW's state from adamw.pt: the moments onto their parameters' device (load_state_dict moves them there from
+    the host), each "step" kept on the host, where a fresh AdamW has it: a step count on the GPU costs an .item()
+    sync per parameter in every later step. On CPU AdamW adopts the loaded tensors as its state: mapped, they would
+    keep the file open all run (on NFS its deletion at the next save then leaves latest.old behind, and the save
+    after that fails); elsewhere the file is mapped and the steps copied out of it."""
+    saved_all = load_tensors(os.path.join(folder, "adamw.pt"), map_location="cpu", mmap=device.type != "cpu")
+    for opt, saved in zip(optimizers, saved_all, strict=True):
+        for state in saved["state"].values():
+            state["step"] = state["step"].clone()
+        opt.load_state_dict(saved)
 
 
 def check_self_consistent(folder, weights, meta, plan):

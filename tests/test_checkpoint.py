@@ -303,3 +303,23 @@ def test_a_signal_inside_a_dcp_load_stays_a_signal(pool, tmp_path, monkeypatch):
     with pytest.raises(train.Stopped) as caught:
         checkpoint.load_checkpoint(folder, plan, net, optimizers, torch.device("cpu"))
     assert caught.value is stopped
+
+
+def test_resumed_adamw_keeps_its_step_counts_on_the_host(tmp_path, monkeypatch):
+    """A fresh AdamW keeps each parameter's "step" on the host; loaded onto the GPU with the moments, every later step
+    would wait for the device once per parameter (foreach AdamW reads the count with .item()). Saved as from GPU 0
+    and loaded for parameters on another device (meta stands in for cuda here): the moments follow the parameters,
+    the steps stay on the host with their values."""
+    weight = torch.nn.Parameter(torch.ones(4, 3))
+    opt = torch.optim.AdamW([weight], lr=0.1, foreach=True)
+    weight.grad = torch.full_like(weight, 0.5)
+    opt.step(), opt.step()
+    with monkeypatch.context() as m:
+        m.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        torch.save([opt.state_dict()], tmp_path / "adamw.pt")
+    elsewhere = torch.nn.Parameter(torch.empty(4, 3, device="meta"))
+    resumed = torch.optim.AdamW([elsewhere], lr=0.1, foreach=True)
+    checkpoint.load_adamw([resumed], str(tmp_path), torch.device("meta"))
+    state = resumed.state[elsewhere]
+    assert state["exp_avg"].device.type == state["exp_avg_sq"].device.type == "meta"
+    assert state["step"].device.type == "cpu" and state["step"].item() == 2
