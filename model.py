@@ -42,6 +42,16 @@ ATTENTION_OPS = {"aten::_scaled_dot_product_cudnn_attention": "cudnn",
                  "aten::_scaled_dot_product_attention_math": "math"}
 
 
+def attention_backend_run(fn):
+    """The backend (ATTENTION_OPS' name; several joined by +) of the attention kernels fn(), a forward of the model,
+    runs, from the aten ops torch.profiler records, also those a compiled graph calls. A compiled graph decomposes the
+    math backend into matmuls and a softmax, no op of its own: a forward without a fused kernel ran math."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return "+".join(sorted({ATTENTION_OPS[e.name] for e in prof.events() if e.name in ATTENTION_OPS})) or "math"
+
+
 @dataclass
 class ModelConfig:
     arch: str

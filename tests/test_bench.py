@@ -90,6 +90,8 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
         assert run["mfu_causal_half"] is None and run["mfu_full_attention"] is None  # CPU: no peak
         assert run["max_memory_allocated_bytes"] is None  # nor a CUDA allocator
         assert not run["stopped_at_cap"] and run["memory_snapshot"] is None  # snapshots are CUDA's
+        assert run["attention_backend"] == "flash"  # auto's first backend a CPU runs: its flash kernel
+        assert run["loss_seconds"] > 0 and 0 < run["loss_share"] < 1  # the loss's forward and backward in a step
     for name in ("untied_grow_eager", "untied_grow"):
         assert result[name]["growth_events"] == [dict(step=1, passes_from=2, passes_to=4, reset_parameters=14)]
     assert result["untied_grow"]["final_loss"] == pytest.approx(result["untied_grow_eager"]["final_loss"], rel=1e-5)

@@ -569,6 +569,21 @@ def test_compiled_loss_chunks_equal_eager_ones(monkeypatch):
     assert len(graphs) == 3  # training's chunks of 16 and of 8 rows, evaluation's of 16
 
 
+@pytest.mark.parametrize("attention, ran", [("auto", "flash"), ("flash", "flash"), ("math", "math")])
+def test_attention_backend_is_the_kernel_that_runs(attention, ran):
+    """GPT(attention=...) sets SDPA's backend: on the CPU auto and flash run the flash CPU kernel, math the math one,
+    causal and with core_eval's attn_mask, to the same outputs (fp32 rounding)."""
+    cfg = config_for("vanilla", 1, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 1, cfg.seq_len, cfg.seq_len, dtype=torch.bool).tril()
+    reference, net = reference_model(cfg), GPT(cfg, attention=attention)
+    net.load_state_dict(reference.state_dict())
+    for attn_mask in (None, mask):
+        assert model.attention_backend_run(lambda: net.residual_stream(idx, attn_mask=attn_mask)) == ran
+        torch.testing.assert_close(net.residual_stream(idx, attn_mask=attn_mask), reference.residual_stream(idx),
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
     assert model.embedding_dtype("cuda") == torch.bfloat16 and model.embedding_dtype("cpu") == torch.float32
     cfg = config_for("operator_1", 3, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
