@@ -260,10 +260,10 @@ def bench(args):
 def compile_time(args):
     """--compile-time: cold compilation and steady step time of Untied-Grow at --depth (default 8) on one process and
     synthetic tokens, compiled whole (torch.compile(model): a graph per pass stage, one backward node for every
-    gradient) and regionally (train.compile_model: one graph the blocks share), each from cold caches (Dynamo reset,
-    Inductor's caches off): --bench-steps + 1 steps before growth and as many after. compile_seconds is the first step
-    less the steady one; growth_compile_seconds the same at the first step after growth (the whole model recompiles
-    for the new pass count) -> {mode: numbers}."""
+    gradient) and regionally (train.compile_model: one graph the blocks share, one the loss's chunks share), each
+    from cold caches (Dynamo reset, Inductor's caches off): --bench-steps + 1 steps before growth and as many after.
+    compile_seconds is the first step less the steady one; growth_compile_seconds the same at the first step after
+    growth (the whole model recompiles for the new pass count) -> {mode: numbers}."""
     rank, world, device = setup_distributed(args.device)
     if world > 1:
         raise UsageError("--compile-time runs in one process; start it with python, not torchrun")

@@ -177,14 +177,14 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
 def test_compile_time_reports_whole_model_and_regional_compilation(monkeypatch, capsys):
     """--compile-time at a tiny shape (Dynamo's eager backend instead of inductor, which takes minutes per graph on 2
     cores): both modes from a cold cache through growth; the whole model compiles a graph per pass stage, the blocks
-    share one."""
+    share one and the loss's chunks another."""
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend="eager")))
     args = bench.parse_args(["--compile-time", "--depth", "1", "--seq-len", "32", "--total-batch-tokens", "128",
                              "--bench-steps", "1"])
     results = bench.compile_time(args)
     out = capsys.readouterr().out
-    assert (results["whole"]["graphs"], results["regional"]["graphs"]) == (2, 1)
+    assert (results["whole"]["graphs"], results["regional"]["graphs"]) == (2, 2)
     for mode in ("whole", "regional"):
         r = results[mode]
         assert r["first_step_seconds"] > 0 and r["steady_step_seconds"] > 0 and r["steady_step_seconds_grown"] > 0
