@@ -36,9 +36,9 @@ import data
 import model as model_lib
 import train
 from arms import BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, gate, verdict_summary
-from common import (Stopped, UsageError, cli_main_distributed, exit_process, flight_recorder_env, integer,
+from common import (Stopped, UsageError, autocast, cli_main_distributed, exit_process, flight_recorder_env, integer,
                     raise_stopped, setup_distributed, stop_launch, write_json)
-from plan import GIB, device_memory_plan, make_plan, memory_per_rank
+from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
 
@@ -260,10 +260,10 @@ def bench(args):
 def compile_time(args):
     """--compile-time: cold compilation and steady step time of Untied-Grow at --depth (default 8) on one process and
     synthetic tokens, compiled whole (torch.compile(model): a graph per pass stage, one backward node for every
-    gradient) and regionally (train.compile_model: one graph the blocks share), each from cold caches (Dynamo reset,
-    Inductor's caches off): --bench-steps + 1 steps before growth and as many after. compile_seconds is the first step
-    less the steady one; growth_compile_seconds the same at the first step after growth (the whole model recompiles
-    for the new pass count) -> {mode: numbers}."""
+    gradient) and regionally (train.compile_model: one graph the blocks share, one the loss's chunks share), each
+    from cold caches (Dynamo reset, Inductor's caches off): --bench-steps + 1 steps before growth and as many after.
+    compile_seconds is the first step less the steady one; growth_compile_seconds the same at the first step after
+    growth (the whole model recompiles for the new pass count) -> {mode: numbers}."""
     rank, world, device = setup_distributed(args.device)
     if world > 1:
         raise UsageError("--compile-time runs in one process; start it with python, not torchrun")
@@ -379,6 +379,31 @@ def timed_window(seconds, plan):
     return (2 if end > 3 else 0), end, "before growth"
 
 
+def attention_and_loss(arm, step_seconds, repeats=3):
+    """After a section's steps, on one micro-batch of its last stage: the attention backend a forward of its blocks
+    runs (model.attention_backend_run), and the loss's share of a step: the median of `repeats` timed forwards and
+    backwards of GPT.loss alone (final norm, chunked cross-entropy and its matmuls, compiled as the run compiles it;
+    two untimed first) on a random final stream, times the step's micro-batches, over the step's median time."""
+    plan, device, model = arm.run.plan, arm.run.device, arm.model
+    micro = arm.run.micro_batches[stage_index(arm.state.step - 1, plan)]
+    idx = torch.randint(0, plan.model_config.vocab_size, (micro, plan.seq_len), device=device)
+    h = torch.randn(micro, plan.seq_len, plan.model_config.width, device=device, requires_grad=True)
+    with autocast(device):
+        backend = model_lib.attention_backend_run(lambda: model.residual_stream(idx))
+    seconds = []
+    for _ in range(2 + repeats):
+        synchronize(device)
+        t0 = time.perf_counter()
+        with autocast(device):
+            loss = model.loss(h, idx)
+        loss.backward()
+        synchronize(device)
+        seconds.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    loss_seconds = median(seconds[2:]) * (plan.tokens_per_step // (micro * plan.seq_len))
+    return dict(attention_backend=backend, loss_seconds=loss_seconds, loss_share=loss_seconds / step_seconds)
+
+
 def check_training(args, device, peak, plan, deadline, snapshot=None):
     """The plan's steps of one arm on synthetic tokens (compiled as args say), stopping at the first step that ends
     past `deadline`: step time, tokens/s, MFU in both conventions (of the steps timed_window picks, their count
@@ -406,7 +431,8 @@ def check_training(args, device, peak, plan, deadline, snapshot=None):
                 tokens_per_second=plan.tokens_per_step / step_seconds,
                 **mfu(plan.model_config, passes, plan.tokens_per_step / step_seconds, peak),
                 max_memory_allocated_bytes=measured, predicted_peak_bytes=predicted,
-                memory_measured_over_predicted=measured / predicted if measured else None, memory_snapshot=snapshot)
+                memory_measured_over_predicted=measured / predicted if measured else None, memory_snapshot=snapshot,
+                **attention_and_loss(arm, step_seconds))
 
 
 def check_ratios(args, device, depth, steps, repeats, deadline):
@@ -467,7 +493,8 @@ def check_summary(name, result):
                     f", MFU {100 * result['mfu_causal_half']:.1f}% (causal half; "
                     f"{100 * result['mfu_full_attention']:.1f}% counting attention whole)"
                     if result["mfu_causal_half"] else "")
-                + f" over {result['timed_window']['steps']} steps ({result['timed_window']['stage']})"
+                + f" over {result['timed_window']['steps']} steps ({result['timed_window']['stage']}); attention "
+                  f"{result['attention_backend']}, loss {100 * result['loss_share']:.0f}% of the step"
                 + (f", peak memory {memory / GIB:.1f} GiB" if memory else "")
                 + f" (model predicts {result['predicted_peak_bytes'] / GIB:.1f} GiB)"
                 + (f", growth {result['growth_events']}" if result["growth_events"] else "")

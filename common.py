@@ -422,6 +422,12 @@ def memory_in_use(device):
 DIST_TIMEOUT_MINUTES = 30  # NCCL's default 10 can pass while ranks build, load and compile a large model at start-up
 
 
+def uses_cuda(device_flag):
+    """Whether --device (auto|cpu|cuda) means CUDA: auto does where a CUDA device is visible."""
+    import torch
+    return torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
+
+
 def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
     """-> (rank, world size, device) from the torchrun environment: NCCL on CUDA, gloo on CPU, none for one process.
     timeout_minutes: how long a collective may wait for the slowest rank before the process group gives up."""
@@ -435,7 +441,7 @@ def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
     # NVLS (NVLink SHARP on NVSwitch nodes) binds ~1 GiB per rank outside the allocator; off unless the user sets it.
     # The planner reads the same variable (plan.nvls_enabled), so a run and its dry run count the same buffers.
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
-    use_cuda = torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
+    use_cuda = uses_cuda(device_flag)
     if use_cuda and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible")
     rank, local_rank, world = torchrun_ranks()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import arms
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
@@ -25,6 +26,30 @@ VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sl
 ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
 GPT2_VOCAB = 50257
+# --attention-backend: SDPA's backends in priority order (SDPA takes the first that can run the shape), and the aten
+# op each runs as (bench.py --gpu-check reads which ran). "auto" puts cuDNN first: on an H100 it is reported 1.7-2.3x
+# faster than FlashAttention-2, SDPA's own first choice. On the CPU only flash (its CPU kernel) and math exist.
+ATTENTION_BACKENDS = {
+    "auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "cudnn": [SDPBackend.CUDNN_ATTENTION], "flash": [SDPBackend.FLASH_ATTENTION],
+    "efficient": [SDPBackend.EFFICIENT_ATTENTION], "math": [SDPBackend.MATH],
+}
+CPU_ATTENTION_BACKENDS = ("auto", "flash", "math")
+ATTENTION_OPS = {"aten::_scaled_dot_product_cudnn_attention": "cudnn",
+                 "aten::_scaled_dot_product_flash_attention": "flash",
+                 "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
+                 "aten::_scaled_dot_product_efficient_attention": "efficient",
+                 "aten::_scaled_dot_product_attention_math": "math"}
+
+
+def attention_backend_run(fn):
+    """The backend (ATTENTION_OPS' name; several joined by +) of the attention kernels fn(), a forward of the model,
+    runs, from the aten ops torch.profiler records, also those a compiled graph calls. A compiled graph decomposes the
+    math backend into matmuls and a softmax, no op of its own: a forward without a fused kernel ran math."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return "+".join(sorted({ATTENTION_OPS[e.name] for e in prof.events() if e.name in ATTENTION_OPS})) or "math"
 
 
 @dataclass
@@ -102,28 +127,44 @@ def chunk_logits(x, weight, vocab_size, multiplier):
     return (x @ weight.T)[:, :vocab_size].float().mul_(multiplier)
 
 
-def token_losses(x, weight, targets, vocab_size, multiplier, chunk_rows):
+def loss_chunk(x, weight, targets, vocab_size, multiplier, grad_scale=None):
+    """One chunk of the chunked losses: each row's cross-entropy (rows,) fp32 of logits = chunk_logits(x, weight, ...)
+    against targets (rows, 1), all >= 0, and with grad_scale (rows, 1) fp32 the gradient of sum(losses * grad_scale)
+    with respect to x @ weight.T, (softmax - onehot) * grad_scale * multiplier, as a (rows, vocab) tensor of x's dtype.
+    Everything after the logits matmul is elementwise: what GPT.compile_loss has Inductor fuse."""
+    logits = chunk_logits(x, weight, vocab_size, multiplier)
+    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
+    losses = (lse - logits.gather(1, targets))[:, 0]
+    if grad_scale is None:
+        return losses, None
+    grad = logits.sub_(lse).exp_().scatter_add_(1, targets, grad_scale.new_full(targets.shape, -1.0)) \
+        .mul_(grad_scale * multiplier)
+    if grad.dtype != x.dtype:  # cast into rows of the padded width: an odd vocabulary (50,257) as the leading
+        # dimension would keep cuBLAS off its aligned tensor-core kernels in both matmuls
+        grad = torch.empty(len(grad), weight.size(0), dtype=x.dtype, device=x.device)[:, :vocab_size].copy_(grad)
+    return losses, grad
+
+
+def token_losses(x, weight, targets, vocab_size, multiplier, chunk_rows, chunk=loss_chunk):
     """Cross-entropy of every row of logits = chunk_logits(x, weight, ...) against targets (all >= 0), chunk_rows
-    rows at a time -> (rows,) fp32. Evaluation's loss: no gradient, one chunk's logits alive at a time."""
+    rows at a time -> (rows,) fp32. Evaluation's loss: no gradient, one chunk's logits alive at a time. chunk:
+    loss_chunk or its compiled form."""
     dtype = matmul_dtype(x)
-
-    def chunk_losses(start):  # its logits are freed on return, before the next chunk's are built
-        logits = chunk_logits(x[start:start + chunk_rows].to(dtype), w, vocab_size, multiplier)
-        return torch.logsumexp(logits, dim=-1) - logits.gather(1, targets[start:start + chunk_rows, None])[:, 0]
-
     with torch.autocast(x.device.type, enabled=False):
-        w = weight.to(dtype)
-        return torch.cat([chunk_losses(start) for start in range(0, x.size(0), chunk_rows)])
+        w = weight.to(dtype)  # each chunk's logits are freed on return, before the next chunk's are built
+        return torch.cat([chunk(x[start:start + chunk_rows].to(dtype), w, targets[start:start + chunk_rows, None],
+                                vocab_size, multiplier)[0] for start in range(0, x.size(0), chunk_rows)])
 
 
 class ChunkedCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy over targets != -1 of logits = (x @ weight.T)[:, :vocab].float() * multiplier, i.e.
     F.cross_entropy(decode(h), targets, ignore_index=-1), without a (rows, vocab) fp32 tensor kept for backward:
-    rows are processed chunk_rows at a time and each chunk's gradients for x and weight are formed right away, so
-    backward only scales them. Same FLOPs as the unchunked path; the matmuls run in autocast's dtype if it is on."""
+    rows are processed chunk_rows at a time (loss_chunk, or its compiled form `chunk`) and each chunk's gradients for
+    x and weight are formed right away, so backward only scales them. Same FLOPs as the unchunked path; the matmuls
+    run in autocast's dtype if it is on."""
 
     @staticmethod
-    def forward(ctx, x, weight, targets, vocab_size, multiplier, chunk_rows):
+    def forward(ctx, x, weight, targets, vocab_size, multiplier, chunk_rows, chunk=loss_chunk):
         device, dtype = x.device.type, matmul_dtype(x)
         need_x, need_w = ctx.needs_input_grad[:2]
         valid = targets != -1
@@ -136,22 +177,16 @@ class ChunkedCrossEntropy(torch.autograd.Function):
             total = torch.zeros((), dtype=torch.float32, device=x.device)
             for start in range(0, x.size(0), chunk_rows):
                 rows = slice(start, start + chunk_rows)
-                xs, t, ok = x[rows].to(dtype), safe_targets[rows, None], valid[rows, None]
-                logits = chunk_logits(xs, w, vocab_size, multiplier)
-                lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-                total += ((lse - logits.gather(1, t)) * ok).sum()
-                if need_x or need_w:  # d(mean CE)/d(logits) = (softmax - onehot) / count, then through * multiplier
-                    grad = logits.sub_(lse).exp_().scatter_add_(1, t, -ok.float()).mul_(ok * (multiplier / count))
-                    if grad.dtype != dtype:  # cast into rows of the padded width: an odd vocabulary (50,257) as the
-                        # leading dimension would keep cuBLAS off its aligned tensor-core kernels in both matmuls
-                        grad = torch.empty(len(grad), w.size(0), dtype=dtype, device=x.device)[:, :vocab_size] \
-                            .copy_(grad)
-                    if need_x:
-                        grad_x[rows] = grad @ w[:vocab_size]
-                    if need_w:
-                        grad_w[:vocab_size] += grad.T @ xs
-                    del grad
-                del logits  # before the next chunk's logits exist: one chunk alive at a time, as plan.py counts
+                xs, ok = x[rows].to(dtype), valid[rows, None]
+                # d(mean CE)/d(logits) = (softmax - onehot) / count on the rows that count, then through * multiplier
+                losses, grad = chunk(xs, w, safe_targets[rows, None], vocab_size, multiplier,
+                                     ok / count if need_x or need_w else None)
+                total += (losses * ok[:, 0]).sum()
+                if need_x:
+                    grad_x[rows] = grad @ w[:vocab_size]
+                if need_w:
+                    grad_w[:vocab_size] += grad.T @ xs
+                del grad  # before the next chunk's logits exist: one chunk alive at a time, as plan.py counts
         ctx.save_for_backward(grad_x, grad_w)
         ctx.dtypes = (x.dtype, weight.dtype)
         return total / count
@@ -162,7 +197,7 @@ class ChunkedCrossEntropy(torch.autograd.Function):
         x_dtype, w_dtype = ctx.dtypes
         dx = None if grad_x is None else grad_x.to(x_dtype) * grad_loss
         dw = None if grad_w is None else (grad_w * grad_loss).to(w_dtype)
-        return dx, dw, None, None, None, None
+        return dx, dw, None, None, None, None, None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -190,6 +225,7 @@ class Attention(nn.Module):
         self.c_k = nn.Linear(cfg.width, cfg.width, bias=False)
         self.c_v = nn.Linear(cfg.width, cfg.width, bias=False)
         self.c_proj = nn.Linear(cfg.width, cfg.width, bias=False)
+        self.backends = ATTENTION_BACKENDS["auto"]  # GPT(attention=...)
 
     def forward(self, x, cos, sin, attn_mask=None):
         B, T, C = x.shape
@@ -197,8 +233,9 @@ class Attention(nn.Module):
         k = self.c_k(x).view(B, T, self.n_head, self.head_dim)
         v = self.c_v(x).view(B, T, self.n_head, self.head_dim)
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm after RoPE
-        y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                           attn_mask=attn_mask, is_causal=attn_mask is None)
+        with sdpa_kernel(self.backends, set_priority=True):  # traced by torch.compile: the choice is the graph's
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                               attn_mask=attn_mask, is_causal=attn_mask is None)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
 
@@ -227,8 +264,9 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg, device="cpu", draw_weights=True):
-        """The network on `device`, the embedding in embedding_dtype(device). It is built on the meta device and
+    def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto"):
+        """The network on `device`, the embedding in embedding_dtype(device), its attention on the SDPA backends
+        ATTENTION_BACKENDS[attention] (a run option, not part of the config: checkpoints do not record it). It is built on the meta device and
         materialised tensor by tensor (init_weights), so the host holds about one tensor, not the model (7.4 B fp32
         parameters at d26), and a seed gives the same weights on any device. On the meta device, or with
         draw_weights=False (a model whose every parameter a checkpoint will overwrite), nothing is drawn: the
@@ -251,6 +289,10 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", angles.cos().to(device), persistent=False)  # checkpoints hold parameters only
         self.register_buffer("rope_sin", angles.sin().to(device), persistent=False)
         self.active_passes = cfg.passes_initial
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.backends = ATTENTION_BACKENDS[attention]
+        self.loss_chunk = loss_chunk  # compile_loss compiles it
         if draw_weights and torch.device(device).type != "meta":
             self.init_weights()
 
@@ -325,6 +367,12 @@ class GPT(nn.Module):
         self.active_passes = new_passes
         return overwritten
 
+    def compile_loss(self):
+        """Let Inductor fuse the elementwise work of each loss chunk (loss_chunk: logsumexp, the target's logit, softmax
+        minus one-hot, the scaling and the cast), eager about 15 % of a d12 step's time. dynamic=False: one graph per
+        chunk shape and grad mode (a full chunk, a shorter last one; training's, evaluation's)."""
+        self.loss_chunk = torch.compile(loss_chunk, dynamic=False)
+
     def param_groups(self):
         """Every parameter in exactly one group; arms.PARAM_GROUPS gives each group its optimizer, LR and WD."""
         return dict(matrix=list(self.transformer.h.parameters()), embedding=[self.transformer.wte.weight],
@@ -347,9 +395,9 @@ class GPT(nn.Module):
         x, flat_targets = norm(h).flatten(0, 1), targets.reshape(-1)
         if reduction == "none":
             return token_losses(x, self.lm_head.weight, flat_targets, self.cfg.vocab_size, self.cfg.output_multiplier,
-                                LOSS_CHUNK_ROWS)
+                                LOSS_CHUNK_ROWS, self.loss_chunk)
         return ChunkedCrossEntropy.apply(x, self.lm_head.weight, flat_targets, self.cfg.vocab_size,
-                                         self.cfg.output_multiplier, LOSS_CHUNK_ROWS)
+                                         self.cfg.output_multiplier, LOSS_CHUNK_ROWS, self.loss_chunk)
 
     def residual_stream(self, idx, passes=None, positions=None, attn_mask=None, hidden=None):
         """The final residual stream (B, T, C) that decode() turns into logits. positions (B, T): rotary positions

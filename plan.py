@@ -420,9 +420,11 @@ def loss_path_bytes(cfg, micro_batch, autocast=True, chunked=True):
     token, d(loss)/d(lm_head) fp32 4*Vp*C; transient = the normed input 4C per token, the lm_head cast (2*Vp*C under
     autocast), and the larger of a chunk's two moments. At its logsumexp, per row: the fp32 logits (4V under autocast,
     whose e-byte product 2Vp + fp32 copy 4V came before; 4Vp in fp32: a view of the product) and logsumexp's own fp32
-    temporary 4V, which no Python-level tracker sees (torch.profiler's allocator events do). At its matmuls, per row:
-    the logits the probabilities overwrite, their e-byte cast (2Vp under autocast: rows of the padded width) and the
-    row's input cast and gradient (2eC), with the chunk's d(lm_head) product e*Vp*C.
+    temporary 4V, which no Python-level tracker sees (torch.profiler's allocator events do). At the probabilities'
+    cast and its matmuls, per row: the logits the probabilities overwrite, their e-byte cast (2Vp under autocast:
+    rows of the padded width) and the row's input cast and gradient (2eC), with the chunk's d(lm_head) product e*Vp*C
+    (an upper bound of both moments: the fp32 logits are freed before the matmuls). Compiled chunks under autocast
+    (GPT.compile_loss) fuse the elementwise work and hold less: the bf16 product and probabilities, 4Vp per row.
     unchunked (F.cross_entropy on decode()): saved = final norm 4C + 4, lm_head input eC (its cast, or in fp32 the
     normed output), fp32 log-softmax 4V and int64 targets 8 per token; backward holds two more fp32 (tokens, V)."""
     C, V, Vp = cfg.width, cfg.vocab_size, cfg.padded_vocab

@@ -42,7 +42,7 @@ from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, fai
                         save_checkpoint, write_result)
 from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
                     cli_main_distributed, env_integer, exit_process, integer, memory_in_use, number,
-                    setup_distributed, torchrun_ranks)
+                    setup_distributed, torchrun_ranks, uses_cuda)
 import arms
 from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
                   SEEDS)
@@ -156,20 +156,23 @@ def use_compile(args, device):
 
 
 def compile_model(model, plan, whole=False):
-    """Regional compilation: torch.compile on each Block in place (the embedding, the boundary operator and the
-    chunked loss stay eager), so identical blocks share one compiled code and every block's backward is its own
-    autograd node: a block's parameters get their gradients, and Muon's post-accumulate-grad hooks send them, while
-    the blocks before it are still in backward. whole=True compiles the whole model instead (bench.py --compile-time
-    compares the two): one backward node then hands out every gradient at its end, and each pass stage is a graph of
-    its own. dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one graph per micro-batch
-    of a pass stage and one for eval (plus one for a shorter last eval batch). -> the module train_step calls."""
+    """Regional compilation: torch.compile on each Block in place and on the loss's chunks (GPT.compile_loss; the
+    embedding, the boundary operator and the chunk loop with its matmuls stay eager), so identical blocks share one
+    compiled code and every block's backward is its own autograd node: a block's parameters get their gradients, and
+    Muon's post-accumulate-grad hooks send them, while the blocks before it are still in backward. whole=True compiles
+    the whole model instead (bench.py --compile-time compares the two): one backward node then hands out every
+    gradient at its end, and each pass stage is a graph of its own. dynamic=False: the micro-batch is a constant of a
+    graph, so the blocks compile one graph per micro-batch of a pass stage and one for eval (plus one for a shorter
+    last eval batch), the loss's chunks one per chunk shape of each (a full chunk and a shorter last one).
+    -> the module train_step calls."""
     # Dynamo's recompile limit counts graphs per code object, and every model of a process (bench.py builds several)
-    # shares Block's: each compiled model adds its own graphs to it.
-    torch._dynamo.config.recompile_limit += len(plan.pass_stages) + len(plan.random_passes) + 2
+    # shares Block's and loss_chunk's: each compiled model adds its own graphs to it.
+    torch._dynamo.config.recompile_limit += 2 * (len(plan.pass_stages) + len(plan.random_passes) + 2)
     if whole:
         return torch.compile(model, dynamic=False)
     for block in model.transformer.h:
         block.compile(dynamic=False)
+    model.compile_loss()
     return model
 
 
@@ -332,7 +335,7 @@ def new_run(args, plan, mem, rank, world, device, loader, **where):
     bench.py's runs on synthetic tokens have none."""
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                       compiled=use_compile(args, device))
+                       compiled=use_compile(args, device), attention_backend=args.attention_backend)
     peak = gpu_peak_flops(device, args.peak_flops)
     return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
                micro_batches=tuple(s.micro_batch for s in mem.stages), sync_every_micro_batch=mem.zero2,
@@ -360,7 +363,7 @@ def start_training(run):
     resumes, compiled when the run compiles (use_compile)."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config, device=run.device)
+    model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend)
     model.set_passes(plan.pass_stages[0])
     optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order, args.bucket_mb)
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
@@ -372,7 +375,7 @@ def start_training(run):
             print(f"resuming {run.run_dir} from step {state.step}")
     step_model = compile_model(model, plan) if use_compile(args, run.device) else model
     if run.master and use_compile(args, run.device):  # the first step can take minutes: say why it is slow
-        print("compiling: torch.compile compiles the blocks at the first step" + (
+        print("compiling: torch.compile compiles the blocks and the loss at the first step" + (
             " and again at each growth" if len(plan.pass_stages) > 1 else "") + " (minutes, more on a busy CPU; "
               "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
@@ -826,6 +829,9 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
                           "least one same-shape matrix per rank")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
+    mem.add_argument("--attention-backend", choices=list(model_lib.ATTENTION_BACKENDS), default="auto",
+                     help="SDPA's backends (auto: cudnn, flash, efficient, math in that priority); one name forces "
+                          "it (to compare; a shape it cannot run is torch's error). CPU: auto, flash or math")
     arms.add_model_flags(p)
     return p
 
@@ -848,6 +854,9 @@ def checked_args(parser, args):
     args.depth = args.depths[0]
     if args.world_size is not None and not args.dry_run:
         parser.error("--world-size is a number of GPUs for --dry-run (torchrun sets it for training)")
+    if args.attention_backend not in model_lib.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
+        raise UsageError(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash "
+                         "(its CPU kernel) and math")
     return args
 
 

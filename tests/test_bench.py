@@ -90,6 +90,8 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
         assert run["mfu_causal_half"] is None and run["mfu_full_attention"] is None  # CPU: no peak
         assert run["max_memory_allocated_bytes"] is None  # nor a CUDA allocator
         assert not run["stopped_at_cap"] and run["memory_snapshot"] is None  # snapshots are CUDA's
+        assert run["attention_backend"] == "flash"  # auto's first backend a CPU runs: its flash kernel
+        assert run["loss_seconds"] > 0 and 0 < run["loss_share"] < 1  # the loss's forward and backward in a step
     for name in ("untied_grow_eager", "untied_grow"):
         assert result[name]["growth_events"] == [dict(step=1, passes_from=2, passes_to=4, reset_parameters=14)]
     assert result["untied_grow"]["final_loss"] == pytest.approx(result["untied_grow_eager"]["final_loss"], rel=1e-5)
@@ -175,14 +177,14 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
 def test_compile_time_reports_whole_model_and_regional_compilation(monkeypatch, capsys):
     """--compile-time at a tiny shape (Dynamo's eager backend instead of inductor, which takes minutes per graph on 2
     cores): both modes from a cold cache through growth; the whole model compiles a graph per pass stage, the blocks
-    share one."""
+    share one and the loss's chunks another."""
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend="eager")))
     args = bench.parse_args(["--compile-time", "--depth", "1", "--seq-len", "32", "--total-batch-tokens", "128",
                              "--bench-steps", "1"])
     results = bench.compile_time(args)
     out = capsys.readouterr().out
-    assert (results["whole"]["graphs"], results["regional"]["graphs"]) == (2, 1)
+    assert (results["whole"]["graphs"], results["regional"]["graphs"]) == (2, 2)
     for mode in ("whole", "regional"):
         r = results[mode]
         assert r["first_step_seconds"] > 0 and r["steady_step_seconds"] > 0 and r["steady_step_seconds_grown"] > 0

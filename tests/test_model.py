@@ -537,6 +537,53 @@ def test_chunked_loss_matmuls_get_an_aligned_leading_dimension():
     assert all(max(stride) % 8 == 0 for _, stride in spanning), spanning
 
 
+def test_compiled_loss_chunks_equal_eager_ones(monkeypatch):
+    """GPT.compile_loss: Inductor's fused chunks give eager's loss and x / lm_head gradients to fp32 rounding (rtol
+    1e-5, atol 1e-6 measured: <= 5e-7 relative), with a last chunk shorter than the others and ignored targets (-1),
+    and evaluation's per-token losses; one graph per chunk shape and grad mode (dynamic=False)."""
+    monkeypatch.setattr(model, "LOSS_CHUNK_ROWS", 16)  # 40 training rows: chunks of 16, 16 and 8
+    graphs, real_compile = [], torch.compile
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        return torch._dynamo.backends.registry.lookup_backend("inductor")(gm, example_inputs)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend=counting)))
+    cfg = config_for("vanilla", 2, width_per_depth=16, head_dim=16, seq_len=20, vocab_size=300, mlp_multiple=64)
+    eager, compiled = reference_model(cfg), reference_model(cfg)
+    compiled.compile_loss()
+    h = torch.randn(2, cfg.seq_len, cfg.width)
+    targets = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len))
+    targets[0, :3] = targets[1, 18] = -1
+    results = []
+    torch._dynamo.reset()
+    for net in (eager, compiled):
+        x = h.clone().requires_grad_()
+        loss = net.loss(x, targets)
+        (3.0 * loss).backward()
+        with torch.no_grad():  # 32 rows: two full chunks
+            per_token = net.loss(h[:, :16], targets[:, :16].clamp(min=0), reduction="none")
+        results.append((loss, x.grad, net.lm_head.weight.grad, per_token))
+    torch._dynamo.reset()
+    for name, got, expected in zip(("loss", "x grad", "lm_head grad", "token losses"), *results):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6, msg=name)
+    assert len(graphs) == 3  # training's chunks of 16 and of 8 rows, evaluation's of 16
+
+
+@pytest.mark.parametrize("attention, ran", [("auto", "flash"), ("flash", "flash"), ("math", "math")])
+def test_attention_backend_is_the_kernel_that_runs(attention, ran):
+    """GPT(attention=...) sets SDPA's backend: on the CPU auto and flash run the flash CPU kernel, math the math one,
+    causal and with core_eval's attn_mask, to the same outputs (fp32 rounding)."""
+    cfg = config_for("vanilla", 1, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
+    idx = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones(2, 1, cfg.seq_len, cfg.seq_len, dtype=torch.bool).tril()
+    reference, net = reference_model(cfg), GPT(cfg, attention=attention)
+    net.load_state_dict(reference.state_dict())
+    for attn_mask in (None, mask):
+        assert model.attention_backend_run(lambda: net.residual_stream(idx, attn_mask=attn_mask)) == ran
+        torch.testing.assert_close(net.residual_stream(idx, attn_mask=attn_mask), reference.residual_stream(idx),
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
     assert model.embedding_dtype("cuda") == torch.bfloat16 and model.embedding_dtype("cpu") == torch.float32
     cfg = config_for("operator_1", 3, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
