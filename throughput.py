@@ -14,8 +14,11 @@ choice, its micro-batches): per synced micro-batch (the last one with replicated
 gradients or the fixed order) Muon's buckets (reduce-scatter, or reduce to a single owner; fixed order: all-to-all,
 gather) and the AdamW gradients (all-reduce; fixed order: all-to-all of W padded chunks); per step Muon's new weights
 (all-gather, broadcast), in the fixed order the AdamW sums (all-gather), and the step's loss (all-reduce; fixed
-order: all-gather of the micro-batch losses). Not counted: the gradient norm of a logged step (one 4-byte
-all-reduce) and validation. tests/test_throughput.py checks these against what gloo's collectives move.
+order: all-gather of the micro-batch losses). Hierarchical (sharded gradients on several nodes, the MemoryPlan's
+node_size): Muon's buckets inside each node every micro-batch, the AdamW all-reduces on the last one only, and at the
+step's end the node-sums across nodes (reduce-scatter or reduce on one rank per node). Not counted: the gradient norm
+of a logged step (one 4-byte all-reduce) and validation. tests/test_throughput.py checks these against what gloo's
+collectives move.
 
 Links: NCCL's ring algorithms, one ring per channel over all W = NODES x P ranks, node after node, with as many
 channels as GPUs per node, each entering a node at another GPU and leaving it through that GPU's card. A ring
