@@ -493,7 +493,8 @@ def test_compiled_blocks_hand_over_their_gradients_as_backward_passes_them(pool,
 
 LEDGER_ARGV = ["--arch", "untied_grow", "--depth", "2", "--preset", "cpu", "--width-per-depth", "16", "--head-dim",
                "16", "--seq-len", "32", "--total-batch-tokens", "256", "--steps", "3", "--crossover-fractions", "0.5",
-               "--warmup-steps", "0", "--device-batch-size", "1", "--bucket-mb", "0.01"]  # 7 buckets and more
+               "--warmup-steps", "0", "--warmdown-ratio", "0", "--device-batch-size", "1",
+               "--bucket-mb", "0.01"]  # 7 buckets and more; every step at the full LR
 COLLECTIVES = ("reduce_scatter_single", "reduce", "all_gather_single", "broadcast", "all_reduce", "all_to_all_single",
                "gather")
 LEDGER_TRANSPORTS = {"sharded": ["--shard-gradients", "--flat-transport"], "default": [], "fixed": ["--fixed-reduce-order"],
@@ -695,16 +696,17 @@ def test_gradient_memory_stays_within_the_memory_model(ledgers, world):
 @pytest.mark.parametrize("world", [2, 4])
 def test_ledger_runs_agree(ledgers, world):
     """Every rank reports the same losses; compiled = eager, sharded = default = hierarchical to float rounding: the
-    same fp32 gradients summed in another order (a few ulps, ~1e-7 relative) move the losses by < 1e-5 relative and
-    the final weights by < 1e-6 (measured: <= 6e-8, default and hierarchical alike; weights ~0.1-1, and a misrouted
-    or dropped gradient changes Muon's normalised update by O(1), the weights by O(LR), ~0.1 here)."""
+    same fp32 gradients summed in another order (a few ulps) move the losses by < 1e-5 relative and the final weights
+    (|w| <= 0.062) by < 2e-4: a changed last bit can flip the bf16 rounding of a Polar-Express output element, which
+    moves its weight by LR x 2^-9 x |update| (LR 0.13, |update| < 0.5: 1.3e-4; measured 2e-5, default, fixed and
+    hierarchical alike). A node's earlier micro-batches dropped from the hierarchical sums moves them by 2.3e-3."""
     runs = ledgers[world][0]
     for key, report in runs.items():
         assert all(r[key]["losses"] == report["losses"] for r in ledgers[world])
         assert report["losses"] == pytest.approx(runs[False, "default"]["losses"], rel=1e-5), key
     flat = runs[False, "sharded"]["weights"]  # the final weights, through growth
     for key, report in runs.items():
-        assert max((report["weights"][k] - flat[k]).abs().max().item() for k in flat) < 1e-6, key
+        assert max((report["weights"][k] - flat[k]).abs().max().item() for k in flat) < 2e-4, key
 
 
 # ---------------------------------------------------------------------------------------------------------------
