@@ -713,6 +713,7 @@ class Run:
     loader: object               # data.TrainLoader (or bench.SyntheticLoader)
     micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
     sync_every_micro_batch: bool  # reduce gradients every micro-batch: the memory plan shards them (zero2)
+    node_size: int               # zero2's hierarchical transport: ranks per node (None: flat)
     memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)

@@ -142,8 +142,18 @@ def torchrun_ranks():
                          "start the processes with torchrun, or set them")
     if world > 1:
         env_integer("MASTER_PORT", None, 1, 65535)
+        ranks_per_node(world)
     return (env_integer("RANK", 0, 0, world - 1), env_integer("LOCAL_RANK", 0, 0, MAX_PROCESSES_PER_NODE - 1),
             world)
+
+
+def ranks_per_node(world):
+    """Processes per node: torchrun's LOCAL_WORLD_SIZE (unset: one node of `world`), a divisor of the world size."""
+    per_node = env_integer("LOCAL_WORLD_SIZE", world, 1, MAX_PROCESSES_PER_NODE)
+    if world % per_node:
+        raise UsageError(f"LOCAL_WORLD_SIZE={per_node} does not divide the world size {world}: every node must run "
+                         "as many processes (torchrun --nproc_per_node)")
+    return per_node
 
 
 def exit_process(code):

@@ -32,6 +32,12 @@ release's ZeRO-2-style transport, same math:
   owner-major, so the reduce-scatter hands each owner exactly its own matrices (no padding); a matrix left without
   same-shape partners on the other ranks goes to its owner with dist.reduce. What an owner receives is added into one
   fp32 accumulator per owned matrix; other ranks' copies are dropped once their reduction is done.
+- Hierarchical (node_size=P < world, nodes of P consecutive ranks; train.py with sharded gradients on several nodes):
+  a bucket is reduce-scattered inside the node only (node_groups), laid out so that local rank l receives the node's
+  sums of the chunks of ranks n*P + l of every node n (a single-owner bucket: reduced to the owner's local rank); they
+  are added into one fp32 node-sum per matrix (1/P of the gradients). At step() each node-sum goes, among the ranks of
+  one local rank, to its owner (reduce-scatter, or reduce), one bucket in flight, and is divided by the world size:
+  the owner's averaged gradient, summed in another order. Per micro-batch nothing crosses a node.
   Hooks act only while `sync_grads` is True: set it False for all but the last micro-batch of an accumulation (the
   gradients then accumulate locally, like DDP's no_sync), or leave it True to reduce every micro-batch (about 1/world
   of the gradient memory, one reduce-scatter per micro-batch) and call finish_micro_batch() after every backward, so
@@ -208,6 +214,16 @@ def world_size():
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
+def node_groups(node_size):
+    """(this rank's node group, its cross-node group) for nodes of node_size consecutive ranks: node n holds ranks
+    n*P .. n*P + P - 1, and the cross-node group of local rank l the ranks n*P + l of every node. Every rank creates
+    every group in the same order (torch.distributed.new_group's contract)."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    nodes = [dist.new_group(list(range(n, n + node_size))) for n in range(0, world, node_size)]
+    across = [dist.new_group(list(range(l, world, node_size))) for l in range(node_size)]
+    return nodes[rank // node_size], across[rank % node_size]
+
+
 def all_reduce_grads(params):
     """Average .grad over ranks in place, synchronously (sum then divide); no-op in one process."""
     n = world_size()
@@ -360,12 +376,14 @@ class Muon(torch.optim.Optimizer):
     distributed: None = automatic (torch.distributed initialised with world size > 1); False = every rank computes
     every update from the gradients it has (e.g. already averaged by DDP). polar_express_dtype: auto | bf16 | fp32.
     bucket_mb: transport bucket size. param_names: stable checkpoint names (default: the parameter index).
-    fixed_order: the world-size-invariant sum (call finish_micro_batch() after every backward).
+    fixed_order: the world-size-invariant sum (call finish_micro_batch() after every backward). node_size: ranks
+    per node of the hierarchical transport (None, one node or the fixed order: flat); every rank passes the same.
     The module docstring has the contract; set sync_grads before each backward when accumulating micro-batches.
     """
 
     def __init__(self, params, lr, weight_decay=0.0, momentum=MOMENTUM_START, distributed=None,
-                 polar_express_dtype="auto", bucket_mb=BUCKET_MB, param_names=None, fixed_order=False):
+                 polar_express_dtype="auto", bucket_mb=BUCKET_MB, param_names=None, fixed_order=False,
+                 node_size=None):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
         params = self._params()
         for p in params:
@@ -387,6 +405,13 @@ class Muon(torch.optim.Optimizer):
                 second_moment_shape(p.shape), dtype=torch.float32, device=p.device))
         self.stepped = [False] * len(params)  # replicated: True once a matrix's state may be non-zero
         self.sync_grads, self.fixed_order = True, fixed_order
+        self.node_size = self.world_size  # flat: one node
+        if node_size and node_size < self.world_size and not fixed_order:
+            if self.world_size % node_size:
+                raise ValueError(f"node_size {node_size} does not divide the world size {self.world_size}")
+            self.node_size = node_size
+            self._node_group, self._cross_group = node_groups(node_size)
+        self._node_sums = {}  # hierarchical: index -> this node's sum of a matrix's gradients over the step's micro-batches
         self.measure_grad_norm, self.grad_sq = False, None  # grad_sq: the owned gradients' squared L2 norm (a step's)
         self._leaf_level = leaf_level(self.world_size) if fixed_order else None
         self._stacks = defaultdict(list)  # fixed order: index -> partial sums of an owned matrix's gradient
@@ -400,6 +425,25 @@ class Muon(torch.optim.Optimizer):
 
     def _params(self):
         return [p for group in self.param_groups for p in group["params"]]
+
+    @property
+    def hierarchical(self):
+        return self.node_size < self.world_size
+
+    def _send_order(self, bucket):
+        """A bucket's matrices in its flat buffer: owner-major; hierarchical scatter: local-rank-major, so that the
+        node's reduce-scatter hands local rank l the chunks of ranks n*P + l (n = 0, 1, ...)."""
+        if not (self.hierarchical and bucket.scatter):
+            return bucket.members
+        p, world = self.node_size, self.world_size
+        return [i for local in range(p) for r in range(local, world, p) for i in bucket.chunks[r]]
+
+    def _node_share(self, bucket):
+        """Hierarchical: the matrices whose node-sums this rank receives from a bucket, in the buffer's order."""
+        p, local = self.node_size, self.rank % self.node_size
+        if bucket.scatter:
+            return [i for r in range(local, self.world_size, p) for i in bucket.chunks[r]]
+        return bucket.members if bucket.owner % p == local else []
 
     def _plan(self, indices):
         key = tuple(indices)
@@ -437,37 +481,49 @@ class Muon(torch.optim.Optimizer):
         waited for first, so one bucket is in flight at a time (plan.py counts it)."""
         self._finish_reductions()
         params = self._params()
-        flat = torch.cat([params[i].grad.reshape(-1) for i in bucket.members])
+        flat = torch.cat([params[i].grad.reshape(-1) for i in self._send_order(bucket)])
         for i in bucket.members:
             params[i].grad = None  # the bucket's copy replaces the gradient; non-owned ones are gone after the reduce
+        received, node_sums = bucket.chunks[self.rank], False
         if self.fixed_order and bucket.scatter:  # out on rank r: its chunk of every rank, in rank order
             out = torch.empty_like(flat)
             work = dist.all_to_all_single(out, flat, async_op=True)
         elif self.fixed_order:
             out = [torch.empty_like(flat) for _ in range(self.world_size)] if self.rank == bucket.owner else None
             work = dist.gather(flat, out, dst=bucket.owner, async_op=True)
+        elif self.hierarchical:  # inside the node only: to the local rank of each owner
+            received, node_sums = self._node_share(bucket), True
+            if bucket.scatter:
+                out = flat.new_empty(flat.numel() // self.node_size)
+                work = dist.reduce_scatter_single(out, flat, group=self._node_group, async_op=True)
+            else:
+                dst = self.rank - self.rank % self.node_size + bucket.owner % self.node_size
+                out, work = flat, dist.reduce(flat, dst=dst, group=self._node_group, async_op=True)
         elif bucket.scatter:
             out = flat.new_empty(flat.numel() // self.world_size)
             work = dist.reduce_scatter_single(out, flat, async_op=True)
         else:
             out, work = flat, dist.reduce(flat, dst=bucket.owner, async_op=True)
         self._reduced.update(bucket.members)
-        self._in_flight.append((bucket, out, work))
+        self._in_flight.append((received, out, work, node_sums))
 
     def _finish_reductions(self):
         """Wait for the buckets in flight and add what this rank received into its owned matrices' accumulators (one
-        per matrix, the first micro-batch's reduced buffer); the sent copies are dropped."""
+        per matrix, the first micro-batch's reduced buffer), or hierarchically into its node-sums; the sent copies
+        are dropped."""
         params = self._params()
-        for bucket, out, work in self._in_flight:
+        for received, out, work, node_sums in self._in_flight:
             work.wait()
             if self.fixed_order:
-                self._push_leaves(bucket.chunks[self.rank], out)
+                self._push_leaves(received, out)
                 continue
             offset = 0
-            for i in bucket.chunks[self.rank]:
+            for i in received:
                 grad = out[offset:offset + params[i].numel()].view_as(params[i])
                 offset += params[i].numel()
-                if i in self._owned_grads:  # reduced in an earlier micro-batch too
+                if node_sums:  # divided by the world size once, after the step's reduction across nodes
+                    self._node_sums[i] = self._node_sums[i].add_(grad) if i in self._node_sums else grad
+                elif i in self._owned_grads:  # reduced in an earlier micro-batch too
                     self._owned_grads[i].add_(grad, alpha=1 / self.world_size)
                 else:
                     self._owned_grads[i] = grad.div_(self.world_size)
@@ -519,9 +575,29 @@ class Muon(torch.optim.Optimizer):
             self._owned_grads = {i: collapse(stack) for i, stack in self._stacks.items()}
             self._stacks.clear()
         with_grad, self._reduced = sorted(self._reduced), set()
+        if self.hierarchical:
+            self._reduce_across_nodes(with_grad)
         self._next_bucket, self._ready = 0, set()
         self._expected = self._plan(with_grad)
         return with_grad
+
+    def _reduce_across_nodes(self, indices):
+        """Hierarchical, once per step: among the ranks of this local rank (one per node), the node-sums of the
+        matrices `indices` go to their owners (reduce-scatter; reduce for a single owner), one bucket in flight, and
+        land in the owners' accumulators divided by the world size."""
+        for bucket in self._plan(indices):
+            mine = self._node_share(bucket)
+            if not mine:  # a single owner on another local rank
+                continue
+            self._finish_reductions()
+            flat = torch.cat([self._node_sums.pop(i).reshape(-1) for i in mine])
+            if bucket.scatter:
+                out = flat.new_empty(flat.numel() * self.node_size // self.world_size)
+                work = dist.reduce_scatter_single(out, flat, group=self._cross_group, async_op=True)
+            else:
+                out, work = flat, dist.reduce(flat, dst=bucket.owner, group=self._cross_group, async_op=True)
+            self._in_flight.append((bucket.chunks[self.rank], out, work, False))
+        self._finish_reductions()
 
     # --- the step ---------------------------------------------------------------------------------------------------
 

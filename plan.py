@@ -25,7 +25,7 @@ import data
 import model as model_lib
 import muon
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
-from common import UsageError, torchrun_ranks
+from common import UsageError, ranks_per_node, torchrun_ranks
 from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, gates_stored,
                    params_per_block, stored_blocks)
 
@@ -337,14 +337,15 @@ def largest_bucket_bytes(cfg, passes, world_size, bucket_bytes):
                for _, n in gradient_buckets(cfg, world_size, bucket_bytes, indices))
 
 
-def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, fixed_order=False):
+def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, fixed_order=False, node_size=None):
     """Gradient bytes beyond the owners' accumulators (or partial sums) during one micro-batch's backward when every
     bucket is sent as soon as it is complete (zero2, and always in the fixed order), net of the activations backward
     has already freed: the maximum over the backward of local gradients waiting for their bucket + the bucket being
     copied, or the one in flight with what it receives (muon.Muon waits for a bucket before it copies the next) -
     block_saved per executed block done. A bucket holds one same-shape matrix per rank, so it waits for the last of
     them: up to world_size blocks apart. block_saved=0 gives the gross bytes. In flight, for a bucket of n bytes:
-    reduce-scatter n + n/W, reduce n; fixed order (fixed_order_in_flight_bytes) more."""
+    reduce-scatter n + n/W (hierarchical, inside a node of node_size = P ranks: n + n/P), reduce n; fixed order
+    (fixed_order_in_flight_bytes) more."""
     shapes, order = block_matrix_shapes(cfg), backward_block_order(cfg, passes)
     per_block = len(shapes) // stored_blocks(cfg)
     last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
@@ -363,7 +364,7 @@ def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, f
             peak = max(peak, waiting + n - freed)  # the copy, before its gradients are dropped
             waiting, launched = waiting - n, launched + 1
             in_flight = fixed_order_in_flight_bytes(bucket, n, world_size) if fixed_order else \
-                n + (n // world_size if bucket.scatter else 0)
+                n + (n // (node_size or world_size) if bucket.scatter else 0)
             peak = max(peak, waiting + in_flight - freed)
     return peak
 
@@ -468,11 +469,13 @@ def weight_copy_bytes(cfg, passes, autocast=True):
     return 2 * stored_blocks(cfg, passes) * params_per_block(cfg) if autocast else 0
 
 
-def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums=0):
+def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums=0, node_size=None):
     """Parameters, gradients and optimizer state per rank, and the largest owned same-shape group Muon stacks.
     Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
     Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
-    one accumulator per matrix it owns, and the AdamW gradients in full (the buckets in flight: memory_per_rank).
+    one accumulator per matrix it owns, and the AdamW gradients in full (the buckets in flight: memory_per_rank);
+    with node_size (the hierarchical transport, nodes of P ranks) one node-sum per matrix owned by a rank of its local
+    rank on any node, 1/P of them (the busiest local rank's), which become the owned accumulators at the step.
     partial_sums > 0 (the fixed reduction order, muon.py; replaces both): that many partial sums of each owned matrix
     (the local gradients and buckets in flight: memory_per_rank), and of the AdamW gradients the full local one, its
     received chunks and partial_sums chunks of 1/W (with one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
@@ -487,6 +490,9 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
         groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
     rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
     matrix_grads = 4 * (owned_numel if zero2 else matrices)
+    if zero2 and node_size:
+        loads = [sum(r * c for r, c in o) for o in muon_owner_loads(block_matrix_shapes(cfg), world_size)]
+        matrix_grads = 4 * max(sum(loads[local::node_size]) for local in range(node_size))
     scalars = 4 * gates_stored(cfg)  # fp32, trained by AdamW (arms.PARAM_GROUPS)
     adamw_grads = 4 * Vp * C + emb + scalars
     if partial_sums and world_size == 1:
@@ -505,7 +511,7 @@ def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums
 
 
 def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0,
-                    bucket_bytes=BUCKET_BYTES, nvls=False):
+                    bucket_bytes=BUCKET_BYTES, nvls=False, node_size=None):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
     autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
     report; 'required' adds what the rank holds outside the allocator (cuda_context, nccl_buffers: nvls is NCCL's
@@ -518,9 +524,11 @@ def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device=
     in_flight_gradients and muon_gather are the two transport terms, already inside step_transient and
     optimizer_step. The buckets in flight assume each block's gradients are complete when its backward ends (eager,
     or compiled per block: COMPILE_MODE). partial_sums: see persistent_bytes (0: the default reduction order);
-    bucket_bytes: Muon's gradient bucket (train.py --bucket-mb)."""
+    bucket_bytes: Muon's gradient bucket (train.py --bucket-mb); node_size: the hierarchical transport's ranks per
+    node (zero2), whose step-end bucket across nodes (its node-sums' copy n/P and the owner's n/W) is less than the
+    gathered bucket (muon_gather, n + n/W) the step already has."""
     autocast = torch.device(device).type == "cuda"
-    parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums)
+    parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums, node_size)
     optimizer_step = parts.pop("optimizer_step")
     static = sum(parts.values())
     loss_saved, loss_peak = loss_path_bytes(cfg, micro_batch, autocast)
@@ -529,7 +537,8 @@ def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device=
     backward_working = block_saved + tokens * 2 * 4 * cfg.width
     largest = largest_bucket_bytes(cfg, passes, world_size, bucket_bytes) if world_size > 1 else 0
     if zero2 or (partial_sums and world_size > 1):
-        in_flight = sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, bool(partial_sums))
+        in_flight = sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, bool(partial_sums),
+                                           node_size)
     else:  # one bucket's copy on top of the gradients it copies (one process: no transport)
         in_flight = largest
     muon_gather = largest + largest // world_size if world_size > 1 else 0  # the bucket gathered and this rank's part
@@ -561,23 +570,26 @@ class MemoryPlan:
     zero2: bool
     stages: list         # one StageMemory per pass stage, in training order
     shard_gradients: bool = False  # zero2 because --shard-gradients asked for it
+    node_size: int = None          # zero2 on several nodes: the hierarchical transport's ranks per node (None: flat)
 
 
 def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, micro_batches=None,
-                device="cuda", fixed_order=False, bucket_bytes=BUCKET_BYTES, nvls=False):
+                device="cuda", fixed_order=False, bucket_bytes=BUCKET_BYTES, nvls=False, node_size=None):
     """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
     whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
     executed depth p + K*c + q is what costs memory. micro_batches (one per stage, each a divisor of rank_sequences:
     requested_micro_batches) are checked instead of chosen: one that does not fit raises ValueError naming the
     largest that fits. fixed_order: the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1
-    (muon.py). bucket_bytes: Muon's gradient bucket; nvls: NCCL's NVLS buffers (nvls_enabled)."""
+    (muon.py). bucket_bytes: Muon's gradient bucket; nvls: NCCL's NVLS buffers (nvls_enabled); node_size: zero2's
+    hierarchical transport (None: flat)."""
     capacity = gpu_memory_gib * GIB
     divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
     stages = []
     for i, passes in enumerate(pass_stages):
         def need(b):
             partial_sums = (rank_sequences // b).bit_length() if fixed_order else 0  # floor(log2(n)) + 1
-            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums, bucket_bytes, nvls)
+            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums, bucket_bytes, nvls,
+                                   node_size)
         fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
         where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
         if micro_batches is None and fitting is None:
@@ -590,7 +602,7 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
                              f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
         headroom = None if math.isinf(capacity) else capacity - need(choice)["required"]
         stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice), headroom))
-    return MemoryPlan(gpu_memory_gib, world_size, zero2, stages)
+    return MemoryPlan(gpu_memory_gib, world_size, zero2, stages, node_size=node_size)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -638,16 +650,18 @@ def requested_micro_batches(args, plan, world, device="cuda"):
 
 
 def plan_micro_batches(plan, world, gpu_memory_gib, micro_batches=None, device="cuda", fixed_order=False,
-                       what="--device-batch-size", shard_gradients=False, bucket_mb=muon.BUCKET_MB):
+                       what="--device-batch-size", shard_gradients=False, bucket_mb=muon.BUCKET_MB, node_size=None):
     """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
     check that the given micro_batches fit (one per stage: requested_micro_batches or a resumed run's; `what` names
     them in errors). Gradients stay replicated (reduced once per step) when that fits, else they are sharded over the
     ranks by the owner-sharded transport, which then reduces every micro-batch (zero2); shard_gradients
     (--shard-gradients) shards them on several ranks whether or not replicated ones fit. fixed_order: the fixed
     reduction order's gradient memory (always sharded, exchanged every micro-batch). bucket_mb: Muon's gradient bucket
-    (--bucket-mb). -> MemoryPlan; UsageError when nothing fits."""
+    (--bucket-mb). node_size: ranks per node (transport_node_size); sharded gradients on several nodes of several
+    ranks take the hierarchical transport where it fits. -> MemoryPlan; UsageError when nothing fits."""
     batch_seqs = sequences_per_rank(plan, world) * world
-    transport = dict(fixed_order=fixed_order, shard_gradients=shard_gradients, bucket_mb=bucket_mb)
+    transport = dict(fixed_order=fixed_order, shard_gradients=shard_gradients, bucket_mb=bucket_mb,
+                     node_size=node_size)
     try:
         return fit_memory(plan, world, gpu_memory_gib, micro_batches, device, **transport)
     except ValueError as e:
@@ -661,19 +675,21 @@ def plan_micro_batches(plan, world, gpu_memory_gib, micro_batches=None, device="
 
 
 def fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order=False, shard_gradients=False,
-               bucket_mb=muon.BUCKET_MB):
-    """plan_memory with replicated gradients, else (several ranks) sharded ones -> MemoryPlan; raises the ValueError
-    of the last layout tried. shard_gradients: sharded ones only. The fixed reduction order has one gradient layout of
-    its own."""
-    layouts = (False,) if world == 1 or fixed_order else (True,) if shard_gradients else (False, True)
+               bucket_mb=muon.BUCKET_MB, node_size=None):
+    """plan_memory with replicated gradients, else (several ranks) sharded ones: hierarchical on several nodes of
+    node_size ranks, else flat -> MemoryPlan; raises the ValueError of the last layout tried. shard_gradients: sharded
+    ones only. The fixed reduction order has one gradient layout of its own."""
+    sharded = [(True, node_size)] if node_size and 1 < node_size < world and not fixed_order else []
+    sharded.append((True, None))
+    layouts = [(False, None)] if world == 1 or fixed_order else sharded if shard_gradients else [(False, None), *sharded]
     rank_seqs = plan.tokens_per_step // plan.seq_len // world
-    for zero2 in layouts:
+    for zero2, nodes_of in layouts:
         try:
             mem = plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib, world, zero2,
-                              micro_batches, device, fixed_order, int(bucket_mb * 2 ** 20), nvls_enabled())
+                              micro_batches, device, fixed_order, int(bucket_mb * 2 ** 20), nvls_enabled(), nodes_of)
             return replace(mem, shard_gradients=shard_gradients and zero2)
         except ValueError:
-            if zero2 == layouts[-1]:
+            if (zero2, nodes_of) == layouts[-1]:
                 raise
 
 
@@ -695,12 +711,18 @@ def memory_report(mem, plan, fixed_order=False):
         "the owner-sharded transport is required: replicated gradients do not fit"
     gradients = f"sharded over the ranks and reduced every micro-batch ({why})" if mem.zero2 else \
         "replicated, reduced once per step"
+    transport = "flat" if mem.world_size > 1 else None
+    if mem.node_size:
+        transport = f"hierarchical: nodes of {mem.node_size} ranks"
+        gradients = (f"sharded over the ranks ({why}): reduced inside each node every micro-batch into node-sums "
+                     "(1/ranks per node of them), across nodes once per step")
     if fixed_order:
         gradients = ("fixed reduction order: sent to their owners every micro-batch; an owner keeps up to "
                      "floor(log2(accumulation)) + 1 partial sums of its matrices")
     return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
                 world_size=mem.world_size, sequences_per_rank=rank_seqs,
-                sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, fixed_reduce_order=fixed_order,
+                sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, transport=transport,
+                node_size=mem.node_size, fixed_reduce_order=fixed_order,
                 compile=COMPILE_MODE, nccl_nvls=nvls_enabled() if mem.world_size > 1 else None,
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
                              accumulation=rank_seqs // s.micro_batch, peak_bytes=s.bytes["peak"],
@@ -754,7 +776,13 @@ def device_memory_plan(args, plan, world, device, recorded=None):
     else:
         gpu = args.gpu_memory or math.inf
     return plan_micro_batches(plan, world, gpu, micro_batches, device.type, args.fixed_reduce_order, what,
-                              shard_gradients=args.shard_gradients, bucket_mb=args.bucket_mb)
+                              shard_gradients=args.shard_gradients, bucket_mb=args.bucket_mb,
+                              node_size=transport_node_size(args, ranks_per_node(world) if world > 1 else 1))
+
+
+def transport_node_size(args, per_node):
+    """The ranks per node the hierarchical transport may use (plan_micro_batches), None with --flat-transport."""
+    return None if args.flat_transport else per_node
 
 
 def resumed_micro_batches(args, plan, world, recorded):

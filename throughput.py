@@ -14,8 +14,11 @@ choice, its micro-batches): per synced micro-batch (the last one with replicated
 gradients or the fixed order) Muon's buckets (reduce-scatter, or reduce to a single owner; fixed order: all-to-all,
 gather) and the AdamW gradients (all-reduce; fixed order: all-to-all of W padded chunks); per step Muon's new weights
 (all-gather, broadcast), in the fixed order the AdamW sums (all-gather), and the step's loss (all-reduce; fixed
-order: all-gather of the micro-batch losses). Not counted: the gradient norm of a logged step (one 4-byte
-all-reduce) and validation. tests/test_throughput.py checks these against what gloo's collectives move.
+order: all-gather of the micro-batch losses). Hierarchical (sharded gradients on several nodes, the MemoryPlan's
+node_size): Muon's buckets inside each node every micro-batch, the AdamW all-reduces on the last one only, and at the
+step's end the node-sums across nodes (reduce-scatter or reduce on one rank per node). Not counted: the gradient norm
+of a logged step (one 4-byte all-reduce) and validation. tests/test_throughput.py checks these against what gloo's
+collectives move.
 
 Links: NCCL's ring algorithms, one ring per channel over all W = NODES x P ranks, node after node, with as many
 channels as GPUs per node, each entering a node at another GPU and leaving it through that GPU's card. A ring
@@ -60,8 +63,10 @@ RELEASE_GPUS = 8  # each release run trained on one 8 x H100 node (issue 29)
 
 # A collective of `nbytes` payload bytes. In backward: sent once `after_blocks` executed blocks have finished their
 # backward; muon: one of Muon's buckets (the next waits for it). In the step: sent after `flops` of Polar-Express.
-BackwardSend = namedtuple("BackwardSend", "kind nbytes after_blocks muon")
-StepSend = namedtuple("StepSend", "kind nbytes flops muon")
+# group: the ranks it runs on: "world", "node" (the P ranks of a node) or "cross" (one rank per node: the hierarchical
+# transport, muon.node_groups).
+BackwardSend = namedtuple("BackwardSend", "kind nbytes after_blocks muon group", defaults=("world",))
+StepSend = namedtuple("StepSend", "kind nbytes flops muon group", defaults=("world",))
 
 
 def cluster_from_env(gpu="H100"):
@@ -110,27 +115,29 @@ def padded(numel, world):
     return -(-numel // world) * world
 
 
-def backward_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda"):
+def backward_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None, adamw=True):
     """The collectives of one synced micro-batch's backward at `passes`, in the order they are sent: lm_head's
-    all-reduce, Muon's buckets as backward completes them (plan.sharded_backward_bytes's walk), then the gates' and
-    the embedding's all-reduces. -> [BackwardSend]"""
+    all-reduce, Muon's buckets as backward completes them (plan.sharded_backward_bytes's walk; node_size: inside each
+    node of the hierarchical transport), then the gates' and the embedding's all-reduces (adamw=False: none, the
+    hierarchical transport's micro-batches before the last). -> [BackwardSend]"""
     if world == 1:
         return []
     kind = "all_to_all_single" if fixed_order else "all_reduce"
     adamw = [(padded(numel, world) if fixed_order else numel) * size
-             for numel, size in adamw_gradients(cfg, passes, device)]
+             for numel, size in adamw_gradients(cfg, passes, device)] if adamw else []
+    group = "node" if node_size else "world"
     order = plan_lib.backward_block_order(cfg, passes)
     per_block = len(plan_lib.block_matrix_shapes(cfg)) // stored_blocks(cfg)
     last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
     buckets = plan_lib.gradient_buckets(cfg, world, bucket_bytes, plan_lib.executed_matrices(cfg, passes))
-    sends, ready, launched = [BackwardSend(kind, adamw[0], 0, False)], set(), 0
+    sends, ready, launched = [BackwardSend(kind, n, 0, False) for n in adamw[:1]], set(), 0
     for k, block in enumerate(order):
         if last_run[block] != k:
             continue
         ready.update(range(per_block * block, per_block * (block + 1)))
         while launched < len(buckets) and ready.issuperset(buckets[launched][0].members):
             bucket, n = buckets[launched]
-            sends.append(BackwardSend(MUON_REDUCE[fixed_order, bucket.scatter], n, k + 1, True))
+            sends.append(BackwardSend(MUON_REDUCE[fixed_order, bucket.scatter], n, k + 1, True, group))
             launched += 1
     return sends + [BackwardSend(kind, n, len(order), False) for n in adamw[1:]]
 
@@ -141,15 +148,23 @@ def polar_express_flops(shape):
     return POLAR_EXPRESS_ITERATIONS * (4 * long * short ** 2 + 2 * short ** 3)
 
 
-def step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order=False, device="cuda"):
-    """The collectives after the last backward, in order: in the fixed order the AdamW sums' all-gathers
-    (ReplicatedGrads.wait), Muon's new weights bucket by bucket over the matrices that move (muon.Muon.step: those
-    with a gradient or with state), the step's loss (train.step_loss). -> [StepSend]"""
+def step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order=False, device="cuda",
+               node_size=None, local_rank=0):
+    """The collectives local rank `local_rank` sends after the last backward, in order: in the fixed order the AdamW
+    sums' all-gathers (ReplicatedGrads.wait); hierarchical (node_size), the node-sums across nodes, each waited for
+    (Muon._reduce_across_nodes: a reduce-scatter of the bucket's 1/P, or a reduce by the owner's local rank); Muon's
+    new weights bucket by bucket over the matrices that move (muon.Muon.step: those with a gradient or with state),
+    the step's loss (train.step_loss). -> [StepSend]"""
     if world == 1:
         return []
     shapes = plan_lib.block_matrix_shapes(cfg)
     sends = [StepSend("all_gather_single", padded(numel, world) * size, 0, False)
              for numel, size in adamw_gradients(cfg, passes, device)] if fixed_order else []
+    for bucket, n in plan_lib.gradient_buckets(cfg, world, bucket_bytes, plan_lib.executed_matrices(cfg, passes)) \
+            if node_size else []:
+        if bucket.scatter or bucket.owner % node_size == local_rank:
+            sends.append(StepSend(MUON_REDUCE[False, bucket.scatter], n // node_size if bucket.scatter else n, 0,
+                                  False, "cross"))
     for bucket, n in plan_lib.gradient_buckets(cfg, world, bucket_bytes, moving):
         flops = max(sum(polar_express_flops(shapes[i]) for i in chunk) for chunk in bucket.chunks)
         sends.append(StepSend("all_gather_single" if bucket.scatter else "broadcast", n, flops, True))
@@ -157,17 +172,28 @@ def step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_ord
     return sends + [StepSend(*loss, 0, False)]
 
 
+def synced_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None):
+    """(a synced micro-batch's backward sends, the last one's): hierarchical, only the last sends the AdamW gradients."""
+    last = backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
+    return backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size, False) \
+        if node_size else last, last
+
+
 def step_collectives(cfg, passes, moving, world, bucket_bytes, accumulation, synced, fixed_order=False,
-                     device="cuda"):
-    """Counter of (collective, payload bytes) of one step with `synced` micro-batches communicating."""
-    sends = backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device) * synced
-    sends += step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order, device)
-    return Counter((s.kind, s.nbytes) for s in sends)
+                     device="cuda", node_size=None, local_rank=0):
+    """Counter of (collective, payload bytes, group) local rank `local_rank` sends in one step with `synced`
+    micro-batches communicating; node_size: the hierarchical transport's ranks per node."""
+    every, last = synced_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
+    sends = every * (synced - 1) + last
+    sends += step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order, device, node_size,
+                        local_rank)
+    return Counter((s.kind, s.nbytes, s.group) for s in sends)
 
 
-def link_bytes(kind, n, nodes, per_node):
+def link_bytes(kind, n, nodes, per_node, group="world"):
     """(NVLink, network) bytes per GPU of one collective of n payload bytes on nodes x per_node GPUs (the module
-    docstring's rings): exact Fractions."""
+    docstring's rings), on all of them or on a group: a node's GPUs, or one GPU of each node. Exact Fractions."""
+    nodes, per_node = {"world": (nodes, per_node), "node": (1, per_node), "cross": (nodes, 1)}[group]
     world = nodes * per_node
     if world == 1:
         return Fraction(0), Fraction(0)
@@ -179,9 +205,10 @@ def link_bytes(kind, n, nodes, per_node):
     return sent - network, network
 
 
-def seconds(kind, n, nodes, per_node, cluster):
-    """One collective's time: the longer of its NVLink and its node's network transfer at bus_efficiency."""
-    nvlink, network = link_bytes(kind, n, nodes, per_node)
+def seconds(kind, n, nodes, per_node, cluster, group="world"):
+    """One collective's time: the longer of its NVLink and its node's network transfer at bus_efficiency (a node's
+    P GPUs send alike: their cross-node groups at once)."""
+    nvlink, network = link_bytes(kind, n, nodes, per_node, group)
     world = nodes * per_node
     port, node = (nvlink * world, network * world) if kind == "gather" else (nvlink, network * per_node)
     return max(float(port) / (cluster.nvlink_gbs * GB * cluster.bus_efficiency),
@@ -223,31 +250,39 @@ def step_end_seconds(sends, rate, cost):
 
 
 def stage_step(cfg, passes, moving, micro_batch, accumulation, synced, nodes, per_node, bucket_bytes, cluster,
-               fixed_order=False, device="cuda"):
+               fixed_order=False, device="cuda", node_size=None):
     """One step at `passes`: bytes per GPU per link, seconds (compute, optimizer, communication, exposed
-    communication, step) and MFU. Numbered as plan.make_plan."""
+    communication, step) and MFU; node_size: the hierarchical transport's ranks per node. Numbered as
+    plan.make_plan."""
     world, rate = nodes * per_node, GPU_PEAK_FLOPS[cluster.gpu] * cluster.matmul_efficiency
-    cost = lambda s: seconds(s.kind, s.nbytes, nodes, per_node, cluster)  # noqa: E731
+    cost = lambda s: seconds(s.kind, s.nbytes, nodes, per_node, cluster, s.group)  # noqa: E731
+    link = lambda s: link_bytes(s.kind, s.nbytes, nodes, per_node, s.group)  # noqa: E731
     # 1. Compute per micro-batch; backward is 2/3 of it: the loss (lm_head) first, then the executed blocks.
     tokens = micro_batch * cfg.seq_len
     micro = flops_per_token(cfg, passes) * tokens / rate
     head = 2 / 3 * 6 * cfg.padded_vocab * cfg.width * tokens / rate
     blocks = executed_blocks(cfg, passes)
     block = (2 / 3 * micro - head) / blocks
-    # 2. The collectives of a synced micro-batch and of the step's end.
-    backward = backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device)
-    end = step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order, device)
-    # 3. Bytes per GPU per link.
-    sends = backward * synced + end
-    per_link = [sum(link_bytes(s.kind, s.nbytes, nodes, per_node)[i] for s in sends) for i in (0, 1)]
-    # 4. Time: compute, the synced micro-batches' exposed communication, the optimizer and the step's end.
+    # 2. The collectives of a synced micro-batch (hierarchical: the last one's apart) and of each local rank's step
+    # end (hierarchical: a single owner's node-sums cross the network from its local rank only).
+    every, last = synced_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
+    backward = every * (synced - 1) + last
+    ends = [step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order, device, node_size, local)
+            for local in range(node_size or 1)]
+    # 3. Bytes per GPU per link: the mean over the local ranks.
+    per_link = [sum(link(s)[i] for s in backward) + sum(link(s)[i] for end in ends for s in end) / len(ends)
+                for i in (0, 1)]
+    # 4. Time: compute, the synced micro-batches' exposed communication, the optimizer and the slowest step end.
     if world == 1:
         optimizer = sum(polar_express_flops(plan_lib.block_matrix_shapes(cfg)[i]) for i in moving) / rate
-        end_exposed = 0.0
+        end, end_exposed = ends[0], 0.0
     else:
+        end = max(ends, key=lambda e: sum(step_end_seconds(e, rate, cost)))
         optimizer, end_exposed = step_end_seconds(end, rate, cost)
-    exposed = synced * backward_exposed(backward, head, block, blocks, cost) + end_exposed
+    exposed = (synced - 1) * backward_exposed(every, head, block, blocks, cost) + end_exposed + \
+        backward_exposed(last, head, block, blocks, cost)
     step = accumulation * micro + optimizer + exposed
+    sends = backward + end
     return dict(passes=passes, micro_batch=micro_batch, accumulation=accumulation, synced_micro_batches=synced,
                 gb_per_step=dict(nvlink=round(float(per_link[0]) / GB, 3), network=round(float(per_link[1]) / GB, 3)),
                 seconds={k: float(f"{v:.5g}") for k, v in dict(
@@ -289,11 +324,12 @@ def predict(plan, mem, nodes, per_node, fixed_order=False, bucket_mb=None, clust
     for (i, passes), steps in sorted(stage_steps(plan).items()):
         transport = stage_transport(plan, mem, i, passes, fixed_order)
         stage = stage_step(plan.model_config, passes, *transport, nodes, per_node, bucket_bytes, cluster, fixed_order,
-                           device)
+                           device, mem.node_size)
         stages.append(dict(stage, steps=steps))
         total += steps * stage["seconds"]["step"]
     return dict(predicted="predicted from stated bandwidths and efficiencies; not measured on a GPU",
-                nodes=nodes, gpus_per_node=per_node, cluster=asdict(cluster), stages=stages,
+                nodes=nodes, gpus_per_node=per_node, transport="hierarchical" if mem.node_size else "flat",
+                cluster=asdict(cluster), stages=stages,
                 seconds=float(f"{total:.5g}"), gpu_hours=float(f"{total * nodes * per_node / 3600:.4g}"),
                 mfu=round(plan.total_flops / (nodes * per_node * GPU_PEAK_FLOPS[cluster.gpu] * total), 4))
 

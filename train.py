@@ -49,7 +49,7 @@ from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MA
 from watch import Progress, check_tracker, open_tracker
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
                   memory_report, nvls_enabled, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
-                  stage_at, stage_index)
+                  stage_at, stage_index, transport_node_size)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -60,25 +60,26 @@ def dry_run(args):
     ranks_per_node = env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
     world = args.world_size or ranks_per_node * env_integer("NNODES", 1, 1, MAX_NODES)
     check_reduce_order(args, world)
+    nodes = throughput.layout(world, ranks_per_node)
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
-        mem = dry_run_memory(args, plan, world)
+        mem = dry_run_memory(args, plan, world, nodes[1])
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        speed = throughput.predict(plan, mem, *throughput.layout(world, ranks_per_node), args.fixed_reduce_order,
-                                   args.bucket_mb)
+        speed = throughput.predict(plan, mem, *nodes, args.fixed_reduce_order, args.bucket_mb)
         print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
                               host_memory=host_memory(plan, min(ranks_per_node, world)), throughput=speed,
                               schedule_notes=schedule_notes(plan))))
     return 0
 
 
-def dry_run_memory(args, plan, world):
-    """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it)."""
+def dry_run_memory(args, plan, world, per_node):
+    """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it) in
+    nodes of per_node."""
     gpu = args.gpu_memory or H100_80GB_GIB
     return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world),
                               fixed_order=args.fixed_reduce_order, shard_gradients=args.shard_gradients,
-                              bucket_mb=args.bucket_mb)
+                              bucket_mb=args.bucket_mb, node_size=transport_node_size(args, per_node))
 
 
 def ladder_dry_run(argv):
@@ -101,7 +102,7 @@ def ladder_dry_run(argv):
         try:
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
-            mem = dry_run_memory(run_args, plan, world)
+            mem = dry_run_memory(run_args, plan, world, args.gpus_per_node)
             speed = throughput.predict(plan, mem, args.nodes, args.gpus_per_node, run_args.fixed_reduce_order,
                                        run_args.bucket_mb, cluster)
         except UsageError as e:
@@ -115,7 +116,9 @@ def ladder_dry_run(argv):
               + " -> ".join(f"{p:.1f}" for p in peak) + " GiB per rank + " + outside_text(mem.stages[0].bytes)
               + " | headroom " + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages)
               + f" GiB of {mem.gpu_memory_gib:.1f}"
-              + (" | gradients sharded, reduced every micro-batch (owner-sharded transport)" if mem.zero2 else "")
+              + (" | gradients sharded, " + ("reduced inside each node every micro-batch, across nodes once per "
+                                             "step (hierarchical transport)" if mem.node_size else
+                                             "reduced every micro-batch (owner-sharded transport)") if mem.zero2 else "")
               + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
         print(throughput.summary_line(name, speed))
     if not peaks:
@@ -179,10 +182,12 @@ def compile_model(model, plan, whole=False):
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation
 
-def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False, bucket_mb=muon.BUCKET_MB):
+def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False, bucket_mb=muon.BUCKET_MB,
+                     node_size=None):
     """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the block matrices,
     AdamW for the others (--optimizer adamw: AdamW for all, Muon's groups last); fixed_order: Muon's fixed reduction
-    order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb)."""
+    order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb); node_size: its hierarchical
+    transport's ranks per node (the memory plan's)."""
     groups = {name: params for name, params in model.param_groups().items() if params}
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
@@ -193,7 +198,7 @@ def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False,
         return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)]
     names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
     matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
-                       param_names=names, fixed_order=fixed_order, bucket_mb=bucket_mb)
+                       param_names=names, fixed_order=fixed_order, bucket_mb=bucket_mb, node_size=node_size)
     for group in matrix.param_groups:
         group["base_lr"] = plan.matrix_lr
     return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)]
@@ -339,6 +344,7 @@ def new_run(args, plan, mem, rank, world, device, loader, **where):
     peak = gpu_peak_flops(device, args.peak_flops)
     return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
                micro_batches=tuple(s.micro_batch for s in mem.stages), sync_every_micro_batch=mem.zero2,
+               node_size=mem.node_size,
                memory=memory_report(mem, plan, args.fixed_reduce_order), environment=environment,
                peak_flops=peak * world if peak else None, args=args, fixed_reduce_order=args.fixed_reduce_order,
                **where)
@@ -365,7 +371,8 @@ def start_training(run):
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order, args.bucket_mb)
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order, args.bucket_mb,
+                                  run.node_size)
     replicated = replicated_grads(optimizers, run.fixed_reduce_order)
     state = RunState()
     if run.resume_from:
@@ -425,7 +432,8 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
 
     Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
     the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch, where each
-    micro-batch's reductions are folded into one accumulator per gradient right after its backward.
+    micro-batch's reductions are folded into one accumulator per gradient right after its backward (run.node_size:
+    Muon's inside each node, the AdamW gradients accumulated locally and all-reduced on the last micro-batch).
     run.fixed_reduce_order: rank r's k-th micro-batch is the step's (k * world + r)-th, each loss is scaled by 1/M (M
     micro-batches in all) and its gradients are folded into the world-size-free sum right after its backward."""
     run, model, optimizers, replicated, state = (training.run, training.model, training.optimizers,
@@ -459,9 +467,10 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     losses = []
     micros = windows.split(micro_batch)
     for k, micro in enumerate(micros):
-        replicated.sync_grads = run.sync_every_micro_batch or k == len(micros) - 1
+        last = k == len(micros) - 1
+        replicated.sync_grads = last or (run.sync_every_micro_batch and not run.node_size)
         for opt in matrix:
-            opt.sync_grads = replicated.sync_grads
+            opt.sync_grads = last or run.sync_every_micro_batch
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
@@ -824,6 +833,9 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     mem.add_argument("--shard-gradients", action="store_true",
                      help="shard the gradients over the ranks, reduced every micro-batch, even where replicated "
                           "ones fit (less memory, more traffic; the planner picks it by itself where they do not)")
+    mem.add_argument("--flat-transport", action="store_true",
+                     help="sharded gradients on several nodes: reduce every micro-batch over all ranks, not inside "
+                          "each node and across nodes once per step (the default, hierarchical transport)")
     mem.add_argument("--bucket-mb", type=number("(0, 65536]"), default=muon.BUCKET_MB, metavar="MB",
                      help=f"Muon's gradient buckets (default {muon.BUCKET_MB}, the release's); a bucket holds at "
                           "least one same-shape matrix per rank")

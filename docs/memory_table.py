@@ -14,6 +14,7 @@ from arms import ARMS, DATA_CONSTRAINED_LOOPS, ladder_runs  # noqa: E402
 from common import Parser, cli_main, exit_process  # noqa: E402
 
 H200_141GB_GIB = 143771 / 1024  # what torch reports for an H200 141GB
+GPUS_PER_NODE = 8  # the tables' nodes (ladder.sh's NPROC_PER_NODE): d26 runs on 2 of them
 # The release scripts' micro-batches on 80 GB H100s (compiled, FlashAttention-3): per depth, and per (depth, K).
 RELEASE_FIXED = {6: 32, 8: 32, 10: 32, 12: 16, 14: 16, 16: 8, 18: 8, 20: 8}
 RELEASE_GROW = {6: 32, 8: 32, 10: 16, 12: 16, 14: 8, 16: 8, 18: 4, 26: "4→2"}
@@ -24,12 +25,13 @@ RELEASE_DC = {6: {k: 32 for k in DATA_CONSTRAINED_LOOPS[6]}, 8: {1: 32, 2: 32, 3
 
 def cell(run_plan, world, gpu):
     try:
-        mem = plan.plan_micro_batches(run_plan, world, gpu)
+        mem = plan.plan_micro_batches(run_plan, world, gpu, node_size=GPUS_PER_NODE)
     except train.UsageError:
         return "does not fit"
     return ("→".join(str(s.micro_batch) for s in mem.stages) + " (" +
             " → ".join(f"{s.bytes['peak'] / plan.GIB:.1f}" for s in mem.stages) +
-            f"; {min(s.headroom for s in mem.stages) / plan.GIB:.1f})" + (" zero2" if mem.zero2 else ""))
+            f"; {min(s.headroom for s in mem.stages) / plan.GIB:.1f})" + (" zero2" if mem.zero2 else "")
+            + (" hierarchical" if mem.node_size else ""))
 
 
 def row(name, argv, release, world=8):

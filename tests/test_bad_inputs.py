@@ -545,7 +545,9 @@ def test_train_knobs_that_apply_are_planned(capsys):
 @pytest.mark.parametrize("env, message", [
     (dict(MASTER_ADDR=None, MASTER_PORT=None), "WORLD_SIZE=2 needs MASTER_ADDR and MASTER_PORT"),
     (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT=None), "WORLD_SIZE=2 needs MASTER_PORT"),
-    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="x"), "MASTER_PORT must be a whole number")])
+    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="x"), "MASTER_PORT must be a whole number"),
+    (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", LOCAL_WORLD_SIZE="3"),
+     "LOCAL_WORLD_SIZE=3 does not divide the world size 2")])
 def test_train_torchrun_environment_without_its_rendezvous(tmp_path, pool_copy, monkeypatch, env, message):
     """WORLD_SIZE=2 RANK=0 without MASTER_ADDR was torch's ValueError traceback after the run folder existed."""
     monkeypatch.setenv("WORLD_SIZE", "2")

@@ -576,12 +576,14 @@ def test_memory_outside_the_allocator_is_counted_term_by_term_and_the_headroom_r
     nvls = plan_lib.memory_per_rank(cfg, 4, 8, 8, nvls=True)
     assert nvls["nccl_buffers"] == plan_lib.NCCL_BUFFER_BYTES + plan_lib.NCCL_NVLS_BYTES
 
-    def d26(nvls_env):
+    def d26(nvls_env, *flags):
         monkeypatch.setenv("NCCL_NVLS_ENABLE", nvls_env)
-        train.main(["--arch", "untied_grow", "--depth", "26", "--world-size", "16", "--dry-run"])
+        train.main(["--arch", "untied_grow", "--depth", "26", "--world-size", "16", "--dry-run", *flags])
         return json.loads(capsys.readouterr().out)["memory"]
 
-    off, on = d26("0"), d26("1")
+    # NVLS's gigabyte leaves the hierarchical transport's node-sums no room: the planner takes the flat one
+    assert [d26(nvls)["transport"] for nvls in ("0", "1")] == ["hierarchical: nodes of 8 ranks", "flat"]
+    off, on = d26("0", "--flat-transport"), d26("1", "--flat-transport")
     assert (off["nccl_nvls"], on["nccl_nvls"]) == (False, True)
     for stage in off["stages"]:
         gib = stage["gib"]

@@ -13,7 +13,7 @@ import plan as plan_lib
 import throughput
 import train
 from common import UsageError
-from test_train import COLLECTIVES, LEDGER_ARGV, LEDGER_TRANSPORTS
+from test_train import COLLECTIVES, LEDGER_ARGV, LEDGER_NODE_SIZE, LEDGER_RUNS, LEDGER_TRANSPORTS
 
 KINDS = ("reduce_scatter_single", "all_gather_single", "all_reduce", "reduce", "broadcast", "all_to_all_single",
          "gather")
@@ -92,13 +92,35 @@ def test_adamw_gradients_are_what_a_backward_hands_replicated_grads(arch, passes
 # What gloo moves: tiny Untied-Grow runs through growth (tests/test_train.py's ledger runs) on 4 ranks, then on 2
 
 def counting(name, collective, sent):
-    """collective, recording (name, payload bytes, root): the full buffer (reduce-scatter's input, all-gather's
-    output, all-to-all's input, what a gather's rank sends)."""
+    """collective, recording (name, payload bytes, root, the group's ranks): the full buffer (reduce-scatter's input,
+    all-gather's output, all-to-all's input, what a gather's rank sends)."""
     def counted(*args, **kwargs):
         tensor = args[1] if name in ("reduce_scatter_single", "all_to_all_single") else args[0]
-        sent.append((name, tensor.numel() * tensor.element_size(), kwargs.get(FIELD.get(name), 0)))
+        group = kwargs.get("group")
+        ranks = tuple(dist.get_process_group_ranks(group)) if group else tuple(range(dist.get_world_size()))
+        sent.append((name, tensor.numel() * tensor.element_size(), kwargs.get(FIELD.get(name), 0), ranks))
         return collective(*args, **kwargs)
     return counted
+
+
+def group_of(ranks, world, per_node):
+    """(the model's group name, its layout (nodes, GPUs per node)) of a collective on `ranks`."""
+    if len(ranks) == world:
+        return "world", (world // per_node, per_node)
+    if len({r // per_node for r in ranks}) == 1:
+        return "node", (1, len(ranks))
+    return "cross", (len(ranks), 1)
+
+
+def rank_links(sent, world, per_node):
+    """{"nvlink", "network"}: one rank's share of the bytes its collectives put on the links, each collective's rings
+    walked over its group (a group's root by its index there) and divided among the group's ranks."""
+    links = Counter()
+    for name, n, root, ranks in sent:
+        _, layout = group_of(ranks, world, per_node)
+        walk = walked(name, n, *layout, ranks.index(root) if name in FIELD else 0)
+        links.update({k: v / len(ranks) for k, v in walk.items()})
+    return links
 
 
 def traffic_worker(rank, ports, out_dir):
@@ -110,10 +132,11 @@ def traffic_worker(rank, ports, out_dir):
     for world, port in zip((4, 2), ports):
         if rank >= world:
             break
+        os.environ["LOCAL_WORLD_SIZE"] = str(LEDGER_NODE_SIZE[world])
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
         reports = {}
-        for transport, flags in LEDGER_TRANSPORTS.items():
-            args = train.parse_args(LEDGER_ARGV + ["--no-compile"] + flags)
+        for transport in [t for t in LEDGER_TRANSPORTS if (False, t) in LEDGER_RUNS[world]]:  # one order on all ranks
+            args = train.parse_args(LEDGER_ARGV + ["--no-compile"] + LEDGER_TRANSPORTS[transport])
             plan = train.make_plan(args)
             mem = plan_lib.device_memory_plan(args, plan, world, torch.device("cpu"))
             run = train.new_run(args, plan, mem, rank, world, torch.device("cpu"),
@@ -124,9 +147,8 @@ def traffic_worker(rank, ports, out_dir):
                 loss, passes, _, _ = train.train_step(training)
                 train.count_step(run, training.state, passes, seconds=1.0)
                 steps.append((passes, list(sent)))
-            reports[transport] = dict(steps=steps, zero2=mem.zero2)
-        if rank == 0:
-            torch.save(reports, os.path.join(out_dir, f"w{world}.pt"))
+            reports[transport] = dict(steps=steps, zero2=mem.zero2, node_size=mem.node_size)
+        torch.save(reports, os.path.join(out_dir, f"w{world}_rank{rank}.pt"))
         dist.barrier()
         dist.destroy_process_group()
     os._exit(0)  # gloo's teardown can abort an exiting process (tests/test_muon.py, transport_worker)
@@ -136,35 +158,56 @@ def traffic_worker(rank, ports, out_dir):
 def traffic(tmp_path_factory, spawn_ranks):
     out_dir = tmp_path_factory.mktemp("traffic")
     spawn_ranks(traffic_worker, out_dir)
-    return {world: torch.load(out_dir / f"w{world}.pt", map_location="cpu") for world in (4, 2)}
+    return {world: [torch.load(out_dir / f"w{world}_rank{r}.pt", map_location="cpu") for r in range(world)]
+            for world in (4, 2)}
 
 
 @pytest.mark.parametrize("world", [4, 2])
-def test_predicted_collectives_are_what_gloo_moved(traffic, world):
-    """Every step, through growth, with replicated, sharded and fixed-order gradients: the collectives and payloads
-    the model predicts are exactly those train_step sent; on 4 ranks as 2 nodes x 2 the bytes over each link are
-    the rings walked over what was sent."""
-    for transport, report in traffic[world].items():
+def test_predicted_collectives_are_what_gloo_moved(traffic, world, monkeypatch):
+    """Every step, through growth, with replicated, sharded (flat and, on 4 ranks as 2 nodes x 2, hierarchical) and
+    fixed-order gradients: the collectives, payloads and groups the model predicts for each rank are exactly those
+    train_step sent, and the bytes over each link are the rings walked over what was sent."""
+    per_node = LEDGER_NODE_SIZE[world]
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(per_node))
+    for transport, report in traffic[world][0].items():
         args = train.parse_args(LEDGER_ARGV + LEDGER_TRANSPORTS[transport])
         plan = train.make_plan(args)
         mem = plan_lib.device_memory_plan(args, plan, world, torch.device("cpu"))
-        assert mem.zero2 == report["zero2"] == (transport == "sharded")
-        nodes, per_node = (2, 2) if world == 4 else (1, 2)
-        for step, (passes, sent) in enumerate(report["steps"]):
-            stage = plan_lib.stage_index(step, plan)
-            assert passes == plan.pass_stages[stage]
-            moving, _, accumulation, synced = throughput.stage_transport(plan, mem, stage, passes,
-                                                                         args.fixed_reduce_order)
-            predicted = throughput.step_collectives(plan.model_config, passes, moving, world,
-                                                    int(args.bucket_mb * 2 ** 20), accumulation, synced,
-                                                    args.fixed_reduce_order, "cpu")
-            assert Counter((name, n) for name, n, _ in sent) == predicted, (transport, step)
-            links = sum((walked(name, n, nodes, per_node, root) for name, n, root in sent), Counter())
-            model = [sum(throughput.link_bytes(kind, n, nodes, per_node)[i] * count
-                         for (kind, n), count in predicted.items()) * world for i in (0, 1)]
-            assert (links["nvlink"], links["network"]) == tuple(model), (transport, step)
-            if world == 4:
-                assert links["network"] > 0
+        assert mem.zero2 == report["zero2"] == (transport in ("sharded", "hierarchical"))
+        assert mem.node_size == report["node_size"] == (per_node if transport == "hierarchical" else None)
+        for rank in range(world):
+            for step, (passes, sent) in enumerate(traffic[world][rank][transport]["steps"]):
+                stage = plan_lib.stage_index(step, plan)
+                assert passes == plan.pass_stages[stage]
+                moving, _, accumulation, synced = throughput.stage_transport(plan, mem, stage, passes,
+                                                                             args.fixed_reduce_order)
+                predicted = throughput.step_collectives(plan.model_config, passes, moving, world,
+                                                        int(args.bucket_mb * 2 ** 20), accumulation, synced,
+                                                        args.fixed_reduce_order, "cpu", mem.node_size,
+                                                        rank % per_node)
+                assert Counter((name, n, group_of(ranks, world, per_node)[0]) for name, n, _, ranks in sent) == \
+                    predicted, (transport, rank, step)
+                links = rank_links(sent, world, per_node)
+                model = [sum(throughput.link_bytes(kind, n, world // per_node, per_node, group)[i] * count
+                             for (kind, n, group), count in predicted.items()) for i in (0, 1)]
+                assert (links["nvlink"], links["network"]) == tuple(model), (transport, rank, step)
+                assert (links["network"] > 0) == (world == 4)
+
+
+def test_hierarchical_gradients_cross_nodes_once_per_step(traffic):
+    """4 gloo ranks as 2 nodes x 2, sharded gradients, 2 micro-batches per rank: every step the gradient reductions
+    (reduce-scatter, reduce, all-reduce) of the hierarchical transport put at most 1/accumulation of the flat
+    transport's bytes on the network, summed over the ranks; inside a micro-batch's backward nothing crosses."""
+    accumulation = 8 // 4  # LEDGER_ARGV: 8 sequences per step, micro-batch 1
+    reductions = ("reduce_scatter_single", "reduce", "all_reduce")
+    network = {t: [sum(rank_links([s for s in sent if s[0] in reductions], 4, 2)["network"]
+                       for rank in traffic[4] for sent in [rank[t]["steps"][step][1]])
+                   for step in range(len(traffic[4][0][t]["steps"]))] for t in ("hierarchical", "sharded")}
+    assert all(0 < h <= f / accumulation for h, f in zip(network["hierarchical"], network["sharded"])), network
+    for rank in traffic[4]:
+        for _, sent in rank["hierarchical"]["steps"]:
+            muon = [group_of(ranks, 4, 2)[0] for name, _, _, ranks in sent if name == "reduce_scatter_single"]
+            assert "world" not in muon and muon.count("cross") < muon.count("node") // accumulation + 1
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,6 +232,30 @@ def test_d26_on_two_nodes_reduces_every_micro_batch_over_the_network():
     assert speed["mfu"] < 0.45 and speed["gpu_hours"] > 0
     one_node = throughput.predict(plan, plan_lib.plan_micro_batches(plan, 16, 1000), 1, 16)
     assert one_node["stages"][-1]["gb_per_step"]["network"] == 0
+
+
+def test_d26_hierarchical_keeps_every_micro_batch_inside_its_node():
+    """d26 on 2 x 8 with the hierarchical transport (the planner's choice on 2 nodes of 8): each micro-batch
+    reduce-scatters the same 28.36 GB inside its node only, the node-sums cross the network once per step (a
+    reduce-scatter of 1/8 of the bucket, or a single owner's reduce); fewer network bytes and a higher MFU than flat."""
+    plan = train.make_plan(train.parse_args(["--arch", "untied_grow", "--depth", "26"]))
+    hierarchical = plan_lib.plan_micro_batches(plan, 16, plan_lib.H100_80GB_GIB, node_size=8)
+    flat = plan_lib.plan_micro_batches(plan, 16, plan_lib.H100_80GB_GIB)
+    assert (hierarchical.node_size, flat.node_size) == (8, None) and hierarchical.zero2
+    assert [s.micro_batch for s in hierarchical.stages] == [1, 1]
+    every, last = throughput.synced_sends(plan.model_config, 4, 16, plan_lib.BUCKET_BYTES, node_size=8)
+    assert {s.group for s in every} == {"node"} and round(sum(s.nbytes for s in every) / 1e9, 2) == 28.36
+    assert {s.group for s in last if not s.muon} == {"world"}  # the AdamW all-reduces, once per step
+    for local in range(8):
+        cross = [s for s in throughput.step_sends(plan.model_config, 4, [], 16, plan_lib.BUCKET_BYTES, 16,
+                                                  node_size=8, local_rank=local) if s.group == "cross"]
+        assert cross and sum(s.nbytes for s in cross) < 28.36e9 / 8 * 1.5
+    speeds = [throughput.predict(plan, mem, 2, 8) for mem in (hierarchical, flat)]
+    assert [s["transport"] for s in speeds] == ["hierarchical", "flat"]
+    (h, f) = (s["stages"][-1] for s in speeds)
+    assert h["gb_per_step"]["network"] < f["gb_per_step"]["network"] / 8
+    assert h["seconds"]["exposed_communication"] < f["seconds"]["exposed_communication"]
+    assert speeds[1]["mfu"] < speeds[0]["mfu"] < 0.45
 
 
 def test_cluster_knobs_come_from_the_environment(monkeypatch):
