@@ -27,7 +27,7 @@ import torch.distributed.checkpoint as dcp
 
 import muon
 from arms import with_current_mode_names
-from common import (ANY_NUMBER, FLAG, LIST, OBJECT, TEXT, UsageError, atomic_write, check_record, each, nullable, real,
+from common import (ANY_NUMBER, FLAG, OBJECT, TEXT, UsageError, atomic_write, check_record, each, nullable, real,
                     sha256_file, torchrun_ranks, whole, write_json)
 from model import GPT, ModelConfig
 

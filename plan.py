@@ -732,6 +732,23 @@ def memory_report(mem, plan, fixed_order=False):
                         for s in mem.stages])
 
 
+def memory_line(name, mem, host):
+    """The ladder dry run's memory line of run `name`: micro-batches, peak and headroom per rank per stage, what lies
+    outside the allocator, the gradient layout and host memory per node (host_memory)."""
+    parts = mem.stages[0].bytes
+    nccl = f" + {parts['nccl_buffers'] / GIB:g} NCCL (NVLS {'on' if nvls_enabled() else 'off'})" \
+        if parts["nccl_buffers"] else ""
+    gradients = "" if not mem.zero2 else " | gradients sharded, " + (
+        "reduced inside each node every micro-batch, across nodes once per step (hierarchical transport)"
+        if mem.node_size else "reduced every micro-batch (owner-sharded transport)")
+    return (f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
+            + " -> ".join(f"{s.bytes['peak'] / GIB:.1f}" for s in mem.stages)
+            + f" GiB per rank + {parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator"
+            + " | headroom " + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages)
+            + f" GiB of {mem.gpu_memory_gib:.1f}{gradients}"
+            + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
+
+
 # Host memory at start-up: what the dry run predicts per node (ranks per node x one rank's bytes)
 
 HOST_RUNTIME_BYTES = 3 * GIB        # per process: Python, torch, the CUDA and NCCL libraries and context (an allowance)

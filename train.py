@@ -48,7 +48,7 @@ from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MA
                   SEEDS)
 from watch import Progress, check_tracker, open_tracker
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
-                  memory_report, nvls_enabled, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
+                  memory_line, memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
                   stage_at, stage_index, transport_node_size)
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -111,15 +111,7 @@ def ladder_dry_run(argv):
         hours += speed["gpu_hours"]
         peak = [s.bytes["peak"] / GIB for s in mem.stages]
         peaks.append((max(peak), name))
-        host = host_memory(plan, args.gpus_per_node)
-        print(f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
-              + " -> ".join(f"{p:.1f}" for p in peak) + " GiB per rank + " + outside_text(mem.stages[0].bytes)
-              + " | headroom " + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages)
-              + f" GiB of {mem.gpu_memory_gib:.1f}"
-              + (" | gradients sharded, " + ("reduced inside each node every micro-batch, across nodes once per "
-                                             "step (hierarchical transport)" if mem.node_size else
-                                             "reduced every micro-batch (owner-sharded transport)") if mem.zero2 else "")
-              + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
+        print(memory_line(name, mem, host_memory(plan, args.gpus_per_node)))
         print(throughput.summary_line(name, speed))
     if not peaks:
         raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
@@ -128,13 +120,6 @@ def ladder_dry_run(argv):
         f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100"
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} GPUs/node x {args.nodes} nodes | "
           f"max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
-
-
-def outside_text(parts):
-    """'0.75 CUDA context + 0.5 NCCL (NVLS off) GiB outside the allocator' of one stage's memory_per_rank."""
-    nccl = f" + {parts['nccl_buffers'] / GIB:g} NCCL (NVLS {'on' if nvls_enabled() else 'off'})" \
-        if parts["nccl_buffers"] else ""
-    return f"{parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator"
 
 
 def check_reduce_order(args, world):
@@ -822,6 +807,13 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     arms.add_knob_flags(rec, arms.Preset, "train")
     rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
+    add_memory_flags(p)
+    arms.add_model_flags(p)
+    return p
+
+
+
+def add_memory_flags(p):
     mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
     mem.add_argument("--gpu-memory", type=number("(0, 65536]"), default=None, metavar="GIB",
                      help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
@@ -833,19 +825,16 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     mem.add_argument("--shard-gradients", action="store_true",
                      help="shard the gradients over the ranks, reduced every micro-batch, even where replicated "
                           "ones fit (less memory, more traffic; the planner picks it by itself where they do not)")
-    mem.add_argument("--flat-transport", action="store_true",
-                     help="sharded gradients on several nodes: reduce every micro-batch over all ranks, not inside "
-                          "each node and across nodes once per step (the default, hierarchical transport)")
+    mem.add_argument("--flat-transport", action="store_true", help="sharded gradients on several nodes: reduce over "
+                     "all ranks every micro-batch, not inside each node and across nodes once per step (hierarchical)")
     mem.add_argument("--bucket-mb", type=number("(0, 65536]"), default=muon.BUCKET_MB, metavar="MB",
                      help=f"Muon's gradient buckets (default {muon.BUCKET_MB}, the release's); a bucket holds at "
                           "least one same-shape matrix per rank")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
     mem.add_argument("--attention-backend", choices=list(model_lib.ATTENTION_BACKENDS), default="auto",
-                     help="SDPA's backends (auto: cudnn, flash, efficient, math in that priority); one name forces "
-                          "it (to compare; a shape it cannot run is torch's error). CPU: auto, flash or math")
-    arms.add_model_flags(p)
-    return p
+                     help="SDPA's backends (auto: cudnn, flash, efficient, math in that priority); one name forces it "
+                          "(a shape it cannot run is torch's error). CPU: auto, flash or math")
 
 
 def parse_args(argv):

@@ -7,7 +7,6 @@ import dataclasses
 
 import pytest
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 import arms
@@ -35,10 +34,10 @@ def stages(cfg):
     return sorted({cfg.passes_initial, cfg.passes})
 
 
-def random_model(cfg, seed=0):
+def random_model(cfg, seed=0, attention="auto"):
     """Every weight random (also the zero-initialised projections): no path is trivially zero."""
     torch.manual_seed(seed)
-    net = GPT(cfg)
+    net = GPT(cfg, attention=attention)
     with torch.no_grad():
         for p in net.parameters():
             p.normal_(0, 0.3)
@@ -105,11 +104,11 @@ def test_flops_per_token_are_what_the_flop_counter_counts_at_every_pass_stage(ar
     backward, and causal attention at its (T+1)/2 average keys per query. FlopCounterMode counts every matmul, and
     the math attention kernel's full T x T score and value matmuls: 2T/(T+1) times our attention term."""
     cfg = tiny(arch)
-    net = random_model(cfg)
+    net = random_model(cfg, attention="math")  # the model's own backend choice: math, whose matmuls are counted
     idx = batch(cfg)
     tokens = idx.numel()
     for k in stages(cfg):
-        with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        with FlopCounterMode(display=False) as counter:
             net(idx, idx, passes=k).backward()
         counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
         matrix = model.matrix_flops_per_token(cfg, k) * tokens
