@@ -42,7 +42,7 @@ import tiktoken
 import torch
 import torch.distributed as dist
 
-from common import (LIST, OBJECT, TEXT, Parser, UsageError, check_record, cli_main, download, each, exit_process,
+from common import (OBJECT, TEXT, Parser, UsageError, check_record, cli_main, download, each, exit_process,
                     hf_auth_headers, hf_list, hf_url, integer, record_error, rule, sha256_file, whole, write_json)
 
 # Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
