@@ -115,22 +115,21 @@ def padded(numel, world):
     return -(-numel // world) * world
 
 
-def backward_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None, adamw=True):
+def backward_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None):
     """The collectives of one synced micro-batch's backward at `passes`, in the order they are sent: lm_head's
     all-reduce, Muon's buckets as backward completes them (plan.sharded_backward_bytes's walk; node_size: inside each
-    node of the hierarchical transport), then the gates' and the embedding's all-reduces (adamw=False: none, the
-    hierarchical transport's micro-batches before the last). -> [BackwardSend]"""
+    node of the hierarchical transport), then the gates' and the embedding's all-reduces. -> [BackwardSend]"""
     if world == 1:
         return []
     kind = "all_to_all_single" if fixed_order else "all_reduce"
     adamw = [(padded(numel, world) if fixed_order else numel) * size
-             for numel, size in adamw_gradients(cfg, passes, device)] if adamw else []
+             for numel, size in adamw_gradients(cfg, passes, device)]
     group = "node" if node_size else "world"
     order = plan_lib.backward_block_order(cfg, passes)
     per_block = len(plan_lib.block_matrix_shapes(cfg)) // stored_blocks(cfg)
     last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
     buckets = plan_lib.gradient_buckets(cfg, world, bucket_bytes, plan_lib.executed_matrices(cfg, passes))
-    sends, ready, launched = [BackwardSend(kind, n, 0, False) for n in adamw[:1]], set(), 0
+    sends, ready, launched = [BackwardSend(kind, adamw[0], 0, False)], set(), 0
     for k, block in enumerate(order):
         if last_run[block] != k:
             continue
@@ -175,8 +174,7 @@ def step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_ord
 def synced_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None):
     """(a synced micro-batch's backward sends, the last one's): hierarchical, only the last sends the AdamW gradients."""
     last = backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
-    return backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size, False) \
-        if node_size else last, last
+    return [s for s in last if s.muon] if node_size else last, last
 
 
 def step_collectives(cfg, passes, moving, world, bucket_bytes, accumulation, synced, fixed_order=False,
