@@ -152,9 +152,16 @@ class RunState:
     memory_measured: list = field(default_factory=list)  # train.record_memory: every rank's, per stage and invocation
 
 
+def field_defaults(cls):
+    """Every field of the dataclass cls that has a default, at it: a default_factory's called (docs/reliability.md:
+    each persisted field added after the first release has one, so that a record written before it still reads)."""
+    return {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(cls)
+            if f.default is not MISSING or f.default_factory is not MISSING}
+
+
 def run_state_of(meta):
     """The RunState a checkpoint's meta.json records; fields added since it was written at their defaults."""
-    return RunState(**{f.name: meta[f.name] if f.name in meta else f.default for f in fields(RunState)})
+    return RunState(**{**field_defaults(RunState), **{k: meta[k] for k in field_defaults(RunState) if k in meta}})
 
 
 class SafeMetadataReader(dcp.FileSystemReader):
@@ -541,7 +548,7 @@ def with_added_fields(record, cls):
     record = with_current_mode_names(record)
     if not isinstance(record, dict):
         return record
-    return {**{f.name: f.default for f in fields(cls) if f.default is not MISSING}, **record}
+    return {**field_defaults(cls), **record}
 
 
 def check_plan(where, recorded, plan):

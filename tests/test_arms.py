@@ -4,6 +4,7 @@ it: parameter counts and FLOPs against the real module, optimizer groups, loadin
 existed, and growth's promise. A broken invariant fails naming the arm and what broke."""
 import copy
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from torch.utils.flop_counter import FlopCounterMode
 import arms
 import checkpoint
 import model
+import plan as plan_lib
 import train
 from model import GPT, config_for
 
@@ -164,13 +166,28 @@ def test_the_scalar_recipe_slot_scales_with_depth_and_defaults_to_the_embedding_
     assert given.group_lr("scalar") == pytest.approx(0.1 * given.embedding_lr / arms.ARMS["gated_1"].embedding_lr)
 
 
-def test_every_field_added_after_the_first_release_has_a_default():
-    for cls in (model.ModelConfig,):
-        late = [f.name for f in dataclasses.fields(cls) if f.name not in FIRST_RELEASE_FIELDS]
-        undefaulted = [n for n in late if next(f for f in dataclasses.fields(cls) if f.name == n).default is
-                       dataclasses.MISSING]
-        assert not undefaulted, f"ModelConfig.{undefaulted[0]} was added after the first release without a default: " \
-            "every earlier checkpoint would stop loading"
+# The Plan's fields in the first release it was recorded with (the corpus's oldest, 5f42fca: tests/data/README.md)
+PLAN_FIRST_RELEASE_FIELDS = (
+    "arch", "depth", "preset", "tokenizer", "optimizer", "tpp", "lr_exponent", "tokens_per_step", "seq_len", "steps",
+    "crossover_step", "crossover_steps", "crossover_fractions", "pass_stages", "random_passes", "train_tokens",
+    "train_token_limit", "epochs", "val_tokens", "matrix_lr", "embedding_lr", "unembedding_lr", "weight_decay",
+    "adam_betas", "adam_eps", "warmup_steps", "warmdown_ratio", "rewarm_steps", "data_constrained", "seed",
+    "model_config")
+
+
+@pytest.mark.parametrize("cls, first_release", [(model.ModelConfig, FIRST_RELEASE_FIELDS),
+                                                (plan_lib.Plan, PLAN_FIRST_RELEASE_FIELDS),
+                                                (checkpoint.RunState, ())])
+def test_every_persisted_field_added_after_the_first_release_has_a_default(cls, first_release):
+    """docs/reliability.md's rule: a field of a record train.py writes (model_config, plan, a checkpoint's RunState),
+    added after the first release, has a default (a value or a default_factory), and that default is what a record
+    written before it reads as: plain JSON, not dataclasses.MISSING (the 5f42fca runs' resume failed on exactly that)."""
+    defaults = checkpoint.field_defaults(cls)
+    late = [f.name for f in dataclasses.fields(cls) if f.name not in first_release]
+    undefaulted = [name for name in late if name not in defaults]
+    assert not undefaulted, f"{cls.__name__}.{undefaulted[0]} was added after the first release without a default: " \
+        "every earlier record would stop loading"
+    assert json.loads(json.dumps({name: defaults[name] for name in late})) == {name: defaults[name] for name in late}
 
 
 @pytest.mark.parametrize("arch", list(arms.ARMS))

@@ -323,3 +323,77 @@ def test_resumed_adamw_keeps_its_step_counts_on_the_host(tmp_path, monkeypatch):
     state = resumed.state[elsewhere]
     assert state["exp_avg"].device.type == state["exp_avg_sq"].device.type == "meta"
     assert state["step"].device.type == "cpu" and state["step"].item() == 2
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The compatibility corpus (tests/data/README.md): run folders earlier commits wrote, read by today's code
+
+COMPAT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "compat")
+COMPAT_FLAGS = ["--preset", "cpu", "--width-per-depth", "4", "--head-dim", "4", "--seq-len", "32",
+                "--total-batch-tokens", "256", "--val-tokens", "1024", "--warmup-steps", "0", "--save-every", "4"]
+COMPAT_RUNS = {  # commit -> run name -> (its flags, the state it was left in)
+    "5f42fca": {"vanilla_d1_stopped": (["--arch", "vanilla", "--depth", "1", "--steps", "12"], "stopped"),
+                "vanilla_d1": (["--arch", "vanilla", "--depth", "1", "--steps", "12"], "complete"),
+                "vanilla_d2": (["--arch", "vanilla", "--depth", "2", "--steps", "24"], "complete"),
+                "vanilla_d3": (["--arch", "vanilla", "--depth", "3", "--steps", "40"], "complete"),
+                "untied_grow_d1_grown": (["--arch", "untied_grow", "--depth", "1", "--steps", "12",
+                                          "--crossover-fractions", "0.5"], "stopped")},
+    "53ab8e3": {"vanilla_d1_stopped": (["--arch", "vanilla", "--depth", "1", "--steps", "12"], "stopped"),
+                "vanilla_d1": (["--arch", "vanilla", "--depth", "1", "--steps", "12"], "complete"),
+                "loop_grow_d1_grown": (["--arch", "loop_grow", "--depth", "1", "--steps", "12",
+                                        "--crossover-fractions", "0.5"], "stopped")},
+}
+
+
+@pytest.fixture
+def compat_runs(tmp_path):
+    """unpack(commit) -> (runs dir, pool dir): that commit's corpus unpacked beside a copy of its pool."""
+    import shutil
+    import tarfile
+
+    def unpack(commit):
+        shutil.copytree(os.path.join(COMPAT, "pool"), tmp_path / "pool")
+        with tarfile.open(os.path.join(COMPAT, f"{commit}.tar.xz")) as tar:
+            tar.extractall(tmp_path / "runs", filter="data")
+        return str(tmp_path / "runs"), str(tmp_path / "pool")
+    return unpack
+
+
+@pytest.mark.parametrize("commit", list(COMPAT_RUNS))
+def test_runs_earlier_commits_wrote_resume_fit_and_evaluate(compat_runs, commit, tmp_path, capsys):
+    """Every run folder of the corpus: a stopped one resumes to completion (a grown one past its growth, with its
+    growth event kept), a complete one matches its command and has nothing left to do, `fit.py runs` lists each in
+    its state, a complete vanilla ladder fits, and core_eval evaluates a final checkpoint. Checked: what a
+    researcher sees, not the file layout (a later checkpoint format must still read these)."""
+    import core_eval
+    import fit
+    from test_core_eval import write_bundle
+    runs_dir, pool = compat_runs(commit)
+    assert fit.main(["runs", runs_dir]) == 0
+    table = capsys.readouterr().out
+    for name, (_, state) in COMPAT_RUNS[commit].items():
+        assert any(line.split()[:2] == [name, state] for line in table.splitlines()), (name, table)
+    for name, (flags, state) in COMPAT_RUNS[commit].items():
+        before = json.load(open(os.path.join(runs_dir, name, "result.json")))
+        argv = flags + COMPAT_FLAGS + ["--data-dir", pool, "--runs-dir", runs_dir, "--run-name", name, "--resume"]
+        assert train.main(argv) == 0, (name, capsys.readouterr().err)
+        after = json.load(open(os.path.join(runs_dir, name, "result.json")))
+        assert after["status"] == "complete" and after["completed_steps"] == after["plan"]["steps"], name
+        assert after["growth_events"][:len(before["growth_events"])] == before["growth_events"], name
+        if state == "complete":
+            assert after["final_val_loss"] == before["final_val_loss"], name
+        if "grow" in name:
+            assert before["growth_events"] and len(after["growth_events"]) == 1, name
+    # a stopped run resumed ends where its uninterrupted twin ended (up to float noise: 4.9672 both at 53ab8e3)
+    finals = {name: json.load(open(os.path.join(runs_dir, name, "result.json")))["final_val_loss"]
+              for name in ("vanilla_d1", "vanilla_d1_stopped")}
+    assert finals["vanilla_d1_stopped"] == pytest.approx(finals["vanilla_d1"], abs=1e-2)
+    ladder = sorted(os.path.join(runs_dir, name) for name in COMPAT_RUNS[commit] if name.startswith("vanilla_d"))
+    if len(ladder) >= 3:
+        assert fit.main(["ladders", *ladder, "--anchor-depth", "2", "--out", str(tmp_path / "fit")]) == 0
+        assert "vanilla" in capsys.readouterr().out
+    bundle = write_bundle(tmp_path / "bundle")
+    final = os.path.join(runs_dir, "vanilla_d1", "checkpoints", "final")
+    out = str(tmp_path / "eval.json")
+    assert core_eval.main(["--checkpoint", final, "--bundle-dir", bundle, "--seeds", "0", "--out", out]) == 0
+    assert json.load(open(out))["results"]
