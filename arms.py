@@ -7,6 +7,7 @@ model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob i
 """
 import argparse
 import math
+import re
 import sys
 from collections import namedtuple
 from dataclasses import MISSING, dataclass, field, fields, replace
@@ -61,7 +62,9 @@ class Arm:
     warmdown_ratio: float = knob("train", range="[0, 1]")
     rewarm_steps: int = knob("train", 0, help="LR re-warm steps after each growth", range=(0, MAX_STEPS))
     crossover: dict = field(default_factory=dict)   # growth: per-depth fraction f of steps before growth (rho = 1-f)
-    default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe)
+    default_crossover: float = None                  # f at depths the release did not run (None: not a growth recipe);
+    #                                                  staged growth: a tuple, one increasing f per growth
+    stages: tuple = None                             # staged growth: the passes of each stage, e.g. (1, 2, 4)
     ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
     figure2: bool = False                            # drawn in Figure 2 (left) by default (fit.py ladders --out)
 
@@ -150,12 +153,45 @@ PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, th
 }
 
 
+def refuse_table(message):
+    """A mistake in USER_ARMS, found at import by every script: one line and exit 2, not a traceback."""
+    print(f"arms.py: error: {message} (docs/your_own_arm.md)", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def derived(base, **changes):
     """A user arm: paper arm `base`'s row with `changes`. It inherits everything it does not name (init, optimizer
     recipe, LRs and their depth exponent, TPP, schedule, ladder depths, default growth fraction) except the release's
     per-depth growth fractions (`crossover`), which were tuned for `base`'s own growth. label and color are required:
-    every arm has its own in every figure."""
+    every arm has its own in every figure. stages=(1, 2, 4): a staged growth (passes_initial and passes its ends)."""
+    where = f"USER_ARMS: derived({base!r}, ...)"
+    if base not in PAPER_ARMS:
+        refuse_table(f"{where}: no paper arm {base!r}; derive from one of {', '.join(PAPER_ARMS)}")
+    unknown = sorted(set(changes) - {f.name for f in fields(Arm)})
+    if unknown:
+        refuse_table(f"{where}: Arm has no field {unknown[0]!r}; its fields: {', '.join(f.name for f in fields(Arm))}")
+    stages = changes.get("stages")
+    if stages is not None:
+        if not (isinstance(stages, tuple) and len(stages) >= 2 and all(isinstance(k, int) and k >= 1 for k in stages)
+                and sorted(set(stages)) == list(stages)):
+            refuse_table(f"{where}: stages must be a tuple of 2 or more increasing pass counts, e.g. (1, 2, 4); "
+                         f"got {stages!r}")
+        ends = dict(passes_initial=stages[0], passes=stages[-1])
+        if any(changes.get(name, value) != value for name, value in ends.items()):
+            refuse_table(f"{where}: stages {stages} set passes_initial {stages[0]} and passes {stages[-1]}; "
+                         "drop those two")
+        changes.update(ends)
     return replace(PAPER_ARMS[base], crossover={}, figure2=False, **changes)
+
+
+def check_user_arm_names(user_arms):
+    """A user arm's name is a ladder.sh argument, a run-folder prefix and a key beside the paper's arms."""
+    for name in user_arms:
+        if name in PAPER_ARMS:
+            refuse_table(f"USER_ARMS: {name!r} is a paper arm's name (it would replace the paper's); choose another")
+        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
+            refuse_table(f"USER_ARMS: the name {name!r} is not made of a-z, 0-9 and _ only (it names run folders "
+                         "and ladder.sh targets); e.g. 'my_arm_2'")
 
 
 # Your own arms: add one line here (docs/your_own_arm.md). Each is an arm of every script (model.py, train.py,
@@ -165,6 +201,7 @@ USER_ARMS = {
     "loop_3": derived("loop_2", label="Loop-3", color="tab:olive", passes=3),
     "loop_3_grow": derived("loop_grow", label="Loop-3-Grow", color="tab:pink", passes=3, passes_initial=1),
 }
+check_user_arm_names(USER_ARMS)
 ARMS = {**PAPER_ARMS, **USER_ARMS}
 GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)

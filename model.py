@@ -494,13 +494,44 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         raise ValueError(f"{arch} is a plain stack: passes must be 1, got {final}")
     if final < 1 or not 1 <= initial <= final:
         raise ValueError(f"need 1 <= passes_initial <= passes, got passes_initial {initial} and passes {final}")
-    return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
-                       mlp_hidden=mlp_hidden, vocab_size=vocab_size, seq_len=sizes["seq_len"], mode=arm.mode,
-                       n_prelude=p, n_core=c, n_coda=q, passes=final, passes_initial=initial, alpha=alpha,
-                       recurrence_norm=recurrence_norm, coda_inject=coda_inject,
-                       residual_multiplier=arm.residual_multiplier, output_multiplier=arm.output_multiplier,
-                       wte_init_std=arm.wte_init_std, uniform_init_scale=arm.uniform_init_scale,
-                       mlp_multiple=mlp_multiple, boundary_gate=gate)
+    cfg = ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
+                      mlp_hidden=mlp_hidden, vocab_size=vocab_size, seq_len=sizes["seq_len"], mode=arm.mode,
+                      n_prelude=p, n_core=c, n_coda=q, passes=final, passes_initial=initial, alpha=alpha,
+                      recurrence_norm=recurrence_norm, coda_inject=coda_inject,
+                      residual_multiplier=arm.residual_multiplier, output_multiplier=arm.output_multiplier,
+                      wte_init_std=arm.wte_init_std, uniform_init_scale=arm.uniform_init_scale,
+                      mlp_multiple=mlp_multiple, boundary_gate=gate)
+    asked = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}
+    asked.update(passes_initial=initial, alpha=alpha, coda_inject=coda_inject, recurrence_norm=recurrence_norm,
+                 boundary_gate=gate)  # what the boundary ablation and the default passes_initial make of the row
+    for name, value in asked.items():  # a model knob that does not reach the config would silently train the base
+        if not hasattr(cfg, name) or getattr(cfg, name) != value:
+            got = f"ModelConfig.{name} is {getattr(cfg, name)!r}" if hasattr(cfg, name) else \
+                f"ModelConfig has no field {name}"
+            raise ValueError(f"arm {arch}: its row asks {name}={value!r} but {got}: pass the knob through "
+                             "model.config_for into ModelConfig (docs/your_own_arm.md)")
+    return cfg
+
+
+def check_build(cfg):
+    """Refuse, naming the arm, a model whose parameters would not all train as their recipe says: a parameter in no
+    group of GPT.param_groups() (it would stay at its init) or in two, a group with no arms.PARAM_GROUPS row (no
+    optimizer, LR or weight decay). Built on the meta device: nothing is allocated."""
+    net = GPT(cfg, device="meta")
+    groups, names = net.param_groups(), {id(p): name for name, p in net.named_parameters()}
+    unknown = [group for group in groups if group not in arms.PARAM_GROUPS]
+    if unknown:
+        raise UsageError(f"arm {cfg.arch}: model.param_groups() has the group {unknown[0]!r}, which has no row in "
+                         f"arms.PARAM_GROUPS ({', '.join(arms.PARAM_GROUPS)}); add its optimizer, LR and weight decay "
+                         "there (docs/your_own_arm.md)")
+    counts = {}
+    for p in (p for params in groups.values() for p in params):
+        counts[id(p)] = counts.get(id(p), 0) + 1
+    for problem, ids in (("in no group", [i for i in names if i not in counts]),
+                         ("in more than one group", [i for i, n in counts.items() if n > 1])):
+        if ids:
+            raise UsageError(f"arm {cfg.arch}: parameter {names.get(ids[0], '?')} is {problem} of "
+                             "model.param_groups(): each must be in exactly one (docs/your_own_arm.md)")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -605,7 +636,9 @@ def run(argv):
     args = build_parser().parse_args(argv)
     if args.arch is None or args.depth is None:
         raise UsageError("--arch and --depth are required")
-    info = describe(config_from_args(args, arms.preset_from_args(args), args.depth, args.vocab_size))
+    cfg = config_from_args(args, arms.preset_from_args(args), args.depth, args.vocab_size)
+    check_build(cfg)
+    info = describe(cfg)
     if args.json:
         print(json.dumps(info))
         return

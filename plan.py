@@ -114,7 +114,11 @@ def make_plan(args):
         raise UsageError(f"--val-tokens {preset.val_tokens} is not a multiple of the sequence length {seq_len}")
 
     # 3. Growth: the pass stages and the fraction f of the steps before each growth (the paper's rho = 1 - f).
-    stages = args.pass_stages or sorted({cfg.passes_initial, cfg.passes})
+    staged = ARMS[args.arch].stages
+    if staged and not args.pass_stages and (cfg.passes_initial, cfg.passes) != (staged[0], staged[-1]):
+        raise UsageError(f"{args.arch} grows through the stages {'->'.join(map(str, staged))}: change them with "
+                         "--pass-stages, not --passes or --passes-initial")
+    stages = args.pass_stages or list(staged or sorted({cfg.passes_initial, cfg.passes}))
     growth = len(stages) > 1
     check_train_knobs(args, cfg, growth, regime)
     fractions = growth_fractions(args.crossover_fractions, recipe, depth, stages) if growth else []
@@ -191,11 +195,14 @@ def growth_fractions(flag, recipe, depth, stages):
     """--crossover-fractions, else the recipe's fraction at this depth; one increasing fraction in (0, 1) per growth."""
     fractions = flag
     if fractions is None and recipe.default_crossover is not None:
-        fractions = [recipe.crossover.get(depth, recipe.default_crossover)]
-    if fractions is None or len(fractions) != len(stages) - 1 or any(not 0 < f < 1 for f in fractions) \
+        default = recipe.crossover.get(depth, recipe.default_crossover)
+        fractions = list(default) if isinstance(default, tuple) else [default]
+    growths = len(stages) - 1
+    if fractions is None or len(fractions) != growths or any(not 0 < f < 1 for f in fractions) \
             or sorted(fractions) != list(fractions):
-        raise UsageError(f"growth {'->'.join(map(str, stages))} needs {len(stages) - 1} increasing "
-                         "--crossover-fractions in (0, 1), e.g. --crossover-fractions 0.75")
+        example = " ".join(f"{(i + 1) / (growths + 1):.2f}" for i in range(growths))
+        raise UsageError(f"growth {'->'.join(map(str, stages))} needs {growths} increasing --crossover-fractions in "
+                         f"(0, 1), e.g. --crossover-fractions {example}")
     return fractions
 
 

@@ -559,14 +559,16 @@ def cadence_of(args, run):
 
 def fetch(progress, model, grad_norm):
     """A logged step's one device->host transfer: the losses of the steps since the last one, the step's gradient
-    norm and the model's learned scalars (its 0-dim parameters: the boundary gates) -> the first step whose loss is
-    not finite, or None."""
-    scalars = {name: p for name, p in model.named_parameters() if p.ndim == 0}
+    norm and the model's learned scalars (its "scalar" group: the boundary gates; a vector's entries as NAME.i) ->
+    the first step whose loss is not finite, or None."""
+    scalar_ids = {id(p) for p in model.param_groups()["scalar"]}
+    scalars = {name: p for name, p in model.named_parameters() if id(p) in scalar_ids}
+    keys = [name if p.ndim == 0 else f"{name}.{i}" for name, p in scalars.items() for i in range(p.numel())]
     tensors = progress.losses() + ([grad_norm] if grad_norm is not None else []) + list(scalars.values())
-    values = torch.stack([t.detach().float().reshape(()) for t in tensors]).tolist()
+    values = torch.cat([t.detach().float().reshape(-1) for t in tensors]).tolist()
     n = len(progress.pending)
     norm = values[n] if grad_norm is not None else None
-    return progress.fetched(values[:n], norm, dict(zip(scalars, values[n + (grad_norm is not None):])))
+    return progress.fetched(values[:n], norm, dict(zip(keys, values[n + (grad_norm is not None):])))
 
 
 def save(run, model, optimizers, state, trajectory, mfu):
@@ -867,7 +869,7 @@ def run_command(argv):
         return dry_run(args)
     handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        make_plan(args)  # bad flags are reported before the run folder is created
+        model_lib.check_build(make_plan(args).model_config)  # bad flags and arms: before the run folder exists
         with run_lock(args):
             return train(args)
     except Stopped as e:

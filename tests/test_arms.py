@@ -5,6 +5,7 @@ existed, and growth's promise. A broken invariant fails naming the arm and what 
 import copy
 import dataclasses
 import json
+import types
 
 import pytest
 import torch
@@ -134,17 +135,9 @@ def tiny_plan(arch, *flags):
 @pytest.mark.parametrize("arch", list(arms.ARMS))
 def test_every_parameter_is_in_exactly_one_optimizer_group_with_an_lr_and_wd_rule(arch, optimizer):
     plan = tiny_plan(arch, "--optimizer", optimizer)
+    model.check_build(plan.model_config)  # train.py's check: every parameter in one group, each group with a row
     net = GPT(plan.model_config)
-    groups = net.param_groups()
-    unruled = set(groups) - set(arms.PARAM_GROUPS)
-    assert not unruled, f"{arch}: model.param_groups() {sorted(unruled)} has no row in arms.PARAM_GROUPS"
-    group_of = {}
-    for name, params in groups.items():
-        for p in params:
-            assert id(p) not in group_of, f"{arch}: a parameter is in both {group_of[id(p)]} and {name}"
-            group_of[id(p)] = name
-    missing = [n for n, p in net.named_parameters() if id(p) not in group_of]
-    assert not missing, f"{arch}: {missing} in no group of model.param_groups(): they would never train"
+    group_of = {id(p): name for name, params in net.param_groups().items() for p in params}
     seen = {}
     for opt in train.build_optimizers(net, plan):
         for group in opt.param_groups:
@@ -268,9 +261,10 @@ def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():
     assert torch.equal(GPT(cfg).boundary_gates[0].detach(), torch.tensor(cfg.alpha))
 
 
-def test_the_guides_registration_snippet_is_what_arms_py_runs_and_registers_the_arms_alone(tmp_path):
-    """docs/your_own_arm.md's ```python block is arms.py's USER_ARMS, line for line; pasted into a throwaway copy of
-    the scripts whose USER_ARMS is empty, it registers the arms: model.py and the ladder listing take them."""
+def test_the_guides_registration_snippet_is_in_arms_py_and_registers_its_arms_alone(tmp_path):
+    """docs/your_own_arm.md's ```python block is lines of arms.py's USER_ARMS (which may hold arms of your own
+    besides); pasted into a throwaway copy of the scripts whose USER_ARMS is empty, it registers its arms alone:
+    model.py and the ladder listing take them."""
     import os
     import re
     import shutil
@@ -282,17 +276,140 @@ def test_the_guides_registration_snippet_is_what_arms_py_runs_and_registers_the_
     source = open(os.path.join(root, "arms.py")).read()
     start = source.index("USER_ARMS = {\n") + len("USER_ARMS = {\n")
     end = source.index("}\n", start)
-    assert source[start:end] == snippet, "docs/your_own_arm.md's snippet is not arms.py's USER_ARMS"
+    registered = source[start:end].splitlines()
+    assert all(line in registered for line in snippet.splitlines()), \
+        "docs/your_own_arm.md's snippet has a line that is not in arms.py's USER_ARMS"
+    names = re.findall(r'^ *"([a-z0-9_]+)":', snippet, re.M)
     for name in os.listdir(root):
         if name.endswith(".py"):
             shutil.copy(os.path.join(root, name), tmp_path / name)
     (tmp_path / "arms.py").write_text(source[:start] + source[end:])  # no user arms
     run = lambda *argv: subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True)
-    assert "gated_1" not in run("arms.py", "arms").stdout
+    assert run("arms.py", "arms").stdout.split() == list(arms.PAPER_ARMS)
     assert run("arms.py", "ladder", "user").returncode == 2
     (tmp_path / "arms.py").write_text(source[:start] + snippet + source[end:])
-    assert run("arms.py", "arms").stdout.split()[-3:] == ["gated_1", "loop_3", "loop_3_grow"]
-    table = run("model.py", "--arch", "gated_1", "--depth", "2", "--preset", "cpu", "--vocab-size", "257", "--json")
+    assert run("arms.py", "arms").stdout.split() == list(arms.PAPER_ARMS) + names
+    gated = next(name for name in names if "boundary_gate=True" in snippet.splitlines()[names.index(name)])
+    table = run("model.py", "--arch", gated, "--depth", "2", "--preset", "cpu", "--vocab-size", "257", "--json")
     assert table.returncode == 0 and '"scalar_params": 1' in table.stdout, table.stderr
     listing = run("arms.py", "ladder", "user", "--preset", "cpu").stdout.splitlines()
-    assert len(listing) == 3 * 4 and listing[0].startswith("gated_1_d1 --arch gated_1")
+    assert len(listing) == len(names) * 4 and listing[0].startswith(f"{names[0]}_d1 --arch {names[0]}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A user arm's mistakes, refused where it runs: `python train.py ...` in a throwaway copy of the scripts with one edit
+
+@pytest.fixture
+def scripts_copy(tmp_path):
+    """edit(file, old, new) changes a copy of the scripts; run(*argv) runs one of them there -> (rc, stderr)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    for name in os.listdir(root):
+        if name.endswith(".py"):
+            shutil.copy(os.path.join(root, name), tree / name)
+
+    def edit(file, old, new):
+        text = (tree / file).read_text()
+        assert old in text, f"{file} no longer holds {old!r}: update the test's edit"
+        (tree / file).write_text(text.replace(old, new, 1))
+
+    def run(*argv):
+        done = subprocess.run([sys.executable, *argv], cwd=tree, capture_output=True, text=True)
+        return done.returncode, done.stderr
+    return types.SimpleNamespace(edit=edit, run=run, tree=tree)
+
+
+USER_ARMS_LINE = "USER_ARMS = {\n"
+GROUPS_LINE = "unembedding=[self.lm_head.weight], scalar=list(self.boundary_gates))"
+USER_ARM_MISTAKES = {  # what the user got wrong -> (edits, --arch, the refusal's words)
+    "a parameter in no optimizer group": (
+        [("model.py", "        self.cfg = cfg\n", "        self.cfg = cfg\n        self.extra = nn.Parameter(torch.zeros(()))\n")],
+        "operator_1", "arm operator_1: parameter extra is in no group of model.param_groups()"),
+    "a group without a PARAM_GROUPS row": (
+        [("model.py", GROUPS_LINE, GROUPS_LINE[:-1] + ", gains=[])")],
+        "vanilla", "arm vanilla: model.param_groups() has the group 'gains', which has no row in arms.PARAM_GROUPS"),
+    "a knob config_for does not pass on": (
+        [("arms.py", "    output_multiplier: float = knob(", "    my_knob: bool = knob(\"model\", False, help=\"x\")\n"
+                                                               "    output_multiplier: float = knob("),
+         ("model.py", "    boundary_gate: bool = False", "    my_knob: bool = False\n    boundary_gate: bool = False"),
+         ("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "knobbed": derived("operator_1", label="K", color="k", '
+                                                      "my_knob=True),\n")],
+        "knobbed", "arm knobbed: its row asks my_knob=True but ModelConfig.my_knob is False"),
+    "a model knob ModelConfig lacks": (
+        [("arms.py", "    output_multiplier: float = knob(", "    my_knob: bool = knob(\"model\", False, help=\"x\")\n"
+                                                               "    output_multiplier: float = knob(")],
+        "vanilla", "arm vanilla: its row asks my_knob=False but ModelConfig has no field my_knob"),
+    "a user arm named like a paper arm": (
+        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "vanilla": derived("operator_1", label="V", color="k"),\n')],
+        "vanilla", "USER_ARMS: 'vanilla' is a paper arm's name"),
+    "a name that is no folder name": (
+        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "../evil": derived("operator_1", label="E", color="k"),\n')],
+        "vanilla", "USER_ARMS: the name '../evil' is not made of a-z, 0-9 and _ only"),
+    "a misspelt base arm": (
+        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("operater_1", label="M", color="k"),\n')],
+        "mine", "USER_ARMS: derived('operater_1', ...): no paper arm 'operater_1'"),
+    "a misspelt field": (
+        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("operator_1", label="M", color="k", '
+                                                      "alhpa=0.5),\n")],
+        "mine", "USER_ARMS: derived('operator_1', ...): Arm has no field 'alhpa'"),
+    "stages that do not increase": (
+        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("loop_grow", label="M", color="k", '
+                                                      "stages=(1, 4, 2)),\n")],
+        "mine", "stages must be a tuple of 2 or more increasing pass counts"),
+}
+
+
+@pytest.mark.parametrize("mistake", list(USER_ARM_MISTAKES))
+def test_a_user_arms_mistake_is_one_line_from_train_py_before_the_run_folder(scripts_copy, mistake):
+    """Each mistake a user following docs/your_own_arm.md can make is refused by `python train.py` itself (not only by
+    the tests): one line naming the arm, exit 2, and no run folder. Before: a constant parameter trained with rc 0,
+    a KeyError, the base arm trained silently, the paper's Vanilla replaced, a traceback at import."""
+    edits, arch, message = USER_ARM_MISTAKES[mistake]
+    for edit in edits:
+        scripts_copy.edit(*edit)
+    runs = scripts_copy.tree / "runs"
+    rc, err = scripts_copy.run("train.py", "--arch", arch, "--depth", "1", "--preset", "cpu", "--steps", "2",
+                               "--runs-dir", str(runs), "--data-dir", str(scripts_copy.tree / "pool"))
+    assert (rc, len(err.strip().splitlines())) == (2, 1) and message in err, err
+    assert not runs.exists()
+
+
+def test_a_staged_growth_is_a_user_arms_row(scripts_copy):
+    """stages=(1, 2, 4) with one fraction per growth: the plan grows 1 -> 2 -> 4 at those fractions; --passes on it is
+    refused (its stages come from --pass-stages), and a wrong count of fractions names the count its example has."""
+    scripts_copy.edit("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "loop_124": derived("loop_grow", label="L", '
+                      'color="k", stages=(1, 2, 4), default_crossover=(0.4, 0.8)),\n')
+    base = ("train.py", "--arch", "loop_124", "--depth", "2", "--preset", "cpu", "--steps", "10", "--dry-run")
+    rc, err = scripts_copy.run(*base, "--crossover-fractions", "0.5")
+    assert rc == 2 and "needs 2 increasing --crossover-fractions in (0, 1), e.g. --crossover-fractions 0.33 0.67" \
+        in err, err
+    rc, err = scripts_copy.run(*base, "--passes", "6")
+    assert rc == 2 and "loop_124 grows through the stages 1->2->4: change them with --pass-stages" in err, err
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, *base], cwd=scripts_copy.tree, capture_output=True, text=True, check=True)
+    planned = json.loads(out.stdout)
+    assert (planned["pass_stages"], planned["crossover_steps"]) == ([1, 2, 4], [4, 8])
+
+
+def test_a_vector_in_the_scalar_group_shows_in_the_trajectory(pool, tmp_path, monkeypatch):
+    """A per-block scale vector registered in param_groups()["scalar"] is logged entry by entry (scalars NAME.i), not
+    only the 0-dim gates."""
+    import os
+    from test_train import read_run, tiny
+    build, groups = GPT.__init__, GPT.param_groups
+
+    def with_scales(self, cfg, *args, **kwargs):
+        build(self, cfg, *args, **kwargs)
+        self.block_scales = torch.nn.Parameter(torch.ones(3, device=self.lm_head.weight.device))
+    monkeypatch.setattr(GPT, "__init__", with_scales)
+    monkeypatch.setattr(GPT, "param_groups", lambda self: dict(groups(self), scalar=[self.block_scales]))
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=2)) == 0
+    scalars = read_run(tmp_path, "r")[1][-1]["scalars"]
+    assert set(scalars) == {"block_scales.0", "block_scales.1", "block_scales.2"}, scalars
+    assert os.path.exists(tmp_path / "r" / "result.json")
