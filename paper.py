@@ -14,8 +14,8 @@ import numpy as np
 
 from arms import DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
-from laws import (FIT, FitError, check_outputs, compute_at_loss, fit_free_e, fit_ladders, jsonable,
-                  pyplot, read_csv, save_figures, style)
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, jsonable, matched_multipliers, pyplot,
+                  read_csv, save_figures, style)
 
 UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
@@ -396,42 +396,64 @@ def downstream_series(path):
     return out
 
 
-def downstream_figure(plt, series):
-    """Figure 19a-b: CORE and answer NLL against compute per arm, multipliers over Vanilla at matched CORE (the
-    compute Vanilla needs for an arm's CORE, interpolated in log compute, never extrapolated), and one equal-weight
-    line of answer NLL against validation loss pooled over every checkpoint with its residuals."""
+FIG19_METRICS = (("loss", "validation loss", False), ("full_core", "full CORE", True),
+                 ("answer_nll", "CORE answer NLL", False), ("filtered_core", "filtered CORE", True))
+
+
+def downstream_figures(plt, series):
+    """Figure 19a: per metric (loss, full CORE, CORE answer NLL, filtered CORE ± its seed std) the curves against
+    compute and, below, the multipliers over Vanilla at matched metric (laws.matched_multipliers: at Vanilla's own
+    computes with depth >= the anchor depth, Vanilla exactly 1.0). Figure 19b: CORE answer NLL against validation loss
+    with one equal-weight line pooled over every checkpoint (top) and the residuals from it (bottom)."""
     col = lambda arm, k: np.array([r[k] for r in series[arm]])
-    ref_x, ref_core = col(FLOOR_ARM, "compute"), col(FLOOR_ARM, "full_core")
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    numbers = dict(multiplier_at_matched_core={})
-    for arm in series:
-        name, color = style(arm)
-        x, core = col(arm, "compute"), col(arm, "full_core")
-        axes[0][0].plot(x, core, "o-", ms=3, color=color, label=name)
-        mult = [float(compute_at_loss(ref_x, -ref_core, -c) / xc) for xc, c in zip(x, core)]
-        numbers["multiplier_at_matched_core"][arm] = dict(compute=x.tolist(), multiplier=mult)
-        axes[1][0].plot(x, mult, "o-", ms=3, color=color, label=name)
-        axes[0][1].plot(col(arm, "loss"), col(arm, "answer_nll"), "o", ms=3, color=color, label=name)
+    at = col(FLOOR_ARM, "depth") >= FIT["anchor_depth"]
+    budgets = col(FLOOR_ARM, "compute")[at]
+    fig_a, axes = plt.subplots(2, 4, figsize=(15, 7))
+    multipliers = {}
+    for (key, label, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
+        multipliers[key] = {}
+        for arm in series:
+            name, color = style(arm)
+            x, y = col(arm, "compute"), col(arm, key)
+            if key == "filtered_core":
+                top.errorbar(x, y, yerr=col(arm, "filtered_core_std"), fmt="o-", ms=3, lw=1, capsize=2, color=color,
+                             label=name)
+            else:
+                top.plot(x, y, "o-", ms=3, lw=1, color=color, label=name)
+            m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
+            multipliers[key][arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
+            ok = np.isfinite(m)
+            if ok.any():
+                bottom.plot(budgets[ok], m[ok], "o-", ms=3, lw=1, color=color, label=name)
+        top.set(xscale="log", xlabel="training compute (FLOPs)", ylabel=label, title=label)
+        if key == "loss":
+            top.set_yscale("log")
+        bottom.set(xscale="log", xlabel="Vanilla training compute (FLOPs)", ylabel=f"multiplier at matched {label}")
+    axes[0][0].legend(fontsize=6.5, frameon=False)
+    fig_a.tight_layout()
+    fig_b, (line, resid) = plt.subplots(2, 1, figsize=(5.5, 7), sharex=True)
     loss = np.concatenate([col(a, "loss") for a in series])
     nll = np.concatenate([col(a, "answer_nll") for a in series])
     slope, intercept = np.polyfit(loss, nll, 1)
-    numbers["pooled_line"] = dict(slope=float(slope), intercept=float(intercept), points=len(loss))
-    xs = np.linspace(loss.min(), loss.max(), 20)
-    axes[0][1].plot(xs, intercept + slope * xs, "k--", lw=1, label=f"pooled: {slope:.3f} L + {intercept:.3f}")
     for arm in series:
-        axes[1][1].plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), "o", ms=3,
-                        color=style(arm)[1])
-    axes[0][0].set(xscale="log", xlabel="training compute (FLOPs)", ylabel="CORE")
-    axes[1][0].set(xscale="log", xlabel="training compute (FLOPs)", ylabel="multiplier over Vanilla at matched CORE")
-    axes[0][1].set(xlabel="validation loss", ylabel="CORE answer NLL")
-    axes[1][1].set(xlabel="validation loss", ylabel="residual from the pooled line")
-    for ax in (axes[0][1], axes[1][1]):
+        name, color = style(arm)
+        line.plot(col(arm, "loss"), col(arm, "answer_nll"), "o", ms=3, color=color, label=name)
+        resid.plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), "o", ms=3,
+                   color=color)
+    xs = np.linspace(loss.min(), loss.max(), 20)
+    line.plot(xs, intercept + slope * xs, "k--", lw=1, label=f"pooled: {slope:.3f} L {intercept:+.3f}")
+    resid.axhline(0, color="k", ls="--", lw=1)
+    line.set(ylabel="CORE answer NLL")
+    resid.set(xlabel="validation loss", ylabel="residual from the pooled line")
+    for ax in (line, resid):
         ax.invert_xaxis()
         ax.invert_yaxis()
-    for ax in (axes[0][0], axes[0][1]):
-        ax.legend(fontsize=6, frameon=False)
-    fig.tight_layout()
-    return fig, numbers
+    line.legend(fontsize=6.5, frameon=False)
+    fig_b.tight_layout()
+    final = {k: {a: (lambda v: v[-1] if v else None)([m for m in r["multiplier"] if np.isfinite(m)])
+                 for a, r in per.items()} for k, per in multipliers.items()}
+    return fig_a, dict(multipliers_at_matched=multipliers, final_multiplier=final), fig_b, \
+        dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
 
 
 class JsonFile:
@@ -453,7 +475,7 @@ def cmd_paper(args):
                          "reference/release/)")
     downstream = os.path.join(release, LADDERS, "downstream.json")
     ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23a", "fig24"] + \
-        (["fig19"] if os.path.isfile(downstream) else [])
+        (["fig19a", "fig19b"] if os.path.isfile(downstream) else [])
     names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST]
     check_outputs(args.out, names)
     plt = pyplot()
@@ -476,8 +498,9 @@ def cmd_paper(args):
         figures[fig_id] = fig
         manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
     if os.path.isfile(downstream):
-        figures["fig19"], numbers = downstream_figure(plt, downstream_series(downstream))
-        manifest["figures"]["fig19"] = dict(numbers=numbers, stated=[])
+        figures["fig19a"], numbers_a, figures["fig19b"], numbers_b = downstream_figures(plt, downstream_series(downstream))
+        manifest["figures"]["fig19a"] = dict(numbers=numbers_a, stated=[])
+        manifest["figures"]["fig19b"] = dict(numbers=numbers_b, stated=[])
     files = {f"{i}.{ext}": figures[i] for i in figures for ext in ("png", "pdf")}
     files[MANIFEST] = JsonFile(manifest)
     paths = save_figures(args.out, files, dpi=150)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import fit
+import laws
 import paper
 from refusals import assert_refused, run_in_process
 
@@ -115,9 +116,10 @@ def test_eflop_loop_grid_equals_flops(tmp_path, capsys):
     assert a == capsys.readouterr().out
 
 
-def downstream_fixture():
+def downstream_fixture(dip=0.0):
     """The release's downstream.json form: CORE answer NLL exactly 0.5 L - 0.2 on every checkpoint; Loop-2 reaches
-    each Vanilla CORE at half Vanilla's compute."""
+    each Vanilla value of every metric at half Vanilla's compute. dip: Vanilla's full CORE at d10 lowered by this much
+    (non-monotone, as the release's Vanilla CORE is between two depths)."""
     out = {}
     for series, shift in (("van", 1.0), ("k2", 0.5)):
         recs = []
@@ -125,8 +127,9 @@ def downstream_fixture():
             c = 1e18 * (d / 8) ** 3
             core = 0.1 * np.log(c / shift / 1e17)
             loss = 3.0 - core
+            full = core - (dip if series == "van" and d == 10 else 0.0)
             recs.append(dict(compute=c, loss=loss, depth=d,
-                             metrics=dict(full_core=core, answer_nll=0.5 * loss - 0.2, filtered_core=core,
+                             metrics=dict(full_core=full, answer_nll=0.5 * loss - 0.2, filtered_core=core,
                                           filtered_core_std=0.01), task_nll={"arc": 1.0, "hellaswag": 2.0}))
         out[series] = recs
     return out
@@ -135,12 +138,36 @@ def downstream_fixture():
 def test_downstream_reader_and_figure(tmp_path):
     series = paper.downstream_series(write(tmp_path / "downstream.json", downstream_fixture()))
     assert set(series) == {"vanilla", "loop_2"} and series["loop_2"][0]["task_nll"] == {"arc": 1.0, "hellaswag": 2.0}
-    fig, numbers = paper.downstream_figure(paper.pyplot(), series)
-    paper.pyplot().close(fig)
-    assert numbers["pooled_line"]["slope"] == pytest.approx(0.5) and numbers["pooled_line"]["intercept"] == \
-        pytest.approx(-0.2)
-    mult = [m for m in numbers["multiplier_at_matched_core"]["loop_2"]["multiplier"] if np.isfinite(m)]
-    assert mult and np.allclose(mult, 2.0, rtol=1e-6)  # inside Vanilla's range only: the rest is NaN
+    fig_a, numbers, fig_b, line = paper.downstream_figures(paper.pyplot(), series)
+    paper.pyplot().close(fig_a)
+    paper.pyplot().close(fig_b)
+    assert line["pooled_line"]["slope"] == pytest.approx(0.5) and line["pooled_line"]["intercept"] == pytest.approx(-0.2)
+    assert set(numbers["multipliers_at_matched"]) == {"loss", "full_core", "answer_nll", "filtered_core"}
+    for metric, per_arm in numbers["multipliers_at_matched"].items():
+        assert per_arm["loop_2"]["compute"] == [r["compute"] for r in series["vanilla"] if r["depth"] >= 8]
+        mult = [m for m in per_arm["loop_2"]["multiplier"] if np.isfinite(m)]
+        assert mult and np.allclose(mult, 2.0, rtol=1e-6), metric  # inside Loop-2's range only: the rest is NaN
+
+
+def test_downstream_reference_is_one_over_a_non_monotone_series(tmp_path):
+    """Vanilla's full CORE dips at d10 below its d8 score: the smallest compute reaching its own d10 score lies
+    between d6 and d8, which would draw Vanilla's multiplier over itself below 1 there. The reference arm is 1.0 at
+    each of its own computes with depth >= 8, in every metric; the other arms are measured at those computes."""
+    series = paper.downstream_series(write(tmp_path / "downstream.json", downstream_fixture(dip=0.075)))
+    van = {r["depth"]: r for r in series["vanilla"]}
+    assert van[10]["full_core"] < van[8]["full_core"]  # the fixture is non-monotone
+    assert laws.compute_at_loss(np.array([r["compute"] for r in series["vanilla"]]),
+                                 -np.array([r["full_core"] for r in series["vanilla"]]), -van[10]["full_core"]) \
+        < van[8]["compute"]  # what the old rule took: a multiplier < 1 of Vanilla over itself
+    fig_a, numbers, fig_b, _ = paper.downstream_figures(paper.pyplot(), series)
+    paper.pyplot().close(fig_a)
+    paper.pyplot().close(fig_b)
+    for metric, per_arm in numbers["multipliers_at_matched"].items():
+        assert per_arm["vanilla"]["multiplier"] == [1.0] * 4, metric
+        assert per_arm["vanilla"]["compute"] == [van[d]["compute"] for d in (8, 10, 12, 14)]
+        assert numbers["final_multiplier"][metric]["vanilla"] == 1.0
+    loop2 = numbers["multipliers_at_matched"]["full_core"]["loop_2"]["multiplier"]
+    assert loop2[1] > 2.0  # at the dip Loop-2 needs less compute than at the trend: a larger multiplier there
 
 
 def test_downstream_missing_metric_refused(tmp_path):
