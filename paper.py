@@ -31,7 +31,7 @@ def read_json(path):
     except OSError as e:
         raise UsageError(f"{path}: cannot read ({e.strerror})")
     except ValueError as e:
-        raise UsageError(f"{path}: not JSON ({e}); pass a release JSON file or a train.py run")
+        raise UsageError(f"{path}: not JSON ({e})")
 
 
 def is_release_ladders(obj):
@@ -39,6 +39,61 @@ def is_release_ladders(obj):
     return isinstance(obj, dict) and bool(obj) and all(
         isinstance(v, list) and v and all(isinstance(r, dict) and {"compute", "loss", "depth"} <= set(r) for r in v)
         for v in obj.values())
+
+
+# The release's JSON layouts, recognised by their content; a command names the ones it reads when it refuses a file.
+LAYOUTS = dict(
+    ladders="the release's ladder series {series: [{compute, loss, depth}]} (appendix_ladders/*.json)",
+    downstream="the release's downstream.json {series: [{compute, loss, depth, metrics, task_nll}]}",
+    fineweb_edu="the release's FineWeb-Edu ladders {tasks, d26: {record}, arms: {arm: [{depth, compute_flops, val_loss, "
+                "core_nll, core_accuracy, task_nll, task_accuracy}]}}",
+)
+EDU_HELD_OUT_ARM = "untied_grow"  # the FineWeb-Edu file's d26 record: the 7.4B Untied-Grow run no fit uses (Sec. 4.3)
+
+
+def json_layout(obj):
+    """-> "fineweb_edu", "downstream", "ladders" or None."""
+    if isinstance(obj, dict) and isinstance(obj.get("arms"), dict) and "tasks" in obj:
+        return "fineweb_edu"
+    if is_release_ladders(obj):
+        return "downstream" if all("metrics" in r for v in obj.values() for r in v) else "ladders"
+    return None
+
+
+def layout_error(path, reads, also=""):
+    return UsageError(f"{path}: not a JSON layout this command reads; it reads {also}"
+                      + "; ".join(LAYOUTS[k] for k in reads))
+
+
+def read_layout(path, *layouts):
+    """A release JSON file that must be in one of `layouts` (paper reads each of its files by its content)."""
+    obj = read_json(path)
+    if json_layout(obj) not in layouts:
+        raise layout_error(path, layouts)
+    return obj
+
+
+def edu_records(path, obj):
+    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): the ladder records of every arm, and the
+    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit.
+    Each record needs a whole depth > 0 and finite compute_flops, val_loss > 0."""
+    tasks = obj["tasks"]
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise UsageError(f"{path}: 'tasks' must be a list of task names")
+    out = [(RELEASE_SERIES.get(a, a), r, f"{path}:arms.{a}[{i}]", False) for a, recs in obj["arms"].items()
+           for i, r in enumerate(recs if isinstance(recs, list) else [None])]
+    if not out:
+        raise UsageError(f"{path}: 'arms' holds no ladder records")
+    out += [(r.get("arm", EDU_HELD_OUT_ARM), r, f"{path}:{k}", True) for k, r in obj.items()
+            if k not in ("tasks", "arms") and isinstance(r, dict)]
+    for arm, r, origin, _ in out:
+        try:
+            x, loss, depth = float(r["compute_flops"]), float(r["val_loss"]), r["depth"]
+            assert isinstance(depth, int) and depth > 0 and math.isfinite(x) and x > 0 and math.isfinite(loss) \
+                and loss > 0
+        except (KeyError, TypeError, ValueError, AssertionError):
+            raise UsageError(f"{origin}: needs a whole depth > 0 and finite compute_flops, val_loss > 0")
+    return tasks, out
 
 
 def release_ladder_rows(path, obj, use_time):
@@ -161,7 +216,7 @@ def stated(what, ours, paper, section, why=None):
 def ladder_panel(release, panel, E_flops):
     """Fit one panel: (data, fit) with the shared Vanilla FLOP floor (on the time axis too, as the release does)."""
     title, name, series, ref, opts = panel
-    obj = read_json(os.path.join(release, LADDERS, name + ".json"))
+    obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
     use_time = bool(opts.get("time"))
     rows = [r for r in release_ladder_rows(name + ".json", obj, use_time)
             if r[0] in {RELEASE_SERIES.get(s, s) for s in series}]
@@ -353,7 +408,7 @@ def regimes_figures(plt, release):
 def figure3_checks(release, E_flops):
     """Figure 3's caption numbers (Sec. 4.2) from ladders.json's main arms: the check that the readers and the
     shared floor reproduce the main text."""
-    obj = read_json(os.path.join(release, LADDERS, "ladders.json"))
+    obj = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     main = {"van", "k1_glr", "k2", "k2_grow", "dep", "dep_grow", "deep_van", "deep_van_grow"}
     data = series_data([r for r in release_ladder_rows("ladders.json", obj, False) if r[5].split(":")[-1].split("[")[0]
                         in main])
@@ -373,9 +428,7 @@ DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core
 def downstream_series(path):
     """The release's downstream.json: {series: [{compute, loss, depth, metrics {full_core, answer_nll, filtered_core,
     filtered_core_std}, task_nll {task: answer NLL}}]} (three seeds pooled) -> {arm: records sorted by compute}."""
-    obj = read_json(path)
-    if not isinstance(obj, dict) or not obj:
-        raise UsageError(f"{path}: expected {{series: [records]}} as in the release's downstream.json")
+    obj = read_layout(path, "downstream")
     out = {}
     for series, recs in obj.items():
         arm = RELEASE_SERIES.get(series, series)
@@ -479,7 +532,7 @@ def cmd_paper(args):
     names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST]
     check_outputs(args.out, names)
     plt = pyplot()
-    flops = read_json(os.path.join(release, LADDERS, "ladders.json"))
+    flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
     manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
     gammas, checks = figure3_checks(release, E_flops)

@@ -205,3 +205,56 @@ def test_paper_on_the_release(tmp_path, capsys):
     assert e["shared floor E (Vanilla FLOP ladder)"]["ours"] == pytest.approx(1.7064, abs=1e-4)
     assert e["Operator-1 loss cost of Vanilla's recipe at d8"]["ours"] == pytest.approx(1.01e-2, abs=1e-4)
     assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0  # its own files: rewritten
+
+
+def fineweb_edu_fixture():
+    """The release's FineWeb-Edu layout with values of our own: Vanilla d6-d16 and Untied-Grow d6-d14 on E = 1.9 laws,
+    two tasks whose NLL falls with compute and whose centered accuracy is a sigmoid of it, and the held-out d26
+    Untied-Grow record exactly on its law."""
+    tasks, d = ["arc_easy", "piqa"], {}
+    laws = {"vanilla": (1.6, 0.11, range(6, 18, 2)), "untied_grow": (1.5, 0.12, range(6, 16, 2))}
+
+    def record(arm, depth):
+        A, gamma, _ = laws[arm]
+        c = 1e18 * (depth / 8) ** 3
+        loss = law(1.9, A, gamma, c)
+        nll = {t: 0.5 * loss + 0.1 * i for i, t in enumerate(tasks)}
+        acc = {t: float(1 / (1 + np.exp(4.0 * nll[t] - 5.0))) for t in tasks}
+        return dict(depth=depth, compute_flops=c, val_loss=loss, core_nll=0.5 * loss, core_accuracy=0.9 * np.mean(
+            list(acc.values())), task_nll=nll, task_accuracy=acc)
+    d["arms"] = {arm: [record(arm, depth) for depth in depths] for arm, (_, _, depths) in laws.items()}
+    return dict(tasks=tasks, d26=record("untied_grow", 26), **d)
+
+
+def test_fineweb_edu_layout_read_by_ladders_with_its_d26_held_out(tmp_path, capsys):
+    path = write(tmp_path / "fineweb_edu_ladders.json", fineweb_edu_fixture())
+    d26 = fineweb_edu_fixture()["d26"]
+    got, err = fit_json(capsys, "ladders", path, "--holdout", "untied_grow:26", "--refit-floor")
+    assert set(got["arms"]) == {"vanilla", "untied_grow"} and got["E"] == pytest.approx(1.9, abs=2e-3)
+    assert 26 not in [p["depth"] for p in got["arms"]["untied_grow"]["points"]]  # never fitted
+    [held] = got["held_out"]
+    assert (held["arm"], held["depth"], held["compute"], held["loss"]) == ("untied_grow", 26, d26["compute_flops"],
+                                                                          d26["val_loss"])
+    assert abs(held["residual"]) < 5e-3  # on its law: the fits of d6-d16 forecast it
+    alone, err = fit_json(capsys, "ladders", path, "--extrapolate", d26["compute_flops"], "--bootstrap", 0)
+    assert alone["held_out"] == got["held_out"] and "held-out run" in err  # held out without being named
+    assert alone["arms"]["untied_grow"]["gain_at_extrapolate"] > 1
+
+
+def test_fineweb_edu_layout_read_by_downstream(tmp_path, capsys):
+    path = write(tmp_path / "fineweb_edu_ladders.json", fineweb_edu_fixture())
+    got, _ = fit_json(capsys, "downstream", path, "--targets", 0.3)
+    assert got["tasks"] == ["arc_easy", "piqa"] and got["ratio"] == pytest.approx(0.9, abs=1e-6)
+    assert set(got["arms"]) == {"vanilla", "untied_grow"}
+    assert got["sigmoids"]["piqa"]["a"] == pytest.approx(4.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("argv, obj, message", [
+    (["ladders", "{d}/t.json"], {"series": 1}, "not a JSON layout this command reads; it reads a train.py result.json"),
+    (["downstream", "{d}/t.json"], downstream_fixture(), "not a JSON layout this command reads; it reads a CSV"),
+    (["downstream", "{d}/t.json"], dict(fineweb_edu_fixture(), arms=dict(vanilla=[dict(
+        fineweb_edu_fixture()["arms"]["vanilla"][0], task_accuracy={})])), "task_accuracy"),
+    (["ladders", "{d}/t.json"], dict(fineweb_edu_fixture(), d26=dict(depth=26)), "t.json:d26: needs a whole depth"),
+])
+def test_json_a_command_cannot_use_is_one_line_naming_the_layouts(tmp_path, argv, obj, message):
+    assert_refused("fit.py", argv, tmp_path, message, files={"t.json": json.dumps(obj)}, runner=run_in_process)
