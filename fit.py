@@ -310,18 +310,20 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
             twin = ax.twinx()
             twin.set_ylim(ax.get_ylim())
             twin.set_yticks([best], [f"{best:.2f}×"])
+            twin.set_ylabel("best last multiplier", fontsize=8)
         ax.legend(loc="upper left", frameon=False)
 
     arms = list(fit["arms"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.2))
     loss_panel(axes[0], arms)
     mult_panel(axes[1], arms)
-    for a in arms:
+    for a in arms:  # a legend, not labels at the points: close arms (Loop-2, Operator-1) would print over each other
         r = fit["arms"][a]
-        axes[2].plot(r["logA_C0"], r["gamma"], "o", color=style(a)[1])
-        axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
-    axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
+        axes[2].errorbar(r["logA_C0"], r["gamma"], yerr=r["gamma_se"], fmt="o", ms=4, capsize=2, color=style(a)[1],
+                         label=style(a)[0])
+    axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ ± se (better ↑)")
     axes[2].invert_xaxis()
+    axes[2].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
     fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))

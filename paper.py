@@ -12,7 +12,7 @@ import csv, json, math, os
 
 import numpy as np
 
-from arms import DATA_CONSTRAINED, RELEASE_SERIES
+from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
 from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, jsonable, matched_multipliers, pyplot,
                   read_csv, save_figures, style)
@@ -186,9 +186,10 @@ LADDERS = "appendix_ladders"
 REGIMES = "appendix_regimes"
 # figure -> panels (title, release file, series, reference series, options); options: time axis, shared d8 anchor
 LADDER_FIGURES = {
-    "fig15a": [("Untied-2 boundary ablations", "ladders", ("dep", "dep_nonorm", "dep_noinject", "dep_nci", "van"), "van", {}),
-               ("Loop-2 coda and allocation", "ladders", ("k2", "k2_nci", "k2_fixed_pc", "van"), "van", {}),
-               ("Operator-1 allocation", "ladders", ("k1_glr", "k1_1c2", "van"), "van", {})],
+    "fig15a": [("Untied-2 boundary ablations", "ladders", ("van", "deep_van", "dep", "dep_nonorm", "dep_noinject",
+                                                        "dep_nci"), "van", {}),
+               ("Loop-2 coda and allocation", "ladders", ("van", "deep_van", "k2", "k2_nci", "k2_fixed_pc"), "van", {}),
+               ("Operator-1 allocation", "ladders", ("van", "deep_van", "k1_glr", "k1_1c2"), "van", {})],
     "fig15b": [("training time", "timing", ("van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
                                            "dep_grow"), "van", dict(time=True))],
     "fig15c": [("constant recipes", "constant", ("van", "k1", "k2", "k2_grow", "dep", "dep_grow"), "van", {})],
@@ -196,12 +197,52 @@ LADDER_FIGURES = {
                                               "van_mup_om", "van_wdr1"), "van", dict(anchor=8))],
     "fig16b": [("Operator-1 recipe", "ladders", ("van", "k1_glr", "k1_van_recipe"), "van", {})],
     "fig16c": [("shape", "ladders", ("van", "deep_van", "deeper_van", "k1_glr", "deeper_k1"), "van", {})],
-    "fig16d": [("random recurrence", "random", ("k2_grow", "k2_grow_random", "dep_grow"), "k2_grow", {})],
-    "fig16e": [("width-only vs coupled", "width_optimizer", ("deep_width", "dep_width", "deep_van", "dep"), "deep_width",
+    "fig16d": [("random recurrence", "random", ("van", "k2", "dep", "k2_grow", "k2_grow_random", "dep_grow"), "van",
                 {})],
+    "fig16e": [("width-only (depth 11)", "width_optimizer", ("deep_width", "dep_width"), "deep_width", {}),
+               ("coupled width and depth", "width_optimizer", ("deep_van", "dep"), "deep_van", {})],
     "fig16f": [("Adam vs Muon, width-only", "width_optimizer", ("deep_width", "deep_width_adam"), "deep_width", {}),
                ("Adam vs Muon, coupled", "width_optimizer", ("van", "van_adam"), "van", {})],
 }
+# the release's variants (not arms of the table) take these in a panel, in order, skipping colours its arms use
+VARIANT_COLOURS = ("tab:purple", "tab:olive", "tab:pink", "tab:brown", "tab:green", "tab:red", "tab:blue", "tab:cyan",
+                   "darkgoldenrod", "navy")
+
+
+def panel_styles(arms):
+    """{arm: (label, colour, line style)} of one panel: the table's arms in their own colour, solid; the release's
+    variants in distinct strong colours no arm of the panel uses, dashed."""
+    known = {a: style(a) for a in arms if a in ARMS}
+    free = [c for c in VARIANT_COLOURS if c not in {c for _, c in known.values()}]
+    out, i = {}, 0
+    for a in arms:
+        if a in known:
+            out[a] = (*known[a], "-")
+        else:
+            out[a] = (style(a)[0], free[i % len(free)], "--")
+            i += 1
+    return out
+
+
+def log_axis(axis, plt, plain=False):
+    """A log axis with one tick style (powers of ten, or plain decimals with plain=True): labelled decades, or 1-2-5
+    (1-2-4 under one decade) ticks on shorter ranges; minor ticks unlabelled (their labels collide on short ranges)."""
+    lo, hi = sorted(axis.get_view_interval())
+    ticker = plt.matplotlib.ticker
+    span = math.log10(hi / lo)
+    if span < 2:
+        axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 4.0) if span < 1 else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%g") if plain else
+                             ticker.LogFormatterSciNotation(labelOnlyBase=False))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def plain_log_axis(axis, plt):
+    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks at round values."""
+    ticker = plt.matplotlib.ticker
+    axis.set_major_locator(ticker.MaxNLocator(5))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def stated(what, ours, paper, section, why=None):
@@ -229,24 +270,29 @@ def ladder_panel(release, panel, E_flops):
 
 
 def draw_ladders(plt, panels, results, xlabel_of):
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7), squeeze=False)
+    """Per panel: reducible loss with the shared-floor fits (top) and the multipliers over the panel's reference
+    (bottom); series in the panel's order."""
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7.4), squeeze=False)
     for col, (panel, (data, fit)) in enumerate(zip(panels, results)):
         top, bottom = axes[0][col], axes[1][col]
-        for arm, r in fit["arms"].items():
-            name, color = style(arm)
-            d = data[arm]
+        arms = [a for a in dict.fromkeys(RELEASE_SERIES.get(s, s) for s in panel[2]) if a in fit["arms"]]
+        for arm, (name, color, ls) in panel_styles(arms).items():
+            r, d = fit["arms"][arm], data[arm]
             xs = np.geomspace(d["x"].min(), d["x"].max(), 50)
             top.plot(d["x"], d["loss"] - fit["E"], "o", ms=3, color=color)
-            top.plot(xs, r["A"] * (xs / fit["c_ref"]) ** -r["gamma"], "-", lw=1, color=color,
+            top.plot(xs, r["A"] * (xs / fit["c_ref"]) ** -r["gamma"], ls, lw=1.2, color=color,
                      label=f"{name} (γ={r['gamma']:.3f})")
             m = r["multipliers"]
             if m:
-                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o-", ms=3, color=color,
-                            label=name)
+                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o" + ls, ms=3, lw=1.2,
+                            color=color, label=name)
         xl = xlabel_of(panel)
+        ref = style(fit["reference_arm"])[0]
         top.set(xscale="log", yscale="log", xlabel=xl, ylabel=f"reducible loss (E = {fit['E']:.4f})", title=panel[0])
-        bottom.set(xscale="log", xlabel=f"{style(fit['reference_arm'])[0]} {xl}",
-                   ylabel=f"multiplier over {style(fit['reference_arm'])[0]}")
+        bottom.set(xscale="log", xlabel=f"{ref} {xl}", ylabel=f"multiplier over {ref}")
+        plain_log_axis(top.yaxis, plt)
+        for ax in (top, bottom):
+            log_axis(ax.xaxis, plt)
         top.legend(fontsize=6.5, frameon=False)
         bottom.legend(fontsize=6.5, frameon=False)
     fig.tight_layout()
@@ -297,6 +343,8 @@ def effective_depth_figure(plt, release):
         right.plot(mx, y, "o-", ms=3, label=k.replace("_", " "))
     right.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="KL effective depth", title="multi-epoch (10 epochs)")
     right.legend(fontsize=7, frameon=False)
+    for ax in (left, right):
+        log_axis(ax.xaxis, plt)
     fig.tight_layout()
     last = lambda arm: float(curves[arm][1][np.argmax(curves[arm][0])])
     checks = [stated("Untied-2 KL effective depth at the top budget", last("untied_2"), 24, "Sec. 6"),
@@ -305,13 +353,24 @@ def effective_depth_figure(plt, release):
     return fig, numbers, checks
 
 
+def panel_grid(plt, n, width, height):
+    """n panels, at most 4 a row (readable at page width), spare cells hidden -> (figure, flat list of n axes)."""
+    rows = math.ceil(n / 4)
+    cols = math.ceil(n / rows)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
 def recurrence_figure(plt, release):
     """Figure 17: L(k) - L(K_train) per checkpoint."""
     obj = read_json(os.path.join(release, LADDERS, "recurrence.json"))
-    fig, axes = plt.subplots(1, len(obj), figsize=(3.4 * len(obj), 3.4), squeeze=False)
+    fig, axes = panel_grid(plt, len(obj), 3.6, 3.4)
     numbers, at8 = {}, {}
     cmap = plt.get_cmap("viridis")
-    for ax, (series, recs) in zip(axes[0], obj.items()):
+    for ax, (series, recs) in zip(axes, obj.items()):
         arm = RELEASE_SERIES.get(series, series)
         depths = [r["depth"] for r in recs]
         for r in recs:
@@ -324,12 +383,21 @@ def recurrence_figure(plt, release):
             numbers.setdefault(arm, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=delta))
             if 8 in ce:
                 at8.setdefault(arm, []).append(ce[8] - ce[K])
-            color = cmap((r["depth"] - min(depths)) / max(1, max(depths) - min(depths)))
+            color = cmap(0.85 * (r["depth"] - min(depths)) / max(1, max(depths) - min(depths)))  # no pale yellow
             ax.plot(ks, delta, "o-", ms=3, color=color, label=f"d{r['depth']}")
             ax.plot([K], [0], "*", ms=9, color=color)
         ax.axhline(0, color="gray", lw=0.5)
+        # symlog: linear within ±0.01, so the text's ~0.003 differences at k > K_train show beside the 0.46 at k = 1
+        ax.set_yscale("symlog", linthresh=0.01, linscale=2)
+        low = min(min(p["delta"]) for p in numbers[arm])
+        ax.set_ylim(bottom=min(-0.002, 1.5 * low))
+        lo, hi = ax.get_ylim()
+        ax.set_yticks([t for t in (-0.1, -0.01, -0.005, 0, 0.005, 0.01, 0.1, 1) if lo <= t <= hi])
+        ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
         ax.set(xlabel="evaluation recurrence k", ylabel="L(k) − L(K_train)", title=style(arm)[0])
-        ax.legend(fontsize=6, frameon=False)
+        ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
+        ax.legend(fontsize=6, frameon=False, ncols=2)
     fig.tight_layout()
     checks = []
     if "Loop-Grow random K" in at8:
@@ -358,42 +426,48 @@ def regimes_figures(plt, release):
     wd_x, rg_x, ar_x = flops_column(wd), flops_column(rg), flops_column(ar)
     cmap = plt.get_cmap("plasma")
 
+    all_ks = sorted(set(wd["loops"]) | set(rg["loops"]) | set(ar["loops"]))
+    k_colour = lambda K: cmap(all_ks.index(K) / len(all_ks))  # one colour per K in every panel
+
     def per_loops(ax, x, loss, loops, mask, title):
-        ks = sorted(set(loops[mask]))
-        for i, K in enumerate(ks):
+        for K in sorted(set(loops[mask])):
             m = mask & (loops == K)
             o = np.argsort(x[m])
-            ax.plot(x[m][o], loss[m][o], "o-", ms=3, color=cmap(i / max(1, len(ks))), label=f"K={K:g}")
+            ax.plot(x[m][o], loss[m][o], "o-", ms=3, color=k_colour(K), label=f"K={K:g}")
         ax.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="validation loss", title=title)
+        log_axis(ax.xaxis, plt)
         ax.legend(fontsize=6, frameon=False)
 
     regimes = list(dict.fromkeys(rg["regime"]))
-    fig21, axes = plt.subplots(1, len(regimes), figsize=(4 * len(regimes), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], regimes):
+    fig21, axes = panel_grid(plt, len(regimes), 4, 3.6)
+    for ax, name in zip(axes, regimes):
         per_loops(ax, rg_x, rg["loss"], rg["loops"], np.array(rg["regime"]) == name, name)
     fig21.tight_layout()
     wds = sorted(set(wd["weight_decay"]))
-    fig22, axes = plt.subplots(1, len(wds), figsize=(3.4 * len(wds), 3.4), squeeze=False)
-    for ax, w in zip(axes[0], wds):
+    fig22, axes = panel_grid(plt, len(wds), 3.6, 3.4)
+    for ax, w in zip(axes, wds):
         per_loops(ax, wd_x, wd["loss"], wd["loops"], wd["weight_decay"] == w, f"weight decay {w:g}")
     fig22.tight_layout()
     depths = sorted(set(wd["depth"]))
-    fig23, axes = plt.subplots(1, len(depths), figsize=(3 * len(depths), 3.2), squeeze=False)
+    fig23, axes = panel_grid(plt, len(depths), 3.4, 3.2)
     best_wd = {}
-    for ax, dp in zip(axes[0], depths):
-        for i, K in enumerate(sorted(set(wd["loops"]))):
+    for ax, dp in zip(axes, depths):
+        for K in sorted(set(wd["loops"])):
             m = (wd["depth"] == dp) & (wd["loops"] == K)
+            if not m.any():
+                continue
             o = np.argsort(wd["weight_decay"][m])
-            ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=3, color=cmap(i / 6), label=f"K={K:g}")
+            ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=3, color=k_colour(K), label=f"K={K:g}")
         m1 = (wd["depth"] == dp) & (wd["loops"] == 1)
         if m1.any():
             best_wd[int(dp)] = float(wd["weight_decay"][m1][np.argmin(wd["loss"][m1])])
         ax.set(xscale="log", xlabel="weight decay", ylabel="validation loss", title=f"d{dp:g}")
+        log_axis(ax.xaxis, plt, plain=True)
         ax.legend(fontsize=6, frameon=False)
     fig23.tight_layout()
     groups = list(dict.fromkeys(zip(ar["architecture"], ar["family"])))
-    fig24, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
-    for ax, (a, f) in zip(axes[0], groups):
+    fig24, axes = panel_grid(plt, len(groups), 4, 3.6)
+    for ax, (a, f) in zip(axes, groups):
         mask = (np.array(ar["architecture"]) == a) & (np.array(ar["family"]) == f)
         per_loops(ax, ar_x, ar["loss"], ar["loops"], mask, f"{a}, {f}")
     fig24.tight_layout()
@@ -481,7 +555,10 @@ def downstream_figures(plt, series):
         top.set(xscale="log", xlabel="training compute (FLOPs)", ylabel=label, title=label)
         if key == "loss":
             top.set_yscale("log")
+            plain_log_axis(top.yaxis, plt)
         bottom.set(xscale="log", xlabel="Vanilla training compute (FLOPs)", ylabel=f"multiplier at matched {label}")
+        for ax in (top, bottom):
+            log_axis(ax.xaxis, plt)
     axes[0][0].legend(fontsize=6.5, frameon=False)
     fig_a.tight_layout()
     fig_b, (line, resid) = plt.subplots(2, 1, figsize=(5.5, 7), sharex=True)

@@ -4,11 +4,13 @@ hours, EFLOP, the downstream file) on fixtures the tests write, the release's fl
 import csv
 import json
 import os
+import shutil
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import pytest
 
+import figlint
 import fit
 import laws
 import paper
@@ -189,11 +191,20 @@ def test_bad_release_inputs(tmp_path, argv, obj, message):
     assert_refused("fit.py", argv, tmp_path, message, files={"t.json": json.dumps(obj)}, runner=run_in_process)
 
 
-def test_paper_on_the_release(tmp_path, capsys):
-    """The whole command on the release copy: every figure written, every stated number within 1 % or explained."""
+def test_paper_on_the_release(tmp_path, capsys, monkeypatch):
+    """The whole command on the release copy (with a downstream.json fixture beside it, which the copy lacks): every
+    figure written and passing the figure lint (tests/figlint.py), every stated number within 1 % or explained."""
+    release = tmp_path / "release"
+    shutil.copytree(os.path.join(REPO, "reference", "release"), release)
+    write(release / paper.LADDERS / "downstream.json", downstream_fixture(dip=0.075))
+    problems = figlint.capture(monkeypatch, paper)
     out = tmp_path / "paper"
-    assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0
+    assert fit.main(["paper", str(release), "--out", str(out)]) == 0
+    assert {"fig06", "fig15a", "fig16e", "fig17", "fig19a", "fig19b", "fig23a"} <= set(problems)
+    assert problems == {k: [] for k in problems}
     manifest = json.load(open(out / paper.MANIFEST))
+    matched = manifest["figures"]["fig19a"]["numbers"]["multipliers_at_matched"]
+    assert all(per_arm["vanilla"]["multiplier"] == [1.0] * 4 for per_arm in matched.values())
     written = set(os.listdir(out))
     for fig_id in manifest["figures"]:
         if not fig_id.startswith("fig3 "):
@@ -204,7 +215,7 @@ def test_paper_on_the_release(tmp_path, capsys):
     e = {r["what"]: r for r in rows}
     assert e["shared floor E (Vanilla FLOP ladder)"]["ours"] == pytest.approx(1.7064, abs=1e-4)
     assert e["Operator-1 loss cost of Vanilla's recipe at d8"]["ours"] == pytest.approx(1.01e-2, abs=1e-4)
-    assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0  # its own files: rewritten
+    assert fit.main(["paper", str(release), "--out", str(out)]) == 0  # its own files: rewritten
 
 
 def fineweb_edu_fixture():
