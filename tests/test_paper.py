@@ -205,6 +205,11 @@ def test_paper_on_the_release(tmp_path, capsys, monkeypatch):
     manifest = json.load(open(out / paper.MANIFEST))
     matched = manifest["figures"]["fig19a"]["numbers"]["multipliers_at_matched"]
     assert all(per_arm["vanilla"]["multiplier"] == [1.0] * 4 for per_arm in matched.values())
+    page = open(out / paper.GALLERY).read()  # the gallery: per figure its statement, image and numbers
+    for fig_id in manifest["figures"]:
+        key = fig_id.split()[0]
+        assert f"## {key}: {paper.CLAIMS[key][0]}" in page and (key == "fig3" or f"![{key}]({key}.png)" in page)
+    assert "| Untied-2 multiplier over Vanilla near 1e20 FLOPs | 1.344 | 1.34 | 0.3 % | App. B.1 |" in page
     written = set(os.listdir(out))
     for fig_id in manifest["figures"]:
         if not fig_id.startswith("fig3 "):
