@@ -285,7 +285,7 @@ def draw_ladders(plt, panels, results, xlabel_of):
             m = r["multipliers"]
             if m:
                 bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o" + ls, ms=3, lw=1.2,
-                            color=color, label=name)
+                            color=color)
         xl = xlabel_of(panel)
         ref = style(fit["reference_arm"])[0]
         top.set(xscale="log", yscale="log", xlabel=xl, ylabel=f"reducible loss (E = {fit['E']:.4f})", title=panel[0])
@@ -293,8 +293,7 @@ def draw_ladders(plt, panels, results, xlabel_of):
         plain_log_axis(top.yaxis, plt)
         for ax in (top, bottom):
             log_axis(ax.xaxis, plt)
-        top.legend(fontsize=6.5, frameon=False)
-        bottom.legend(fontsize=6.5, frameon=False)
+        top.legend(fontsize=6.5, frameon=False)  # one legend a column: the multipliers below use the same colours
     fig.tight_layout()
     return fig
 
@@ -589,8 +588,8 @@ def downstream_figures(plt, series):
     resid.axhline(0, color="k", ls="--", lw=1)
     line.set(ylabel="CORE answer NLL")
     resid.set(xlabel="validation loss", ylabel="residual from the pooled line")
+    line.invert_xaxis()  # both axes reversed as the paper draws them (the x axis is shared: invert it once)
     for ax in (line, resid):
-        ax.invert_xaxis()
         ax.invert_yaxis()
     line.legend(fontsize=6.5, frameon=False)
     fig_b.tight_layout()
