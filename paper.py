@@ -185,6 +185,8 @@ def floor_of(data, arm=FLOOR_ARM):
 LADDERS = "appendix_ladders"
 REGIMES = "appendix_regimes"
 # figure -> panels (title, release file, series, reference series, options); options: time axis, shared d8 anchor
+# Figure 16e-f draw a width-only ladder in its coupled arm's colour with open markers (the paper's convention)
+WIDTH_ONLY = {"Deep Vanilla width-only": "deep_vanilla", "Untied-2 width-only": "untied_2"}
 LADDER_FIGURES = {
     "fig15a": [("Untied-2 boundary ablations", "ladders", ("van", "deep_van", "dep", "dep_nonorm", "dep_noinject",
                                                         "dep_nci"), "van", {}),
@@ -199,9 +201,11 @@ LADDER_FIGURES = {
     "fig16c": [("shape", "ladders", ("van", "deep_van", "deeper_van", "k1_glr", "deeper_k1"), "van", {})],
     "fig16d": [("random recurrence", "random", ("van", "k2", "dep", "k2_grow", "k2_grow_random", "dep_grow"),
                 "k2_grow", {})],
-    "fig16e": [("width-only (depth 11)", "width_optimizer", ("deep_width", "dep_width"), "deep_width", {}),
+    "fig16e": [("width-only (depth 11)", "width_optimizer", ("deep_width", "dep_width"), "deep_width",
+                dict(open=WIDTH_ONLY)),
                ("coupled width and depth", "width_optimizer", ("deep_van", "dep"), "deep_van", {})],
-    "fig16f": [("Adam vs Muon, width-only", "width_optimizer", ("deep_width", "deep_width_adam"), "deep_width", {}),
+    "fig16f": [("Adam vs Muon, width-only", "width_optimizer", ("deep_width", "deep_width_adam"), "deep_width",
+                dict(open=WIDTH_ONLY)),
                ("Adam vs Muon, coupled", "width_optimizer", ("van", "van_adam"), "van", {})],
 }
 # the release's variants (not arms of the table) take these in a panel, in order, skipping colours its arms use
@@ -209,17 +213,22 @@ VARIANT_COLOURS = ("tab:purple", "tab:olive", "tab:pink", "tab:brown", "tab:gree
                    "darkgoldenrod", "navy")
 
 
-def panel_styles(arms):
-    """{arm: (label, colour, line style)} of one panel: the table's arms in their own colour, solid; the release's
-    variants in distinct strong colours no arm of the panel uses, dashed."""
+def panel_styles(arms, open_like=None):
+    """{arm: (label, colour, line style, marker face)} of one panel: the table's arms in their own colour, solid; a
+    series of open_like {series: arm} in that arm's colour with open markers, dashed; the release's other variants in
+    distinct strong colours no arm of the panel uses, dashed."""
+    open_like = open_like or {}
     known = {a: style(a) for a in arms if a in ARMS}
-    free = [c for c in VARIANT_COLOURS if c not in {c for _, c in known.values()}]
+    used = {c for _, c in known.values()} | {style(open_like[a])[1] for a in arms if a in open_like}
+    free = [c for c in VARIANT_COLOURS if c not in used]
     out, i = {}, 0
     for a in arms:
         if a in known:
-            out[a] = (*known[a], "-")
+            out[a] = (*known[a], "-", None)
+        elif a in open_like:
+            out[a] = (style(a)[0], style(open_like[a])[1], "--", "white")
         else:
-            out[a] = (style(a)[0], free[i % len(free)], "--")
+            out[a] = (style(a)[0], free[i % len(free)], "--", None)
             i += 1
     return out
 
@@ -276,16 +285,16 @@ def draw_ladders(plt, panels, results, xlabel_of):
     for col, (panel, (data, fit)) in enumerate(zip(panels, results)):
         top, bottom = axes[0][col], axes[1][col]
         arms = [a for a in dict.fromkeys(RELEASE_SERIES.get(s, s) for s in panel[2]) if a in fit["arms"]]
-        for arm, (name, color, ls) in panel_styles(arms).items():
+        for arm, (name, color, ls, face) in panel_styles(arms, panel[4].get("open")).items():
             r, d = fit["arms"][arm], data[arm]
             xs = np.geomspace(d["x"].min(), d["x"].max(), 50)
-            top.plot(d["x"], d["loss"] - fit["E"], "o", ms=3, color=color)
+            top.plot(d["x"], d["loss"] - fit["E"], "o", ms=3.5, color=color, mfc=face)
             top.plot(xs, r["A"] * (xs / fit["c_ref"]) ** -r["gamma"], ls, lw=1.2, color=color,
                      label=f"{name} (γ={r['gamma']:.3f})")
             m = r["multipliers"]
             if m:
-                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o" + ls, ms=3, lw=1.2,
-                            color=color)
+                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o" + ls, ms=3.5, lw=1.2,
+                            color=color, mfc=face)
         xl = xlabel_of(panel)
         ref = style(fit["reference_arm"])[0]
         top.set(xscale="log", yscale="log", xlabel=xl, ylabel=f"reducible loss (E = {fit['E']:.4f})", title=panel[0])
