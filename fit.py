@@ -9,7 +9,8 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
   design PLAN        simulate planned ladders under assumed laws and noise: CI half-widths of gamma and delta-gamma,
                      coverage and power of the intervals ladders prints, GPU-hours; compares designs.
   surface DATA.csv   Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E  [N, D or compute, loss].
-  downstream DATA.csv  CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)].
+  downstream DATA      CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)],
+                     or the release's FineWeb-Edu ladders JSON.
   tpp DATA.csv       quadratic vertex of log loss vs log TPP per budget (App. A.4.2)  [compute_flops, tpp, val_loss].
   growth DATA.csv    quadratic in the post-growth fraction rho per (depth, budget) (A.2.3, A.4.3)  [depth, compute_flops,
                      rho, val_loss].
@@ -109,18 +110,43 @@ def pool_replicates(rows, replicates, use_time):
     return points
 
 
-def load_ladders(inputs, use_time, replicates=False):
+def ladder_rows_from_json(path, use_time, held):
+    """A JSON file read by its content: a train.py result.json (-> None: read with the runs), the release's ladder
+    series or downstream.json (paper.release_ladder_rows), or its FineWeb-Edu ladders, whose held-out records (d26)
+    are added to `held` as ARM:DEPTH; anything else is refused naming the layouts read."""
+    obj = paper.read_json(path)
+    layout = paper.json_layout(obj)
+    if layout in ("ladders", "downstream"):
+        return paper.release_ladder_rows(path, obj, use_time)
+    if layout == "fineweb_edu":
+        if use_time:
+            raise UsageError(f"{path}: the FineWeb-Edu ladders hold no training time; drop --time")
+        rows = []
+        for arm, r, origin, held_out in paper.edu_records(path, obj)[1]:
+            rows.append((arm, r["depth"], float(r["compute_flops"]), float(r["val_loss"]), None, origin))
+            if held_out:
+                held.append(f"{arm}:{r['depth']}")
+                note(f"{origin}: {arm} d{r['depth']} is the release's held-out run: not fitted, its forecast printed")
+        return rows
+    if isinstance(obj, dict) and "status" in obj:
+        return None
+    raise paper.layout_error(path, ("ladders", "downstream", "fineweb_edu"), "a train.py result.json [status, arch, "
+                             "depth, estimated_training_flops, final_val_loss]; ")
+
+
+def load_ladders(inputs, use_time, replicates=False, held=None):
     """-> {arm: dict(depth, x, loss, n, reps)} sorted by x (compute FLOPs, or training seconds with --time); loss is the
-    mean over a point's n seed replicates, reps their losses."""
+    mean over a point's n seed replicates, reps their losses. `held` (a list) receives the ARM:DEPTH of records the
+    inputs mark as held out of every fit."""
     rows, paths = [], []
     for item in inputs:
         if item.endswith(".csv"):
             rows += ladder_rows_from_csv(item, use_time)
             continue
         if item.endswith(".json") and os.path.isfile(item):
-            obj = paper.read_json(item)
-            if paper.is_release_ladders(obj):  # the authors' release: {series: [records]}
-                rows += paper.release_ladder_rows(item, obj, use_time)
+            json_rows = ladder_rows_from_json(item, use_time, [] if held is None else held)
+            if json_rows is not None:
+                rows += json_rows
                 continue
         found = run_paths(item)
         if not found:
@@ -284,18 +310,20 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
             twin = ax.twinx()
             twin.set_ylim(ax.get_ylim())
             twin.set_yticks([best], [f"{best:.2f}×"])
+            twin.set_ylabel("best last multiplier", fontsize=8)
         ax.legend(loc="upper left", frameon=False)
 
     arms = list(fit["arms"])
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.2))
     loss_panel(axes[0], arms)
     mult_panel(axes[1], arms)
-    for a in arms:
+    for a in arms:  # a legend, not labels at the points: close arms (Loop-2, Operator-1) would print over each other
         r = fit["arms"][a]
-        axes[2].plot(r["logA_C0"], r["gamma"], "o", color=style(a)[1])
-        axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
-    axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
+        axes[2].errorbar(r["logA_C0"], r["gamma"], yerr=r["gamma_se"], fmt="o", ms=4, capsize=2, color=style(a)[1],
+                         label=style(a)[0])
+    axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ ± se (better ↑)")
     axes[2].invert_xaxis()
+    axes[2].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.tight_layout()
     arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
     fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
@@ -345,9 +373,11 @@ def check_figure2_arms(figure2_arms, out, data):
 def cmd_ladders(args):
     if args.out:
         check_outputs(args.out, LADDER_FIGURES)
-    data = load_ladders(args.inputs, args.time, args.replicates)
+    marked = []
+    data = load_ladders(args.inputs, args.time, args.replicates, marked)
     check_figure2_arms(args.figure2_arms, args.out, data)
-    held = hold_out(data, args.holdout or [])
+    named = args.holdout or []
+    held = hold_out(data, named + [spec for spec in dict.fromkeys(marked) if spec not in named])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
     sigma, dof = pooled_noise(data)
     source = "replicates" if sigma is not None else None
@@ -447,8 +477,37 @@ def fit_sigmoid(nll, acc):
     return robust_lsq(lambda p: sigmoid(nll, *p) - acc, x0, ([0, -20], [20, 20]), FIT["sigmoid_min_scale"])
 
 
+def downstream_columns_from_json(path):
+    """The release's FineWeb-Edu ladders as downstream's CSV columns: one row per ladder record (the held-out d26
+    run left out), core = core_accuracy, nll:<task> / acc:<task> from task_nll / task_accuracy over `tasks`."""
+    obj = paper.read_json(path)
+    if paper.json_layout(obj) != "fineweb_edu":
+        raise paper.layout_error(path, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
+                                 "acc:<task>...] or ")
+    tasks, records = paper.edu_records(path, obj)
+    c = {"arm": [], "compute_flops": [], "core": [], "_line": []}
+    for arm, r, origin, held_out in records:
+        if held_out:
+            continue
+        try:
+            row = {"core": float(r["core_accuracy"]), **{f"nll:{t}": float(r["task_nll"][t]) for t in tasks},
+                   **{f"acc:{t}": float(r["task_accuracy"][t]) for t in tasks}}
+            assert all(map(math.isfinite, row.values())) and all(row[f"nll:{t}"] > 0 for t in tasks)
+        except (KeyError, TypeError, ValueError, AssertionError):
+            raise UsageError(f"{origin}: needs a finite core_accuracy, and task_nll (> 0) and task_accuracy (centered) "
+                             f"for every task in 'tasks'")
+        c["arm"].append(arm)
+        c["compute_flops"].append(float(r["compute_flops"]))
+        c["_line"].append(origin)
+        for k, v in row.items():
+            c.setdefault(k, []).append(v)
+    return {k: v if k in ("arm", "_line") else np.array(v) for k, v in c.items()}
+
+
 def cmd_downstream(args):
-    c = read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
+    from_json = args.data.endswith(".json")
+    c = downstream_columns_from_json(args.data) if from_json else \
+        read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
         other = ("acc:" if lone.startswith("nll:") else "nll:") + lone[4:]
@@ -459,8 +518,9 @@ def cmd_downstream(args):
     if args.reference_arm not in c["arm"]:
         raise UsageError(f"reference arm {args.reference_arm!r} not in {args.data} (arms: "
                          f"{', '.join(dict.fromkeys(c['arm']))}); pass --reference-arm")
-    c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
-                 positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
+    if not from_json:
+        c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
+                     positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
     filtered = np.mean([c[f"acc:{t}"] for t in tasks], axis=0)
     sig = {t: fit_sigmoid(c[f"nll:{t}"], c[f"acc:{t}"]) for t in tasks}
@@ -505,8 +565,10 @@ def cmd_downstream(args):
 CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND -h`
     ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
 train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
-complete are skipped; the authors' release JSON ({series: [{compute, loss, depth}]}, short series names as in
-arms.RELEASE_SERIES, compute in FLOPs or training hours) is read as is; any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
+complete are skipped; the authors' release JSON is read as is, by its content: ladder series or downstream.json
+({series: [{compute, loss, depth}]}, short series names as in arms.RELEASE_SERIES, compute in FLOPs or training
+hours) and the FineWeb-Edu ladders ({tasks, d26: {record}, arms: {arm: [{depth, compute_flops, val_loss, ...}]}},
+whose d26 record is held out of every fit and forecast, as --holdout does); any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
 The runs of one arm must share their data pool (data_manifest) and recipe: every plan field but the depth, what it
 derives (shapes, steps, tokens, the depth-scaled LRs, growth crossovers) and the seed; two that differ are an error
 naming both and the field (a run with another --lr-multiplier, --tpp or pool is another experiment).
@@ -540,7 +602,8 @@ Writes Figures 6, 15a-c, 16a-f, 17, 19a-b (with downstream.json), 21, 22, 23a an
 paper_manifest.json: per figure the numbers it rests on and each number the paper states, with its section and the
 relative difference (an explanation where it exceeds 1 %). The floor is Vanilla's FLOP-ladder fit, shared.""",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
-               "checkpoint; nll:/acc: pairs define the tasks.",
+               "checkpoint; nll:/acc: pairs define the tasks. Or the release's FineWeb-Edu ladders JSON {tasks, d26, "
+               "arms: {arm: [{compute_flops, core_accuracy, task_nll, task_accuracy, ...}]}} (d26 is not fitted).",
     tpp="DATA.csv [compute_flops, tpp, val_loss], several tpp per budget.",
     growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget); rho, the fraction of the "
            "steps after growth (1 - the crossover fraction), in [0, 1].",

@@ -371,13 +371,27 @@ def fit_shared_e(x, loss, E, sd=None):
 
 
 def compute_at_loss(x, loss, target):
-    """Smallest compute reaching `target` on improving segments (linear in loss, log in compute); NaN if none."""
-    best = np.nan
+    """Smallest compute reaching `target` on improving segments (linear in loss, log in compute) or at a point that
+    equals it (to 1e-12 relative); NaN if none: never extrapolated."""
+    hits = x[np.abs(loss - target) <= 1e-12 * max(1.0, abs(target))]
+    best = hits.min() if len(hits) else np.nan
     for x0, x1, l0, l1 in zip(x[:-1], x[1:], loss[:-1], loss[1:]):
         if l1 < l0 and l1 <= target <= l0:
             f = (target - l0) / (l1 - l0)
             best = np.nanmin([best, math.exp(math.log(x0) + f * (math.log(x1) - math.log(x0)))])
     return best
+
+
+def matched_multipliers(ref_x, ref_values, x, values, is_reference, higher_better=False):
+    """The compute multiplier at each reference budget ref_x (the reference's points at depth >= the anchor depth):
+    budget / the smallest compute at which the arm's measured series reaches the reference's measured value there
+    (compute_at_loss; for a higher-is-better metric improving is increasing). The reference arm is exactly 1.0 at
+    every budget by definition: its own series may dip between depths, and the smallest compute reaching its score
+    at a later budget would then read as a multiplier below 1 over itself. -> array, NaN where no bracket."""
+    if is_reference:
+        return np.ones(len(ref_x))
+    sign = -1.0 if higher_better else 1.0
+    return np.array([b / compute_at_loss(x, sign * np.asarray(values), sign * t) for b, t in zip(ref_x, ref_values)])
 
 
 def fitted_multiplier(ref, arm, x):
@@ -430,8 +444,7 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
             out["warnings"].append(f"arm {arm}: {e}; skipped")
             continue
         res["logA_C0"] = math.log(res["A"]) - res["gamma"] * math.log(c0 / c_ref)
-        mult = [1.0] * len(budgets) if arm == ref_arm else \
-            [b / compute_at_loss(d["x"], d["loss"], t) for b, t in zip(budgets, targets)]
+        mult = matched_multipliers(budgets, targets, d["x"], d["loss"], arm == ref_arm)
         res["multipliers"] = [dict(compute=b, multiplier=m) for b, m in zip(budgets, mult) if np.isfinite(m)]
         if len(res["multipliers"]) < len(budgets):
             out["warnings"].append(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of "
@@ -539,7 +552,7 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
             except FitError:
                 continue
             draws[a]["gamma"][b] = laws[a]["gamma"]
-            draws[a]["final"][b] = 1.0 if a == ref_arm else budget / compute_at_loss(p["x"], p["loss"], target)
+            draws[a]["final"][b] = matched_multipliers([budget], [target], p["x"], p["loss"], a == ref_arm)[0]
             if extrapolate:
                 draws[a]["forecast"][b], draws[a]["gain"][b] = forecast(ref_free, None if a == ref_arm else laws[a],
                                                                         extrapolate / c_ref)

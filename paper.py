@@ -12,10 +12,10 @@ import csv, json, math, os
 
 import numpy as np
 
-from arms import DATA_CONSTRAINED, RELEASE_SERIES
+from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
-from laws import (FIT, FitError, check_outputs, compute_at_loss, fit_free_e, fit_ladders, jsonable,
-                  pyplot, read_csv, save_figures, style)
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, jsonable, matched_multipliers, pyplot,
+                  read_csv, save_figures, style)
 
 UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
@@ -31,7 +31,7 @@ def read_json(path):
     except OSError as e:
         raise UsageError(f"{path}: cannot read ({e.strerror})")
     except ValueError as e:
-        raise UsageError(f"{path}: not JSON ({e}); pass a release JSON file or a train.py run")
+        raise UsageError(f"{path}: not JSON ({e})")
 
 
 def is_release_ladders(obj):
@@ -39,6 +39,61 @@ def is_release_ladders(obj):
     return isinstance(obj, dict) and bool(obj) and all(
         isinstance(v, list) and v and all(isinstance(r, dict) and {"compute", "loss", "depth"} <= set(r) for r in v)
         for v in obj.values())
+
+
+# The release's JSON layouts, recognised by their content; a command names the ones it reads when it refuses a file.
+LAYOUTS = dict(
+    ladders="the release's ladder series {series: [{compute, loss, depth}]} (appendix_ladders/*.json)",
+    downstream="the release's downstream.json {series: [{compute, loss, depth, metrics, task_nll}]}",
+    fineweb_edu="the release's FineWeb-Edu ladders {tasks, d26: {record}, arms: {arm: [{depth, compute_flops, val_loss, "
+                "core_nll, core_accuracy, task_nll, task_accuracy}]}}",
+)
+EDU_HELD_OUT_ARM = "untied_grow"  # the FineWeb-Edu file's d26 record: the 7.4B Untied-Grow run no fit uses (Sec. 4.3)
+
+
+def json_layout(obj):
+    """-> "fineweb_edu", "downstream", "ladders" or None."""
+    if isinstance(obj, dict) and isinstance(obj.get("arms"), dict) and "tasks" in obj:
+        return "fineweb_edu"
+    if is_release_ladders(obj):
+        return "downstream" if all("metrics" in r for v in obj.values() for r in v) else "ladders"
+    return None
+
+
+def layout_error(path, reads, also=""):
+    return UsageError(f"{path}: not a JSON layout this command reads; it reads {also}"
+                      + "; ".join(LAYOUTS[k] for k in reads))
+
+
+def read_layout(path, *layouts):
+    """A release JSON file that must be in one of `layouts` (paper reads each of its files by its content)."""
+    obj = read_json(path)
+    if json_layout(obj) not in layouts:
+        raise layout_error(path, layouts)
+    return obj
+
+
+def edu_records(path, obj):
+    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): the ladder records of every arm, and the
+    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit.
+    Each record needs a whole depth > 0 and finite compute_flops, val_loss > 0."""
+    tasks = obj["tasks"]
+    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+        raise UsageError(f"{path}: 'tasks' must be a list of task names")
+    out = [(RELEASE_SERIES.get(a, a), r, f"{path}:arms.{a}[{i}]", False) for a, recs in obj["arms"].items()
+           for i, r in enumerate(recs if isinstance(recs, list) else [None])]
+    if not out:
+        raise UsageError(f"{path}: 'arms' holds no ladder records")
+    out += [(r.get("arm", EDU_HELD_OUT_ARM), r, f"{path}:{k}", True) for k, r in obj.items()
+            if k not in ("tasks", "arms") and isinstance(r, dict)]
+    for arm, r, origin, _ in out:
+        try:
+            x, loss, depth = float(r["compute_flops"]), float(r["val_loss"]), r["depth"]
+            assert isinstance(depth, int) and depth > 0 and math.isfinite(x) and x > 0 and math.isfinite(loss) \
+                and loss > 0
+        except (KeyError, TypeError, ValueError, AssertionError):
+            raise UsageError(f"{origin}: needs a whole depth > 0 and finite compute_flops, val_loss > 0")
+    return tasks, out
 
 
 def release_ladder_rows(path, obj, use_time):
@@ -130,10 +185,13 @@ def floor_of(data, arm=FLOOR_ARM):
 LADDERS = "appendix_ladders"
 REGIMES = "appendix_regimes"
 # figure -> panels (title, release file, series, reference series, options); options: time axis, shared d8 anchor
+# Figure 16e-f draw a width-only ladder in its coupled arm's colour with open markers (the paper's convention)
+WIDTH_ONLY = {"Deep Vanilla width-only": "deep_vanilla", "Untied-2 width-only": "untied_2"}
 LADDER_FIGURES = {
-    "fig15a": [("Untied-2 boundary ablations", "ladders", ("dep", "dep_nonorm", "dep_noinject", "dep_nci", "van"), "van", {}),
-               ("Loop-2 coda and allocation", "ladders", ("k2", "k2_nci", "k2_fixed_pc", "van"), "van", {}),
-               ("Operator-1 allocation", "ladders", ("k1_glr", "k1_1c2", "van"), "van", {})],
+    "fig15a": [("Untied-2 boundary ablations", "ladders", ("van", "deep_van", "dep", "dep_nonorm", "dep_noinject",
+                                                        "dep_nci"), "van", {}),
+               ("Loop-2 coda and allocation", "ladders", ("van", "deep_van", "k2", "k2_nci", "k2_fixed_pc"), "van", {}),
+               ("Operator-1 allocation", "ladders", ("van", "deep_van", "k1_glr", "k1_1c2"), "van", {})],
     "fig15b": [("training time", "timing", ("van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
                                            "dep_grow"), "van", dict(time=True))],
     "fig15c": [("constant recipes", "constant", ("van", "k1", "k2", "k2_grow", "dep", "dep_grow"), "van", {})],
@@ -141,12 +199,59 @@ LADDER_FIGURES = {
                                               "van_mup_om", "van_wdr1"), "van", dict(anchor=8))],
     "fig16b": [("Operator-1 recipe", "ladders", ("van", "k1_glr", "k1_van_recipe"), "van", {})],
     "fig16c": [("shape", "ladders", ("van", "deep_van", "deeper_van", "k1_glr", "deeper_k1"), "van", {})],
-    "fig16d": [("random recurrence", "random", ("k2_grow", "k2_grow_random", "dep_grow"), "k2_grow", {})],
-    "fig16e": [("width-only vs coupled", "width_optimizer", ("deep_width", "dep_width", "deep_van", "dep"), "deep_width",
-                {})],
-    "fig16f": [("Adam vs Muon, width-only", "width_optimizer", ("deep_width", "deep_width_adam"), "deep_width", {}),
+    "fig16d": [("random recurrence", "random", ("van", "k2", "dep", "k2_grow", "k2_grow_random", "dep_grow"),
+                "k2_grow", {})],
+    "fig16e": [("width-only (depth 11)", "width_optimizer", ("deep_width", "dep_width"), "deep_width",
+                dict(open=WIDTH_ONLY)),
+               ("coupled width and depth", "width_optimizer", ("deep_van", "dep"), "deep_van", {})],
+    "fig16f": [("Adam vs Muon, width-only", "width_optimizer", ("deep_width", "deep_width_adam"), "deep_width",
+                dict(open=WIDTH_ONLY)),
                ("Adam vs Muon, coupled", "width_optimizer", ("van", "van_adam"), "van", {})],
 }
+# the release's variants (not arms of the table) take these in a panel, in order, skipping colours its arms use
+VARIANT_COLOURS = ("tab:purple", "tab:olive", "tab:pink", "tab:brown", "tab:green", "tab:red", "tab:blue", "tab:cyan",
+                   "darkgoldenrod", "navy")
+
+
+def panel_styles(arms, open_like=None):
+    """{arm: (label, colour, line style, marker face)} of one panel: the table's arms in their own colour, solid; a
+    series of open_like {series: arm} in that arm's colour with open markers, dashed; the release's other variants in
+    distinct strong colours no arm of the panel uses, dashed."""
+    open_like = open_like or {}
+    known = {a: style(a) for a in arms if a in ARMS}
+    used = {c for _, c in known.values()} | {style(open_like[a])[1] for a in arms if a in open_like}
+    free = [c for c in VARIANT_COLOURS if c not in used]
+    out, i = {}, 0
+    for a in arms:
+        if a in known:
+            out[a] = (*known[a], "-", None)
+        elif a in open_like:
+            out[a] = (style(a)[0], style(open_like[a])[1], "--", "white")
+        else:
+            out[a] = (style(a)[0], free[i % len(free)], "--", None)
+            i += 1
+    return out
+
+
+def log_axis(axis, plt, plain=False):
+    """A log axis with one tick style (powers of ten, or plain decimals with plain=True): labelled decades, or 1-2-5
+    (1-2-4 under one decade) ticks on shorter ranges; minor ticks unlabelled (their labels collide on short ranges)."""
+    lo, hi = sorted(axis.get_view_interval())
+    ticker = plt.matplotlib.ticker
+    span = math.log10(hi / lo)
+    if span < 2:
+        axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 4.0) if span < 1 else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%g") if plain else
+                             ticker.LogFormatterSciNotation(labelOnlyBase=False))
+    axis.set_minor_formatter(ticker.NullFormatter())
+
+
+def plain_log_axis(axis, plt):
+    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks at round values."""
+    ticker = plt.matplotlib.ticker
+    axis.set_major_locator(ticker.MaxNLocator(5))
+    axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+    axis.set_minor_formatter(ticker.NullFormatter())
 
 
 def stated(what, ours, paper, section, why=None):
@@ -161,7 +266,7 @@ def stated(what, ours, paper, section, why=None):
 def ladder_panel(release, panel, E_flops):
     """Fit one panel: (data, fit) with the shared Vanilla FLOP floor (on the time axis too, as the release does)."""
     title, name, series, ref, opts = panel
-    obj = read_json(os.path.join(release, LADDERS, name + ".json"))
+    obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
     use_time = bool(opts.get("time"))
     rows = [r for r in release_ladder_rows(name + ".json", obj, use_time)
             if r[0] in {RELEASE_SERIES.get(s, s) for s in series}]
@@ -174,26 +279,30 @@ def ladder_panel(release, panel, E_flops):
 
 
 def draw_ladders(plt, panels, results, xlabel_of):
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7), squeeze=False)
+    """Per panel: reducible loss with the shared-floor fits (top) and the multipliers over the panel's reference
+    (bottom); series in the panel's order."""
+    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7.4), squeeze=False)
     for col, (panel, (data, fit)) in enumerate(zip(panels, results)):
         top, bottom = axes[0][col], axes[1][col]
-        for arm, r in fit["arms"].items():
-            name, color = style(arm)
-            d = data[arm]
+        arms = [a for a in dict.fromkeys(RELEASE_SERIES.get(s, s) for s in panel[2]) if a in fit["arms"]]
+        for arm, (name, color, ls, face) in panel_styles(arms, panel[4].get("open")).items():
+            r, d = fit["arms"][arm], data[arm]
             xs = np.geomspace(d["x"].min(), d["x"].max(), 50)
-            top.plot(d["x"], d["loss"] - fit["E"], "o", ms=3, color=color)
-            top.plot(xs, r["A"] * (xs / fit["c_ref"]) ** -r["gamma"], "-", lw=1, color=color,
+            top.plot(d["x"], d["loss"] - fit["E"], "o", ms=3.5, color=color, mfc=face)
+            top.plot(xs, r["A"] * (xs / fit["c_ref"]) ** -r["gamma"], ls, lw=1.2, color=color,
                      label=f"{name} (γ={r['gamma']:.3f})")
             m = r["multipliers"]
             if m:
-                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o-", ms=3, color=color,
-                            label=name)
+                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o" + ls, ms=3.5, lw=1.2,
+                            color=color, mfc=face)
         xl = xlabel_of(panel)
+        ref = style(fit["reference_arm"])[0]
         top.set(xscale="log", yscale="log", xlabel=xl, ylabel=f"reducible loss (E = {fit['E']:.4f})", title=panel[0])
-        bottom.set(xscale="log", xlabel=f"{style(fit['reference_arm'])[0]} {xl}",
-                   ylabel=f"multiplier over {style(fit['reference_arm'])[0]}")
-        top.legend(fontsize=6.5, frameon=False)
-        bottom.legend(fontsize=6.5, frameon=False)
+        bottom.set(xscale="log", xlabel=f"{ref} {xl}", ylabel=f"multiplier over {ref}")
+        plain_log_axis(top.yaxis, plt)
+        for ax in (top, bottom):
+            log_axis(ax.xaxis, plt)
+        top.legend(fontsize=6.5, frameon=False)  # one legend a column: the multipliers below use the same colours
     fig.tight_layout()
     return fig
 
@@ -212,6 +321,15 @@ def ladder_checks(fig_id, results, E_flops):
         rows.append(stated("Operator-1 loss cost of Vanilla's recipe at d8", d8["Operator-1 (Vanilla recipe)"] -
                            d8["operator_1"], 7.8e-3, "Sec. 4.1", "ladders.json's d8 points differ by this much; the "
                            "text's 7.8e-3 is not what the released d8 runs give"))
+    if fig_id == "fig15a":
+        fit = results[0][1]
+        rows += [stated("Untied-2 multiplier over Vanilla near 1e20 FLOPs", multiplier_at(fit, "untied_2", -1), 1.34,
+                        "App. B.1"),
+                 stated("Deep Vanilla multiplier over Vanilla, last budget ('a flat 1.08x')",
+                        multiplier_at(fit, "deep_vanilla", -1), 1.08, "Sec. 4.2")]
+        rows += [stated(f"{a} multiplier near 1e20 FLOPs ('about 1.17x')", multiplier_at(fit, a, -1), 1.17, "App. B.1",
+                        "the text gives one rounded value ('about 1.17x') for the three ablations")
+                 for a in ("Untied-2 no norm", "Untied-2 no inject", "Untied-2 NCI")]
     if fig_id == "fig16a":
         fit = results[0][1]
         spread = max(abs(multiplier_at(fit, a, -1) - 1) for a in ("Vanilla GLR+WD", "Vanilla GLR+OM")
@@ -242,21 +360,39 @@ def effective_depth_figure(plt, release):
         right.plot(mx, y, "o-", ms=3, label=k.replace("_", " "))
     right.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="KL effective depth", title="multi-epoch (10 epochs)")
     right.legend(fontsize=7, frameon=False)
+    for ax in (left, right):
+        log_axis(ax.xaxis, plt)
     fig.tight_layout()
     last = lambda arm: float(curves[arm][1][np.argmax(curves[arm][0])])
     checks = [stated("Untied-2 KL effective depth at the top budget", last("untied_2"), 24, "Sec. 6"),
               stated("Deep Vanilla KL effective depth at the top budget", last("deep_vanilla"), 20, "Sec. 6")]
+    checks += [stated(f"multi-epoch KL effective depth at the largest budget, {k.replace('_', ' ')}",
+                      float(multi_curves[k][np.argmax(mx)]), v, "Sec. 6, Fig. 6 (right)", "the text rounds to whole "
+                      "layers ('reaching 18 against 14 layers')") for k, v in (("scale_loop_count", 18),
+                                                                              ("operator_1_tuned_wd", 14))
+               if k in multi_curves]
     numbers = {arm: dict(compute=x.tolist(), effective_depth=y.tolist()) for arm, (x, y) in curves.items()}
     return fig, numbers, checks
+
+
+def panel_grid(plt, n, width, height):
+    """n panels, at most 4 a row (readable at page width), spare cells hidden -> (figure, flat list of n axes)."""
+    rows = math.ceil(n / 4)
+    cols = math.ceil(n / rows)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = [ax for row in axes for ax in row]
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
 
 
 def recurrence_figure(plt, release):
     """Figure 17: L(k) - L(K_train) per checkpoint."""
     obj = read_json(os.path.join(release, LADDERS, "recurrence.json"))
-    fig, axes = plt.subplots(1, len(obj), figsize=(3.4 * len(obj), 3.4), squeeze=False)
+    fig, axes = panel_grid(plt, len(obj), 3.6, 3.4)
     numbers, at8 = {}, {}
     cmap = plt.get_cmap("viridis")
-    for ax, (series, recs) in zip(axes[0], obj.items()):
+    for ax, (series, recs) in zip(axes, obj.items()):
         arm = RELEASE_SERIES.get(series, series)
         depths = [r["depth"] for r in recs]
         for r in recs:
@@ -269,23 +405,32 @@ def recurrence_figure(plt, release):
             numbers.setdefault(arm, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=delta))
             if 8 in ce:
                 at8.setdefault(arm, []).append(ce[8] - ce[K])
-            color = cmap((r["depth"] - min(depths)) / max(1, max(depths) - min(depths)))
+            color = cmap(0.85 * (r["depth"] - min(depths)) / max(1, max(depths) - min(depths)))  # no pale yellow
             ax.plot(ks, delta, "o-", ms=3, color=color, label=f"d{r['depth']}")
             ax.plot([K], [0], "*", ms=9, color=color)
         ax.axhline(0, color="gray", lw=0.5)
+        # symlog: linear within ±0.01, so the text's ~0.003 differences at k > K_train show beside the 0.46 at k = 1
+        ax.set_yscale("symlog", linthresh=0.01, linscale=2)
+        low = min(min(p["delta"]) for p in numbers[arm])
+        ax.set_ylim(bottom=min(-0.002, 1.5 * low))
+        lo, hi = ax.get_ylim()
+        ax.set_yticks([t for t in (-0.1, -0.01, -0.005, 0, 0.005, 0.01, 0.1, 1) if lo <= t <= hi])
+        ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FormatStrFormatter("%g"))
+        ax.yaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
         ax.set(xlabel="evaluation recurrence k", ylabel="L(k) − L(K_train)", title=style(arm)[0])
-        ax.legend(fontsize=6, frameon=False)
+        ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
+        ax.legend(fontsize=6, frameon=False, ncols=2)
     fig.tight_layout()
     checks = []
     if "Loop-Grow random K" in at8:
         r = at8["Loop-Grow random K"]
-        checks += [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(r), -0.0003, "App. B.5",
+        checks += [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(r), -0.0003, "App. B.4",
                           "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
-                   stated("random-K Loop-Grow, L(8) - L(4), largest", max(r), 0.0028, "App. B.5")]
+                   stated("random-K Loop-Grow, L(8) - L(4), largest", max(r), 0.0028, "App. B.4")]
     if "loop_grow" in at8:
         r = at8["loop_grow"]
-        checks += [stated("fixed Loop-Grow, L(8) - L(4), smallest", min(r), 0.008, "App. B.5"),
-                   stated("fixed Loop-Grow, L(8) - L(4), largest", max(r), 0.042, "App. B.5")]
+        checks += [stated("fixed Loop-Grow, L(8) - L(4), smallest", min(r), 0.008, "App. B.4"),
+                   stated("fixed Loop-Grow, L(8) - L(4), largest", max(r), 0.042, "App. B.4")]
     return fig, numbers, checks
 
 
@@ -303,42 +448,48 @@ def regimes_figures(plt, release):
     wd_x, rg_x, ar_x = flops_column(wd), flops_column(rg), flops_column(ar)
     cmap = plt.get_cmap("plasma")
 
+    all_ks = sorted(set(wd["loops"]) | set(rg["loops"]) | set(ar["loops"]))
+    k_colour = lambda K: cmap(all_ks.index(K) / len(all_ks))  # one colour per K in every panel
+
     def per_loops(ax, x, loss, loops, mask, title):
-        ks = sorted(set(loops[mask]))
-        for i, K in enumerate(ks):
+        for K in sorted(set(loops[mask])):
             m = mask & (loops == K)
             o = np.argsort(x[m])
-            ax.plot(x[m][o], loss[m][o], "o-", ms=3, color=cmap(i / max(1, len(ks))), label=f"K={K:g}")
+            ax.plot(x[m][o], loss[m][o], "o-", ms=3, color=k_colour(K), label=f"K={K:g}")
         ax.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="validation loss", title=title)
+        log_axis(ax.xaxis, plt)
         ax.legend(fontsize=6, frameon=False)
 
     regimes = list(dict.fromkeys(rg["regime"]))
-    fig21, axes = plt.subplots(1, len(regimes), figsize=(4 * len(regimes), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], regimes):
+    fig21, axes = panel_grid(plt, len(regimes), 4, 3.6)
+    for ax, name in zip(axes, regimes):
         per_loops(ax, rg_x, rg["loss"], rg["loops"], np.array(rg["regime"]) == name, name)
     fig21.tight_layout()
     wds = sorted(set(wd["weight_decay"]))
-    fig22, axes = plt.subplots(1, len(wds), figsize=(3.4 * len(wds), 3.4), squeeze=False)
-    for ax, w in zip(axes[0], wds):
+    fig22, axes = panel_grid(plt, len(wds), 3.6, 3.4)
+    for ax, w in zip(axes, wds):
         per_loops(ax, wd_x, wd["loss"], wd["loops"], wd["weight_decay"] == w, f"weight decay {w:g}")
     fig22.tight_layout()
     depths = sorted(set(wd["depth"]))
-    fig23, axes = plt.subplots(1, len(depths), figsize=(3 * len(depths), 3.2), squeeze=False)
+    fig23, axes = panel_grid(plt, len(depths), 3.4, 3.2)
     best_wd = {}
-    for ax, dp in zip(axes[0], depths):
-        for i, K in enumerate(sorted(set(wd["loops"]))):
+    for ax, dp in zip(axes, depths):
+        for K in sorted(set(wd["loops"])):
             m = (wd["depth"] == dp) & (wd["loops"] == K)
+            if not m.any():
+                continue
             o = np.argsort(wd["weight_decay"][m])
-            ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=3, color=cmap(i / 6), label=f"K={K:g}")
+            ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=3, color=k_colour(K), label=f"K={K:g}")
         m1 = (wd["depth"] == dp) & (wd["loops"] == 1)
         if m1.any():
             best_wd[int(dp)] = float(wd["weight_decay"][m1][np.argmin(wd["loss"][m1])])
         ax.set(xscale="log", xlabel="weight decay", ylabel="validation loss", title=f"d{dp:g}")
+        log_axis(ax.xaxis, plt, plain=True)
         ax.legend(fontsize=6, frameon=False)
     fig23.tight_layout()
     groups = list(dict.fromkeys(zip(ar["architecture"], ar["family"])))
-    fig24, axes = plt.subplots(1, len(groups), figsize=(4 * len(groups), 3.6), squeeze=False)
-    for ax, (a, f) in zip(axes[0], groups):
+    fig24, axes = panel_grid(plt, len(groups), 4, 3.6)
+    for ax, (a, f) in zip(axes, groups):
         mask = (np.array(ar["architecture"]) == a) & (np.array(ar["family"]) == f)
         per_loops(ax, ar_x, ar["loss"], ar["loops"], mask, f"{a}, {f}")
     fig24.tight_layout()
@@ -353,7 +504,7 @@ def regimes_figures(plt, release):
 def figure3_checks(release, E_flops):
     """Figure 3's caption numbers (Sec. 4.2) from ladders.json's main arms: the check that the readers and the
     shared floor reproduce the main text."""
-    obj = read_json(os.path.join(release, LADDERS, "ladders.json"))
+    obj = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     main = {"van", "k1_glr", "k2", "k2_grow", "dep", "dep_grow", "deep_van", "deep_van_grow"}
     data = series_data([r for r in release_ladder_rows("ladders.json", obj, False) if r[5].split(":")[-1].split("[")[0]
                         in main])
@@ -373,9 +524,7 @@ DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core
 def downstream_series(path):
     """The release's downstream.json: {series: [{compute, loss, depth, metrics {full_core, answer_nll, filtered_core,
     filtered_core_std}, task_nll {task: answer NLL}}]} (three seeds pooled) -> {arm: records sorted by compute}."""
-    obj = read_json(path)
-    if not isinstance(obj, dict) or not obj:
-        raise UsageError(f"{path}: expected {{series: [records]}} as in the release's downstream.json")
+    obj = read_layout(path, "downstream")
     out = {}
     for series, recs in obj.items():
         arm = RELEASE_SERIES.get(series, series)
@@ -396,52 +545,166 @@ def downstream_series(path):
     return out
 
 
-def downstream_figure(plt, series):
-    """Figure 19a-b: CORE and answer NLL against compute per arm, multipliers over Vanilla at matched CORE (the
-    compute Vanilla needs for an arm's CORE, interpolated in log compute, never extrapolated), and one equal-weight
-    line of answer NLL against validation loss pooled over every checkpoint with its residuals."""
+FIG19_METRICS = (("loss", "validation loss", False), ("full_core", "full CORE", True),
+                 ("answer_nll", "CORE answer NLL", False), ("filtered_core", "filtered CORE", True))
+
+
+def downstream_figures(plt, series):
+    """Figure 19a: per metric (loss, full CORE, CORE answer NLL, filtered CORE ± its seed std) the curves against
+    compute and, below, the multipliers over Vanilla at matched metric (laws.matched_multipliers: at Vanilla's own
+    computes with depth >= the anchor depth, Vanilla exactly 1.0). Figure 19b: CORE answer NLL against validation loss
+    with one equal-weight line pooled over every checkpoint (top) and the residuals from it (bottom)."""
     col = lambda arm, k: np.array([r[k] for r in series[arm]])
-    ref_x, ref_core = col(FLOOR_ARM, "compute"), col(FLOOR_ARM, "full_core")
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    numbers = dict(multiplier_at_matched_core={})
-    for arm in series:
-        name, color = style(arm)
-        x, core = col(arm, "compute"), col(arm, "full_core")
-        axes[0][0].plot(x, core, "o-", ms=3, color=color, label=name)
-        mult = [float(compute_at_loss(ref_x, -ref_core, -c) / xc) for xc, c in zip(x, core)]
-        numbers["multiplier_at_matched_core"][arm] = dict(compute=x.tolist(), multiplier=mult)
-        axes[1][0].plot(x, mult, "o-", ms=3, color=color, label=name)
-        axes[0][1].plot(col(arm, "loss"), col(arm, "answer_nll"), "o", ms=3, color=color, label=name)
+    at = col(FLOOR_ARM, "depth") >= FIT["anchor_depth"]
+    budgets = col(FLOOR_ARM, "compute")[at]
+    fig_a, axes = plt.subplots(2, 4, figsize=(15, 7))
+    multipliers = {}
+    for (key, label, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
+        multipliers[key] = {}
+        for arm in series:
+            name, color = style(arm)
+            x, y = col(arm, "compute"), col(arm, key)
+            if key == "filtered_core":
+                top.errorbar(x, y, yerr=col(arm, "filtered_core_std"), fmt="o-", ms=3, lw=1, capsize=2, color=color,
+                             label=name)
+            else:
+                top.plot(x, y, "o-", ms=3, lw=1, color=color, label=name)
+            m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
+            multipliers[key][arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
+            ok = np.isfinite(m)
+            if ok.any():
+                bottom.plot(budgets[ok], m[ok], "o-", ms=3, lw=1, color=color, label=name)
+        top.set(xscale="log", xlabel="training compute (FLOPs)", ylabel=label, title=label)
+        if key == "loss":
+            top.set_yscale("log")
+            plain_log_axis(top.yaxis, plt)
+        bottom.set(xscale="log", xlabel="Vanilla training compute (FLOPs)", ylabel=f"multiplier at matched {label}")
+        for ax in (top, bottom):
+            log_axis(ax.xaxis, plt)
+    axes[0][0].legend(fontsize=6.5, frameon=False)
+    fig_a.tight_layout()
+    fig_b, (line, resid) = plt.subplots(2, 1, figsize=(5.5, 7), sharex=True)
     loss = np.concatenate([col(a, "loss") for a in series])
     nll = np.concatenate([col(a, "answer_nll") for a in series])
     slope, intercept = np.polyfit(loss, nll, 1)
-    numbers["pooled_line"] = dict(slope=float(slope), intercept=float(intercept), points=len(loss))
-    xs = np.linspace(loss.min(), loss.max(), 20)
-    axes[0][1].plot(xs, intercept + slope * xs, "k--", lw=1, label=f"pooled: {slope:.3f} L + {intercept:.3f}")
     for arm in series:
-        axes[1][1].plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), "o", ms=3,
-                        color=style(arm)[1])
-    axes[0][0].set(xscale="log", xlabel="training compute (FLOPs)", ylabel="CORE")
-    axes[1][0].set(xscale="log", xlabel="training compute (FLOPs)", ylabel="multiplier over Vanilla at matched CORE")
-    axes[0][1].set(xlabel="validation loss", ylabel="CORE answer NLL")
-    axes[1][1].set(xlabel="validation loss", ylabel="residual from the pooled line")
-    for ax in (axes[0][1], axes[1][1]):
-        ax.invert_xaxis()
+        name, color = style(arm)
+        line.plot(col(arm, "loss"), col(arm, "answer_nll"), "o", ms=3, color=color, label=name)
+        resid.plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), "o", ms=3,
+                   color=color)
+    xs = np.linspace(loss.min(), loss.max(), 20)
+    line.plot(xs, intercept + slope * xs, "k--", lw=1, label=f"pooled: {slope:.3f} L {intercept:+.3f}")
+    resid.axhline(0, color="k", ls="--", lw=1)
+    line.set(ylabel="CORE answer NLL")
+    resid.set(xlabel="validation loss", ylabel="residual from the pooled line")
+    line.invert_xaxis()  # both axes reversed as the paper draws them (the x axis is shared: invert it once)
+    for ax in (line, resid):
         ax.invert_yaxis()
-    for ax in (axes[0][0], axes[0][1]):
-        ax.legend(fontsize=6, frameon=False)
-    fig.tight_layout()
-    return fig, numbers
+    line.legend(fontsize=6.5, frameon=False)
+    fig_b.tight_layout()
+    final = {k: {a: (lambda v: v[-1] if v else None)([m for m in r["multiplier"] if np.isfinite(m)])
+                 for a, r in per.items()} for k, per in multipliers.items()}
+    return fig_a, dict(multipliers_at_matched=multipliers, final_multiplier=final), fig_b, \
+        dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
 
 
-class JsonFile:
-    """The manifest, written by laws.save_figures beside the figures (atomically, and listed as fit.py's)."""
-    def __init__(self, obj):
-        self.obj = obj
+# what each figure shows, in the paper's words (shortened), for the gallery page
+CLAIMS = {
+    "fig3": ("Sec. 4.2, Figure 3", "Model growth and the boundary operator improve the scaling exponent; untying improves "
+             "only the constant. Untied-Grow's multiplier over Vanilla reaches 1.55x at 1e20 FLOPs. (`fit.py ladders` "
+             "draws this figure: figures/fig3_ladders.png.)"),
+    "fig06": ("Sec. 6, Figure 6", "Growth and looping raise KL effective depth along the single-epoch ladders; in "
+              "multi-epoch training scaling the loop count raises it faster than scaling depth (18 against 14 layers "
+              "at the largest budget)."),
+    "fig15a": ("App. B.1, Figure 15a", "Untied-2 reaches about 1.34x Vanilla near 1e20 FLOPs; norm only, injection only "
+               "or no coda injection cut that to about 1.17x; Deep Vanilla, the same blocks without the operator, is a "
+               "flat 1.08x. Loop-2 with a fixed prelude and coda (2/C/3) falls below 1 at the largest budgets."),
+    "fig15b": ("App. B.1, Figure 15b", "Against recorded training time the growth variants keep increasing savings at "
+               "matched loss; Untied-Grow gives the largest."),
+    "fig15c": ("App. B.2, Figure 15c", "Constant base recipes favour the looped and grown models over Vanilla; in the "
+               "long run Loop-Grow is the best constant recipe."),
+    "fig16a": ("App. B.2, Figure 16a", "Adding output-multiplier or weight-decay scaling to GLR scaling changes Vanilla's "
+               "multiplier by at most about 3 %; the muP output-multiplier rule without GLR scaling loses efficiency "
+               "with scale."),
+    "fig16b": ("Sec. 4.1, App. B.2, Figure 16b", "Vanilla's recipe on Operator-1 costs 7.8e-3 loss at d8 and turns its "
+               "exponent improvement into a constant one."),
+    "fig16c": ("App. B.3, Figure 16c", "Deep Vanilla gives a modest gain over Vanilla; the deeper 1:64 ladders do not "
+               "consistently beat their default shapes, and Deeper Operator-1 loses Operator-1's rising advantage."),
+    "fig16d": ("App. B.4, Figure 16d", "Random recurrence (K uniform in 2..6 after growth, evaluated at K = 4) is "
+               "slightly worse than fixed Loop-Grow, the reference, at matched compute."),
+    "fig16e": ("App. B.3, Figure 16e", "At executed depth 11 (width-only), Untied-2 stays more efficient than Deep "
+               "Vanilla with a better constant, not exponent; each regime has its own Deep Vanilla reference."),
+    "fig16f": ("App. B.5, Figure 16f", "Muon improves on Adam by a constant under width-only scaling; under coupled "
+               "width/depth scaling its gain shrinks with scale."),
+    "fig17": ("App. B.4, Figure 17", "At k = 8 random-K Loop-Grow's loss relative to k = 4 changes by -0.0003 to "
+              "+0.0028, against +0.008 to +0.042 for fixed Loop-Grow."),
+    "fig19a": ("App. C.3, Figure 19a", "The looped and grown variants improve downstream compute efficiency, most "
+               "clearly on answer NLL and filtered CORE; full CORE is less smooth and its matched-score multipliers "
+               "fluctuate."),
+    "fig19b": ("App. C.3, Figure 19b", "One equal-weight line of CORE answer NLL against validation loss pools every "
+               "checkpoint; Untied-Grow generally lies below it."),
+    "fig21": ("App. D.1, Figure 21", "With fresh data or four epochs the preferred recurrence stays near one to two "
+              "passes; with ten epochs higher recurrence postpones the upturn and the best recurrence rises with compute."),
+    "fig22": ("App. D.2, Figure 22", "Weight decay moderates the preference for recurrence: low weight decay overfits "
+              "more with model size and prefers more passes."),
+    "fig23a": ("App. D.3, Figure 23a", "The preferred weight decay shifts with stored depth but varies little across "
+               "tied recurrence."),
+    "fig24": ("App. D.4, Figure 24", "Both plain-Transformer controls stay above the tied boundary-operator frontier; "
+              "the untied operator family is better only at the two smallest budgets."),
+}
+GALLERY = "README.md"
+
+
+def gallery(manifest):
+    """The gallery page: per figure the paper's statement (section), the image, every number the text states beside
+    ours with the difference, and the figure's own fitted numbers (gamma and last multiplier per series)."""
+    lines = ["# The paper's figures from the authors' release", "",
+             f"Written by `fit.py paper` from `{manifest['release']}`; rewritten on every run. Each figure: what the "
+             "paper says it shows, the image, and each number the text states next to ours (difference relative to "
+             f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). Every fit shares the floor E = "
+             f"{manifest['floor_E']:.4f}, fitted on Vanilla's FLOP ladder. The numbers in full: "
+             f"[{MANIFEST}]({MANIFEST}).", ""]
+    for fig_id, entry in manifest["figures"].items():
+        key = fig_id.split()[0]
+        section, claim = CLAIMS.get(key, ("", ""))
+        lines += [f"## {key}: {section}", "", f"> {claim}", ""]
+        if key != "fig3":
+            lines += [f"![{key}]({key}.png)", ""]
+        if entry["stated"]:
+            lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"]
+            for r in entry["stated"]:
+                diff = "—" if r["rel_diff"] is None else f"{100 * r['rel_diff']:.1f} %"
+                why = f" ({r['explanation']})" if "explanation" in r else ""
+                lines.append(f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {diff}{why} | {r['section']} |")
+            lines.append("")
+        else:
+            lines += ["The text states no number for this figure.", ""]
+        panels = {p: v for p, v in entry["numbers"].items() if isinstance(v, dict) and all(
+            isinstance(r, dict) and "final_multiplier" in r for r in v.values())} if key.startswith(("fig15", "fig16")) else {}
+        if panels:
+            lines += ["| panel | series | γ | last multiplier |", "|---|---|---:|---:|"]
+            lines += [f"| {p} | {style(a)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
+                      for p, per in panels.items() for a, r in per.items()]
+            lines.append("")
+        if "final_multiplier" in entry["numbers"]:
+            lines += ["| metric | " + " | ".join(style(a)[0] for a in next(iter(entry["numbers"]["final_multiplier"].values())))
+                      + " |", "|---|" + "---:|" * len(next(iter(entry["numbers"]["final_multiplier"].values())))]
+            lines += [f"| last multiplier at matched {m.replace('_', ' ')} | "
+                      + " | ".join("—" if v is None else f"{v:.3f}" for v in per.values()) + " |"
+                      for m, per in entry["numbers"]["final_multiplier"].items()]
+            lines.append("")
+    return "\n".join(lines)
+
+
+class TextFile:
+    """The manifest and the gallery, written by laws.save_figures beside the figures (atomically, and listed as
+    fit.py's)."""
+    def __init__(self, text):
+        self.text = text
 
     def savefig(self, path, format, dpi):
         with open(path, "w") as f:
-            json.dump(jsonable(self.obj), f, indent=1, allow_nan=False)
+            f.write(self.text)
 
 
 def cmd_paper(args):
@@ -453,11 +716,11 @@ def cmd_paper(args):
                          "reference/release/)")
     downstream = os.path.join(release, LADDERS, "downstream.json")
     ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23a", "fig24"] + \
-        (["fig19"] if os.path.isfile(downstream) else [])
-    names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST]
+        (["fig19a", "fig19b"] if os.path.isfile(downstream) else [])
+    names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY]
     check_outputs(args.out, names)
     plt = pyplot()
-    flops = read_json(os.path.join(release, LADDERS, "ladders.json"))
+    flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
     manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
     gammas, checks = figure3_checks(release, E_flops)
@@ -476,10 +739,12 @@ def cmd_paper(args):
         figures[fig_id] = fig
         manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
     if os.path.isfile(downstream):
-        figures["fig19"], numbers = downstream_figure(plt, downstream_series(downstream))
-        manifest["figures"]["fig19"] = dict(numbers=numbers, stated=[])
+        figures["fig19a"], numbers_a, figures["fig19b"], numbers_b = downstream_figures(plt, downstream_series(downstream))
+        manifest["figures"]["fig19a"] = dict(numbers=numbers_a, stated=[])
+        manifest["figures"]["fig19b"] = dict(numbers=numbers_b, stated=[])
     files = {f"{i}.{ext}": figures[i] for i in figures for ext in ("png", "pdf")}
-    files[MANIFEST] = JsonFile(manifest)
+    files[MANIFEST] = TextFile(json.dumps(jsonable(manifest), indent=1, allow_nan=False))
+    files[GALLERY] = TextFile(gallery(jsonable(manifest)))
     paths = save_figures(args.out, files, dpi=150)
     for fig in figures.values():
         plt.close(fig)

@@ -70,7 +70,7 @@ FIT_CASES = [
      "not written by fit.py"),
     ("out-bad-manifest", dict(GOOD, **{"figs/fit_manifest.json": "[1, 2]"}), ["ladders", "{d}/l.csv", "--out", "{d}/figs"],
      "is not a fit.py manifest"),
-    ("wrong-kind-json", {"edu.json": json.dumps(dict(tasks=[], arms={}))}, ["ladders", "{d}/edu.json"], "is not a train.py result.json"),
+    ("wrong-kind-json", {"edu.json": json.dumps(dict(tasks=[], arms={}))}, ["ladders", "{d}/edu.json"], "'arms' holds no ladder records"),
     ("corrupt-result-json", {"runs/a/result.json": b"\x00\xff garbage"}, ["ladders", "{d}/runs"], "is not a train.py result.json"),
     ("result-json-nan-loss", {"runs/a/result.json": result_json(final_val_loss=float("nan"))}, ["ladders", "{d}/runs"],
      "final_val_loss > 0"),

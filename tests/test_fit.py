@@ -12,6 +12,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as fit.py does: tiny fits,
 import numpy as np
 import pytest
 
+import figlint
 import fit
 import laws
 import studies
@@ -215,13 +216,16 @@ def test_result_json_runs_and_time_axis(tmp_path, capsys):
     assert run_json(capsys, "ladders", csv_t, "--time")["arms"]["better"]["multipliers"] == t["arms"]["better"]["multipliers"]
 
 
-def test_figures_written(tmp_path, capsys):
-    path, _ = synthetic_ladders(tmp_path)
-    res = run(capsys, "ladders", path, "--out", tmp_path / "figs")
+def test_figures_written_and_pass_the_figure_lint(tmp_path, capsys, monkeypatch):
+    """Figures 3 and 2 (left) of the release's ladders: written, and no colliding tick labels, annotations or legend
+    entries, every axis labelled, legends listing the lines drawn (tests/figlint.py)."""
+    problems = figlint.capture(monkeypatch, fit)
+    res = run(capsys, "ladders", RELEASE, "--out", tmp_path / "figs")
     for name in ("fig3_ladders", "fig2_left"):
         for ext in ("png", "pdf"):
             assert os.path.getsize(tmp_path / "figs" / f"{name}.{ext}") > 1000
     assert "gamma ± se" in res.out and "mult last" in res.out
+    assert set(problems) == {"fig3_ladders", "fig2_left"} and problems == {k: [] for k in problems}
 
 
 def test_cli_errors(tmp_path, capsys):

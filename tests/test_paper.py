@@ -4,12 +4,15 @@ hours, EFLOP, the downstream file) on fixtures the tests write, the release's fl
 import csv
 import json
 import os
+import shutil
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import pytest
 
+import figlint
 import fit
+import laws
 import paper
 from refusals import assert_refused, run_in_process
 
@@ -115,9 +118,10 @@ def test_eflop_loop_grid_equals_flops(tmp_path, capsys):
     assert a == capsys.readouterr().out
 
 
-def downstream_fixture():
+def downstream_fixture(dip=0.0):
     """The release's downstream.json form: CORE answer NLL exactly 0.5 L - 0.2 on every checkpoint; Loop-2 reaches
-    each Vanilla CORE at half Vanilla's compute."""
+    each Vanilla value of every metric at half Vanilla's compute. dip: Vanilla's full CORE at d10 lowered by this much
+    (non-monotone, as the release's Vanilla CORE is between two depths)."""
     out = {}
     for series, shift in (("van", 1.0), ("k2", 0.5)):
         recs = []
@@ -125,8 +129,9 @@ def downstream_fixture():
             c = 1e18 * (d / 8) ** 3
             core = 0.1 * np.log(c / shift / 1e17)
             loss = 3.0 - core
+            full = core - (dip if series == "van" and d == 10 else 0.0)
             recs.append(dict(compute=c, loss=loss, depth=d,
-                             metrics=dict(full_core=core, answer_nll=0.5 * loss - 0.2, filtered_core=core,
+                             metrics=dict(full_core=full, answer_nll=0.5 * loss - 0.2, filtered_core=core,
                                           filtered_core_std=0.01), task_nll={"arc": 1.0, "hellaswag": 2.0}))
         out[series] = recs
     return out
@@ -135,12 +140,36 @@ def downstream_fixture():
 def test_downstream_reader_and_figure(tmp_path):
     series = paper.downstream_series(write(tmp_path / "downstream.json", downstream_fixture()))
     assert set(series) == {"vanilla", "loop_2"} and series["loop_2"][0]["task_nll"] == {"arc": 1.0, "hellaswag": 2.0}
-    fig, numbers = paper.downstream_figure(paper.pyplot(), series)
-    paper.pyplot().close(fig)
-    assert numbers["pooled_line"]["slope"] == pytest.approx(0.5) and numbers["pooled_line"]["intercept"] == \
-        pytest.approx(-0.2)
-    mult = [m for m in numbers["multiplier_at_matched_core"]["loop_2"]["multiplier"] if np.isfinite(m)]
-    assert mult and np.allclose(mult, 2.0, rtol=1e-6)  # inside Vanilla's range only: the rest is NaN
+    fig_a, numbers, fig_b, line = paper.downstream_figures(paper.pyplot(), series)
+    paper.pyplot().close(fig_a)
+    paper.pyplot().close(fig_b)
+    assert line["pooled_line"]["slope"] == pytest.approx(0.5) and line["pooled_line"]["intercept"] == pytest.approx(-0.2)
+    assert set(numbers["multipliers_at_matched"]) == {"loss", "full_core", "answer_nll", "filtered_core"}
+    for metric, per_arm in numbers["multipliers_at_matched"].items():
+        assert per_arm["loop_2"]["compute"] == [r["compute"] for r in series["vanilla"] if r["depth"] >= 8]
+        mult = [m for m in per_arm["loop_2"]["multiplier"] if np.isfinite(m)]
+        assert mult and np.allclose(mult, 2.0, rtol=1e-6), metric  # inside Loop-2's range only: the rest is NaN
+
+
+def test_downstream_reference_is_one_over_a_non_monotone_series(tmp_path):
+    """Vanilla's full CORE dips at d10 below its d8 score: the smallest compute reaching its own d10 score lies
+    between d6 and d8, which would draw Vanilla's multiplier over itself below 1 there. The reference arm is 1.0 at
+    each of its own computes with depth >= 8, in every metric; the other arms are measured at those computes."""
+    series = paper.downstream_series(write(tmp_path / "downstream.json", downstream_fixture(dip=0.075)))
+    van = {r["depth"]: r for r in series["vanilla"]}
+    assert van[10]["full_core"] < van[8]["full_core"]  # the fixture is non-monotone
+    assert laws.compute_at_loss(np.array([r["compute"] for r in series["vanilla"]]),
+                                 -np.array([r["full_core"] for r in series["vanilla"]]), -van[10]["full_core"]) \
+        < van[8]["compute"]  # what the old rule took: a multiplier < 1 of Vanilla over itself
+    fig_a, numbers, fig_b, _ = paper.downstream_figures(paper.pyplot(), series)
+    paper.pyplot().close(fig_a)
+    paper.pyplot().close(fig_b)
+    for metric, per_arm in numbers["multipliers_at_matched"].items():
+        assert per_arm["vanilla"]["multiplier"] == [1.0] * 4, metric
+        assert per_arm["vanilla"]["compute"] == [van[d]["compute"] for d in (8, 10, 12, 14)]
+        assert numbers["final_multiplier"][metric]["vanilla"] == 1.0
+    loop2 = numbers["multipliers_at_matched"]["full_core"]["loop_2"]["multiplier"]
+    assert loop2[1] > 2.0  # at the dip Loop-2 needs less compute than at the trend: a larger multiplier there
 
 
 def test_downstream_missing_metric_refused(tmp_path):
@@ -162,11 +191,25 @@ def test_bad_release_inputs(tmp_path, argv, obj, message):
     assert_refused("fit.py", argv, tmp_path, message, files={"t.json": json.dumps(obj)}, runner=run_in_process)
 
 
-def test_paper_on_the_release(tmp_path, capsys):
-    """The whole command on the release copy: every figure written, every stated number within 1 % or explained."""
+def test_paper_on_the_release(tmp_path, capsys, monkeypatch):
+    """The whole command on the release copy (with a downstream.json fixture beside it, which the copy lacks): every
+    figure written and passing the figure lint (tests/figlint.py), every stated number within 1 % or explained."""
+    release = tmp_path / "release"
+    shutil.copytree(os.path.join(REPO, "reference", "release"), release)
+    write(release / paper.LADDERS / "downstream.json", downstream_fixture(dip=0.075))
+    problems = figlint.capture(monkeypatch, paper)
     out = tmp_path / "paper"
-    assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0
+    assert fit.main(["paper", str(release), "--out", str(out)]) == 0
+    assert {"fig06", "fig15a", "fig16e", "fig17", "fig19a", "fig19b", "fig23a"} <= set(problems)
+    assert problems == {k: [] for k in problems}
     manifest = json.load(open(out / paper.MANIFEST))
+    matched = manifest["figures"]["fig19a"]["numbers"]["multipliers_at_matched"]
+    assert all(per_arm["vanilla"]["multiplier"] == [1.0] * 4 for per_arm in matched.values())
+    page = open(out / paper.GALLERY).read()  # the gallery: per figure its statement, image and numbers
+    for fig_id in manifest["figures"]:
+        key = fig_id.split()[0]
+        assert f"## {key}: {paper.CLAIMS[key][0]}" in page and (key == "fig3" or f"![{key}]({key}.png)" in page)
+    assert "| Untied-2 multiplier over Vanilla near 1e20 FLOPs | 1.344 | 1.34 | 0.3 % | App. B.1 |" in page
     written = set(os.listdir(out))
     for fig_id in manifest["figures"]:
         if not fig_id.startswith("fig3 "):
@@ -177,4 +220,57 @@ def test_paper_on_the_release(tmp_path, capsys):
     e = {r["what"]: r for r in rows}
     assert e["shared floor E (Vanilla FLOP ladder)"]["ours"] == pytest.approx(1.7064, abs=1e-4)
     assert e["Operator-1 loss cost of Vanilla's recipe at d8"]["ours"] == pytest.approx(1.01e-2, abs=1e-4)
-    assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0  # its own files: rewritten
+    assert fit.main(["paper", str(release), "--out", str(out)]) == 0  # its own files: rewritten
+
+
+def fineweb_edu_fixture():
+    """The release's FineWeb-Edu layout with values of our own: Vanilla d6-d16 and Untied-Grow d6-d14 on E = 1.9 laws,
+    two tasks whose NLL falls with compute and whose centered accuracy is a sigmoid of it, and the held-out d26
+    Untied-Grow record exactly on its law."""
+    tasks, d = ["arc_easy", "piqa"], {}
+    laws = {"vanilla": (1.6, 0.11, range(6, 18, 2)), "untied_grow": (1.5, 0.12, range(6, 16, 2))}
+
+    def record(arm, depth):
+        A, gamma, _ = laws[arm]
+        c = 1e18 * (depth / 8) ** 3
+        loss = law(1.9, A, gamma, c)
+        nll = {t: 0.5 * loss + 0.1 * i for i, t in enumerate(tasks)}
+        acc = {t: float(1 / (1 + np.exp(4.0 * nll[t] - 5.0))) for t in tasks}
+        return dict(depth=depth, compute_flops=c, val_loss=loss, core_nll=0.5 * loss, core_accuracy=0.9 * np.mean(
+            list(acc.values())), task_nll=nll, task_accuracy=acc)
+    d["arms"] = {arm: [record(arm, depth) for depth in depths] for arm, (_, _, depths) in laws.items()}
+    return dict(tasks=tasks, d26=record("untied_grow", 26), **d)
+
+
+def test_fineweb_edu_layout_read_by_ladders_with_its_d26_held_out(tmp_path, capsys):
+    path = write(tmp_path / "fineweb_edu_ladders.json", fineweb_edu_fixture())
+    d26 = fineweb_edu_fixture()["d26"]
+    got, err = fit_json(capsys, "ladders", path, "--holdout", "untied_grow:26", "--refit-floor")
+    assert set(got["arms"]) == {"vanilla", "untied_grow"} and got["E"] == pytest.approx(1.9, abs=2e-3)
+    assert 26 not in [p["depth"] for p in got["arms"]["untied_grow"]["points"]]  # never fitted
+    [held] = got["held_out"]
+    assert (held["arm"], held["depth"], held["compute"], held["loss"]) == ("untied_grow", 26, d26["compute_flops"],
+                                                                          d26["val_loss"])
+    assert abs(held["residual"]) < 5e-3  # on its law: the fits of d6-d16 forecast it
+    alone, err = fit_json(capsys, "ladders", path, "--extrapolate", d26["compute_flops"], "--bootstrap", 0)
+    assert alone["held_out"] == got["held_out"] and "held-out run" in err  # held out without being named
+    assert alone["arms"]["untied_grow"]["gain_at_extrapolate"] > 1
+
+
+def test_fineweb_edu_layout_read_by_downstream(tmp_path, capsys):
+    path = write(tmp_path / "fineweb_edu_ladders.json", fineweb_edu_fixture())
+    got, _ = fit_json(capsys, "downstream", path, "--targets", 0.3)
+    assert got["tasks"] == ["arc_easy", "piqa"] and got["ratio"] == pytest.approx(0.9, abs=1e-6)
+    assert set(got["arms"]) == {"vanilla", "untied_grow"}
+    assert got["sigmoids"]["piqa"]["a"] == pytest.approx(4.0, abs=1e-3)
+
+
+@pytest.mark.parametrize("argv, obj, message", [
+    (["ladders", "{d}/t.json"], {"series": 1}, "not a JSON layout this command reads; it reads a train.py result.json"),
+    (["downstream", "{d}/t.json"], downstream_fixture(), "not a JSON layout this command reads; it reads a CSV"),
+    (["downstream", "{d}/t.json"], dict(fineweb_edu_fixture(), arms=dict(vanilla=[dict(
+        fineweb_edu_fixture()["arms"]["vanilla"][0], task_accuracy={})])), "task_accuracy"),
+    (["ladders", "{d}/t.json"], dict(fineweb_edu_fixture(), d26=dict(depth=26)), "t.json:d26: needs a whole depth"),
+])
+def test_json_a_command_cannot_use_is_one_line_naming_the_layouts(tmp_path, argv, obj, message):
+    assert_refused("fit.py", argv, tmp_path, message, files={"t.json": json.dumps(obj)}, runner=run_in_process)
