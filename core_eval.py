@@ -643,6 +643,7 @@ def load_model(checkpoint, device, passes=None):
     state."""
     try:
         net, ckpt = load_checkpoint_model(checkpoint, device=device)
+        net.set_attention("default")  # PyTorch's own SDPA choice: CORE's lengths are arbitrary (model.py)
     except ValueError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
     bad = next((name for name, t in net.state_dict().items() if not torch.isfinite(t).all()), None)
@@ -793,7 +794,7 @@ def run_bench(args, device):
     torch.manual_seed(0)
     # the shape of train.py's offline "cpu" preset at depth 4 (the checkpoints CORE-evaluated on CPU)
     cfg = model.config_for("vanilla", 4, width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, vocab_size=257)
-    net = model.GPT(cfg).to(device).eval()
+    net = model.GPT(cfg, attention="default").to(device).eval()
     tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
     enc = data.get_tokenizer("bytes")
     max_per_task = args.max_per_task or 100
