@@ -23,9 +23,7 @@ import math
 import os
 import random
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -41,7 +39,7 @@ import train
 from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS, gate,
                   verdict_summary)
 from common import (Stopped, UsageError, atomic_write, autocast, cli_main_distributed, exit_process,
-                    flight_recorder_env, integer, raise_stopped, setup_distributed, stop_launch, write_json)
+                    flight_recorder_env, integer, run_launches, setup_distributed, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
@@ -465,10 +463,9 @@ def synthetic_core_tasks(n, seed=0):
 
 
 def check_core_scoring(args, device, examples):
-    """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA), its attention on
-    --attention-backend's kernels (auto: PyTorch's own choice, as core_eval scores): per task the largest accuracy and
-    answer-NLL difference from the one-at-a-time reference path, and of every path from itself on SDPA's math
-    backend (a fused kernel that is wrong at some length shows here)."""
+    """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA) and --attention-backend
+    (auto: PyTorch's choice, as core_eval scores): per task the largest accuracy and answer-NLL difference from the
+    one-at-a-time path, and of each path from itself on SDPA's math backend (a wrong fused kernel shows there)."""
     plan = synthetic_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
     attention = "default" if args.attention_backend == "auto" else args.attention_backend
     torch.manual_seed(0)
@@ -638,51 +635,28 @@ SHARDED_GRADIENTS = ["--shard-gradients"]  # train.py: the owner-sharded transpo
 SHORT_TIMEOUT = ["--dist-timeout", "3"]  # train.py: minutes a collective may wait; a hang ends in minutes
 
 
-def torchrun_commands(layout, device):
-    """[(torchrun command, its environment changes)]: one standalone torchrun of `layout` processes, or with layout
-    "nodes" SMOKE_PROCESSES torchruns of one process each, node_rank 0, 1, ... on 127.0.0.1 (each sees its own GPU):
-    the multi-node layout on one host, LOCAL_WORLD_SIZE 1 and WORLD_SIZE SMOKE_PROCESSES."""
-    torchrun = [sys.executable, "-m", "torch.distributed.run"]
-    if layout != "nodes":
-        return [([*torchrun, "--standalone", "--nproc_per_node", str(layout)], {})]
+def smoke_launch(name, argv, out_dir, timeout, nodes=1, per_node=SMOKE_PROCESSES, device=torch.device("cpu")):
+    """One launch of train.py on `nodes` torchruns of `per_node` processes on this host (node_rank 0, 1, ... at
+    127.0.0.1, each node seeing its own GPUs: with nodes > 1 the multi-node layout, LOCAL_WORLD_SIZE = per_node),
+    NCCL_DEBUG=WARN, the flight recorder dumping into out_dir/NAME.nccl_trace_rank_*, every output in
+    out_dir/NAME.log, stopped with its workers after `timeout` seconds or on a SIGTERM or SIGINT (common.run_launches)
+    -> what it did: exit code (the first non-zero one), seconds, NCCL warnings, its last line."""
+    log = os.path.join(out_dir, f"{name}.log")
+    env = dict(os.environ, NCCL_DEBUG="WARN", **flight_recorder_env(os.path.join(out_dir, f"{name}.nccl_trace_rank_")))
     with socket.socket() as listener:  # a free port for the rendezvous
         listener.bind(("127.0.0.1", 0))
         port = str(listener.getsockname()[1])
-    gpus = (os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(SMOKE_PROCESSES)))).split(",")
-    return [([*torchrun, "--nnodes", str(SMOKE_PROCESSES), "--nproc_per_node", "1", "--node_rank", str(node),
-              "--master_addr", "127.0.0.1", "--master_port", port],
-             dict(CUDA_VISIBLE_DEVICES=gpus[node]) if device.type == "cuda" else {}) for node in range(SMOKE_PROCESSES)]
-
-
-def smoke_launch(name, argv, out_dir, timeout, layout=SMOKE_PROCESSES, device=torch.device("cpu")):
-    """One launch of train.py (torchrun_commands' layout; NCCL_DEBUG=WARN, the flight recorder dumping into
-    out_dir/NAME.nccl_trace_rank_*), every torchrun's output in out_dir/NAME.log, stopped with its workers after
-    `timeout` seconds, or when bench.py gets a SIGTERM or SIGINT (then waited for, and Stopped raised) -> what it did:
-    exit code (the first non-zero one of its torchruns), seconds, NCCL warnings, its last line."""
-    log = os.path.join(out_dir, f"{name}.log")
-    commands = torchrun_commands(layout, device)
-    env = dict(os.environ, NCCL_DEBUG="WARN", **flight_recorder_env(os.path.join(out_dir, f"{name}.nccl_trace_rank_")))
-    t0, timed_out, procs = time.perf_counter(), False, []
-    handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
+    gpus = (os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(nodes * per_node)))).split(",")
+    commands = [([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc_per_node",
+                  str(per_node), "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", port,
+                  SMOKE_TRAINER, *argv],
+                 dict(env, CUDA_VISIBLE_DEVICES=",".join(gpus[node * per_node:(node + 1) * per_node]))
+                 if device.type == "cuda" else env) for node in range(nodes)]
+    t0 = time.perf_counter()
     with open(log, "w") as f:
-        try:
-            procs = [subprocess.Popen([*command, SMOKE_TRAINER, *argv], cwd=os.path.dirname(os.path.abspath(__file__)),
-                                      stdout=f, stderr=subprocess.STDOUT, env=dict(env, **changes),
-                                      start_new_session=True) for command, changes in commands]
-            codes = [proc.wait(max(1.0, t0 + timeout - time.perf_counter())) for proc in procs]
-        except subprocess.TimeoutExpired:
-            codes, timed_out = [stop_launch(proc) for proc in procs], True
-        except Stopped:
-            for other in handlers:  # a second signal does not cut the wait short
-                signal.signal(other, signal.SIG_IGN)
-            for proc in procs:
-                stop_launch(proc, signal.SIGTERM)  # Ctrl-C too: torchrun stops its workers on SIGTERM
-            raise
-        finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
+        codes, timed_out = run_launches(commands, f, timeout, os.path.dirname(os.path.abspath(__file__)))
     lines = open(log, errors="replace").read().splitlines()
-    return dict(command=" && ".join(" ".join([*command, SMOKE_TRAINER, *argv]) for command, _ in commands),
+    return dict(command=" && ".join(" ".join(command) for command, _ in commands),
                 returncode=next((code for code in codes if code), 0), seconds=time.perf_counter() - t0,
                 timed_out=timed_out, log=log, last_line=lines[-1] if lines else "",
                 nccl_warnings=[l for l in lines if "NCCL WARN" in l])
@@ -724,15 +698,14 @@ def smoke_checks(runs, steps, runs_dir):
     and each distributed run's losses and final weights against the one-process reference, every rank's memory
     against the planner's."""
     grown = [r["growth_events"][0]["step"] if r["growth_events"] else None for r in runs.values()]
-    resumed = runs.get("default", {}).get("losses", []), runs.get("sharded", {}).get("losses", [])
+    a, b = (runs.get(name, {}).get("losses", []) for name in ("default", "sharded"))
     compared = [name for name in SMOKE_DISTRIBUTED_RUNS if name in runs]  # a test may launch fewer
     return dict(
         complete=all(r["status"] == "complete" and len(r["losses"]) == steps for r in runs.values()),
         grew_at_step=grown, grew_at_crossover=all(step == steps // 2 for step in grown),
         finite=all(x is not None and math.isfinite(x) for r in runs.values()  # None: not complete (no final loss)
                    for x in r["losses"] + [r["final_val_loss"]]),
-        first_resumed_loss_equal=None if "sharded" not in runs else  # the transports differ after it
-        len(resumed[0]) > 2 and len(resumed[1]) > 2 and resumed[0][2] == resumed[1][2],
+        first_resumed_loss_equal=len(a) > 2 and len(b) > 2 and a[2] == b[2] if "sharded" in runs else None,
         **{f"{name}_vs_reference": relative_difference(runs[name]["losses"], runs["reference"]["losses"])
            for name in compared},
         **{f"{name}_weights_vs_reference": weights_difference(os.path.join(runs_dir, name),
@@ -756,12 +729,12 @@ def gpu_smoke_runs(args, device, out_dir, out):
               "--crossover-fractions", "0.5", "--save-every", "2", "--val-tokens", str(recipe["val_tokens"]),
               "--device", device.type, *SHORT_TIMEOUT,
               *(["--device-batch-size", *map(str, args.device_batch_size)] if args.device_batch_size else [])]
-    for name, layout, run_name, argv in smoke_launches():
+    for name, layout, run_name, argv in smoke_launches():  # layout: (nodes, processes per node)
         if name.startswith("resume") and out["launches"].get("start", {}).get("returncode") != 0:
             out["skipped"][name] = "not started: the start failed"
             continue
         out["launches"][name] = launch = smoke_launch(name, [*common, "--run-name", run_name, *argv], out_dir,
-                                                      recipe["launch_timeout"], layout, device)
+                                                      recipe["launch_timeout"], *layout, device)
         if launch["returncode"] != 0:
             out["errors"][name] = f"exit code {launch['returncode']}" + (
                 " (timed out)" if launch["timed_out"] else "") + f"; see {launch['log']}"
@@ -774,14 +747,13 @@ def gpu_smoke_runs(args, device, out_dir, out):
 
 
 def smoke_launches():
-    """[(launch, layout: processes or "nodes", run folder, train.py flags)] in order: 2 processes stopped at step 2 with
-    a checkpoint, resumed with each transport; 2 "nodes" of 1 process on this host (the multi-node layout: every
+    """[(launch, (nodes, processes per node), run folder, train.py flags)] in order: 2 processes stopped at step 2
+    with a checkpoint, resumed with each transport; 2 "nodes" of 1 process on this host (the multi-node layout: every
     cross-node group is created and used); ONE process, the reference no distributed defect can share."""
-    return [("start", SMOKE_PROCESSES, "default", ["--stop-after", "2"]),
-            ("resume_default", SMOKE_PROCESSES, "default", ["--resume"]),
-            ("resume_sharded", SMOKE_PROCESSES, "sharded", ["--resume", *SHARDED_GRADIENTS]),
-            ("multinode", "nodes", "multinode", SHARDED_GRADIENTS),
-            ("reference", 1, "reference", [])]
+    pair, nodes = (1, SMOKE_PROCESSES), (SMOKE_PROCESSES, 1)
+    return [("start", pair, "default", ["--stop-after", "2"]), ("resume_default", pair, "default", ["--resume"]),
+            ("resume_sharded", pair, "sharded", ["--resume", *SHARDED_GRADIENTS]),
+            ("multinode", nodes, "multinode", SHARDED_GRADIENTS), ("reference", (1, 1), "reference", [])]
 
 
 def gpu_smoke(args):
