@@ -427,6 +427,18 @@ def verdict_summary(out, path, took=""):
         f"; {label}: {', '.join(names)}" for label, names in parts.items() if names)
 
 
+def verdict_markdown(run, out, path, heading, **parts):
+    """A run's summary in markdown (gpu_smoke.md): a heading, its verdict line, then every gated measurement of out
+    and of its nested runs (`parts`: name -> their JSON) beside its target."""
+    met = {True: "met", False: "**MISSED**", None: "unmeasured"}
+    shown = lambda value: f"{value:.4g}" if isinstance(value, float) else value
+    rows = [f"| {name} | `{section}.{measurement}` | {shown(g['value'])} | {g['target']} | {met[g['met']]} |"
+            for name, result in [(run, out), *parts.items()] for section, part in result.items()
+            if isinstance(part, dict) for measurement, g in part.get("gates", {}).items()]
+    return "\n".join([f"# {heading}", "", verdict_summary(out, path), "", "| run | measurement | value | target | |",
+                      "|---|---|---|---|---|", *rows, ""])
+
+
 def worst(verdicts):
     return min(verdicts, key=VERDICTS.index)
 

@@ -23,7 +23,6 @@ import math
 import os
 import random
 import shutil
-import socket
 import sys
 import time
 from pathlib import Path
@@ -37,9 +36,9 @@ import data
 import model as model_lib
 import train
 from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS, gate,
-                  verdict_summary)
+                  verdict_markdown, verdict_summary)
 from common import (Stopped, UsageError, atomic_write, autocast, cli_main_distributed, exit_process,
-                    flight_recorder_env, integer, run_launches, setup_distributed, write_json)
+                    flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
@@ -621,9 +620,8 @@ def gpu_check(args):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# --gpu-smoke (bash ladder.sh gpu-smoke): the first run on a new cluster, Untied-Grow through growth at step 3 under
-# torchrun (NCCL on GPUs, gloo with --device cpu) in the layouts of smoke_launches, then --gpu-check. Everything lands
-# in --gpu-smoke-dir, its summary in gpu_smoke.json and gpu_smoke.md.
+# --gpu-smoke (bash ladder.sh gpu-smoke): Untied-Grow through growth at step 3 under torchrun (NCCL; gloo with --device
+# cpu) in the layouts of smoke_launches, then --gpu-check; all in --gpu-smoke-dir, summed up in gpu_smoke.json and .md.
 
 GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the byte-level pool it trains on
     "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=300),
@@ -636,16 +634,13 @@ SHORT_TIMEOUT = ["--dist-timeout", "3"]  # train.py: minutes a collective may wa
 
 
 def smoke_launch(name, argv, out_dir, timeout, nodes=1, per_node=SMOKE_PROCESSES, device=torch.device("cpu")):
-    """One launch of train.py on `nodes` torchruns of `per_node` processes on this host (node_rank 0, 1, ... at
-    127.0.0.1, each node seeing its own GPUs: with nodes > 1 the multi-node layout, LOCAL_WORLD_SIZE = per_node),
-    NCCL_DEBUG=WARN, the flight recorder dumping into out_dir/NAME.nccl_trace_rank_*, every output in
-    out_dir/NAME.log, stopped with its workers after `timeout` seconds or on a SIGTERM or SIGINT (common.run_launches)
-    -> what it did: exit code (the first non-zero one), seconds, NCCL warnings, its last line."""
+    """train.py on `nodes` torchruns of `per_node` processes, node_rank 0, 1, ... at 127.0.0.1, each node seeing its
+    own GPUs (nodes > 1: the multi-node layout), NCCL_DEBUG=WARN, the flight recorder in out_dir/NAME.nccl_trace_rank_*,
+    all output in out_dir/NAME.log, stopped after `timeout` s or on a signal (common.run_launches) -> exit code (the
+    first non-zero one), seconds, NCCL warnings, last line."""
     log = os.path.join(out_dir, f"{name}.log")
     env = dict(os.environ, NCCL_DEBUG="WARN", **flight_recorder_env(os.path.join(out_dir, f"{name}.nccl_trace_rank_")))
-    with socket.socket() as listener:  # a free port for the rendezvous
-        listener.bind(("127.0.0.1", 0))
-        port = str(listener.getsockname()[1])
+    port = str(free_port())  # the rendezvous; each node sees its own GPUs of those visible
     gpus = (os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(nodes * per_node)))).split(",")
     commands = [([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc_per_node",
                   str(per_node), "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", port,
@@ -684,19 +679,19 @@ def relative_difference(losses, reference):
     return max(abs(x - y) / abs(y) if y else abs(x - y) for x, y in zip(losses, reference)) if same else None
 
 
-def weights_difference(run_dir, reference_dir):
-    """The largest ||w - w_ref|| / ||w_ref|| over the weight tensors of two runs' final checkpoints: a few steps'
-    losses hardly see a wrongly weighted gradient (Muon's update is normalised), the weights it moved do."""
-    final = lambda d: checkpoint.load_checkpoint_model(os.path.join(d, "checkpoints", "final"), "cpu")[0].state_dict()
-    weights, reference = final(run_dir), final(reference_dir)
+def weights_difference(runs_dir, name):
+    """The largest ||w - w_ref|| / ||w_ref|| over the weight tensors of run `name`'s final checkpoint and the reference
+    run's: a few steps' losses hardly see a wrongly weighted gradient (Muon's update is normalised), the weights do."""
+    final = lambda run: checkpoint.load_checkpoint_model(os.path.join(runs_dir, run, "checkpoints", "final"),
+                                                         "cpu")[0].state_dict()
+    weights, reference = final(name), final("reference")
     return max(((weights[k].double() - w).norm() / w.norm().clamp_min(1e-30)).item()
                for k, w in ((k, v.double()) for k, v in reference.items()))
 
 
 def smoke_checks(runs, steps, runs_dir):
-    """The smoke's measurements (gated by arms.TARGETS): complete, grown, finite, bit-identical first resumed step,
-    and each distributed run's losses and final weights against the one-process reference, every rank's memory
-    against the planner's."""
+    """The smoke's measurements (gated by arms.TARGETS): complete, grown, finite, bit-identical first resumed step, each
+    distributed run's losses and final weights against the one-process reference, every rank's memory."""
     grown = [r["growth_events"][0]["step"] if r["growth_events"] else None for r in runs.values()]
     a, b = (runs.get(name, {}).get("losses", []) for name in ("default", "sharded"))
     compared = [name for name in SMOKE_DISTRIBUTED_RUNS if name in runs]  # a test may launch fewer
@@ -708,18 +703,15 @@ def smoke_checks(runs, steps, runs_dir):
         first_resumed_loss_equal=len(a) > 2 and len(b) > 2 and a[2] == b[2] if "sharded" in runs else None,
         **{f"{name}_vs_reference": relative_difference(runs[name]["losses"], runs["reference"]["losses"])
            for name in compared},
-        **{f"{name}_weights_vs_reference": weights_difference(os.path.join(runs_dir, name),
-                                                             os.path.join(runs_dir, "reference"))
-           for name in compared},
+        **{f"{name}_weights_vs_reference": weights_difference(runs_dir, name) for name in compared},
         memory_measured_over_predicted=measured_over_predicted(runs, "max_memory_allocated", "predicted_peak_bytes"),
         outside_allocator_over_predicted=measured_over_predicted(runs, "outside_allocator",
                                                                  "predicted_outside_allocator_bytes"))
 
 
 def gpu_smoke_runs(args, device, out_dir, out):
-    """The distributed part of --gpu-smoke: start (stop at step 2), resume with each transport, the same steps on 2
-    nodes of 1 process and on one process; fills out["launches"], out["runs"], out["checks"] (a launch that failed:
-    out["errors"])."""
+    """The distributed part of --gpu-smoke (smoke_launches): fills out["launches"], out["runs"], out["checks"] (a launch
+    that failed: out["errors"])."""
     recipe = GPU_SMOKE[args.preset]
     pool, runs_dir = os.path.join(out_dir, "pool"), os.path.join(out_dir, "runs")
     data.prepare("stdlib", pool, tokenizer="bytes", train_tokens=recipe["train_tokens"],
@@ -747,9 +739,8 @@ def gpu_smoke_runs(args, device, out_dir, out):
 
 
 def smoke_launches():
-    """[(launch, (nodes, processes per node), run folder, train.py flags)] in order: 2 processes stopped at step 2
-    with a checkpoint, resumed with each transport; 2 "nodes" of 1 process on this host (the multi-node layout: every
-    cross-node group is created and used); ONE process, the reference no distributed defect can share."""
+    """[(launch, (nodes, processes per node), run folder, train.py flags)]: 2 processes stopped at step 2, resumed two
+    ways; 2 "nodes" of 1 (every cross-node group made and used); ONE process, which no distributed defect can share."""
     pair, nodes = (1, SMOKE_PROCESSES), (SMOKE_PROCESSES, 1)
     return [("start", pair, "default", ["--stop-after", "2"]), ("resume_default", pair, "default", ["--resume"]),
             ("resume_sharded", pair, "sharded", ["--resume", *SHARDED_GRADIENTS]),
@@ -757,7 +748,7 @@ def smoke_launches():
 
 
 def gpu_smoke(args):
-    """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
+    """--gpu-smoke: the distributed runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
     snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped" and makes the
     verdict incomplete -> the verdict's exit code (arms.EXIT_CODES). A SIGTERM or SIGINT stops the launch in
     flight and its workers, is recorded, and ends bench.py with 128 + the signal."""
@@ -784,28 +775,16 @@ def gpu_smoke(args):
         gate("gpu_smoke", out, dtype)
         out["total_seconds"] = time.perf_counter() - t0
         write_json(path, out)
-        atomic_write(os.path.join(out_dir, "gpu_smoke.md"), lambda tmp: Path(tmp).write_text(smoke_markdown(out)))
+        summary = verdict_markdown("gpu_smoke", out, path, f"gpu-smoke: {out['device']}, {out['gpus']} GPU(s), torch "
+                                   f"{out['torch']}, {out['date']}", gpu_check=out.get("gpu_check") or {})
+        atomic_write(os.path.join(out_dir, "gpu_smoke.md"), lambda tmp: Path(tmp).write_text(summary))
     print("gpu-smoke: " + verdict_summary(out, path, f" in {out['total_seconds']:.0f}s") + " and gpu_smoke.md")
     return out["exit_code"]
 
 
-def smoke_markdown(out):
-    """gpu_smoke.md: the verdict line and every gated measurement of the smoke and its --gpu-check beside its target."""
-    met = {True: "met", False: "**MISSED**", None: "unmeasured"}
-    shown = lambda value: f"{value:.4g}" if isinstance(value, float) else value
-    rows = [f"| {run} | `{section}.{name}` | {shown(g['value'])} | {g['target']} | {met[g['met']]} |"
-            for run, result in [("gpu_smoke", out), ("gpu_check", out.get("gpu_check") or {})]
-            for section, part in result.items() if isinstance(part, dict) for name, g in part.get("gates", {}).items()]
-    return "\n".join([f"# gpu-smoke: {verdict_summary(out, 'gpu_smoke.json')}", "",
-                      f"{out['date']}, {out['device']}, {out['gpus']} GPU(s), torch {out['torch']}, {out['dtype']}, "
-                      f"{out['total_seconds']:.0f} s", "", "| run | measurement | value | target | |",
-                      "|---|---|---|---|---|", *rows, ""])
-
-
 def smoke_parts(args, device, gpus, out_dir, out, path):
-    """gpu_smoke's parts in order, the JSON rewritten after each: the distributed runs and their one-process reference
-    (skipped with fewer than 2 GPUs: only they need a second one), then on CUDA --gpu-check into
-    out_dir/gpu_check.json (its verdict under out["parts"])."""
+    """gpu_smoke's parts in order, the JSON rewritten after each: the distributed runs (skipped with fewer than 2 GPUs:
+    only they need a second), then on CUDA --gpu-check into out_dir/gpu_check.json (its verdict under out["parts"])."""
     if device.type == "cuda" and gpus < SMOKE_PROCESSES:
         out["skipped"]["runs"] = f"{SMOKE_PROCESSES} GPUs needed, {gpus} visible: NCCL was not started"
     else:
@@ -868,9 +847,8 @@ def parse_args(argv):
     perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
     perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
     perf.add_argument("--gpu-smoke", action="store_true",
-                      help="first run on a new cluster: untied_grow through growth on 2 processes (a stop and two "
-                           "resumes: default and sharded gradients), on 2 torchrun nodes of 1 process, against one "
-                           "process; then --gpu-check (docs/gpu_acceptance.md)")
+                      help="first run on a new cluster: untied_grow through growth on 2 processes (stopped, resumed two "
+                           "ways) and on 2 nodes of 1, against one process; then --gpu-check (docs/gpu_acceptance.md)")
     perf.add_argument("--gpu-smoke-dir", default="gpu_smoke", help="the new folder --gpu-smoke writes into")
     perf.add_argument("--cpu-exercise", action="store_true",
                       help="--gpu-check / --gpu-smoke without a GPU: run their code path on the CPU (--device cpu, "

@@ -26,6 +26,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -536,6 +537,13 @@ def stop_launch(proc, signum=signal.SIGTERM, grace=STOP_GRACE_SECONDS):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return proc.wait()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (a launch's rendezvous)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return listener.getsockname()[1]
 
 
 def run_launches(commands, log, timeout, cwd):

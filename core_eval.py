@@ -579,8 +579,7 @@ def aggregate(raw, baselines, seeds, verified=False):
     return dict(
         core_metric=mean(centered_results.values()),
         core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
-        core_loss=mean(losses.values()),
-        core_bpb=mean(finite_bpbs) if finite_bpbs else None,
+        core_loss=mean(losses.values()), core_bpb=mean(finite_bpbs) if finite_bpbs else None,
         core_metric_filtered=mean(centered_results[l] for l in FILTERED_TASKS) if complete else None,
         filtered_tasks=FILTERED_TASKS,
         core_metric_std=pstdev(metric_per_seed.values()),
@@ -640,10 +639,10 @@ def effective_depth(curve, threshold):
 
 def load_model(checkpoint, device, passes=None):
     """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
-    state."""
+    state; its attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: model.ATTENTION_BACKENDS)."""
     try:
         net, ckpt = load_checkpoint_model(checkpoint, device=device)
-        net.set_attention("default")  # PyTorch's own SDPA choice: CORE's lengths are arbitrary (model.py)
+        net.set_attention("default")
     except ValueError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
     bad = next((name for name, t in net.state_dict().items() if not torch.isfinite(t).all()), None)
