@@ -13,6 +13,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 import data  # noqa: E402
@@ -28,8 +29,8 @@ if DEFECT == "grad_scale" and RANK == 1:
 
     def loss_scaled_in_backward(self, *args, **kwargs):
         out = forward(self, *args, **kwargs)
-        if out.requires_grad and out.dim() == 0:  # a training loss: its gradient, and so every one below it, x world
-            out.register_hook(lambda grad: grad * WORLD)
+        if isinstance(out, torch.Tensor) and out.requires_grad and out.dim() == 0:  # a training loss: its gradient,
+            out.register_hook(lambda grad: grad * WORLD)  # and so every one below it, x world
         return out
     model.GPT.forward = loss_scaled_in_backward
 
