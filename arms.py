@@ -290,15 +290,20 @@ class Cluster:
     bus_efficiency: float = knob("cluster", help="the share of the link rates NCCL's ring collectives reach (its "
                                  "nccl-tests bus bandwidth / the link rate)", range="(0, 1]")
     matmul_efficiency: float = knob("cluster", help="the share of the GPU's dense bf16 peak the model's and the "
-                                    "optimizer's FLOPs run at", range="(0, 1]")
+                                    "optimizer's FLOPs run at in wide models (throughput.compute_efficiency)",
+                                    range="(0, 1]")
+    elementwise_width: float = knob("cluster", help="the width at which a step's elementwise work (bytes per token "
+                                    "~ width) takes as long as its matmuls (FLOPs ~ width^2) at matmul_efficiency",
+                                    range="[0, inf)")
 
 
 # DGX/HGX H100: NVLink 4 at 450 GB/s per direction, 8 ConnectX-7 NDR cards of 400 Gb/s. bus_efficiency 0.8: ring
-# reduce-scatter reaches ~360 GB/s of NVLink's 450 on 8 H100s (nccl-tests busbw). matmul_efficiency 0.5: about what
-# the release's largest runs reached (Vanilla d20: 49.6 % MFU, `python throughput.py anchor`), where communication is
-# < 1 % of a step; the model has no term for what slows small runs (per-op overheads, memory-bound kernels).
+# reduce-scatter reaches ~360 GB/s of NVLink's 450 on 8 H100s (nccl-tests busbw). matmul_efficiency 0.605 and
+# elementwise_width 500: fitted to the release's 58 timed runs (timing.json, one 8 x H100 node each: MFU 33.5 % at d6
+# to 50.2 % at d20) so that the largest miss is smallest: every predicted MFU within -2.6 / +2.5 points of the
+# release's (`python docs/throughput_table.py`); a step's compute runs at 0.605 x width / (width + 500) of the peak.
 CLUSTERS = {"H100": Cluster(gpu="H100", nvlink_gbs=450, nic_gbits=400, nics_per_node=8, bus_efficiency=0.8,
-                            matmul_efficiency=0.5)}
+                            matmul_efficiency=0.605, elementwise_width=500)}
 EVAL_COMPUTE_SHARE = 0.02  # train.py's default --eval-every: periodic validation costs at most 2 % of the training
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
 
@@ -324,46 +329,70 @@ MFU_CONVENTIONS = dict(  # how MFU counts attention; both are reported, the targ
     full_attention="nanoGPT / PaLM: attention counted whole, 12 * C * T per token per block (reads a few points "
                    "higher)")
 
-# Resumed runs against an uninterrupted run of the same steps, largest relative difference of the per-step losses and
-# of the final weights (per tensor). fp32 (CPU gloo, 2 ranks): losses equal to the bit, weights ~4e-4 apart (the
-# transports add micro-batches in different orders; Muon's normalised update amplifies it in near-zero matrices).
-# bf16 autocast (GPU): unmeasured; a flipped rounding moves a loss by ~1e-3. A gradient weighted wrongly moves the
-# weights by ~0.25 (tests/smoke_wrong_scale.py) but the losses by ~1e-7: only the weights catch it in six steps.
+# The smoke's distributed runs against the one-process reference of the same steps and global batch: the largest
+# relative difference of the per-step losses and of the final weights (per tensor). fp32 (CPU gloo, 2 ranks vs 1):
+# losses 9e-8 apart, weights 5.5e-3 (micro-batches summed in another order; Muon's normalised update amplifies it in
+# the zero-initialised out-projections). bf16 autocast (GPU): unmeasured; a flipped rounding moves a loss by ~1e-3.
+# The defects tests/smoke_defects.py injects on CPU, shared by both ranks: rank 1's gradients x 2 moves the weights by
+# 0.52 and the losses by 9e-6; every rank reading rank 0's windows moves the weights by 0.88 and the losses by 1.5e-3.
+SMOKE_DISTRIBUTED_RUNS = dict(  # bench.py --gpu-smoke's runs on 2 processes, each against the one-process reference
+    default="2 processes, stopped at step 2 and resumed, the default gradient transport",
+    sharded="the same checkpoint resumed with --shard-gradients",
+    multinode="2 torchrun nodes of 1 process on this host, --shard-gradients, uninterrupted")
 TRANSPORT_LOSS_TOLERANCE = dict(fp32=1e-6, bf16=5e-3)
-TRANSPORT_WEIGHT_TOLERANCE = dict(fp32=5e-3, bf16=5e-2)
+TRANSPORT_WEIGHT_TOLERANCE = dict(fp32=2e-2, bf16=5e-2)
+
+# --gpu-check's MFU targets: per compiled training section its shape on one H100 80GB (bench.GPU_CHECK's "paper"
+# recipe, the memory planner's micro-batch) and the MFU throughput.py predicts for it, of the steps the section times
+# (Untied-Grow: after growth, K = 4). One GPU: no communication, and Muon's Polar-Express on all matrices (~7 % of the
+# step). The margin: the calibration's largest miss on the release's runs (2.6 points) three times over, for what the
+# release never timed (one GPU, 65,536 tokens per step, another torch; H200's faster memory). tests/test_acceptance.py
+# recomputes each prediction. The eager section is not gated: the model is calibrated on compiled runs.
+GPU_CHECK_MFU = dict(vanilla=("Vanilla d12 compiled, 1 GPU, 65,536 tokens/step, micro-batch 16", 0.4244),
+                     untied_grow=("Untied-Grow d8 compiled after growth, 1 GPU, 65,536 tokens/step, micro-batch 32",
+                                  0.3879))
+MFU_MARGIN = 0.08
+CORE_NLL_TOLERANCE = dict(bf16=2e-2, fp32=1e-4)  # answer NLLs of two attention kernels or scoring paths: rounding only
 
 # hardware: a speed or memory measurement, meaningful only on the GPU (--cpu-exercise records it, ungated)
 Target = namedtuple("Target", "run section measurement op bound note hardware", defaults=(False,))
 TARGETS = [
-    Target("gpu_check", "roofline", "peak_fraction", ">=", 0.5,
-           "matmul roofline over the GPU's dense bf16 peak; below: a throttled GPU or a wrong --peak-flops", True),
+    Target("gpu_check", "roofline", "peak_fraction", "within", (0.5, 1.0),
+           "matmul roofline over the GPU's dense bf16 peak; below: a throttled GPU or a wrong --peak-flops; above 1: "
+           "a --peak-flops below the GPU's (every MFU inflated with it)", True),
     Target("gpu_check", "core_scoring", "max_accuracy_difference", "<=", 0.0,
            "core_eval's batched scoring paths against one_at_a_time"),
-    Target("gpu_check", "core_scoring", "max_nll_difference", "<=", dict(bf16=2e-2, fp32=1e-4),
+    Target("gpu_check", "core_scoring", "max_nll_difference", "<=", CORE_NLL_TOLERANCE,
            "answer NLLs apart by rounding only"),
-    Target("gpu_check", "vanilla", "mfu_causal_half", ">=", 0.5, "MFU, the project's convention (causal half)", True),
-    Target("gpu_check", "untied_grow_eager", "memory_measured_over_predicted", "<=", 1.0,
-           "max_memory_allocated over the memory model's peak (the model is eager's)", True),
-    Target("gpu_check", "untied_grow", "memory_measured_over_predicted", "<=", 1.0,
+    Target("gpu_check", "core_scoring", "max_nll_difference_from_math", "<=", CORE_NLL_TOLERANCE,
+           "every scoring path on --attention-backend's kernels (auto: PyTorch's choice) against SDPA's math backend"),
+    *[Target("gpu_check", section, "mfu_causal_half", "within",
+             (round(mfu - MFU_MARGIN, 3), round(mfu + MFU_MARGIN, 3)),
+             f"{shape}: throughput.py predicts {mfu:.1%} (calibrated on the release's timing.json) +- {MFU_MARGIN:g}; "
+             "above: a wrong --peak-flops or step time", True) for section, (shape, mfu) in GPU_CHECK_MFU.items()],
+    Target("gpu_check", "untied_grow_eager", "memory_measured_over_predicted", "within", (0.6, 1.0),
+           "max_memory_allocated over the memory model's peak (the model is eager's); below 0.6: the model "
+           "overcounts, or the measurement missed the peak", True),
+    Target("gpu_check", "untied_grow", "memory_measured_over_predicted", "within", (0.3, 1.0),
            "the same, compiled (saves less than eager)", True),
-    Target("gpu_check", "ratios", "operator_1_over_vanilla", "<=", 1.02, "step-time ratio", True),
-    Target("gpu_check", "ratios", "untied_2_over_loop_2", "within", (0.98, 1.02), "step-time ratio", True),
-    Target("gpu_smoke", "checks", "complete", "is", True, "both resumed runs finished every step"),
-    Target("gpu_smoke", "checks", "grew_at_crossover", "is", True, "both grew K = 2 -> 4 at step 3"),
+    Target("gpu_check", "ratios", "operator_1_over_vanilla", "within", (0.98, 1.02),
+           "step-time ratio: Vanilla's FLOPs and the boundary operator's elementwise work", True),
+    Target("gpu_check", "ratios", "untied_2_over_loop_2", "within", (0.98, 1.02), "step-time ratio: the same FLOPs",
+           True),
+    Target("gpu_smoke", "checks", "complete", "is", True, "every run finished every step"),
+    Target("gpu_smoke", "checks", "grew_at_crossover", "is", True, "every run grew K = 2 -> 4 at step 3"),
     Target("gpu_smoke", "checks", "finite", "is", True, "every loss and the final validation loss finite"),
     Target("gpu_smoke", "checks", "first_resumed_loss_equal", "is", True,
-           "step 3 resumes the same checkpoint and batch in both: bit-identical"),
-    Target("gpu_smoke", "checks", "default_vs_uninterrupted", "<=", TRANSPORT_LOSS_TOLERANCE,
-           "resumed, default transport: largest relative loss difference from the uninterrupted run"),
-    Target("gpu_smoke", "checks", "sharded_vs_uninterrupted", "<=", TRANSPORT_LOSS_TOLERANCE,
-           "resumed, --shard-gradients: the same"),
-    Target("gpu_smoke", "checks", "default_weights_vs_uninterrupted", "<=", TRANSPORT_WEIGHT_TOLERANCE,
-           "resumed, default transport: largest relative difference of a final weight tensor"),
-    Target("gpu_smoke", "checks", "sharded_weights_vs_uninterrupted", "<=", TRANSPORT_WEIGHT_TOLERANCE,
-           "resumed, --shard-gradients: the same"),
-    Target("gpu_smoke", "checks", "memory_measured_over_predicted", "<=", 1.0,
-           "every rank's max_memory_allocated per pass stage over the planner's peak for 2 ranks", True),
-    Target("gpu_smoke", "checks", "outside_allocator_over_predicted", "<=", 1.0,
+           "step 3 resumes the same checkpoint and batch in both resumed runs: bit-identical"),
+    *[Target("gpu_smoke", "checks", f"{name}_vs_reference", "<=", TRANSPORT_LOSS_TOLERANCE,
+             f"{what}: largest relative loss difference from the one-process reference")
+      for name, what in SMOKE_DISTRIBUTED_RUNS.items()],
+    *[Target("gpu_smoke", "checks", f"{name}_weights_vs_reference", "<=", TRANSPORT_WEIGHT_TOLERANCE,
+             f"{what}: largest relative difference of a final weight tensor from the one-process reference")
+      for name, what in SMOKE_DISTRIBUTED_RUNS.items()],
+    Target("gpu_smoke", "checks", "memory_measured_over_predicted", "within", (0.3, 1.0),
+           "every rank's max_memory_allocated per pass stage over the planner's peak for its ranks", True),
+    Target("gpu_smoke", "checks", "outside_allocator_over_predicted", "within", (0.2, 1.0),
            "every rank's device memory beyond the allocator's reserve (mem_get_info) over the planner's CUDA context "
            "+ NCCL allowance", True),
 ]
@@ -433,6 +462,18 @@ def verdict_summary(out, path, took=""):
                  unmeasured=out["unmeasured"])
     return f"{out['verdict']} (exit {out['exit_code']}){took}; wrote {path}" + "".join(
         f"; {label}: {', '.join(names)}" for label, names in parts.items() if names)
+
+
+def verdict_markdown(run, out, path, heading, **parts):
+    """A run's summary in markdown (gpu_smoke.md): a heading, its verdict line, then every gated measurement of out
+    and of its nested runs (`parts`: name -> their JSON) beside its target."""
+    met = {True: "met", False: "**MISSED**", None: "unmeasured"}
+    shown = lambda value: f"{value:.4g}" if isinstance(value, float) else value
+    rows = [f"| {name} | `{section}.{measurement}` | {shown(g['value'])} | {g['target']} | {met[g['met']]} |"
+            for name, result in [(run, out), *parts.items()] for section, part in result.items()
+            if isinstance(part, dict) for measurement, g in part.get("gates", {}).items()]
+    return "\n".join([f"# {heading}", "", verdict_summary(out, path), "", "| run | measurement | value | target | |",
+                      "|---|---|---|---|---|", *rows, ""])
 
 
 def worst(verdicts):

@@ -23,21 +23,22 @@ import math
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import time
+from pathlib import Path
 from statistics import median
 
 import torch
 
+import checkpoint
 import core_eval
 import data
 import model as model_lib
 import train
-from arms import BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, gate, verdict_summary
-from common import (Stopped, UsageError, autocast, cli_main_distributed, exit_process, flight_recorder_env, integer,
-                    raise_stopped, setup_distributed, stop_launch, write_json)
+from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS, gate,
+                  verdict_markdown, verdict_summary)
+from common import (Stopped, UsageError, atomic_write, autocast, cli_main_distributed, exit_process,
+                    flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
@@ -461,26 +462,33 @@ def synthetic_core_tasks(n, seed=0):
 
 
 def check_core_scoring(args, device, examples):
-    """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA): per task the
-    largest accuracy and answer-NLL difference from the one-at-a-time reference path."""
+    """The three core_eval scoring paths on one model under the device's autocast (bf16 on CUDA) and --attention-backend
+    (auto: PyTorch's choice, as core_eval scores): per task the largest accuracy and answer-NLL difference from the
+    one-at-a-time path, and of each path from itself on SDPA's math backend (a wrong fused kernel shows there)."""
     plan = synthetic_plan(args, "vanilla", GPU_CHECK[args.preset]["ratio_depth"], 1)
+    attention = "default" if args.attention_backend == "auto" else args.attention_backend
     torch.manual_seed(0)
-    net = model_lib.GPT(plan.model_config, device=device).eval()
-    for p in net.parameters():  # a random model with non-zero logits: ties would hide disagreements
-        torch.nn.init.normal_(p, std=0.02)
+    net = model_lib.GPT(plan.model_config, device=device, attention=attention).eval()
+    for p in net.parameters():  # every layer's output O(1): ties would hide disagreements, and a wrong attention
+        torch.nn.init.normal_(p, std=p.shape[-1] ** -0.5 if p.dim() == 2 else 0.02)  # kernel moves the NLLs
     tasks = core_eval.load_tasks(args.bundle_dir) if args.bundle_dir else synthetic_core_tasks(examples)
     enc = data.get_tokenizer("bytes")  # offline; its ids are valid for any vocabulary >= 257
-    scores = {s: core_eval.evaluate_tasks(net, enc, tasks, [0], examples, plan.seq_len, device, scoring=s,
-                                          show_progress=False)[0] for s in core_eval.SCORING}
-    reference = scores["one_at_a_time"]
-    diffs = {s: {label: dict(accuracy=abs(per[0][0] - reference[label][0][0]),
-                             nll=abs(per[0][1] - reference[label][0][1])) for label, per in scores[s].items()}
-             for s in core_eval.SCORING if s != "one_at_a_time"}
-    worst = max(d["nll"] for per in diffs.values() for d in per.values())
+    score = lambda s: core_eval.evaluate_tasks(net, enc, tasks, [0], examples, plan.seq_len, device, scoring=s,
+                                               show_progress=False)[0]
+    scores = {s: score(s) for s in core_eval.SCORING}
+    net.set_attention("math")
+    on_math = {s: score(s) for s in core_eval.SCORING}
+    differences = lambda a, b: {label: dict(accuracy=abs(per[0][0] - b[label][0][0]),
+                                            nll=abs(per[0][1] - b[label][0][1])) for label, per in a.items()}
+    diffs = {s: differences(scores[s], scores["one_at_a_time"]) for s in core_eval.SCORING if s != "one_at_a_time"}
+    math_diffs = {s: differences(scores[s], on_math[s]) for s in core_eval.SCORING}
+    worst = lambda table, key: max(d[key] for per in table.values() for d in per.values())
     return dict(tasks=[t["label"] for t in tasks], examples_per_task=examples, source="bundle" if args.bundle_dir
-                else "synthetic", autocast="bf16" if device.type == "cuda" else "fp32", max_nll_difference=worst,
-                max_accuracy_difference=max(d["accuracy"] for per in diffs.values() for d in per.values()),
-                differences=diffs)
+                else "synthetic", autocast="bf16" if device.type == "cuda" else "fp32", attention=attention,
+                max_nll_difference=worst(diffs, "nll"), max_accuracy_difference=worst(diffs, "accuracy"),
+                max_nll_difference_from_math=worst(math_diffs, "nll"),
+                max_accuracy_difference_from_math=worst(math_diffs, "accuracy"),
+                differences=diffs, differences_from_math=math_diffs)
 
 
 def check_summary(name, result):
@@ -505,8 +513,11 @@ def check_summary(name, result):
                 + (f"; stopped at its time cap after {result['repetitions_run']} repetition(s)"
                    if result["stopped_at_cap"] else ""))
     if name == "core_scoring":
-        return (f"{result['source']} tasks, {result['autocast']}: largest difference from one_at_a_time: accuracy "
-                f"{result['max_accuracy_difference']:.4f}, answer NLL {result['max_nll_difference']:.2e}")
+        return (f"{result['source']} tasks, {result['autocast']}, attention {result['attention']}: largest difference "
+                f"from one_at_a_time: accuracy {result['max_accuracy_difference']:.4f}, answer NLL "
+                f"{result['max_nll_difference']:.2e}; from SDPA's math backend: accuracy "
+                f"{result['max_accuracy_difference_from_math']:.4f}, answer NLL "
+                f"{result['max_nll_difference_from_math']:.2e}")
     return f"matmul roofline {result['flops_per_second'] / 1e9:,.1f} GFLOP/s"
 
 
@@ -609,50 +620,41 @@ def gpu_check(args):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# --gpu-smoke (bash ladder.sh gpu-smoke): the first run on a new cluster, about 10 minutes on a GPU node. Untied-Grow on
-# 2 processes under torchrun (NCCL on GPUs, gloo with --device cpu), growth at step 3, a checkpoint and a stop at step
-# 2; that checkpoint is resumed twice, with the default gradient transport and with sharded gradients forced; then
-# --gpu-check with memory snapshots. Everything lands in --gpu-smoke-dir, its summary in gpu_smoke.json.
+# --gpu-smoke (bash ladder.sh gpu-smoke): Untied-Grow through growth at step 3 under torchrun (NCCL; gloo with --device
+# cpu) in the layouts of smoke_launches, then --gpu-check; all in --gpu-smoke-dir, summed up in gpu_smoke.json and .md.
 
 GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the byte-level pool it trains on
     "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=300),
     "cpu": dict(depth=2, steps=6, val_tokens=1024, train_tokens=20_000, launch_timeout=300),
 }
 SMOKE_PROCESSES = 2
-SMOKE_TRAINER = "train.py"  # what torchrun starts; tests/smoke_wrong_scale.py is train.py with a wrong transport
+SMOKE_TRAINER = "train.py"  # what torchrun starts; tests/smoke_defects.py is train.py with an injected defect
 SHARDED_GRADIENTS = ["--shard-gradients"]  # train.py: the owner-sharded transport even where gradients fit replicated
 SHORT_TIMEOUT = ["--dist-timeout", "3"]  # train.py: minutes a collective may wait; a hang ends in minutes
 
 
-def smoke_launch(name, argv, out_dir, timeout):
-    """One torchrun of train.py (NCCL_DEBUG=WARN, the flight recorder dumping into out_dir/NAME.nccl_trace_rank_*),
-    its output in out_dir/NAME.log, stopped with its workers after `timeout` seconds, or when bench.py gets a SIGTERM
-    or SIGINT (then waited for, and Stopped raised) -> what it did: exit code, seconds, NCCL warnings, its last line."""
+def smoke_launch(name, argv, out_dir, timeout, nodes=1, per_node=SMOKE_PROCESSES, device=torch.device("cpu")):
+    """train.py on `nodes` torchruns of `per_node` processes, node_rank 0, 1, ... at 127.0.0.1, each node seeing its
+    own GPUs (nodes > 1: the multi-node layout), NCCL_DEBUG=WARN, the flight recorder in out_dir/NAME.nccl_trace_rank_*,
+    all output in out_dir/NAME.log, stopped after `timeout` s or on a signal (common.run_launches) -> exit code (the
+    first non-zero one), seconds, NCCL warnings, last line."""
     log = os.path.join(out_dir, f"{name}.log")
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-               str(SMOKE_PROCESSES), SMOKE_TRAINER, *argv]
     env = dict(os.environ, NCCL_DEBUG="WARN", **flight_recorder_env(os.path.join(out_dir, f"{name}.nccl_trace_rank_")))
-    t0, timed_out = time.perf_counter(), False
-    proc, handlers = None, {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
+    port = str(free_port())  # the rendezvous; each node sees its own GPUs of those visible
+    gpus = (os.environ.get("CUDA_VISIBLE_DEVICES") or ",".join(map(str, range(nodes * per_node)))).split(",")
+    commands = [([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(nodes), "--nproc_per_node",
+                  str(per_node), "--node_rank", str(node), "--master_addr", "127.0.0.1", "--master_port", port,
+                  SMOKE_TRAINER, *argv],
+                 dict(env, CUDA_VISIBLE_DEVICES=",".join(gpus[node * per_node:(node + 1) * per_node]))
+                 if device.type == "cuda" else env) for node in range(nodes)]
+    t0 = time.perf_counter()
     with open(log, "w") as f:
-        try:
-            proc = subprocess.Popen(command, cwd=os.path.dirname(os.path.abspath(__file__)), stdout=f,
-                                    stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            code, timed_out = stop_launch(proc), True
-        except Stopped:
-            for other in handlers:  # a second signal does not cut the wait short
-                signal.signal(other, signal.SIG_IGN)
-            if proc:
-                stop_launch(proc, signal.SIGTERM)  # Ctrl-C too: torchrun stops its workers on SIGTERM
-            raise
-        finally:
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
+        codes, timed_out = run_launches(commands, f, timeout, os.path.dirname(os.path.abspath(__file__)))
     lines = open(log, errors="replace").read().splitlines()
-    return dict(command=" ".join(command), returncode=code, seconds=time.perf_counter() - t0, timed_out=timed_out,
-                log=log, last_line=lines[-1] if lines else "", nccl_warnings=[l for l in lines if "NCCL WARN" in l])
+    return dict(command=" && ".join(" ".join(command) for command, _ in commands),
+                returncode=next((code for code in codes if code), 0), seconds=time.perf_counter() - t0,
+                timed_out=timed_out, log=log, last_line=lines[-1] if lines else "",
+                nccl_warnings=[l for l in lines if "NCCL WARN" in l])
 
 
 def smoke_run(run_dir):
@@ -677,42 +679,39 @@ def relative_difference(losses, reference):
     return max(abs(x - y) / abs(y) if y else abs(x - y) for x, y in zip(losses, reference)) if same else None
 
 
-def weights_difference(run_dir, reference_dir):
-    """The largest ||w - w_ref|| / ||w_ref|| over the weight tensors of two runs' final checkpoints: a few steps'
-    losses hardly see a wrongly weighted gradient (Muon's update is normalised), the weights it moved do."""
-    load = lambda d: torch.load(os.path.join(d, "checkpoints", "final", "model.pt"), map_location="cpu",
-                                weights_only=True)["model"]
-    weights, reference = load(run_dir), load(reference_dir)
+def weights_difference(runs_dir, name):
+    """The largest ||w - w_ref|| / ||w_ref|| over the weight tensors of run `name`'s final checkpoint and the reference
+    run's: a few steps' losses hardly see a wrongly weighted gradient (Muon's update is normalised), the weights do."""
+    final = lambda run: checkpoint.load_checkpoint_model(os.path.join(runs_dir, run, "checkpoints", "final"),
+                                                         "cpu")[0].state_dict()
+    weights, reference = final(name), final("reference")
     return max(((weights[k].double() - w).norm() / w.norm().clamp_min(1e-30)).item()
                for k, w in ((k, v.double()) for k, v in reference.items()))
 
 
 def smoke_checks(runs, steps, runs_dir):
-    """The smoke's measurements (gated by arms.TARGETS): complete, grown, finite, bit-identical first resumed step,
-    resumed vs uninterrupted losses and final weights, every rank's memory vs the planner's."""
-    resumed = [runs["default"], runs["sharded"]]
-    a, b, reference = runs["default"]["losses"], runs["sharded"]["losses"], runs["uninterrupted"]["losses"]
+    """The smoke's measurements (gated by arms.TARGETS): complete, grown, finite, bit-identical first resumed step, each
+    distributed run's losses and final weights against the one-process reference, every rank's memory."""
+    grown = [r["growth_events"][0]["step"] if r["growth_events"] else None for r in runs.values()]
+    a, b = (runs.get(name, {}).get("losses", []) for name in ("default", "sharded"))
+    compared = [name for name in SMOKE_DISTRIBUTED_RUNS if name in runs]  # a test may launch fewer
     return dict(
         complete=all(r["status"] == "complete" and len(r["losses"]) == steps for r in runs.values()),
-        grew_at_step=[r["growth_events"][0]["step"] if r["growth_events"] else None for r in resumed],
-        grew_at_crossover=all(r["growth_events"] and r["growth_events"][0]["step"] == steps // 2 for r in resumed),
+        grew_at_step=grown, grew_at_crossover=all(step == steps // 2 for step in grown),
         finite=all(x is not None and math.isfinite(x) for r in runs.values()  # None: not complete (no final loss)
                    for x in r["losses"] + [r["final_val_loss"]]),
-        first_resumed_loss_equal=len(a) > 2 and len(b) > 2 and a[2] == b[2],  # the transports differ after it
-        loss_max_relative_difference=relative_difference(b, a),
-        default_vs_uninterrupted=relative_difference(a, reference),
-        sharded_vs_uninterrupted=relative_difference(b, reference),
+        first_resumed_loss_equal=len(a) > 2 and len(b) > 2 and a[2] == b[2] if "sharded" in runs else None,
+        **{f"{name}_vs_reference": relative_difference(runs[name]["losses"], runs["reference"]["losses"])
+           for name in compared},
+        **{f"{name}_weights_vs_reference": weights_difference(runs_dir, name) for name in compared},
         memory_measured_over_predicted=measured_over_predicted(runs, "max_memory_allocated", "predicted_peak_bytes"),
         outside_allocator_over_predicted=measured_over_predicted(runs, "outside_allocator",
-                                                                 "predicted_outside_allocator_bytes"),
-        **{f"{name}_weights_vs_uninterrupted": weights_difference(os.path.join(runs_dir, name),
-                                                                 os.path.join(runs_dir, "uninterrupted"))
-           for name in ("default", "sharded")})
+                                                                 "predicted_outside_allocator_bytes"))
 
 
 def gpu_smoke_runs(args, device, out_dir, out):
-    """The 2-process part of --gpu-smoke: start (stop at step 2), resume with each transport, and the same steps
-    uninterrupted; fills out["launches"], out["runs"], out["checks"] (a launch that failed: out["errors"])."""
+    """The distributed part of --gpu-smoke (smoke_launches): fills out["launches"], out["runs"], out["checks"] (a launch
+    that failed: out["errors"])."""
     recipe = GPU_SMOKE[args.preset]
     pool, runs_dir = os.path.join(out_dir, "pool"), os.path.join(out_dir, "runs")
     data.prepare("stdlib", pool, tokenizer="bytes", train_tokens=recipe["train_tokens"],
@@ -722,15 +721,12 @@ def gpu_smoke_runs(args, device, out_dir, out):
               "--crossover-fractions", "0.5", "--save-every", "2", "--val-tokens", str(recipe["val_tokens"]),
               "--device", device.type, *SHORT_TIMEOUT,
               *(["--device-batch-size", *map(str, args.device_batch_size)] if args.device_batch_size else [])]
-    launches = [("start", ["--run-name", "default", "--stop-after", "2"]),
-                ("resume_default", ["--run-name", "default", "--resume"]),
-                ("resume_sharded", ["--run-name", "sharded", "--resume", *SHARDED_GRADIENTS]),
-                ("uninterrupted", ["--run-name", "uninterrupted"])]
-    for name, argv in launches:
-        if name.startswith("resume") and out["launches"]["start"]["returncode"] != 0:
+    for name, layout, run_name, argv in smoke_launches():  # layout: (nodes, processes per node)
+        if name.startswith("resume") and out["launches"].get("start", {}).get("returncode") != 0:
             out["skipped"][name] = "not started: the start failed"
             continue
-        out["launches"][name] = launch = smoke_launch(name, common + argv, out_dir, recipe["launch_timeout"])
+        out["launches"][name] = launch = smoke_launch(name, [*common, "--run-name", run_name, *argv], out_dir,
+                                                      recipe["launch_timeout"], *layout, device)
         if launch["returncode"] != 0:
             out["errors"][name] = f"exit code {launch['returncode']}" + (
                 " (timed out)" if launch["timed_out"] else "") + f"; see {launch['log']}"
@@ -738,12 +734,21 @@ def gpu_smoke_runs(args, device, out_dir, out):
             shutil.copytree(os.path.join(runs_dir, "default"), os.path.join(runs_dir, "sharded"))
     if out["errors"] or out["skipped"]:
         return
-    out["runs"] = {name: smoke_run(os.path.join(runs_dir, name)) for name in ("default", "sharded", "uninterrupted")}
+    out["runs"] = {run_name: smoke_run(os.path.join(runs_dir, run_name)) for _, _, run_name, _ in smoke_launches()}
     out["checks"] = smoke_checks(out["runs"], recipe["steps"], runs_dir)
 
 
+def smoke_launches():
+    """[(launch, (nodes, processes per node), run folder, train.py flags)]: 2 processes stopped at step 2, resumed two
+    ways; 2 "nodes" of 1 (every cross-node group made and used); ONE process, which no distributed defect can share."""
+    pair, nodes = (1, SMOKE_PROCESSES), (SMOKE_PROCESSES, 1)
+    return [("start", pair, "default", ["--stop-after", "2"]), ("resume_default", pair, "default", ["--resume"]),
+            ("resume_sharded", pair, "sharded", ["--resume", *SHARDED_GRADIENTS]),
+            ("multinode", nodes, "multinode", SHARDED_GRADIENTS), ("reference", (1, 1), "reference", [])]
+
+
 def gpu_smoke(args):
-    """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
+    """--gpu-smoke: the distributed runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
     snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped" and makes the
     verdict incomplete -> the verdict's exit code (arms.EXIT_CODES). A SIGTERM or SIGINT stops the launch in
     flight and its workers, is recorded, and ends bench.py with 128 + the signal."""
@@ -770,13 +775,16 @@ def gpu_smoke(args):
         gate("gpu_smoke", out, dtype)
         out["total_seconds"] = time.perf_counter() - t0
         write_json(path, out)
-    print("gpu-smoke: " + verdict_summary(out, path, f" in {out['total_seconds']:.0f}s"))
+        summary = verdict_markdown("gpu_smoke", out, path, f"gpu-smoke: {out['device']}, {out['gpus']} GPU(s), torch "
+                                   f"{out['torch']}, {out['date']}", gpu_check=out.get("gpu_check") or {})
+        atomic_write(os.path.join(out_dir, "gpu_smoke.md"), lambda tmp: Path(tmp).write_text(summary))
+    print("gpu-smoke: " + verdict_summary(out, path, f" in {out['total_seconds']:.0f}s") + " and gpu_smoke.md")
     return out["exit_code"]
 
 
 def smoke_parts(args, device, gpus, out_dir, out, path):
-    """gpu_smoke's parts in order, the JSON rewritten after each: the 2-process runs (skipped with fewer GPUs), then
-    on CUDA --gpu-check into out_dir/gpu_check.json (its verdict under out["parts"])."""
+    """gpu_smoke's parts in order, the JSON rewritten after each: the distributed runs (skipped with fewer than 2 GPUs:
+    only they need a second), then on CUDA --gpu-check into out_dir/gpu_check.json (its verdict under out["parts"])."""
     if device.type == "cuda" and gpus < SMOKE_PROCESSES:
         out["skipped"]["runs"] = f"{SMOKE_PROCESSES} GPUs needed, {gpus} visible: NCCL was not started"
     else:
@@ -839,8 +847,8 @@ def parse_args(argv):
     perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
     perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
     perf.add_argument("--gpu-smoke", action="store_true",
-                      help="first run on a new cluster: 2-process torchrun runs of untied_grow through growth, a "
-                           "stop and two resumes (default and sharded gradients), then --gpu-check (README)")
+                      help="first run on a new cluster: untied_grow through growth on 2 processes (stopped, resumed two "
+                           "ways) and on 2 nodes of 1, against one process; then --gpu-check (docs/gpu_acceptance.md)")
     perf.add_argument("--gpu-smoke-dir", default="gpu_smoke", help="the new folder --gpu-smoke writes into")
     perf.add_argument("--cpu-exercise", action="store_true",
                       help="--gpu-check / --gpu-smoke without a GPU: run their code path on the CPU (--device cpu, "

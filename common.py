@@ -26,6 +26,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -536,6 +537,36 @@ def stop_launch(proc, signum=signal.SIGTERM, grace=STOP_GRACE_SECONDS):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return proc.wait()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now (a launch's rendezvous)."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return listener.getsockname()[1]
+
+
+def run_launches(commands, log, timeout, cwd):
+    """Start every (command, environment) at once, output into the open file `log`, and wait for all; past `timeout`
+    seconds, or on a SIGTERM or SIGINT (raised as Stopped once they are stopped), stop every one (stop_launch)
+    -> (their exit codes, whether the timeout stopped them)."""
+    handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
+    procs, start = [], time.perf_counter()
+    try:
+        procs = [subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                  start_new_session=True) for command, env in commands]
+        return [proc.wait(max(1.0, start + timeout - time.perf_counter())) for proc in procs], False
+    except subprocess.TimeoutExpired:
+        return [stop_launch(proc) for proc in procs], True
+    except Stopped:
+        for other in handlers:  # a second signal does not cut the wait short
+            signal.signal(other, signal.SIG_IGN)
+        for proc in procs:
+            stop_launch(proc, signal.SIGTERM)  # Ctrl-C too: torchrun stops its workers on SIGTERM
+        raise
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
 
 
 def autocast(device):

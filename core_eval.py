@@ -579,8 +579,7 @@ def aggregate(raw, baselines, seeds, verified=False):
     return dict(
         core_metric=mean(centered_results.values()),
         core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
-        core_loss=mean(losses.values()),
-        core_bpb=mean(finite_bpbs) if finite_bpbs else None,
+        core_loss=mean(losses.values()), core_bpb=mean(finite_bpbs) if finite_bpbs else None,
         core_metric_filtered=mean(centered_results[l] for l in FILTERED_TASKS) if complete else None,
         filtered_tasks=FILTERED_TASKS,
         core_metric_std=pstdev(metric_per_seed.values()),
@@ -640,9 +639,10 @@ def effective_depth(curve, threshold):
 
 def load_model(checkpoint, device, passes=None):
     """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
-    state."""
+    state; its attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: model.ATTENTION_BACKENDS)."""
     try:
         net, ckpt = load_checkpoint_model(checkpoint, device=device)
+        net.set_attention("default")
     except ValueError as e:
         raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
     bad = next((name for name, t in net.state_dict().items() if not torch.isfinite(t).all()), None)
@@ -793,7 +793,7 @@ def run_bench(args, device):
     torch.manual_seed(0)
     # the shape of train.py's offline "cpu" preset at depth 4 (the checkpoints CORE-evaluated on CPU)
     cfg = model.config_for("vanilla", 4, width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, vocab_size=257)
-    net = model.GPT(cfg).to(device).eval()
+    net = model.GPT(cfg, attention="default").to(device).eval()
     tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
     enc = data.get_tokenizer("bytes")
     max_per_task = args.max_per_task or 100

@@ -10,7 +10,7 @@
 #   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
 #   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
 #   bash ladder.sh gpu-check                              # one-GPU acceptance run: python bench.py --gpu-check
-#   bash ladder.sh gpu-smoke                              # first run on a new cluster (2 GPUs, ~10 min): --gpu-smoke
+#   bash ladder.sh gpu-smoke                              # first run on a new cluster (~9 min on 1 GPU, more on 2+): --gpu-smoke
 #   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
 #
 # Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed

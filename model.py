@@ -8,6 +8,7 @@ A 'plain' stack is the same code path with no prelude/coda, one pass and no oper
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
     python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
 """
+import contextlib
 import json
 import math
 import sys
@@ -27,19 +28,34 @@ ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
 GPT2_VOCAB = 50257
 # --attention-backend: SDPA's backends in priority order (SDPA takes the first that can run the shape), and the aten
-# op each runs as (bench.py --gpu-check reads which ran). "auto" puts cuDNN first: on an H100 it is reported 1.7-2.3x
-# faster than FlashAttention-2, SDPA's own first choice. On the CPU only flash (its CPU kernel) and math exist.
+# op each runs as (bench.py --gpu-check reads which ran). "default" is PyTorch's own selection (no override): it puts
+# cuDNN first on an H100 only with a cuDNN it trusts, having seen wrong results from older ones at sequence lengths
+# that are not a multiple of 128. "auto" (training) puts cuDNN first, reported 1.7-2.3x faster than FlashAttention-2
+# there, where that cannot happen (a causal call whose length is a multiple of CUDNN_SAFE_LENGTH), and is "default"
+# everywhere else; CORE scores with "default" (its lengths are arbitrary). One name forces that backend, to compare.
+# On the CPU only flash (its CPU kernel) and math exist.
+CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+CUDNN_SAFE_LENGTH = 128
 ATTENTION_BACKENDS = {
-    "auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH],
+    "auto": None, "default": [],  # None: attention_backends decides per call; []: no override
     "cudnn": [SDPBackend.CUDNN_ATTENTION], "flash": [SDPBackend.FLASH_ATTENTION],
     "efficient": [SDPBackend.EFFICIENT_ATTENTION], "math": [SDPBackend.MATH],
 }
-CPU_ATTENTION_BACKENDS = ("auto", "flash", "math")
+CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
 ATTENTION_OPS = {"aten::_scaled_dot_product_cudnn_attention": "cudnn",
                  "aten::_scaled_dot_product_flash_attention": "flash",
                  "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
                  "aten::_scaled_dot_product_efficient_attention": "efficient",
                  "aten::_scaled_dot_product_attention_math": "math"}
+
+
+def attention_backends(name, seq_len, causal):
+    """The SDPA backends, in priority order, an attention call of `seq_len` runs under --attention-backend `name`;
+    [] leaves the choice to PyTorch."""
+    chosen = ATTENTION_BACKENDS[name]
+    if chosen is not None:
+        return chosen
+    return CUDNN_FIRST if causal and seq_len % CUDNN_SAFE_LENGTH == 0 else []
 
 
 def attention_backend_run(fn):
@@ -225,7 +241,7 @@ class Attention(nn.Module):
         self.c_k = nn.Linear(cfg.width, cfg.width, bias=False)
         self.c_v = nn.Linear(cfg.width, cfg.width, bias=False)
         self.c_proj = nn.Linear(cfg.width, cfg.width, bias=False)
-        self.backends = ATTENTION_BACKENDS["auto"]  # GPT(attention=...)
+        self.attention = "auto"  # GPT(attention=...), GPT.set_attention
 
     def forward(self, x, cos, sin, attn_mask=None):
         B, T, C = x.shape
@@ -233,8 +249,9 @@ class Attention(nn.Module):
         k = self.c_k(x).view(B, T, self.n_head, self.head_dim)
         v = self.c_v(x).view(B, T, self.n_head, self.head_dim)
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm after RoPE
-        with sdpa_kernel(self.backends, set_priority=True):  # traced by torch.compile: the choice is the graph's
-            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+        backends = attention_backends(self.attention, T, causal=attn_mask is None)
+        with sdpa_kernel(backends, set_priority=True) if backends else contextlib.nullcontext():  # traced by
+            y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # compile
                                                attn_mask=attn_mask, is_causal=attn_mask is None)
         return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
 
@@ -265,12 +282,13 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto"):
-        """The network on `device`, the embedding in embedding_dtype(device), its attention on the SDPA backends
-        ATTENTION_BACKENDS[attention] (a run option, not part of the config: checkpoints do not record it). It is built on the meta device and
-        materialised tensor by tensor (init_weights), so the host holds about one tensor, not the model (7.4 B fp32
-        parameters at d26), and a seed gives the same weights on any device. On the meta device, or with
-        draw_weights=False (a model whose every parameter a checkpoint will overwrite), nothing is drawn: the
-        parameters are left uninitialised and the CPU generator is not advanced (drawing d26's takes minutes)."""
+        """The network on `device`, the embedding in embedding_dtype(device), its attention on the SDPA backends that
+        --attention-backend `attention` names (set_attention; a run option, not part of the config: checkpoints do not
+        record it). It is built on the meta device and materialised tensor by tensor (init_weights), so the host holds
+        about one tensor, not the model (7.4 B fp32 parameters at d26), and a seed gives the same weights on any
+        device. On the meta device, or with draw_weights=False (a model whose every parameter a checkpoint will
+        overwrite), nothing is drawn: the parameters are left uninitialised and the CPU generator is not advanced
+        (drawing d26's takes minutes)."""
         super().__init__()
         self.cfg = cfg
         with torch.device("meta"):
@@ -289,9 +307,7 @@ class GPT(nn.Module):
         self.register_buffer("rope_cos", angles.cos().to(device), persistent=False)  # checkpoints hold parameters only
         self.register_buffer("rope_sin", angles.sin().to(device), persistent=False)
         self.active_passes = cfg.passes_initial
-        for module in self.modules():
-            if isinstance(module, Attention):
-                module.backends = ATTENTION_BACKENDS[attention]
+        self.set_attention(attention)
         self.loss_chunk = loss_chunk  # compile_loss compiles it
         if draw_weights and torch.device(device).type != "meta":
             self.init_weights()
@@ -340,6 +356,12 @@ class GPT(nn.Module):
             raise ValueError("a plain stack runs exactly one pass")
         if self.cfg.mode == "untied" and k > self.cfg.passes:
             raise ValueError(f"an untied model can run at most its {self.cfg.passes} allocated cores, got passes={k}")
+
+    def set_attention(self, name):
+        """Every attention call's SDPA backends: attention_backends(name, ...) (ATTENTION_BACKENDS' names)."""
+        for module in self.modules():
+            if isinstance(module, Attention):
+                module.attention = name
 
     def set_passes(self, k):
         self.check_passes(k)

@@ -30,7 +30,8 @@ so 1/P of that crosses the network (with NODES > 1) and the rest is NVLink. All-
 network rate (nics_per_node x nic_gbits), both at bus_efficiency; a gather counts its root's inflow. No latency term.
 NCCL may pick tree or NVLS algorithms, which move fewer bytes over some links: the ring is the conservative case.
 
-Time: FLOPs (model.flops_per_token, causal attention at half) / (peak x matmul_efficiency); forward 1/3, backward 2/3
+Time: FLOPs (model.flops_per_token, causal attention at half) / (peak x compute_efficiency: matmul_efficiency x
+width / (width + elementwise_width), calibrated on the release's timing.json); forward 1/3, backward 2/3
 of each micro-batch, backward spread over the loss and the executed blocks in proportion to their FLOPs. Overlap: one
 communication stream, collectives in the order they are sent; a bucket goes when its last gradient is ready and
 backward waits, before copying the next bucket, for the one in flight (muon.Muon); what is still in flight when a
@@ -247,12 +248,21 @@ def step_end_seconds(sends, rate, cost):
     return optimizer, max(t, muon_end) - optimizer
 
 
+def compute_efficiency(cfg, cluster):
+    """The share of the peak a step's FLOPs run at for this shape: matmul_efficiency x width / (width +
+    elementwise_width). A step's elementwise work (norms, rotary, activations, the fp32 residual stream, the loss's
+    softmax) moves bytes ~ width per token, its matmuls FLOPs ~ width^2: narrow models spend more of a step on the
+    former (calibrated on the release's timing.json: arms.CLUSTERS, docs/throughput_table.py)."""
+    return cluster.matmul_efficiency * cfg.width / (cfg.width + cluster.elementwise_width)
+
+
 def stage_step(cfg, passes, moving, micro_batch, accumulation, synced, nodes, per_node, bucket_bytes, cluster,
                fixed_order=False, device="cuda", node_size=None):
     """One step at `passes`: bytes per GPU per link, seconds (compute, optimizer, communication, exposed
     communication, step) and MFU; node_size: the hierarchical transport's ranks per node. Numbered as
     plan.make_plan."""
-    world, rate = nodes * per_node, GPU_PEAK_FLOPS[cluster.gpu] * cluster.matmul_efficiency
+    world, efficiency = nodes * per_node, compute_efficiency(cfg, cluster)
+    rate = GPU_PEAK_FLOPS[cluster.gpu] * efficiency
     cost = lambda s: seconds(s.kind, s.nbytes, nodes, per_node, cluster, s.group)  # noqa: E731
     link = lambda s: link_bytes(s.kind, s.nbytes, nodes, per_node, s.group)  # noqa: E731
     # 1. Compute per micro-batch; backward is 2/3 of it: the loss (lm_head) first, then the executed blocks.
@@ -286,7 +296,7 @@ def stage_step(cfg, passes, moving, micro_batch, accumulation, synced, nodes, pe
                 seconds={k: float(f"{v:.5g}") for k, v in dict(
                     compute=accumulation * micro, optimizer=optimizer, communication=sum(map(cost, sends)),
                     exposed_communication=exposed, step=step).items()},
-                mfu=round(accumulation * micro * cluster.matmul_efficiency / step, 4))
+                compute_efficiency=round(efficiency, 4), mfu=round(accumulation * micro * efficiency / step, 4))
 
 
 def stage_steps(plan):

@@ -835,8 +835,9 @@ def add_memory_flags(p):
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
     mem.add_argument("--attention-backend", choices=list(model_lib.ATTENTION_BACKENDS), default="auto",
-                     help="SDPA's backends (auto: cudnn, flash, efficient, math in that priority); one name forces it "
-                          "(a shape it cannot run is torch's error). CPU: auto, flash or math")
+                     help="SDPA's backends (auto: cudnn first where the sequence length is a multiple of 128, else "
+                          "PyTorch's own choice, as default); one name forces it (a shape it cannot run is torch's "
+                          "error). CPU: auto, default, flash or math")
 
 
 def parse_args(argv):

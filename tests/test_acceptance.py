@@ -31,10 +31,11 @@ def passing(target, dtype):
 
 
 def missing(target, dtype):
+    """Measurements that miss the target: one on each side of a two-sided one."""
     bound = arms.bound_for(target, dtype)
     if target.op == "within":
-        return bound[1] + 0.01
-    return {">=": bound * 0.9, "<=": bound * 1.1 + 1e-3, "is": not bound}[target.op]
+        return [bound[0] - 0.01, bound[1] + 0.01]
+    return [{">=": bound * 0.9, "<=": bound * 1.1 + 1e-3, "is": not bound}[target.op]]
 
 
 def synthetic(run, dtype="bf16"):
@@ -50,16 +51,46 @@ def test_every_target_met_is_passed_and_each_one_missed_in_turn_is_missed(run):
     out = synthetic(run)
     assert arms.gate(run, out, "bf16") == "passed" and out["exit_code"] == 0 and out["unmeasured"] == []
     for target in (t for t in arms.TARGETS if t.run == run):
-        one = synthetic(run)
-        one[target.section][target.measurement] = missing(target, "bf16")
-        assert arms.gate(run, one, "bf16") == "missed", target
-        assert one["exit_code"] == 4 and one["misses"] == [f"{target.section}.{target.measurement}"]
-        assert one[target.section]["gates"][target.measurement]["met"] is False
+        for value in missing(target, "bf16"):
+            one = synthetic(run)
+            one[target.section][target.measurement] = value
+            assert arms.gate(run, one, "bf16") == "missed", (target, value)
+            assert one["exit_code"] == 4 and one["misses"] == [f"{target.section}.{target.measurement}"]
+            assert one[target.section]["gates"][target.measurement]["met"] is False
+
+
+def test_a_too_good_measurement_is_missed():
+    """Every ratio is two-sided where a number too good means a wrong measurement: a --peak-flops below the GPU's
+    makes the roofline exceed the peak and inflates MFU."""
+    two_sided = {(t.section, t.measurement) for t in arms.TARGETS if t.op == "within"}
+    assert {("roofline", "peak_fraction"), ("vanilla", "mfu_causal_half"), ("untied_grow", "mfu_causal_half"),
+            ("ratios", "operator_1_over_vanilla")} <= two_sided
+    assert all(t.bound[1] <= 1.0 for t in arms.TARGETS if t.measurement.endswith(("fraction", "over_predicted")))
+
+
+def test_mfu_targets_are_the_calibrated_models_prediction_for_each_sections_shape():
+    """arms.GPU_CHECK_MFU holds what throughput.py predicts for --gpu-check's compiled sections on one H100 80GB:
+    their paper-preset shapes, the planner's micro-batches, the steps each section times (after growth)."""
+    import plan
+    import throughput
+    args = bench.parse_args(["--gpu-check"])
+    recipe = bench.GPU_CHECK["paper"]
+    shapes = dict(vanilla=("vanilla", recipe["vanilla_depth"], None),
+                  untied_grow=("untied_grow", recipe["grow_depth"], recipe["crossover_step"]))
+    assert set(shapes) == set(arms.GPU_CHECK_MFU)
+    for section, (arch, depth, crossover) in shapes.items():
+        run_plan = bench.synthetic_plan(args, arch, depth, recipe["steps"], crossover, recipe["tokens_per_step"])
+        mem = plan.plan_micro_batches(run_plan, 1, plan.H100_80GB_GIB)
+        timed = throughput.predict(run_plan, mem, 1, 1)["stages"][-1]
+        shape, mfu = arms.GPU_CHECK_MFU[section]
+        assert mfu == pytest.approx(timed["mfu"], abs=5e-4) and f"micro-batch {timed['micro_batch']}" in shape
+        target = next(t for t in arms.TARGETS if t.section == section and t.measurement == "mfu_causal_half")
+        assert target.bound == pytest.approx((mfu - arms.MFU_MARGIN, mfu + arms.MFU_MARGIN), abs=1e-3)
 
 
 def test_per_dtype_bounds_apply_the_runs_dtype():
     out = synthetic("gpu_smoke", "bf16")
-    out["checks"]["default_vs_uninterrupted"] = 1e-4  # inside bf16's tolerance, outside fp32's
+    out["checks"]["default_vs_reference"] = 1e-4  # inside bf16's tolerance, outside fp32's
     assert arms.gate("gpu_smoke", copy.deepcopy(out), "bf16") == "passed"
     assert arms.gate("gpu_smoke", out, "fp32") == "missed"
 

@@ -569,10 +569,22 @@ def test_compiled_loss_chunks_equal_eager_ones(monkeypatch):
     assert len(graphs) == 3  # training's chunks of 16 and of 8 rows, evaluation's of 16
 
 
-@pytest.mark.parametrize("attention, ran", [("auto", "flash"), ("flash", "flash"), ("math", "math")])
+def test_auto_attention_puts_cudnn_first_only_where_its_lengths_are_safe():
+    """Training's auto: cuDNN first for causal calls at a multiple of 128 positions; anything else (CORE's arbitrary
+    lengths, its prefix-tree masks) PyTorch's own selection ([]), as "default" always; a name forces one backend."""
+    backends = model.attention_backends
+    assert backends("auto", 2048, causal=True) == backends("auto", 128, causal=True) == model.CUDNN_FIRST
+    assert model.CUDNN_FIRST[0] == torch.nn.attention.SDPBackend.CUDNN_ATTENTION
+    assert backends("auto", 2047, causal=True) == backends("auto", 2048, causal=False) == []
+    assert backends("default", 2048, causal=True) == []
+    assert backends("math", 100, causal=False) == [torch.nn.attention.SDPBackend.MATH]
+
+
+@pytest.mark.parametrize("attention, ran", [("auto", "flash"), ("default", "flash"), ("flash", "flash"),
+                                            ("math", "math")])
 def test_attention_backend_is_the_kernel_that_runs(attention, ran):
-    """GPT(attention=...) sets SDPA's backend: on the CPU auto and flash run the flash CPU kernel, math the math one,
-    causal and with core_eval's attn_mask, to the same outputs (fp32 rounding)."""
+    """GPT(attention=...) sets SDPA's backend: on the CPU auto, default (PyTorch's choice) and flash run the flash CPU
+    kernel, math the math one, causal and with core_eval's attn_mask, to the same outputs (fp32 rounding)."""
     cfg = config_for("vanilla", 1, width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
     idx = torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(0))
     mask = torch.ones(2, 1, cfg.seq_len, cfg.seq_len, dtype=torch.bool).tril()
