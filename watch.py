@@ -7,7 +7,7 @@ run) and what reads a ladder of them (the runs table, the training curves). docs
 Torch-free: train.py fetches a run's numbers from the device and hands them over as Python values; the readers import
 laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does not pay for them.
 """
-import fcntl, json, math, os, time, uuid
+import fcntl, json, math, netrc, os, time, urllib.parse, uuid
 
 from common import UsageError
 
@@ -111,14 +111,54 @@ def tracker_project(args):
     return getattr(args, "wandb", None) or os.environ.get("WANDB_PROJECT") or None
 
 
-def check_tracker(args):
-    """--wandb (or WANDB_PROJECT) without the wandb package: one line, before any work."""
-    if tracker_project(args):
+WANDB_OFFLINE_MODES = ("offline", "dryrun", "disabled")  # WANDB_MODE values that never reach the server
+
+
+def check_tracker(args, run_dir):
+    """--wandb (or WANDB_PROJECT): one line, before the run folder exists, for what wandb.init would refuse only
+    after it: an empty project, a name wandb refuses (its rules: at most 128 characters, none of / \\ # ? % :), the
+    package missing, no API key (WANDB_API_KEY or `wandb login`'s netrc entry) outside offline mode, and a
+    run folder's wandb_id (kept for --resume) that is no wandb run id."""
+    if getattr(args, "wandb", None) == "":
+        raise UsageError("--wandb '' names no project; give one (--wandb my-project) or drop --wandb")
+    project = tracker_project(args)
+    if not project:
+        return
+    if len(project) > 128 or set(project) & set("/\\#?%:"):
+        raise UsageError(f"--wandb {project!r} is no wandb project name: at most 128 characters, none of / \\ # ? % "
+                         ":; pick another (WANDB_PROJECT too)")
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--wandb {project} needs the wandb package: pip install wandb (or drop --wandb and unset "
+                         "WANDB_PROJECT)") from None
+    if getattr(args, "dry_run", False):
+        return
+    if os.environ.get("WANDB_MODE", "online") not in WANDB_OFFLINE_MODES and not wandb_api_key():
+        raise UsageError(f"--wandb {project}: no wandb API key (set WANDB_API_KEY or run `wandb login`); or log "
+                         "offline with WANDB_MODE=offline and `wandb sync` the run folder's wandb/ later")
+    id_path = os.path.join(run_dir, "wandb_id")
+    if os.path.lexists(id_path):
         try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise UsageError(f"--wandb {tracker_project(args)} needs the wandb package: pip install wandb (or drop "
-                             "--wandb and unset WANDB_PROJECT)") from None
+            with open(id_path) as f:
+                run_id = f.read(200).strip() if os.path.isfile(id_path) else None
+        except (OSError, UnicodeDecodeError):
+            run_id = None
+        if not run_id or len(run_id) > 64 or set(run_id) & set(":;,#?/'") or any(c.isspace() for c in run_id):
+            raise UsageError(f"{id_path} holds no wandb run id (the wandb run a resume continues); restore it, or "
+                             "delete it to log the rest of the run to a new wandb run")
+
+
+def wandb_api_key():
+    """The key wandb would use: WANDB_API_KEY, else the netrc entry `wandb login` writes for WANDB_BASE_URL's host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"]
+    host = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return entry[2] if entry else None
 
 
 def open_tracker(args, run):

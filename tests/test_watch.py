@@ -199,3 +199,88 @@ def test_wandb_without_the_package_is_one_line_before_any_work(pool, tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("needs the wandb package: pip install wandb" in line for line in err), err
     assert not (tmp_path / "x").exists()
+
+
+
+@pytest.fixture
+def wandb_stub(monkeypatch, tmp_path):
+    """An importable stand-in for the wandb package (the refusals come before wandb.init), online mode and no key:
+    no WANDB_API_KEY and a netrc without wandb's host."""
+    import types
+    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "netrc").write_text("machine example.org login me password secret\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--wandb", ""], {}, "--wandb '' names no project; give one"),
+    (["--wandb", "team/project"], {}, "--wandb 'team/project' is no wandb project name"),
+    (["--wandb", "x" * 129], {}, "is no wandb project name: at most 128 characters"),
+    ([], {"WANDB_PROJECT": "a:b"}, "--wandb 'a:b' is no wandb project name"),
+    (["--wandb", "p"], {}, "--wandb p: no wandb API key (set WANDB_API_KEY or run `wandb login`); or log offline"),
+    (["--wandb", "p"], {"WANDB_MODE": "online"}, "no wandb API key"),
+])
+def test_wandb_refusals_are_one_line_before_the_run_folder(pool, tmp_path, capsys, wandb_stub, monkeypatch, flags,
+                                                            env, message):
+    """What wandb.init refused only after the run folder existed (a 37-line traceback, the run left `running` at step
+    0), or what trained without a word (--wandb ''): one line, exit 2, no run folder."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "x", *flags, steps=2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "x").exists()
+
+
+def test_wandb_key_from_the_environment_or_netrc_or_offline_passes_the_check(tmp_path, wandb_stub, monkeypatch):
+    args = train.parse_args(["--arch", "vanilla", "--depth", "2", "--runs-dir", str(tmp_path), "--dry-run"])
+    args.dry_run, args.wandb = False, "p"
+    run_dir = str(tmp_path / "r")
+    with pytest.raises(watch.UsageError, match="no wandb API key"):
+        watch.check_tracker(args, run_dir)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    watch.check_tracker(args, run_dir)
+    monkeypatch.delenv("WANDB_MODE")
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password k3y\n")
+    watch.check_tracker(args, run_dir)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    with pytest.raises(watch.UsageError, match="no wandb API key"):
+        watch.check_tracker(args, run_dir)
+    monkeypatch.setenv("WANDB_API_KEY", "k3y")
+    watch.check_tracker(args, run_dir)
+
+
+@pytest.mark.parametrize("content", [b"", b"a/b\n", b"\xff\xfe\n"])
+def test_a_garbage_wandb_id_is_refused_on_resume_and_the_run_stays_stopped(pool, tmp_path, capsys, wandb_stub,
+                                                                           monkeypatch, content):
+    argv = tiny(pool, tmp_path, "vanilla", "--run-name", "w", "--save-every", "2", steps=4)
+    assert train.main(argv + ["--stop-after", "2"]) == 0
+    (tmp_path / "w" / "wandb_id").write_bytes(content)
+    before = (tmp_path / "w" / "result.json").read_text()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert train.main(argv + ["--resume", "--wandb", "p"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "wandb_id holds no wandb run id" in err[0], err
+    assert (tmp_path / "w" / "result.json").read_text() == before
+
+
+def test_the_project_and_run_id_rules_are_wandbs_own():
+    """watch.check_tracker's rules for project names and run ids against wandb.Settings' validators."""
+    pytest.importorskip("wandb", reason="wandb is optional (pip install wandb): comparing with its rules needs it")
+    import types
+    import wandb
+    for project in ("ok-project_1", "team/project", "a:b", "x" * 128, "x" * 129, "q?", "50%"):
+        args = types.SimpleNamespace(wandb=project, dry_run=True)
+        try:
+            watch.check_tracker(args, "/nonexistent")
+            ours = True
+        except watch.UsageError:
+            ours = False
+        try:
+            wandb.Settings(project=project)
+            theirs = True
+        except Exception:
+            theirs = False
+        assert ours == theirs, project
