@@ -7,9 +7,9 @@ run) and what reads a ladder of them (the runs table, the training curves). docs
 Torch-free: train.py fetches a run's numbers from the device and hands them over as Python values; the readers import
 laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does not pay for them.
 """
-import fcntl, json, math, netrc, os, time, urllib.parse, uuid
+import fcntl, json, math, netrc, os, sys, time, urllib.parse, uuid
 
-from common import UsageError
+from common import RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, record_error
 
 LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes the run
 
@@ -209,28 +209,50 @@ def lock_held(run_dir):
 
 
 def read_trajectory(run_dir):
-    """trajectory.jsonl's records; lines of runs written before the documented fields exist (step, loss, passes,
-    lr_multiplier, epoch, tokens_per_second) read too, and a torn last line of a live run is left out."""
+    """trajectory.jsonl's records, each checked against train.py's TRAJECTORY_LINE: a line that breaks it is left out
+    with one line on stderr (a torn last line of a live run silently). Runs written before the documented fields
+    existed (step, loss, passes, lr_multiplier, epoch, tokens_per_second) read too."""
     path = os.path.join(run_dir, "trajectory.jsonl")
     records = []
-    if os.path.isfile(path):
-        for line in open(path, errors="replace"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
-                records.append(record)
+    if not os.path.lexists(path) or not regular_or_said(path):
+        return records
+    for number, line in enumerate(open(path, errors="replace"), 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        error = record_error(record, TRAJECTORY_LINE)
+        if error:
+            print(f"fit.py: skipping {path}:{number}: {error.removeprefix('the record ')}", file=sys.stderr)
+        else:
+            records.append(record)
     return records
 
 
 def read_result(run_dir):
+    """result.json checked against train.py's RESULT_SCHEMA; None when there is none, or (said on stderr in one line)
+    when it is no regular file, no JSON object or breaks the schema."""
     path = os.path.join(run_dir, "result.json")
-    try:
-        result = json.load(open(path))
-    except (OSError, ValueError):
+    if not os.path.lexists(path) or not regular_or_said(path):
         return None
-    return result if isinstance(result, dict) else None
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        result = None
+    error = record_error(result, RESULT_SCHEMA) if isinstance(result, dict) else "is not a JSON object"
+    if error:
+        print(f"fit.py: skipping {path}: {error.removeprefix('the record ')}", file=sys.stderr)
+        return None
+    return result
+
+
+def regular_or_said(path):
+    """Whether path is a regular file; if not (a FIFO would block open() forever), one line on stderr says so."""
+    if os.path.isfile(path):
+        return True
+    print(f"fit.py: skipping {path}: not a regular file", file=sys.stderr)
+    return False
 
 
 def run_row(run_dir):
@@ -246,8 +268,8 @@ def run_row(run_dir):
     if state == "failed" and status in (None, "running"):
         reason = "no process holds its lock: the run died (killed?); ladder.sh or --resume continues it" \
             if result or records else "no result.json and no process holds its lock"
-    if state == "running" and status not in (None, "running"):  # a new invocation has not yet written its first
-        reason = f"resuming a {status} run"
+    if held and status in ("stopped", "interrupted", "failed"):  # a resume that has not yet written "running"
+        state, reason = "resuming", f"resuming a {status} run"
     steps, flops_planned = plan.get("steps"), plan.get("total_flops")
     return dict(run=os.path.basename(os.path.normpath(run_dir)), path=run_dir,
                 arch=(result or {}).get("arch", plan.get("arch")), depth=(result or {}).get("depth", plan.get("depth")),

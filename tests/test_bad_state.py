@@ -625,10 +625,10 @@ def test_issue31_class2_run_records_checked_against_their_schema(pool, stopped_r
 
 
 def test_issue31_class2_trajectory_lines_may_carry_more_fields(pool, stopped_run, tmp_path):
-    # others add optional fields (tokens, flops, wall_seconds, val_loss, ...): only step and loss are checked
+    # fields no schema declares pass; documented ones (common.TRAJECTORY_LINE) only with their type
     run_dir = os.path.join(tmp_path, "runs", "r")
     shutil.copytree(stopped_run, run_dir)
-    edit_trajectory_line(run_dir, 0, tokens=256, stage="a", scalars=dict(x=1), loss=None)
+    edit_trajectory_line(run_dir, 0, tokens=256, stage=0, scalars=dict(x=1), loss=None, note="a")
     argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool, "--resume")]
     assert run_in_process("train.py", argv)[0] == 0
 

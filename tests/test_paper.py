@@ -178,3 +178,25 @@ def test_paper_on_the_release(tmp_path, capsys):
     assert e["shared floor E (Vanilla FLOP ladder)"]["ours"] == pytest.approx(1.7064, abs=1e-4)
     assert e["Operator-1 loss cost of Vanilla's recipe at d8"]["ours"] == pytest.approx(1.01e-2, abs=1e-4)
     assert fit.main(["paper", os.path.join(REPO, "reference"), "--out", str(out)]) == 0  # its own files: rewritten
+
+
+@pytest.mark.parametrize("repeat, code, message", [
+    (dict(loss_delta=0.05), 2, "two different results for vanilla d"), (dict(loss_delta=0.0), 0, "exactly; kept one")])
+def test_paper_treats_a_repeated_depth_as_ladders_does(tmp_path, capsys, repeat, code, message):
+    """A depth entry given twice in the release's ladders.json: a different result refused (it moved the floor
+    1.706 -> 1.42, reported only as "unexplained"), an exact repeat kept once with a warning, as in fit.py ladders."""
+    import shutil
+    release = tmp_path / "reference"
+    shutil.copytree(os.path.join(REPO, "reference"), release)
+    path = release / "release" / "appendix_ladders" / "ladders.json"
+    ladders = json.load(open(path))
+    series = next(name for name in ladders if paper.RELEASE_SERIES.get(name) == "vanilla")
+    ladders[series].append(dict(ladders[series][0], loss=ladders[series][0]["loss"] + repeat["loss_delta"]))
+    path.write_text(json.dumps(ladders))
+    assert fit.main(["paper", str(release), "--out", str(tmp_path / "out")]) == code
+    err = capsys.readouterr().err
+    assert message in err, err
+    if code == 0:
+        manifest = json.load(open(tmp_path / "out" / paper.MANIFEST))
+        rows = {r["what"]: r for entry in manifest["figures"].values() for r in entry["stated"]}
+        assert rows["shared floor E (Vanilla FLOP ladder)"]["ours"] == pytest.approx(1.7064, abs=1e-4)

@@ -284,3 +284,76 @@ def test_the_project_and_run_id_rules_are_wandbs_own():
         except Exception:
             theirs = False
         assert ours == theirs, project
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# fit.py runs / curves read records with train.py's schemas (common.RESULT_SCHEMA, common.TRAJECTORY_LINE)
+
+def edit_trajectory(run_dir, number, **changes):
+    path = os.path.join(run_dir, "trajectory.jsonl")
+    lines = open(path).read().splitlines()
+    lines[number] = json.dumps(dict(json.loads(lines[number]), **changes))
+    open(path, "w").write("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize("where, field, value", [
+    ("result", "completed_steps", "3"), ("result", "estimated_training_flops", "1e9"),
+    ("result", "evals", [{"step": 0, "val_loss": "5.5"}]), ("result", "plan", {"steps": "8"}),
+    ("trajectory", "loss", "5.5"), ("trajectory", "flops", "1e9"), ("trajectory", "wall_seconds", "x"),
+    ("trajectory", "val_loss", "5.4"),
+])
+def test_runs_and_curves_refuse_a_string_where_a_number_belongs_per_record(ladder, tmp_path, capsys, where, field,
+                                                                           value):
+    """Before: tracebacks (8 cases) or a curve drawn from category codes. Now: that record left out, one line on
+    stderr naming the file and the field; every other run still in the table and the figure."""
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    if where == "result":
+        edit_result(runs / "vanilla_d2", **{field: value})
+    else:
+        for number in range(8):
+            edit_trajectory(runs / "vanilla_d2", number, **{field: value})
+    assert fit.main(["runs", str(runs), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert {r["run"] for r in json.loads(out)["runs"]} == {"vanilla_d2", "untied_grow_d2", "vanilla_d3"}
+    lines = err.strip().splitlines()
+    file = "result.json" if where == "result" else "trajectory.jsonl:1"
+    assert lines and f"vanilla_d2/{file}" in lines[0] and field in lines[0] and "must be" in lines[0], lines
+    assert len(lines) == (1 if where == "result" else 8)
+    if field in ("loss", "completed_steps"):
+        assert fit.main(["curves", str(runs), "--out", str(tmp_path / "curves")]) == 0
+    if where == "trajectory":  # the run's records are out of the figure, not drawn from category codes
+        plt = laws.pyplot()
+        fig = watch.curves_figure(plt, watch.curve_runs([str(runs)]), "steps", None)
+        assert not any(line.get_label().startswith("Vanilla d2") for line in fig.axes[0].lines)
+        plt.close("all")
+
+
+def test_a_fifo_result_json_does_not_hang_runs_curves_ladders_or_a_resume(ladder, pool, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    os.remove(runs / "vanilla_d3" / "result.json")
+    os.mkfifo(runs / "vanilla_d3" / "result.json")
+    assert fit.main(["runs", str(runs)]) == 0
+    assert "vanilla_d3/result.json: not a regular file" in capsys.readouterr().err
+    assert fit.main(["ladders", str(runs / "vanilla_d3"), "--out", str(tmp_path / "fit")]) == 2
+    assert "result.json is not a regular file" in capsys.readouterr().err
+    argv = tiny(pool, runs, "vanilla", "--run-name", "vanilla_d3", "--resume", steps=8, depth=3)
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "result.json is not a regular file" in err[0], err
+
+
+def test_a_stopped_run_whose_lock_is_held_reads_resuming(ladder, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
+                               str(runs / "vanilla_d3" / "train.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rows = {r["run"]: r for r in json.loads(table(["runs", str(runs), "--json"], capsys))["runs"]}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (rows["vanilla_d3"]["state"], rows["vanilla_d3"]["reason"]) == ("resuming", "resuming a stopped run")
