@@ -742,17 +742,30 @@ def gpu_smoke_runs(args, device, out_dir, out):
     out["checks"] = smoke_checks(out["runs"], recipe["steps"], runs_dir)
 
 
+def claim_smoke_dir(out_dir):
+    """Make out_dir ours in one atomic step, so that of two --gpu-smoke into one folder the second is refused: the
+    exclusive creation of its gpu_smoke.json (O_EXCL; rewritten at the end) in a folder that was new or empty."""
+    taken = UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
+    claim = os.path.join(out_dir, "gpu_smoke.json")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, NotADirectoryError):
+        raise taken from None
+    if os.listdir(out_dir) != ["gpu_smoke.json"]:
+        os.remove(claim)
+        raise taken
+
+
 def gpu_smoke(args):
     """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
     snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped" and makes the
     verdict incomplete -> the verdict's exit code (arms.EXIT_CODES). A SIGTERM or SIGINT stops the launch in
     flight and its workers, is recorded, and ends bench.py with 128 + the signal."""
     out_dir = args.gpu_smoke_dir
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
     device = single_process(args.device, "--gpu-smoke")
     require_gpu(args, device, "--gpu-smoke")
-    os.makedirs(out_dir, exist_ok=True)
+    claim_smoke_dir(out_dir)
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     dtype = "bf16" if device.type == "cuda" else "fp32"
     out = dict(verdict=None, exit_code=None, misses=[], unmeasured=[], date=time.strftime("%Y-%m-%d"),

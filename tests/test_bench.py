@@ -267,3 +267,19 @@ def test_gpu_smoke_with_a_wrongly_scaled_transport_is_not_passed(tmp_path, monke
     gate = result["checks"]["gates"]["sharded_weights_vs_uninterrupted"]
     assert gate["met"] is False and gate["value"] > 0.05
     assert result["checks"]["gates"]["default_weights_vs_uninterrupted"]["met"]
+
+
+def test_a_second_gpu_smoke_into_the_folder_another_one_is_using_is_refused(tmp_path, monkeypatch, capsys):
+    """Two --gpu-smoke into one folder 0.5 s apart both passed the "not empty" check (the first had not written yet)
+    and wrote over each other. Here the second starts while the first is in its runs: it is refused, one line."""
+    out, started, second = tmp_path / "smoke", [], []
+
+    def runs_while_another_starts(args, device, gpus, out_dir, out_record, path):
+        if not started:
+            started.append(out_dir)
+            second.append(bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]))
+    monkeypatch.setattr(bench, "smoke_parts", runs_while_another_starts)
+    bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert second == [2] and any("--gpu-smoke-dir" in line and "not an empty folder" in line for line in err), err
+    assert sorted(os.listdir(out)) == ["gpu_smoke.json"]
