@@ -435,6 +435,10 @@ def check_self_consistent(folder, weights, meta, plan):
     if not isinstance(step, int) or not 0 <= step <= plan.steps:
         raise UsageError(f"checkpoint {folder} is inconsistent: step {step!r} is outside the plan's 0..{plan.steps}; "
                          f"{fix}")
+    grown, before = [e["step"] for e in meta.get("growth_events", [])], [c for c in plan.crossover_steps if c < step]
+    if grown not in (before, before + [step] if step in plan.crossover_steps else before):
+        raise UsageError(f"checkpoint {folder} is inconsistent: it records growth at steps {grown} but by step {step} "
+                         f"the plan grows at {before or 'no step'}; {fix}")
     for key, planned in (("tokenizer", plan.tokenizer), ("passes", plan.passes_final)):
         if weights.get(key) != planned:
             raise UsageError(f"checkpoint {folder} is inconsistent: model.pt was written for {key} "

@@ -596,6 +596,9 @@ CLASS2_CASES = [  # (id, mutation of the copied run dir, flags after the run's o
     ("meta-micro-batch-zero", lambda r: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
                                                   micro_batches=[0]), FIXED,
      "meta.json: field micro_batches[0] must be a whole number >= 1, got 0"),
+    ("meta-growth-on-vanilla", lambda r: edit_meta(f"{r}/checkpoints/latest", growth_events=[
+        dict(step=1, passes_from=1, passes_to=2)]), RESUME,  # was: all steps trained, then an IndexError, "running"
+     "is inconsistent: it records growth at steps [1] but by step 2 the plan grows at no step"),
     ("meta-evals-a-string", lambda r: edit_meta(f"{r}/checkpoints/latest", evals="none"), RESUME,
      'meta.json: field evals must be a list, got "none"'),
     ("meta-negative-tokens", lambda r: edit_meta(f"{r}/checkpoints/latest", tokens=-512), RESUME,
