@@ -36,8 +36,8 @@ import data
 import model as model_lib
 import train
 from arms import BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, gate, verdict_summary
-from common import (Stopped, UsageError, autocast, cli_main_distributed, exit_process, flight_recorder_env, integer,
-                    raise_stopped, setup_distributed, stop_launch, write_json)
+from common import (Stopped, UsageError, autocast, claim_empty_folder, cli_main_distributed, exit_process,
+                    flight_recorder_env, integer, raise_stopped, setup_distributed, stop_launch, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
@@ -742,21 +742,6 @@ def gpu_smoke_runs(args, device, out_dir, out):
     out["checks"] = smoke_checks(out["runs"], recipe["steps"], runs_dir)
 
 
-def claim_smoke_dir(out_dir):
-    """Make out_dir ours in one atomic step, so that of two --gpu-smoke into one folder the second is refused: the
-    exclusive creation of its gpu_smoke.json (O_EXCL; rewritten at the end) in a folder that was new or empty."""
-    taken = UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
-    claim = os.path.join(out_dir, "gpu_smoke.json")
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except (FileExistsError, NotADirectoryError):
-        raise taken from None
-    if os.listdir(out_dir) != ["gpu_smoke.json"]:
-        os.remove(claim)
-        raise taken
-
-
 def gpu_smoke(args):
     """--gpu-smoke: the 2-process runs (gpu_smoke_runs), then on CUDA the one-GPU acceptance run with memory
     snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped" and makes the
@@ -765,7 +750,8 @@ def gpu_smoke(args):
     out_dir = args.gpu_smoke_dir
     device = single_process(args.device, "--gpu-smoke")
     require_gpu(args, device, "--gpu-smoke")
-    claim_smoke_dir(out_dir)
+    if not claim_empty_folder(out_dir, "gpu_smoke.json"):  # atomic: of two runs into one folder, one gets it
+        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     dtype = "bf16" if device.type == "cuda" else "fp32"
     out = dict(verdict=None, exit_code=None, misses=[], unmeasured=[], date=time.strftime("%Y-%m-%d"),

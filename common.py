@@ -288,6 +288,21 @@ TRAJECTORY_LINE = {  # each line of trajectory.jsonl (docs/trajectory.md); more 
     "val_bpb_after_growth?": nullable(ANY_NUMBER), "passes_after_growth?": whole(1)}
 
 
+def claim_empty_folder(path, marker):
+    """Make the folder `path` (new or empty) this process's in one atomic step: the exclusive creation (O_EXCL) of
+    the file `marker` in it -> False when it is taken (a marker there already, or other content, or not a folder)."""
+    claim = os.path.join(path, marker)
+    try:
+        os.makedirs(path, exist_ok=True)
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, NotADirectoryError):
+        return False
+    if os.listdir(path) == [marker]:
+        return True
+    os.remove(claim)
+    return False
+
+
 def check_regular_file(path, fix):
     """Refuse a path that exists but is no regular file: open() of a FIFO waits forever for a writer."""
     if os.path.lexists(path) and not os.path.isfile(path):
