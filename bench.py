@@ -37,7 +37,7 @@ import model as model_lib
 import train
 from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS, gate,
                   verdict_markdown, verdict_summary)
-from common import (Stopped, UsageError, atomic_write, autocast, cli_main_distributed, exit_process,
+from common import (Stopped, UsageError, atomic_write, autocast, claim_empty_folder, cli_main_distributed, exit_process,
                     flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
@@ -753,11 +753,10 @@ def gpu_smoke(args):
     verdict incomplete -> the verdict's exit code (arms.EXIT_CODES). A SIGTERM or SIGINT stops the launch in
     flight and its workers, is recorded, and ends bench.py with 128 + the signal."""
     out_dir = args.gpu_smoke_dir
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
     device = single_process(args.device, "--gpu-smoke")
     require_gpu(args, device, "--gpu-smoke")
-    os.makedirs(out_dir, exist_ok=True)
+    if not claim_empty_folder(out_dir, "gpu_smoke.json"):  # atomic: of two runs into one folder, one gets it
+        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     dtype = "bf16" if device.type == "cuda" else "fp32"
     out = dict(verdict=None, exit_code=None, misses=[], unmeasured=[], date=time.strftime("%Y-%m-%d"),

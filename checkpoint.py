@@ -27,8 +27,8 @@ import torch.distributed.checkpoint as dcp
 
 import muon
 from arms import with_current_mode_names
-from common import (ANY_NUMBER, FLAG, OBJECT, TEXT, UsageError, atomic_write, check_record, each, nullable, real,
-                    sha256_file, torchrun_ranks, whole, write_json)
+from common import (EVAL_RECORD, FLAG, OBJECT, RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, atomic_write, check_record,
+                    check_regular_file, each, nullable, real, sha256_file, torchrun_ranks, whole, write_json)
 from model import GPT, ModelConfig
 
 # DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
@@ -339,19 +339,15 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_red
 
 CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
 
-# The run records train.py reads back, field -> rule (common.check_record; "name?": may be absent), checked before any
-# field is used: a record of the wrong shape (edited, its manifest rehashed) is one line naming the file and field.
-EVAL_RECORD = {"step": whole(0), "epoch?": whole(0), "val_loss": ANY_NUMBER, "val_bpb?": nullable(ANY_NUMBER),
-               "passes?": whole(1), "when?": TEXT}
+# A checkpoint's meta.json, field -> rule (common.check_record; "name?": may be absent; the run records' schemas are in
+# common.py), checked before any field is used: a record of the wrong shape (edited, its manifest rehashed) is one
+# line naming the file and field.
 META_SCHEMA = {  # a checkpoint's meta.json (save_checkpoint writes it)
     "format": whole(1), "plan": OBJECT, "world_size": whole(1), "rng": each(whole(0, 255)),
     "muon_param_groups": each(OBJECT), "args?": OBJECT, "fixed_reduce_order?": FLAG,
     "micro_batches?": nullable(each(whole(1))), "step": whole(0), "evals": each(EVAL_RECORD),
     "growth_events": each({"step": whole(0)}), "flops": real(0), "matrix_flops": real(0), "train_seconds": real(0),
     "tokens": whole(0), "wall_seconds?": real(0), "eval_seconds?": real(0), "memory_measured?": each(OBJECT)}
-RESULT_SCHEMA = {  # a run's result.json (write_result), as far as a later invocation reads it
-    "status": TEXT, "plan?": OBJECT, "data_dir?": nullable(TEXT), "data_manifest?": nullable(OBJECT)}
-TRAJECTORY_LINE = {"step": whole(1), "loss": nullable(ANY_NUMBER)}  # each line of trajectory.jsonl; more keys pass
 CHECKPOINT_FIX = "resume from an intact checkpoint or start the run again under another --run-name"
 
 
@@ -439,6 +435,10 @@ def check_self_consistent(folder, weights, meta, plan):
     if not isinstance(step, int) or not 0 <= step <= plan.steps:
         raise UsageError(f"checkpoint {folder} is inconsistent: step {step!r} is outside the plan's 0..{plan.steps}; "
                          f"{fix}")
+    grown, before = [e["step"] for e in meta.get("growth_events", [])], [c for c in plan.crossover_steps if c < step]
+    if grown not in (before, before + [step] if step in plan.crossover_steps else before):
+        raise UsageError(f"checkpoint {folder} is inconsistent: it records growth at steps {grown} but by step {step} "
+                         f"the plan grows at {before or 'no step'}; {fix}")
     for key, planned in (("tokenizer", plan.tokenizer), ("passes", plan.passes_final)):
         if weights.get(key) != planned:
             raise UsageError(f"checkpoint {folder} is inconsistent: model.pt was written for {key} "
@@ -523,9 +523,10 @@ def remove_dead_temp_files(folder):
 def read_result(run_dir):
     """result.json as a dict (None when there is none yet)."""
     path = os.path.join(run_dir, "result.json")
+    fix = "move it away or choose another --run-name"
+    check_regular_file(path, fix)
     if not os.path.exists(path):
         return None
-    fix = "move it away or choose another --run-name"
     try:
         with open(path) as f:
             result = json.load(f)

@@ -268,6 +268,48 @@ def check_record(path, value, schema, fix, error_class=UsageError):
     return value
 
 
+# The run records train.py writes and every reader reads back with these schemas: train.py on resume (checkpoint.py),
+# fit.py runs / curves (watch.py), fit.py ladders (laws.py). Fields of runs written before a field existed are
+# optional ("name?"); a documented field of the wrong type is refused (a string loss drew a curve of category codes).
+EVAL_RECORD = {"step": whole(0), "epoch?": whole(0), "val_loss": ANY_NUMBER, "val_bpb?": nullable(ANY_NUMBER),
+               "passes?": whole(1), "when?": TEXT}
+RESULT_SCHEMA = {  # a run's result.json (train.write_result), as far as anything reads it
+    "status": TEXT, "arch?": TEXT, "depth?": whole(1), "data_dir?": nullable(TEXT), "data_manifest?": nullable(OBJECT),
+    "plan?": {"arch?": TEXT, "depth?": whole(1), "steps?": whole(1), "total_flops?": real(0),
+              "warmdown_ratio?": real(0), "seed?": whole(0)},
+    "completed_steps?": whole(0), "evals?": each(EVAL_RECORD), "growth_events?": each({"step": whole(0)}),
+    "estimated_training_flops?": real(0), "final_val_loss?": nullable(ANY_NUMBER),
+    "total_training_time_seconds?": real(0), "error?": nullable(TEXT)}
+TRAJECTORY_LINE = {  # each line of trajectory.jsonl (docs/trajectory.md); more keys pass
+    "step": whole(1), "loss": nullable(ANY_NUMBER), "tokens?": whole(0), "flops?": real(0), "lr_multiplier?": real(0),
+    "passes?": whole(1), "stage?": whole(0), "epoch?": whole(0), "tokens_per_second?": nullable(ANY_NUMBER),
+    "grad_norm?": nullable(ANY_NUMBER), "scalars?": OBJECT, "wall_seconds?": real(0), "train_seconds?": real(0),
+    "eta_seconds?": nullable(real(0)), "val_loss?": nullable(ANY_NUMBER), "val_bpb?": nullable(ANY_NUMBER),
+    "val_passes?": whole(1), "val_loss_after_growth?": nullable(ANY_NUMBER),
+    "val_bpb_after_growth?": nullable(ANY_NUMBER), "passes_after_growth?": whole(1)}
+
+
+def claim_empty_folder(path, marker):
+    """Make the folder `path` (new or empty) this process's in one atomic step: the exclusive creation (O_EXCL) of
+    the file `marker` in it -> False when it is taken (a marker there already, or other content, or not a folder)."""
+    claim = os.path.join(path, marker)
+    try:
+        os.makedirs(path, exist_ok=True)
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except (FileExistsError, NotADirectoryError):
+        return False
+    if os.listdir(path) == [marker]:
+        return True
+    os.remove(claim)
+    return False
+
+
+def check_regular_file(path, fix):
+    """Refuse a path that exists but is no regular file: open() of a FIFO waits forever for a writer."""
+    if os.path.lexists(path) and not os.path.isfile(path):
+        raise UsageError(f"{path} is not a regular file; {fix}")
+
+
 def sha256_file(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -24,6 +24,7 @@ the world size or micro-batch size, so resuming is just continuing at the step.
 """
 import contextlib
 import errno
+import fcntl
 import glob
 import hashlib
 import json
@@ -329,6 +330,23 @@ def _documents(sources, first, writer, workdir, val_every):
         yield k, _END_OF_SOURCE, None
 
 
+PREPARE_LOCK = "prepare.lock"  # in the pool folder: held (flock) by the process preparing it
+
+
+@contextlib.contextmanager
+def one_prepare_at_a_time(out):
+    """Hold out/prepare.lock while preparing: of two train.py runs started together in a fresh clone (or a data.py
+    prepare beside them), the second waits here, then finds the first one's pool complete (or resumes it). The kernel
+    releases the lock of a process that dies."""
+    with open(os.path.join(out, PREPARE_LOCK), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"{out}: another process is preparing this pool; waiting for it", file=sys.stderr, flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _check_writable(out):
     try:
         os.makedirs(out, exist_ok=True)
@@ -368,7 +386,7 @@ def _refuse_foreign(out, old, settings):
     """A pool is created only where nothing is and resumed only under its own settings: anything else in `out` (a
     folder without corpus.json, another corpus's or budget's interrupted prepare) is refused, never overwritten."""
     if old is None:
-        if os.path.isdir(out) and os.listdir(out):
+        if os.path.isdir(out) and set(os.listdir(out)) - {PREPARE_LOCK}:
             raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
         return
     if not isinstance(old, dict) or "status" not in old or "splits" not in old:
@@ -397,7 +415,8 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
     """Build, resume or confirm the pool in `out`. Returns its finished manifest. A full disk stops it with one line
     (DataError); what was checkpointed stays, and the same command resumes from there once there is room."""
     try:
-        return _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers)
+        with contextlib.ExitStack() as held:
+            return _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers, held)
     except OSError as e:
         if e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
@@ -405,12 +424,13 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
                         "resumes from its last checkpoint)") from None
 
 
-def _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers):
+def _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers, held):
     settings = corpus_settings(corpus, files_glob)
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
     if enc.n_vocab > 1 << 16:
         raise DataError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; pools store uint16")
     _check_writable(out)
+    held.enter_context(one_prepare_at_a_time(out))
     recipe = CORPORA[corpus]
     budgets = dict(train=train_tokens if train_tokens is not None else recipe["train_tokens"],
                    val=val_tokens if val_tokens is not None else recipe["val_tokens"])

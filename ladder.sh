@@ -238,6 +238,10 @@ for r in "${runs[@]}"; do
     fi
     made=$(mkdir -p "$run_dir" 2>&1) || die "environment variable RUNS_DIR: cannot create the run folder $run_dir" \
         "(${made##*: }); set RUNS_DIR to a folder you can write to"
+    for f in ladder.lock train.log train.lock result.json; do  # opening a FIFO of that name would wait forever
+        if [ -e "$run_dir/$f" ] || [ -L "$run_dir/$f" ]; then [ -f "$run_dir/$f" ] ||
+            die "$run_dir/$f is not a regular file; remove it (or choose another RUNS_DIR)"; fi
+    done
     # one ladder.sh per run: it holds $run_dir/ladder.lock (fd 8, inherited by torchrun) from here to the run's end,
     # so the second of two identical commands stops here, before it appends anything to the first one's train.log
     # (train.lock is taken only once train.py has started, seconds later)

@@ -11,7 +11,7 @@ import numpy as np
 from scipy import optimize, stats
 
 from arms import ARMS, with_current_mode_names
-from common import UsageError
+from common import RESULT_SCHEMA, UsageError, check_record, check_regular_file
 
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
@@ -227,7 +227,10 @@ def run_paths(item):
 
 
 def read_result_json(path, table):
-    """A train.py result.json as a dict; anything else -> UsageError saying what is expected (`table`: the CSV form)."""
+    """A train.py result.json as a dict, checked against train.py's RESULT_SCHEMA; anything else -> UsageError saying
+    what is expected (`table`: the CSV form)."""
+    fix = f"pass train.py run dirs, or a table as CSV [{table}]"
+    check_regular_file(path, fix)
     try:
         with open(path) as f:
             r = json.load(f)
@@ -236,8 +239,8 @@ def read_result_json(path, table):
     except ValueError:
         r = None
     if not isinstance(r, dict) or "status" not in r:
-        raise UsageError(f"{path} is not a train.py result.json (needs {RESULT_KEYS}); pass train.py run dirs, "
-                         f"or a table as CSV [{table}]")
+        raise UsageError(f"{path} is not a train.py result.json (needs {RESULT_KEYS}); {fix}")
+    check_record(path, r, RESULT_SCHEMA, "restore it or leave the run out")
     return dict(r, plan=with_current_mode_names(r["plan"])) if "plan" in r else r
 
 

@@ -14,8 +14,8 @@ import numpy as np
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
-from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, jsonable, matched_multipliers, pyplot,
-                  read_csv, save_figures, style)
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, jsonable, matched_multipliers,
+                  note, pyplot, read_csv, save_figures, style)
 
 UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
@@ -143,8 +143,17 @@ def release_loop_grid(path):
 
 
 def series_data(rows):
-    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, the shape laws.fit_ladders takes (one run a point)."""
-    data = {}
+    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, the shape laws.fit_ladders takes (one run a point).
+    A depth given twice is what fit.py ladders makes of it: an exact repeat kept once with a warning, two different
+    results refused."""
+    data, kept = {}, {}
+    for row in rows:
+        first = kept.setdefault(row[:2], row)
+        if first is not row and (first[2], first[3]) != (row[2], row[3]):
+            raise UsageError(f"{row[5]} and {first[5]}: two different results for {row[0]} d{row[1]}; remove one")
+        if first is not row:
+            note(f"warning: {row[5]} repeats {first[5]} ({row[0]} d{row[1]}) exactly; kept one")
+    rows = list(kept.values())
     for arm in dict.fromkeys(r[0] for r in rows):
         pts = sorted((r[2], r[1], r[3]) for r in rows if r[0] == arm)
         data[arm] = dict(x=np.array([p[0] for p in pts]), depth=np.array([p[1] for p in pts]),

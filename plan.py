@@ -114,11 +114,7 @@ def make_plan(args):
         raise UsageError(f"--val-tokens {preset.val_tokens} is not a multiple of the sequence length {seq_len}")
 
     # 3. Growth: the pass stages and the fraction f of the steps before each growth (the paper's rho = 1 - f).
-    staged = ARMS[args.arch].stages
-    if staged and not args.pass_stages and (cfg.passes_initial, cfg.passes) != (staged[0], staged[-1]):
-        raise UsageError(f"{args.arch} grows through the stages {'->'.join(map(str, staged))}: change them with "
-                         "--pass-stages, not --passes or --passes-initial")
-    stages = args.pass_stages or list(staged or sorted({cfg.passes_initial, cfg.passes}))
+    stages = pass_stages(args, cfg)
     growth = len(stages) > 1
     check_train_knobs(args, cfg, growth, regime)
     fractions = growth_fractions(args.crossover_fractions, recipe, depth, stages) if growth else []
@@ -189,6 +185,16 @@ def check_train_knobs(args, cfg, growth, regime):
     if args.tpp is not None and regime:
         raise UsageError("--tpp does not apply with --data-constrained: its steps come from the token budget "
                          "(--train-token-limit, --epochs); drop --tpp")
+
+
+def pass_stages(args, cfg):
+    """The passes of each stage: --pass-stages, else the arm's stages (a staged growth's row), else its initial and
+    final passes."""
+    staged = ARMS[args.arch].stages
+    if staged and not args.pass_stages and (cfg.passes_initial, cfg.passes) != (staged[0], staged[-1]):
+        raise UsageError(f"{args.arch} grows through the stages {'->'.join(map(str, staged))}: change them with "
+                         "--pass-stages, not --passes or --passes-initial")
+    return args.pass_stages or list(staged or sorted({cfg.passes_initial, cfg.passes}))
 
 
 def growth_fractions(flag, recipe, depth, stages):

@@ -736,7 +736,6 @@ def finish(run, state, progress):
 # here what a range cannot say (the run folder's checks: checkpoint.py; the pool's: open_run)
 
 def check_flags(args):
-    check_tracker(args)
     if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
         raise UsageError(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for "
                          "the parent folder")
@@ -856,6 +855,7 @@ def checked_args(parser, args):
     if len(args.depths) > 1 and not args.dry_run:
         parser.error("several --depth values need --dry-run; train one depth per run")
     args.depth = args.depths[0]
+    check_tracker(args, run_dir_of(args))
     if args.world_size is not None and not args.dry_run:
         parser.error("--world-size is a number of GPUs for --dry-run (torchrun sets it for training)")
     if args.attention_backend not in model_lib.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):

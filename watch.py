@@ -7,9 +7,9 @@ run) and what reads a ladder of them (the runs table, the training curves). docs
 Torch-free: train.py fetches a run's numbers from the device and hands them over as Python values; the readers import
 laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does not pay for them.
 """
-import fcntl, json, math, os, time, uuid
+import fcntl, json, math, netrc, os, sys, time, urllib.parse, uuid
 
-from common import UsageError
+from common import RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, record_error
 
 LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes the run
 
@@ -111,14 +111,54 @@ def tracker_project(args):
     return getattr(args, "wandb", None) or os.environ.get("WANDB_PROJECT") or None
 
 
-def check_tracker(args):
-    """--wandb (or WANDB_PROJECT) without the wandb package: one line, before any work."""
-    if tracker_project(args):
+WANDB_OFFLINE_MODES = ("offline", "dryrun", "disabled")  # WANDB_MODE values that never reach the server
+
+
+def check_tracker(args, run_dir):
+    """--wandb (or WANDB_PROJECT): one line, before the run folder exists, for what wandb.init would refuse only
+    after it: an empty project, a name wandb refuses (its rules: at most 128 characters, none of / \\ # ? % :), the
+    package missing, no API key (WANDB_API_KEY or `wandb login`'s netrc entry) outside offline mode, and a
+    run folder's wandb_id (kept for --resume) that is no wandb run id."""
+    if getattr(args, "wandb", None) == "":
+        raise UsageError("--wandb '' names no project; give one (--wandb my-project) or drop --wandb")
+    project = tracker_project(args)
+    if not project:
+        return
+    if len(project) > 128 or set(project) & set("/\\#?%:"):
+        raise UsageError(f"--wandb {project!r} is no wandb project name: at most 128 characters, none of / \\ # ? % "
+                         ":; pick another (WANDB_PROJECT too)")
+    try:
+        import wandb  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--wandb {project} needs the wandb package: pip install wandb (or drop --wandb and unset "
+                         "WANDB_PROJECT)") from None
+    if getattr(args, "dry_run", False):
+        return
+    if os.environ.get("WANDB_MODE", "online") not in WANDB_OFFLINE_MODES and not wandb_api_key():
+        raise UsageError(f"--wandb {project}: no wandb API key (set WANDB_API_KEY or run `wandb login`); or log "
+                         "offline with WANDB_MODE=offline and `wandb sync` the run folder's wandb/ later")
+    id_path = os.path.join(run_dir, "wandb_id")
+    if os.path.lexists(id_path):
         try:
-            import wandb  # noqa: F401
-        except ImportError:
-            raise UsageError(f"--wandb {tracker_project(args)} needs the wandb package: pip install wandb (or drop "
-                             "--wandb and unset WANDB_PROJECT)") from None
+            with open(id_path) as f:
+                run_id = f.read(200).strip() if os.path.isfile(id_path) else None
+        except (OSError, UnicodeDecodeError):
+            run_id = None
+        if not run_id or len(run_id) > 64 or set(run_id) & set(":;,#?/'") or any(c.isspace() for c in run_id):
+            raise UsageError(f"{id_path} holds no wandb run id (the wandb run a resume continues); restore it, or "
+                             "delete it to log the rest of the run to a new wandb run")
+
+
+def wandb_api_key():
+    """The key wandb would use: WANDB_API_KEY, else the netrc entry `wandb login` writes for WANDB_BASE_URL's host."""
+    if os.environ.get("WANDB_API_KEY"):
+        return os.environ["WANDB_API_KEY"]
+    host = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return entry[2] if entry else None
 
 
 def open_tracker(args, run):
@@ -169,28 +209,50 @@ def lock_held(run_dir):
 
 
 def read_trajectory(run_dir):
-    """trajectory.jsonl's records; lines of runs written before the documented fields exist (step, loss, passes,
-    lr_multiplier, epoch, tokens_per_second) read too, and a torn last line of a live run is left out."""
+    """trajectory.jsonl's records, each checked against train.py's TRAJECTORY_LINE: a line that breaks it is left out
+    with one line on stderr (a torn last line of a live run silently). Runs written before the documented fields
+    existed (step, loss, passes, lr_multiplier, epoch, tokens_per_second) read too."""
     path = os.path.join(run_dir, "trajectory.jsonl")
     records = []
-    if os.path.isfile(path):
-        for line in open(path, errors="replace"):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("step"), int):
-                records.append(record)
+    if not os.path.lexists(path) or not regular_or_said(path):
+        return records
+    for number, line in enumerate(open(path, errors="replace"), 1):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        error = record_error(record, TRAJECTORY_LINE)
+        if error:
+            print(f"fit.py: skipping {path}:{number}: {error.removeprefix('the record ')}", file=sys.stderr)
+        else:
+            records.append(record)
     return records
 
 
 def read_result(run_dir):
+    """result.json checked against train.py's RESULT_SCHEMA; None when there is none, or (said on stderr in one line)
+    when it is no regular file, no JSON object or breaks the schema."""
     path = os.path.join(run_dir, "result.json")
-    try:
-        result = json.load(open(path))
-    except (OSError, ValueError):
+    if not os.path.lexists(path) or not regular_or_said(path):
         return None
-    return result if isinstance(result, dict) else None
+    try:
+        with open(path) as f:
+            result = json.load(f)
+    except (OSError, ValueError):
+        result = None
+    error = record_error(result, RESULT_SCHEMA) if isinstance(result, dict) else "is not a JSON object"
+    if error:
+        print(f"fit.py: skipping {path}: {error.removeprefix('the record ')}", file=sys.stderr)
+        return None
+    return result
+
+
+def regular_or_said(path):
+    """Whether path is a regular file; if not (a FIFO would block open() forever), one line on stderr says so."""
+    if os.path.isfile(path):
+        return True
+    print(f"fit.py: skipping {path}: not a regular file", file=sys.stderr)
+    return False
 
 
 def run_row(run_dir):
@@ -206,8 +268,8 @@ def run_row(run_dir):
     if state == "failed" and status in (None, "running"):
         reason = "no process holds its lock: the run died (killed?); ladder.sh or --resume continues it" \
             if result or records else "no result.json and no process holds its lock"
-    if state == "running" and status not in (None, "running"):  # a new invocation has not yet written its first
-        reason = f"resuming a {status} run"
+    if held and status in ("stopped", "interrupted", "failed"):  # a resume that has not yet written "running"
+        state, reason = "resuming", f"resuming a {status} run"
     steps, flops_planned = plan.get("steps"), plan.get("total_flops")
     return dict(run=os.path.basename(os.path.normpath(run_dir)), path=run_dir,
                 arch=(result or {}).get("arch", plan.get("arch")), depth=(result or {}).get("depth", plan.get("depth")),

@@ -413,3 +413,14 @@ def test_a_vector_in_the_scalar_group_shows_in_the_trajectory(pool, tmp_path, mo
     scalars = read_run(tmp_path, "r")[1][-1]["scalars"]
     assert set(scalars) == {"block_scales.0", "block_scales.1", "block_scales.2"}, scalars
     assert os.path.exists(tmp_path / "r" / "result.json")
+
+
+@pytest.mark.parametrize("argv", [("arms.py", "arms"), ("fit.py", "runs", "."), ("model.py", "--arch", "vanilla")])
+def test_a_misspelt_base_arm_is_one_line_in_every_script(scripts_copy, argv):
+    """The table is checked when arms.py is imported, so every script (not only train.py) says it in one line."""
+    scripts_copy.edit("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("operater_1", label="M", '
+                      'color="k"),\n')
+    rc, err = scripts_copy.run(*argv)
+    assert (rc, err.strip().splitlines()) == (2, [
+        "arms.py: error: USER_ARMS: derived('operater_1', ...): no paper arm 'operater_1'; derive from one of "
+        f"{', '.join(arms.PAPER_ARMS)} (docs/your_own_arm.md)"]), err

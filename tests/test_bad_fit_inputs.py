@@ -74,7 +74,8 @@ FIT_CASES = [
     ("corrupt-result-json", {"runs/a/result.json": b"\x00\xff garbage"}, ["ladders", "{d}/runs"], "is not a train.py result.json"),
     ("result-json-nan-loss", {"runs/a/result.json": result_json(final_val_loss=float("nan"))}, ["ladders", "{d}/runs"],
      "final_val_loss > 0"),
-    ("result-json-fractional-depth", {"runs/a/result.json": result_json(depth=8.5)}, ["ladders", "{d}/runs"], "a whole depth"),
+    ("result-json-fractional-depth", {"runs/a/result.json": result_json(depth=8.5)}, ["ladders", "{d}/runs"],
+     "field depth must be a whole number >= 1, got 8.5"),
     ("not-utf8-csv", {"l.csv": b"arm,depth\n\xff\xfe\x00bad\n"}, ["ladders", "{d}/l.csv"], "not a UTF-8 CSV"),
     ("unknown-subcommand", {}, ["frobnicate"], "invalid choice"),
     ("surface-negative-N", {"s.csv": "N,D,loss\n" + "".join(f"{-1 if i == 0 else 1e8 * (i + 1)},{1e9 * (i + 1)},3.0\n" for i in range(8))},
@@ -416,7 +417,7 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
         os.makedirs(tmp_path / "runs" / str(i))
         with open(tmp_path / "runs" / str(i) / "result.json", "w") as f:
             json.dump(dict(status="complete", estimated_matrix_flops=C, final_val_loss=loss,
-                           plan=dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd")), f)
+                           plan=dict(depth=int(d), passes_final=K, weight_decay=wd, data_constrained="fixed-wd")), f)
     assert fit.main(["loops", str(tmp_path / "runs")]) == 2
     assert "two different results for depth 6, loops 2, weight_decay 0.8" in capsys.readouterr().err
     with pytest.raises(SystemExit):
@@ -453,7 +454,7 @@ def loop_runs(root, **plan):
         os.makedirs(os.path.join(root, str(i)))
         with open(os.path.join(root, str(i), "result.json"), "w") as f:
             f.write(result_json(arch="operator_1", depth=int(d), estimated_matrix_flops=C, final_val_loss=loss,
-                                plan=dict(dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd"),
+                                plan=dict(dict(depth=int(d), passes_final=K, weight_decay=wd, data_constrained="fixed-wd"),
                                           **plan)))
 
 

@@ -596,6 +596,9 @@ CLASS2_CASES = [  # (id, mutation of the copied run dir, flags after the run's o
     ("meta-micro-batch-zero", lambda r: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
                                                   micro_batches=[0]), FIXED,
      "meta.json: field micro_batches[0] must be a whole number >= 1, got 0"),
+    ("meta-growth-on-vanilla", lambda r: edit_meta(f"{r}/checkpoints/latest", growth_events=[
+        dict(step=1, passes_from=1, passes_to=2)]), RESUME,  # was: all steps trained, then an IndexError, "running"
+     "is inconsistent: it records growth at steps [1] but by step 2 the plan grows at no step"),
     ("meta-evals-a-string", lambda r: edit_meta(f"{r}/checkpoints/latest", evals="none"), RESUME,
      'meta.json: field evals must be a list, got "none"'),
     ("meta-negative-tokens", lambda r: edit_meta(f"{r}/checkpoints/latest", tokens=-512), RESUME,
@@ -625,10 +628,10 @@ def test_issue31_class2_run_records_checked_against_their_schema(pool, stopped_r
 
 
 def test_issue31_class2_trajectory_lines_may_carry_more_fields(pool, stopped_run, tmp_path):
-    # others add optional fields (tokens, flops, wall_seconds, val_loss, ...): only step and loss are checked
+    # fields no schema declares pass; documented ones (common.TRAJECTORY_LINE) only with their type
     run_dir = os.path.join(tmp_path, "runs", "r")
     shutil.copytree(stopped_run, run_dir)
-    edit_trajectory_line(run_dir, 0, tokens=256, stage="a", scalars=dict(x=1), loss=None)
+    edit_trajectory_line(run_dir, 0, tokens=256, stage=0, scalars=dict(x=1), loss=None, note="a")
     argv = [a.replace("{d}", str(tmp_path)) for a in tiny_run_argv(pool, "--resume")]
     assert run_in_process("train.py", argv)[0] == 0
 

@@ -309,3 +309,19 @@ def test_gpu_smoke_catches_a_defect_every_rank_shares(defect, caught, tmp_path, 
     gates = result["checks"]["gates"]
     assert gates["default_weights_vs_reference"]["value"] > 0.2  # ten times the tolerance
     assert gates["complete"]["met"] and gates["finite"]["met"] and gates["grew_at_crossover"]["met"]
+
+
+def test_a_second_gpu_smoke_into_the_folder_another_one_is_using_is_refused(tmp_path, monkeypatch, capsys):
+    """Two --gpu-smoke into one folder 0.5 s apart both passed the "not empty" check (the first had not written yet)
+    and wrote over each other. Here the second starts while the first is in its runs: it is refused, one line."""
+    out, started, second = tmp_path / "smoke", [], []
+
+    def runs_while_another_starts(args, device, gpus, out_dir, out_record, path):
+        if not started:
+            started.append(out_dir)
+            second.append(bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]))
+    monkeypatch.setattr(bench, "smoke_parts", runs_while_another_starts)
+    bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert second == [2] and any("--gpu-smoke-dir" in line and "not an empty folder" in line for line in err), err
+    assert sorted(os.listdir(out)) == ["gpu_smoke.json"]

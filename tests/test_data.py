@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -414,3 +415,22 @@ def test_a_tokenising_worker_ends_quietly_on_the_pools_sigterm():
             "import time; time.sleep(5)\n")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == -signal.SIGTERM and "Traceback" not in r.stderr, r.stderr
+
+
+def test_two_prepares_of_one_pool_started_together_both_get_the_pool(tmp_path):
+    """Two train.py runs started together in a fresh clone both prepared data/stdlib: one was refused as incomplete,
+    the other died in a FileNotFoundError. Now the second waits for the first's prepare.lock and uses its pool.
+    Both start at one instant (each waits for a file to appear after its imports)."""
+    root, out, go = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "pool", tmp_path / "go"
+    script = ("import os, sys, time, data\nwhile not os.path.exists(sys.argv[2]): time.sleep(0.005)\n"
+              "data.prepare('stdlib', sys.argv[1], tokenizer='bytes', train_tokens=200_000, val_tokens=20_000, "
+              "workers=1)\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(out), str(go)], cwd=root, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    time.sleep(3)  # both past their imports
+    go.write_text("")
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    assert any("waiting for it" in e or "already complete" in e for e in errs), errs
+    for split in data.SPLITS:
+        assert len(data.load_pool(str(out), split, verify_hash=True).tokens) > 0

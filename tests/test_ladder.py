@@ -365,3 +365,16 @@ def test_ctrl_c_while_ladder_sh_lists_its_runs_is_one_line(pool, tmp_path):
     code, out = stop_a_ladder(pool, tmp_path, signal.SIGINT, True, lambda: time.time() > t0 + 0.3)
     assert code == 130 and "Traceback" not in out, out
     assert out.strip().splitlines()[-1].startswith("ladder.sh: stopped by SIGINT")
+
+
+@pytest.mark.parametrize("name", ["ladder.lock", "result.json"])
+def test_a_fifo_in_the_run_folder_is_one_line_not_a_hang(pool, tmp_path, name):
+    """ladder.sh opened a FIFO ladder.lock for appending and waited forever for a reader; a FIFO result.json hung the
+    train.py it started. Now: one line naming the file, exit 2, before anything runs."""
+    (tmp_path / "vanilla_d1").mkdir()
+    os.mkfifo(tmp_path / "vanilla_d1" / name)
+    r = ladder("vanilla", "--preset", "cpu", "--depths", "1", "--", *TINY, "--steps", "2", "--data-dir", pool,
+               env=dict(RUNS_DIR=str(tmp_path)), timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [
+        f"ladder.sh: error: {tmp_path}/vanilla_d1/{name} is not a regular file; remove it (or choose another "
+        "RUNS_DIR)"], r.stderr

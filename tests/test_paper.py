@@ -274,3 +274,23 @@ def test_fineweb_edu_layout_read_by_downstream(tmp_path, capsys):
 ])
 def test_json_a_command_cannot_use_is_one_line_naming_the_layouts(tmp_path, argv, obj, message):
     assert_refused("fit.py", argv, tmp_path, message, files={"t.json": json.dumps(obj)}, runner=run_in_process)
+
+
+def test_paper_treats_a_repeated_depth_as_ladders_does(tmp_path, capsys):
+    """A depth entry given twice in the release's ladders.json: a different result is refused (it moved the floor
+    1.706 -> 1.42, reported only as "unexplained"), an exact repeat kept once with a warning, as in fit.py ladders."""
+    import shutil
+    release = tmp_path / "reference"
+    shutil.copytree(os.path.join(REPO, "reference"), release)
+    path = release / "release" / "appendix_ladders" / "ladders.json"
+    ladders = json.load(open(path))
+    series = next(name for name in ladders if paper.RELEASE_SERIES.get(name) == "vanilla")
+    first = ladders[series][0]
+    path.write_text(json.dumps(dict(ladders, **{series: ladders[series] + [dict(first, loss=first["loss"] + 0.05)]})))
+    assert fit.main(["paper", str(release), "--out", str(tmp_path / "out")]) == 2
+    assert "two different results for vanilla d" in capsys.readouterr().err
+    rows = paper.release_ladder_rows("l.json", dict(ladders, **{series: ladders[series] + [first]}), False)
+    once = paper.release_ladder_rows("l.json", ladders, False)
+    data = paper.series_data(rows)
+    assert "exactly; kept one" in capsys.readouterr().err
+    assert all(np.array_equal(data["vanilla"][k], paper.series_data(once)["vanilla"][k]) for k in ("x", "loss"))

@@ -199,3 +199,164 @@ def test_wandb_without_the_package_is_one_line_before_any_work(pool, tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("needs the wandb package: pip install wandb" in line for line in err), err
     assert not (tmp_path / "x").exists()
+
+
+
+@pytest.fixture
+def wandb_stub(monkeypatch, tmp_path):
+    """An importable stand-in for the wandb package (the refusals come before wandb.init), online mode and no key:
+    no WANDB_API_KEY and a netrc without wandb's host."""
+    import types
+    monkeypatch.setitem(sys.modules, "wandb", types.ModuleType("wandb"))
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_PROJECT", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    (tmp_path / "netrc").write_text("machine example.org login me password secret\n")
+    monkeypatch.setenv("NETRC", str(tmp_path / "netrc"))
+
+
+@pytest.mark.parametrize("flags, env, message", [
+    (["--wandb", ""], {}, "--wandb '' names no project; give one"),
+    (["--wandb", "team/project"], {}, "--wandb 'team/project' is no wandb project name"),
+    (["--wandb", "x" * 129], {}, "is no wandb project name: at most 128 characters"),
+    ([], {"WANDB_PROJECT": "a:b"}, "--wandb 'a:b' is no wandb project name"),
+    (["--wandb", "p"], {}, "--wandb p: no wandb API key (set WANDB_API_KEY or run `wandb login`); or log offline"),
+    (["--wandb", "p"], {"WANDB_MODE": "online"}, "no wandb API key"),
+])
+def test_wandb_refusals_are_one_line_before_the_run_folder(pool, tmp_path, capsys, wandb_stub, monkeypatch, flags,
+                                                            env, message):
+    """What wandb.init refused only after the run folder existed (a 37-line traceback, the run left `running` at step
+    0), or what trained without a word (--wandb ''): one line, exit 2, no run folder."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "x", *flags, steps=2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "x").exists()
+
+
+def test_wandb_key_from_the_environment_or_netrc_or_offline_passes_the_check(tmp_path, wandb_stub, monkeypatch):
+    args = train.parse_args(["--arch", "vanilla", "--depth", "2", "--runs-dir", str(tmp_path), "--dry-run"])
+    args.dry_run, args.wandb = False, "p"
+    run_dir = str(tmp_path / "r")
+    with pytest.raises(watch.UsageError, match="no wandb API key"):
+        watch.check_tracker(args, run_dir)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    watch.check_tracker(args, run_dir)
+    monkeypatch.delenv("WANDB_MODE")
+    (tmp_path / "netrc").write_text("machine api.wandb.ai login user password k3y\n")
+    watch.check_tracker(args, run_dir)
+    monkeypatch.setenv("WANDB_BASE_URL", "https://wandb.example.org")
+    with pytest.raises(watch.UsageError, match="no wandb API key"):
+        watch.check_tracker(args, run_dir)
+    monkeypatch.setenv("WANDB_API_KEY", "k3y")
+    watch.check_tracker(args, run_dir)
+
+
+@pytest.mark.parametrize("content", [b"", b"a/b\n", b"\xff\xfe\n"])
+def test_a_garbage_wandb_id_is_refused_on_resume_and_the_run_stays_stopped(pool, tmp_path, capsys, wandb_stub,
+                                                                           monkeypatch, content):
+    argv = tiny(pool, tmp_path, "vanilla", "--run-name", "w", "--save-every", "2", steps=4)
+    assert train.main(argv + ["--stop-after", "2"]) == 0
+    (tmp_path / "w" / "wandb_id").write_bytes(content)
+    before = (tmp_path / "w" / "result.json").read_text()
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    assert train.main(argv + ["--resume", "--wandb", "p"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "wandb_id holds no wandb run id" in err[0], err
+    assert (tmp_path / "w" / "result.json").read_text() == before
+
+
+def test_the_project_and_run_id_rules_are_wandbs_own():
+    """watch.check_tracker's rules for project names and run ids against wandb.Settings' validators."""
+    pytest.importorskip("wandb", reason="wandb is optional (pip install wandb): comparing with its rules needs it")
+    import types
+    import wandb
+    for project in ("ok-project_1", "team/project", "a:b", "x" * 128, "x" * 129, "q?", "50%"):
+        args = types.SimpleNamespace(wandb=project, dry_run=True)
+        try:
+            watch.check_tracker(args, "/nonexistent")
+            ours = True
+        except watch.UsageError:
+            ours = False
+        try:
+            wandb.Settings(project=project)
+            theirs = True
+        except Exception:
+            theirs = False
+        assert ours == theirs, project
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# fit.py runs / curves read records with train.py's schemas (common.RESULT_SCHEMA, common.TRAJECTORY_LINE)
+
+def edit_trajectory(run_dir, number, **changes):
+    path = os.path.join(run_dir, "trajectory.jsonl")
+    lines = open(path).read().splitlines()
+    lines[number] = json.dumps(dict(json.loads(lines[number]), **changes))
+    open(path, "w").write("\n".join(lines) + "\n")
+
+
+STRING_CASES = [  # (record, field, a string where train.py writes a number)
+    ("result", "completed_steps", "3"), ("result", "estimated_training_flops", "1e9"),
+    ("result", "evals", [{"step": 0, "val_loss": "5.5"}]), ("result", "plan", {"steps": "8"}),
+    ("trajectory", "loss", "5.5"), ("trajectory", "flops", "1e9"), ("trajectory", "wall_seconds", "x"),
+    ("trajectory", "val_loss", "5.4")]
+
+
+def test_runs_and_curves_refuse_a_string_where_a_number_belongs_per_record(ladder, tmp_path, capsys):
+    """Before: tracebacks (8 cases) or a curve drawn from category codes. Now: each broken record left out, one line
+    on stderr naming the file and the field; every run still in the table, no curve from a broken line."""
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    for i, (where, field, value) in enumerate(STRING_CASES):
+        run = runs / f"s{i}"
+        shutil.copytree(ladder / "vanilla_d2", run)
+        if where == "result":
+            edit_result(run, **{field: value})
+        else:
+            for number in range(8):
+                edit_trajectory(run, number, **{field: value})
+    assert fit.main(["runs", str(runs), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert len(json.loads(out)["runs"]) == 3 + len(STRING_CASES)
+    lines = err.strip().splitlines()
+    for i, (where, field, _) in enumerate(STRING_CASES):
+        said = [line for line in lines if f"/s{i}/{'result.json' if where == 'result' else 'trajectory.jsonl:'}" in line]
+        assert len(said) == (1 if where == "result" else 8), (i, lines)
+        assert field in said[0] and "must be" in said[0], said
+    assert fit.main(["curves", str(runs), "--out", str(tmp_path / "curves")]) == 0
+    plt, drawn = laws.pyplot(), watch.curve_runs([str(runs)])
+    assert len(drawn) == 3 + sum(where == "result" for where, _, _ in STRING_CASES)  # no broken trajectory drawn
+    fig = watch.curves_figure(plt, drawn, "steps", None)
+    assert all(isinstance(y, float) for line in fig.axes[0].lines for y in line.get_ydata())
+    plt.close("all")
+
+
+def test_a_fifo_result_json_does_not_hang_runs_curves_ladders_or_a_resume(ladder, pool, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    os.remove(runs / "vanilla_d3" / "result.json")
+    os.mkfifo(runs / "vanilla_d3" / "result.json")
+    assert fit.main(["runs", str(runs)]) == 0
+    assert "vanilla_d3/result.json: not a regular file" in capsys.readouterr().err
+    assert fit.main(["ladders", str(runs / "vanilla_d3"), "--out", str(tmp_path / "fit")]) == 2
+    assert "result.json is not a regular file" in capsys.readouterr().err
+    argv = tiny(pool, runs, "vanilla", "--run-name", "vanilla_d3", "--resume", steps=8, depth=3)
+    assert train.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "result.json is not a regular file" in err[0], err
+
+
+def test_a_stopped_run_whose_lock_is_held_reads_resuming(ladder, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
+                               str(runs / "vanilla_d3" / "train.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        rows = {r["run"]: r for r in json.loads(table(["runs", str(runs), "--json"], capsys))["runs"]}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (rows["vanilla_d3"]["state"], rows["vanilla_d3"]["reason"]) == ("resuming", "resuming a stopped run")
