@@ -40,14 +40,15 @@ import watch
 from common import Parser, UsageError, cli_main, exit_process
 from arms import FIGURE2_ARMS
 from laws import (DEPTH_DERIVED, FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
-                  fit_ladders, fitted_multiplier, fnum, forecast, jsonable, note, number, positive_float, pyplot,
+                  fit_ladders, fitted_multiplier, fnum, footing, forecast, jsonable, note, number, positive_float, pyplot,
                   read_csv, read_result_json, robust_lsq, run_paths, save_figures, style, SEED_MAX)
 
 
 
 def ladder_rows_from_runs(paths, use_time):
-    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped. The
-    runs of one arm must share their recipe and data pool (laws.check_one_recipe)."""
+    """(arm, depth, x, loss, seed, origin, flags) of every complete train.py result.json, flags its plan's
+    schedule_notes (a warmup the run never finishes, ...); incomplete runs are skipped. The runs of one arm must share
+    their recipe and data pool (laws.check_one_recipe)."""
     rows, runs = [], {}
     key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
@@ -62,7 +63,7 @@ def ladder_rows_from_runs(paths, use_time):
         except (KeyError, TypeError, ValueError, AssertionError):
             raise UsageError(f"{path}: a complete run needs arch, a whole depth, and finite {key} and "
                              "final_val_loss > 0")
-        rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path))
+        rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path, tuple(r.get("schedule_notes") or ())))
         runs.setdefault(arm, []).append((path, r))
     for arm, group in runs.items():
         check_one_recipe(group, DEPTH_DERIVED, f"{arm} runs")
@@ -85,7 +86,7 @@ def ladder_rows_from_csv(path, use_time):
 def pool_replicates(rows, replicates, use_time):
     """Group rows by (arm, depth). Rows with distinct seeds (seed column, or the plan's seed in result.json) are seed
     replicates; rows with one seed (or none) are duplicates: dropped with a warning when they agree exactly, seed
-    replicates with --replicates, an error otherwise. -> {(arm, depth): (x, [losses])}."""
+    replicates with --replicates, an error otherwise. -> {(arm, depth): (x, [losses], flags)}."""
     groups = {}
     for row in rows:
         groups.setdefault(row[:2], []).append(row)
@@ -105,13 +106,15 @@ def pool_replicates(rows, replicates, use_time):
         if not use_time and np.ptp(x) > FIT["replicate_compute_rtol"] * x.max():
             raise UsageError(f"{kept[0][5]} and {kept[int(np.argmax(x))][5]}: replicates of {arm} d{depth} have "
                              f"different compute ({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
-        points[(arm, depth)] = (float(x.mean()), [k[3] for k in kept])
+        flags = tuple(dict.fromkeys(f for k in kept for f in (k[6] if len(k) > 6 else ())))
+        points[(arm, depth)] = (float(x.mean()), [k[3] for k in kept], flags)
     return points
 
 
-def load_ladders(inputs, use_time, replicates=False):
-    """-> {arm: dict(depth, x, loss, n, reps)} sorted by x (compute FLOPs, or training seconds with --time); loss is the
-    mean over a point's n seed replicates, reps their losses."""
+def load_ladders(inputs, use_time, replicates=False, exclude_flagged=False):
+    """-> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (compute FLOPs, or training seconds with --time); loss
+    is the mean over a point's n seed replicates, reps their losses, flags the notes of its runs' plans (left out with
+    exclude_flagged)."""
     rows, paths = [], []
     for item in inputs:
         if item.endswith(".csv"):
@@ -130,12 +133,17 @@ def load_ladders(inputs, use_time, replicates=False):
     if not rows:
         raise UsageError("no usable ladder points in the inputs")
     points = pool_replicates(rows, replicates, use_time)
+    if exclude_flagged:
+        for (arm, depth), (_, _, flags) in sorted(points.items()):
+            if flags:
+                note(f"--exclude-flagged: leaving out {arm} d{depth} ({'; '.join(flags)})")
+        points = {k: p for k, p in points.items() if not p[2]}
     data = {}
     for arm in sorted({a for a, _ in points}, key=arm_order):
-        pts = sorted((x, d, reps) for (a, d), (x, reps) in points.items() if a == arm)
+        pts = sorted((x, d, reps, flags) for (a, d), (x, reps, flags) in points.items() if a == arm)
         data[arm] = dict(x=np.array([p[0] for p in pts]), depth=np.array([p[1] for p in pts]),
                          loss=np.array([np.mean(p[2]) for p in pts]), n=np.array([len(p[2]) for p in pts]),
-                         reps=[np.array(p[2]) for p in pts])
+                         reps=[np.array(p[2]) for p in pts], flags=[p[3] for p in pts])
     return data
 
 
@@ -169,31 +177,47 @@ def hold_out(data, specs):
         held.append(dict(arm=arm, depth=int(depth), compute=d["x"][i], loss=d["loss"][i], n=int(d["n"][i])))
         keep = np.arange(len(d["x"])) != i
         data[arm] = dict(x=d["x"][keep], depth=d["depth"][keep], loss=d["loss"][keep], n=d["n"][keep],
-                         reps=[r for j, r in enumerate(d["reps"]) if j != i])
+                         reps=[r for j, r in enumerate(d["reps"]) if j != i],
+                         flags=[f for j, f in enumerate(d.get("flags") or [()] * len(keep)) if j != i])
     return held
 
 
 def ladder_table(fit, xname):
+    """The two ladder tables: per arm its points (* flagged), residual degrees of freedom, gamma ± se [CI], ...; a ±
+    or CI that laws.footing withheld reads "unknown"."""
     def ci(r, key, fmt):  # " [lo, hi]" when a bootstrap CI exists
         c = r.get(f"{key}_ci")
         return f" [{fnum(c[0], fmt)}, {fnum(c[1], fmt)}]" if c else ""
+    pm = lambda r, key, fmt=".4f": fnum(r[key], fmt) if r.get("intervals_known", True) else "unknown"
     val = lambda r, key, fmt: fnum(r.get(key), fmt) + ci(r, key, fmt)
-    E_ci = f"  {FIT['ci']:.0f}% CI [{fit['E_ci'][0]:.4f}, {fit['E_ci'][1]:.4f}]" if "E_ci" in fit else ""
-    lines = [f"E = {fit['E']:.6f}{E_ci} (reference arm {fit['reference_arm']}, C0 = {fit['C0']:.6g} {xname})",
-             f"{'arm':<18} {'gamma ± se [CI]':<33} {'log A@C0':>8} {'mult first':>10}  mult last [CI]"]
+    E_ci = f"  {FIT['ci']:.0f}% CI [{fit['E_ci'][0]:.4f}, {fit['E_ci'][1]:.4f}]" if fit.get("E_ci") else ""
+    E_se = "" if "E_dof" not in fit else f" ± {'unknown' if fit['E_se'] is None else fnum(fit['E_se'])}" + (
+        f" (free-E fit of {fit['reference_arm']}: {fit['E_dof'] + 3} points, {fit['E_dof']} dof"
+        + (f"; on its bound {fit['E_bound']}" if fit["E_bound"] else "") + ")")
+    lines = [f"E = {fit['E']:.6f}{E_se}{E_ci} (reference arm {fit['reference_arm']}, C0 = {fit['C0']:.6g} {xname})",
+             f"{'arm':<18} {'points':>6} {'dof':>3}  {'gamma ± se [CI]':<33} {'log A@C0':>8} {'mult first':>10}  "
+             "mult last [CI]"]
+    flagged = []
     for arm, r in fit["arms"].items():
-        m = r["multipliers"]
-        lines.append(f"{arm:<18} {r['gamma']:.4f} ± {fnum(r['gamma_se'])}{ci(r, 'gamma', '.4f'):<17} "
+        m, pts = r["multipliers"], r["points"]
+        flagged += [f"{arm} d{p['depth']}: {'; '.join(p['flags'])}" for p in pts if p["flags"]]
+        n_flag = sum(bool(p["flags"]) for p in pts)
+        lines.append(f"{arm:<18} {f'{len(pts)} ({n_flag}*)' if n_flag else len(pts):>6} {r['dof']:>3}  "
+                     f"{r['gamma']:.4f} ± {pm(r, 'gamma_se')}{ci(r, 'gamma', '.4f'):<17} "
                      f"{r['logA_C0']:>8.4f} {fnum(m[0]['multiplier'] if m else None, '.3f'):>10}  "
                      f"{val(r, 'final_multiplier', '.3f')}")
     lines += ["", f"{'arm':<18} {'gamma - ref ± se [CI]':<37} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E "
                   f"(flag: E > {FIT['disagree_se']:.0f} se from shared)"]
     for arm, r in fit["arms"].items():
         d = r.get("delta_gamma_ci")
-        dg = f"{r['delta_gamma']:+.4f} ± {fnum(r['delta_gamma_se'])}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
-        free = (f"{r['free_gamma']:.4f} ± {fnum(r['free_gamma_se'])}, {r['free_E']:.3f} ± {fnum(r['free_E_se'], '.3f')}"
-                + ("  DISAGREES" if r["free_disagrees"] else "")) if "free_gamma" in r else "—"
+        dg = f"{r['delta_gamma']:+.4f} ± {pm(r, 'delta_gamma_se')}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
+        free = (f"{r['free_gamma']:.4f} ± {pm(r, 'free_gamma_se')}, {r['free_E']:.3f} ± {pm(r, 'free_E_se', '.3f')}"
+                + (f" (on its bound {r['free_E_bound']})" if r.get("free_E_bound") else "")
+                + ("  DISAGREES" if r["free_disagrees"] and r.get("intervals_known", True) else "")) if "free_gamma" in r else "—"
         lines.append(f"{arm:<18} {dg:<37} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
+    if flagged:
+        lines += ["", "* flagged points (their plans' schedule_notes; --exclude-flagged leaves them out):"]
+        lines += [f"  {f}" for f in flagged]
     return "\n".join(lines)
 
 
@@ -256,11 +280,17 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
             label, color = style(a)
             r, d = fit["arms"][a], data[a]
             xs = np.geomspace(d["x"].min(), d["x"].max(), 100)
+            flagged = np.array([bool(f) for f in d.get("flags") or [()] * len(d["x"])])
             for axis in (ax, inset):
-                axis.plot(d["x"], d["loss"], "o", ms=3.5, color=color)
+                axis.plot(d["x"][~flagged], d["loss"][~flagged], "o", ms=3.5, color=color)
+                axis.plot(d["x"][flagged], d["loss"][flagged], "o", ms=4.5, mfc="white", color=color)
                 axis.plot(xs, E + r["A"] * (xs / c_ref) ** -r["gamma"], "-", lw=1.2, color=color,
-                          label=f"{label} (γ={r['gamma']:.3f})" if axis is ax else None)
-        ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}")
+                          label=f"{label} (γ={r['gamma']:.3f}, {r['dof']} dof)" if axis is ax else None)
+        if any(f for a in arms for f in data[a].get("flags") or ()):
+            ax.plot([], [], "o", ms=4.5, mfc="white", color="gray", label="flagged (schedule_notes)")
+        E_se = "" if "E_dof" not in fit else " ± unknown" if fit["E_se"] is None else f" ± {fit['E_se']:.3f}"
+        E_bound = f" (on its bound {fit['E_bound']})" if fit.get("E_bound") else ""
+        ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}{E_se}{E_bound}")
         ax.legend(loc="lower left", frameon=False)
         lo = xmax / FIT["inset_span"]
         sel = [l for a in arms for x, l in zip(data[a]["x"], data[a]["loss"]) if x >= lo]
@@ -287,6 +317,7 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
         ax.legend(loc="upper left", frameon=False)
 
     arms = list(fit["arms"])
+    warning = footing_note(fit)
     fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
     loss_panel(axes[0], arms)
     mult_panel(axes[1], arms)
@@ -296,18 +327,30 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
         axes[2].annotate(style(a)[0], (r["logA_C0"], r["gamma"]), fontsize=8, xytext=(4, 3), textcoords="offset points")
     axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ (better ↑)")
     axes[2].invert_xaxis()
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 if warning else 0, 1, 1))
     arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
     fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
-    fig2.tight_layout()
+    fig2.tight_layout(rect=(0, 0.06 if warning else 0, 1, 1))
+    for f in (fig, fig2) if warning else ():
+        f.text(0.01, 0.01, warning, color="firebrick", fontsize=8, wrap=True)
     figures = {name: fig if name.startswith("fig3") else fig2 for name in LADDER_FIGURES}
     try:
         return save_figures(out_dir, figures, dpi=200)
     finally:
         plt.close(fig)
         plt.close(fig2)
+
+
+def footing_note(fit):
+    """One line for the figures when laws.footing withheld intervals: the residual degrees of freedom, or None."""
+    short = {a: r["dof"] for a, r in fit["arms"].items() if not r.get("intervals_known", True)}
+    if not short:
+        return None
+    floor = f"floor E {fit['E_dof']}, " if fit.get("E_dof") is not None else ""
+    return ("WARNING: too few points to know the uncertainty (residual degrees of freedom: " + floor
+            + ", ".join(f"{a} {k}" for a, k in short.items()) + "); no ± or CI is known for these fits")
 
 
 def ladder_floor(args, data):
@@ -345,7 +388,7 @@ def check_figure2_arms(figure2_arms, out, data):
 def cmd_ladders(args):
     if args.out:
         check_outputs(args.out, LADDER_FIGURES)
-    data = load_ladders(args.inputs, args.time, args.replicates)
+    data = load_ladders(args.inputs, args.time, args.replicates, args.exclude_flagged)
     check_figure2_arms(args.figure2_arms, args.out, data)
     held = hold_out(data, args.holdout or [])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
@@ -369,6 +412,7 @@ def cmd_ladders(args):
         t0 = time.perf_counter()
         bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
         t_boot = time.perf_counter() - t0
+    fit["footing"] = footing(fit, sigma)
     ref_law, ref_free = fit["arms"][args.reference_arm], fit["reference_free"]
     if args.extrapolate:
         x_max = max(d["x"].max() for d in data.values())
@@ -390,15 +434,15 @@ def cmd_ladders(args):
         h["residual"] = h["loss"] - h["forecast_loss"]
     paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
     if args.json:
-        keep = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
+        keep = ("dof", "intervals_known", "gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
                 "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma", "free_A", "free_gamma_se",
-                "free_E_se", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
+                "free_E_se", "free_E_bound", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
                 "gain_at_extrapolate_ci", "pi_at_extrapolate", "pi_at_extrapolate_ci", "points")
         obj = dict(E=fit["E"], reference_arm=fit["reference_arm"], C0=fit["C0"], x_unit=xname, c_ref=c_ref,
                    reference_free=ref_free, noise=fit["noise"], noise_check=fit.get("noise_check"),
                    arms={a: {k: r[k] for k in keep if k in r} for a, r in fit["arms"].items()}, errors=fit["errors"])
-        obj.update({k: fit[k] for k in ("E_ci", "bootstrap") if k in fit})
+        obj.update({k: fit[k] for k in ("E_ci", "E_se", "E_dof", "E_bound", "bootstrap", "footing") if k in fit})
         if args.extrapolate:
             obj["extrapolate"] = args.extrapolate
         if held:
@@ -406,7 +450,7 @@ def cmd_ladders(args):
         print(json.dumps(jsonable(obj), allow_nan=False))
         return
     print(ladder_table(fit, xname))
-    print("\n" + "\n".join(noise_lines(fit)))
+    print("\n" + "\n".join(fit["footing"] + noise_lines(fit)))
     if args.extrapolate:
         c = lambda r, k: (lambda v: f" [{fnum(v[0], '.4f')}, {fnum(v[1], '.4f')}]" if v else "")(r.get(f"{k}_ci"))
         print(f"\nat C = {args.extrapolate:.6g} {xname}: forecast loss L_arm(C); gain C_{args.reference_arm}(L_arm(C)) / C "
@@ -592,6 +636,8 @@ def ladders_flags(s):
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
                                                                       "report their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
+    s.add_argument("--exclude-flagged", action="store_true", help="leave out the points whose run plans carry "
+                   "schedule_notes (a warmup longer than the run: the cpu preset's d1), marked * in the table")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
 
