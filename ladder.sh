@@ -45,9 +45,22 @@ child="" current=""
 stopped() {
     trap '' INT TERM
     if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null || true; fi
+    [ -z "$current" ] || [ ! -f "$run_dir/train.log" ] || without_signal_traceback "$run_dir/train.log"
     echo "ladder.sh: stopped by SIG$1${current:+ during run $current (log: $run_dir/train.log)}; run the same" \
         "command again to continue" >&2
     exit "$2"
+}
+# torchrun answers a SIGTERM (scancel, this script's stop) by stopping its workers, then raises its SignalException
+# to the top: a 27-line traceback in train.log for a planned stop. It becomes one line; other tracebacks stay.
+without_signal_traceback() {
+    local tmp="$1.tmp$$"
+    awk '/^Traceback \(most recent call last\):$/ { held = $0; holding = 1; next }
+         holding && /^[ \t]/ { held = held "\n" $0; next }
+         holding && /SignalException: Process [0-9]+ got signal: [0-9]+$/ {
+             print "torchrun: stopped by signal " $NF " (its SignalException traceback left out)"; holding = 0; next }
+         holding { print held; holding = 0 }
+         { print }
+         END { if (holding) print held }' "$1" >"$tmp" && mv "$tmp" "$1" || rm -f "$tmp"
 }
 trap 'stopped INT 130' INT
 trap 'stopped TERM 143' TERM

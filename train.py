@@ -601,7 +601,7 @@ class Stopped(BaseException):  # not an Exception: no `except Exception` on the 
 
     def __init__(self, signum):
         super().__init__(signum)
-        self.name, self.code, self.step = signal.Signals(signum).name, 128 + signum, None
+        self.name, self.code, self.step, self.checkpoint = signal.Signals(signum).name, 128 + signum, None, False
 
 
 def raise_stopped(signum, frame):
@@ -617,7 +617,7 @@ def record_a_stop(run, state):
     try:
         yield
     except Stopped as e:
-        e.step = state.step
+        e.step, e.checkpoint = state.step, os.path.isdir(run.latest)
         if run.master:
             with contextlib.suppress(OSError):
                 write_result(run, state, "interrupted", error=f"stopped by {e.name} at step {state.step}")
@@ -872,7 +872,8 @@ def run_command(argv):
             return train(args)
     except Stopped as e:
         if torchrun_ranks()[0] == 0:
-            then = "--resume continues from the last checkpoint" if e.step is not None else "run the same command again"
+            then = "--resume continues from the last checkpoint" if e.checkpoint else "run the same command again" + (
+                " (no checkpoint yet: it starts over)" if e.step is not None else "")
             print(f"train.py: stopped by {e.name} {'before training' if e.step is None else f'at step {e.step}'}; "
                   f"{then}", file=sys.stderr)
         return e.code

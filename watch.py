@@ -75,6 +75,7 @@ class Progress:
         last.update(wall_seconds=state.wall_seconds, train_seconds=state.train_seconds, eta_seconds=eta)
         if run.master:
             self.trajectory.writelines(json.dumps(r) + "\n" for r in self.records)
+            self.trajectory.flush()  # whole lines at every logged step: `fit.py runs` and `curves` see the run live
             if self.tracker:
                 self.tracker.log(self.records)
             if printed:

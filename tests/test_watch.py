@@ -199,3 +199,32 @@ def test_wandb_without_the_package_is_one_line_before_any_work(pool, tmp_path, m
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all("needs the wandb package: pip install wandb" in line for line in err), err
     assert not (tmp_path / "x").exists()
+
+
+def test_runs_table_shows_a_running_run_at_its_current_step(pool, tmp_path, capsys, monkeypatch):
+    """trajectory.jsonl is written through at every logged step, not only at checkpoints: `fit.py runs` during the
+    run (here from inside its step-4 write, no checkpoint before the end) shows it running at step 4."""
+    seen, write = [], watch.Progress.write
+
+    def write_then_look(self, printed=True):
+        write(self, printed)
+        if self.state.step == 4:
+            capsys.readouterr()
+            assert fit.main(["runs", str(tmp_path), "--json"]) == 0
+            seen.append(json.loads(capsys.readouterr().out)["runs"][0])
+    monkeypatch.setattr(watch.Progress, "write", write_then_look)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "live", "--log-every", "2", "--save-every", "0",
+                           "--eval-every", "0", steps=8)) == 0
+    assert [(r["state"], r["step"], r["steps"]) for r in seen] == [("running", 4, 8)]
+    assert seen[0]["train_loss"] is not None and seen[0]["eta_seconds"] is not None
+
+
+def test_a_stop_before_the_first_checkpoint_does_not_offer_resume(pool, tmp_path, capsys, monkeypatch):
+    """Ctrl-C at step 0 said `--resume continues from the last checkpoint`; there was none and --resume then failed."""
+    def stop(*args):
+        raise train.Stopped(2)
+    monkeypatch.setattr(train, "validate", stop)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "s", steps=4)) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["train.py: stopped by SIGINT at step 0; run the same command again (no checkpoint yet: it starts "
+                   "over)"], err
