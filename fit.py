@@ -27,7 +27,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
 --out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
-import argparse, json, math, os, time
+import argparse, contextlib, io, json, math, os, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -466,6 +466,67 @@ def cmd_ladders(args):
         print(f"wrote {p}")
 
 
+# ---------------------------------------------------------------------------------------------------- report.md
+def cmd_report(args):
+    """report.md of a run (DIR holds result.json: its own, with its curves) or of a ladder (DIR holds runs: every
+    run's, then DIR/report.md with the runs table, the ladder fit with bootstrap CIs and its figures in DIR/fit, the
+    curves in DIR/curves). The fit takes the arms with >= 3 complete depths."""
+    dirs, plt = watch.run_dirs([args.dir]), pyplot()
+    for d in dirs:
+        records, curves = watch.read_trajectory(d), None
+        if records:
+            fig = watch.curves_figure(plt, [(watch.run_row(d), records, watch.read_result(d) or {})], "steps", None)
+            save_figures(d, {"curves.png": fig}, dpi=110)
+            plt.close(fig)
+            curves = "curves.png"
+        print(f"wrote {watch.write_run_report(d, curves)}")
+    if dirs == [args.dir]:
+        return
+    rows = [watch.run_row(d) for d in dirs]
+    hms = lambda t: "—" if t is None else watch.clock(t)
+    lines = [f"# Ladder report: {args.dir}", "", "## Runs", ""] + watch.markdown_table(
+        ["run", "state", "step", "val loss", "FLOPs", "wall time", "report"],
+        [(r["run"], r["state"], f"{r['step'] or 0}/{r['steps'] or '?'}", fnum(r["val_loss"]), fnum(r["flops"], ".3e"),
+          hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows])
+    complete = {}
+    for r in rows:
+        if r["state"] == "complete":
+            complete.setdefault(r["arch"], set()).add(r["depth"])
+    fitted = {a: sorted(d) for a, d in complete.items() if len(d) >= 3}
+    lines += ["", "## Fit", ""]
+    if fitted:
+        ref = "vanilla" if "vanilla" in fitted else min(fitted, key=arm_order)
+        depths = fitted[ref]
+        anchor = FIT["anchor_depth"] if FIT["anchor_depth"] in depths else depths[1]  # d1 of a cpu ladder: truncated
+        argv = ["ladders", *[d for d, r in zip(dirs, rows) if r["arch"] in fitted], "--reference-arm", ref,
+                "--anchor-depth", str(anchor), "--bootstrap", str(args.bootstrap), "--out", os.path.join(args.dir, "fit")]
+        text = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(text):
+                cmd_ladders(build_parser().parse_args(argv))
+            table = "\n".join(l for l in text.getvalue().splitlines() if not l.startswith("wrote "))
+            print(table)
+            lines += [f"`python fit.py {' '.join(argv)}`", "", "```", table, "```", "",
+                      "![ladders](fit/fig3_ladders.png)"]
+        except UsageError as e:  # the runs are what they are: the report says why they do not fit
+            note(f"no fit: {e}")
+            lines.append(f"No fit: {e}")
+    else:
+        lines.append("No fit: no arm has 3 complete depths yet.")
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        if any(watch.read_trajectory(d) for d in dirs):
+            watch.cmd_curves(argparse.Namespace(runs=[args.dir], out=os.path.join(args.dir, "curves"), x="steps",
+                                                frontier=None))
+    lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(l.split()[-1])})"
+                                      for l in text.getvalue().splitlines() if l.startswith("wrote ") and l.endswith(".png")]
+    path = os.path.join(args.dir, "report.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    print(f"wrote {path}")
+
+
 # ---------------------------------------------------------------------------------------------------- downstream (B.6)
 def fit_task_nll(x, nll):
     """B.6.1: NLL = E + A x^-alpha, five starts, plain LSQ then Huber; -> (E, A, alpha)."""
@@ -596,6 +657,9 @@ relative difference (an explanation where it exceeds 1 %). The floor is Vanilla'
     runs="""RUNS: train.py run folders (holding result.json, train.lock or trajectory.jsonl) or folders of them (a
 RUNS_DIR). A run is running while a train.py holds its train.lock (on this host); a result.json saying "running" with
 no holder is a failed run (the process died: ladder.sh or --resume continues it).""",
+    report="""DIR: a run folder (writes DIR/report.md and DIR/curves.png) or a folder of runs (also each run's, then
+DIR/report.md with the runs table, `fit.py ladders` of the arms with >= 3 complete depths, reference arm vanilla if
+fitted, anchor depth 8 or the reference's second depth, into DIR/fit, and the curves into DIR/curves).""",
     curves="""RUNS: as for runs; every run with trajectory.jsonl records is drawn (docs/trajectory.md), one colour per
 arm, depth by shade (lighter: shallower), one figure per ladder (the runs' preset). --frontier FIT.json: the output of
 `fit.py ladders RUNS --json`, drawn on the validation panel of a --x flops figure.""",
@@ -707,6 +771,10 @@ def build_parser():
                            "(default %(default)s; the reported loop-scaling gain depends on it)")
             s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
+    s = add("report", "report.md of a run or of a ladder (its runs, fit and figures)")
+    s.add_argument("dir", help="a run folder, or a folder of runs (a ladder's RUNS_DIR)")
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=200, help="resamples for the fit's CIs "
+                   "(default 200)")
     s = add("runs", "a table of train.py runs and where each stands")
     s.add_argument("runs", nargs="+", help="run folders or folders of them")
     s = add("curves", "training and validation curves of train.py runs")
@@ -722,7 +790,7 @@ def build_parser():
 
 COMMANDS = dict(ladders=cmd_ladders, paper=paper.cmd_paper, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
                 tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops,
-                runs=watch.cmd_runs, curves=watch.cmd_curves)
+                runs=watch.cmd_runs, curves=watch.cmd_curves, report=cmd_report)
 
 
 def run(argv):

@@ -287,7 +287,7 @@ for r in "${runs[@]}"; do
     grep -E "^done:" "$log" | tail -n 1 || true
     exec 8>&-  # the run is done: its lock goes (a worker that outlived torchrun still holds it)
 done
-if [ "$target" = demo ]; then
-    py fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"
-    echo "figure: $runs_dir/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
-fi
+# The ladder's report: every run's report.md, and RUNS_DIR/report.md with the runs, the fit of every arm with >= 3
+# complete depths (bootstrap CIs; figures in RUNS_DIR/fit) and the curves. `python fit.py report RUNS_DIR` rebuilds it.
+py fit.py report "$runs_dir" | { grep -v "^wrote .*/report.md$" || true; }
+echo "report: $runs_dir/report.md (figures: $runs_dir/fit, $runs_dir/curves)"

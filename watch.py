@@ -9,7 +9,7 @@ laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does no
 """
 import fcntl, json, math, os, time, uuid
 
-from common import UsageError
+from common import UsageError, atomic_write, clock
 
 LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes the run
 
@@ -20,15 +20,18 @@ LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes
 class Progress:
     """trajectory.jsonl, the printed progress lines and the tracker. Finished steps wait (as device tensors, held by
     train.py) until a logged step fetches them together; training seconds are the wall time between those fetches
-    minus validations and checkpoints, so the device's queue is timed, not the host's; the ETA comes from their
-    EMA, restarted at growth and after an invocation's first (compiling) interval."""
+    minus validations and checkpoints, so the device's queue is timed, not the host's. The ETA (eta) prices what is
+    left at measured rates: steps, validations and checkpoints ahead."""
     EMA_DECAY = 0.98  # per step: the last ~50 steps count
 
-    def __init__(self, run, state, trajectory, tracker=None):
-        self.run, self.state, self.trajectory, self.tracker = run, state, trajectory, tracker
+    def __init__(self, run, state, trajectory, cadence, tracker=None):
+        import model, plan  # train.py has them loaded: the FLOPs per token of each pass count weigh the ETA's steps
+        self.run, self.state, self.trajectory, self.cadence, self.tracker = run, state, trajectory, cadence, tracker
         self.pending, self.records, self.mark, self.flops_mark = [], [], time.perf_counter(), state.flops
         self.wall_start = self.mark - state.wall_seconds  # resumes add up
-        self.step_seconds, self.warm, self.mfu = None, False, None
+        self.cost = {k: model.flops_per_token(run.plan.model_config, k) for k in
+                     {*run.plan.pass_stages, *run.plan.random_passes}}
+        self.rate, self.warm, self.mfu, self.save_seconds, self.stage_at = None, False, None, [], plan.stage_at
 
     def add(self, record, loss):
         """A finished step: its record (plain values) and its loss (a device tensor, fetched later)."""
@@ -49,29 +52,56 @@ class Progress:
         self.records[-1].update({} if grad_norm is None else dict(grad_norm=grad_norm), scalars=scalars)
         peak, flops, self.flops_mark = self.run.peak_flops, self.state.flops - self.flops_mark, self.state.flops
         self.mfu = flops / (seconds * len(self.pending) * peak) if peak else None
-        self.advance_eta(seconds, len(self.pending))
+        cost = sum(self.cost[r["passes"]] for r, _ in self.pending) / len(self.pending)
+        self.advance_rate(seconds / cost, len(self.pending))
         self.pending = []
         return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
 
-    def advance_eta(self, seconds, steps):
+    def advance_rate(self, seconds_per_cost, steps):
+        """The EMA of a step's seconds per FLOP per token of its passes: one rate across growth stages."""
         if not self.warm:  # the first interval of an invocation or after a growth: compiling, not training
             self.warm = True
             return
         weight = 1 - self.EMA_DECAY ** steps
-        self.step_seconds = seconds if self.step_seconds is None else \
-            (1 - weight) * self.step_seconds + weight * seconds
+        self.rate = seconds_per_cost if self.rate is None else (1 - weight) * self.rate + weight * seconds_per_cost
 
     def grew(self):
-        self.step_seconds, self.warm = None, False
+        self.warm = False
 
-    def restart_clock(self):  # after a validation or a checkpoint: their time is not training time
-        self.mark = time.perf_counter()
+    def restart_clock(self, saved=False):
+        """After a validation or a checkpoint (saved): their time is not training time."""
+        now = time.perf_counter()
+        if saved:
+            self.save_seconds.append(now - self.mark)
+        self.mark = now
+
+    def eta(self):
+        """Wall seconds to the invocation's last step (cadence.stop), or None before a step time is known: every step
+        ahead at the FLOPs per token of its pass stage times the measured rate; every validation ahead (periodic,
+        epoch, around growth, the end) at the measured seconds per validation and FLOP per token of its passes; every
+        checkpoint ahead at the measured mean (none until one has been timed)."""
+        plan, c, step, stages = self.run.plan, self.cadence, self.state.step, self.run.plan.pass_stages
+        if self.rate is None:
+            return None
+        bounds = [0, *plan.crossover_steps, plan.steps]
+        steps_cost = sum(self.cost[k] * max(0, min(b, c.stop) - max(a, step))
+                         for k, a, b in zip(stages, bounds, bounds[1:]))
+        ahead = lambda every: set(range((step // every + 1) * every, c.stop + 1, every)) if every else set()
+        checks = {s for s in ahead(c.eval_every) | ahead(c.steps_per_epoch) | {*plan.crossover_steps, plan.steps}
+                  if step < s <= c.stop}
+        evals = [plan.passes_final if s == plan.steps else self.stage_at(s - 1, plan) for s in checks]
+        evals += [self.stage_at(s, plan) for s in plan.crossover_steps if step < s <= c.stop]  # after the growth
+        done = self.state.evals
+        eval_rate = self.state.eval_seconds / sum(self.cost.get(e["passes"], 0) for e in done) if done else 0.0
+        saves = len({s for s in ahead(c.save_every) | {c.stop} if step < s <= c.stop})
+        save = sum(self.save_seconds) / len(self.save_seconds) if self.save_seconds else 0.0
+        return self.rate * steps_cost + eval_rate * sum(self.cost[k] for k in evals) + saves * save
 
     def write(self, printed=True):
         """The fetched records into trajectory.jsonl and the tracker; `printed`: also the progress line."""
         run, state, last = self.run, self.state, self.records[-1]
         state.wall_seconds = time.perf_counter() - self.wall_start
-        eta = (run.plan.steps - state.step) * self.step_seconds if self.step_seconds is not None else None
+        eta = self.eta()
         last.update(wall_seconds=state.wall_seconds, train_seconds=state.train_seconds, eta_seconds=eta)
         if run.master:
             self.trajectory.writelines(json.dumps(r) + "\n" for r in self.records)
@@ -79,10 +109,11 @@ class Progress:
             if self.tracker:
                 self.tracker.log(self.records)
             if printed:
+                ends = time.strftime("%H:%M:%S %Z", time.localtime(time.time() + eta)) if eta is not None else ""
                 print(f"step {state.step}/{run.plan.steps} | loss {last['loss']:.4f} | lrm {last['lr_multiplier']:.3f} "
                       f"| passes {last['passes']} | {last['tokens_per_second']:,.0f} tok/s"
                       + (f" | mfu {100 * self.mfu:.1f}%" if self.mfu else "")
-                      + (f" | eta {eta:.0f}s" if eta is not None else ""))
+                      + (f" | eta {clock(eta)} (ends ~{ends})" if eta is not None else ""), flush=True)
         self.records = []
 
 
@@ -185,8 +216,9 @@ def read_trajectory(run_dir):
     return records
 
 
-def read_result(run_dir):
-    path = os.path.join(run_dir, "result.json")
+def read_result(run_dir, name="result.json"):
+    """RUN/name (result.json, core_eval.py's eval.json) as a dict, or None."""
+    path = os.path.join(run_dir, name)
     try:
         result = json.load(open(path))
     except (OSError, ValueError):
@@ -215,7 +247,7 @@ def run_row(run_dir):
                 state=state, reason=reason, step=last.get("step", (result or {}).get("completed_steps")), steps=steps,
                 train_loss=last.get("loss"), val_loss=evals[-1]["val_loss"] if evals else None,
                 flops=last.get("flops", (result or {}).get("estimated_training_flops")), flops_planned=flops_planned,
-                wall_seconds=last_value(records, "wall_seconds", (result or {}).get("total_training_time_seconds")),
+                wall_seconds=last_value(records, "wall_seconds", (result or {}).get("wall_seconds")),
                 eta_seconds=last_value(records, "eta_seconds") if state == "running" else None)
 
 
@@ -230,14 +262,14 @@ def cmd_runs(args):
     if args.json:
         print(json.dumps(laws.jsonable(dict(runs=rows)), indent=2))
         return
-    clock = lambda s: "—" if s is None else time.strftime("%H:%M:%S", time.gmtime(s)) if s < 86400 else f"{s / 86400:.1f} d"
+    hms = lambda s: "—" if s is None else clock(s)
     print(f"{'run':<24} {'state':<9} {'step':>13} {'train':>7} {'val':>7} {'FLOPs done / planned':>21} "
-          f"{'wall':>9} {'ETA':>9}")
+          f"{'wall time':>10} {'ETA (wall)':>10}")
     for r in rows:
         step = f"{r['step'] or 0}/{r['steps'] or '?'}"
         flops = f"{laws.fnum(r['flops'], '.2e')} / {laws.fnum(r['flops_planned'], '.2e')}"
         print(f"{r['run']:<24} {r['state']:<9} {step:>13} {laws.fnum(r['train_loss']):>7} {laws.fnum(r['val_loss']):>7} "
-              f"{flops:>21} {clock(r['wall_seconds']):>9} {clock(r['eta_seconds']):>9}"
+              f"{flops:>21} {hms(r['wall_seconds']):>10} {hms(r['eta_seconds']):>10}"
               + (f"  {r['reason']}" if r["reason"] else ""))
 
 
@@ -353,3 +385,58 @@ def cmd_curves(args):
     for path in laws.save_figures(args.out, figures, dpi=120):
         print(f"wrote {path}")
     print(f"{len(runs)} runs: " + ", ".join(f"{r[0]['run']} ({r[0]['state']})" for r in runs))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# report.md of a run (train.py at its end, `fit.py report` with the curves); a ladder's is fit.py's (cmd_report)
+
+REPORT_PLAN = ("arch", "preset", "depth", "width", "n_layer", "params_tpp", "params_stored", "steps", "tokens_per_step",
+               "train_tokens", "total_flops", "pass_stages", "crossover_steps", "warmup_steps", "warmdown_ratio",
+               "rewarm_steps", "matrix_lr", "embedding_lr", "weight_decay", "optimizer", "seed")
+
+
+def markdown_table(header, rows):
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header)] + [f"| {' | '.join(map(str, r))} |" for r in rows]
+
+
+def run_report(run_dir, curves=None):
+    """report.md of one run as markdown: the plan (its main fields and schedule notes), the environment, the curves
+    (`curves`: the figure's file name beside report.md, drawn by `fit.py report`), every validation, CORE when
+    core_eval.py wrote eval.json, and the timings (training time vs wall time)."""
+    result, row = read_result(run_dir) or {}, run_row(run_dir)
+    plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
+    num = lambda v: f"{v:.6g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+    hms = lambda s: "—" if s is None else clock(s)
+    lines = [f"# {row['run']}", "", f"{row['arch']} d{row['depth']}, preset {plan.get('preset')}: **{row['state']}** "
+             f"at step {row['step']}/{row['steps']}" + (f" ({row['reason']})" if row["reason"] else "") + ".", "",
+             "## Plan", ""] + markdown_table(["field", "value"], [(f"`{k}`", num(plan[k])) for k in REPORT_PLAN
+                                                                   if k in plan])
+    lines += [""] + [f"- note: {n}" for n in result.get("schedule_notes") or []]
+    env = dict(result.get("environment") or {}, world_size=result.get("world_size"), data_dir=result.get("data_dir"))
+    lines += ["", "## Environment", ""] + markdown_table(["", ""], [(k, v) for k, v in env.items() if v is not None])
+    lines += ["", "## Curves", "", f"![training and validation loss]({curves})" if curves else
+              f"Drawn by `python fit.py report {run_dir}`."]
+    evals = result.get("evals") or []
+    lines += ["", "## Validation", ""] + markdown_table(
+        ["step", "when", "passes", "val loss (nats/token)", "val bpb"],
+        [(e["step"], e.get("when", ""), e.get("passes", ""), f"{e['val_loss']:.4f}",
+          "—" if e.get("val_bpb") is None else f"{e['val_bpb']:.4f}") for e in evals])
+    core = read_result(run_dir, "eval.json")
+    lines += ["", "## CORE", "", f"CORE {core['core_metric']:.4f} ({core.get('checkpoint')})" if core and isinstance(
+        core.get("core_metric"), (int, float)) else "Not evaluated (`python core_eval.py RUN/checkpoints/final`)."]
+    tokens_per_second = result.get("tokens_per_second")
+    lines += ["", "## Timings", ""] + markdown_table(["", ""], [
+        ("training time (wall time less validations and checkpoints)", hms(result.get("total_training_time_seconds"))),
+        ("validation time", hms(result.get("eval_seconds"))), ("wall time (resumes added up)", hms(row["wall_seconds"])),
+        ("training tokens / s", "—" if not tokens_per_second else f"{tokens_per_second:,.0f}"),
+        ("FLOPs done", f"{row['flops']:.4g}" if row["flops"] else "—")])
+    return "\n".join(lines) + "\n"
+
+
+def write_run_report(run_dir, curves=None):
+    """RUN/report.md, replaced whole (a watcher never reads half of one)."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(run_report(run_dir, curves))
+    atomic_write(os.path.join(run_dir, "report.md"), write)
+    return os.path.join(run_dir, "report.md")

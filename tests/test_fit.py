@@ -822,3 +822,26 @@ def test_a_fit_discloses_its_footing_dof_unknown_intervals_bounds_and_flagged_po
                      [["vanilla", d, 1e16 * d ** 4.5, 3.0 * (1e16 * d ** 4.5 / 1e18) ** -0.05 * (1 + 0.002 * (-1) ** d)]
                       for d in range(1, 7)])
     assert "sits on its bound (0)" in run(capsys, "ladders", flat, "--anchor-depth", "2").out
+
+
+def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, capsys):
+    """fit.py report RUNS_DIR: every run's report.md, and RUNS_DIR/report.md with the runs table, the fit of the arms
+    with >= 3 complete depths (its table with CIs, Figure 3 in RUNS_DIR/fit) and links to the runs' reports."""
+    path, rows = synthetic_ladders(tmp_path)
+    runs = tmp_path / "runs"
+    for arm, d, C, L in rows:
+        os.makedirs(runs / f"{arm}_d{d:02d}")
+        with open(runs / f"{arm}_d{d:02d}" / "result.json", "w") as f:
+            json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
+                           evals=[dict(step=10, when="end", passes=1, val_loss=L)], plan=dict(arch=arm, depth=d,
+                           steps=10)), f)
+    out = run(capsys, "report", runs, "--bootstrap", 20).out
+    assert "gamma ± se [CI]" in out and out.strip().endswith(f"wrote {runs}/report.md")
+    report = (runs / "report.md").read_text()
+    assert report.startswith(f"# Ladder report: {runs}") and "## Runs" in report and "## Fit" in report
+    assert "--reference-arm vanilla --anchor-depth 8 --bootstrap 20" in report and "![ladders](fit/fig3_ladders.png)" \
+        in report and (runs / "fit" / "fig3_ladders.png").exists()
+    assert re.search(r"better +8 +6  0\.1200 ± 0\.\d{4} \[", report), report
+    run_report = (runs / "better_d10" / "report.md").read_text()
+    assert "[report.md](better_d10/report.md)" in report and "## Validation" in run_report and "| 10 | end | 1 |" \
+        in run_report

@@ -97,6 +97,10 @@ def test_cpu_ladder_is_idempotent(pool, tmp_path):
     assert first.stdout.count("run  vanilla_d") == 2
     for d in (1, 2):
         assert json.load(open(tmp_path / f"vanilla_d{d}" / "result.json"))["status"] == "complete"
+        assert (tmp_path / f"vanilla_d{d}" / "report.md").exists() and (tmp_path / f"vanilla_d{d}" / "curves.png").exists()
+    report = (tmp_path / "report.md").read_text()  # the ladder's: its runs, no fit from 2 depths, the curves
+    assert f"report: {tmp_path}/report.md" in first.stdout and "No fit: no arm has 3 complete depths" in report
+    assert "[report.md](vanilla_d2/report.md)" in report and "![curves](curves/curves_cpu_steps.png)" in report
     stamp = os.path.getmtime(tmp_path / "vanilla_d2" / "result.json")
     again = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--steps", "4", "--data-dir", pool,
                    env=env)
