@@ -118,14 +118,22 @@ class Progress:
 
 
 class Wandb:
-    """The optional experiment tracker: the plan as config, every trajectory record, the final result.json as the
-    summary; a resumed run continues the same wandb run (its id is kept in the run folder's wandb_id)."""
+    """The optional experiment tracker: one wandb run per train.py run, grouped by its ladder (the runs folder's name)
+    and named LADDER/RUN (unique across ladders), tagged with its arm, depth and preset; the plan as config; every
+    trajectory record under train/ and val/ against the declared x-axes flops and tokens; the final result.json as the
+    summary. A resumed run continues the same wandb run (its id is kept in the run folder's wandb_id)."""
 
     def __init__(self, project, run_dir, name, config):
         import wandb  # optional: check_tracker refused its absence before any work
         id_path = os.path.join(run_dir, "wandb_id")
         run_id = open(id_path).read().strip() if os.path.exists(id_path) else uuid.uuid4().hex[:8]
-        self.run = wandb.init(project=project, id=run_id, resume="allow", name=name, config=config, dir=run_dir)
+        ladder = os.path.basename(os.path.dirname(os.path.abspath(run_dir)))
+        self.run = wandb.init(project=project, id=run_id, resume="allow", name=f"{ladder}/{name}", config=config,
+                              dir=run_dir, group=ladder, tags=[config["arch"], f"d{config['depth']}", config["preset"]])
+        for x in ("flops", "tokens"):
+            self.run.define_metric(x)
+        for namespace in ("train/*", "val/*"):
+            self.run.define_metric(namespace, step_metric="flops")
         with open(id_path, "w") as f:
             f.write(run_id + "\n")
 
@@ -161,9 +169,18 @@ def open_tracker(args, run):
 
 
 def flat_record(record):
-    """A trajectory record for a tracker: scalars as scalars/NAME."""
-    out = {k: v for k, v in record.items() if k != "scalars"}
-    out.update({f"scalars/{k}": v for k, v in (record.get("scalars") or {}).items()})
+    """A trajectory record for a tracker: the x-axes flops and tokens as they are, the validation fields under val/
+    (val_loss -> val/loss, val_loss_after_growth -> val/loss_after_growth, passes_after_growth -> val/passes_after_growth),
+    the learned scalars as train/scalars/NAME, everything else under train/."""
+    out = {}
+    for k, v in record.items():
+        if k in ("flops", "tokens"):
+            out[k] = v
+        elif k.startswith("val_") or k.endswith("_after_growth"):
+            out["val/" + k.removeprefix("val_")] = v
+        elif k not in ("scalars", "step"):  # the step is wandb's own
+            out["train/" + k] = v
+    out.update({f"train/scalars/{k}": v for k, v in (record.get("scalars") or {}).items()})
     return out
 
 
@@ -294,66 +311,98 @@ def curve_runs(items):
 
 
 def shade(colour, depth, depths):
-    """The arm's colour, lighter for shallower runs: depth by shade."""
+    """The arm's colour, lighter for shallower runs: depth by shade (the deepest full, the shallowest 75 % white)."""
     from matplotlib.colors import to_rgb
     rank = sorted(depths).index(depth) if depth in depths else len(depths) - 1
-    lift = 0.6 * (1 - (rank + 1) / len(depths)) if len(depths) > 1 else 0.0
+    lift = 0.75 * (1 - (rank + 1) / len(depths)) * len(depths) / (len(depths) - 1) if len(depths) > 1 else 0.0
     return tuple(c + (1 - c) * lift for c in to_rgb(colour))
 
 
 def frontier_laws(path):
-    """{arm: (E, A, gamma, c_ref)} from a `fit.py ladders --json` output."""
+    """{arm: (E, A, gamma, c_ref, (lowest, highest fitted compute) or None)} from a `fit.py ladders --json` output."""
     try:
         fit = json.load(open(path))
-        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"]) for arm, law in fit["arms"].items()
+        span = lambda law: (min(p["compute"] for p in law["points"]), max(p["compute"] for p in law["points"])) \
+            if law.get("points") else None
+        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"], span(law)) for arm, law in fit["arms"].items()
                 if law.get("gamma") is not None}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"--frontier {path} is not a `fit.py ladders --json` output (E, c_ref, arms.*.A/gamma); "
                          "write one with python fit.py ladders RUNS --json > fit.json") from None
 
 
+SMOOTHING = 0.95  # the training loss drawn is its EMA with this decay per step (bias-corrected)
+
+
+def smoothed(values, decay=SMOOTHING):
+    out, ema = [], 0.0
+    for i, v in enumerate(values, 1):
+        ema = decay * ema + (1 - decay) * v
+        out.append(ema / (1 - decay ** i))
+    return out
+
+
 def curves_figure(plt, runs, x_axis, frontier):
-    """Train (thin) and validation (dots and line) loss of every run against the x axis; growth marked by a
-    triangle at the crossover, the warmdown's start by a tick; the fitted frontier dashed."""
+    """Training loss (its EMA, the raw steps faint) and validation loss (dots and line) of every run against the x
+    axis, one colour per arm, depth by shade; a stopped or running run dashed; two runs of one arm and depth told
+    apart by their folder names; ▲ at growth, | at the warmdown's start; a fitted frontier dashed over the range it
+    was fitted on, its ends marked."""
     import laws
+    from matplotlib.ticker import FormatStrFormatter
     key, label, scale = X_AXES[x_axis]
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
-    by_arm = {}
+    by_arm, seen, drawn = {}, {}, {}
     for row, records, _ in runs:
         by_arm.setdefault(row["arch"], set()).add(row["depth"])
+        seen[(row["arch"], row["depth"])] = seen.get((row["arch"], row["depth"]), 0) + 1
     for row, records, result in runs:
+        twin = drawn[(row["arch"], row["depth"])] = drawn.get((row["arch"], row["depth"]), -1) + 1
         arm, depth = row["arch"], row["depth"]
         colour = shade(laws.style(arm)[1] if arm else "#777777", depth, by_arm[arm])
         points = [r for r in records if r.get(key) is not None]
         if not points:
             continue
-        name = f"{laws.style(arm)[0] if arm else row['run']} d{depth}"
-        ax_train.plot([r[key] for r in points], [r["loss"] for r in points], color=colour, lw=0.8, label=name)
+        name = f"{laws.style(arm)[0] if arm else row['run']} d{depth}" + (
+            f" ({row['run']})" if seen[(arm, depth)] > 1 else "") + ("" if row["state"] == "complete" else
+                                                                     f" [{row['state']}]")
+        style = dict(color=colour, ls=("-", ":", "-.")[twin % 3] if row["state"] == "complete" else "--")
+        xs, ys = [r[key] for r in points], smoothed([r["loss"] for r in points])
+        ax_train.plot(xs, [r["loss"] for r in points], color=colour, lw=0.5, alpha=0.25)
+        ax_train.plot(xs, ys, lw=1.4, label=name, **style)
         vals = [r for r in points if r.get("val_loss") is not None]
-        ax_val.plot([r[key] for r in vals], [r["val_loss"] for r in vals], "o-", color=colour, ms=3, lw=1, label=name)
+        ax_val.plot([r[key] for r in vals], [r["val_loss"] for r in vals], marker="o", ms=3, lw=1, label=name, **style)
         plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
-        at = {r["step"]: r for r in points}
+        at = {r["step"]: (r, y) for r, y in zip(points, ys)}
         for event in result.get("growth_events") or []:
             if event.get("step") in at:
-                grown = at[event["step"]]
-                for ax, y in ((ax_train, grown["loss"]), (ax_val, grown.get("val_loss_after_growth"))):
+                grown, y = at[event["step"]]
+                for ax, y in ((ax_train, y), (ax_val, grown.get("val_loss_after_growth"))):
                     if y is not None:
                         ax.plot(grown[key], y, "^", color=colour, ms=8, mec="black", mew=0.6)
         if plan.get("steps") and plan.get("warmdown_ratio"):
             start = at.get(round(plan["steps"] * (1 - plan["warmdown_ratio"])))
             if start:
-                ax_train.plot(start[key], start["loss"], "|", color=colour, ms=14, mew=1.5)
-    for arm, (E, A, gamma, c_ref) in (frontier or {}).items():
+                ax_train.plot(start[0][key], start[1], "|", color=colour, ms=18, mew=2.5, mec="black")
+    for arm, (E, A, gamma, c_ref, span) in (frontier or {}).items():
         if arm in by_arm:
-            xs = sorted(r[key] for _, records, _ in runs for r in records if r.get(key))
-            grid = [xs[0] * (xs[-1] / xs[0]) ** (i / 50) for i in range(51)]
-            ax_val.plot(grid, [E + A * (c / c_ref) ** -gamma for c in grid], "--", color=laws.style(arm)[1], lw=1.2,
-                        label=f"{laws.style(arm)[0]} frontier")
-    for ax, title in ((ax_train, "training loss"), (ax_val, "validation loss")):
+            finals = [row["flops"] for row, _, _ in runs if row["arch"] == arm and row["flops"]]
+            lo, hi = span or (min(finals), max(finals))  # a fit written before points were in its JSON
+            grid = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+            law = [E + A * (c / c_ref) ** -gamma for c in grid]
+            ax_val.plot(grid, law, "--", color=laws.style(arm)[1], lw=1.2,
+                        label=f"{laws.style(arm)[0]} frontier (fitted range)")
+            ax_val.plot([grid[0], grid[-1]], [law[0], law[-1]], "|", color=laws.style(arm)[1], ms=12, mew=2)
+    for ax, title in ((ax_train, f"training loss (EMA, decay {SMOOTHING} per step; raw faint)"),
+                      (ax_val, "validation loss")):
         ax.set_xscale(scale)
         ax.set_yscale("log")
         ax.set_xlabel(label)
-        ax.set_title(f"{title} (▲ growth" + (", | warmdown start)" if ax is ax_train else ")"))
+        ax.set_ylabel(f"{title.split(' (')[0]} (nats per token)")
+        for axis in (ax.yaxis,):
+            axis.set_major_formatter(FormatStrFormatter("%.3g"))
+            axis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        ax.set_title(f"{title}\n▲ growth" + (", | warmdown start" if ax is ax_train else "")
+                     + "; dashed: stopped or running", fontsize=9)
         ax.grid(alpha=0.3, which="both")
     ax_val.legend(fontsize=7, ncol=2)
     fig.tight_layout()

@@ -7,6 +7,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -107,13 +108,29 @@ def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_pa
                                        ["step"]]
     warmdown = round(8 * (1 - json.load(open(ladder / "vanilla_d2" / "result.json"))["plan"]["warmdown_ratio"]))
     assert [list(m.get_xdata()) for m in markers(train_ax, "|")] == [[warmdown], [warmdown]]  # not the stopped d3
-    colours = {line.get_label(): line.get_color() for line in train_ax.lines if line.get_label().endswith(("d2", "d3"))}
-    assert len(set(colours.values())) == 3  # one hue per arm, depth by shade
+    lines = {line.get_label(): line for line in train_ax.lines if not line.get_label().startswith("_")}
+    assert sorted(lines) == ["Untied-Grow d2", "Vanilla d2", "Vanilla d3 [stopped]"]
+    assert len({line.get_color() for line in lines.values()}) == 3  # one hue per arm, depth by shade
+    assert lines["Vanilla d3 [stopped]"].get_linestyle() == "--" and lines["Vanilla d2"].get_linestyle() == "-"
+    fig.canvas.draw()
+    for ax in (train_ax, val_ax):  # units on the y axis, plain numbers on its log ticks (no 6×10^0)
+        assert ax.get_ylabel().endswith("(nats per token)")
+        ticks = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+        assert ticks and not any("times" in t or "×" in t or "^" in t for t in ticks), ticks
+    assert "EMA, decay 0.95 per step" in train_ax.get_title()
+    raw = [r["loss"] for r in read_run(ladder, "vanilla_d2")[1]]
+    assert list(lines["Vanilla d2"].get_ydata()) == pytest.approx(watch.smoothed(raw)) != raw
     fit_json = tmp_path / "fit.json"
-    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1)))))
+    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1, points=[
+        dict(compute=2e6), dict(compute=3e6)])))))
     fig = watch.curves_figure(plt, runs, "flops", watch.frontier_laws(str(fit_json)))
-    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier"]
+    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier (fitted range)"]
     assert len(frontier) == 1 and frontier[0].get_linestyle() == "--"
+    assert (min(frontier[0].get_xdata()), max(frontier[0].get_xdata())) == pytest.approx((2e6, 3e6))
+    twins = [(row, records, result) for row, records, result in runs[:1]] * 2  # two runs of one arm and depth
+    twins[1] = (dict(twins[1][0], run="vanilla_d2_again"), *twins[1][1:])
+    labels = [line.get_label() for line in watch.curves_figure(plt, twins, "steps", None).axes[0].lines]
+    assert "Vanilla d2 (vanilla_d2)" in labels and "Vanilla d2 (vanilla_d2_again)" in labels
     assert fit.main(["curves", str(ladder), "--out", str(out), "--x", "flops", "--frontier", str(fit_json)]) == 0
     assert (out / "curves_cpu_flops.png").exists()
 
@@ -169,7 +186,11 @@ def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_
     files = sorted(glob.glob(str(tmp_path / "w" / "wandb" / "offline-run-*" / f"run-{run_id}.wandb")),
                    key=os.path.getmtime)
     assert len(files) == 2  # two invocations, one wandb run
-    history, config, summary = {}, {}, {}
+    deadline = time.time() + 30  # wandb's service process writes the file out after finish() returns
+    while time.time() < deadline and len({r.history.step.num for path in files for r in wandb_records(path)
+                                          if r.WhichOneof("record_type") == "history"}) < 6:
+        time.sleep(0.5)
+    history, config, summary, runs, metrics = {}, {}, {}, [], {}
     for path in files:
         for record in wandb_records(path):
             kind = record.WhichOneof("record_type")
@@ -178,14 +199,25 @@ def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_
                 history[items["_step"]] = items
             elif kind == "run":
                 config.update({u.key: json.loads(u.value_json) for u in record.run.config.update})
+                runs.append((record.run.run_group, record.run.display_name, list(record.run.tags)))
+            elif kind == "metric":
+                metrics[record.metric.name or record.metric.glob_name] = record.metric.step_metric
             elif kind == "summary":
                 summary.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in record.summary.update})
     _, trajectory = read_run(tmp_path, "w")
     assert sorted(history) == [r["step"] for r in trajectory] == list(range(1, 7))
+    ladder = os.path.basename(tmp_path)  # grouped by the ladder (the runs folder), named uniquely within and across
+    assert runs and all(run == (ladder, f"{ladder}/w", ["gated_1", "d2", "cpu"]) for run in runs), runs
+    assert metrics == {"flops": "", "tokens": "", "train/*": "flops", "val/*": "flops"}  # the declared x-axes
     for r in trajectory:
-        assert history[r["step"]]["loss"] == r["loss"] and history[r["step"]]["flops"] == r["flops"]
+        h = history[r["step"]]
+        assert h["train/loss"] == r["loss"] and h["flops"] == r["flops"] and h["tokens"] == r["tokens"]
+        assert "loss" not in h and "train/step" not in h
         if "scalars" in r:
-            assert history[r["step"]]["scalars/boundary_gates.0"] == r["scalars"]["boundary_gates.0"]
+            assert h["train/scalars/boundary_gates.0"] == r["scalars"]["boundary_gates.0"]
+        if "val_loss" in r:
+            assert h["val/loss"] == r["val_loss"] and h["val/bpb"] == r["val_bpb"]
+    assert "val/loss" in history[6]
     assert config["arch"] == "gated_1" and config["steps"] == 6
     result = json.load(open(tmp_path / "w" / "result.json"))
     assert summary["status"] == "complete" and summary["final_val_loss"] == result["final_val_loss"]
