@@ -331,15 +331,13 @@ def frontier_laws(path):
                          "write one with python fit.py ladders RUNS --json > fit.json") from None
 
 
-SMOOTHING = 0.95  # the training loss drawn is its EMA with this decay per step (bias-corrected)
+SMOOTHING = 0.02  # the training loss drawn is its mean over a centred window of 2 % of the run's steps (>= 5)
 
 
-def smoothed(values, decay=SMOOTHING):
-    out, ema = [], 0.0
-    for i, v in enumerate(values, 1):
-        ema = decay * ema + (1 - decay) * v
-        out.append(ema / (1 - decay ** i))
-    return out
+def smoothed(values):
+    """The centred moving mean (no lag, unlike an EMA on a falling loss), its window shrunk at the ends."""
+    k = max(2, round(SMOOTHING * len(values) / 2))
+    return [sum(values[max(0, i - k):i + k + 1]) / len(values[max(0, i - k):i + k + 1]) for i in range(len(values))]
 
 
 def curves_figure(plt, runs, x_axis, frontier):
@@ -392,7 +390,7 @@ def curves_figure(plt, runs, x_axis, frontier):
             ax_val.plot(grid, law, "--", color=laws.style(arm)[1], lw=1.2,
                         label=f"{laws.style(arm)[0]} frontier (fitted range)")
             ax_val.plot([grid[0], grid[-1]], [law[0], law[-1]], "|", color=laws.style(arm)[1], ms=12, mew=2)
-    for ax, title in ((ax_train, f"training loss (EMA, decay {SMOOTHING} per step; raw faint)"),
+    for ax, title in ((ax_train, f"training loss (centred mean over {SMOOTHING:.0%} of each run's steps, >= 5; raw faint)"),
                       (ax_val, "validation loss")):
         ax.set_xscale(scale)
         ax.set_yscale("log")

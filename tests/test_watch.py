@@ -117,7 +117,7 @@ def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_pa
         assert ax.get_ylabel().endswith("(nats per token)")
         ticks = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
         assert ticks and not any("times" in t or "×" in t or "^" in t for t in ticks), ticks
-    assert "EMA, decay 0.95 per step" in train_ax.get_title()
+    assert "centred mean over 2% of each run's steps" in train_ax.get_title()
     raw = [r["loss"] for r in read_run(ladder, "vanilla_d2")[1]]
     assert list(lines["Vanilla d2"].get_ydata()) == pytest.approx(watch.smoothed(raw)) != raw
     fit_json = tmp_path / "fit.json"
