@@ -471,7 +471,7 @@ def cmd_report(args):
     """report.md of a run (DIR holds result.json: its own, with its curves) or of a ladder (DIR holds runs: every
     run's, then DIR/report.md with the runs table, the ladder fit with bootstrap CIs and its figures in DIR/fit, the
     curves in DIR/curves). The fit takes the arms with >= 3 complete depths."""
-    dirs, plt = watch.run_dirs([args.dir]), pyplot()
+    dirs, plt, written, table = watch.run_dirs([args.dir]), pyplot(), [], None
     for d in dirs:
         records, curves = watch.read_trajectory(d), None
         if records:
@@ -479,9 +479,9 @@ def cmd_report(args):
             save_figures(d, {"curves.png": fig}, dpi=110)
             plt.close(fig)
             curves = "curves.png"
-        print(f"wrote {watch.write_run_report(d, curves)}")
+        written.append(watch.write_run_report(d, curves))
     if dirs == [args.dir]:
-        return
+        return report_done(args, written, table)
     rows = [watch.run_row(d) for d in dirs]
     hms = lambda t: "—" if t is None else watch.clock(t)
     lines = [f"# Ladder report: {args.dir}", "", "## Runs", ""] + watch.markdown_table(
@@ -505,7 +505,6 @@ def cmd_report(args):
             with contextlib.redirect_stdout(text):
                 cmd_ladders(build_parser().parse_args(argv))
             table = "\n".join(l for l in text.getvalue().splitlines() if not l.startswith("wrote "))
-            print(table)
             lines += [f"`python fit.py {' '.join(argv)}`", "", "```", table, "```", "",
                       "![ladders](fit/fig3_ladders.png)"]
         except UsageError as e:  # the runs are what they are: the report says why they do not fit
@@ -524,7 +523,14 @@ def cmd_report(args):
     with open(path + ".tmp", "w") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(path + ".tmp", path)
-    print(f"wrote {path}")
+    report_done(args, written + [path], table)
+
+
+def report_done(args, written, table):
+    if args.json:
+        print(json.dumps(dict(written=written, fit_table=table)))
+        return
+    print("\n".join(([table] if table else []) + [f"wrote {p}" for p in written]))
 
 
 # ---------------------------------------------------------------------------------------------------- downstream (B.6)
@@ -779,7 +785,7 @@ def build_parser():
     s.add_argument("runs", nargs="+", help="run folders or folders of them")
     s = add("curves", "training and validation curves of train.py runs")
     s.add_argument("runs", nargs="+", help="run folders or folders of them")
-    s.add_argument("--out", required=True, help="directory for curves_PRESET_X.{png,pdf}")
+    s.add_argument("--out", help="directory for curves_PRESET_X.{png,pdf} (default: the first RUNS folder's curves/)")
     s.add_argument("--x", choices=sorted(watch.X_AXES), default="steps", help="the x axis (default: steps)")
     s.add_argument("--frontier", metavar="FIT.json", help="overlay the fitted L(C) of `fit.py ladders --json` "
                    "(needs --x flops)")

@@ -422,14 +422,19 @@ def cmd_curves(args):
     ladders = {}
     for run in runs:
         ladders.setdefault(ladder_key(run[0], run[2]), []).append(run)
+    out = args.out or os.path.join(args.runs[0], "curves")
     names = {f"curves_{ladder}_{args.x}.{ext}": ladder for ladder in ladders for ext in ("png", "pdf")}
-    laws.check_outputs(args.out, names)
+    laws.check_outputs(out, names)
     plt = laws.pyplot()
     figures = {}
     for ladder, members in ladders.items():
         fig = curves_figure(plt, members, args.x, frontier)
         figures.update({name: fig for name, of in names.items() if of == ladder})
-    for path in laws.save_figures(args.out, figures, dpi=120):
+    written = laws.save_figures(out, figures, dpi=120)
+    if getattr(args, "json", False):
+        print(json.dumps(dict(written=written, runs=[dict(run=r[0]["run"], state=r[0]["state"]) for r in runs])))
+        return
+    for path in written:
         print(f"wrote {path}")
     print(f"{len(runs)} runs: " + ", ".join(f"{r[0]['run']} ({r[0]['state']})" for r in runs))
 
