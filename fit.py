@@ -476,7 +476,7 @@ def cmd_report(args):
         records, curves = watch.read_trajectory(d), None
         if records:
             fig = watch.curves_figure(plt, [(watch.run_row(d), records, watch.read_result(d) or {})], "steps", None)
-            save_figures(d, {"curves.png": fig}, dpi=110)
+            save_figures(d, {"curves.png": fig}, dpi=80)
             plt.close(fig)
             curves = "curves.png"
         written.append(watch.write_run_report(d, curves))

@@ -486,9 +486,14 @@ def run_report(run_dir, curves=None):
 
 
 def write_run_report(run_dir, curves=None):
-    """RUN/report.md, replaced whole (a watcher never reads half of one)."""
+    """RUN/report.md, replaced whole (a watcher never reads half of one). It is derived from the run's files: one that
+    cannot be written is a warning, never a failed run."""
     def write(tmp):
         with open(tmp, "w") as f:
             f.write(run_report(run_dir, curves))
-    atomic_write(os.path.join(run_dir, "report.md"), write)
+    try:
+        atomic_write(os.path.join(run_dir, "report.md"), write)
+    except OSError as e:
+        print(f"warning: cannot write {os.path.join(run_dir, 'report.md')}: {e.strerror or e}; `python fit.py report "
+              f"{run_dir}` writes it later")
     return os.path.join(run_dir, "report.md")

@@ -157,7 +157,7 @@ def test_one_cli_grammar_across_the_scripts(capsys):
         flags = flags_in_help(main, argv, capsys)
         for synonym, canonical in SAME_THING.items():
             assert synonym not in flags or canonical in flags, f"{name} has {synonym} but not {canonical}"
-    for sub in ("curves", "report", "ladders", "design"):
+    for sub in ("curves", "ladders", "design"):
         assert fit.build_parser().parse_args([sub, "x"]).out is None  # optional, a stated default
     dry = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1", "--seed", "3",
                           "--runs-dir", "elsewhere", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=300)
