@@ -393,7 +393,8 @@ def curves_figure(plt, runs, x_axis, frontier):
     for ax, title in ((ax_train, f"training loss (centred mean over {SMOOTHING:.0%} of each run's steps, >= 5; raw faint)"),
                       (ax_val, "validation loss")):
         ax.set_xscale(scale)
-        ax.set_yscale("log")
+        if any(len(line.get_ydata()) for line in ax.lines):  # a run without a validation yet leaves its panel empty
+            ax.set_yscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel(f"{title.split(' (')[0]} (nats per token)")
         for axis in (ax.yaxis,):
