@@ -346,7 +346,18 @@ def cpu_probe(plan, eval_every, steps=2):
     `steps` optimizer steps on random tokens (forward and backward over the step's tokens, Muon on the block matrices,
     AdamW on the rest; the first left out as warm-up) and one forward of a step's tokens, a validation being
     val_tokens of it. The run's wall time: its steps at their stages' times plus its validations (the start, every
-    eval_every steps, before and after each growth, the end) at the final passes; checkpoints not counted."""
+    eval_every steps, before and after each growth, the end) at the final passes; checkpoints not counted. Threads:
+    OMP_NUM_THREADS, else 1, as torchrun (ladder.sh) starts each worker (on a busy CPU a second thread that waits for
+    a descheduled one made a tiny step 1,000x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    try:
+        return timed_probe(plan, eval_every, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def timed_probe(plan, eval_every, steps):
     torch.manual_seed(plan.seed)
     model, groups = GPT(plan.model_config), None
     groups = model.param_groups()
