@@ -482,7 +482,8 @@ def cmd_report(args):
         written.append(watch.write_run_report(d, curves))
     if dirs == [args.dir]:
         return report_done(args, written, table)
-    rows = [watch.run_row(d) for d in dirs]
+    rows = sorted((watch.run_row(d) for d in dirs), key=lambda r: (arm_order(r["arch"] or ""), r["depth"] or 0, r["run"]))
+    dirs = [r["path"] for r in rows]
     hms = lambda t: "—" if t is None else watch.clock(t)
     lines = [f"# Ladder report: {args.dir}", "", "## Runs", ""] + watch.markdown_table(
         ["run", "state", "step", "val loss", "FLOPs", "wall time", "report"],
