@@ -30,6 +30,7 @@ from arms import with_current_mode_names
 from common import (EVAL_RECORD, FLAG, OBJECT, RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, atomic_write, check_record,
                     check_regular_file, each, nullable, real, sha256_file, torchrun_ranks, whole, write_json)
 from model import GPT, ModelConfig
+from plan import schedule_notes
 
 # DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -774,7 +775,8 @@ def write_result(run, state, status, mfu=None, **extra):
         return
     evals, final = state.evals, status == "complete" and bool(state.evals)
     write_json(run.result_path, dict(  # the keys fit.py and the tests read
-        status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(), world_size=run.world,
+        status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(),
+        schedule_notes=schedule_notes(run.plan), world_size=run.world,
         fixed_reduce_order=run.fixed_reduce_order, device_batch_size=list(run.micro_batches), memory=run.memory,
         gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, data_check=run.data_check,

@@ -170,6 +170,12 @@ def exit_process(code):
 # ----------------------------------------------------------------------------------------------------------------------
 # Files: atomic writes, hashes
 
+def clock(seconds):
+    """Seconds as h:mm:ss (wall or training time: say which where it is printed)."""
+    s = round(seconds)
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+
+
 def atomic_write(path, write):
     """write(tmp_path) writes the file; it then replaces `path` in one step, so a reader never sees half of it. A write
     that fails (a full disk) leaves `path` as it was and no temporary file behind."""

@@ -825,7 +825,7 @@ def parse_args(argv=None):
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
                    help="content fingerprint required of a complete 22-task bundle")
-    p.add_argument("--seeds", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"])
+    p.add_argument("--seed", "--seeds", dest="seeds", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"])
     p.add_argument("--max-per-task", type=examples_per_task, default=None,
                    help="keep the first N shuffled examples of each task, or all (default: all; --bench: 100)")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), default=None,

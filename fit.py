@@ -28,7 +28,7 @@ Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMA
 Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
 --out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
 """
-import argparse, json, math, os, time
+import argparse, contextlib, io, json, math, os, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -41,14 +41,15 @@ import watch
 from common import Parser, UsageError, cli_main, exit_process
 from arms import FIGURE2_ARMS
 from laws import (DEPTH_DERIVED, FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
-                  fit_ladders, fitted_multiplier, fnum, forecast, jsonable, note, number, positive_float, pyplot,
+                  fit_ladders, fitted_multiplier, fnum, footing, forecast, jsonable, note, number, positive_float, pyplot,
                   read_csv, read_result_json, robust_lsq, run_paths, save_figures, style, SEED_MAX)
 
 
 
 def ladder_rows_from_runs(paths, use_time):
-    """(arm, depth, x, loss, seed, origin) of every complete train.py result.json; incomplete runs are skipped. The
-    runs of one arm must share their recipe and data pool (laws.check_one_recipe)."""
+    """(arm, depth, x, loss, seed, origin, flags) of every complete train.py result.json, flags its plan's
+    schedule_notes (a warmup the run never finishes, ...); incomplete runs are skipped. The runs of one arm must share
+    their recipe and data pool (laws.check_one_recipe)."""
     rows, runs = [], {}
     key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
@@ -63,7 +64,7 @@ def ladder_rows_from_runs(paths, use_time):
         except (KeyError, TypeError, ValueError, AssertionError):
             raise UsageError(f"{path}: a complete run needs arch, a whole depth, and finite {key} and "
                              "final_val_loss > 0")
-        rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path))
+        rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path, tuple(r.get("schedule_notes") or ())))
         runs.setdefault(arm, []).append((path, r))
     for arm, group in runs.items():
         check_one_recipe(group, DEPTH_DERIVED, f"{arm} runs")
@@ -86,7 +87,7 @@ def ladder_rows_from_csv(path, use_time):
 def pool_replicates(rows, replicates, use_time):
     """Group rows by (arm, depth). Rows with distinct seeds (seed column, or the plan's seed in result.json) are seed
     replicates; rows with one seed (or none) are duplicates: dropped with a warning when they agree exactly, seed
-    replicates with --replicates, an error otherwise. -> {(arm, depth): (x, [losses])}."""
+    replicates with --replicates, an error otherwise. -> {(arm, depth): (x, [losses], flags)}."""
     groups = {}
     for row in rows:
         groups.setdefault(row[:2], []).append(row)
@@ -106,7 +107,8 @@ def pool_replicates(rows, replicates, use_time):
         if not use_time and np.ptp(x) > FIT["replicate_compute_rtol"] * x.max():
             raise UsageError(f"{kept[0][5]} and {kept[int(np.argmax(x))][5]}: replicates of {arm} d{depth} have "
                              f"different compute ({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
-        points[(arm, depth)] = (float(x.mean()), [k[3] for k in kept])
+        flags = tuple(dict.fromkeys(f for k in kept for f in (k[6] if len(k) > 6 else ())))
+        points[(arm, depth)] = (float(x.mean()), [k[3] for k in kept], flags)
     return points
 
 
@@ -134,10 +136,10 @@ def ladder_rows_from_json(path, use_time, held):
                              "depth, estimated_training_flops, final_val_loss]; ")
 
 
-def load_ladders(inputs, use_time, replicates=False, held=None):
-    """-> {arm: dict(depth, x, loss, n, reps)} sorted by x (compute FLOPs, or training seconds with --time); loss is the
-    mean over a point's n seed replicates, reps their losses. `held` (a list) receives the ARM:DEPTH of records the
-    inputs mark as held out of every fit."""
+def load_ladders(inputs, use_time, replicates=False, held=None, exclude_flagged=False):
+    """-> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (compute FLOPs, or training seconds with --time); loss
+    is the mean over a point's n seed replicates, reps their losses, flags the notes of its runs' plans (left out with
+    exclude_flagged). `held` (a list) receives the ARM:DEPTH of records the inputs mark as held out of every fit."""
     rows, paths = [], []
     for item in inputs:
         if item.endswith(".csv"):
@@ -156,12 +158,17 @@ def load_ladders(inputs, use_time, replicates=False, held=None):
     if not rows:
         raise UsageError("no usable ladder points in the inputs")
     points = pool_replicates(rows, replicates, use_time)
+    if exclude_flagged:
+        for (arm, depth), (_, _, flags) in sorted(points.items()):
+            if flags:
+                note(f"--exclude-flagged: leaving out {arm} d{depth} ({'; '.join(flags)})")
+        points = {k: p for k, p in points.items() if not p[2]}
     data = {}
     for arm in sorted({a for a, _ in points}, key=arm_order):
-        pts = sorted((x, d, reps) for (a, d), (x, reps) in points.items() if a == arm)
+        pts = sorted((x, d, reps, flags) for (a, d), (x, reps, flags) in points.items() if a == arm)
         data[arm] = dict(x=np.array([p[0] for p in pts]), depth=np.array([p[1] for p in pts]),
                          loss=np.array([np.mean(p[2]) for p in pts]), n=np.array([len(p[2]) for p in pts]),
-                         reps=[np.array(p[2]) for p in pts])
+                         reps=[np.array(p[2]) for p in pts], flags=[p[3] for p in pts])
     return data
 
 
@@ -195,31 +202,47 @@ def hold_out(data, specs):
         held.append(dict(arm=arm, depth=int(depth), compute=d["x"][i], loss=d["loss"][i], n=int(d["n"][i])))
         keep = np.arange(len(d["x"])) != i
         data[arm] = dict(x=d["x"][keep], depth=d["depth"][keep], loss=d["loss"][keep], n=d["n"][keep],
-                         reps=[r for j, r in enumerate(d["reps"]) if j != i])
+                         reps=[r for j, r in enumerate(d["reps"]) if j != i],
+                         flags=[f for j, f in enumerate(d.get("flags") or [()] * len(keep)) if j != i])
     return held
 
 
 def ladder_table(fit, xname):
+    """The two ladder tables: per arm its points (* flagged), residual degrees of freedom, gamma ± se [CI], ...; a ±
+    or CI that laws.footing withheld reads "unknown"."""
     def ci(r, key, fmt):  # " [lo, hi]" when a bootstrap CI exists
         c = r.get(f"{key}_ci")
         return f" [{fnum(c[0], fmt)}, {fnum(c[1], fmt)}]" if c else ""
+    pm = lambda r, key, fmt=".4f": fnum(r[key], fmt) if r.get("intervals_known", True) else "unknown"
     val = lambda r, key, fmt: fnum(r.get(key), fmt) + ci(r, key, fmt)
-    E_ci = f"  {FIT['ci']:.0f}% CI [{fit['E_ci'][0]:.4f}, {fit['E_ci'][1]:.4f}]" if "E_ci" in fit else ""
-    lines = [f"E = {fit['E']:.6f}{E_ci} (reference arm {fit['reference_arm']}, C0 = {fit['C0']:.6g} {xname})",
-             f"{'arm':<18} {'gamma ± se [CI]':<33} {'log A@C0':>8} {'mult first':>10}  mult last [CI]"]
+    E_ci = f"  {FIT['ci']:.0f}% CI [{fit['E_ci'][0]:.4f}, {fit['E_ci'][1]:.4f}]" if fit.get("E_ci") else ""
+    E_se = "" if "E_dof" not in fit else f" ± {'unknown' if fit['E_se'] is None else fnum(fit['E_se'])}" + (
+        f" (free-E fit of {fit['reference_arm']}: {fit['E_dof'] + 3} points, {fit['E_dof']} dof"
+        + (f"; on its bound {fit['E_bound']}" if fit["E_bound"] else "") + ")")
+    lines = [f"E = {fit['E']:.6f}{E_se}{E_ci} (reference arm {fit['reference_arm']}, C0 = {fit['C0']:.6g} {xname})",
+             f"{'arm':<18} {'points':>6} {'dof':>3}  {'gamma ± se [CI]':<33} {'log A@C0':>8} {'mult first':>10}  "
+             "mult last [CI]"]
+    flagged = []
     for arm, r in fit["arms"].items():
-        m = r["multipliers"]
-        lines.append(f"{arm:<18} {r['gamma']:.4f} ± {fnum(r['gamma_se'])}{ci(r, 'gamma', '.4f'):<17} "
+        m, pts = r["multipliers"], r["points"]
+        flagged += [f"{arm} d{p['depth']}: {'; '.join(p['flags'])}" for p in pts if p["flags"]]
+        n_flag = sum(bool(p["flags"]) for p in pts)
+        lines.append(f"{arm:<18} {f'{len(pts)} ({n_flag}*)' if n_flag else len(pts):>6} {r['dof']:>3}  "
+                     f"{r['gamma']:.4f} ± {pm(r, 'gamma_se')}{ci(r, 'gamma', '.4f'):<17} "
                      f"{r['logA_C0']:>8.4f} {fnum(m[0]['multiplier'] if m else None, '.3f'):>10}  "
                      f"{val(r, 'final_multiplier', '.3f')}")
     lines += ["", f"{'arm':<18} {'gamma - ref ± se [CI]':<37} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E "
                   f"(flag: E > {FIT['disagree_se']:.0f} se from shared)"]
     for arm, r in fit["arms"].items():
         d = r.get("delta_gamma_ci")
-        dg = f"{r['delta_gamma']:+.4f} ± {fnum(r['delta_gamma_se'])}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
-        free = (f"{r['free_gamma']:.4f} ± {fnum(r['free_gamma_se'])}, {r['free_E']:.3f} ± {fnum(r['free_E_se'], '.3f')}"
-                + ("  DISAGREES" if r["free_disagrees"] else "")) if "free_gamma" in r else "—"
+        dg = f"{r['delta_gamma']:+.4f} ± {pm(r, 'delta_gamma_se')}" + (f" [{d[0]:+.4f}, {d[1]:+.4f}]" if d else "")
+        free = (f"{r['free_gamma']:.4f} ± {pm(r, 'free_gamma_se')}, {r['free_E']:.3f} ± {pm(r, 'free_E_se', '.3f')}"
+                + (f" (on its bound {r['free_E_bound']})" if r.get("free_E_bound") else "")
+                + ("  DISAGREES" if r["free_disagrees"] and r.get("intervals_known", True) else "")) if "free_gamma" in r else "—"
         lines.append(f"{arm:<18} {dg:<37} {val(r, 'fitted_final_multiplier', '.3f'):<24} {free}")
+    if flagged:
+        lines += ["", "* flagged points (their plans' schedule_notes; --exclude-flagged leaves them out):"]
+        lines += [f"  {f}" for f in flagged]
     return "\n".join(lines)
 
 
@@ -282,11 +305,17 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
             label, color = style(a)
             r, d = fit["arms"][a], data[a]
             xs = np.geomspace(d["x"].min(), d["x"].max(), 100)
+            flagged = np.array([bool(f) for f in d.get("flags") or [()] * len(d["x"])])
             for axis in (ax, inset):
-                axis.plot(d["x"], d["loss"], "o", ms=3.5, color=color)
+                axis.plot(d["x"][~flagged], d["loss"][~flagged], "o", ms=3.5, color=color)
+                axis.plot(d["x"][flagged], d["loss"][flagged], "o", ms=4.5, mfc="white", color=color)
                 axis.plot(xs, E + r["A"] * (xs / c_ref) ** -r["gamma"], "-", lw=1.2, color=color,
-                          label=f"{label} (γ={r['gamma']:.3f})" if axis is ax else None)
-        ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}")
+                          label=f"{label} (γ={r['gamma']:.3f}, {r['dof']} dof)" if axis is ax else None)
+        if any(f for a in arms for f in data[a].get("flags") or ()):
+            ax.plot([], [], "o", ms=4.5, mfc="white", color="gray", label="flagged (schedule_notes)")
+        E_se = "" if "E_dof" not in fit else " ± unknown" if fit["E_se"] is None else f" ± {fit['E_se']:.3f}"
+        E_bound = f" (on its bound {fit['E_bound']})" if fit.get("E_bound") else ""
+        ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}{E_se}{E_bound}")
         ax.legend(loc="lower left", frameon=False)
         lo = xmax / FIT["inset_span"]
         sel = [l for a in arms for x, l in zip(data[a]["x"], data[a]["loss"]) if x >= lo]
@@ -314,6 +343,7 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
         ax.legend(loc="upper left", frameon=False)
 
     arms = list(fit["arms"])
+    warning = footing_note(fit)
     fig, axes = plt.subplots(1, 3, figsize=(14.5, 4.2))
     loss_panel(axes[0], arms)
     mult_panel(axes[1], arms)
@@ -324,18 +354,30 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
     axes[2].set(xlabel="log A at C0 (better →)", ylabel="exponent γ ± se (better ↑)")
     axes[2].invert_xaxis()
     axes[2].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 if warning else 0, 1, 1))
     arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
     fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
-    fig2.tight_layout()
+    fig2.tight_layout(rect=(0, 0.06 if warning else 0, 1, 1))
+    for f in (fig, fig2) if warning else ():
+        f.text(0.01, 0.01, warning, color="firebrick", fontsize=8, wrap=True)
     figures = {name: fig if name.startswith("fig3") else fig2 for name in LADDER_FIGURES}
     try:
         return save_figures(out_dir, figures, dpi=200)
     finally:
         plt.close(fig)
         plt.close(fig2)
+
+
+def footing_note(fit):
+    """One line for the figures when laws.footing withheld intervals: the residual degrees of freedom, or None."""
+    short = {a: r["dof"] for a, r in fit["arms"].items() if not r.get("intervals_known", True)}
+    if not short:
+        return None
+    floor = f"floor E {fit['E_dof']}, " if fit.get("E_dof") is not None else ""
+    return ("WARNING: too few points to know the uncertainty (residual degrees of freedom: " + floor
+            + ", ".join(f"{a} {k}" for a, k in short.items()) + "); no ± or CI is known for these fits")
 
 
 def ladder_floor(args, data):
@@ -374,7 +416,7 @@ def cmd_ladders(args):
     if args.out:
         check_outputs(args.out, LADDER_FIGURES)
     marked = []
-    data = load_ladders(args.inputs, args.time, args.replicates, marked)
+    data = load_ladders(args.inputs, args.time, args.replicates, marked, args.exclude_flagged)
     check_figure2_arms(args.figure2_arms, args.out, data)
     named = args.holdout or []
     held = hold_out(data, named + [spec for spec in dict.fromkeys(marked) if spec not in named])
@@ -399,6 +441,7 @@ def cmd_ladders(args):
         t0 = time.perf_counter()
         bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
         t_boot = time.perf_counter() - t0
+    fit["footing"] = footing(fit, sigma)
     ref_law, ref_free = fit["arms"][args.reference_arm], fit["reference_free"]
     if args.extrapolate:
         x_max = max(d["x"].max() for d in data.values())
@@ -420,15 +463,15 @@ def cmd_ladders(args):
         h["residual"] = h["loss"] - h["forecast_loss"]
     paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
     if args.json:
-        keep = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
+        keep = ("dof", "intervals_known", "gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
                 "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
                 "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma", "free_A", "free_gamma_se",
-                "free_E_se", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
+                "free_E_se", "free_E_bound", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
                 "gain_at_extrapolate_ci", "pi_at_extrapolate", "pi_at_extrapolate_ci", "points")
         obj = dict(E=fit["E"], reference_arm=fit["reference_arm"], C0=fit["C0"], x_unit=xname, c_ref=c_ref,
                    reference_free=ref_free, noise=fit["noise"], noise_check=fit.get("noise_check"),
                    arms={a: {k: r[k] for k in keep if k in r} for a, r in fit["arms"].items()}, errors=fit["errors"])
-        obj.update({k: fit[k] for k in ("E_ci", "bootstrap") if k in fit})
+        obj.update({k: fit[k] for k in ("E_ci", "E_se", "E_dof", "E_bound", "bootstrap", "footing") if k in fit})
         if args.extrapolate:
             obj["extrapolate"] = args.extrapolate
         if held:
@@ -436,7 +479,7 @@ def cmd_ladders(args):
         print(json.dumps(jsonable(obj), allow_nan=False))
         return
     print(ladder_table(fit, xname))
-    print("\n" + "\n".join(noise_lines(fit)))
+    print("\n" + "\n".join(fit["footing"] + noise_lines(fit)))
     if args.extrapolate:
         c = lambda r, k: (lambda v: f" [{fnum(v[0], '.4f')}, {fnum(v[1], '.4f')}]" if v else "")(r.get(f"{k}_ci"))
         print(f"\nat C = {args.extrapolate:.6g} {xname}: forecast loss L_arm(C); gain C_{args.reference_arm}(L_arm(C)) / C "
@@ -450,6 +493,74 @@ def cmd_ladders(args):
     print(f"\nfit: {t_fit:.2f} s" + (f"; bootstrap {n_boot} resamples: {t_boot:.1f} s" if t_boot else ""))
     for p in paths:
         print(f"wrote {p}")
+
+
+# ---------------------------------------------------------------------------------------------------- report.md
+def cmd_report(args):
+    """report.md of a run (DIR holds result.json: its own, with its curves) or of a ladder (DIR holds runs: every
+    run's, then DIR/report.md with the runs table, the ladder fit with bootstrap CIs and its figures in DIR/fit, the
+    curves in DIR/curves). The fit takes the arms with >= 3 complete depths."""
+    dirs, plt, written, table = watch.run_dirs([args.dir]), pyplot(), [], None
+    for d in dirs:
+        records, curves = watch.read_trajectory(d), None
+        if records:
+            fig = watch.curves_figure(plt, [(watch.run_row(d), records, watch.read_result(d) or {})], "steps", None)
+            save_figures(d, {"curves.png": fig}, dpi=80)
+            plt.close(fig)
+            curves = "curves.png"
+        written.append(watch.write_run_report(d, curves))
+    if dirs == [args.dir]:
+        return report_done(args, written, table)
+    rows = sorted((watch.run_row(d) for d in dirs), key=lambda r: (arm_order(r["arch"] or ""), r["depth"] or 0, r["run"]))
+    dirs = [r["path"] for r in rows]
+    hms = lambda t: "—" if t is None else watch.clock(t)
+    lines = [f"# Ladder report: {args.dir}", "", "## Runs", ""] + watch.markdown_table(
+        ["run", "state", "step", "val loss", "FLOPs", "wall time", "report"],
+        [(r["run"], r["state"], f"{r['step'] or 0}/{r['steps'] or '?'}", fnum(r["val_loss"]), fnum(r["flops"], ".3e"),
+          hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows])
+    complete = {}
+    for r in rows:
+        if r["state"] == "complete":
+            complete.setdefault(r["arch"], set()).add(r["depth"])
+    fitted = {a: sorted(d) for a, d in complete.items() if len(d) >= 3}
+    lines += ["", "## Fit", ""]
+    if fitted:
+        ref = "vanilla" if "vanilla" in fitted else min(fitted, key=arm_order)
+        depths = fitted[ref]
+        anchor = FIT["anchor_depth"] if FIT["anchor_depth"] in depths else depths[1]  # d1 of a cpu ladder: truncated
+        argv = ["ladders", *[d for d, r in zip(dirs, rows) if r["arch"] in fitted], "--reference-arm", ref,
+                "--anchor-depth", str(anchor), "--bootstrap", str(args.bootstrap), "--out", os.path.join(args.dir, "fit")]
+        text = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(text):
+                cmd_ladders(build_parser().parse_args(argv))
+            table = "\n".join(l for l in text.getvalue().splitlines() if not l.startswith("wrote "))
+            lines += [f"`python fit.py {' '.join(argv)}`", "", "```", table, "```", "",
+                      "![ladders](fit/fig3_ladders.png)"]
+        except UsageError as e:  # the runs are what they are: the report says why they do not fit
+            note(f"no fit: {e}")
+            lines.append(f"No fit: {e}")
+    else:
+        lines.append("No fit: no arm has 3 complete depths yet.")
+    text = io.StringIO()
+    with contextlib.redirect_stdout(text):
+        if any(watch.read_trajectory(d) for d in dirs):
+            watch.cmd_curves(argparse.Namespace(runs=[args.dir], out=os.path.join(args.dir, "curves"), x="steps",
+                                                frontier=None))
+    lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(l.split()[-1])})"
+                                      for l in text.getvalue().splitlines() if l.startswith("wrote ") and l.endswith(".png")]
+    path = os.path.join(args.dir, "report.md")
+    with open(path + ".tmp", "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(path + ".tmp", path)
+    report_done(args, written + [path], table)
+
+
+def report_done(args, written, table):
+    if args.json:
+        print(json.dumps(dict(written=written, fit_table=table)))
+        return
+    print("\n".join(([table] if table else []) + [f"wrote {p}" for p in written]))
 
 
 # ---------------------------------------------------------------------------------------------------- downstream (B.6)
@@ -615,6 +726,9 @@ relative difference (an explanation where it exceeds 1 %). The floor is Vanilla'
     runs="""RUNS: train.py run folders (holding result.json, train.lock or trajectory.jsonl) or folders of them (a
 RUNS_DIR). A run is running while a train.py holds its train.lock (on this host); a result.json saying "running" with
 no holder is a failed run (the process died: ladder.sh or --resume continues it).""",
+    report="""DIR: a run folder (writes DIR/report.md and DIR/curves.png) or a folder of runs (also each run's, then
+DIR/report.md with the runs table, `fit.py ladders` of the arms with >= 3 complete depths, reference arm vanilla if
+fitted, anchor depth 8 or the reference's second depth, into DIR/fit, and the curves into DIR/curves).""",
     curves="""RUNS: as for runs; every run with trajectory.jsonl records is drawn (docs/trajectory.md), one colour per
 arm, depth by shade (lighter: shallower), one figure per ladder (the runs' preset). --frontier FIT.json: the output of
 `fit.py ladders RUNS --json`, drawn on the validation panel of a --x flops figure.""",
@@ -655,6 +769,8 @@ def ladders_flags(s):
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
                                                                       "report their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
+    s.add_argument("--exclude-flagged", action="store_true", help="leave out the points whose run plans carry "
+                   "schedule_notes (a warmup longer than the run: the cpu preset's d1), marked * in the table")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA",
                    help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
 
@@ -724,11 +840,15 @@ def build_parser():
                            "(default %(default)s; the reported loop-scaling gain depends on it)")
             s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
+    s = add("report", "report.md of a run or of a ladder (its runs, fit and figures)")
+    s.add_argument("dir", help="a run folder, or a folder of runs (a ladder's RUNS_DIR)")
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=200, help="resamples for the fit's CIs "
+                   "(default 200)")
     s = add("runs", "a table of train.py runs and where each stands")
     s.add_argument("runs", nargs="+", help="run folders or folders of them")
     s = add("curves", "training and validation curves of train.py runs")
     s.add_argument("runs", nargs="+", help="run folders or folders of them")
-    s.add_argument("--out", required=True, help="directory for curves_PRESET_X.{png,pdf}")
+    s.add_argument("--out", help="directory for curves_PRESET_X.{png,pdf} (default: the first RUNS folder's curves/)")
     s.add_argument("--x", choices=sorted(watch.X_AXES), default="steps", help="the x axis (default: steps)")
     s.add_argument("--frontier", metavar="FIT.json", help="overlay the fitted L(C) of `fit.py ladders --json` "
                    "(needs --x flops)")
@@ -739,7 +859,7 @@ def build_parser():
 
 COMMANDS = dict(ladders=cmd_ladders, paper=paper.cmd_paper, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
                 tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops,
-                runs=watch.cmd_runs, curves=watch.cmd_curves)
+                runs=watch.cmd_runs, curves=watch.cmd_curves, report=cmd_report)
 
 
 def run(argv):

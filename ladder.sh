@@ -45,9 +45,22 @@ child="" current=""
 stopped() {
     trap '' INT TERM
     if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null || true; fi
+    [ -z "$current" ] || [ ! -f "$run_dir/train.log" ] || without_signal_traceback "$run_dir/train.log"
     echo "ladder.sh: stopped by SIG$1${current:+ during run $current (log: $run_dir/train.log)}; run the same" \
         "command again to continue" >&2
     exit "$2"
+}
+# torchrun answers a SIGTERM (scancel, this script's stop) by stopping its workers, then raises its SignalException
+# to the top: a 27-line traceback in train.log for a planned stop. It becomes one line; other tracebacks stay.
+without_signal_traceback() {
+    local tmp="$1.tmp$$"
+    awk '/^Traceback \(most recent call last\):$/ { held = $0; holding = 1; next }
+         holding && /^[ \t]/ { held = held "\n" $0; next }
+         holding && /SignalException: Process [0-9]+ got signal: [0-9]+$/ {
+             print "torchrun: stopped by signal " $NF " (its SignalException traceback left out)"; holding = 0; next }
+         holding { print held; holding = 0 }
+         { print }
+         END { if (holding) print held }' "$1" >"$tmp" && mv "$tmp" "$1" || rm -f "$tmp"
 }
 trap 'stopped INT 130' INT
 trap 'stopped TERM 143' TERM
@@ -87,7 +100,7 @@ whole_number() {  # NAME VALUE LOW HIGH: the environment variable NAME holds VAL
         die "environment variable $1 must be a whole number in [$3, $4], got '$2'"
 }
 
-usage="usage: bash ladder.sh ARCH|all|user|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depths \"6 8\"] [--seeds \"0 1 2\" [--replicate-depths \"16 18\"]] [--dry-run] [-- train.py args]"
+usage="usage: bash ladder.sh ARCH|all|user|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depth(s) 6 8] [--seed(s) 0 1 2 [--replicate-depths 16 18]] [--runs-dir DIR (or RUNS_DIR; default runs, demo: runs/demo)] [--dry-run] [-- train.py args]"
 target="${1:-}"
 case "$target" in
     -h|--help) echo "$usage"; echo "ARCH: one of $(python arms.py arms)"; exit 0 ;;
@@ -100,16 +113,23 @@ if [ "$target" = gpu-check ] || [ "$target" = gpu-smoke ]; then  # the GPU accep
 fi
 original_args=("$@")
 preset="" depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
+values() {  # FLAG ARGS...: the words after FLAG up to the next option, as train.py's nargs="+" takes them
+    local flag=$1 words=()
+    shift
+    while [ $# -gt 0 ] && [[ "$1" != -* ]]; do words+=("$1"); shift; done
+    [ ${#words[@]} -gt 0 ] || die "$flag needs a value, e.g. $flag 6 8 10 (or \"6 8 10\")"
+    values="${words[*]}" taken=$((${#words[@]} + 1))
+}
 while [ $# -gt 0 ]; do
-    case "$1" in
+    case "$1" in  # --depth/--depths, --seed/--seeds: one flag, train.py's name or the plural, a list either way
         --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
-        --depths) [ $# -ge 2 ] || die "--depths needs a value, e.g. --depths \"6 8 10\""; depths="$2"; shift 2 ;;
-        --seeds) [ $# -ge 2 ] || die "--seeds needs a value, e.g. --seeds \"0 1 2\""; seeds="$2"; shift 2 ;;
-        --replicate-depths) [ $# -ge 2 ] || die "--replicate-depths needs a value, e.g. --replicate-depths \"16 18\""
-                            replicate_depths="$2"; shift 2 ;;
+        --depth|--depths) values "$@"; depths="$values"; shift "$taken" ;;
+        --seed|--seeds) values "$@"; seeds="$values"; shift "$taken" ;;
+        --replicate-depths) values "$@"; replicate_depths="$values"; shift "$taken" ;;
+        --runs-dir) [ $# -ge 2 ] || die "--runs-dir needs a folder"; RUNS_DIR=$(from_caller "$2"); shift 2 ;;
         --dry-run) dry_run=1; shift ;;
         --) shift; extra=("$@"); break ;;
-        *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --dry-run, -- train.py args)" ;;
+        *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --runs-dir, --dry-run, -- train.py args)" ;;
     esac
 done
 [ "$target" != demo ] || preset="${preset:-cpu}"  # the demo is the cpu preset's ladders (arms.py refuses others)
@@ -136,7 +156,7 @@ instead() {  # FLAG: how to set with the ladder what train.py's FLAG sets
         --preset) echo "use ladder.sh's own --preset, before --" ;;
         --passes|--data-constrained) echo "use --depths to pick cells of the data-constrained grid" ;;
         --data-dir) echo "use DATA_DIR" ;;
-        --runs-dir) echo "use RUNS_DIR" ;;
+        --runs-dir) echo "use RUNS_DIR or ladder.sh's own --runs-dir, before --" ;;
         --run-name) echo "use RUNS_DIR to keep ladders apart (runs are named ARCH_dDEPTH, _sSEED with --seeds)" ;;
         "$resume_flag") echo "re-run the same command: the ladder resumes started runs itself" ;;
         *) echo "see bash ladder.sh -h" ;;
@@ -278,7 +298,10 @@ for r in "${runs[@]}"; do
     grep -E "^done:" "$log" | tail -n 1 || true
     exec 8>&-  # the run is done: its lock goes (a worker that outlived torchrun still holds it)
 done
-if [ "$target" = demo ]; then
-    py fit.py ladders "$runs_dir" --anchor-depth 2 --out "$runs_dir/fit"
-    echo "figure: $runs_dir/fit/fig3_ladders.png (and .pdf, fig2_left.*)"
+# The ladder's report: every run's report.md, and RUNS_DIR/report.md with the runs, the fit of every arm with >= 3
+# complete depths (bootstrap CIs; figures in RUNS_DIR/fit) and the curves. `python fit.py report RUNS_DIR` rebuilds it.
+# Node 0 writes it (the runs folder is shared), once a run has a result.json.
+if [ "${NODE_RANK:-0}" = 0 ] && compgen -G "$runs_dir/*/result.json" >/dev/null; then
+    py fit.py report "$runs_dir" | { grep -v "^wrote .*/report.md$" || true; }
+    echo "report: $runs_dir/report.md (figures: $runs_dir/fit, $runs_dir/curves)"
 fi

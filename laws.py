@@ -22,6 +22,7 @@ FIT = dict(
     chi2_p=1e-3,                        # the residuals contradict a given noise when the pooled chi^2 has p < 0.001
     design_min_converged=0.8,           # fit.py design warns when fewer than 80% of an arm's simulated fits converge
     extrapolate_warn=10.0,              # warn when --extrapolate C is 10x beyond the measured computes (either way)
+    min_dof=2,                          # residual degrees of freedom below which a fit's ± and CIs are not printed
     ci=95.0, default_extrapolate_boot=200,
     replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
     inset_span=5.0,                     # Figure inset shows the top factor-5 of compute (2e19..1e20 on the paper)
@@ -320,6 +321,8 @@ def fit_free_e(x, loss, sd=None):
     None = unweighted, the paper's fit."""
     if len(x) < 3:
         raise FitError(f"fewer than 3 points ({len(x)})")
+    if len(np.unique(x)) < 3:  # three parameters (a resample repeating a point): no slope and floor to place
+        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
     sd = np.ones_like(loss) if sd is None else sd
     lx = np.log(x)
     grid = np.linspace(0.0, FIT["e_grid_top"] * loss.min(), FIT["e_grid"])
@@ -453,11 +456,13 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
             out["warnings"].append(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of "
                                    f"{len(budgets)} reference budgets; those multipliers are missing")
         res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
-        res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k)) for dp, x, l, k in
-                         zip(d["depth"], d["x"], d["loss"], d["n"])]
+        res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k), flags=list(f)) for dp, x, l, k, f in
+                         zip(d["depth"], d["x"], d["loss"], d["n"], d.get("flags") or [()] * len(d["x"]))]
+        res["dof"] = len(d["x"]) - 2  # the shared-E law's residual degrees of freedom: A and gamma
         try:
             if E_known is None:
                 res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
+                res["free_E_bound"] = bound_of(res["free_E"], d["loss"])
         except FitError as e:
             out["warnings"].append(f"arm {arm}: free-E fit failed: {e}")
         out["arms"][arm] = res
@@ -465,9 +470,48 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     for res in out["arms"].values():
         res["fitted_final_multiplier"] = float(fitted_multiplier(ref, res, budgets[-1] / c_ref))
     floor_uncertainty(out, data, sigma, known=E_known is not None)
+    if E_known is None:  # the floor: the reference arm's free-E fit, three parameters
+        out.update(E_se=ref.get("free_E_se", math.nan), E_dof=len(r["x"]) - 3, E_bound=bound_of(E, r["loss"]))
     if sigma is not None:
         out["noise_check"] = noise_check(out)
     return out
+
+
+def bound_of(E, loss):
+    """Where a free-E fit's floor sits on its bounds [0, lowest loss): "0", "the lowest loss" or None (inside)."""
+    tol = 1e-6 * loss.min()
+    return "0" if E <= tol else "the lowest loss" if E >= loss.min() - tol else None
+
+
+def footing(fit, sigma):
+    """What a ladder fit's intervals stand on -> warning lines. Without a given noise the standard errors come from
+    the residuals, and a law with fewer than FIT["min_dof"] residual degrees of freedom (points - 2 per arm's shared-E
+    law; points - 3 for the reference arm's free-E fit, which fixes the floor every arm shares) has no residual spread
+    to estimate them from, and resampling so few points gives a degenerate interval: such an arm's ± and CIs are
+    withheld (set to None; all of them when the floor's fit is short). A floor on a bound of its fit is named."""
+    lines, need = [], FIT["min_dof"]
+    E_short = sigma is None and fit.get("E_dof") is not None and fit["E_dof"] < need
+    if E_short:
+        fit.update(E_se=None, E_ci=None)
+        lines.append(f"WARNING: the floor E is fitted on {fit['reference_arm']}'s {fit['E_dof'] + 3} points with 3 "
+                     f"parameters: {fit['E_dof']} residual degrees of freedom, so E's uncertainty, and with it every "
+                     f"± and CI (all carry E), is unknown and not printed; fit at least {need + 3} depths")
+    short = {}
+    for arm, r in fit["arms"].items():
+        r["intervals_known"] = not (E_short or sigma is None and r["dof"] < need)
+        if not r["intervals_known"]:
+            for k in [k for k in r if k.endswith("_ci") or k.endswith("_se")]:
+                r[k] = None
+        if sigma is None and r["dof"] < need:
+            short.setdefault((len(r["points"]), r["dof"]), []).append(arm)
+    for (n, dof), arms in short.items():
+        lines.append(f"WARNING: {', '.join(arms)}: {n} points for A and gamma leave {dof} residual degrees of freedom; "
+                     f"{'its' if len(arms) == 1 else 'their'} ± and CIs are unknown and not printed (at least "
+                     f"{need + 2} points)")
+    if fit.get("E_bound"):
+        lines.append(f"note: the floor E = {fit['E']:.6f} sits on its bound ({fit['E_bound']}) of "
+                     f"{fit['reference_arm']}'s free-E fit: the data do not pin a floor, and E's ± is not an interval")
+    return lines
 
 
 def noise_check(fit):
@@ -570,7 +614,8 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
         return [float(np.percentile(v, lo)), float(np.percentile(v, hi))] if len(v) > 1 else [np.nan, np.nan]
     for a in arms:
         g = draws[a]["gamma"]
-        fit["arms"][a].update(gamma_boot_se=float(np.nanstd(g)), gamma_ci=ci(g), bootstrap_valid=int(np.isfinite(g).sum()),
+        fit["arms"][a].update(gamma_boot_se=float(np.std(g[np.isfinite(g)])) if np.isfinite(g).sum() > 1 else np.nan,
+                              gamma_ci=ci(g), bootstrap_valid=int(np.isfinite(g).sum()),
                               delta_gamma_ci=ci(g - draws[ref_arm]["gamma"]), final_multiplier_ci=ci(draws[a]["final"]),
                               fitted_final_multiplier_ci=ci(draws[a]["pi"][:, 0]))
         if extrapolate:

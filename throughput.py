@@ -43,16 +43,18 @@ import argparse
 import json
 import math
 import os
+import time
 from collections import Counter, namedtuple
 from dataclasses import asdict, replace
 from fractions import Fraction
 
 import torch
 
+import muon
 import plan as plan_lib
 from arms import CLUSTERS, GPU_PEAK_FLOPS, Cluster, knob_fields
-from common import UsageError, number, whole_number_in
-from model import embedding_dtype, executed_blocks, flops_per_token, gates_stored, stored_blocks
+from common import UsageError, clock, number, whole_number_in
+from model import GPT, embedding_dtype, executed_blocks, flops_per_token, gates_stored, stored_blocks
 
 GB = 1e9
 MUON_REDUCE = {(False, True): "reduce_scatter_single", (False, False): "reduce", (True, True): "all_to_all_single",
@@ -342,6 +344,60 @@ def predict(plan, mem, nodes, per_node, fixed_order=False, bucket_mb=None, clust
                 mfu=round(plan.total_flops / (nodes * per_node * GPU_PEAK_FLOPS[cluster.gpu] * total), 4))
 
 
+def estimate(plan, mem, nodes, per_node, fixed_order=False, bucket_mb=None, cluster=None, eval_every=0):
+    """A dry run's "throughput": the GPU prediction (predict), or for the cpu preset the measured cpu_probe."""
+    if plan.preset == "cpu":
+        return cpu_probe(plan, eval_every)
+    return predict(plan, mem, nodes, per_node, fixed_order, bucket_mb, cluster)
+
+
+def cpu_probe(plan, eval_every, steps=2):
+    """The "throughput" of a cpu-preset dry run, measured on this machine as loaded now, not predicted: per pass stage
+    `steps` optimizer steps on random tokens (forward and backward over the step's tokens, Muon on the block matrices,
+    AdamW on the rest; the first left out as warm-up) and one forward of a step's tokens, a validation being
+    val_tokens of it. The run's wall time: its steps at their stages' times plus its validations (the start, every
+    eval_every steps, before and after each growth, the end) at the final passes; checkpoints not counted. Threads:
+    OMP_NUM_THREADS, else 1, as torchrun (ladder.sh) starts each worker (on a busy CPU a second thread that waits for
+    a descheduled one made a tiny step 1,000x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    try:
+        return timed_probe(plan, eval_every, steps)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def timed_probe(plan, eval_every, steps):
+    torch.manual_seed(plan.seed)
+    model, groups = GPT(plan.model_config), None
+    groups = model.param_groups()
+    optimizers = [muon.Muon(groups["matrix"], lr=plan.matrix_lr, distributed=False),
+                  torch.optim.AdamW([p for name, ps in groups.items() if name != "matrix" for p in ps], lr=1e-4)]
+    tokens = torch.randint(0, plan.model_config.vocab_size, (plan.tokens_per_step // plan.seq_len, plan.seq_len + 1))
+    stages, train = [], 0.0
+    for (_, passes), count in sorted(stage_steps(plan).items()):
+        model.set_passes(passes)
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            model(tokens[:, :-1], targets=tokens[:, 1:]).backward()
+            for opt in optimizers:
+                opt.step()
+            model.zero_grad(set_to_none=True)
+            seconds = time.perf_counter() - t0
+        stages.append(dict(passes=passes, steps=count, step_seconds=float(f"{seconds:.4g}")))
+        train += count * seconds
+    model.set_passes(plan.passes_final)
+    with torch.no_grad():
+        t0 = time.perf_counter()
+        model(tokens[:, :-1], targets=tokens[:, 1:])
+        validation = (time.perf_counter() - t0) * plan.val_tokens / plan.tokens_per_step
+    validations = 2 + 2 * len(plan.crossover_steps) + ((plan.steps - 1) // eval_every if eval_every else 0)
+    return dict(measured=f"on this CPU ({os.cpu_count()} cores, {torch.get_num_threads()} threads), {steps - 1} timed "
+                         f"step(s) per pass stage after a warm-up; checkpoints not counted", stages=stages,
+                validation_seconds=float(f"{validation:.4g}"), validations=validations,
+                train_seconds=float(f"{train:.4g}"), wall_seconds=float(f"{train + validations * validation:.4g}"))
+
+
 def figure(x):
     """x to about 3 significant figures, without an exponent: 964, 4.17, 0.0737."""
     return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
@@ -349,6 +405,11 @@ def figure(x):
 
 def summary_line(name, prediction):
     """ladder.sh --dry-run's line for one run (stages joined by ->)."""
+    if "wall_seconds" in prediction:  # cpu_probe
+        return (f"cpu time {name}: step {' -> '.join(figure(s['step_seconds']) for s in prediction['stages'])} s, "
+                f"validation {figure(prediction['validation_seconds'])} s x {prediction['validations']} | train "
+                f"{clock(prediction['train_seconds'])}, wall {clock(prediction['wall_seconds'])} (measured probe)")
+
     def each(get):
         return " -> ".join(get(s) if isinstance(get(s), str) else figure(get(s)) for s in prediction["stages"])
     time = {k: each(lambda s, k=k: s["seconds"][k]) for k in ("communication", "exposed_communication", "optimizer",

@@ -41,12 +41,12 @@ from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, fai
                         open_trajectory, read_run_state, recorded_micro_batches, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
 from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
-                    cli_main_distributed, env_integer, exit_process, integer, memory_in_use, number,
+                    cli_main_distributed, clock, env_integer, exit_process, integer, memory_in_use, number,
                     setup_distributed, torchrun_ranks, uses_cuda)
 import arms
 from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
                   SEEDS)
-from watch import Progress, check_tracker, open_tracker
+from watch import Progress, check_tracker, open_tracker, write_run_report
 from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
                   memory_line, memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
                   stage_at, stage_index, transport_node_size)
@@ -66,7 +66,7 @@ def dry_run(args):
         plan = make_plan(args)
         mem = dry_run_memory(args, plan, world, nodes[1])
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        speed = throughput.predict(plan, mem, *nodes, args.fixed_reduce_order, args.bucket_mb)
+        speed = throughput.estimate(plan, mem, *nodes, args.fixed_reduce_order, args.bucket_mb, None, default_eval_every(plan, args.eval_every))
         print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
                               host_memory=host_memory(plan, min(ranks_per_node, world)), throughput=speed,
                               schedule_notes=schedule_notes(plan))))
@@ -95,7 +95,7 @@ def ladder_dry_run(argv):
     p.add_argument("--mfu", type=number("(0, 1]"), default=None,
                    help="GPU-hours at this MFU instead of the throughput model's prediction per run")
     args = p.parse_args(ours)
-    world, flops, peaks, hours = args.gpus_per_node * args.nodes, 0, [], 0.0
+    world, flops, peaks, hours, cpu_seconds = args.gpus_per_node * args.nodes, 0, [], 0.0, 0.0
     cluster = throughput.cluster_from_env()
     for line in sys.stdin:
         name, *run_args = line.split()
@@ -103,12 +103,13 @@ def ladder_dry_run(argv):
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
             mem = dry_run_memory(run_args, plan, world, args.gpus_per_node)
-            speed = throughput.predict(plan, mem, args.nodes, args.gpus_per_node, run_args.fixed_reduce_order,
-                                       run_args.bucket_mb, cluster)
+            speed = throughput.estimate(plan, mem, args.nodes, args.gpus_per_node, run_args.fixed_reduce_order,
+                                        run_args.bucket_mb, cluster, default_eval_every(plan, run_args.eval_every))
         except UsageError as e:
             raise UsageError(f"{name}: {e}") from None
         flops += plan.total_flops
-        hours += speed["gpu_hours"]
+        hours += speed.get("gpu_hours", 0.0)
+        cpu_seconds += speed.get("wall_seconds", 0.0)
         peak = [s.bytes["peak"] / GIB for s in mem.stages]
         peaks.append((max(peak), name))
         print(memory_line(name, mem, host_memory(plan, args.gpus_per_node)))
@@ -118,6 +119,7 @@ def ladder_dry_run(argv):
                          "its train.py flags)")
     hours = f"~{hours:,.0f} GPU-hours predicted (throughput.py; not measured)" if args.mfu is None else \
         f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100"
+    hours = f"~{clock(cpu_seconds)} wall time on this CPU (measured probe)" if cpu_seconds else hours
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} GPUs/node x {args.nodes} nodes | "
           f"max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
 
@@ -541,18 +543,18 @@ class Cadence:
                 or self.saves(s))
 
 
-def default_eval_every(plan):
+def default_eval_every(plan, given=None):
     """Steps between periodic validations that cost at most EVAL_COMPUTE_SHARE of the training compute: a validation
     is a forward over val_tokens, a third of a training step's FLOPs per token, so it costs val_tokens /
-    (3 tokens_per_step) steps (paper preset: 6.3, so every 317 steps; cpu preset: 10.7, every 534)."""
-    return math.ceil(plan.val_tokens / (3 * EVAL_COMPUTE_SHARE * plan.tokens_per_step))
+    (3 tokens_per_step) steps (paper preset: 6.3, so every 317 steps; cpu preset: 10.7, every 534); `given`: --eval-every."""
+    return given if given is not None else math.ceil(plan.val_tokens / (3 * EVAL_COMPUTE_SHARE * plan.tokens_per_step))
 
 
 def cadence_of(args, run):
     plan, preset = run.plan, PRESETS[run.plan.preset]
     return Cadence(plan, stop=min(plan.steps, args.stop_after) if args.stop_after else plan.steps,
                    log_every=args.log_every or preset.log_every,
-                   eval_every=default_eval_every(plan) if args.eval_every is None else args.eval_every,
+                   eval_every=default_eval_every(plan, args.eval_every),
                    save_every=preset.save_every if args.save_every is None else args.save_every,
                    steps_per_epoch=run.loader.steps_per_epoch)
 
@@ -603,7 +605,7 @@ class Stopped(BaseException):  # not an Exception: no `except Exception` on the 
 
     def __init__(self, signum):
         super().__init__(signum)
-        self.name, self.code, self.step = signal.Signals(signum).name, 128 + signum, None
+        self.name, self.code, self.step, self.checkpoint = signal.Signals(signum).name, 128 + signum, None, False
 
 
 def raise_stopped(signum, frame):
@@ -619,7 +621,7 @@ def record_a_stop(run, state):
     try:
         yield
     except Stopped as e:
-        e.step = state.step
+        e.step, e.checkpoint = state.step, os.path.isdir(run.latest)
         if run.master:
             with contextlib.suppress(OSError):
                 write_result(run, state, "interrupted", error=f"stopped by {e.name} at step {state.step}")
@@ -643,7 +645,8 @@ def train(args):
     with record_a_stop(run, state), stop_on_write_failure(run, state):  # a stop inside DCP comes out of the inner
         trajectory = open_trajectory(run, state.step)
         write_result(run, state, "running")
-        cadence, progress = cadence_of(args, run), Progress(run, state, trajectory, open_tracker(args, run))
+        cadence = cadence_of(args, run)
+        progress = Progress(run, state, trajectory, cadence, open_tracker(args, run))
         start_step = state.step
         if state.step == 0 and not state.evals:
             validate(run, step_model, state, plan.pass_stages[0], "start")
@@ -667,7 +670,7 @@ def train(args):
             progress.write(printed=True)
             if cadence.saves(state.step):
                 save(run, model, optimizers, state, trajectory, progress.mfu)
-                progress.restart_clock()
+                progress.restart_clock(saved=True)
         finish(run, state, progress)
     return 0
 
@@ -722,11 +725,12 @@ def finish(run, state, progress):
     if state.step == run.plan.steps:
         os.replace(run.latest, run.final)
         write_result(run, state, "complete", progress.mfu)
-        print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | "
-              f"{state.flops:.3e} FLOPs | {state.train_seconds:.0f}s | {run.run_dir}")
+        print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | {state.flops:.3e} FLOPs | train time "
+              f"{clock(state.train_seconds)}, wall time {clock(state.wall_seconds)} | {run.run_dir}")
     else:
         write_result(run, state, "stopped", progress.mfu, stopped_early=True)
         print(f"stopped after step {state.step} (--stop-after); continue with --resume")
+    write_run_report(run.run_dir)
     if progress.tracker:
         progress.tracker.finish(run.result_path)
 
@@ -875,7 +879,8 @@ def run_command(argv):
             return train(args)
     except Stopped as e:
         if torchrun_ranks()[0] == 0:
-            then = "--resume continues from the last checkpoint" if e.step is not None else "run the same command again"
+            then = "--resume continues from the last checkpoint" if e.checkpoint else "run the same command again" + (
+                " (no checkpoint yet: it starts over)" if e.step is not None else "")
             print(f"train.py: stopped by {e.name} {'before training' if e.step is None else f'at step {e.step}'}; "
                   f"{then}", file=sys.stderr)
         return e.code

@@ -9,7 +9,7 @@ laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does no
 """
 import fcntl, json, math, netrc, os, sys, time, urllib.parse, uuid
 
-from common import RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, record_error
+from common import RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, atomic_write, clock, record_error
 
 LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes the run
 
@@ -20,15 +20,18 @@ LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes
 class Progress:
     """trajectory.jsonl, the printed progress lines and the tracker. Finished steps wait (as device tensors, held by
     train.py) until a logged step fetches them together; training seconds are the wall time between those fetches
-    minus validations and checkpoints, so the device's queue is timed, not the host's; the ETA comes from their
-    EMA, restarted at growth and after an invocation's first (compiling) interval."""
+    minus validations and checkpoints, so the device's queue is timed, not the host's. The ETA (eta) prices what is
+    left at measured rates: steps, validations and checkpoints ahead."""
     EMA_DECAY = 0.98  # per step: the last ~50 steps count
 
-    def __init__(self, run, state, trajectory, tracker=None):
-        self.run, self.state, self.trajectory, self.tracker = run, state, trajectory, tracker
+    def __init__(self, run, state, trajectory, cadence, tracker=None):
+        import model, plan  # train.py has them loaded: the FLOPs per token of each pass count weigh the ETA's steps
+        self.run, self.state, self.trajectory, self.cadence, self.tracker = run, state, trajectory, cadence, tracker
         self.pending, self.records, self.mark, self.flops_mark = [], [], time.perf_counter(), state.flops
         self.wall_start = self.mark - state.wall_seconds  # resumes add up
-        self.step_seconds, self.warm, self.mfu = None, False, None
+        self.cost = {k: model.flops_per_token(run.plan.model_config, k) for k in
+                     {*run.plan.pass_stages, *run.plan.random_passes}}
+        self.rate, self.warm, self.mfu, self.save_seconds, self.stage_at = None, False, None, [], plan.stage_at
 
     def add(self, record, loss):
         """A finished step: its record (plain values) and its loss (a device tensor, fetched later)."""
@@ -49,51 +52,88 @@ class Progress:
         self.records[-1].update({} if grad_norm is None else dict(grad_norm=grad_norm), scalars=scalars)
         peak, flops, self.flops_mark = self.run.peak_flops, self.state.flops - self.flops_mark, self.state.flops
         self.mfu = flops / (seconds * len(self.pending) * peak) if peak else None
-        self.advance_eta(seconds, len(self.pending))
+        cost = sum(self.cost[r["passes"]] for r, _ in self.pending) / len(self.pending)
+        self.advance_rate(seconds / cost, len(self.pending))
         self.pending = []
         return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
 
-    def advance_eta(self, seconds, steps):
+    def advance_rate(self, seconds_per_cost, steps):
+        """The EMA of a step's seconds per FLOP per token of its passes: one rate across growth stages."""
         if not self.warm:  # the first interval of an invocation or after a growth: compiling, not training
             self.warm = True
             return
         weight = 1 - self.EMA_DECAY ** steps
-        self.step_seconds = seconds if self.step_seconds is None else \
-            (1 - weight) * self.step_seconds + weight * seconds
+        self.rate = seconds_per_cost if self.rate is None else (1 - weight) * self.rate + weight * seconds_per_cost
 
     def grew(self):
-        self.step_seconds, self.warm = None, False
+        self.warm = False
 
-    def restart_clock(self):  # after a validation or a checkpoint: their time is not training time
-        self.mark = time.perf_counter()
+    def restart_clock(self, saved=False):
+        """After a validation or a checkpoint (saved): their time is not training time."""
+        now = time.perf_counter()
+        if saved:
+            self.save_seconds.append(now - self.mark)
+        self.mark = now
+
+    def eta(self):
+        """Wall seconds to the invocation's last step (cadence.stop), or None before a step time is known: every step
+        ahead at the FLOPs per token of its pass stage times the measured rate; every validation ahead (periodic,
+        epoch, around growth, the end) at the measured seconds per validation and FLOP per token of its passes; every
+        checkpoint ahead at the measured mean (none until one has been timed)."""
+        plan, c, step, stages = self.run.plan, self.cadence, self.state.step, self.run.plan.pass_stages
+        if self.rate is None:
+            return None
+        bounds = [0, *plan.crossover_steps, plan.steps]
+        steps_cost = sum(self.cost[k] * max(0, min(b, c.stop) - max(a, step))
+                         for k, a, b in zip(stages, bounds, bounds[1:]))
+        ahead = lambda every: set(range((step // every + 1) * every, c.stop + 1, every)) if every else set()
+        checks = {s for s in ahead(c.eval_every) | ahead(c.steps_per_epoch) | {*plan.crossover_steps, plan.steps}
+                  if step < s <= c.stop}
+        evals = [plan.passes_final if s == plan.steps else self.stage_at(s - 1, plan) for s in checks]
+        evals += [self.stage_at(s, plan) for s in plan.crossover_steps if step < s <= c.stop]  # after the growth
+        done = self.state.evals
+        eval_rate = self.state.eval_seconds / sum(self.cost.get(e["passes"], 0) for e in done) if done else 0.0
+        saves = len({s for s in ahead(c.save_every) | {c.stop} if step < s <= c.stop})
+        save = sum(self.save_seconds) / len(self.save_seconds) if self.save_seconds else 0.0
+        return self.rate * steps_cost + eval_rate * sum(self.cost[k] for k in evals) + saves * save
 
     def write(self, printed=True):
         """The fetched records into trajectory.jsonl and the tracker; `printed`: also the progress line."""
         run, state, last = self.run, self.state, self.records[-1]
         state.wall_seconds = time.perf_counter() - self.wall_start
-        eta = (run.plan.steps - state.step) * self.step_seconds if self.step_seconds is not None else None
+        eta = self.eta()
         last.update(wall_seconds=state.wall_seconds, train_seconds=state.train_seconds, eta_seconds=eta)
         if run.master:
             self.trajectory.writelines(json.dumps(r) + "\n" for r in self.records)
+            self.trajectory.flush()  # whole lines at every logged step: `fit.py runs` and `curves` see the run live
             if self.tracker:
                 self.tracker.log(self.records)
             if printed:
+                ends = time.strftime("%H:%M:%S %Z", time.localtime(time.time() + eta)) if eta is not None else ""
                 print(f"step {state.step}/{run.plan.steps} | loss {last['loss']:.4f} | lrm {last['lr_multiplier']:.3f} "
                       f"| passes {last['passes']} | {last['tokens_per_second']:,.0f} tok/s"
                       + (f" | mfu {100 * self.mfu:.1f}%" if self.mfu else "")
-                      + (f" | eta {eta:.0f}s" if eta is not None else ""))
+                      + (f" | eta {clock(eta)} (ends ~{ends})" if eta is not None else ""), flush=True)
         self.records = []
 
 
 class Wandb:
-    """The optional experiment tracker: the plan as config, every trajectory record, the final result.json as the
-    summary; a resumed run continues the same wandb run (its id is kept in the run folder's wandb_id)."""
+    """The optional experiment tracker: one wandb run per train.py run, grouped by its ladder (the runs folder's name)
+    and named LADDER/RUN (unique across ladders), tagged with its arm, depth and preset; the plan as config; every
+    trajectory record under train/ and val/ against the declared x-axes flops and tokens; the final result.json as the
+    summary. A resumed run continues the same wandb run (its id is kept in the run folder's wandb_id)."""
 
     def __init__(self, project, run_dir, name, config):
         import wandb  # optional: check_tracker refused its absence before any work
         id_path = os.path.join(run_dir, "wandb_id")
         run_id = open(id_path).read().strip() if os.path.exists(id_path) else uuid.uuid4().hex[:8]
-        self.run = wandb.init(project=project, id=run_id, resume="allow", name=name, config=config, dir=run_dir)
+        ladder = os.path.basename(os.path.dirname(os.path.abspath(run_dir)))
+        self.run = wandb.init(project=project, id=run_id, resume="allow", name=f"{ladder}/{name}", config=config,
+                              dir=run_dir, group=ladder, tags=[config["arch"], f"d{config['depth']}", config["preset"]])
+        for x in ("flops", "tokens"):
+            self.run.define_metric(x)
+        for namespace in ("train/*", "val/*"):
+            self.run.define_metric(namespace, step_metric="flops")
         with open(id_path, "w") as f:
             f.write(run_id + "\n")
 
@@ -169,9 +209,18 @@ def open_tracker(args, run):
 
 
 def flat_record(record):
-    """A trajectory record for a tracker: scalars as scalars/NAME."""
-    out = {k: v for k, v in record.items() if k != "scalars"}
-    out.update({f"scalars/{k}": v for k, v in (record.get("scalars") or {}).items()})
+    """A trajectory record for a tracker: the x-axes flops and tokens as they are, the validation fields under val/
+    (val_loss -> val/loss, val_loss_after_growth -> val/loss_after_growth, passes_after_growth -> val/passes_after_growth),
+    the learned scalars as train/scalars/NAME, everything else under train/."""
+    out = {}
+    for k, v in record.items():
+        if k in ("flops", "tokens"):
+            out[k] = v
+        elif k.startswith("val_") or k.endswith("_after_growth"):
+            out["val/" + k.removeprefix("val_")] = v
+        elif k not in ("scalars", "step"):  # the step is wandb's own
+            out["train/" + k] = v
+    out.update({f"train/scalars/{k}": v for k, v in (record.get("scalars") or {}).items()})
     return out
 
 
@@ -229,10 +278,11 @@ def read_trajectory(run_dir):
     return records
 
 
-def read_result(run_dir):
-    """result.json checked against train.py's RESULT_SCHEMA; None when there is none, or (said on stderr in one line)
-    when it is no regular file, no JSON object or breaks the schema."""
-    path = os.path.join(run_dir, "result.json")
+def read_result(run_dir, name="result.json"):
+    """RUN/name as a dict: result.json checked against train.py's RESULT_SCHEMA, core_eval.py's eval.json as it is;
+    None when there is none, or (said on stderr in one line) when it is no regular file, no JSON object or breaks the
+    schema."""
+    path = os.path.join(run_dir, name)
     if not os.path.lexists(path) or not regular_or_said(path):
         return None
     try:
@@ -240,7 +290,8 @@ def read_result(run_dir):
             result = json.load(f)
     except (OSError, ValueError):
         result = None
-    error = record_error(result, RESULT_SCHEMA) if isinstance(result, dict) else "is not a JSON object"
+    error = "is not a JSON object" if not isinstance(result, dict) else \
+        record_error(result, RESULT_SCHEMA) if name == "result.json" else None
     if error:
         print(f"fit.py: skipping {path}: {error.removeprefix('the record ')}", file=sys.stderr)
         return None
@@ -276,7 +327,7 @@ def run_row(run_dir):
                 state=state, reason=reason, step=last.get("step", (result or {}).get("completed_steps")), steps=steps,
                 train_loss=last.get("loss"), val_loss=evals[-1]["val_loss"] if evals else None,
                 flops=last.get("flops", (result or {}).get("estimated_training_flops")), flops_planned=flops_planned,
-                wall_seconds=last_value(records, "wall_seconds", (result or {}).get("total_training_time_seconds")),
+                wall_seconds=last_value(records, "wall_seconds", (result or {}).get("wall_seconds")),
                 eta_seconds=last_value(records, "eta_seconds") if state == "running" else None)
 
 
@@ -291,14 +342,14 @@ def cmd_runs(args):
     if args.json:
         print(json.dumps(laws.jsonable(dict(runs=rows)), indent=2))
         return
-    clock = lambda s: "—" if s is None else time.strftime("%H:%M:%S", time.gmtime(s)) if s < 86400 else f"{s / 86400:.1f} d"
+    hms = lambda s: "—" if s is None else clock(s)
     print(f"{'run':<24} {'state':<9} {'step':>13} {'train':>7} {'val':>7} {'FLOPs done / planned':>21} "
-          f"{'wall':>9} {'ETA':>9}")
+          f"{'wall time':>10} {'ETA (wall)':>10}")
     for r in rows:
         step = f"{r['step'] or 0}/{r['steps'] or '?'}"
         flops = f"{laws.fnum(r['flops'], '.2e')} / {laws.fnum(r['flops_planned'], '.2e')}"
         print(f"{r['run']:<24} {r['state']:<9} {step:>13} {laws.fnum(r['train_loss']):>7} {laws.fnum(r['val_loss']):>7} "
-              f"{flops:>21} {clock(r['wall_seconds']):>9} {clock(r['eta_seconds']):>9}"
+              f"{flops:>21} {hms(r['wall_seconds']):>10} {hms(r['eta_seconds']):>10}"
               + (f"  {r['reason']}" if r["reason"] else ""))
 
 
@@ -323,66 +374,97 @@ def curve_runs(items):
 
 
 def shade(colour, depth, depths):
-    """The arm's colour, lighter for shallower runs: depth by shade."""
+    """The arm's colour, lighter for shallower runs: depth by shade (the deepest full, the shallowest 75 % white)."""
     from matplotlib.colors import to_rgb
     rank = sorted(depths).index(depth) if depth in depths else len(depths) - 1
-    lift = 0.6 * (1 - (rank + 1) / len(depths)) if len(depths) > 1 else 0.0
+    lift = 0.75 * (1 - (rank + 1) / len(depths)) * len(depths) / (len(depths) - 1) if len(depths) > 1 else 0.0
     return tuple(c + (1 - c) * lift for c in to_rgb(colour))
 
 
 def frontier_laws(path):
-    """{arm: (E, A, gamma, c_ref)} from a `fit.py ladders --json` output."""
+    """{arm: (E, A, gamma, c_ref, (lowest, highest fitted compute) or None)} from a `fit.py ladders --json` output."""
     try:
         fit = json.load(open(path))
-        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"]) for arm, law in fit["arms"].items()
+        span = lambda law: (min(p["compute"] for p in law["points"]), max(p["compute"] for p in law["points"])) \
+            if law.get("points") else None
+        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"], span(law)) for arm, law in fit["arms"].items()
                 if law.get("gamma") is not None}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         raise UsageError(f"--frontier {path} is not a `fit.py ladders --json` output (E, c_ref, arms.*.A/gamma); "
                          "write one with python fit.py ladders RUNS --json > fit.json") from None
 
 
+SMOOTHING = 0.02  # the training loss drawn is its mean over a centred window of 2 % of the run's steps (>= 5)
+
+
+def smoothed(values):
+    """The centred moving mean (no lag, unlike an EMA on a falling loss), its window shrunk at the ends."""
+    k = max(2, round(SMOOTHING * len(values) / 2))
+    return [sum(values[max(0, i - k):i + k + 1]) / len(values[max(0, i - k):i + k + 1]) for i in range(len(values))]
+
+
 def curves_figure(plt, runs, x_axis, frontier):
-    """Train (thin) and validation (dots and line) loss of every run against the x axis; growth marked by a
-    triangle at the crossover, the warmdown's start by a tick; the fitted frontier dashed."""
+    """Training loss (its EMA, the raw steps faint) and validation loss (dots and line) of every run against the x
+    axis, one colour per arm, depth by shade; a stopped or running run dashed; two runs of one arm and depth told
+    apart by their folder names; ▲ at growth, | at the warmdown's start; a fitted frontier dashed over the range it
+    was fitted on, its ends marked."""
     import laws
+    from matplotlib.ticker import FormatStrFormatter
     key, label, scale = X_AXES[x_axis]
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
-    by_arm = {}
+    by_arm, seen, drawn = {}, {}, {}
     for row, records, _ in runs:
         by_arm.setdefault(row["arch"], set()).add(row["depth"])
+        seen[(row["arch"], row["depth"])] = seen.get((row["arch"], row["depth"]), 0) + 1
     for row, records, result in runs:
+        twin = drawn[(row["arch"], row["depth"])] = drawn.get((row["arch"], row["depth"]), -1) + 1
         arm, depth = row["arch"], row["depth"]
         colour = shade(laws.style(arm)[1] if arm else "#777777", depth, by_arm[arm])
         points = [r for r in records if r.get(key) is not None]
         if not points:
             continue
-        name = f"{laws.style(arm)[0] if arm else row['run']} d{depth}"
-        ax_train.plot([r[key] for r in points], [r["loss"] for r in points], color=colour, lw=0.8, label=name)
+        name = f"{laws.style(arm)[0] if arm else row['run']} d{depth}" + (
+            f" ({row['run']})" if seen[(arm, depth)] > 1 else "") + ("" if row["state"] == "complete" else
+                                                                     f" [{row['state']}]")
+        style = dict(color=colour, ls=("-", ":", "-.")[twin % 3] if row["state"] == "complete" else "--")
+        xs, ys = [r[key] for r in points], smoothed([r["loss"] for r in points])
+        ax_train.plot(xs, [r["loss"] for r in points], color=colour, lw=0.5, alpha=0.25)
+        ax_train.plot(xs, ys, lw=1.4, label=name, **style)
         vals = [r for r in points if r.get("val_loss") is not None]
-        ax_val.plot([r[key] for r in vals], [r["val_loss"] for r in vals], "o-", color=colour, ms=3, lw=1, label=name)
+        ax_val.plot([r[key] for r in vals], [r["val_loss"] for r in vals], marker="o", ms=3, lw=1, label=name, **style)
         plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
-        at = {r["step"]: r for r in points}
+        at = {r["step"]: (r, y) for r, y in zip(points, ys)}
         for event in result.get("growth_events") or []:
             if event.get("step") in at:
-                grown = at[event["step"]]
-                for ax, y in ((ax_train, grown["loss"]), (ax_val, grown.get("val_loss_after_growth"))):
+                grown, y = at[event["step"]]
+                for ax, y in ((ax_train, y), (ax_val, grown.get("val_loss_after_growth"))):
                     if y is not None:
                         ax.plot(grown[key], y, "^", color=colour, ms=8, mec="black", mew=0.6)
         if plan.get("steps") and plan.get("warmdown_ratio"):
             start = at.get(round(plan["steps"] * (1 - plan["warmdown_ratio"])))
             if start:
-                ax_train.plot(start[key], start["loss"], "|", color=colour, ms=14, mew=1.5)
-    for arm, (E, A, gamma, c_ref) in (frontier or {}).items():
+                ax_train.plot(start[0][key], start[1], "|", color=colour, ms=18, mew=2.5, mec="black")
+    for arm, (E, A, gamma, c_ref, span) in (frontier or {}).items():
         if arm in by_arm:
-            xs = sorted(r[key] for _, records, _ in runs for r in records if r.get(key))
-            grid = [xs[0] * (xs[-1] / xs[0]) ** (i / 50) for i in range(51)]
-            ax_val.plot(grid, [E + A * (c / c_ref) ** -gamma for c in grid], "--", color=laws.style(arm)[1], lw=1.2,
-                        label=f"{laws.style(arm)[0]} frontier")
-    for ax, title in ((ax_train, "training loss"), (ax_val, "validation loss")):
+            finals = [row["flops"] for row, _, _ in runs if row["arch"] == arm and row["flops"]]
+            lo, hi = span or (min(finals), max(finals))  # a fit written before points were in its JSON
+            grid = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+            law = [E + A * (c / c_ref) ** -gamma for c in grid]
+            ax_val.plot(grid, law, "--", color=laws.style(arm)[1], lw=1.2,
+                        label=f"{laws.style(arm)[0]} frontier (fitted range)")
+            ax_val.plot([grid[0], grid[-1]], [law[0], law[-1]], "|", color=laws.style(arm)[1], ms=12, mew=2)
+    for ax, title in ((ax_train, f"training loss (centred mean over {SMOOTHING:.0%} of each run's steps, >= 5; raw faint)"),
+                      (ax_val, "validation loss")):
         ax.set_xscale(scale)
-        ax.set_yscale("log")
+        if any(len(line.get_ydata()) for line in ax.lines):  # a run without a validation yet leaves its panel empty
+            ax.set_yscale("log")
         ax.set_xlabel(label)
-        ax.set_title(f"{title} (▲ growth" + (", | warmdown start)" if ax is ax_train else ")"))
+        ax.set_ylabel(f"{title.split(' (')[0]} (nats per token)")
+        for axis in (ax.yaxis,):
+            axis.set_major_formatter(FormatStrFormatter("%.3g"))
+            axis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        ax.set_title(f"{title}\n▲ growth" + (", | warmdown start" if ax is ax_train else "")
+                     + "; dashed: stopped or running", fontsize=9)
         ax.grid(alpha=0.3, which="both")
     ax_val.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -404,13 +486,78 @@ def cmd_curves(args):
     ladders = {}
     for run in runs:
         ladders.setdefault(ladder_key(run[0], run[2]), []).append(run)
+    out = args.out or os.path.join(args.runs[0], "curves")
     names = {f"curves_{ladder}_{args.x}.{ext}": ladder for ladder in ladders for ext in ("png", "pdf")}
-    laws.check_outputs(args.out, names)
+    laws.check_outputs(out, names)
     plt = laws.pyplot()
     figures = {}
     for ladder, members in ladders.items():
         fig = curves_figure(plt, members, args.x, frontier)
         figures.update({name: fig for name, of in names.items() if of == ladder})
-    for path in laws.save_figures(args.out, figures, dpi=120):
+    written = laws.save_figures(out, figures, dpi=120)
+    if getattr(args, "json", False):
+        print(json.dumps(dict(written=written, runs=[dict(run=r[0]["run"], state=r[0]["state"]) for r in runs])))
+        return
+    for path in written:
         print(f"wrote {path}")
     print(f"{len(runs)} runs: " + ", ".join(f"{r[0]['run']} ({r[0]['state']})" for r in runs))
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# report.md of a run (train.py at its end, `fit.py report` with the curves); a ladder's is fit.py's (cmd_report)
+
+REPORT_PLAN = ("arch", "preset", "depth", "width", "n_layer", "params_tpp", "params_stored", "steps", "tokens_per_step",
+               "train_tokens", "total_flops", "pass_stages", "crossover_steps", "warmup_steps", "warmdown_ratio",
+               "rewarm_steps", "matrix_lr", "embedding_lr", "weight_decay", "optimizer", "seed")
+
+
+def markdown_table(header, rows):
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header)] + [f"| {' | '.join(map(str, r))} |" for r in rows]
+
+
+def run_report(run_dir, curves=None):
+    """report.md of one run as markdown: the plan (its main fields and schedule notes), the environment, the curves
+    (`curves`: the figure's file name beside report.md, drawn by `fit.py report`), every validation, CORE when
+    core_eval.py wrote eval.json, and the timings (training time vs wall time)."""
+    result, row = read_result(run_dir) or {}, run_row(run_dir)
+    plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
+    num = lambda v: f"{v:.6g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+    hms = lambda s: "—" if s is None else clock(s)
+    lines = [f"# {row['run']}", "", f"{row['arch']} d{row['depth']}, preset {plan.get('preset')}: **{row['state']}** "
+             f"at step {row['step']}/{row['steps']}" + (f" ({row['reason']})" if row["reason"] else "") + ".", "",
+             "## Plan", ""] + markdown_table(["field", "value"], [(f"`{k}`", num(plan[k])) for k in REPORT_PLAN
+                                                                   if k in plan])
+    lines += [""] + [f"- note: {n}" for n in result.get("schedule_notes") or []]
+    env = dict(result.get("environment") or {}, world_size=result.get("world_size"), data_dir=result.get("data_dir"))
+    lines += ["", "## Environment", ""] + markdown_table(["", ""], [(k, v) for k, v in env.items() if v is not None])
+    lines += ["", "## Curves", "", f"![training and validation loss]({curves})" if curves else
+              f"Drawn by `python fit.py report {run_dir}`."]
+    evals = result.get("evals") or []
+    lines += ["", "## Validation", ""] + markdown_table(
+        ["step", "when", "passes", "val loss (nats/token)", "val bpb"],
+        [(e["step"], e.get("when", ""), e.get("passes", ""), f"{e['val_loss']:.4f}",
+          "—" if e.get("val_bpb") is None else f"{e['val_bpb']:.4f}") for e in evals])
+    core = read_result(run_dir, "eval.json")
+    lines += ["", "## CORE", "", f"CORE {core['core_metric']:.4f} ({core.get('checkpoint')})" if core and isinstance(
+        core.get("core_metric"), (int, float)) else "Not evaluated (`python core_eval.py RUN/checkpoints/final`)."]
+    tokens_per_second = result.get("tokens_per_second")
+    lines += ["", "## Timings", ""] + markdown_table(["", ""], [
+        ("training time (wall time less validations and checkpoints)", hms(result.get("total_training_time_seconds"))),
+        ("validation time", hms(result.get("eval_seconds"))), ("wall time (resumes added up)", hms(row["wall_seconds"])),
+        ("training tokens / s", "—" if not tokens_per_second else f"{tokens_per_second:,.0f}"),
+        ("FLOPs done", f"{row['flops']:.4g}" if row["flops"] else "—")])
+    return "\n".join(lines) + "\n"
+
+
+def write_run_report(run_dir, curves=None):
+    """RUN/report.md, replaced whole (a watcher never reads half of one). It is derived from the run's files: one that
+    cannot be written is a warning, never a failed run."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(run_report(run_dir, curves))
+    try:
+        atomic_write(os.path.join(run_dir, "report.md"), write)
+    except OSError as e:
+        print(f"warning: cannot write {os.path.join(run_dir, 'report.md')}: {e.strerror or e}; `python fit.py report "
+              f"{run_dir}` writes it later")
+    return os.path.join(run_dir, "report.md")

@@ -785,3 +785,67 @@ def test_figure2_shows_the_arms_asked_for_in_their_own_colours(tmp_path, monkeyp
     assert laws.style("mine")[1] not in {arm.color for arm in arms.ARMS.values()}
     assert fit.main(["ladders", path, "--figure2-arms", "gated_1"]) == 2  # no --out: nothing would be drawn
     assert fit.main(["ladders", path, "--out", str(tmp_path / "g"), "--figure2-arms", "loop_3"]) == 2
+
+
+def test_a_fit_discloses_its_footing_dof_unknown_intervals_bounds_and_flagged_points(tmp_path, capsys):
+    """Three points per arm leave the floor's free-E fit 0 residual degrees of freedom and each shared-E law 1: the
+    table says so, prints no ± or CI as if known (no degenerate [g, g]), the figure carries the warning, and no numpy
+    warning leaks. A point whose run plan carries schedule_notes is marked * and --exclude-flagged leaves it out."""
+    import warnings
+    runs = tmp_path / "runs"
+    laws_ = {"vanilla": (1.6, 0.11), "better": (1.55, 0.13)}
+    for arm, (A, g) in laws_.items():
+        for d in (1, 2, 3, 4, 5):
+            C = 1e16 * d ** 4.5
+            os.makedirs(runs / f"{arm}_d{d}")
+            with open(runs / f"{arm}_d{d}" / "result.json", "w") as f:
+                json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C,
+                               final_val_loss=1.7 + A * (C / 1e18) ** -g + 0.003 * (-1) ** d,
+                               schedule_notes=["warmup_steps 40 >= steps 23: the LR peaks at 0.55 of its value and "
+                                               "never decays"] if d == 1 else []), f)
+    three = [str(runs / f"{a}_d{d}") for a in laws_ for d in (1, 2, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning would fail the fit
+        out = run(capsys, "ladders", *three, "--anchor-depth", "2", "--bootstrap", 50, "--out", tmp_path / "f3").out
+    assert "E = " in out and "± unknown (free-E fit of vanilla: 3 points, 0 dof)" in out
+    assert "WARNING: the floor E is fitted on vanilla's 3 points with 3 parameters: 0 residual degrees" in out
+    assert "WARNING: vanilla, better: 3 points for A and gamma leave 1 residual degrees of freedom" in out
+    assert not re.search(r"\[(-?[0-9.]+), \1\]", out), out  # no degenerate interval
+    assert re.search(r"vanilla +3 \(1\*\) +1 +0\.\d{4} ± unknown", out) and "* flagged points" in out
+    got = run_json(capsys, "ladders", *three, "--anchor-depth", "2", "--bootstrap", 50)
+    assert got["E_dof"] == 0 and got["E_se"] is None and got["arms"]["better"]["gamma_ci"] is None
+    assert got["arms"]["better"]["dof"] == 1 and not got["arms"]["better"]["intervals_known"]
+    five = run(capsys, "ladders", runs, "--anchor-depth", "2", "--bootstrap", 50).out
+    assert "WARNING" not in five and re.search(r"E = [0-9.]+ ± [0-9.]+ \(free-E fit of vanilla: 5 points, 2 dof", five)
+    assert re.search(r"better +5 \(1\*\) +3 +0\.\d{4} ± 0\.\d{4} \[", five)
+    kept = run(capsys, "ladders", runs, "--anchor-depth", "2", "--exclude-flagged", "--json")
+    assert "--exclude-flagged: leaving out vanilla d1 (warmup_steps 40" in kept.err
+    assert json.loads(kept.out)["arms"]["vanilla"]["dof"] == 2
+    # the floor on its bound is named: a ladder that bends the wrong way puts E at 0
+    flat = write_csv(tmp_path / "flat.csv", ["arm", "depth", "compute_flops", "val_loss"],
+                     [["vanilla", d, 1e16 * d ** 4.5, 3.0 * (1e16 * d ** 4.5 / 1e18) ** -0.05 * (1 + 0.002 * (-1) ** d)]
+                      for d in range(1, 7)])
+    assert "sits on its bound (0)" in run(capsys, "ladders", flat, "--anchor-depth", "2").out
+
+
+def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, capsys):
+    """fit.py report RUNS_DIR: every run's report.md, and RUNS_DIR/report.md with the runs table, the fit of the arms
+    with >= 3 complete depths (its table with CIs, Figure 3 in RUNS_DIR/fit) and links to the runs' reports."""
+    path, rows = synthetic_ladders(tmp_path)
+    runs = tmp_path / "runs"
+    for arm, d, C, L in rows:
+        os.makedirs(runs / f"{arm}_d{d:02d}")
+        with open(runs / f"{arm}_d{d:02d}" / "result.json", "w") as f:
+            json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
+                           evals=[dict(step=10, when="end", passes=1, val_loss=L)], plan=dict(arch=arm, depth=d,
+                           steps=10)), f)
+    out = run(capsys, "report", runs, "--bootstrap", 20).out
+    assert "gamma ± se [CI]" in out and out.strip().endswith(f"wrote {runs}/report.md")
+    report = (runs / "report.md").read_text()
+    assert report.startswith(f"# Ladder report: {runs}") and "## Runs" in report and "## Fit" in report
+    assert "--reference-arm vanilla --anchor-depth 8 --bootstrap 20" in report and "![ladders](fit/fig3_ladders.png)" \
+        in report and (runs / "fit" / "fig3_ladders.png").exists()
+    assert re.search(r"better +8 +6  0\.1200 ± 0\.\d{4} \[", report), report
+    run_report = (runs / "better_d10" / "report.md").read_text()
+    assert "[report.md](better_d10/report.md)" in report and "## Validation" in run_report and "| 10 | end | 1 |" \
+        in run_report

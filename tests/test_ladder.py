@@ -97,6 +97,10 @@ def test_cpu_ladder_is_idempotent(pool, tmp_path):
     assert first.stdout.count("run  vanilla_d") == 2
     for d in (1, 2):
         assert json.load(open(tmp_path / f"vanilla_d{d}" / "result.json"))["status"] == "complete"
+        assert (tmp_path / f"vanilla_d{d}" / "report.md").exists() and (tmp_path / f"vanilla_d{d}" / "curves.png").exists()
+    report = (tmp_path / "report.md").read_text()  # the ladder's: its runs, no fit from 2 depths, the curves
+    assert f"report: {tmp_path}/report.md" in first.stdout and "No fit: no arm has 3 complete depths" in report
+    assert "[report.md](vanilla_d2/report.md)" in report and "![curves](curves/curves_cpu_steps.png)" in report
     stamp = os.path.getmtime(tmp_path / "vanilla_d2" / "result.json")
     again = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--steps", "4", "--data-dir", pool,
                    env=env)
@@ -145,7 +149,13 @@ FAKE_TORCHRUN = """#!/usr/bin/env bash
 # a torchrun that records its flight-recorder environment and its pid, then waits to be stopped
 env | grep -E '^TORCH_(NCCL|FR)_' | sort > "$FAKE_DIR/env.txt"
 echo $$ > "$FAKE_DIR/pid"
-trap 'kill $! 2>/dev/null; echo stopped > "$FAKE_DIR/stopped"; exit 1' TERM
+echo "step 1/10 | loss 5.5"
+stop() {  # as the real one: its workers stopped, then its SignalException's traceback on stderr
+    kill $! 2>/dev/null; echo stopped > "$FAKE_DIR/stopped"; echo "train.py: stopped by SIGTERM at step 1" >&2
+    printf 'Traceback (most recent call last):\n  File "torchrun", line 8, in <module>\n    sys.exit(main())\n' >&2
+    echo "torch.distributed.elastic.multiprocessing.api.SignalException: Process $$ got signal: 15" >&2; exit 1
+}
+trap stop TERM
 sleep 120 & wait $!
 """
 
@@ -169,6 +179,9 @@ def test_a_stopped_ladder_stops_its_torchrun_which_had_the_flight_recorder_set(t
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 143
     assert (tmp_path / "stopped").exists() and not os.path.exists(f"/proc/{child}")
+    log = (tmp_path / "runs" / "vanilla_d1" / "train.log").read_text().splitlines()
+    assert log == ["step 1/10 | loss 5.5", "train.py: stopped by SIGTERM at step 1",
+                   "torchrun: stopped by signal 15 (its SignalException traceback left out)"], log
     recorded = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines())
     trace = str(tmp_path / "runs" / "vanilla_d1" / "nccl_trace_rank_")
     expected = dict(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=trace, TORCH_NCCL_ASYNC_ERROR_HANDLING="1",

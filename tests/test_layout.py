@@ -5,6 +5,7 @@ import ast
 import glob
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -131,3 +132,34 @@ def test_no_list_of_arms_or_depths_outside_arms_py():
             if not text.lstrip().startswith("#") and sum(re.search(rf"\b{n}\b", text) is not None for n in names) >= 2:
                 found.append(f"ladder.sh:{number} lists arms")
     assert not found, "derive these from arms.py instead: " + "; ".join(found)
+
+
+SAME_THING = {"--depths": "--depth", "--seeds": "--seed", "--output": "--out", "--output-dir": "--out",
+              "--outdir": "--out", "--runs": "--runs-dir"}  # a synonym -> the one name every script uses
+
+
+def flags_in_help(main, argv, capsys):
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--help"])
+    assert done.value.code == 0
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", capsys.readouterr().out))
+
+
+def test_one_cli_grammar_across_the_scripts(capsys):
+    """The same thing has the same flag in every script: `--depth`, `--seed`, `--out`, `--runs-dir` (a plural or other
+    spelling only beside it, as an alias); fit.py's --out is optional wherever it writes figures of runs; ladder.sh
+    takes train.py's names too."""
+    import bench, core_eval, fit, model, train
+    parsers = {"train.py": (train.main, []), "bench.py": (bench.main, []), "core_eval.py": (core_eval.main, []),
+               "model.py": (model.main, [])}
+    parsers.update({f"fit.py {sub}": (fit.main, [sub]) for sub in fit.COMMANDS})
+    for name, (main, argv) in parsers.items():
+        flags = flags_in_help(main, argv, capsys)
+        for synonym, canonical in SAME_THING.items():
+            assert synonym not in flags or canonical in flags, f"{name} has {synonym} but not {canonical}"
+    for sub in ("curves", "ladders", "design"):
+        assert fit.build_parser().parse_args([sub, "x"]).out is None  # optional, a stated default
+    dry = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1", "--seed", "3",
+                          "--runs-dir", "elsewhere", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert "--depth 1 --preset cpu --seed 3 --run-name vanilla_d1_s3 --runs-dir elsewhere" in dry.stdout

@@ -1,6 +1,7 @@
 """throughput.py: the collectives it predicts against what train_step sends on 2 and 4 gloo ranks (4 as 2 "nodes" x
 2), its closed-form link bytes against rings walked edge by edge, the overlap rule, the d26 run, and the release's
 MFU (timing.json with this project's FLOP count)."""
+import json
 import os
 import sys
 from collections import Counter
@@ -297,3 +298,22 @@ def test_anchor_the_release_mfu_from_its_hours_and_our_flops_and_the_model_calib
         rows["vanilla_d20"][1] - rows["vanilla_d6"][1] > 0.1
     with pytest.raises(UsageError):
         throughput.measured_mfu(1e18, 0.0)
+
+
+def test_a_cpu_preset_dry_run_measures_this_cpu_instead_of_predicting_an_h100(capsys):
+    """`--preset cpu --dry-run` printed H100 MFU and "2.93e-09 GPU-hours"; it now times a probe on this CPU: every
+    pass stage's steps at its measured step time plus the validations (start, 2 around the growth, periodic, end)."""
+    import train
+    assert train.main(["--arch", "untied_grow", "--depth", "1", "--preset", "cpu", "--eval-every", "10",
+                       "--dry-run"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    speed, steps = out["throughput"], out["steps"]
+    assert "gpu_hours" not in speed and "mfu" not in speed and speed["measured"].startswith("on this CPU")
+    assert [(s["passes"], s["steps"]) for s in speed["stages"]] == [(2, out["crossover_steps"][0]),
+                                                                   (4, steps - out["crossover_steps"][0])]
+    assert speed["validations"] == 2 + 2 + (steps - 1) // 10
+    train_seconds = sum(s["steps"] * s["step_seconds"] for s in speed["stages"])
+    assert speed["train_seconds"] == pytest.approx(train_seconds, rel=1e-3)
+    assert speed["wall_seconds"] == pytest.approx(train_seconds + speed["validations"] * speed["validation_seconds"],
+                                                  rel=1e-3)
+    assert throughput.summary_line("untied_grow_d1", speed).startswith("cpu time untied_grow_d1: step ")

@@ -7,6 +7,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -107,13 +108,29 @@ def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_pa
                                        ["step"]]
     warmdown = round(8 * (1 - json.load(open(ladder / "vanilla_d2" / "result.json"))["plan"]["warmdown_ratio"]))
     assert [list(m.get_xdata()) for m in markers(train_ax, "|")] == [[warmdown], [warmdown]]  # not the stopped d3
-    colours = {line.get_label(): line.get_color() for line in train_ax.lines if line.get_label().endswith(("d2", "d3"))}
-    assert len(set(colours.values())) == 3  # one hue per arm, depth by shade
+    lines = {line.get_label(): line for line in train_ax.lines if not line.get_label().startswith("_")}
+    assert sorted(lines) == ["Untied-Grow d2", "Vanilla d2", "Vanilla d3 [stopped]"]
+    assert len({line.get_color() for line in lines.values()}) == 3  # one hue per arm, depth by shade
+    assert lines["Vanilla d3 [stopped]"].get_linestyle() == "--" and lines["Vanilla d2"].get_linestyle() == "-"
+    fig.canvas.draw()
+    for ax in (train_ax, val_ax):  # units on the y axis, plain numbers on its log ticks (no 6×10^0)
+        assert ax.get_ylabel().endswith("(nats per token)")
+        ticks = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+        assert ticks and not any("times" in t or "×" in t or "^" in t for t in ticks), ticks
+    assert "centred mean over 2% of each run's steps" in train_ax.get_title()
+    raw = [r["loss"] for r in read_run(ladder, "vanilla_d2")[1]]
+    assert list(lines["Vanilla d2"].get_ydata()) == pytest.approx(watch.smoothed(raw)) != raw
     fit_json = tmp_path / "fit.json"
-    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1)))))
+    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1, points=[
+        dict(compute=2e6), dict(compute=3e6)])))))
     fig = watch.curves_figure(plt, runs, "flops", watch.frontier_laws(str(fit_json)))
-    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier"]
+    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier (fitted range)"]
     assert len(frontier) == 1 and frontier[0].get_linestyle() == "--"
+    assert (min(frontier[0].get_xdata()), max(frontier[0].get_xdata())) == pytest.approx((2e6, 3e6))
+    twins = [(row, records, result) for row, records, result in runs[:1]] * 2  # two runs of one arm and depth
+    twins[1] = (dict(twins[1][0], run="vanilla_d2_again"), *twins[1][1:])
+    labels = [line.get_label() for line in watch.curves_figure(plt, twins, "steps", None).axes[0].lines]
+    assert "Vanilla d2 (vanilla_d2)" in labels and "Vanilla d2 (vanilla_d2_again)" in labels
     assert fit.main(["curves", str(ladder), "--out", str(out), "--x", "flops", "--frontier", str(fit_json)]) == 0
     assert (out / "curves_cpu_flops.png").exists()
 
@@ -169,7 +186,11 @@ def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_
     files = sorted(glob.glob(str(tmp_path / "w" / "wandb" / "offline-run-*" / f"run-{run_id}.wandb")),
                    key=os.path.getmtime)
     assert len(files) == 2  # two invocations, one wandb run
-    history, config, summary = {}, {}, {}
+    deadline = time.time() + 30  # wandb's service process writes the file out after finish() returns
+    while time.time() < deadline and len({r.history.step.num for path in files for r in wandb_records(path)
+                                          if r.WhichOneof("record_type") == "history"}) < 6:
+        time.sleep(0.5)
+    history, config, summary, runs, metrics = {}, {}, {}, [], {}
     for path in files:
         for record in wandb_records(path):
             kind = record.WhichOneof("record_type")
@@ -178,14 +199,25 @@ def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_
                 history[items["_step"]] = items
             elif kind == "run":
                 config.update({u.key: json.loads(u.value_json) for u in record.run.config.update})
+                runs.append((record.run.run_group, record.run.display_name, list(record.run.tags)))
+            elif kind == "metric":
+                metrics[record.metric.name or record.metric.glob_name] = record.metric.step_metric
             elif kind == "summary":
                 summary.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in record.summary.update})
     _, trajectory = read_run(tmp_path, "w")
     assert sorted(history) == [r["step"] for r in trajectory] == list(range(1, 7))
+    ladder = os.path.basename(tmp_path)  # grouped by the ladder (the runs folder), named uniquely within and across
+    assert runs and all(run == (ladder, f"{ladder}/w", ["gated_1", "d2", "cpu"]) for run in runs), runs
+    assert metrics == {"flops": "", "tokens": "", "train/*": "flops", "val/*": "flops"}  # the declared x-axes
     for r in trajectory:
-        assert history[r["step"]]["loss"] == r["loss"] and history[r["step"]]["flops"] == r["flops"]
+        h = history[r["step"]]
+        assert h["train/loss"] == r["loss"] and h["flops"] == r["flops"] and h["tokens"] == r["tokens"]
+        assert "loss" not in h and "train/step" not in h
         if "scalars" in r:
-            assert history[r["step"]]["scalars/boundary_gates.0"] == r["scalars"]["boundary_gates.0"]
+            assert h["train/scalars/boundary_gates.0"] == r["scalars"]["boundary_gates.0"]
+        if "val_loss" in r:
+            assert h["val/loss"] == r["val_loss"] and h["val/bpb"] == r["val_bpb"]
+    assert "val/loss" in history[6]
     assert config["arch"] == "gated_1" and config["steps"] == 6
     result = json.load(open(tmp_path / "w" / "result.json"))
     assert summary["status"] == "complete" and summary["final_val_loss"] == result["final_val_loss"]
@@ -360,3 +392,55 @@ def test_a_stopped_run_whose_lock_is_held_reads_resuming(ladder, tmp_path, capsy
         holder.kill()
         holder.wait()
     assert (rows["vanilla_d3"]["state"], rows["vanilla_d3"]["reason"]) == ("resuming", "resuming a stopped run")
+
+
+def test_runs_table_shows_a_running_run_at_its_current_step(pool, tmp_path, capsys, monkeypatch):
+    """trajectory.jsonl is written through at every logged step, not only at checkpoints: `fit.py runs` during the
+    run (here from inside its step-4 write, no checkpoint before the end) shows it running at step 4."""
+    seen, write = [], watch.Progress.write
+
+    def write_then_look(self, printed=True):
+        write(self, printed)
+        if self.state.step == 4:
+            capsys.readouterr()
+            assert fit.main(["runs", str(tmp_path), "--json"]) == 0
+            seen.append(json.loads(capsys.readouterr().out)["runs"][0])
+    monkeypatch.setattr(watch.Progress, "write", write_then_look)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "live", "--log-every", "2", "--save-every", "0",
+                           "--eval-every", "0", steps=8)) == 0
+    assert [(r["state"], r["step"], r["steps"]) for r in seen] == [("running", 4, 8)]
+    assert seen[0]["train_loss"] is not None and seen[0]["eta_seconds"] is not None
+
+
+def test_a_stop_before_the_first_checkpoint_does_not_offer_resume(pool, tmp_path, capsys, monkeypatch):
+    """Ctrl-C at step 0 said `--resume continues from the last checkpoint`; there was none and --resume then failed."""
+    def stop(*args):
+        raise train.Stopped(2)
+    monkeypatch.setattr(train, "validate", stop)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "s", steps=4)) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["train.py: stopped by SIGINT at step 0; run the same command again (no checkpoint yet: it starts "
+                   "over)"], err
+
+
+def test_eta_prices_the_steps_ahead_at_their_passes_and_the_validations_and_checkpoints_ahead(pool, tmp_path):
+    """The ETA was (steps left) x (the current step time): blind to growth ahead, validations and checkpoints (163 s
+    predicted vs 321 s taken). Untied-Grow grows 2 -> 4 passes at step 6 of 12; at step 2 with a measured rate, one
+    validation timed and two checkpoints timed, the ETA is each part priced by hand."""
+    from types import SimpleNamespace
+    import model
+    import plan as plan_lib
+    args = train.parse_args(tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", steps=12))
+    plan = plan_lib.make_plan(args)
+    assert list(plan.crossover_steps) == [6] and list(plan.pass_stages) == [2, 4]
+    cadence = train.Cadence(plan, stop=12, log_every=2, eval_every=4, save_every=5, steps_per_epoch=10 ** 6)
+    state = SimpleNamespace(step=2, flops=0, wall_seconds=0.0, eval_seconds=3.0, evals=[dict(passes=2)])
+    progress = watch.Progress(SimpleNamespace(plan=plan, peak_flops=None, master=True), state, None, cadence)
+    c2, c4 = (model.flops_per_token(plan.model_config, k) for k in (2, 4))
+    progress.rate, progress.save_seconds = 1e-8, [0.5, 1.5]
+    steps = 1e-8 * (4 * c2 + 6 * c4)                          # steps 3..6 at 2 passes, 7..12 at 4
+    validations = 3.0 / c2 * (c2 + c2 + c4 + c4 + c4)        # at 4; 6 before and after growth; 8; the end (12)
+    checkpoints = 3 * 1.0                                     # at 5, 10 and the end
+    assert progress.eta() == pytest.approx(steps + validations + checkpoints)
+    state.step = 11
+    assert progress.eta() == pytest.approx(1e-8 * c4 + 3.0 / c2 * c4 + 1.0)
