@@ -778,7 +778,7 @@ class Run:
     device: torch.device
     loader: object               # data.TrainLoader (or bench.SyntheticLoader)
     micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
-    per_node: int                # ranks per node: the mesh's shard dimension (parallel.build_mesh)
+    per_node: int                # ranks per node: the mesh's shard dimension (train.build_mesh)
     memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)

@@ -1,5 +1,5 @@
 """The paper's Muon variant for the block matrices (arXiv 2609.19107, App. A, Table 1; the numerics are the authors'
-release), on plain tensors (one process) or on FSDP2's DTensor shards (parallel.py).
+release), on plain tensors (one process) or on FSDP2's DTensor shards (train.shard_model).
 
 Muon, per matrix G (rows x cols = out x in): EMA momentum with a Nesterov blend, MuonEq-R row normalisation,
 5-step Polar-Express, NorMuon-style second-moment rescaling that keeps the Frobenius norm,
@@ -233,6 +233,11 @@ def local(t):
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def full(t):
+    """A DTensor's whole value on every rank (a collective), a plain tensor itself."""
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 def shard_group(param):
     """(process group, rank in it, its size) of the mesh dimension a DTensor parameter is sharded over; (None, 0, 1)
     for a plain tensor or a replicated one."""
@@ -242,6 +247,8 @@ def shard_group(param):
     if not dims:
         return None, 0, 1
     group = param.device_mesh.get_group(dims[0])
+    if dist.get_world_size(group) == 1:  # HSDP with one rank per node: whole matrices everywhere
+        return None, 0, 1
     return group, dist.get_rank(group), dist.get_world_size(group)
 
 

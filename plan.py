@@ -507,7 +507,7 @@ def muon_step_bytes(cfg, world_size, per_node, device="cuda"):
 
 def memory_per_rank(cfg, passes, micro_batch, world_size=1, per_node=None, device="cuda", nvls=False):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
-    autocast on CUDA, fp32 elsewhere, as train.py runs; FSDP2 on several processes: parallel.py). 'peak' is what
+    autocast on CUDA, fp32 elsewhere, as train.py runs; FSDP2 on several processes: train.shard_model). 'peak' is what
     torch.cuda.max_memory_allocated should report; 'required' adds what the rank holds outside the allocator
     (cuda_context, nccl_buffers: nvls is NCCL's NVLS, nvls_enabled) and the margin (workspaces and fragmentation:
     WORKSPACE_BYTES and MEMORY_MARGIN_FRACTION of the peak). The step's peak is the largest of three moments: the end

@@ -8,7 +8,7 @@ prediction from stated bandwidths (arms.CLUSTERS), not a measurement: no GPU has
     python docs/throughput_table.py     # the release's MFU per run (timing.json) beside the prediction
     python -m pytest -q tests/test_throughput.py
 
-Traffic: FSDP2's collectives (parallel.py) and Muon's exchanges (muon.py) in one step. Per micro-batch, inside each
+Traffic: FSDP2's collectives (train.shard_model) and Muon's exchanges (muon.py) in one step. Per micro-batch, inside each
 node: the root's parameters (embedding, lm_head) all-gathered once, every executed block's all-gathered in its
 forward and again in its backward (a looped core at every pass), its gradient reduce-scattered after each of its
 backwards (fp32), the root's at backward's end; bf16 parameters on CUDA (MixedPrecisionPolicy), fp32 on CPU. Per

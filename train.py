@@ -4,7 +4,7 @@ One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter
 (plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one
 GPU, or under torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every
 optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
-Several processes train the model sharded by FSDP2 (parallel.py: HSDP across nodes); the layout is planned once and
+Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes); the layout is planned once and
 checked to be the same on every rank before the first step (agree_on_layout).
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
@@ -20,6 +20,7 @@ Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint i
 """
 import argparse
 import contextlib
+import datetime
 import hashlib
 import json
 import math
@@ -33,11 +34,12 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 import data
 import model as model_lib
 import muon
-import parallel
 import throughput
 from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
                         load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
@@ -152,6 +154,51 @@ def compile_model(model, plan, whole=False):
         block.compile(dynamic=False)
     model.compile_loss()
     return model
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The distributed layout, applied to the model from outside (as torchtitan does): FSDP2 on a DeviceMesh. One node: a
+# 1-D mesh of its ranks; several: HSDP, (replicate = nodes, shard = ranks per node): parameters, gradients and
+# optimizer state sharded inside a node, replicated across nodes. One process trains the plain model.
+
+def build_mesh(world, per_node, device, timeout_minutes):
+    """The run's DeviceMesh: 1-D ("shard") on one node, ("replicate", "shard") = (nodes, per_node) on several; every
+    group it uses has the run's --dist-timeout (new_group's own default would be NCCL's 10 minutes)."""
+    timeout = datetime.timedelta(minutes=timeout_minutes)
+    if per_node == world:
+        return DeviceMesh.from_group(dist.group.WORLD, device.type, mesh_dim_names=("shard",))
+    nodes, rank = world // per_node, dist.get_rank()
+    shard = [dist.new_group(list(range(n * per_node, (n + 1) * per_node)), timeout=timeout) for n in range(nodes)]
+    replicate = [dist.new_group(list(range(local, world, per_node)), timeout=timeout) for local in range(per_node)]
+    return DeviceMesh.from_group([replicate[rank % per_node], shard[rank // per_node]], device.type,
+                                 mesh=torch.arange(world).view(nodes, per_node), mesh_dim_names=("replicate", "shard"))
+
+
+def shard_model(model, mesh):
+    """fully_shard every block, then the root (embedding, lm_head: GPT.loss reads lm_head's weight, gathered by the
+    root for the whole forward and backward), on `mesh`, in place; bf16 parameters in compute on CUDA, fp32
+    reductions. The boundary gates (0-dim, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
+    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mesh.device_type == "cuda" else None,
+                                  reduce_dtype=torch.float32)
+    for block in model.transformer.h:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=set(model.boundary_gates))
+    for gate in model.boundary_gates:
+        gate.register_post_accumulate_grad_hook(average_gradient)
+    return model
+
+
+def average_gradient(param):
+    dist.all_reduce(param.grad)
+    param.grad.div_(dist.get_world_size())
+
+
+def sync_micro_batch(model, last):
+    """Before a micro-batch's backward: under HSDP the all-reduce across nodes runs on the step's last micro-batch
+    only (the reduce-scatter inside the node runs on every one, freeing the unsharded gradients)."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_all_reduce(last)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -333,14 +380,14 @@ class Training:
 
 
 def start_training(run):
-    """The model at the plan's seed (sharded on several processes: parallel.py) with its optimizers and counters,
+    """The model at the plan's seed (sharded on several processes: shard_model) with its optimizers and counters,
     restored from run.resume_from when the run resumes, compiled when the run compiles (use_compile)."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend)
     model.set_passes(plan.pass_stages[0])
     if run.world > 1:
-        parallel.shard_model(model, parallel.build_mesh(run.world, run.per_node, run.device, args.dist_timeout))
+        shard_model(model, build_mesh(run.world, run.per_node, run.device, args.dist_timeout))
     optimizers = build_optimizers(model, plan, args.polar_express_dtype)
     state = RunState()
     if run.resume_from:
@@ -397,7 +444,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     update. -> (mean loss over ranks as a 0-dim device tensor: nothing here waits for the device, passes, epoch, LR
     multiplier). optimizer_timer: a context manager around the optimizers' steps (bench.py times them with it).
     measure: also put the step's gradient norm in training.grad_norm (a device tensor; a collective). On several
-    processes FSDP2 averages the gradients over the ranks as backward goes (parallel.sync_micro_batch)."""
+    processes FSDP2 averages the gradients over the ranks as backward goes (sync_micro_batch)."""
     run, model, optimizers, state = training.run, training.model, training.optimizers, training.state
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
@@ -417,7 +464,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     losses = []
     micros = windows.split(micro_batch)
     for k, micro in enumerate(micros):
-        parallel.sync_micro_batch(model, last=k == len(micros) - 1)
+        sync_micro_batch(model, last=k == len(micros) - 1)
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
@@ -435,7 +482,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
 def grad_norm(model):
     """The L2 norm of the rank-averaged gradient the optimizers step on (nothing is clipped), as a device tensor."""
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return parallel.full(torch.nn.utils.get_total_norm(grads)).float()
+    return muon.full(torch.nn.utils.get_total_norm(grads)).float()
 
 
 def step_loss(run, losses, accumulation):

@@ -148,12 +148,11 @@ def save_worker(rank, world, port, out_dir, plan_argv):
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        import parallel
         plan = train.make_plan(train.parse_args(plan_argv))
         torch.manual_seed(0)
         net = model.GPT(plan.model_config)
         net.set_passes(plan.pass_stages[0])
-        parallel.shard_model(net, parallel.build_mesh(world, world, torch.device("cpu"), 5))
+        train.shard_model(net, train.build_mesh(world, world, torch.device("cpu"), 5))
         optimizers = train.build_optimizers(net, plan)
         x = torch.randint(0, 257, (2, plan.seq_len + 1), generator=torch.Generator().manual_seed(rank))
         net(x[:, :-1], targets=x[:, 1:]).backward()

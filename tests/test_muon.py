@@ -378,13 +378,13 @@ def shard_worker(rank, ports, out_dir):
     full gradients as a plain single-process Muon, three steps (the last with matrix 1 without a gradient: the
     zero-gradient step with state; matrix 6 never gets one: decay only); every rank keeps the full results."""
     from torch.distributed.tensor import distribute_tensor
-    import parallel
+    import train
     torch.set_num_threads(1)
     for world, port in zip((4, 2), ports):
         if rank >= world:
             break
         dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        mesh = parallel.build_mesh(world, 2, torch.device("cpu"), 5)
+        mesh = train.build_mesh(world, 2, torch.device("cpu"), 5)
         generator = torch.Generator().manual_seed(0)
         start = [torch.randn(*shape, generator=generator) for shape in SHAPES]
         plain = [torch.nn.Parameter(w.clone()) for w in start]
@@ -403,8 +403,8 @@ def shard_worker(rank, ports, out_dir):
                 for group in opt.param_groups:
                     group["momentum"] = 0.9
                 opt.step()
-        full = [parallel.full(q.detach()) for q in sharded]
-        momenta = [parallel.full(opts[1].state[q]["momentum_buffer"]) for q in sharded]
+        full = [muon.full(q.detach()) for q in sharded]
+        momenta = [muon.full(opts[1].state[q]["momentum_buffer"]) for q in sharded]
         torch.save(dict(plain=[p.detach() for p in plain], sharded=full, momenta=momenta,
                         plain_momenta=[opts[0].state[p]["momentum_buffer"] for p in plain],
                         second={i: opts[1].state[q]["second_moment"] for i, q in enumerate(sharded)

@@ -1,4 +1,4 @@
-"""The distributed path (parallel.py, muon.py on shards, DCP checkpoints) on gloo: runs on 1, 2 and 4 processes (4 as
+"""The distributed path (train.shard_model: FSDP2; muon.py on shards; DCP checkpoints) on gloo: runs on 1, 2 and 4 processes (4 as
 HSDP, two torchrun "nodes" of 2) through growth, kill -9 and resume, a 4-process checkpoint resumed on 2, the memory
 ledger per rank against the planner, and ranks that plan different layouts."""
 import json
@@ -16,7 +16,6 @@ import torch.distributed as dist
 import checkpoint
 import common
 import muon
-import parallel
 import plan as plan_lib
 import train
 from test_train import ROOT, read_run, tiny
@@ -227,7 +226,7 @@ def ledger_worker(rank, ports, out_dir):
         plan = train.make_plan(args)
         net = train.model_lib.GPT(plan.model_config)
         net.set_passes(plan.pass_stages[0])
-        parallel.shard_model(net, parallel.build_mesh(world, 2, torch.device("cpu"), 5))
+        train.shard_model(net, train.build_mesh(world, 2, torch.device("cpu"), 5))
         optimizers = train.build_optimizers(net, plan)
         x = torch.randint(0, 257, (2, plan.seq_len + 1), generator=torch.Generator().manual_seed(rank))
         counts = count_collectives()
