@@ -337,3 +337,18 @@ def test_a_format_2_checkpoint_resumes_on_one_process_and_is_refused_on_two(runs
     _, old = read_run(runs, "old")
     _, full = read_run(runs, "untied_grow_1")
     assert [t["loss"] for t in old] == [t["loss"] for t in full]
+
+
+def test_every_group_of_the_mesh_gets_the_dist_timeout(monkeypatch):
+    """HSDP's groups (a node's ranks; one rank of each node) are created with --dist-timeout, not new_group's
+    default (NCCL's 10 minutes): every new_group call of build_mesh on 2 nodes of 4 names it."""
+    import datetime
+    created = []
+    monkeypatch.setattr(dist, "new_group", lambda ranks, timeout=None: created.append((ranks, timeout)) or len(created))
+    monkeypatch.setattr(dist, "get_rank", lambda: 5)
+    monkeypatch.setattr(train.DeviceMesh, "from_group", lambda groups, device, mesh, mesh_dim_names: (groups, mesh))
+    groups, mesh = train.build_mesh(8, 4, torch.device("cpu"), 7)
+    assert sorted(ranks for ranks, _ in created) == [[0, 1, 2, 3], [0, 4], [1, 5], [2, 6], [3, 7], [4, 5, 6, 7]]
+    assert {timeout for _, timeout in created} == {datetime.timedelta(minutes=7)}
+    assert mesh.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [created[g - 1][0] for g in groups] == [[1, 5], [4, 5, 6, 7]]  # rank 5: replicate with 1, shard node 1
