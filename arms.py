@@ -337,8 +337,8 @@ MFU_CONVENTIONS = dict(  # how MFU counts attention; both are reported, the targ
 # 0.52 and the losses by 9e-6; every rank reading rank 0's windows moves the weights by 0.88 and the losses by 1.5e-3.
 SMOKE_DISTRIBUTED_RUNS = dict(  # bench.py --gpu-smoke's runs on 2 processes, each against the one-process reference
     default="2 processes, stopped at step 2 and resumed, the default gradient transport",
-    sharded="the same checkpoint resumed with --shard-gradients",
-    multinode="2 torchrun nodes of 1 process on this host, --shard-gradients, uninterrupted")
+    sharded="the same checkpoint resumed a second time",
+    multinode="2 torchrun nodes of 1 process on this host (HSDP), uninterrupted")
 TRANSPORT_LOSS_TOLERANCE = dict(fp32=1e-6, bf16=5e-3)
 TRANSPORT_WEIGHT_TOLERANCE = dict(fp32=2e-2, bf16=5e-2)
 

@@ -629,7 +629,6 @@ GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the b
 }
 SMOKE_PROCESSES = 2
 SMOKE_TRAINER = "train.py"  # what torchrun starts; tests/smoke_defects.py is train.py with an injected defect
-SHARDED_GRADIENTS = ["--shard-gradients"]  # train.py: the owner-sharded transport even where gradients fit replicated
 SHORT_TIMEOUT = ["--dist-timeout", "3"]  # train.py: minutes a collective may wait; a hang ends in minutes
 
 
@@ -743,8 +742,8 @@ def smoke_launches():
     ways; 2 "nodes" of 1 (every cross-node group made and used); ONE process, which no distributed defect can share."""
     pair, nodes = (1, SMOKE_PROCESSES), (SMOKE_PROCESSES, 1)
     return [("start", pair, "default", ["--stop-after", "2"]), ("resume_default", pair, "default", ["--resume"]),
-            ("resume_sharded", pair, "sharded", ["--resume", *SHARDED_GRADIENTS]),
-            ("multinode", nodes, "multinode", SHARDED_GRADIENTS), ("reference", (1, 1), "reference", [])]
+            ("resume_sharded", pair, "sharded", ["--resume"]),
+            ("multinode", nodes, "multinode", []), ("reference", (1, 1), "reference", [])]
 
 
 def gpu_smoke(args):

@@ -2,12 +2,15 @@
 where an invocation resumes from. train.py writes and resumes runs with it; core_eval.py reads weights with
 load_checkpoint_model.
 
-A checkpoint is a folder (checkpoints/latest, checkpoints/final): model.pt (weights, model_config, passes, tokenizer,
-step; rank 0), muon/ (torch.distributed.checkpoint: every rank writes the Muon state it owns), adamw.pt (the
-replicated AdamW state; rank 0), meta.json (RunState, plan, RNG state, args, Muon hyperparameters, the reduction
-order and micro-batches) and, written last, MANIFEST.json (size and sha256 of every file). Everything is tensors
-and plain types: every torch.load uses weights_only=True (and map_location: a rank's tensors land on its own device),
-and DCP's metadata pickle goes through SafeMetadataReader.
+A checkpoint is a folder (checkpoints/latest, checkpoints/final) written by every rank through
+torch.distributed.checkpoint (DCP), each rank its own shards: model/ (the weights, get_model_state_dict: FSDP2's
+DTensor shards or a single process's tensors), optimizer/ (Muon's state by parameter name, AdamW's by
+get_optimizer_state_dict), meta.json (RunState, plan, the weights' record: model_config, passes, tokenizer, step; RNG
+state, args, Muon hyperparameters, micro-batches) and, written last, MANIFEST.json (size and sha256 of every file).
+DCP reshards on load, so a checkpoint resumes on any number of processes, and load_checkpoint_model reads model/
+without a process group. Format 2 (an earlier train.py: model.pt, muon/, adamw.pt) still resumes on one process and
+loads in core_eval.py. Everything is tensors and plain types: every torch.load uses weights_only=True, and DCP's
+metadata pickle goes through SafeMetadataReader.
 
     python -m pytest -q tests/test_checkpoint.py
 """
@@ -24,6 +27,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 
 import muon
 from arms import with_current_mode_names
@@ -40,7 +45,8 @@ warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavai
 # Reading a checkpoint's weights (core_eval.py, and train.py's resume)
 
 CHECKPOINT_MANIFEST = "MANIFEST.json"  # {"files": {relative path: {"size", "sha256"}}}, written last by train.py
-CHECKPOINT_WEIGHTS = "model.pt"  # model_config, passes, tokenizer, step and the fp32 weights: all core_eval reads
+CHECKPOINT_WEIGHTS = "model.pt"  # format 2: model_config, passes, tokenizer, step and the fp32 weights
+MODEL_SHARDS, OPTIMIZER_SHARDS = "model", "optimizer"  # format 3: DCP folders
 
 
 def load_tensors(path, map_location, mmap=True):
@@ -78,10 +84,11 @@ def verify_checkpoint(folder, only=None, share=(0, 1)):
     if not isinstance(files, dict) or not all(isinstance(w, dict) and {"size", "sha256"} <= w.keys()
                                               for w in files.values()):
         raise ValueError(f"checkpoint {folder} has an unreadable {CHECKPOINT_MANIFEST} (not a train.py manifest)")
-    if only is not None and only not in files:
+    listed = lambda rel: only is None or rel == only or rel.startswith(only + "/")  # noqa: E731 (a file or a folder)
+    if not any(map(listed, files)):
         raise ValueError(f"checkpoint {folder} is corrupted: its manifest does not list {only}")
     for rel, want in sorted(files.items())[share[0]::share[1]]:
-        if only is not None and rel != only:
+        if not listed(rel):
             continue
         path = os.path.join(folder, rel)
         size = os.path.getsize(path) if os.path.isfile(path) else None
@@ -93,9 +100,14 @@ def verify_checkpoint(folder, only=None, share=(0, 1)):
 
 
 def checkpoint_weights_path(path):
-    """The weights file to read for `path`: a checkpoint folder (its model.pt, after the manifest check), its
-    model.pt, or an old single-file checkpoint (latest.pt/final.pt). A run folder or checkpoints/ is named as such."""
+    """The weights to read for `path`: a checkpoint folder (its model/ shards, or format 2's model.pt, after the
+    manifest check), its model.pt, or an old single-file checkpoint (latest.pt/final.pt). A run folder or
+    checkpoints/ is named as such."""
     if os.path.isdir(path):
+        if os.path.isdir(os.path.join(path, MODEL_SHARDS)):
+            verify_checkpoint(path, only="meta.json")
+            verify_checkpoint(path, only=MODEL_SHARDS)
+            return os.path.join(path, MODEL_SHARDS)
         if os.path.isfile(os.path.join(path, CHECKPOINT_WEIGHTS)):
             verify_checkpoint(path, only=CHECKPOINT_WEIGHTS)
             return os.path.join(path, CHECKPOINT_WEIGHTS)
@@ -104,7 +116,7 @@ def checkpoint_weights_path(path):
                  if os.path.exists(os.path.join(inner, n))]
         what = "a run folder" if inner != path else "a folder of checkpoints" if found else "not a checkpoint folder"
         hint = f"pass {found[0]}" if found else "pass a checkpoint folder such as runs/NAME/checkpoints/final"
-        raise ValueError(f"checkpoint {path} is {what} (no {CHECKPOINT_WEIGHTS}); {hint}")
+        raise ValueError(f"checkpoint {path} is {what} (no {MODEL_SHARDS}/ or {CHECKPOINT_WEIGHTS}); {hint}")
     if not os.path.exists(path):
         raise ValueError(f"checkpoint {path} does not exist")
     folder = os.path.dirname(os.path.abspath(path))
@@ -115,21 +127,32 @@ def checkpoint_weights_path(path):
 
 def load_checkpoint_model(path, device="cpu"):
     """Rebuild a GPT from a train.py checkpoint -> (model in eval mode, its record: model_config, passes, tokenizer,
-    step). Reads only the weights (never optimizer state) with torch.load(weights_only=True): a pickle that
-    would construct anything but tensors and plain types is rejected before it runs. The model is built on `device`
-    as training built it (the host holds one tensor and the memory-mapped file, not a CPU copy of the model; the
-    embedding in embedding_dtype(device))."""
+    step). Reads only the weights (never optimizer state): DCP's shards of any world size without a process group
+    (their metadata through SafeMetadataReader), or format 2's model.pt with torch.load(weights_only=True); a pickle
+    that would construct anything but tensors and plain types is rejected before it runs. The model is built on
+    `device` as training built it (the embedding in embedding_dtype(device)) and loaded in place."""
     weights = checkpoint_weights_path(path)
     try:
-        ckpt = load_tensors(weights, map_location="cpu")
+        if os.path.isdir(weights):  # format 3: the record in meta.json, the weights from DCP's shards
+            with open(os.path.join(os.path.dirname(weights), "meta.json")) as f:
+                ckpt = dict(json.load(f)["weights"])
+        else:
+            ckpt = load_tensors(weights, map_location="cpu")
         ckpt["model_config"] = config = with_current_mode_names(ckpt["model_config"])
         model = GPT(ModelConfig(**config), device=device, draw_weights=False)  # every parameter is loaded below
-        model.load_state_dict(ckpt.pop("model"))  # no mapping of the file outlives the call (a run may replace it)
+        if os.path.isdir(weights):
+            reader = SafeMetadataReader(weights)
+            reader.read_metadata()  # refuses a crafted pickle before DCP reads it
+            template = model.state_dict()  # the parameters themselves: DCP loads in place
+            dcp.load(template, storage_reader=reader, no_dist=True)
+        else:
+            model.load_state_dict(ckpt.pop("model"))  # no mapping of the file outlives the call (a run may replace it)
         model.set_passes(int(ckpt["passes"]))
     except pickle.UnpicklingError:
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: it is unreadable or holds objects "
                          "other than tensors and plain types (refused without running it)") from None
-    except Exception as exc:  # missing keys, shape mismatch: not a usable checkpoint
+    except (Exception, dcp.api.CheckpointException) as exc:  # missing keys, shape mismatch: not a usable checkpoint
+        exc = dcp_cause(exc)
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"checkpoint {weights} is not a usable model checkpoint: {message}") from None
     return model.eval(), ckpt
@@ -293,15 +316,25 @@ def verify(folder):
         raise UsageError(errors[0])
 
 
-def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_reduce_order=False, micro_batches=None):
+def optimizer_state(model, optimizers):
+    """The optimizers' state as DCP saves and loads it, references to the live tensors: Muon's by parameter name
+    (Muon.state_dict; its hyperparameters go to meta.json), AdamW's by get_optimizer_state_dict (parameter names)."""
+    out = {}
+    for opt in optimizers:
+        if isinstance(opt, muon.Muon):
+            out["muon"] = {k: v for k, v in opt.state_dict().items() if k != "param_groups"}
+        else:  # the hyperparameters come from the plan; DCP holds tensors only (SafeMetadataReader)
+            out["adamw"] = get_optimizer_state_dict(model, opt)["state"]
+    return out
+
+
+def save_checkpoint(folder, model, optimizers, state, plan, args=None, micro_batches=None):
     """Collective: write checkpoint `folder` into folder.tmp, then swap it in (folder -> folder.old, folder.tmp ->
-    folder, remove folder.old); recover_checkpoints repairs a crash between the renames. No optimizer state is
-    copied: Muon.state_dict() and AdamW.state_dict() hold references to the live tensors, and the fp32 weights go to
-    torch.save where they live (it copies one storage at a time to the host: not 29 GB at d26; loads name
-    map_location). meta.json records the
-    reduction order and the micro-batches per pass stage (a --fixed-reduce-order run resumes with both). A write
-    that fails on any rank (a full disk) raises on every rank (OSError, or DCP's CheckpointException) and leaves
-    `folder` as it was (the caller removes folder.tmp; recover_checkpoints does after a crash)."""
+    folder, remove folder.old); recover_checkpoints repairs a crash between the renames. Every rank writes its own
+    shards of the weights and the optimizer state (DCP); nothing is copied or gathered. meta.json records the
+    micro-batches per pass stage. A write that fails on any rank (a full disk) raises on every rank (OSError, or
+    DCP's CheckpointException) and leaves `folder` as it was (the caller removes folder.tmp; recover_checkpoints does
+    after a crash)."""
     world = process()[1]
     tmp = folder + ".tmp"
 
@@ -309,24 +342,20 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_red
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
     on_rank_0(start)
+    for name, tensors in ((MODEL_SHARDS, get_model_state_dict(model)), (OPTIMIZER_SHARDS, optimizer_state(model, optimizers))):
+        dcp.save(tensors, storage_writer=dcp.FileSystemWriter(os.path.join(tmp, name)), no_dist=world == 1)
     matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
-    shard = {k: v for k, v in matrix[0].state_dict().items() if k != "param_groups"} if matrix else {}
-    if matrix:
-        dcp.save(dict(muon=shard), storage_writer=dcp.FileSystemWriter(os.path.join(tmp, "muon")), no_dist=world == 1)
 
-    def write_rank_0_files():
+    def write_meta():
         plan_dict = plan.as_dict()
-        save_tensors(dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
-                          step=state.step, model={k: v.detach().float() for k, v in model.state_dict().items()}),
-                     os.path.join(tmp, CHECKPOINT_WEIGHTS))
-        save_tensors([opt.state_dict() for opt in optimizers if isinstance(opt, torch.optim.AdamW)],
-                     os.path.join(tmp, "adamw.pt"))
         muon_groups = [{k: v for k, v in g.items()} for g in matrix[0].state_dict()["param_groups"]] if matrix else []
         write_json(os.path.join(tmp, "meta.json"), dict(
             format=CHECKPOINT_FORMAT, plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
-            muon_param_groups=muon_groups, args=primitive_args(args), fixed_reduce_order=fixed_reduce_order,
+            weights=dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
+                         step=state.step),
+            muon_param_groups=muon_groups, args=primitive_args(args),
             micro_batches=list(micro_batches) if micro_batches else None, **asdict(state)))
-    on_rank_0(write_rank_0_files)
+    on_rank_0(write_meta)
     write_manifest(tmp)
 
     def swap_in():
@@ -338,14 +367,14 @@ def save_checkpoint(folder, model, optimizers, state, plan, args=None, fixed_red
     on_rank_0(swap_in)
 
 
-CHECKPOINT_FORMAT = 2  # 1: the single-file latest.pt/final.pt of earlier versions (only core_eval reads those)
+CHECKPOINT_FORMAT = 3  # 2: model.pt + muon/ + adamw.pt (resumes on one process); 1: latest.pt/final.pt (core_eval)
 
 # A checkpoint's meta.json, field -> rule (common.check_record; "name?": may be absent; the run records' schemas are in
 # common.py), checked before any field is used: a record of the wrong shape (edited, its manifest rehashed) is one
 # line naming the file and field.
 META_SCHEMA = {  # a checkpoint's meta.json (save_checkpoint writes it)
     "format": whole(1), "plan": OBJECT, "world_size": whole(1), "rng": each(whole(0, 255)),
-    "muon_param_groups": each(OBJECT), "args?": OBJECT, "fixed_reduce_order?": FLAG,
+    "muon_param_groups": each(OBJECT), "args?": OBJECT, "fixed_reduce_order?": FLAG, "weights?": OBJECT,
     "micro_batches?": nullable(each(whole(1))), "step": whole(0), "evals": each(EVAL_RECORD),
     "growth_events": each({"step": whole(0)}), "flops": real(0), "matrix_flops": real(0), "train_seconds": real(0),
     "tokens": whole(0), "wall_seconds?": real(0), "eval_seconds?": real(0), "memory_measured?": each(OBJECT)}
@@ -374,28 +403,33 @@ def primitive_args(args):
 
 def load_checkpoint(folder, plan, model, optimizers, device):
     """Collective: restore weights, optimizer and RNG state written by save_checkpoint under the same plan, at any
-    world size -> RunState (the caller sets the model's passes for its step). device: this rank's; the AdamW state
-    and the weights go through the host onto their parameters (rank 0 saved them from its own GPU: restored where
-    they were saved, every rank would put them on GPU 0). A checkpoint that fails its manifest, its plan,
-    its own records (check_self_consistent) or its loading is a UsageError."""
+    world size (DCP reshards) -> RunState (the caller sets the model's passes for its step). Format 2 (an earlier
+    train.py) resumes on one process. A checkpoint that fails its manifest, its plan, its own records
+    (check_self_consistent) or its loading is a UsageError."""
     verify(folder)
     meta = read_meta(folder)
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise UsageError(f"{folder} was written by another checkpoint format ({meta.get('format')!r}); start the run "
-                         "again under another --run-name")
+    fmt = meta.get("format")
+    if fmt not in (2, CHECKPOINT_FORMAT):
+        raise UsageError(f"{folder} was written by another checkpoint format ({fmt!r}); start the run again under "
+                         "another --run-name")
+    check_resumable(folder, process()[1])
     check_plan(folder, meta.get("plan"), plan)
     try:
-        weights = load_tensors(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu")
-        check_self_consistent(folder, weights, meta, plan)
-        model.load_state_dict(weights["model"])
-        for opt in optimizers:
-            if isinstance(opt, muon.Muon):
-                reader = SafeMetadataReader(os.path.join(folder, "muon"))
-                reader.read_metadata()  # refuses a crafted pickle here, with its own message
-                template = dict(muon={k: v for k, v in opt.state_dict().items() if k != "param_groups"})
-                dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
-                opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
-        load_adamw([opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)], folder, device)
+        if fmt == 2:
+            load_format_2(folder, meta, plan, model, optimizers, device)
+        else:
+            check_self_consistent(folder, meta.get("weights") or {}, meta, plan)
+            weights = get_model_state_dict(model)
+            load_shards(os.path.join(folder, MODEL_SHARDS), weights)
+            set_model_state_dict(model, weights)
+            tensors = optimizer_state(model, optimizers)
+            load_shards(os.path.join(folder, OPTIMIZER_SHARDS), tensors)
+            for opt in optimizers:
+                if isinstance(opt, muon.Muon):
+                    opt.load_state_dict(dict(tensors["muon"], param_groups=meta["muon_param_groups"]))
+                else:
+                    groups = get_optimizer_state_dict(model, opt)["param_groups"]
+                    set_optimizer_state_dict(model, opt, dict(state=tensors["adamw"], param_groups=groups))
         torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
         state = run_state_of(meta)
     except UsageError:
@@ -407,9 +441,29 @@ def load_checkpoint(folder, plan, model, optimizers, device):
             detail = f" ({cause})" if len(str(cause)) < 120 else ""  # ours are short; torch's weights_only is a page
             raise UsageError(f"checkpoint {folder} is unreadable or holds objects other than tensors and plain types"
                              f"{detail}; refused without running it") from None
-        where = "muon/ does not load: " if cause is not e else ""
+        where = "its shards do not load: " if cause is not e else ""
         raise UsageError(f"checkpoint {folder} is not usable: {where}{failure_reason(cause)}") from None
     return state
+
+
+def load_shards(path, template):
+    """dcp.load into `template` in place (its tensors are the live ones), the metadata read safely first."""
+    reader = SafeMetadataReader(path)
+    reader.read_metadata()  # refuses a crafted pickle here, with its own message
+    dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
+
+
+def load_format_2(folder, meta, plan, model, optimizers, device):
+    """An earlier train.py's checkpoint, on one process: model.pt's weights, muon/ (DCP), adamw.pt."""
+    weights = load_tensors(os.path.join(folder, CHECKPOINT_WEIGHTS), map_location="cpu")
+    check_self_consistent(folder, weights, meta, plan, CHECKPOINT_WEIGHTS)
+    model.load_state_dict(weights["model"])
+    for opt in optimizers:
+        if isinstance(opt, muon.Muon):
+            template = dict(muon={k: v for k, v in opt.state_dict().items() if k != "param_groups"})
+            load_shards(os.path.join(folder, "muon"), template)
+            opt.load_state_dict(dict(template["muon"], param_groups=meta["muon_param_groups"]))
+    load_adamw([opt for opt in optimizers if isinstance(opt, torch.optim.AdamW)], folder, device)
 
 
 def load_adamw(optimizers, folder, device):
@@ -425,13 +479,14 @@ def load_adamw(optimizers, folder, device):
         opt.load_state_dict(saved)
 
 
-def check_self_consistent(folder, weights, meta, plan):
-    """What model.pt says about itself must agree with meta.json and the plan: a checkpoint put together from two
+def check_self_consistent(folder, weights, meta, plan, source="the weights record"):
+    """What the weights' record (meta.json's "weights"; format 2: model.pt, `source`) says about itself must agree
+    with meta.json and the plan: a checkpoint put together from two
     saves, or edited and rehashed, would otherwise resume at the wrong step, or under another model's record."""
     fix = "resume from an intact checkpoint or start the run again under another --run-name"
     step = meta.get("step")
     if weights.get("step") != step:
-        raise UsageError(f"checkpoint {folder} is inconsistent: meta.json says step {step!r} but model.pt holds step "
+        raise UsageError(f"checkpoint {folder} is inconsistent: meta.json says step {step!r} but {source} holds step "
                          f"{weights.get('step')!r}; {fix}")
     if not isinstance(step, int) or not 0 <= step <= plan.steps:
         raise UsageError(f"checkpoint {folder} is inconsistent: step {step!r} is outside the plan's 0..{plan.steps}; "
@@ -442,31 +497,34 @@ def check_self_consistent(folder, weights, meta, plan):
                          f"the plan grows at {before or 'no step'}; {fix}")
     for key, planned in (("tokenizer", plan.tokenizer), ("passes", plan.passes_final)):
         if weights.get(key) != planned:
-            raise UsageError(f"checkpoint {folder} is inconsistent: model.pt was written for {key} "
+            raise UsageError(f"checkpoint {folder} is inconsistent: {source} was written for {key} "
                              f"{weights.get(key)!r} but the plan uses {planned!r}; {fix}")
     config, planned = with_added_fields(weights.get("model_config"), ModelConfig), plan.as_dict()["model_config"]
     differ = [k for k in planned if not isinstance(config, dict) or config.get(k) != planned[k]]
     if differ:
         have = config.get(differ[0]) if isinstance(config, dict) else config
-        raise UsageError(f"checkpoint {folder} is inconsistent: model.pt holds another model than the plan's "
+        raise UsageError(f"checkpoint {folder} is inconsistent: {source} holds another model than the plan's "
                          f"({differ[0]} {have!r}, planned {planned[differ[0]]!r}); {fix}")
 
 
-def recorded_micro_batches(folder, fixed_reduce_order):
-    """On resume, before any long work: the checkpoint's reduction order must be this invocation's (the other order
-    sums the gradients differently, so the run would silently stop being bit-identical); in the fixed order -> the
-    micro-batches the run started with. A meta.json that fails the manifest is left to load_checkpoint's check."""
+def check_resumable(folder, world):
+    """On resume, before any long work: refused in one line, a run recorded with --fixed-reduce-order (retired with
+    the home-made gradient transport, whose fixed summation order it needed), and on several processes a checkpoint
+    of format 2 (an earlier train.py's replicated weights). A meta.json that fails the manifest is left to
+    load_checkpoint's check."""
     try:
         verify_checkpoint(folder, only="meta.json")
     except ValueError:
-        return None
+        return
     meta = read_meta(folder)
-    was_fixed, micro_batches = meta.get("fixed_reduce_order", False), meta.get("micro_batches")
-    if was_fixed != fixed_reduce_order:
-        raise UsageError(f"{folder} was written {'with' if was_fixed else 'without'} --fixed-reduce-order; resume "
-                         f"{'with' if was_fixed else 'without'} it too (the other reduction order would silently end "
-                         "the run's bit-identity)")
-    return micro_batches if fixed_reduce_order else None
+    if meta.get("fixed_reduce_order"):
+        raise UsageError(f"{folder} was trained with --fixed-reduce-order, which this train.py no longer has (FSDP2 "
+                         "sums gradients in its own order); its weights still load in core_eval.py, and the run "
+                         "continues only under the train.py that started it")
+    if meta.get("format") == 2 and world > 1:
+        raise UsageError(f"{folder} was written by an earlier train.py (checkpoint format 2), which resumes on one "
+                         "process only: continue it once without torchrun (the run's flags with --resume --stop-after "
+                         f"{meta['step'] + 1}); the checkpoint that writes resumes on any number of processes")
 
 
 def read_run_state(folder):
@@ -579,7 +637,7 @@ def check_recorded_plan(run_dir, resume_from, plan):
     with contextlib.suppress(ValueError):
         verify_checkpoint(resume_from, only="meta.json")
         meta = read_meta(resume_from)
-        if meta.get("format") == CHECKPOINT_FORMAT:
+        if meta.get("format") in (2, CHECKPOINT_FORMAT):
             check_plan(resume_from, meta.get("plan"), plan)
 
 
@@ -721,13 +779,11 @@ class Run:
     device: torch.device
     loader: object               # data.TrainLoader (or bench.SyntheticLoader)
     micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
-    sync_every_micro_batch: bool  # reduce gradients every micro-batch: the memory plan shards them (zero2)
-    node_size: int               # zero2's hierarchical transport: ranks per node (None: flat)
+    per_node: int                # ranks per node: the mesh's shard dimension (train.build_mesh)
     memory: dict                 # memory_report of the memory plan, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
     args: object                 # the parsed command line (recorded in checkpoints)
-    fixed_reduce_order: bool = False  # --fixed-reduce-order: gradients and losses summed in one world-size-free order
     run_dir: str = ""            # the folder, data and validation windows ("" and None for bench.py's runs)
     data_dir: str = ""
     data_manifest: dict = field(default_factory=dict)
@@ -776,8 +832,8 @@ def write_result(run, state, status, mfu=None, **extra):
     evals, final = state.evals, status == "complete" and bool(state.evals)
     write_json(run.result_path, dict(  # the keys fit.py and the tests read
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(),
-        schedule_notes=schedule_notes(run.plan), world_size=run.world,
-        fixed_reduce_order=run.fixed_reduce_order, device_batch_size=list(run.micro_batches), memory=run.memory,
+        schedule_notes=schedule_notes(run.plan), world_size=run.world, device_batch_size=list(run.micro_batches),
+        memory=run.memory,
         gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]], data_dir=run.data_dir,
         environment=run.environment, data_manifest=run.data_manifest, data_check=run.data_check,
         completed_steps=state.step, evals=evals, growth_events=state.growth_events,

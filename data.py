@@ -669,23 +669,15 @@ class TrainLoader:
             self._epoch, self._cache = epoch, (doc_order, stream_starts, window_order)
         return self._cache
 
-    def batch(self, step, rank=0, world_size=1, micro_batch=None):
-        """(epoch, LongTensor[batch_seqs // world_size, seq_len + 1]): rank's contiguous slice of step's batch, or with
-        micro_batch (train.py --fixed-reduce-order) rank's micro-batches interleaved: its k-th micro-batch of that many
-        sequences is the step's (k * world_size + rank)-th."""
+    def batch(self, step, rank=0, world_size=1):
+        """(epoch, LongTensor[batch_seqs // world_size, seq_len + 1]): rank's contiguous slice of step's batch."""
         if self.batch_seqs % world_size:
             raise ValueError(f"batch_seqs {self.batch_seqs} is not divisible by world_size {world_size}")
         epoch = step // self.steps_per_epoch + 1
         doc_order, stream_starts, window_order = self._order(epoch)
         per_rank = self.batch_seqs // world_size
         base = (step % self.steps_per_epoch) * self.batch_seqs
-        if micro_batch is None:
-            windows = window_order[base + rank * per_rank:base + (rank + 1) * per_rank]
-        elif per_rank % micro_batch:
-            raise ValueError(f"micro_batch {micro_batch} does not divide the {per_rank} sequences per rank")
-        else:
-            k, offset = np.divmod(np.arange(per_rank), micro_batch)
-            windows = window_order[base + (k * world_size + rank) * micro_batch + offset]
+        windows = window_order[base + rank * per_rank:base + (rank + 1) * per_rank]
         out = np.empty((per_rank, self.window), dtype=np.int64)
         # Gather each window from the documents it spans in the shuffled stream, never building that stream.
         for row, w in enumerate(windows):

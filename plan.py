@@ -25,9 +25,9 @@ import data
 import model as model_lib
 import muon
 from arms import ADAMW_MATRIX_LR, ARMS, DATA_CONSTRAINED, PRESETS
-from common import UsageError, ranks_per_node, torchrun_ranks
+from common import UsageError, ranks_per_node
 from model import (LOSS_CHUNK_ROWS, ROPE_TABLE_FACTOR, ModelConfig, embedding_dtype, executed_blocks, gates_stored,
-                   params_per_block, stored_blocks)
+                   params_per_block, params_stored, stored_blocks)
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,6 @@ def passes_at(step, plan):
 # Memory per rank
 
 GIB = 2 ** 30
-BUCKET_BYTES = int(muon.BUCKET_MB * 2 ** 20)  # Muon's gradient bucket (train.py --bucket-mb)
 # Outside the caching allocator (torch.cuda.mem_get_info sees them, max_memory_allocated does not), per rank. They are
 # allowances the GPU smoke measures (bench.py --gpu-smoke: outside_allocator_over_predicted), not measurements.
 CUDA_CONTEXT_BYTES = 3 * GIB // 4      # the CUDA context and its loaded kernel modules (0.5-0.7 GiB on an H100)
@@ -312,14 +311,6 @@ def block_matrix_shapes(cfg):
     return [(C, C), (C, C), (C, C), (C, C), (H, C), (H, C), (C, H)] * stored_blocks(cfg)
 
 
-def muon_owner_loads(shapes, world_size):
-    """Per rank, the shapes it owns under muon.assign_owners (the rule the optimizer itself uses)."""
-    owned = [[] for _ in range(world_size)]
-    for shape, rank in zip(shapes, muon.assign_owners(shapes, world_size)):
-        owned[rank].append(shape)
-    return owned
-
-
 def backward_block_order(cfg, passes):
     """Stored block indices in the order one backward at `passes` runs them: the forward's prelude, the core of every
     pass and the coda, reversed (a tied core once per pass, dormant untied cores never; model.GPT's layout)."""
@@ -334,60 +325,16 @@ def executed_matrices(cfg, passes):
     return sorted({per_block * b + j for b in backward_block_order(cfg, passes) for j in range(per_block)})
 
 
-def gradient_buckets(cfg, world_size, bucket_bytes, indices):
-    """The buckets Muon moves the block matrices `indices` in (muon.plan_buckets under muon.assign_owners) ->
-    [(bucket, bytes)]."""
-    shapes = block_matrix_shapes(cfg)
-    buckets = muon.plan_buckets(indices, shapes, muon.assign_owners(shapes, world_size), world_size, bucket_bytes)
-    return [(b, sum(4 * shapes[i][0] * shapes[i][1] for i in b.members)) for b in buckets]
+def shard_numel(shape, shards):
+    """Elements of the largest FSDP2 shard of a parameter: dim 0 split in torch.chunk's chunks of ceil(rows/S) rows
+    (rank 0 always holds a full chunk)."""
+    return -(-shape[0] // shards) * math.prod(shape[1:])
 
 
-def largest_bucket_bytes(cfg, passes, world_size, bucket_bytes):
-    """The largest bucket Muon moves at `passes`: of the executed matrices' plan (backward, the step before growth)
-    or of all matrices' (the step once every core has state)."""
-    every = range(len(block_matrix_shapes(cfg)))
-    return max(n for indices in (executed_matrices(cfg, passes), every)
-               for _, n in gradient_buckets(cfg, world_size, bucket_bytes, indices))
-
-
-def sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, fixed_order=False, node_size=None):
-    """Gradient bytes beyond the owners' accumulators (or partial sums) during one micro-batch's backward when every
-    bucket is sent as soon as it is complete (zero2, and always in the fixed order), net of the activations backward
-    has already freed: the maximum over the backward of local gradients waiting for their bucket + the bucket being
-    copied, or the one in flight with what it receives (muon.Muon waits for a bucket before it copies the next) -
-    block_saved per executed block done. A bucket holds one same-shape matrix per rank, so it waits for the last of
-    them: up to world_size blocks apart. block_saved=0 gives the gross bytes. In flight, for a bucket of n bytes:
-    reduce-scatter n + n/W (hierarchical, inside a node of node_size = P ranks: n + n/P), reduce n; fixed order
-    (fixed_order_in_flight_bytes) more."""
-    shapes, order = block_matrix_shapes(cfg), backward_block_order(cfg, passes)
-    per_block = len(shapes) // stored_blocks(cfg)
-    last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
-    buckets = gradient_buckets(cfg, world_size, bucket_bytes, executed_matrices(cfg, passes))
-    ready, waiting, in_flight, launched, peak = set(), 0, 0, 0, 0
-    for k, block in enumerate(order):
-        if last_run[block] != k:
-            continue
-        freed = k * block_saved
-        for i in range(per_block * block, per_block * (block + 1)):
-            ready.add(i)
-            waiting += 4 * shapes[i][0] * shapes[i][1]
-        peak = max(peak, waiting + in_flight - freed)
-        while launched < len(buckets) and ready.issuperset(buckets[launched][0].members):
-            bucket, n = buckets[launched]
-            peak = max(peak, waiting + n - freed)  # the copy, before its gradients are dropped
-            waiting, launched = waiting - n, launched + 1
-            in_flight = fixed_order_in_flight_bytes(bucket, n, world_size) if fixed_order else \
-                n + (n // (node_size or world_size) if bucket.scatter else 0)
-            peak = max(peak, waiting + in_flight - freed)
-    return peak
-
-
-def fixed_order_in_flight_bytes(bucket, n, world_size):
-    """The fixed reduction order's bytes for one bucket of n bytes in flight, on the rank that receives most
-    (muon.Muon._launch_reduce, _push_leaves): an owner-sharded bucket is all-to-all'ed (sent n, received n) and its
-    received chunks summed as a tree (first level n/2); a single-owner bucket is gathered (sent n; the owner receives
-    W copies, and the tree's first level adds W/2)."""
-    return n * 5 // 2 if bucket.scatter else n + world_size * n * 3 // 2
+def block_shard_numel(cfg, shards):
+    """Elements of one block's shard on the busiest rank (shards = the mesh's shard dimension; 1: the whole block)."""
+    per_block = block_matrix_shapes(cfg)[:len(block_matrix_shapes(cfg)) // stored_blocks(cfg)]
+    return sum(shard_numel(shape, shards) for shape in per_block)
 
 
 def muon_state_numel(shape):
@@ -477,89 +424,112 @@ def evaluation_bytes(cfg, passes, micro_batch, autocast=True):
 
 
 def weight_copy_bytes(cfg, passes, autocast=True):
-    """bf16 copies of the executed block matrices that autocast caches in the forward and the backward keeps (a tied
-    core is cast once; dormant untied cores are not executed). The lm_head cast is the loss path's."""
+    """One process: the bf16 copies of the executed block matrices that autocast caches in the forward and the
+    backward keeps (a tied core is cast once; dormant untied cores are not executed). The lm_head cast is the loss
+    path's. Under FSDP2 the gathered parameters are already bf16 (gathered_bytes instead)."""
     return 2 * stored_blocks(cfg, passes) * params_per_block(cfg) if autocast else 0
 
 
-def persistent_bytes(cfg, world_size=1, zero2=False, device="cuda", partial_sums=0, node_size=None):
-    """Parameters, gradients and optimizer state per rank, and the largest owned same-shape group Muon stacks.
-    Parameters: all stored blocks and lm_head fp32, the embedding in embedding_dtype(device), the rotary tables fp32.
-    Gradients: zero2=False every rank holds every gradient (dormant untied cores get explicit zeros); zero2=True
-    one accumulator per matrix it owns, and the AdamW gradients in full (the buckets in flight: memory_per_rank);
-    with node_size (the hierarchical transport, nodes of P ranks) one node-sum per matrix owned by a rank of its local
-    rank on any node, 1/P of them (the busiest local rank's), which become the owned accumulators at the step.
-    partial_sums > 0 (the fixed reduction order, muon.py; replaces both): that many partial sums of each owned matrix
-    (the local gradients and buckets in flight: memory_per_rank), and of the AdamW gradients the full local one, its
-    received chunks and partial_sums chunks of 1/W (with one process: partial_sums full copies of every gradient). Muon: momentum fp32 and the NorMuon second moment for
-    owned matrices (muon_owner_loads); AdamW: exp_avg and exp_avg_sq, replicated, in the parameter dtype."""
+def parameter_bytes(cfg, device="cuda", shards=1):
+    """Bytes of the stored parameters on one rank (model.py's accounting: params_stored), the embedding in
+    embedding_dtype(device), the rest fp32; shards > 1: FSDP2's shard of each (dim-0 padding), the boundary gates
+    replicated. tests/test_plan.py checks it against the built module for every arm."""
     C, Vp = cfg.width, cfg.padded_vocab
-    emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
-    matrices = stored_blocks(cfg) * params_per_block(cfg)
-    owned = max(muon_owner_loads(block_matrix_shapes(cfg), world_size), key=lambda o: sum(r * c for r, c in o))
-    owned_numel = sum(r * c for r, c in owned)
-    groups = {}
-    for shape in owned:
-        groups[shape] = groups.get(shape, 0) + shape[0] * shape[1]
-    rotary = 2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4
-    matrix_grads = 4 * (owned_numel if zero2 else matrices)
-    if zero2 and node_size:
-        loads = [sum(r * c for r, c in o) for o in muon_owner_loads(block_matrix_shapes(cfg), world_size)]
-        matrix_grads = 4 * max(sum(loads[local::node_size]) for local in range(node_size))
-    scalars = 4 * gates_stored(cfg)  # fp32, trained by AdamW (arms.PARAM_GROUPS)
-    adamw_grads = 4 * Vp * C + emb + scalars
-    if partial_sums and world_size == 1:
-        matrix_grads, adamw_grads = 4 * matrices * partial_sums, adamw_grads * partial_sums
-    elif partial_sums:
-        matrix_grads = 4 * owned_numel * partial_sums
-        adamw_grads = 2 * adamw_grads + adamw_grads * partial_sums // world_size
-    return dict(
-        parameters=4 * (matrices + Vp * C) + emb + rotary + scalars,
-        gradients=matrix_grads + adamw_grads,
-        muon_state=4 * sum(muon_state_numel(s) for s in owned),
-        adamw_state=2 * (4 * Vp * C + emb + scalars),
-        # Muon.step stacks one shape group (weights, grads, momentum and ~5 fp32-sized temporaries)
-        optimizer_step=8 * 4 * max(groups.values(), default=0),
-    )
+    emb = 2 if embedding_dtype(device) == torch.bfloat16 else 4
+    table = shard_numel((Vp, C), shards)
+    blocks = stored_blocks(cfg) * block_shard_numel(cfg, shards)
+    assert shards > 1 or blocks + 2 * table + gates_stored(cfg) == params_stored(cfg)
+    return 4 * (blocks + table + gates_stored(cfg)) + emb * table
 
 
-def memory_per_rank(cfg, passes, micro_batch, world_size=1, zero2=False, device="cuda", partial_sums=0,
-                    bucket_bytes=BUCKET_BYTES, nvls=False, node_size=None):
+def persistent_bytes(cfg, passes, world_size=1, per_node=None, device="cuda"):
+    """What a rank keeps through the run at `passes`, in bytes. One process: the model's parameters; several: FSDP2's
+    shards over the per_node ranks of a node (HSDP: replicated across nodes), dim-0 padded (parameter_bytes).
+    Gradients: the shards of the trained parameters (a dormant untied core gets none), in the parameter dtype (FSDP2
+    reduces in fp32 into them). Muon: momentum on every matrix's shard, the NorMuon second moment (one value per row or
+    column) of the matrices this rank owns whole (muon.assign_owners in the shard group; the busiest rank). AdamW:
+    exp_avg and exp_avg_sq of the embedding, lm_head and gates, sharded like them. Rotary tables fp32, replicated."""
+    shards = per_node if world_size > 1 else 1
+    C, Vp = cfg.width, cfg.padded_vocab
+    emb = 2 if embedding_dtype(device) == torch.bfloat16 else 4
+    table = shard_numel((Vp, C), shards)
+    block = block_shard_numel(cfg, shards)
+    root = 4 * table + emb * table + 4 * gates_stored(cfg)
+    shapes = block_matrix_shapes(cfg)
+    owners = muon.assign_owners(shapes, shards)
+    second = max(sum(muon_state_numel(shape) - math.prod(shape) for shape, r in zip(shapes, owners) if r == rank)
+                 for rank in range(shards))
+    return dict(parameters=parameter_bytes(cfg, device, shards),
+                rotary=2 * ROPE_TABLE_FACTOR * cfg.seq_len * (cfg.head_dim // 2) * 4,
+                gradients=4 * stored_blocks(cfg, passes) * block + root,
+                muon_state=4 * (stored_blocks(cfg) * block + second),
+                adamw_state=2 * root)
+
+
+def gathered_bytes(cfg, world_size, device="cuda"):
+    """FSDP2's unsharded parameters in a micro-batch (several processes), in the compute dtype (bf16 on CUDA,
+    MixedPrecisionPolicy; fp32 on CPU): the root's embedding and lm_head from the forward's start to the backward's
+    end, and two blocks at a time (the one running and the one prefetched, forward and backward; a block is
+    resharded after its forward and re-gathered for its backward)."""
+    if world_size == 1:
+        return 0
+    e = 2 if torch.device(device).type == "cuda" else 4
+    return e * (2 * cfg.padded_vocab * cfg.width + 2 * params_per_block(cfg))
+
+
+def reduce_scatter_bytes(cfg, world_size, per_node, device="cuda"):
+    """One block's gradient on its way to the shards (several processes): unsharded in the compute dtype, its fp32
+    copy that the reduce-scatter sends (reduce_dtype; on CPU the gradient itself) and the 1/P it receives; and the
+    root's unsharded gradients (embedding, lm_head), held until backward ends."""
+    if world_size == 1:
+        return 0
+    e = 2 if torch.device(device).type == "cuda" else 4
+    n = params_per_block(cfg)
+    return e * n + (4 * n if e != 4 else 0) + 4 * (-(-n // per_node)) + e * 2 * cfg.padded_vocab * cfg.width
+
+
+def muon_step_bytes(cfg, world_size, per_node, device="cuda"):
+    """Muon.step's transients. One process: one shape group stacked (weights, gradients, momentum and about five
+    fp32-sized temporaries). Sharded: one round of the largest shape (muon.rounds): the blended rows of the round's
+    matrices (4 rows x cols), and on the owner the whole matrix received (4), Polar-Express's iterate and its next
+    one (2 x 2 in bf16 on CUDA, 2 x 4 on CPU), NorMuon's fp32 copies (8), the bf16 update (2), its padded fp32 copy
+    sent back (4) and this rank's rows returned."""
+    shapes = block_matrix_shapes(cfg)
+    if world_size == 1:
+        groups = {}
+        for shape in shapes:
+            groups[shape] = groups.get(shape, 0) + math.prod(shape)
+        return 8 * 4 * max(groups.values())
+    pe = 2 if torch.device(device).type == "cuda" else 4
+    largest = max(math.prod(shape) for shape in shapes)
+    return (4 + 4 + 2 * pe + 8 + 2 + 4) * largest + 4 * largest // per_node
+
+
+def memory_per_rank(cfg, passes, micro_batch, world_size=1, per_node=None, device="cuda", nvls=False):
     """Predicted bytes per rank of one training step at `passes` with micro-batches of `micro_batch` sequences (bf16
-    autocast on CUDA, fp32 elsewhere, as train.py runs). 'peak' is what torch.cuda.max_memory_allocated should
-    report; 'required' adds what the rank holds outside the allocator (cuda_context, nccl_buffers: nvls is NCCL's
-    NVLS, nvls_enabled) and the margin (workspaces and fragmentation: WORKSPACE_BYTES and MEMORY_MARGIN_FRACTION of
-    the peak). The step's peak is the largest of three moments: the end of the forward /
-    start of the backward (weight copies, all activations, the loss path, and the larger of the loss transient and a
-    backward working set of one block's activations plus two fp32 residual-stream gradients plus the gradient buckets
-    in flight), the Muon step (its stacked shape group plus the bucket of new weights being all-gathered), and a
-    validation batch at this micro-batch and these passes (evaluation_bytes; a run evaluates at its last stage's).
-    in_flight_gradients and muon_gather are the two transport terms, already inside step_transient and
-    optimizer_step. The buckets in flight assume each block's gradients are complete when its backward ends (eager,
-    or compiled per block: COMPILE_MODE). partial_sums: see persistent_bytes (0: the default reduction order);
-    bucket_bytes: Muon's gradient bucket (train.py --bucket-mb); node_size: the hierarchical transport's ranks per
-    node (zero2), whose step-end bucket across nodes (its node-sums' copy n/P and the owner's n/W) is less than the
-    gathered bucket (muon_gather, n + n/W) the step already has."""
+    autocast on CUDA, fp32 elsewhere, as train.py runs; FSDP2 on several processes: train.shard_model). 'peak' is what
+    torch.cuda.max_memory_allocated should report; 'required' adds what the rank holds outside the allocator
+    (cuda_context, nccl_buffers: nvls is NCCL's NVLS, nvls_enabled) and the margin (workspaces and fragmentation:
+    WORKSPACE_BYTES and MEMORY_MARGIN_FRACTION of the peak). The step's peak is the largest of three moments: the end
+    of the forward / start of the backward (the gathered parameters or, in one process, autocast's weight copies; all
+    activations, the loss path, and the larger of the loss transient and a backward working set of one block's
+    activations, two fp32 residual-stream gradients and the reduce-scatter in flight), the Muon step
+    (muon_step_bytes), and a validation batch at this micro-batch and these passes (evaluation_bytes)."""
+    per_node = per_node or world_size
     autocast = torch.device(device).type == "cuda"
-    parts = persistent_bytes(cfg, world_size, zero2, device, partial_sums, node_size)
-    optimizer_step = parts.pop("optimizer_step")
+    parts = persistent_bytes(cfg, passes, world_size, per_node, device)
     static = sum(parts.values())
     loss_saved, loss_peak = loss_path_bytes(cfg, micro_batch, autocast)
     tokens = micro_batch * cfg.seq_len
     block_saved = tokens * block_activation_bytes_per_token(cfg, autocast)
-    backward_working = block_saved + tokens * 2 * 4 * cfg.width
-    largest = largest_bucket_bytes(cfg, passes, world_size, bucket_bytes) if world_size > 1 else 0
-    if zero2 or (partial_sums and world_size > 1):
-        in_flight = sharded_backward_bytes(cfg, passes, world_size, bucket_bytes, block_saved, bool(partial_sums),
-                                           node_size)
-    else:  # one bucket's copy on top of the gradients it copies (one process: no transport)
-        in_flight = largest
-    muon_gather = largest + largest // world_size if world_size > 1 else 0  # the bucket gathered and this rank's part
-    parts.update(weight_copies=weight_copy_bytes(cfg, passes, autocast),
+    reduce_scatter = reduce_scatter_bytes(cfg, world_size, per_node, device)
+    parts.update(weight_copies=gathered_bytes(cfg, world_size, device) if world_size > 1 else
+                 weight_copy_bytes(cfg, passes, autocast),
                  activations=activation_bytes(cfg, passes, micro_batch, autocast), loss_path=loss_saved,
-                 step_transient=max(loss_peak - loss_saved, backward_working + in_flight),
-                 optimizer_step=optimizer_step + muon_gather, in_flight_gradients=in_flight, muon_gather=muon_gather,
-                 evaluation=evaluation_bytes(cfg, passes, micro_batch, autocast))
+                 step_transient=max(loss_peak - loss_saved, block_saved + tokens * 2 * 4 * cfg.width + reduce_scatter),
+                 optimizer_step=muon_step_bytes(cfg, world_size, per_node, device), reduce_scatter=reduce_scatter,
+                 evaluation=evaluation_bytes(cfg, passes, micro_batch, autocast and world_size == 1)
+                 + gathered_bytes(cfg, world_size, device))
     training = parts["weight_copies"] + parts["activations"] + loss_saved + parts["step_transient"]
     peak = static + max(training, parts["optimizer_step"], parts["evaluation"])
     outside = outside_allocator_bytes(world_size, nvls)
@@ -580,34 +550,29 @@ class StageMemory:
 class MemoryPlan:
     gpu_memory_gib: float
     world_size: int
-    zero2: bool
+    per_node: int        # ranks per node: FSDP2's shard dimension (HSDP replicates across world_size / per_node nodes)
     stages: list         # one StageMemory per pass stage, in training order
-    shard_gradients: bool = False  # zero2 because --shard-gradients asked for it
-    node_size: int = None          # zero2 on several nodes: the hierarchical transport's ranks per node (None: flat)
 
 
-def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, zero2=False, micro_batches=None,
-                device="cuda", fixed_order=False, bucket_bytes=BUCKET_BYTES, nvls=False, node_size=None):
+def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, per_node=None, micro_batches=None,
+                device="cuda", nvls=False):
     """Micro-batch per pass stage: the largest divisor of rank_sequences (sequences per rank per optimizer step)
     whose required bytes fit in gpu_memory_gib, so it may drop at growth. Data-constrained runs pass their K: the
     executed depth p + K*c + q is what costs memory. micro_batches (one per stage, each a divisor of rank_sequences:
     requested_micro_batches) are checked instead of chosen: one that does not fit raises ValueError naming the
-    largest that fits. fixed_order: the fixed reduction order's partial sums, floor(log2(micro-batches per rank)) + 1
-    (muon.py). bucket_bytes: Muon's gradient bucket; nvls: NCCL's NVLS buffers (nvls_enabled); node_size: zero2's
-    hierarchical transport (None: flat)."""
+    largest that fits. nvls: NCCL's NVLS buffers (nvls_enabled)."""
+    per_node = per_node or world_size
     capacity = gpu_memory_gib * GIB
     divisors = [b for b in range(rank_sequences, 0, -1) if rank_sequences % b == 0]
     stages = []
     for i, passes in enumerate(pass_stages):
         def need(b):
-            partial_sums = (rank_sequences // b).bit_length() if fixed_order else 0  # floor(log2(n)) + 1
-            return memory_per_rank(cfg, passes, b, world_size, zero2, device, partial_sums, bucket_bytes, nvls,
-                                   node_size)
+            return memory_per_rank(cfg, passes, b, world_size, per_node, device, nvls)
         fitting = next((b for b in divisors if need(b)["required"] <= capacity), None)
         where = f"{cfg.arch} d{cfg.depth} at K={passes} ({executed_blocks(cfg, passes)} executed blocks)"
         if micro_batches is None and fitting is None:
             raise ValueError(f"{where} does not fit {gpu_memory_gib:g} GiB per GPU even at micro-batch 1 (needs "
-                             f"{need(1)['required'] / GIB:.1f} GiB); use more GPUs or the owner-sharded transport")
+                             f"{need(1)['required'] / GIB:.1f} GiB); use more GPUs per node")
         choice = fitting if micro_batches is None else micro_batches[i]
         if need(choice)["required"] > capacity:
             largest = f"the largest that fits is {fitting}" if fitting else "none fits, not even 1"
@@ -615,7 +580,7 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
                              f"{where}, more than {gpu_memory_gib:g} GiB; {largest}")
         headroom = None if math.isinf(capacity) else capacity - need(choice)["required"]
         stages.append(StageMemory(passes, executed_blocks(cfg, passes), choice, need(choice), headroom))
-    return MemoryPlan(gpu_memory_gib, world_size, zero2, stages, node_size=node_size)
+    return MemoryPlan(gpu_memory_gib, world_size, per_node, stages)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -662,80 +627,35 @@ def requested_micro_batches(args, plan, world, device="cuda"):
     return micro_batches
 
 
-def plan_micro_batches(plan, world, gpu_memory_gib, micro_batches=None, device="cuda", fixed_order=False,
-                       what="--device-batch-size", shard_gradients=False, bucket_mb=muon.BUCKET_MB, node_size=None):
+def plan_micro_batches(plan, world, gpu_memory_gib, micro_batches=None, device="cuda", what="--device-batch-size",
+                       per_node=None):
     """Per pass stage, the largest micro-batch (a divisor of the sequences per rank) that fits gpu_memory_gib, or a
-    check that the given micro_batches fit (one per stage: requested_micro_batches or a resumed run's; `what` names
-    them in errors). Gradients stay replicated (reduced once per step) when that fits, else they are sharded over the
-    ranks by the owner-sharded transport, which then reduces every micro-batch (zero2); shard_gradients
-    (--shard-gradients) shards them on several ranks whether or not replicated ones fit. fixed_order: the fixed
-    reduction order's gradient memory (always sharded, exchanged every micro-batch). bucket_mb: Muon's gradient bucket
-    (--bucket-mb). node_size: ranks per node (transport_node_size); sharded gradients on several nodes of several
-    ranks take the hierarchical transport where it fits. -> MemoryPlan; UsageError when nothing fits."""
+    check that the given micro_batches fit (one per stage: requested_micro_batches; `what` names them in errors).
+    per_node: ranks per node, FSDP2's shard dimension (default: one node of `world`). -> MemoryPlan; UsageError when
+    nothing fits."""
+    per_node = per_node or world
     batch_seqs = sequences_per_rank(plan, world) * world
-    transport = dict(fixed_order=fixed_order, shard_gradients=shard_gradients, bucket_mb=bucket_mb,
-                     node_size=node_size)
     try:
-        return fit_memory(plan, world, gpu_memory_gib, micro_batches, device, **transport)
+        return plan_memory(plan.model_config, memory_pass_stages(plan), batch_seqs // world, gpu_memory_gib, world,
+                           per_node, micro_batches, device, nvls_enabled())
     except ValueError as e:
         if micro_batches is not None:
             raise UsageError(f"{what}: {e} ({world} GPUs)") from None
-    more = next((w for w in range(2 * world, batch_seqs + 1, world) if batch_seqs % w == 0
-                 and fits(plan, w, gpu_memory_gib, device, **transport)), None)
-    raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs, not even "
-                     "at micro-batch 1" + (" with sharded gradients; " if world > 1 else "; ") +
-                     (f"it fits on {more} GPUs" if more else "no world size fits"))
+    raise UsageError(f"{plan.arch} d{plan.depth} does not fit {gpu_memory_gib:g} GiB per GPU on {world} GPUs "
+                     f"({per_node} per node), not even at micro-batch 1; use more GPUs per node")
 
 
-def fit_memory(plan, world, gpu_memory_gib, micro_batches, device, fixed_order=False, shard_gradients=False,
-               bucket_mb=muon.BUCKET_MB, node_size=None):
-    """plan_memory with replicated gradients, else (several ranks) sharded ones: hierarchical on several nodes of
-    node_size ranks, else flat -> MemoryPlan; raises the ValueError of the last layout tried. shard_gradients: sharded
-    ones only. The fixed reduction order has one gradient layout of its own."""
-    sharded = [(True, node_size)] if node_size and 1 < node_size < world and not fixed_order else []
-    sharded.append((True, None))
-    layouts = [(False, None)] if world == 1 or fixed_order else sharded if shard_gradients else [(False, None), *sharded]
-    rank_seqs = plan.tokens_per_step // plan.seq_len // world
-    for zero2, nodes_of in layouts:
-        try:
-            mem = plan_memory(plan.model_config, memory_pass_stages(plan), rank_seqs, gpu_memory_gib, world, zero2,
-                              micro_batches, device, fixed_order, int(bucket_mb * 2 ** 20), nvls_enabled(), nodes_of)
-            return replace(mem, shard_gradients=shard_gradients and zero2)
-        except ValueError:
-            if (zero2, nodes_of) == layouts[-1]:
-                raise
-
-
-def fits(plan, world, gpu_memory_gib, device, **transport):
-    """Whether the planner finds micro-batches for `plan` on `world` GPUs of gpu_memory_gib."""
-    try:
-        fit_memory(plan, world, gpu_memory_gib, None, device, **transport)
-    except ValueError:
-        return False
-    return True
-
-
-def memory_report(mem, plan, fixed_order=False):
-    """The "memory" of a dry run and of result.json: per pass stage the micro-batch, the gradient accumulation and
-    the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run, with the headroom left),
-    and in bytes the peak and the allowance outside the allocator that a run's measured memory is gated against."""
+def memory_report(mem, plan):
+    """The "memory" of a dry run and of result.json: the layout, and per pass stage the micro-batch, the gradient
+    accumulation and the predicted GiB per rank (memory_per_rank: eager, an upper bound for a compiled run, with the
+    headroom left), and in bytes the peak and the allowance outside the allocator that a run's measured memory is
+    gated against."""
     rank_seqs = plan.tokens_per_step // plan.seq_len // mem.world_size
-    why = "--shard-gradients" if mem.shard_gradients else \
-        "the owner-sharded transport is required: replicated gradients do not fit"
-    gradients = f"sharded over the ranks and reduced every micro-batch ({why})" if mem.zero2 else \
-        "replicated, reduced once per step"
-    transport = "flat" if mem.world_size > 1 else None
-    if mem.node_size:
-        transport = f"hierarchical: nodes of {mem.node_size} ranks"
-        gradients = (f"sharded over the ranks ({why}): reduced inside each node every micro-batch into node-sums "
-                     "(1/ranks per node of them), across nodes once per step")
-    if fixed_order:
-        gradients = ("fixed reduction order: sent to their owners every micro-batch; an owner keeps up to "
-                     "floor(log2(accumulation)) + 1 partial sums of its matrices")
+    layout = "one process: the plain model" if mem.world_size == 1 else \
+        f"FSDP2 over {mem.per_node} ranks" if mem.per_node == mem.world_size else \
+        f"HSDP: FSDP2 over the {mem.per_node} ranks of a node, replicated over {mem.world_size // mem.per_node} nodes"
     return dict(gpu_memory_gib=None if math.isinf(mem.gpu_memory_gib) else round(mem.gpu_memory_gib, 2),
-                world_size=mem.world_size, sequences_per_rank=rank_seqs,
-                sync_every_micro_batch=mem.zero2 or fixed_order, gradients=gradients, transport=transport,
-                node_size=mem.node_size, fixed_reduce_order=fixed_order,
+                world_size=mem.world_size, ranks_per_node=mem.per_node, sequences_per_rank=rank_seqs, layout=layout,
                 compile=COMPILE_MODE, nccl_nvls=nvls_enabled() if mem.world_size > 1 else None,
                 stages=[dict(passes=s.passes, executed_blocks=s.executed_blocks, micro_batch=s.micro_batch,
                              accumulation=rank_seqs // s.micro_batch, peak_bytes=s.bytes["peak"],
@@ -751,14 +671,13 @@ def memory_line(name, mem, host):
     parts = mem.stages[0].bytes
     nccl = f" + {parts['nccl_buffers'] / GIB:g} NCCL (NVLS {'on' if nvls_enabled() else 'off'})" \
         if parts["nccl_buffers"] else ""
-    gradients = "" if not mem.zero2 else " | gradients sharded, " + (
-        "reduced inside each node every micro-batch, across nodes once per step (hierarchical transport)"
-        if mem.node_size else "reduced every micro-batch (owner-sharded transport)")
+    layout = "" if mem.world_size == 1 else f" | FSDP2 over {mem.per_node} ranks" + (
+        f" x {mem.world_size // mem.per_node} nodes (HSDP)" if mem.per_node < mem.world_size else "")
     return (f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
             + " -> ".join(f"{s.bytes['peak'] / GIB:.1f}" for s in mem.stages)
             + f" GiB per rank + {parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator"
             + " | headroom " + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages)
-            + f" GiB of {mem.gpu_memory_gib:.1f}{gradients}"
+            + f" GiB of {mem.gpu_memory_gib:.1f}{layout}"
             + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
 
 
@@ -773,8 +692,8 @@ def host_memory(plan, ranks_per_node, device="cuda"):
     fp32 tensor at a time on the host (the largest), plus the bf16 cast of the embedding on its way to a CUDA device;
     loader: TrainLoader's int64 arrays over the documents of the token limit (lengths, shuffled order, stream offsets,
     and two transients of that length while an epoch's order is built) and the window order; validation: the int64
-    validation windows. A resume also reads the weights file and the AdamW state, memory-mapped (checkpoint.
-    load_tensors): page cache, one copy shared by the node's ranks. So are the pool's tokens (not counted)."""
+    validation windows. A resume reads each rank's checkpoint shards into its own tensors (DCP): no host copy of the
+    model. The pool's tokens are memory-mapped: page cache (not counted)."""
     cfg = plan.model_config
     C, Vp = cfg.width, cfg.padded_vocab
     emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
@@ -783,52 +702,21 @@ def host_memory(plan, ranks_per_node, device="cuda"):
     per_rank = dict(runtime=HOST_RUNTIME_BYTES, model_init=4 * largest + (emb if emb < 4 * Vp * C else 0),
                     loader=8 * (5 * documents + plan.train_token_limit // (plan.seq_len + 1)),
                     validation=8 * (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
-    parts = persistent_bytes(cfg, device=device)
-    resume = parts["parameters"] + parts["adamw_state"]
     return dict(ranks_per_node=ranks_per_node, per_rank_gib={k: round(v / GIB, 2) for k, v in per_rank.items()},
                 per_node_gib=round(ranks_per_node * sum(per_rank.values()) / GIB, 1),
-                resume_per_node_gib=round((ranks_per_node * sum(per_rank.values()) + resume) / GIB, 1),
+                resume_per_node_gib=round(ranks_per_node * sum(per_rank.values()) / GIB, 1),
                 assumes=f"{ASSUMED_TOKENS_PER_DOCUMENT} tokens per document; {HOST_RUNTIME_BYTES / GIB:g} GiB per "
                         "process for Python, torch and the CUDA runtime")
 
 
-def device_memory_plan(args, plan, world, device, recorded=None):
+def device_memory_plan(args, plan, world, device):
     """This process's micro-batches: on CUDA fitted to --gpu-memory (default the device's total memory); on CPU
-    (fp32, host memory) requested_micro_batches, fitted to --gpu-memory if given. recorded: the micro-batches a
-    resumed --fixed-reduce-order run started with, used instead."""
-    if recorded:
-        micro_batches = resumed_micro_batches(args, plan, world, recorded)
-        what = f"the micro-batches {recorded} this --fixed-reduce-order run started with (bit-identity needs them)"
-    else:
-        micro_batches, what = requested_micro_batches(args, plan, world, device.type), "--device-batch-size"
+    (fp32, host memory) requested_micro_batches, fitted to --gpu-memory if given. Several processes: FSDP2 over the
+    ranks of a node (common.ranks_per_node)."""
+    micro_batches = requested_micro_batches(args, plan, world, device.type)
     if device.type == "cuda":
         gpu = args.gpu_memory or torch.cuda.get_device_properties(device).total_memory / GIB
     else:
         gpu = args.gpu_memory or math.inf
-    return plan_micro_batches(plan, world, gpu, micro_batches, device.type, args.fixed_reduce_order, what,
-                              shard_gradients=args.shard_gradients, bucket_mb=args.bucket_mb,
-                              node_size=transport_node_size(args, ranks_per_node(world) if world > 1 else 1))
-
-
-def transport_node_size(args, per_node):
-    """The ranks per node the hierarchical transport may use (plan_micro_batches), None with --flat-transport."""
-    return None if args.flat_transport else per_node
-
-
-def resumed_micro_batches(args, plan, world, recorded):
-    """A --fixed-reduce-order run resumes with the micro-batches it started with, at any world size whose sequences
-    per rank they divide: the same micro-batches are what makes the trajectory bit-identical."""
-    rank_seqs = sequences_per_rank(plan, world)
-    bad = [b for b in recorded if rank_seqs % b]
-    if bad:
-        raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded}, which bit-identity "
-                         f"needs, but {world} processes get {rank_seqs} sequences each, not a multiple of {bad[0]}; "
-                         "resume on fewer processes")
-    if len(recorded) != len(memory_pass_stages(plan)):
-        raise UsageError(f"this --fixed-reduce-order run started with micro-batches {recorded} for another plan; "
-                         "resume with the flags it started with")
-    if args.device_batch_size and torchrun_ranks()[0] == 0 and \
-            args.device_batch_size * (len(recorded) // len(args.device_batch_size)) != recorded:
-        print(f"--device-batch-size {' '.join(map(str, args.device_batch_size))} is not used: a --fixed-reduce-order "
-              f"run resumes with the micro-batches it started with, {recorded}")
-    return recorded
+    return plan_micro_batches(plan, world, gpu, micro_batches, device.type,
+                              per_node=ranks_per_node(world) if world > 1 else 1)

@@ -8,17 +8,13 @@ prediction from stated bandwidths (arms.CLUSTERS), not a measurement: no GPU has
     python docs/throughput_table.py     # the release's MFU per run (timing.json) beside the prediction
     python -m pytest -q tests/test_throughput.py
 
-Traffic: every collective muon.py and train.py send in one step, derived from the transport's own functions
-(plan.gradient_buckets on muon.plan_buckets / assign_owners, the MemoryPlan's replicated / sharded / fixed-order
-choice, its micro-batches): per synced micro-batch (the last one with replicated gradients, every one with sharded
-gradients or the fixed order) Muon's buckets (reduce-scatter, or reduce to a single owner; fixed order: all-to-all,
-gather) and the AdamW gradients (all-reduce; fixed order: all-to-all of W padded chunks); per step Muon's new weights
-(all-gather, broadcast), in the fixed order the AdamW sums (all-gather), and the step's loss (all-reduce; fixed
-order: all-gather of the micro-batch losses). Hierarchical (sharded gradients on several nodes, the MemoryPlan's
-node_size): Muon's buckets inside each node every micro-batch, the AdamW all-reduces on the last one only, and at the
-step's end the node-sums across nodes (reduce-scatter or reduce on one rank per node). Not counted: the gradient norm
-of a logged step (one 4-byte all-reduce) and validation. tests/test_throughput.py checks these against what gloo's
-collectives move.
+Traffic: FSDP2's collectives (train.shard_model) and Muon's exchanges (muon.py) in one step. Per micro-batch, inside each
+node: the root's parameters (embedding, lm_head) all-gathered once, every executed block's all-gathered in its
+forward and again in its backward (a looped core at every pass), its gradient reduce-scattered after each of its
+backwards (fp32), the root's at backward's end; bf16 parameters on CUDA (MixedPrecisionPolicy), fp32 on CPU. Per
+step: with several nodes (HSDP) the gradient shards all-reduced across nodes once (on the last micro-batch); Muon's
+two all_to_alls per round (muon.rounds) inside the node; the step's loss (all-reduce). Not counted: the boundary
+gates' all-reduce (a few bytes), the gradient norm of a logged step and validation.
 
 Links: NCCL's ring algorithms, one ring per channel over all W = NODES x P ranks, node after node, with as many
 channels as GPUs per node, each entering a node at another GPU and leaving it through that GPU's card. A ring
@@ -31,13 +27,12 @@ network rate (nics_per_node x nic_gbits), both at bus_efficiency; a gather count
 NCCL may pick tree or NVLS algorithms, which move fewer bytes over some links: the ring is the conservative case.
 
 Time: FLOPs (model.flops_per_token, causal attention at half) / (peak x compute_efficiency: matmul_efficiency x
-width / (width + elementwise_width), calibrated on the release's timing.json); forward 1/3, backward 2/3
-of each micro-batch, backward spread over the loss and the executed blocks in proportion to their FLOPs. Overlap: one
-communication stream, collectives in the order they are sent; a bucket goes when its last gradient is ready and
-backward waits, before copying the next bucket, for the one in flight (muon.Muon); what is still in flight when a
-micro-batch's backward ends is exposed (finish_micro_batch waits for it). In the step each owner's Polar-Express
-(5 x (4 l s^2 + 2 s^3) FLOPs per l x s matrix, s the short side; the busiest owner per bucket) runs while the previous
-bucket's new weights travel (Muon._update_and_gather); the rest of the optimizer (elementwise) is not counted.
+width / (width + elementwise_width), calibrated on the release's timing.json). FSDP2 prefetches the next block's
+all-gather and reduce-scatters while backward goes on, so a micro-batch's collectives hide behind its compute except
+for what exceeds it, its first all-gathers (root and first block) and its last reduce-scatter (the root's); the
+cross-node all-reduce rides on the last micro-batch's backward the same way. Muon's step is exposed: each round's two
+all_to_alls and the busiest owner's Polar-Express (5 x (4 l s^2 + 2 s^3) FLOPs per l x s matrix, s the short side);
+the rest of the optimizer (elementwise) is not counted.
 """
 import argparse
 import json
@@ -54,22 +49,17 @@ import muon
 import plan as plan_lib
 from arms import CLUSTERS, GPU_PEAK_FLOPS, Cluster, knob_fields
 from common import UsageError, clock, number, whole_number_in
-from model import GPT, embedding_dtype, executed_blocks, flops_per_token, gates_stored, stored_blocks
+from model import GPT, executed_blocks, flops_per_token, params_per_block, stored_blocks
 
 GB = 1e9
-MUON_REDUCE = {(False, True): "reduce_scatter_single", (False, False): "reduce", (True, True): "all_to_all_single",
-               (True, False): "gather"}  # (fixed order, owner-sharded bucket) -> muon.Muon._launch_reduce's collective
 POLAR_EXPRESS_ITERATIONS = 5
 RELEASE_TIMING = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "release", "appendix_ladders",
                               "timing.json")
 RELEASE_GPUS = 8  # each release run trained on one 8 x H100 node (issue 29)
 
-# A collective of `nbytes` payload bytes. In backward: sent once `after_blocks` executed blocks have finished their
-# backward; muon: one of Muon's buckets (the next waits for it). In the step: sent after `flops` of Polar-Express.
-# group: the ranks it runs on: "world", "node" (the P ranks of a node) or "cross" (one rank per node: the hierarchical
-# transport, muon.node_groups).
-BackwardSend = namedtuple("BackwardSend", "kind nbytes after_blocks muon group", defaults=("world",))
-StepSend = namedtuple("StepSend", "kind nbytes flops muon group", defaults=("world",))
+# A collective of `nbytes` payload bytes per rank (its input; an all-gather's output) on the ranks of `group`: "world",
+# "node" (the P ranks of a node: FSDP2's shard dimension) or "cross" (one rank per node: HSDP's replicate dimension).
+Send = namedtuple("Send", "kind nbytes group")
 
 
 def cluster_from_env(gpu="H100"):
@@ -105,43 +95,19 @@ def layout(world, ranks_per_node):
 # ----------------------------------------------------------------------------------------------------------------------
 # Traffic: the collectives of one step, and the bytes each puts on the links
 
-def adamw_gradients(cfg, passes, device):
-    """(numel, bytes per element) of each AdamW gradient a backward at `passes` gives, in the order it finishes them:
-    lm_head's (in the loss), the boundary gates it injects through, the embedding's (model.param_groups)."""
-    table = cfg.padded_vocab * cfg.width
-    gates = min(gates_stored(cfg), passes - 1 + cfg.coda_inject)
-    return [(table, 4), *[(1, 4)] * gates, (table, torch.empty((), dtype=embedding_dtype(device)).element_size())]
+def compute_bytes(device):
+    """Bytes per element of FSDP2's gathered parameters: bf16 on CUDA (MixedPrecisionPolicy), fp32 on CPU."""
+    return 2 if torch.device(device).type == "cuda" else 4
 
 
-def padded(numel, world):
-    """ReplicatedGrads' fixed order sends W equal chunks: numel rounded up to a multiple of W."""
-    return -(-numel // world) * world
-
-
-def backward_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None):
-    """The collectives of one synced micro-batch's backward at `passes`, in the order they are sent: lm_head's
-    all-reduce, Muon's buckets as backward completes them (plan.sharded_backward_bytes's walk; node_size: inside each
-    node of the hierarchical transport), then the gates' and the embedding's all-reduces. -> [BackwardSend]"""
-    if world == 1:
-        return []
-    kind = "all_to_all_single" if fixed_order else "all_reduce"
-    adamw = [(padded(numel, world) if fixed_order else numel) * size
-             for numel, size in adamw_gradients(cfg, passes, device)]
-    group = "node" if node_size else "world"
-    order = plan_lib.backward_block_order(cfg, passes)
-    per_block = len(plan_lib.block_matrix_shapes(cfg)) // stored_blocks(cfg)
-    last_run = {b: k for k, b in enumerate(order)}  # a tied core's gradients are complete after its first pass
-    buckets = plan_lib.gradient_buckets(cfg, world, bucket_bytes, plan_lib.executed_matrices(cfg, passes))
-    sends, ready, launched = [BackwardSend(kind, adamw[0], 0, False)], set(), 0
-    for k, block in enumerate(order):
-        if last_run[block] != k:
-            continue
-        ready.update(range(per_block * block, per_block * (block + 1)))
-        while launched < len(buckets) and ready.issuperset(buckets[launched][0].members):
-            bucket, n = buckets[launched]
-            sends.append(BackwardSend(MUON_REDUCE[fixed_order, bucket.scatter], n, k + 1, True, group))
-            launched += 1
-    return sends + [BackwardSend(kind, n, len(order), False) for n in adamw[1:]]
+def micro_batch_sends(cfg, passes, per_node, device="cuda"):
+    """FSDP2's collectives of one micro-batch inside a node (module docstring) -> [Send]. all_gather_into_tensor's
+    payload is its output (the whole block), reduce_scatter_tensor's its input (the whole fp32 gradient)."""
+    e, table, block = compute_bytes(device), 2 * cfg.padded_vocab * cfg.width, params_per_block(cfg)
+    runs = executed_blocks(cfg, passes)
+    return ([Send("all_gather_single", e * table, "node")] + [Send("all_gather_single", e * block, "node")] * 2 * runs
+            + [Send("reduce_scatter_single", 4 * block, "node")] * runs
+            + [Send("reduce_scatter_single", 4 * table, "node")])
 
 
 def polar_express_flops(shape):
@@ -150,45 +116,34 @@ def polar_express_flops(shape):
     return POLAR_EXPRESS_ITERATIONS * (4 * long * short ** 2 + 2 * short ** 3)
 
 
-def step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order=False, device="cuda",
-               node_size=None, local_rank=0):
-    """The collectives local rank `local_rank` sends after the last backward, in order: in the fixed order the AdamW
-    sums' all-gathers (ReplicatedGrads.wait); hierarchical (node_size), the node-sums across nodes, each waited for
-    (Muon._reduce_across_nodes: a reduce-scatter of the bucket's 1/P, or a reduce by the owner's local rank); Muon's
-    new weights bucket by bucket over the matrices that move (muon.Muon.step: those with a gradient or with state),
-    the step's loss (train.step_loss). -> [StepSend]"""
-    if world == 1:
-        return []
+def muon_rounds(cfg, moving, per_node):
+    """Muon's exchange rounds (muon.rounds) over the moving matrices -> [(payload bytes of each all_to_all, the busiest
+    owner's Polar-Express FLOPs)]: a rank's input is its rows of the round's matrices, about one whole matrix."""
     shapes = plan_lib.block_matrix_shapes(cfg)
-    sends = [StepSend("all_gather_single", padded(numel, world) * size, 0, False)
-             for numel, size in adamw_gradients(cfg, passes, device)] if fixed_order else []
-    for bucket, n in plan_lib.gradient_buckets(cfg, world, bucket_bytes, plan_lib.executed_matrices(cfg, passes)) \
-            if node_size else []:
-        if bucket.scatter or bucket.owner % node_size == local_rank:
-            sends.append(StepSend(MUON_REDUCE[False, bucket.scatter], n // node_size if bucket.scatter else n, 0,
-                                  False, "cross"))
-    for bucket, n in plan_lib.gradient_buckets(cfg, world, bucket_bytes, moving):
-        flops = max(sum(polar_express_flops(shapes[i]) for i in chunk) for chunk in bucket.chunks)
-        sends.append(StepSend("all_gather_single" if bucket.scatter else "broadcast", n, flops, True))
-    loss = ("all_gather_single", 4 * accumulation * world) if fixed_order else ("all_reduce", 4)
-    return sends + [StepSend(*loss, 0, False)]
+    owners = muon.assign_owners(shapes, per_node)
+    return [(4 * math.prod(shapes[next(i for i in members if i is not None)]),
+             max(polar_express_flops(shapes[i]) for i in members if i is not None))
+            for members in muon.rounds(moving, shapes, owners, per_node)]
 
 
-def synced_sends(cfg, passes, world, bucket_bytes, fixed_order=False, device="cuda", node_size=None):
-    """(a synced micro-batch's backward sends, the last one's): hierarchical, only the last sends the AdamW gradients."""
-    last = backward_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
-    return [s for s in last if s.muon] if node_size else last, last
+def step_sends(cfg, passes, moving, nodes, per_node, device="cuda"):
+    """The collectives of a step besides the micro-batches': HSDP's all-reduce across nodes of the trained gradient
+    shards (nodes > 1), Muon's all_to_alls (two per round), the loss's all-reduce -> [Send]."""
+    shards = []
+    if nodes > 1:
+        table = plan_lib.shard_numel((cfg.padded_vocab, cfg.width), per_node)
+        grads = stored_blocks(cfg, passes) * plan_lib.block_shard_numel(cfg, per_node) + 2 * table
+        shards = [Send("all_reduce", 4 * grads, "cross")]
+    exchanges = [Send("all_to_all_single", n, "node") for n, _ in muon_rounds(cfg, moving, per_node)] * 2 \
+        if per_node > 1 else []
+    return shards + exchanges + [Send("all_reduce", 4, "world")]
 
 
-def step_collectives(cfg, passes, moving, world, bucket_bytes, accumulation, synced, fixed_order=False,
-                     device="cuda", node_size=None, local_rank=0):
-    """Counter of (collective, payload bytes, group) local rank `local_rank` sends in one step with `synced`
-    micro-batches communicating; node_size: the hierarchical transport's ranks per node."""
-    every, last = synced_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
-    sends = every * (synced - 1) + last
-    sends += step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order, device, node_size,
-                        local_rank)
-    return Counter((s.kind, s.nbytes, s.group) for s in sends)
+def step_collectives(cfg, passes, moving, accumulation, nodes, per_node, device="cuda"):
+    """Counter of (collective, payload bytes, group) one rank sends in a step of `accumulation` micro-batches."""
+    sends = micro_batch_sends(cfg, passes, per_node, device) * accumulation if nodes * per_node > 1 else []
+    return Counter((s.kind, s.nbytes, s.group) for s in sends + step_sends(cfg, passes, moving, nodes, per_node,
+                                                                           device))
 
 
 def link_bytes(kind, n, nodes, per_node, group="world"):
@@ -219,37 +174,6 @@ def seconds(kind, n, nodes, per_node, cluster, group="world"):
 # ----------------------------------------------------------------------------------------------------------------------
 # Time: one step of a pass stage, and a whole run
 
-def backward_exposed(sends, head, block, blocks, cost):
-    """Seconds a synced micro-batch's backward (head: the loss's part, then `blocks` of `block` seconds) lasts beyond
-    its compute: backward waiting for a Muon bucket before copying the next, and the tail still in flight."""
-    delay, free, muon_end = 0.0, 0.0, 0.0
-    for s in sends:
-        now = head + s.after_blocks * block + delay
-        if s.muon and muon_end > now:
-            delay, now = delay + muon_end - now, muon_end
-        free = max(now, free) + cost(s)
-        muon_end = free if s.muon else muon_end
-    end = head + blocks * block
-    return max(end + delay, free) - end
-
-
-def step_end_seconds(sends, rate, cost):
-    """(optimizer, exposed communication) seconds after the last backward: each bucket's Polar-Express, then its
-    weights sent once the previous bucket's have landed; the others (AdamW sums, the loss) waited for."""
-    t, free, muon_end, optimizer = 0.0, 0.0, 0.0, 0.0
-    for s in sends:
-        t += s.flops / rate
-        optimizer += s.flops / rate
-        if s.muon:
-            t = max(t, muon_end)
-        free = max(t, free) + cost(s)
-        if s.muon:
-            muon_end = free
-        else:
-            t = free
-    return optimizer, max(t, muon_end) - optimizer
-
-
 def compute_efficiency(cfg, cluster):
     """The share of the peak a step's FLOPs run at for this shape: matmul_efficiency x width / (width +
     elementwise_width). A step's elementwise work (norms, rotary, activations, the fp32 residual stream, the loss's
@@ -258,47 +182,40 @@ def compute_efficiency(cfg, cluster):
     return cluster.matmul_efficiency * cfg.width / (cfg.width + cluster.elementwise_width)
 
 
-def stage_step(cfg, passes, moving, micro_batch, accumulation, synced, nodes, per_node, bucket_bytes, cluster,
-               fixed_order=False, device="cuda", node_size=None):
+def stage_step(cfg, passes, moving, micro_batch, accumulation, nodes, per_node, cluster, device="cuda"):
     """One step at `passes`: bytes per GPU per link, seconds (compute, optimizer, communication, exposed
-    communication, step) and MFU; node_size: the hierarchical transport's ranks per node. Numbered as
-    plan.make_plan."""
+    communication, step) and MFU. Numbered as plan.make_plan."""
     world, efficiency = nodes * per_node, compute_efficiency(cfg, cluster)
     rate = GPU_PEAK_FLOPS[cluster.gpu] * efficiency
     cost = lambda s: seconds(s.kind, s.nbytes, nodes, per_node, cluster, s.group)  # noqa: E731
     link = lambda s: link_bytes(s.kind, s.nbytes, nodes, per_node, s.group)  # noqa: E731
-    # 1. Compute per micro-batch; backward is 2/3 of it: the loss (lm_head) first, then the executed blocks.
-    tokens = micro_batch * cfg.seq_len
-    micro = flops_per_token(cfg, passes) * tokens / rate
-    head = 2 / 3 * 6 * cfg.padded_vocab * cfg.width * tokens / rate
-    blocks = executed_blocks(cfg, passes)
-    block = (2 / 3 * micro - head) / blocks
-    # 2. The collectives of a synced micro-batch (hierarchical: the last one's apart) and of each local rank's step
-    # end (hierarchical: a single owner's node-sums cross the network from its local rank only).
-    every, last = synced_sends(cfg, passes, world, bucket_bytes, fixed_order, device, node_size)
-    backward = every * (synced - 1) + last
-    ends = [step_sends(cfg, passes, moving, world, bucket_bytes, accumulation, fixed_order, device, node_size, local)
-            for local in range(node_size or 1)]
-    # 3. Bytes per GPU per link: the mean over the local ranks.
-    per_link = [sum(link(s)[i] for s in backward) + sum(link(s)[i] for end in ends for s in end) / len(ends)
-                for i in (0, 1)]
-    # 4. Time: compute, the synced micro-batches' exposed communication, the optimizer and the slowest step end.
-    if world == 1:
-        optimizer = sum(polar_express_flops(plan_lib.block_matrix_shapes(cfg)[i]) for i in moving) / rate
-        end, end_exposed = ends[0], 0.0
-    else:
-        end = max(ends, key=lambda e: sum(step_end_seconds(e, rate, cost)))
-        optimizer, end_exposed = step_end_seconds(end, rate, cost)
-    exposed = (synced - 1) * backward_exposed(every, head, block, blocks, cost) + end_exposed + \
-        backward_exposed(last, head, block, blocks, cost)
-    step = accumulation * micro + optimizer + exposed
-    sends = backward + end
-    return dict(passes=passes, micro_batch=micro_batch, accumulation=accumulation, synced_micro_batches=synced,
+    # 1. Compute per micro-batch
+    micro = flops_per_token(cfg, passes) * micro_batch * cfg.seq_len / rate
+    # 2. The collectives: every micro-batch's (FSDP2), the step's (HSDP's all-reduce, Muon's exchanges, the loss)
+    per_micro = micro_batch_sends(cfg, passes, per_node, device) if world > 1 else []
+    step = step_sends(cfg, passes, moving, nodes, per_node, device) if world > 1 else []
+    sends = per_micro * accumulation + step
+    # 3. Bytes per GPU per link
+    per_link = [sum(link(s)[i] for s in sends) for i in (0, 1)]
+    # 4. Time: what a micro-batch's collectives do not hide (its first all-gathers, its last reduce-scatter, the rest
+    # beyond its compute; the cross-node all-reduce on the last one), Muon's exchanges and Polar-Express after it.
+    rounds = muon_rounds(cfg, moving, per_node) if world > 1 else \
+        [(0, polar_express_flops(plan_lib.block_matrix_shapes(cfg)[i])) for i in moving]
+    optimizer = sum(flops for _, flops in rounds) / rate
+    exposed = 0.0
+    if per_micro:
+        fixed = sum(map(cost, per_micro[:2])) + cost(per_micro[-1])
+        hidden = sum(map(cost, per_micro[2:-1]))
+        cross = sum(cost(s) for s in step if s.group == "cross")
+        exposed = fixed * accumulation + max(0.0, hidden - micro) * (accumulation - 1) + \
+            max(0.0, hidden + cross - micro) + sum(cost(s) for s in step if s.group != "cross")
+    total = accumulation * micro + optimizer + exposed
+    return dict(passes=passes, micro_batch=micro_batch, accumulation=accumulation,
                 gb_per_step=dict(nvlink=round(float(per_link[0]) / GB, 3), network=round(float(per_link[1]) / GB, 3)),
                 seconds={k: float(f"{v:.5g}") for k, v in dict(
                     compute=accumulation * micro, optimizer=optimizer, communication=sum(map(cost, sends)),
-                    exposed_communication=exposed, step=step).items()},
-                compute_efficiency=round(efficiency, 4), mfu=round(accumulation * micro * efficiency / step, 4))
+                    exposed_communication=exposed, step=total).items()},
+                compute_efficiency=round(efficiency, 4), mfu=round(accumulation * micro * efficiency / total, 4))
 
 
 def stage_steps(plan):
@@ -309,46 +226,43 @@ def stage_steps(plan):
     return Counter({(i, k): b - a for i, (k, a, b) in enumerate(zip(plan.pass_stages, bounds, bounds[1:]))})
 
 
-def stage_transport(plan, mem, stage, passes, fixed_order=False):
-    """(moving matrices, micro-batch, accumulation, synced micro-batches) of a step of pass stage `stage` at `passes`
-    with mem's micro-batches for mem.world_size ranks. Moving: the matrices trained at these passes or earlier (they
-    have state); synced: the micro-batches whose backward communicates (all with sharded gradients or the fixed
-    order, else the last)."""
+def stage_transport(plan, mem, stage, passes):
+    """(moving matrices, micro-batch, accumulation) of a step of pass stage `stage` at `passes` with mem's
+    micro-batches for mem.world_size ranks. Moving: the matrices trained at these passes or earlier (they have
+    state)."""
     cfg = plan.model_config
     earlier = [*plan.pass_stages[:stage + 1], passes]
     if stage == len(plan.pass_stages) - 1:
         earlier += plan.random_passes
     moving = sorted({m for k in earlier for m in plan_lib.executed_matrices(cfg, k)})
     micro_batch = mem.stages[stage].micro_batch
-    accumulation = plan.tokens_per_step // plan.seq_len // mem.world_size // micro_batch
-    return moving, micro_batch, accumulation, accumulation if (mem.zero2 or fixed_order) else 1
+    return moving, micro_batch, plan.tokens_per_step // plan.seq_len // mem.world_size // micro_batch
 
 
-def predict(plan, mem, nodes, per_node, fixed_order=False, bucket_mb=None, cluster=None, device="cuda"):
+def predict(plan, mem, nodes, per_node, cluster=None, device="cuda"):
     """The "throughput" of a dry run: per (stage, passes) one step of stage_step, and the run's seconds, GPU-hours
-    and MFU. mem: the MemoryPlan (its micro-batches and gradient layout) for nodes x per_node GPUs; bucket_mb: Muon's
-    buckets (default muon.BUCKET_MB); cluster: default arms.CLUSTERS["H100"] with the environment's changes."""
+    and MFU. mem: the MemoryPlan (its micro-batches) for nodes x per_node GPUs; cluster: default
+    arms.CLUSTERS["H100"] with the environment's changes."""
     cluster = cluster or cluster_from_env()
-    bucket_bytes = plan_lib.BUCKET_BYTES if bucket_mb is None else int(bucket_mb * 2 ** 20)
     stages, total = [], 0.0
     for (i, passes), steps in sorted(stage_steps(plan).items()):
-        transport = stage_transport(plan, mem, i, passes, fixed_order)
-        stage = stage_step(plan.model_config, passes, *transport, nodes, per_node, bucket_bytes, cluster, fixed_order,
-                           device, mem.node_size)
+        stage = stage_step(plan.model_config, passes, *stage_transport(plan, mem, i, passes), nodes, per_node,
+                           cluster, device)
         stages.append(dict(stage, steps=steps))
         total += steps * stage["seconds"]["step"]
     return dict(predicted="predicted from stated bandwidths and efficiencies; not measured on a GPU",
-                nodes=nodes, gpus_per_node=per_node, transport="hierarchical" if mem.node_size else "flat",
+                nodes=nodes, gpus_per_node=per_node,
+                layout="HSDP" if nodes > 1 else "FSDP2" if per_node > 1 else "one process",
                 cluster=asdict(cluster), stages=stages,
                 seconds=float(f"{total:.5g}"), gpu_hours=float(f"{total * nodes * per_node / 3600:.4g}"),
                 mfu=round(plan.total_flops / (nodes * per_node * GPU_PEAK_FLOPS[cluster.gpu] * total), 4))
 
 
-def estimate(plan, mem, nodes, per_node, fixed_order=False, bucket_mb=None, cluster=None, eval_every=0):
+def estimate(plan, mem, nodes, per_node, cluster=None, eval_every=0):
     """A dry run's "throughput": the GPU prediction (predict), or for the cpu preset the measured cpu_probe."""
     if plan.preset == "cpu":
         return cpu_probe(plan, eval_every)
-    return predict(plan, mem, nodes, per_node, fixed_order, bucket_mb, cluster)
+    return predict(plan, mem, nodes, per_node, cluster)
 
 
 def cpu_probe(plan, eval_every, steps=2):
@@ -371,7 +285,7 @@ def timed_probe(plan, eval_every, steps):
     torch.manual_seed(plan.seed)
     model, groups = GPT(plan.model_config), None
     groups = model.param_groups()
-    optimizers = [muon.Muon(groups["matrix"], lr=plan.matrix_lr, distributed=False),
+    optimizers = [muon.Muon(groups["matrix"], lr=plan.matrix_lr),
                   torch.optim.AdamW([p for name, ps in groups.items() if name != "matrix" for p in ps], lr=1e-4)]
     tokens = torch.randint(0, plan.model_config.vocab_size, (plan.tokens_per_step // plan.seq_len, plan.seq_len + 1))
     stages, train = [], 0.0

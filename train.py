@@ -3,9 +3,9 @@
 One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter, steps, LRs and the growth step
 (plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one
 GPU, or under torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every
-optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs;
-with --fixed-reduce-order its gradients and losses are also summed in one order, so the trajectory is bit-identical
-on any power-of-two number of processes (README, "Bit-identical on any number of processes").
+optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
+Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes); the layout is planned once and
+checked to be the same on every rank before the first step (agree_on_layout).
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
@@ -20,6 +20,8 @@ Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint i
 """
 import argparse
 import contextlib
+import datetime
+import hashlib
 import json
 import math
 import os
@@ -32,13 +34,15 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 import data
 import model as model_lib
 import muon
 import throughput
-from checkpoint import (Run, RunState, check_recorded_plan, check_same_pool, failure_reason, gather, load_checkpoint,
-                        open_trajectory, read_run_state, recorded_micro_batches, resume_point, run_dir_of, run_lock,
+from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
+                        load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
 from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
                     cli_main_distributed, clock, env_integer, exit_process, integer, memory_in_use, number,
@@ -47,9 +51,9 @@ import arms
 from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
                   SEEDS)
 from watch import Progress, check_tracker, open_tracker, write_run_report
-from plan import (GIB, H100_80GB_GIB, device_memory_plan, executed_matrices, host_memory, lr_multiplier, make_plan,
+from plan import (GIB, H100_80GB_GIB, device_memory_plan, host_memory, lr_multiplier, make_plan,
                   memory_line, memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
-                  stage_at, stage_index, transport_node_size)
+                  stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -59,15 +63,14 @@ def dry_run(args):
     "host_memory" per node of NPROC_PER_NODE ranks and its predicted "throughput" on those nodes (throughput.py)."""
     ranks_per_node = env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
     world = args.world_size or ranks_per_node * env_integer("NNODES", 1, 1, MAX_NODES)
-    check_reduce_order(args, world)
     nodes = throughput.layout(world, ranks_per_node)
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
         mem = dry_run_memory(args, plan, world, nodes[1])
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        speed = throughput.estimate(plan, mem, *nodes, args.fixed_reduce_order, args.bucket_mb, None, default_eval_every(plan, args.eval_every))
-        print(json.dumps(dict(out, memory=memory_report(mem, plan, args.fixed_reduce_order),
+        speed = throughput.estimate(plan, mem, *nodes, None, default_eval_every(plan, args.eval_every))
+        print(json.dumps(dict(out, memory=memory_report(mem, plan),
                               host_memory=host_memory(plan, min(ranks_per_node, world)), throughput=speed,
                               schedule_notes=schedule_notes(plan))))
     return 0
@@ -77,9 +80,7 @@ def dry_run_memory(args, plan, world, per_node):
     """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it) in
     nodes of per_node."""
     gpu = args.gpu_memory or H100_80GB_GIB
-    return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world),
-                              fixed_order=args.fixed_reduce_order, shard_gradients=args.shard_gradients,
-                              bucket_mb=args.bucket_mb, node_size=transport_node_size(args, per_node))
+    return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world), per_node=per_node)
 
 
 def ladder_dry_run(argv):
@@ -103,8 +104,8 @@ def ladder_dry_run(argv):
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
             mem = dry_run_memory(run_args, plan, world, args.gpus_per_node)
-            speed = throughput.estimate(plan, mem, args.nodes, args.gpus_per_node, run_args.fixed_reduce_order,
-                                        run_args.bucket_mb, cluster, default_eval_every(plan, run_args.eval_every))
+            speed = throughput.estimate(plan, mem, args.nodes, args.gpus_per_node, cluster,
+                                        default_eval_every(plan, run_args.eval_every))
         except UsageError as e:
             raise UsageError(f"{name}: {e}") from None
         flops += plan.total_flops
@@ -122,14 +123,6 @@ def ladder_dry_run(argv):
     hours = f"~{clock(cpu_seconds)} wall time on this CPU (measured probe)" if cpu_seconds else hours
     print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} GPUs/node x {args.nodes} nodes | "
           f"max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
-
-
-def check_reduce_order(args, world):
-    """--fixed-reduce-order adds each micro-batch time's W gradients as a complete binary tree: W a power of two."""
-    if args.fixed_reduce_order and world & (world - 1):
-        raise UsageError(f"--fixed-reduce-order needs a power-of-two number of processes, got {world} (its canonical "
-                         "sum adds the ranks' gradients as a complete binary tree); use 1, 2, 4, 8, ... or drop the "
-                         "flag")
 
 
 def gpu_peak_flops(device, given=None):
@@ -167,34 +160,73 @@ def compile_model(model, plan, whole=False):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# The distributed layout, applied to the model from outside (as torchtitan does): FSDP2 on a DeviceMesh. One node: a
+# 1-D mesh of its ranks; several: HSDP, (replicate = nodes, shard = ranks per node): parameters, gradients and
+# optimizer state sharded inside a node, replicated across nodes. One process trains the plain model.
+
+def build_mesh(world, per_node, device, timeout_minutes):
+    """The run's DeviceMesh: 1-D ("shard") on one node, ("replicate", "shard") = (nodes, per_node) on several; every
+    group it uses has the run's --dist-timeout (new_group's own default would be NCCL's 10 minutes)."""
+    timeout = datetime.timedelta(minutes=timeout_minutes)
+    if per_node == world:
+        return DeviceMesh.from_group(dist.group.WORLD, device.type, mesh_dim_names=("shard",))
+    nodes, rank = world // per_node, dist.get_rank()
+    shard = [dist.new_group(list(range(n * per_node, (n + 1) * per_node)), timeout=timeout) for n in range(nodes)]
+    replicate = [dist.new_group(list(range(local, world, per_node)), timeout=timeout) for local in range(per_node)]
+    return DeviceMesh.from_group([replicate[rank % per_node], shard[rank // per_node]], device.type,
+                                 mesh=torch.arange(world).view(nodes, per_node), mesh_dim_names=("replicate", "shard"))
+
+
+def shard_model(model, mesh):
+    """fully_shard every block, then the root (embedding, lm_head: GPT.loss reads lm_head's weight, gathered by the
+    root for the whole forward and backward), on `mesh`, in place; bf16 parameters in compute on CUDA, fp32
+    reductions. The boundary gates (0-dim, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
+    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mesh.device_type == "cuda" else None,
+                                  reduce_dtype=torch.float32)
+    for block in model.transformer.h:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=set(model.boundary_gates))
+    for gate in model.boundary_gates:
+        gate.register_post_accumulate_grad_hook(average_gradient)
+    return model
+
+
+def average_gradient(param):
+    dist.all_reduce(param.grad)
+    param.grad.div_(dist.get_world_size())
+
+
+def sync_micro_batch(model, last):
+    """Before a micro-batch's backward: under HSDP the all-reduce across nodes runs on the step's last micro-batch
+    only (the reduce-scatter inside the node runs on every one, freeing the unsharded gradients)."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_all_reduce(last)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation
 
-def build_optimizers(model, plan, polar_express_dtype="auto", fixed_order=False, bucket_mb=muon.BUCKET_MB,
-                     node_size=None):
-    """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the block matrices,
-    AdamW for the others (--optimizer adamw: AdamW for all, Muon's groups last); fixed_order: Muon's fixed reduction
-    order (--fixed-reduce-order); bucket_mb: its gradient buckets (--bucket-mb); node_size: its hierarchical
-    transport's ranks per node (the memory plan's)."""
+def build_optimizers(model, plan, polar_express_dtype="auto"):
+    """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the groups whose
+    optimizer is muon, AdamW for the others (--optimizer adamw: AdamW for all, Muon's groups last). Muon's checkpoint
+    names are the parameters' names in the model, whatever matrices an arm puts in those groups."""
     groups = {name: params for name, params in model.param_groups().items() if params}
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
                   key=lambda name: PARAM_GROUPS[name][0] == "muon")
     adam_groups = [dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
                         weight_decay=wd if PARAM_GROUPS[name][2] else 0.0) for name in adam]
-    if plan.optimizer == "adamw":
-        return [torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)]
-    names = [f"transformer.h.{name}" for name, _ in model.transformer.h.named_parameters()]  # checkpoint keys
-    matrix = muon.Muon(groups["matrix"], lr=plan.matrix_lr, weight_decay=wd, polar_express_dtype=polar_express_dtype,
-                       param_names=names, fixed_order=fixed_order, bucket_mb=bucket_mb, node_size=node_size)
-    for group in matrix.param_groups:
-        group["base_lr"] = plan.matrix_lr
-    return [matrix, torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)]
-
-
-def replicated_grads(optimizers, fixed_order=False):
-    """Rank-averaged gradients for every AdamW parameter (muon.ReplicatedGrads; Muon reduces its own)."""
-    return muon.ReplicatedGrads([p for opt in optimizers if isinstance(opt, torch.optim.AdamW)
-                                 for group in opt.param_groups for p in group["params"]], fixed_order)
+    adamw = torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)
+    matrix_groups = [name for name in groups if name not in adam]
+    if not matrix_groups:
+        return [adamw]
+    names = {p: name for name, p in model.named_parameters()}  # checkpoint keys
+    matrix = muon.Muon([dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
+                             weight_decay=wd if PARAM_GROUPS[name][2] else 0.0) for name in matrix_groups], lr=plan.matrix_lr, weight_decay=wd,
+                       polar_express_dtype=polar_express_dtype,
+                       param_names=[names[p] for name in matrix_groups for p in groups[name]])
+    return [matrix, adamw]
 
 
 def grow(model, optimizers, passes):
@@ -203,15 +235,6 @@ def grow(model, optimizers, passes):
     for opt in optimizers:
         muon.reset_state(opt, overwritten)
     return overwritten
-
-
-def in_global_order(local, world):
-    """Every rank's rows of `local`, all-gathered and interleaved: row k of rank r becomes row k * world + r."""
-    if world == 1:
-        return local
-    everyone = local.new_empty(world * local.numel())
-    dist.all_gather_single(everyone, local.reshape(-1))
-    return everyone.view(world, *local.shape).transpose(0, 1).reshape(-1, *local.shape[1:])
 
 
 def batch_sums(model, windows, passes, token_bytes, device):
@@ -227,24 +250,19 @@ def batch_sums(model, windows, passes, token_bytes, device):
 
 
 @torch.no_grad()
-def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, fixed_order=False):
-    """Validation loss in nats per target token (and bits per byte), examples sharded over ranks. fixed_order: batch
-    i (of batch_size windows) runs on rank i % world and every rank adds the batches' sums in batch order (muon.fold),
-    so the loss is bit-identical at any world size."""
+def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device):
+    """Validation loss in nats per target token (and bits per byte), batches of batch_size windows dealt round-robin
+    over the ranks. Every rank runs as many forwards (a sharded model's all-gathers are collectives): a rank short of
+    a batch runs the first one again and drops its sums."""
     model.eval()
-    if fixed_order:
-        starts = range(0, len(val), batch_size)
-        mine = torch.zeros(-(-len(starts) // world), 4, dtype=torch.float64, device=device)
-        for k, i in enumerate(starts[rank::world]):
-            mine[k] = batch_sums(model, val[i:i + batch_size], passes, token_bytes, device)
-        sums = muon.fold(list(in_global_order(mine, world)[:len(starts)].unbind()))
-    else:
-        shard = val[rank * len(val) // world:(rank + 1) * len(val) // world]
-        sums = torch.zeros(4, dtype=torch.float64, device=device)  # CE, targets, CE over byte-bearing targets, bytes
-        for i in range(0, len(shard), batch_size):
-            sums += batch_sums(model, shard[i:i + batch_size], passes, token_bytes, device)
-        if world > 1:
-            dist.all_reduce(sums)
+    starts = list(range(0, len(val), batch_size))
+    sums = torch.zeros(4, dtype=torch.float64, device=device)  # CE, targets, CE over byte-bearing targets, bytes
+    for k in range(rank, -(-len(starts) // world) * world, world):
+        batch = batch_sums(model, val[starts[k % len(starts)]:][:batch_size], passes, token_bytes, device)
+        if k < len(starts):
+            sums += batch
+    if world > 1:
+        dist.all_reduce(sums)
     model.train()
     ce, targets, byte_ce, nbytes = sums.tolist()
     return ce / targets, byte_ce / (math.log(2) * nbytes) if nbytes > 0 else None
@@ -257,7 +275,6 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device, f
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
-    check_reduce_order(args, world)
     run_dir = run_dir_of(args)
     resume_from = resume_point(args, run_dir, rank)
     if resume_from:
@@ -270,8 +287,9 @@ def open_run(args, plan):
         if rank == 0:
             print(f"{run_dir} is already complete; nothing to do")
         return None
-    recorded = recorded_micro_batches(resume_from, args.fixed_reduce_order) if resume_from else None
-    mem = device_memory_plan(args, plan, world, device, recorded)  # before any data work: a misfit stops
+    if resume_from:
+        check_resumable(resume_from, world)
+    mem = agree_on_layout(device_memory_plan(args, plan, world, device), plan)  # before any data work: a misfit stops
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
     if world > 1:
@@ -296,6 +314,23 @@ def open_run(args, plan):
                    data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
                    data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
+
+
+def agree_on_layout(mem, plan):
+    """Every rank's memory plan (mesh, micro-batches, the bytes per stage) must be rank 0's before the first
+    collective of training: ranks that planned differently (another GPU memory, another NCCL setting) would wait in
+    different collectives until the timeout. Compared as a hash of memory_report's JSON -> mem; a mismatch is one
+    line on every rank (exit 2)."""
+    report = json.dumps(memory_report(mem, plan), sort_keys=True)
+    plans = gather((hashlib.sha256(report.encode()).hexdigest(), [s.micro_batch for s in mem.stages],
+                    mem.gpu_memory_gib))
+    differ = next((rank for rank, p in enumerate(plans) if p[0] != plans[0][0]), None)
+    if differ is not None:
+        (_, batches, gib), (_, batches_0, gib_0) = plans[differ], plans[0]
+        raise UsageError(f"the ranks planned different layouts (rank {differ}: micro-batches {batches} for {gib:g} GiB "
+                         f"per GPU; rank 0: {batches_0} for {gib_0:g} GiB): give every rank the same --gpu-memory and "
+                         "environment (each plans for the GPU it reports)")
+    return mem
 
 
 def recorded_pool(manifest, verified):
@@ -330,37 +365,33 @@ def new_run(args, plan, mem, rank, world, device, loader, **where):
                        compiled=use_compile(args, device), attention_backend=args.attention_backend)
     peak = gpu_peak_flops(device, args.peak_flops)
     return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
-               micro_batches=tuple(s.micro_batch for s in mem.stages), sync_every_micro_batch=mem.zero2,
-               node_size=mem.node_size,
-               memory=memory_report(mem, plan, args.fixed_reduce_order), environment=environment,
-               peak_flops=peak * world if peak else None, args=args, fixed_reduce_order=args.fixed_reduce_order,
-               **where)
+               micro_batches=tuple(s.micro_batch for s in mem.stages), per_node=mem.per_node,
+               memory=memory_report(mem, plan), environment=environment,
+               peak_flops=peak * world if peak else None, args=args, **where)
 
 
 @dataclass
 class Training:
-    """What a run trains: the model, the module its steps call (the compiled model, or the model itself), the
-    optimizers, the AdamW parameters' gradient transport (muon.ReplicatedGrads; Muon reduces its own) and the
-    counters."""
+    """What a run trains: the model (sharded by FSDP2 on several processes), the module its steps call (the compiled
+    model, or the model itself), the optimizers and the counters."""
     run: Run
     model: model_lib.GPT
     step_model: torch.nn.Module
     optimizers: list
-    replicated: muon.ReplicatedGrads
     state: RunState
     grad_norm: torch.Tensor = None  # the last measured step's (train_step(measure=True))
 
 
 def start_training(run):
-    """The model at the plan's seed with its optimizers and counters, restored from run.resume_from when the run
-    resumes, compiled when the run compiles (use_compile)."""
+    """The model at the plan's seed (sharded on several processes: shard_model) with its optimizers and counters,
+    restored from run.resume_from when the run resumes, compiled when the run compiles (use_compile)."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
     model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend)
     model.set_passes(plan.pass_stages[0])
-    optimizers = build_optimizers(model, plan, args.polar_express_dtype, run.fixed_reduce_order, args.bucket_mb,
-                                  run.node_size)
-    replicated = replicated_grads(optimizers, run.fixed_reduce_order)
+    if run.world > 1:
+        shard_model(model, build_mesh(run.world, run.per_node, run.device, args.dist_timeout))
+    optimizers = build_optimizers(model, plan, args.polar_express_dtype)
     state = RunState()
     if run.resume_from:
         state = load_checkpoint(run.resume_from, plan, model, optimizers, run.device)
@@ -374,7 +405,7 @@ def start_training(run):
               "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
         print(f"note: {note}")
-    return Training(run, model, step_model, optimizers, replicated, state)
+    return Training(run, model, step_model, optimizers, state)
 
 
 def eval_passes(run, state):
@@ -388,7 +419,7 @@ def validate(run, model, state, passes, when):
     """One validation, recorded in state.evals (result.json) with its passes and why it ran (`when`)."""
     t0 = time.perf_counter()
     loss, bpb = evaluate(model, run.val, passes, run.micro_batches[-1], run.token_bytes, run.rank, run.world,
-                         run.device, run.fixed_reduce_order)
+                         run.device)
     state.eval_seconds += time.perf_counter() - t0
     epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained, as trajectory.jsonl says
     state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb, passes=passes, when=when))
@@ -413,18 +444,11 @@ def grow_if_due(run, model, optimizers, state):
 
 def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False):
     """One optimizer step at state.step: growth if due, passes, LR and momentum, the accumulated micro-batches,
-    gradient reduction, update. -> (mean loss over ranks as a 0-dim device tensor: nothing here waits for the device,
-    passes, epoch, LR multiplier). optimizer_timer: a context manager around the optimizers' steps (bench.py times
-    them with it). measure: also put the step's gradient norm in training.grad_norm (a device tensor; a collective).
-
-    Gradients travel from backward's hooks (Muon: reduce-scatter to each matrix's owner; `replicated`: all-reduce of
-    the AdamW parameters'), on the last micro-batch only, or on every one with run.sync_every_micro_batch, where each
-    micro-batch's reductions are folded into one accumulator per gradient right after its backward (run.node_size:
-    Muon's inside each node, the AdamW gradients accumulated locally and all-reduced on the last micro-batch).
-    run.fixed_reduce_order: rank r's k-th micro-batch is the step's (k * world + r)-th, each loss is scaled by 1/M (M
-    micro-batches in all) and its gradients are folded into the world-size-free sum right after its backward."""
-    run, model, optimizers, replicated, state = (training.run, training.model, training.optimizers,
-                                                 training.replicated, training.state)
+    update. -> (mean loss over ranks as a 0-dim device tensor: nothing here waits for the device, passes, epoch, LR
+    multiplier). optimizer_timer: a context manager around the optimizers' steps (bench.py times them with it).
+    measure: also put the step's gradient norm in training.grad_norm (a device tensor; a collective). On several
+    processes FSDP2 averages the gradients over the ranks as backward goes (sync_micro_batch)."""
+    run, model, optimizers, state = training.run, training.model, training.optimizers, training.state
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
     passes = passes_at(step, plan)
@@ -436,66 +460,36 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
             if isinstance(opt, muon.Muon):
                 group["momentum"] = muon.muon_momentum(step)
     micro_batch = run.micro_batches[stage_index(step, plan)]  # the memory plan's, changing at growth
-    fixed = run.fixed_reduce_order
-    if fixed:  # rank r's k-th micro-batch is the step's (k * world + r)-th
-        epoch, windows = run.loader.batch(step, run.rank, run.world, micro_batch=micro_batch)
-    else:
-        epoch, windows = run.loader.batch(step, run.rank, run.world)
+    epoch, windows = run.loader.batch(step, run.rank, run.world)
     if run.device.type == "cuda":  # from page-locked memory the copies below are asynchronous (pageable: synchronous)
         windows = windows.pin_memory()
     accumulation = len(windows) // micro_batch
-    scale = accumulation * run.world if fixed else accumulation  # fixed: 1/M, the same float at every world size
-    matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
-    for opt in matrix:
-        opt.measure_grad_norm = measure
-    executed = set(executed_matrices(plan.model_config, passes))
-    for opt in matrix:  # buckets of exactly the matrices this step trains: none waits for a dormant core
-        opt.expect_gradients([p for i, p in enumerate(model.param_groups()["matrix"]) if i in executed])
     losses = []
     micros = windows.split(micro_batch)
     for k, micro in enumerate(micros):
-        last = k == len(micros) - 1
-        replicated.sync_grads = last or (run.sync_every_micro_batch and not run.node_size)
-        for opt in matrix:
-            opt.sync_grads = last or run.sync_every_micro_batch
+        sync_micro_batch(model, last=k == len(micros) - 1)
         micro = micro.to(run.device, non_blocking=True)
         with autocast(run.device):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
-        (loss / scale).backward()
-        for transport in [replicated, *matrix]:  # reduced gradients folded into one accumulator each, copies freed
-            transport.finish_micro_batch()
+        (loss / accumulation).backward()
         losses.append(loss.detach())
-    replicated.wait()
+    if measure:
+        training.grad_norm = grad_norm(model)
     with optimizer_timer:
         for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
             opt.step()
-    if measure:
-        training.grad_norm = grad_norm(run, optimizers)
     training.step_model.zero_grad(set_to_none=True)
     return step_loss(run, losses, accumulation), passes, epoch, lrm
 
 
-def grad_norm(run, optimizers):
-    """The L2 norm of the gradient the optimizers stepped on (rank-averaged; nothing is clipped), as a device
-    tensor: AdamW's gradients are the same on every rank, Muon's matrices are summed over their owners."""
-    adamw = [p.grad.float() for opt in optimizers if isinstance(opt, torch.optim.AdamW)
-             for group in opt.param_groups for p in group["params"] if p.grad is not None]
-    sq = torch.stack(torch._foreach_norm(adamw)).square().sum() if adamw else torch.zeros((), device=run.device)
-    owned = [opt.grad_sq for opt in optimizers if isinstance(opt, muon.Muon)]
-    if owned:
-        owned = owned[0].clone()
-        if run.world > 1:
-            dist.all_reduce(owned)
-        sq = sq + owned
-    return sq.sqrt()
+def grad_norm(model):
+    """The L2 norm of the rank-averaged gradient the optimizers step on (nothing is clipped), as a device tensor."""
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    return muon.full(torch.nn.utils.get_total_norm(grads)).float()
 
 
 def step_loss(run, losses, accumulation):
-    """The step's mean training loss over every rank's micro-batches; with the fixed reduction order the M losses are
-    all-gathered and added in global micro-batch order (muon.fold), the same bits at every world size."""
-    if run.fixed_reduce_order:
-        ordered = in_global_order(torch.stack(losses), run.world)
-        return muon.fold(list(ordered.unbind())) / len(ordered)
+    """The step's mean training loss over every rank's micro-batches."""
     batch_loss = torch.zeros((), device=run.device)
     for loss in losses:
         batch_loss += loss / accumulation
@@ -577,8 +571,7 @@ def save(run, model, optimizers, state, trajectory, mfu):
     """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress."""
     if run.master:
         trajectory.flush()
-    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args, run.fixed_reduce_order,
-                    run.micro_batches)
+    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args, run.micro_batches)
     write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
 
 
@@ -701,7 +694,6 @@ def record_memory(run, state, start_step):
     predicted = run.memory["stages"][stage]
     state.memory_measured.append(dict(
         stage=stage, passes=predicted["passes"], micro_batch=predicted["micro_batch"], world_size=run.world,
-        sharded_gradients=run.sync_every_micro_batch,
         steps=[max([start_step] + [e["step"] for e in state.growth_events]), state.step],
         predicted_peak_bytes=predicted["peak_bytes"],
         predicted_outside_allocator_bytes=predicted["outside_allocator_bytes"], ranks=gather(memory_in_use(run.device))))
@@ -784,9 +776,6 @@ def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
     run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
-    run.add_argument("--fixed-reduce-order", action="store_true",
-                     help="sum gradients and losses in one canonical order: bit-identical runs, and resumes, on any "
-                          "power-of-two number of processes at the same micro-batch (README)")
     run.add_argument("--no-verify", action="store_true",
                      help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
                           "recorded in the pool's verified.json)")
@@ -827,14 +816,6 @@ def add_memory_flags(p):
                      help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
     mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
                      help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
-    mem.add_argument("--shard-gradients", action="store_true",
-                     help="shard the gradients over the ranks, reduced every micro-batch, even where replicated "
-                          "ones fit (less memory, more traffic; the planner picks it by itself where they do not)")
-    mem.add_argument("--flat-transport", action="store_true", help="sharded gradients on several nodes: reduce over "
-                     "all ranks every micro-batch, not inside each node and across nodes once per step (hierarchical)")
-    mem.add_argument("--bucket-mb", type=number("(0, 65536]"), default=muon.BUCKET_MB, metavar="MB",
-                     help=f"Muon's gradient buckets (default {muon.BUCKET_MB}, the release's); a bucket holds at "
-                          "least one same-shape matrix per rank")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                      help="torch.compile the model (default: on CUDA; CPU stays eager)")
     mem.add_argument("--attention-backend", choices=list(model_lib.ATTENTION_BACKENDS), default="auto",

@@ -25,13 +25,12 @@ RELEASE_DC = {6: {k: 32 for k in DATA_CONSTRAINED_LOOPS[6]}, 8: {1: 32, 2: 32, 3
 
 def cell(run_plan, world, gpu):
     try:
-        mem = plan.plan_micro_batches(run_plan, world, gpu, node_size=GPUS_PER_NODE)
+        mem = plan.plan_micro_batches(run_plan, world, gpu, per_node=min(world, GPUS_PER_NODE))
     except train.UsageError:
         return "does not fit"
     return ("→".join(str(s.micro_batch) for s in mem.stages) + " (" +
             " → ".join(f"{s.bytes['peak'] / plan.GIB:.1f}" for s in mem.stages) +
-            f"; {min(s.headroom for s in mem.stages) / plan.GIB:.1f})" + (" zero2" if mem.zero2 else "")
-            + (" hierarchical" if mem.node_size else ""))
+            f"; {min(s.headroom for s in mem.stages) / plan.GIB:.1f})")
 
 
 def row(name, argv, release, world=8):

@@ -36,8 +36,7 @@ if DEFECT == "grad_scale" and RANK == 1:
 
 if DEFECT == "rank0_data":
     batch = data.TrainLoader.batch
-    data.TrainLoader.batch = lambda self, step, rank=0, world_size=1, micro_batch=None: batch(
-        self, step, 0, world_size, micro_batch)
+    data.TrainLoader.batch = lambda self, step, rank=0, world_size=1: batch(self, step, 0, world_size)
 
 if DEFECT == "trace":
     record = dict(local_world_size=os.environ.get("LOCAL_WORLD_SIZE"), world_size=WORLD,

@@ -45,9 +45,6 @@ TRAIN_CASES = [
      "no pool in"),
     ("interrupted-pool", {"half/corpus.json": json.dumps(dict(status="running", splits={}))},
      [*RUN, "--data-dir", "{d}/half"], "is incomplete"),
-    ("fixed-reduce-order-on-3-processes", {}, ["--arch", "vanilla", "--depth", "2", "--fixed-reduce-order",
-                                               "--dry-run", "--world-size", "3"],
-     "--fixed-reduce-order needs a power-of-two number of processes, got 3"),
 ]
 
 
@@ -467,7 +464,7 @@ def no_bench_runs(monkeypatch):
 
 BENCH_IGNORED_FLAGS = [["--resume"], ["--resume-or-start"], ["--runs-dir", "elsewhere"], ["--run-name", "x"],
                        ["--data-dir", "data/x"], ["--no-verify"], ["--stop-after", "3"], ["--save-every", "5"],
-                       ["--log-every", "2"], ["--dist-timeout", "5"], ["--fixed-reduce-order"],
+                       ["--log-every", "2"], ["--dist-timeout", "5"],
                        ["--arch", "loop_2"], ["--steps", "7"], ["--crossover-fractions", "0.5"]]
 
 

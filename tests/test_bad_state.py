@@ -180,7 +180,7 @@ def tiny_run_argv(pool, *extra):
 
 @pytest.fixture(scope="module")
 def stopped_run(pool, tmp_path_factory):
-    """A run stopped after step 2: checkpoints/latest holds model.pt, muon/ (DCP), adamw.pt, meta.json, MANIFEST.json."""
+    """A run stopped after step 2: checkpoints/latest holds model/ and optimizer/ (DCP), meta.json, MANIFEST.json."""
     d = str(tmp_path_factory.mktemp("stopped"))
     argv = [a.replace("{d}", d) for a in tiny_run_argv(pool, "--stop-after", "2")]
     assert run_in_process("train.py", argv)[0] == 0
@@ -242,30 +242,25 @@ RESUME = ["--resume"]
 L = "runs/r/checkpoints/latest"
 # (id, mutation of the copied run (run dir, marker path), script, argv after the run's flags, message)
 CHECKPOINT_CASES = [
-    ("resume-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "train.py", RESUME,
-     "is truncated or corrupted: model.pt has"),
-    ("resume-random-bytes", lambda r, m: random_bytes(f"{r}/checkpoints/latest/muon/__0_0.distcp"), "train.py",
-     RESUME, "is corrupted: muon/__0_0.distcp does not match its sha256"),
-    ("resume-random-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/adamw.pt"),
+    ("resume-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model/__0_0.distcp"), "train.py", RESUME,
+     "is truncated or corrupted: model/__0_0.distcp has"),
+    ("resume-random-bytes", lambda r, m: random_bytes(f"{r}/checkpoints/latest/optimizer/__0_0.distcp"), "train.py",
+     RESUME, "is corrupted: optimizer/__0_0.distcp does not match its sha256"),
+    ("resume-random-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/optimizer/__0_0.distcp"),
                                                    rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
      "is unreadable or holds objects other than tensors"),
-    # bytes torch.load fails on with a UnicodeDecodeError (a short BINUNICODE string that is not utf-8), and with a
-    # "pickle protocol 121" warning on stderr before its UnpicklingError: both reached the user unlike the rest
-    ("resume-undecodable-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/adamw.pt",
-                                                                     b"X\x04\x00\x00\x00\xf8\xf8\xf8\xf8"),
-                                                        rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
-     "is unreadable or holds objects other than tensors"),
-    ("resume-odd-protocol-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/model.pt", b"\x80\x79"),
+    ("resume-odd-protocol-bytes-rehashed", lambda r, m: (random_bytes(f"{r}/checkpoints/latest/model/__0_0.distcp",
+                                                                      b"\x80\x79"),
                                                          rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
      "is unreadable or holds objects other than tensors"),
     ("resume-manifest-mismatch", lambda r, m: edit_manifest_sha(f"{r}/checkpoints/latest"), "train.py", RESUME,
      "is corrupted: meta.json does not match its sha256"),
     ("resume-save-never-finished", lambda r, m: os.remove(f"{r}/checkpoints/latest/MANIFEST.json"), "train.py",
      RESUME, "is incomplete (no MANIFEST.json"),
-    ("resume-crafted-model-pickle", lambda r, m: (crafted(f"{r}/checkpoints/latest/model.pt", m),
-                                                  rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
+    ("resume-crafted-model-metadata", lambda r, m: (crafted_metadata(f"{r}/checkpoints/latest/model/.metadata", m),
+                                                    rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
      "holds objects other than tensors and plain types"),
-    ("resume-crafted-dcp-metadata", lambda r, m: (crafted_metadata(f"{r}/checkpoints/latest/muon/.metadata", m),
+    ("resume-crafted-dcp-metadata", lambda r, m: (crafted_metadata(f"{r}/checkpoints/latest/optimizer/.metadata", m),
                                                   rehash(f"{r}/checkpoints/latest")), "train.py", RESUME,
      "holds objects other than tensors and plain types"),
     ("resume-no-checkpoint", lambda r, m: shutil.rmtree(f"{r}/checkpoints"), "train.py", RESUME,
@@ -276,29 +271,20 @@ CHECKPOINT_CASES = [
     ("resume-short-trajectory", lambda r, m: open(f"{r}/trajectory.jsonl", "w").close(), "train.py", RESUME,
      "has 0 lines but the checkpoint is at step 2"),
     ("fresh-start-over-a-run", lambda r, m: os.remove(f"{r}/result.json"), "train.py", [], "already holds a run"),
-    ("resume-in-the-fixed-reduce-order", lambda r, m: None, "train.py", [*RESUME, "--fixed-reduce-order"],
-     "was written without --fixed-reduce-order; resume without it too"),
-    ("resume-a-fixed-order-run-without-it", lambda r, m: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
-                                                                   micro_batches=[8]), "train.py", RESUME,
-     "was written with --fixed-reduce-order; resume with it too"),
-    ("resume-fixed-order-micro-batch-not-dividing", lambda r, m: edit_meta(
-        f"{r}/checkpoints/latest", fixed_reduce_order=True, micro_batches=[3]), "train.py",
-     [*RESUME, "--fixed-reduce-order"], "8 sequences each, not a multiple of 3; resume on fewer processes"),
-    ("resume-fixed-order-micro-batch-not-fitting", lambda r, m: edit_meta(
-        f"{r}/checkpoints/latest", fixed_reduce_order=True, micro_batches=[8]), "train.py",
-     [*RESUME, "--fixed-reduce-order", "--gpu-memory", "0.01"],
-     "the micro-batches [8] this --fixed-reduce-order run started with (bit-identity needs them): micro-batch 8 needs"),
+    ("resume-a-fixed-order-run", lambda r, m: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
+                                                        micro_batches=[8]), "train.py", RESUME,
+     "was trained with --fixed-reduce-order, which this train.py no longer has"),
     ("eval-random-bytes-file", lambda r, m: random_bytes(f"{r}/final.pt", b"\x80\x79", size=4096), "core_eval.py",
      ["--checkpoint", "{d}/runs/r/final.pt"], "is not a usable model checkpoint"),
-    ("eval-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model.pt"), "core_eval.py",
-     ["--checkpoint", "{d}/" + L], "is truncated or corrupted: model.pt has"),
-    ("eval-crafted-pickle", lambda r, m: (crafted(f"{r}/checkpoints/latest/model.pt", m),
+    ("eval-truncated", lambda r, m: truncate(f"{r}/checkpoints/latest/model/__0_0.distcp"), "core_eval.py",
+     ["--checkpoint", "{d}/" + L], "is truncated or corrupted: model/__0_0.distcp has"),
+    ("eval-crafted-pickle", lambda r, m: (crafted_metadata(f"{r}/checkpoints/latest/model/.metadata", m),
                                           rehash(f"{r}/checkpoints/latest")), "core_eval.py",
-     ["--checkpoint", "{d}/" + L + "/model.pt"], "holds objects other than tensors and plain types"),
+     ["--checkpoint", "{d}/" + L], "holds objects other than tensors and plain types"),
     ("eval-run-folder", lambda r, m: None, "core_eval.py", ["--checkpoint", "{d}/runs/r"],
-     "is a run folder (no model.pt); pass"),
+     "is a run folder (no model/ or model.pt); pass"),
     ("eval-checkpoints-folder", lambda r, m: None, "core_eval.py", ["--checkpoint", "{d}/runs/r/checkpoints"],
-     "is a folder of checkpoints (no model.pt); pass"),
+     "is a folder of checkpoints (no model/ or model.pt); pass"),
 ]
 
 
@@ -453,25 +439,28 @@ def test_class1_prepare_disk_full_then_resumes(full_disks):
         data.load_pool(str(kept / "pool" / "p"), split, verify_hash=True)
 
 
-# Class 6: what a checkpoint says about itself is cross-checked (meta.json vs model.pt vs the plan vs the tokenizer).
+# Class 6: what a checkpoint says about itself is cross-checked (meta.json vs its weights record vs the plan vs the
+# tokenizer).
 def rewrite_weights(latest, **changes):
-    path = os.path.join(latest, "model.pt")
-    weights = torch.load(path, map_location="cpu", weights_only=True)
-    weights.update(changes)
-    torch.save(weights, path)
+    path = os.path.join(latest, "meta.json")
+    meta = json.load(open(path))
+    meta["weights"].update(changes)
+    with open(path, "w") as f:
+        json.dump(meta, f)
     rehash(latest)
 
 
 CLASS6_RESUME_CASES = [
-    # meta.json's step 1 against model.pt's 2: resumed at step 1 with the weights of step 2, exit 0
+    # meta.json's step 1 against the weights' step 2: resumed at step 1 with the weights of step 2, exit 0
     ("meta-step-disagrees-with-weights", lambda latest: edit_meta(latest, step=1),
-     "meta.json says step 1 but model.pt holds step 2"),
-    # model.pt recorded another tokenizer than the plan's: resumed silently
+     "meta.json says step 1 but the weights record holds step 2"),
+    # the weights recorded another tokenizer than the plan's: resumed silently
     ("weights-tokenizer-disagrees-with-plan", lambda latest: rewrite_weights(latest, tokenizer="gpt2"),
-     "model.pt was written for tokenizer 'gpt2' but the plan uses 'bytes'"),
+     "the weights record was written for tokenizer 'gpt2' but the plan uses 'bytes'"),
     # a damaged (rehashed) DCP shard: DCP's CheckpointException (a BaseException) escaped as a traceback
-    ("dcp-shard-damaged", lambda latest: (truncate(os.path.join(latest, "muon", "__0_0.distcp")), rehash(latest)),
-     "is not usable: muon/"),
+    ("dcp-shard-damaged", lambda latest: (truncate(os.path.join(latest, "optimizer", "__0_0.distcp")),
+                                          rehash(latest)),
+     "is not usable: its shards do not load"),
 ]
 
 
@@ -586,15 +575,12 @@ def edit_trajectory_line(run_dir, index, **changes):
     write_run_file(run_dir, "trajectory.jsonl", "\n".join(lines) + "\n")
 
 
-FIXED = [*RESUME, "--fixed-reduce-order"]
 CLASS2_CASES = [  # (id, mutation of the copied run dir, flags after the run's own, message)
     ("meta-a-list", lambda r: write_meta(f"{r}/checkpoints/latest", [1, 2]), RESUME,
      "checkpoints/latest/meta.json must be an object, got a list of 2"),
-    ("meta-micro-batch-a-string", lambda r: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
-                                                      micro_batches="8"), FIXED,
+    ("meta-micro-batch-a-string", lambda r: edit_meta(f"{r}/checkpoints/latest", micro_batches="8"), RESUME,
      'meta.json: field micro_batches must be a list, got "8"'),
-    ("meta-micro-batch-zero", lambda r: edit_meta(f"{r}/checkpoints/latest", fixed_reduce_order=True,
-                                                  micro_batches=[0]), FIXED,
+    ("meta-micro-batch-zero", lambda r: edit_meta(f"{r}/checkpoints/latest", micro_batches=[0]), RESUME,
      "meta.json: field micro_batches[0] must be a whole number >= 1, got 0"),
     ("meta-growth-on-vanilla", lambda r: edit_meta(f"{r}/checkpoints/latest", growth_events=[
         dict(step=1, passes_from=1, passes_to=2)]), RESUME,  # was: all steps trained, then an IndexError, "running"

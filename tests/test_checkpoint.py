@@ -152,23 +152,22 @@ def save_worker(rank, world, port, out_dir, plan_argv):
         torch.manual_seed(0)
         net = model.GPT(plan.model_config)
         net.set_passes(plan.pass_stages[0])
+        train.shard_model(net, train.build_mesh(world, world, torch.device("cpu"), 5))
         optimizers = train.build_optimizers(net, plan)
-        replicated = train.replicated_grads(optimizers)
         x = torch.randint(0, 257, (2, plan.seq_len + 1), generator=torch.Generator().manual_seed(rank))
         net(x[:, :-1], targets=x[:, 1:]).backward()
-        replicated.wait()
         for opt in optimizers:
             opt.step()
 
         def storages():
-            return sorted((t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+            return sorted((muon.local(t).untyped_storage().data_ptr(), muon.local(t).untyped_storage().nbytes())
                           for opt in optimizers for s in opt.state.values() for t in s.values() if torch.is_tensor(t))
         before = storages()
-        if rank == 1:  # a stale directory listing (NFS on another node): model.pt, just written by rank 0, unseen
+        if rank == 1:  # a stale directory listing (NFS on another node): meta.json, just written by rank 0, unseen
             walk = os.walk
-            os.walk = lambda top: ((base, dirs, [f for f in files if f != "model.pt"]) for base, dirs, files in walk(top))
+            os.walk = lambda top: ((base, dirs, [f for f in files if f != "meta.json"]) for base, dirs, files in walk(top))
         checkpoint.save_checkpoint(os.path.join(out_dir, "latest"), net, optimizers, checkpoint.RunState(step=1), plan)
-        torch.save(dict(before=before, after=storages(), owned=optimizers[0].owned_bytes()),
+        torch.save(dict(before=before, after=storages(), owned=optimizers[0].state_bytes()),
                    os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -176,9 +175,9 @@ def save_worker(rank, world, port, out_dir, plan_argv):
 
 
 def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
-    """After a 2-process save each rank's optimizer state references exactly the storages it did
-    before (Muon.state_dict and AdamW.state_dict hand DCP/torch.save the live tensors). The manifest lists every file
-    although rank 1's listing of the folder misses one."""
+    """After a 2-process (FSDP2) save each rank's optimizer state references exactly the storages it did before
+    (Muon.state_dict and get_optimizer_state_dict hand DCP the live shards), and every rank wrote its own shards. The
+    manifest lists every file although rank 1's listing of the folder misses one."""
     import torch.multiprocessing as mp
     argv = tiny(pool, tmp_path, "vanilla")
     mp.spawn(save_worker, args=(2, free_port, str(tmp_path), argv), nprocs=2, join=True)
@@ -190,6 +189,10 @@ def test_save_makes_no_copies_of_optimizer_state(pool, tmp_path, free_port):
     on_disk = {os.path.relpath(os.path.join(base, f), latest) for base, _, files in os.walk(latest) for f in files}
     listed = json.load(open(os.path.join(latest, "MANIFEST.json")))["files"]
     assert set(listed) == on_disk - {"MANIFEST.json"}  # rank 0's listing, whatever rank 1's directory cache says
+    for shards in (checkpoint.MODEL_SHARDS, checkpoint.OPTIMIZER_SHARDS):
+        assert {f"{shards}/__0_0.distcp", f"{shards}/__1_0.distcp"} <= set(listed)
+    weights, record = checkpoint.load_checkpoint_model(latest)  # no process group: DCP reads both ranks' shards
+    assert record["step"] == 1 and weights.transformer.wte.weight.shape[0] == weights.cfg.padded_vocab
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -235,18 +238,19 @@ def test_checkpoint_files_are_memory_mapped_not_copied(tmp_path):
     assert loaders == {"load_tensors"}
 
 
-def test_save_hands_torch_save_the_live_weights(pool, tmp_path, monkeypatch):
-    """rank 0 writes model.pt from the weights where they live: on a GPU, torch.save copies one storage at a time to
-    the host; a dict of .cpu() copies held the whole fp32 model (29 GB at d26) in host memory at every save. On CPU
-    the fp32 weights handed to torch.save are the parameters themselves, and save_checkpoint moves nothing."""
+def test_save_hands_dcp_the_live_weights(pool, tmp_path, monkeypatch):
+    """DCP writes the weights from where they live: on a GPU it copies one storage at a time to the host; a dict of
+    .cpu() copies held the whole fp32 model (29 GB at d26) in host memory at every save. The tensors handed to
+    dcp.save are the parameters themselves, and save_checkpoint moves nothing."""
     plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "untied_grow")))
     net = model.GPT(plan.model_config)
     saved = {}
-    real_save = checkpoint.save_tensors
-    monkeypatch.setattr(checkpoint, "save_tensors", lambda obj, path: (saved.setdefault(os.path.basename(path), obj),
-                                                                       real_save(obj, path)))
+    real_save = checkpoint.dcp.save
+    monkeypatch.setattr(checkpoint.dcp, "save", lambda state, storage_writer, **kw: (
+        saved.setdefault(os.path.basename(storage_writer.path), state), real_save(state, storage_writer=storage_writer,
+                                                                                 **kw)))
     checkpoint.save_checkpoint(str(tmp_path / "latest"), net, [], checkpoint.RunState(step=1), plan)
-    weights = saved[checkpoint.CHECKPOINT_WEIGHTS]["model"]
+    weights = saved[checkpoint.MODEL_SHARDS]
     assert {k: v.data_ptr() for k, v in weights.items()} == {k: v.data_ptr() for k, v in net.state_dict().items()}
     source = ast.parse(open(checkpoint.__file__).read())
     save = next(f for f in ast.walk(source) if isinstance(f, ast.FunctionDef) and f.name == "save_checkpoint")

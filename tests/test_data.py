@@ -270,24 +270,6 @@ def test_loader_is_independent_of_world_size_and_micro_batch():
         loader.batch(0, 0, 3)
 
 
-def test_interleaved_micro_batches_are_the_global_micro_batch_k_times_world_plus_rank():
-    """batch(..., micro_batch=b) (train.py --fixed-reduce-order): rank r's k-th micro-batch is the step's global
-    micro-batch k * world + r, so the ranks together still see exactly the step's batch."""
-    pool = synthetic_pool()
-    loader = data.TrainLoader(pool, seq_len=32, batch_seqs=8, seed=7)
-    for step in (0, loader.steps_per_epoch + 3):
-        full = loader.batch(step)[1]
-        for world, micro in ((1, 2), (2, 1), (2, 2), (4, 1), (4, 2), (8, 1)):
-            global_micro = full.split(micro)
-            for rank in range(world):
-                _, windows = loader.batch(step, rank, world, micro_batch=micro)
-                for k, part in enumerate(windows.split(micro)):
-                    assert torch.equal(part, global_micro[k * world + rank]), (step, world, micro, rank, k)
-    assert not torch.equal(loader.batch(0, 0, 2, micro_batch=1)[1], loader.batch(0, 0, 2)[1])  # not contiguous
-    with pytest.raises(ValueError, match="does not divide"):
-        loader.batch(0, 0, 2, micro_batch=3)
-
-
 def test_loader_resume_and_determinism():
     pool = synthetic_pool()
     a = data.TrainLoader(pool, seq_len=16, batch_seqs=4)

@@ -62,7 +62,7 @@ def test_data_constrained_and_d26_dry_runs():
     assert "--nnodes 2" in line and "--node_rank 1" in line and "--master_addr 10.0.0.1" in line
     assert "--depth 26" in line and "fineweb_edu" in line
     (speed,) = [line for line in r.stdout.splitlines() if line.startswith("throughput untied_grow_d26:")]
-    assert re.search(r"micro-batch 1 -> 1 \| GB per GPU per step: NVLink [0-9. >-]+, network [1-9][0-9.]* -> "
+    assert re.search(r"micro-batch 4 -> 2 \| GB per GPU per step: NVLink [0-9. >-]+, network [1-9][0-9.]* -> "
                      r"[1-9][0-9.]* \| communication .* exposed .* predicted MFU [0-9.]+% \|", speed), speed
     assert "GPU-hours predicted" in r.stdout.splitlines()[-1]
 
@@ -327,10 +327,10 @@ def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
     assert train.main(["--ladder-dry-run", "--mfu", "0.5"]) == 0
     assert "GPU-hours at 50% MFU of an H100" in capsys.readouterr().out
     monkeypatch.setattr("sys.stdin", io.StringIO("big --arch untied_grow --depth 26\n"))
-    assert train.main(["--ladder-dry-run", "--", "--gpu-memory", "40"]) == 2
+    assert train.main(["--ladder-dry-run", "--", "--gpu-memory", "30"]) == 2
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # nothing piped in: was a ValueError traceback
     assert train.main(["--ladder-dry-run"]) == 2
-    assert "big: untied_grow d26 does not fit 40 GiB" in capsys.readouterr().err
+    assert "big: untied_grow d26 does not fit 30 GiB" in capsys.readouterr().err
 
 
 def test_demo_dry_run_lists_the_cpu_ladders_of_the_demo_arms_and_trains_nothing(tmp_path):

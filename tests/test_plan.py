@@ -19,7 +19,6 @@ import arms
 import bench
 import core_eval
 import model
-import muon
 import plan as plan_lib
 import train
 from common import UsageError
@@ -58,14 +57,13 @@ def test_planner_picks_the_largest_fitting_micro_batch_for_every_spec_run():
     for row in SPEC_ROWS:
         plan = plan_for("--arch", row["arch"], "--depth", row["depth"])
         world = 16 if plan.depth == 26 else 8
-        mem = plan_lib.plan_micro_batches(plan, world, plan_lib.H100_80GB_GIB)
-        assert mem.zero2 == (plan.depth == 26), row  # only d26 needs the sharded gradients
+        mem = plan_lib.plan_micro_batches(plan, world, plan_lib.H100_80GB_GIB, per_node=8)
         for stage, passes in zip(mem.stages, plan_lib.memory_pass_stages(plan)):
             assert stage.passes == passes and 32 * 8 // world % stage.micro_batch == 0
             assert stage.bytes["required"] <= plan_lib.H100_80GB_GIB * plan_lib.GIB
             bigger = 2 * stage.micro_batch
             if bigger <= 32 * 8 // world:
-                assert plan_lib.memory_per_rank(plan.model_config, passes, bigger, world, mem.zero2)["required"] > \
+                assert plan_lib.memory_per_rank(plan.model_config, passes, bigger, world, 8)["required"] > \
                     plan_lib.H100_80GB_GIB * plan_lib.GIB, row
 
 
@@ -278,7 +276,7 @@ def test_predicted_peak_bounds_the_measured_peak(chunked):
     measured = peak + sum(p.numel() * p.element_size() for p in [*net.parameters(), *net.buffers()])
     m = plan_lib.memory_per_rank(cfg, 2, 4, device="cpu")
     loss_saved, loss_peak = plan_lib.loss_path_bytes(cfg, 4, autocast=False, chunked=chunked)
-    predicted = m["parameters"] + m["gradients"] + m["activations"] + loss_saved + \
+    predicted = m["parameters"] + m["rotary"] + m["gradients"] + m["activations"] + loss_saved + \
         max(loss_peak - loss_saved, m["step_transient"] if chunked else 0)
     assert measured <= predicted <= 1.25 * measured
 
@@ -345,33 +343,38 @@ def test_evaluation_memory_is_counted_by_the_memory_model(monkeypatch, autocast,
     assert m["evaluation"] == plan_lib.evaluation_bytes(cfg, 2, 8, autocast=False)
 
 
-@pytest.mark.parametrize("world", [1, 3, 8])
-def test_owner_rule_on_shapes_matches_muon(world):
-    cfg = config_for("untied_grow", 4, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=16)
-    params = model.GPT(cfg).param_groups()["matrix"]
-    assert [tuple(p.shape) for p in params] == plan_lib.block_matrix_shapes(cfg)
-    owners = muon.assign_owners([tuple(p.shape) for p in params], world)
-    expected = [sorted(tuple(p.shape) for p, o in zip(params, owners) if o == r) for r in range(world)]
-    assert [sorted(o) for o in plan_lib.muon_owner_loads(plan_lib.block_matrix_shapes(cfg), world)] == expected
-    per_rank = muon.per_rank_bytes(plan_lib.block_matrix_shapes(cfg), world)
-    assert [4 * sum(plan_lib.muon_state_numel(s) for s in o) for o in plan_lib.muon_owner_loads(
-        plan_lib.block_matrix_shapes(cfg), world)] == [r["state"] for r in per_rank]
+@pytest.mark.parametrize("arch", list(arms.ARMS))
+def test_parameter_bytes_are_the_built_modules_for_every_arm(arch):
+    """plan.parameter_bytes (model.py's params_stored, the embedding in its device dtype) is the bytes of the
+    parameters of the module built for every arm of arms.py's table, paper and user arms alike; and the matrix shapes
+    the sharded terms use are the module's."""
+    cfg = config_for(arch, 4, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=16)
+    net = model.GPT(cfg)
+    assert plan_lib.parameter_bytes(cfg, "cpu") == sum(p.numel() * p.element_size() for p in net.parameters())
+    bf16_embedding = model.GPT(cfg, device="meta")  # the dtype the CUDA build gives the embedding
+    bf16_embedding.transformer.wte.weight.data = bf16_embedding.transformer.wte.weight.data.bfloat16()
+    assert plan_lib.parameter_bytes(cfg, "cuda") == sum(p.numel() * p.element_size()
+                                                        for p in bf16_embedding.parameters())
+    assert [tuple(p.shape) for p in net.param_groups()["matrix"]] == plan_lib.block_matrix_shapes(cfg)
 
 
-def test_state_per_rank_shrinks_with_world_size_and_zero2():
+def test_state_per_rank_shrinks_with_the_shards():
+    """FSDP2 divides parameters, gradients and optimizer state by the ranks of a node (up to dim-0 padding); HSDP's
+    other nodes change nothing per rank; a dormant untied core has no gradient."""
     cfg = config_for("untied_grow", 18)
-    one, eight = plan_lib.persistent_bytes(cfg, 1), plan_lib.persistent_bytes(cfg, 8)
-    sharded = plan_lib.persistent_bytes(cfg, 8, zero2=True)
-    assert eight["parameters"] == one["parameters"] and eight["gradients"] == one["gradients"]
-    assert one["muon_state"] / 8 <= eight["muon_state"] <= one["muon_state"] / 8 * 1.1
-    assert sharded["gradients"] < eight["gradients"] / 2 and sharded["muon_state"] == eight["muon_state"]
-    assert one["parameters"] - plan_lib.persistent_bytes(cfg, 1, device="cpu")["parameters"] == \
+    one, eight, sixteen = (plan_lib.persistent_bytes(cfg, 4, w, min(w, 8)) for w in (1, 8, 16))
+    assert eight == sixteen
+    for key in ("parameters", "gradients", "adamw_state"):
+        assert one[key] / 8 <= eight[key] <= one[key] / 8 * 1.01, key
+    assert one["muon_state"] / 8 < eight["muon_state"] <= one["muon_state"] / 8 * 1.05
+    assert plan_lib.persistent_bytes(cfg, 2)["gradients"] < one["gradients"]  # before growth: 2 of 4 cores trained
+    assert one["parameters"] - plan_lib.persistent_bytes(cfg, 4, device="cpu")["parameters"] == \
         -2 * cfg.padded_vocab * cfg.width  # the bf16 embedding on CUDA
 
 
 @pytest.mark.parametrize("arch, passes", [("vanilla", 1), ("loop_2", 2), ("untied_grow", 2), ("untied_grow", 4)])
 def test_backward_order_is_the_order_gradients_finish(arch, passes):
-    """backward_block_order / executed_matrices, which plan the buckets in flight, are what an eager backward does:
+    """backward_block_order / executed_matrices, which plan Muon's moving matrices, are what an eager backward does:
     exactly those matrices get a gradient, each block's when its last run in backward ends (a tied core after its
     first pass, dormant untied cores never)."""
     cfg = config_for(arch, 4, width_per_depth=8, head_dim=8, seq_len=8, vocab_size=64, mlp_multiple=8)
@@ -391,53 +394,20 @@ def test_backward_order_is_the_order_gradients_finish(arch, passes):
     assert len(order) == model.executed_blocks(cfg, passes)
 
 
-def test_memory_counts_the_transport_buckets():
-    """The buckets in flight in backward and the bucket the Muon step gathers are in the peak: at d26 on 16 ranks a
-    bucket is one stack of 16 MLP matrices (1.8 GiB, seven times the 256 MB bucket size), gathered with this rank's
-    sixteenth; sharded gradients add the local gradients that wait for their stack, net of freed activations. One
-    process moves nothing."""
+def test_memory_counts_fsdp2s_transients():
+    """Under FSDP2 the peak holds two gathered blocks in bf16 and the root's tables instead of autocast's copies of
+    every block, one block's gradient on its way to the shards, and Muon's owner round of the largest matrix; one
+    process has autocast's copies and no reduce-scatter."""
     cfg = config_for("untied_grow", 26)
-    stack = 16 * 4 * cfg.mlp_hidden * cfg.width
-    assert plan_lib.largest_bucket_bytes(cfg, 4, 16, plan_lib.BUCKET_BYTES) == stack
-    sharded = plan_lib.memory_per_rank(cfg, 4, 1, 16, zero2=True)
-    assert sharded["muon_gather"] == stack + stack // 16
-    gross = plan_lib.sharded_backward_bytes(cfg, 4, 16, plan_lib.BUCKET_BYTES, 0)
-    assert 2 * stack < gross < 4 * stack and 0 < sharded["in_flight_gradients"] < gross
-    static = sum(sharded[k] for k in ("parameters", "gradients", "muon_state", "adamw_state"))
-    assert sharded["optimizer_step"] - sharded["muon_gather"] == plan_lib.persistent_bytes(cfg, 16, True)[
-        "optimizer_step"]
-    assert sharded["peak"] == static + max(sharded["optimizer_step"], sum(
+    sharded, alone = plan_lib.memory_per_rank(cfg, 4, 2, 16, 8), plan_lib.memory_per_rank(cfg, 4, 2)
+    block, table = model.params_per_block(cfg), cfg.padded_vocab * cfg.width
+    assert sharded["weight_copies"] == 2 * (2 * block + 2 * table)
+    assert alone["weight_copies"] == 2 * model.stored_blocks(cfg, 4) * block and alone["reduce_scatter"] == 0
+    assert sharded["reduce_scatter"] == 2 * block + 4 * block + 4 * -(-block // 8) + 2 * 2 * table
+    assert sharded["optimizer_step"] > 26 * cfg.mlp_hidden * cfg.width  # the owner's whole H x C matrix and its copies
+    static = sum(sharded[k] for k in ("parameters", "rotary", "gradients", "muon_state", "adamw_state"))
+    assert sharded["peak"] == static + max(sharded["optimizer_step"], sharded["evaluation"], sum(
         sharded[k] for k in ("weight_copies", "activations", "loss_path", "step_transient")))
-    default = plan_lib.memory_per_rank(cfg, 4, 1, 16)
-    assert default["in_flight_gradients"] == stack
-    alone = plan_lib.memory_per_rank(cfg, 4, 1)
-    assert alone["in_flight_gradients"] == alone["muon_gather"] == 0
-
-
-def test_fixed_reduce_order_partial_sums():
-    """The fixed reduction order's owner keeps floor(log2(micro-batches per rank)) + 1 partial sums of its matrices:
-    W times the default gradients' bytes at one process, 1/W of them per sum at W ranks, with backward's local
-    gradients and buckets in flight walked as for sharded gradients (an all-to-all or gather bucket costs more than a
-    reduce-scatter); the default (partial_sums=0) is today's number."""
-    cfg = config_for("untied_grow", 12)
-    matrices = 4 * model.stored_blocks(cfg) * model.params_per_block(cfg)
-    adamw = 4 * cfg.padded_vocab * cfg.width + 2 * cfg.padded_vocab * cfg.width  # lm_head fp32, bf16 embedding
-    default = plan_lib.persistent_bytes(cfg, 8)
-    assert default == plan_lib.persistent_bytes(cfg, 8, partial_sums=0) and default["gradients"] == matrices + adamw
-    assert plan_lib.persistent_bytes(cfg, 1, partial_sums=3)["gradients"] == 3 * (matrices + adamw)
-    owned = 4 * max(sum(r * c for r, c in o) for o in plan_lib.muon_owner_loads(plan_lib.block_matrix_shapes(cfg), 8))
-    assert plan_lib.persistent_bytes(cfg, 8, partial_sums=3)["gradients"] == \
-        3 * owned + 2 * adamw + 3 * adamw // 8
-    fixed, sharded = (plan_lib.memory_per_rank(cfg, 4, 4, 8, zero2=not ps, partial_sums=ps) for ps in (3, 0))
-    block_saved = 4 * cfg.seq_len * plan_lib.block_activation_bytes_per_token(cfg)
-    assert fixed["in_flight_gradients"] == plan_lib.sharded_backward_bytes(cfg, 4, 8, plan_lib.BUCKET_BYTES,
-                                                                           block_saved, fixed_order=True)
-    gross = [plan_lib.sharded_backward_bytes(cfg, 4, 8, plan_lib.BUCKET_BYTES, 0, fixed_order=f) for f in (True, False)]
-    assert fixed["in_flight_gradients"] >= sharded["in_flight_gradients"] > 0 and gross[0] > gross[1]
-    need = {b: plan_lib.memory_per_rank(cfg, 4, b, 8, partial_sums=(32 // b).bit_length()) for b in (4, 16)}
-    plan = plan_lib.plan_memory(cfg, [2, 4], 32, 200, world_size=8, micro_batches=[4, 16], fixed_order=True)
-    assert [s.bytes for s in plan.stages[1:]] == [need[16]]  # 2 micro-batches per rank: 2 partial sums
-    assert need[4]["gradients"] - need[16]["gradients"] == 2 * owned + 2 * adamw // 8  # 8 per rank: 4 sums
 
 
 def test_planner_drops_micro_batch_at_growth_and_names_what_fits():
@@ -484,11 +454,12 @@ def test_requested_micro_batches_come_from_the_flag_or_the_cpu_preset_and_are_ch
         requested("--device-batch-size", "3")
 
 
-def test_fit_memory_raises_what_does_not_fit():
+def test_plan_micro_batches_says_what_does_not_fit():
     plan = plan_for("--arch", "untied_grow", "--depth", "26")
-    assert plan_lib.fit_memory(plan, 16, plan_lib.H100_80GB_GIB, None, "cuda").zero2  # sharded gradients fit
-    with pytest.raises(ValueError, match="does not fit 40 GiB per GPU even at micro-batch 1"):
-        plan_lib.fit_memory(plan, 16, 40, None, "cuda")
+    mem = plan_lib.plan_micro_batches(plan, 16, plan_lib.H100_80GB_GIB, per_node=8)
+    assert [s.micro_batch for s in mem.stages] == [4, 2]  # the release's 4 -> 2 at growth
+    with pytest.raises(UsageError, match="does not fit 20 GiB per GPU on 16 GPUs .8 per node., not even at micro"):
+        plan_lib.plan_micro_batches(plan, 16, 20, per_node=8)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -581,9 +552,7 @@ def test_memory_outside_the_allocator_is_counted_term_by_term_and_the_headroom_r
         train.main(["--arch", "untied_grow", "--depth", "26", "--world-size", "16", "--dry-run", *flags])
         return json.loads(capsys.readouterr().out)["memory"]
 
-    # NVLS's gigabyte leaves the hierarchical transport's node-sums no room: the planner takes the flat one
-    assert [d26(nvls)["transport"] for nvls in ("0", "1")] == ["hierarchical: nodes of 8 ranks", "flat"]
-    off, on = d26("0", "--flat-transport"), d26("1", "--flat-transport")
+    off, on = d26("0"), d26("1")
     assert (off["nccl_nvls"], on["nccl_nvls"]) == (False, True)
     for stage in off["stages"]:
         gib = stage["gib"]

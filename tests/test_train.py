@@ -2,7 +2,6 @@
 processes, compilation, checkpoints)."""
 import datetime
 import errno
-import functools
 import io
 import json
 import math
@@ -10,18 +9,14 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 import types
-import weakref
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import arms
 import common
 import model
-import muon
 import plan as plan_lib
 import train
 
@@ -54,12 +49,12 @@ def test_dry_run_cli_prints_one_json_object():
     (["--arch", "vanilla", "--depth", "2", "--bogus-flag"], "unrecognized arguments: --bogus-flag"),
     (["--depth", "2"], "--arch and --depth are required"),
     (["--arch", "vanilla", "--depth", "20", "--device-batch-size", "32", "--dry-run"], "the largest that fits is 8"),
-    (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--dry-run"], "it fits on 16 GPUs"),
+    (["--arch", "untied_grow", "--depth", "26", "--world-size", "8", "--gpu-memory", "24", "--dry-run"],
+     "use more GPUs per node"),
     (["--arch", "vanilla", "--depth", "8", "--world-size", "8"], "--world-size"),
     (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "0", "--dry-run"],
      "argument --dist-timeout: must be a finite number in [1, 1440], got '0'"),
     (["--arch", "vanilla", "--depth", "8", "--dist-timeout", "2000", "--dry-run"], "argument --dist-timeout: must be"),
-    (["--arch", "vanilla", "--depth", "8", "--bucket-mb", "0", "--dry-run"], "argument --bucket-mb: must be"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
     assert train.main(argv) == 2
@@ -123,7 +118,7 @@ def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
     assert trajectory[-1]["loss"] < trajectory[0]["loss"]
     assert result["estimated_training_flops"] == result["plan"]["total_flops"]
-    assert os.path.exists(os.path.join(tmp_path, "r", "checkpoints", "final", "model.pt"))
+    assert os.path.isdir(os.path.join(tmp_path, "r", "checkpoints", "final", "model"))
 
 
 def test_adamw_ablation_trains(pool, tmp_path):
@@ -133,9 +128,9 @@ def test_adamw_ablation_trains(pool, tmp_path):
     assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
         muon_plan.matrix_lr / arms.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
     final = os.path.join(tmp_path, "a", "checkpoints", "final")
-    adamw = torch.load(os.path.join(final, "adamw.pt"), map_location="cpu", weights_only=True)
-    assert len(adamw) == 1  # one AdamW for every group
-    assert not os.path.exists(os.path.join(final, "muon"))
+    import checkpoint
+    keys = checkpoint.SafeMetadataReader(os.path.join(final, "optimizer")).read_metadata().state_dict_metadata
+    assert keys and all(k.startswith("adamw.") for k in keys)  # one AdamW for every group, no Muon
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
 
 
@@ -190,14 +185,15 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
     cut, cut_traj = read_run(tmp_path, "cut")
     assert [t["loss"] for t in cut_traj] == [t["loss"] for t in full_traj]
     assert cut["final_val_loss"] == full["final_val_loss"]
-    a, b = (torch.load(os.path.join(tmp_path, name, "checkpoints", "final", "model.pt"), map_location="cpu",
-                       weights_only=True)["model"] for name in ("full", "cut"))
+    import checkpoint
+    a, b = (checkpoint.load_checkpoint_model(os.path.join(tmp_path, name, "checkpoints", "final"))[0].state_dict()
+            for name in ("full", "cut"))
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
 
 def test_runs_recorded_under_the_earlier_mode_names_resume_match_and_fit(pool, tmp_path):
-    """Runs written before the core modes were renamed record none/loop/dep in result.json, meta.json and model.pt:
+    """Runs written before the core modes were renamed record none/loop/dep in result.json and meta.json:
     such a run still resumes (bit-exactly), a complete one still matches its command, fit.py reads it and core_eval
     reports it under today's names."""
     import checkpoint
@@ -207,11 +203,10 @@ def test_runs_recorded_under_the_earlier_mode_names_resume_match_and_fit(pool, t
     def rename_to_earlier(run_dir, folder):
         for path in (os.path.join(folder, "meta.json"), os.path.join(run_dir, "result.json")):
             record = json.load(open(path))
+            if "weights" in record:
+                record["weights"]["model_config"]["mode"] = "dep"
             with open(path, "w") as f:
                 json.dump(dict(record, plan=earlier(record["plan"])), f)
-        path = os.path.join(folder, "model.pt")
-        weights = torch.load(path, map_location="cpu", weights_only=True)
-        torch.save(dict(weights, model_config=dict(weights["model_config"], mode="dep")), path)
         os.remove(os.path.join(folder, "MANIFEST.json"))
         checkpoint.write_manifest(folder)
     base = tiny(pool, tmp_path, "untied_2", "--save-every", "4", steps=8)
@@ -228,52 +223,30 @@ def test_runs_recorded_under_the_earlier_mode_names_resume_match_and_fit(pool, t
     assert checkpoint.load_checkpoint_model(final)[1]["model_config"]["mode"] == "untied"
 
 
-def test_two_process_gloo_equals_one_process_with_accumulation(pool, tmp_path, free_port):
-    args = tiny(pool, tmp_path, "untied_2", steps=10)
-    # Both runs use one intra-op thread per process, so the thread count does not change the order of CPU reductions.
-    # What is left is the order in which gradients are summed (8 micro-batches on one rank vs 4 + 4 all-reduced): the
-    # first steps agree to the bit, then a last-bit gradient difference flips the bf16 rounding of a Muon update
-    # element and the losses drift apart, deterministically, by at most 1.05e-5 relative on this run. The trajectory
-    # bound 1e-4 sits 10x above that and 26x below the 2.6e-3 that a 1% LR error causes here (--lr-multiplier 2.02).
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    one = subprocess.run([sys.executable, "train.py", *args, "--run-name", "one", "--device-batch-size", "2"],
-                         cwd=ROOT, capture_output=True, text=True, env=env)
-    assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                          "--master_addr", "127.0.0.1", "--master_port", str(free_port), "train.py", *args,
-                          "--run-name", "two", "--device-batch-size", "2"],
-                         cwd=ROOT, capture_output=True, text=True, env=env)
-    assert two.returncode == 0, two.stderr[-2000:]
-    r1, t1 = read_run(tmp_path, "one")
-    r2, t2 = read_run(tmp_path, "two")
-    assert r2["world_size"] == 2 and r1["world_size"] == 1
-    assert t2[0]["loss"] == pytest.approx(t1[0]["loss"], rel=1e-6)  # before any update: only a sum's order differs
-    assert [t["loss"] for t in t2] == pytest.approx([t["loss"] for t in t1], rel=1e-4)
-    assert r2["final_val_loss"] == pytest.approx(r1["final_val_loss"], rel=1e-4)
-
-
 def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(pool, tmp_path, monkeypatch, capsys):
-    """The step-4 save fails with ENOSPC inside the model file's write: one line, exit 2, result.json 'failed', the
+    """The step-4 save fails with ENOSPC inside the weights' write: one line, exit 2, result.json 'failed', the
     step-2 checkpoint untouched and no half-written folder left; --resume then finishes the run."""
-    real_save, calls = torch.save, []
+    import checkpoint
+    real_save, calls = checkpoint.dcp.save, []
 
-    def full_disk(obj, path, *args, **kwargs):  # path: the open file checkpoint.save_tensors writes through
-        if str(getattr(path, "name", path)).endswith(os.path.join("latest.tmp", "model.pt")):
-            calls.append(path)
-            if len(calls) == 2:  # the second checkpoint's weights
+    def full_disk(state, storage_writer, **kwargs):
+        if str(storage_writer.path).endswith(os.path.join("latest.tmp", "model")):
+            calls.append(storage_writer)
+            if len(calls) == 2:  # the second checkpoint's weights, half written
+                os.makedirs(storage_writer.path, exist_ok=True)
+                open(os.path.join(storage_writer.path, "__0_0.distcp"), "wb").write(b"x" * 100)
                 raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(obj, path, *args, **kwargs)
-    monkeypatch.setattr(torch, "save", full_disk)
+        return real_save(state, storage_writer=storage_writer, **kwargs)
+    monkeypatch.setattr(checkpoint.dcp, "save", full_disk)
     argv = tiny(pool, tmp_path, "vanilla", "--run-name", "full", "--save-every", "2", steps=6)
     assert train.main(argv) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "No space left on device" in err and "last good checkpoint" in err, err
     run_dir = tmp_path / "full"
     assert json.load(open(run_dir / "result.json"))["status"] == "failed"
-    latest_weights = run_dir / "checkpoints" / "latest" / "model.pt"
-    assert torch.load(latest_weights, map_location="cpu", weights_only=True)["step"] == 2
+    assert checkpoint.read_run_state(str(run_dir / "checkpoints" / "latest")).step == 2
     assert sorted(os.listdir(run_dir / "checkpoints")) == ["latest"]
-    monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.setattr(checkpoint.dcp, "save", real_save)
     assert train.main(argv + ["--resume"]) == 0
     assert [t["step"] for t in read_run(tmp_path, "full")[1]] == list(range(1, 7))
 
@@ -287,40 +260,43 @@ def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     assert json.load(open(os.path.join(tmp_path, "nan", "result.json")))["status"] == "failed"
     latest = os.path.join(tmp_path, "nan", "checkpoints", "latest")
     assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
-    assert torch.load(os.path.join(latest, "model.pt"), map_location="cpu", weights_only=True)["step"] == 2
+    import checkpoint
+    assert checkpoint.read_run_state(latest).step == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # The memory planner in the dry run and in training; compilation.
 
-def test_dry_run_prints_memory_per_stage_and_the_micro_batch_drop_at_growth(capsys):
+def test_dry_run_prints_memory_per_stage(capsys):
     assert train.main(["--arch", "untied_grow", "--depth", "12", "--dry-run"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["steps"], out["crossover_step"]) == (plan_for("--arch", "untied_grow", "--depth", "12").steps,
                                                      plan_for("--arch", "untied_grow", "--depth", "12").crossover_step)
     memory = out["memory"]
-    assert memory["world_size"] == 8 and memory["sequences_per_rank"] == 32 and not memory["sync_every_micro_batch"]
-    assert [(s["passes"], s["micro_batch"], s["accumulation"]) for s in memory["stages"]] == [(2, 16, 2), (4, 8, 4)]
+    assert memory["world_size"] == 8 and memory["sequences_per_rank"] == 32 and memory["layout"].startswith("FSDP2")
+    assert [(s["passes"], s["micro_batch"]) for s in memory["stages"]] == [(2, 16), (4, 16)]
     assert memory["compile"].startswith("regional")  # the compile mode the memory model assumes
     for stage in memory["stages"]:
         gib = stage["gib"]
-        parts = ("parameters", "gradients", "muon_state", "adamw_state", "weight_copies", "activations", "loss_path",
-                 "step_transient")
+        parts = ("parameters", "rotary", "gradients", "muon_state", "adamw_state", "weight_copies", "activations",
+                 "loss_path", "step_transient")
         assert gib["peak"] == pytest.approx(sum(gib[k] for k in parts), abs=0.06)
         assert gib["required"] <= memory["gpu_memory_gib"] == round(plan_lib.H100_80GB_GIB, 2)
 
 
-def test_d26_dry_run_on_two_nodes_relies_on_sharded_gradients(capsys, monkeypatch):
+def test_d26_dry_run_on_two_nodes_plans_micro_batch_2_and_predicts_45_percent(capsys, monkeypatch):
+    """Untied-Grow d26 on 2 x 8 H100 80GB under HSDP: micro-batch >= 2 in both stages with >= 2 GiB headroom after
+    growth, and a predicted MFU >= 45 % (issue 38's goal; the release ran it at 4 -> 2)."""
     monkeypatch.setenv("NNODES", "2")
     assert train.main(["--arch", "untied_grow", "--depth", "26", "--dry-run"]) == 0
-    memory = json.loads(capsys.readouterr().out)["memory"]
-    assert memory["world_size"] == 16 and memory["sync_every_micro_batch"] and "sharded" in memory["gradients"]
-    assert [s["micro_batch"] for s in memory["stages"]] == [1, 1]
-    assert max(s["gib"]["peak"] for s in memory["stages"]) < 80
-    for stage in memory["stages"]:  # the peak has the gradient buckets in flight and the Muon step's gathered bucket
-        assert stage["gib"]["in_flight_gradients"] > 0 and stage["gib"]["muon_gather"] > 1.5
-    h200 = plan_lib.plan_micro_batches(plan_for("--arch", "untied_grow", "--depth", "26"), 16, 143771 / 1024)
-    assert [s.micro_batch for s in h200.stages] == [4, 2] and not h200.zero2  # the release's 4 -> 2 at growth
+    out = json.loads(capsys.readouterr().out)
+    memory = out["memory"]
+    assert memory["world_size"] == 16 and memory["ranks_per_node"] == 8 and memory["layout"].startswith("HSDP")
+    assert all(s["micro_batch"] >= 2 for s in memory["stages"]) and memory["stages"][-1]["gib"]["headroom"] >= 2
+    for stage in memory["stages"]:  # the peak has the gathered blocks, the reduce-scatter and Muon's owner round
+        assert stage["gib"]["weight_copies"] > 0 and stage["gib"]["reduce_scatter"] > 0
+        assert stage["gib"]["optimizer_step"] > 0.5
+    assert out["throughput"]["mfu"] >= 0.45 and out["throughput"]["layout"] == "HSDP"
 
 
 def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
@@ -334,8 +310,7 @@ def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
     assert host["per_rank_gib"]["model_init"] == round(6 * out["padded_vocab"] * out["width"] / 2 ** 30, 2)
     assert host["per_node_gib"] == pytest.approx(8 * sum(host["per_rank_gib"].values()), abs=0.2)
     assert host["per_node_gib"] < 100  # the CPU-built model alone was 8 x 27.7 GiB
-    weights = out["params_stored"] * 4 / 2 ** 30  # a resume memory-maps the weights file: one copy per node
-    assert host["per_node_gib"] + weights < host["resume_per_node_gib"] < host["per_node_gib"] + 2 * weights
+    assert host["resume_per_node_gib"] == host["per_node_gib"]  # DCP reads each rank's shards into its tensors
     monkeypatch.setattr(sys, "stdin", io.StringIO("untied_grow_d26 --arch untied_grow --depth 26\n"))
     train.main(["--ladder-dry-run", "--gpus-per-node", "8", "--nodes", "2"])
     line = capsys.readouterr().out.splitlines()[0]
@@ -344,37 +319,21 @@ def test_dry_run_predicts_host_memory_per_node_at_start_up(capsys, monkeypatch):
 
 def test_dry_run_predicts_throughput_on_its_nodes(capsys, monkeypatch):
     """The dry run's "throughput" (throughput.py) is for NPROC_PER_NODE x NNODES (or --world-size GPUs in nodes of
-    NPROC_PER_NODE): one node has no network bytes; --shard-gradients syncs every micro-batch and moves more."""
+    NPROC_PER_NODE): one node has no network bytes; two nodes all-reduce the gradient shards across them."""
     def speed(*flags):
         assert train.main(["--arch", "vanilla", "--depth", "12", "--dry-run", *flags]) == 0
         return json.loads(capsys.readouterr().out)["throughput"]
     one = speed()
     assert (one["nodes"], one["gpus_per_node"]) == (1, 8) and one["predicted"].startswith("predicted")
     (stage,) = one["stages"]
-    assert stage["gb_per_step"]["network"] == 0 < stage["gb_per_step"]["nvlink"] and stage["synced_micro_batches"] == 1
+    assert stage["gb_per_step"]["network"] == 0 < stage["gb_per_step"]["nvlink"]
     assert 0.3 < one["mfu"] < one["cluster"]["matmul_efficiency"]
     monkeypatch.setenv("NPROC_PER_NODE", "4")
-    two = speed("--world-size", "8", "--shard-gradients")
+    two = speed("--world-size", "8")
     assert (two["nodes"], two["gpus_per_node"]) == (2, 4) and two["stages"][0]["gb_per_step"]["network"] > 0
-    assert two["stages"][0]["synced_micro_batches"] == two["stages"][0]["accumulation"] > 1
-    assert two["stages"][0]["gb_per_step"]["nvlink"] > stage["gb_per_step"]["nvlink"] * 3 / 4
     monkeypatch.setenv("NPROC_PER_NODE", "3")
     assert train.main(["--arch", "vanilla", "--depth", "12", "--dry-run", "--world-size", "8"]) == 2
     assert "not a whole number of nodes" in capsys.readouterr().err
-
-
-def test_shard_gradients_flag_shards_where_replicated_gradients_fit(capsys):
-    argv = ["--arch", "untied_grow", "--depth", "12", "--dry-run"]
-    for flags, sharded in (([], False), (["--shard-gradients"], True)):
-        assert train.main(argv + flags) == 0
-        memory = json.loads(capsys.readouterr().out)["memory"]
-        assert memory["sync_every_micro_batch"] == sharded
-        assert ("--shard-gradients" in memory["gradients"]) == sharded
-        if sharded:
-            assert all(s["gib"]["gradients"] < replicated["gib"]["gradients"] / 3
-                       and s["gib"]["peak"] < replicated["gib"]["peak"]
-                       for s, replicated in zip(memory["stages"], default["stages"]))
-        default = memory
 
 
 def spy_on_forward(monkeypatch):
@@ -439,8 +398,8 @@ def test_compiled_equals_eager(compiled_and_eager):
 
 def backward_order(step_model, net, idx):
     """One forward and backward of `step_model` (net or its compiled form) -> the events in the order backward reached
-    them: ("grad", i) when a parameter of block i has its gradient (the post-accumulate-grad hooks Muon's transport
-    launches buckets from) and "block 0 starts" when an autograd node that produces block 0's gradients begins."""
+    them: ("grad", i) when a parameter of block i has its gradient (under FSDP2 the block's reduce-scatter can then
+    start) and "block 0 starts" when an autograd node that produces block 0's gradients begins."""
     events, blocks = [], list(net.transformer.h)
     hooks = [p.register_post_accumulate_grad_hook(lambda p, i=i: events.append(("grad", i)))
              for i, block in enumerate(blocks) for p in block.parameters()]
@@ -490,229 +449,6 @@ def test_compiled_blocks_hand_over_their_gradients_as_backward_passes_them(pool,
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The memory ledger: the gradient bytes each rank holds, against plan.py's terms, on 2 and 4 gloo ranks through
-# growth, eager and compiled, with sharded gradients (--shard-gradients: flat, and on 4 ranks as 2 nodes x 2
-# hierarchical) and on the default path.
-
-LEDGER_ARGV = ["--arch", "untied_grow", "--depth", "2", "--preset", "cpu", "--width-per-depth", "16", "--head-dim",
-               "16", "--seq-len", "32", "--total-batch-tokens", "256", "--steps", "3", "--crossover-fractions", "0.5",
-               "--warmup-steps", "0", "--warmdown-ratio", "0", "--device-batch-size", "1",
-               "--bucket-mb", "0.01"]  # 7 buckets and more; every step at the full LR
-COLLECTIVES = ("reduce_scatter_single", "reduce", "all_gather_single", "broadcast", "all_reduce", "all_to_all_single",
-               "gather")
-LEDGER_TRANSPORTS = {"sharded": ["--shard-gradients", "--flat-transport"], "default": [], "fixed": ["--fixed-reduce-order"],
-                     "hierarchical": ["--shard-gradients"]}
-LEDGER_NODE_SIZE = {4: 2, 2: 2}  # LOCAL_WORLD_SIZE: 4 ranks as 2 nodes x 2, 2 ranks as one node (hierarchical = flat)
-LEDGER_RUNS = {4: [(False, t) for t in LEDGER_TRANSPORTS],
-               2: [(c, t) for c in (False, True) for t in LEDGER_TRANSPORTS if t != "hierarchical"]}
-
-
-class GradientLedger:
-    """The bytes a rank holds for gradients, counted once per storage: every parameter's .grad, every tensor handed to
-    a collective that is still alive, whoever holds it (the transport's lists, a work object, a view), and any other
-    tensor the transport objects hold that is not a parameter or optimizer state. records: (moment, passes, bytes) at
-    each micro-batch boundary ("boundary"), after every gradient hook in an eager backward ("backward"), and at every
-    collective of the Muon step ("step": the hierarchical reductions across nodes, the weights' all-gathers and
-    broadcasts)."""
-
-    def __init__(self):
-        self.sent, self.records, self.training, self.in_step = [], [], None, False
-        for name in COLLECTIVES:
-            setattr(dist, name, self.watching(name, getattr(dist, name)))
-
-    def watching(self, name, collective):
-        def watched(*args, **kwargs):
-            for arg in args:
-                for t in arg if isinstance(arg, list) else [arg]:
-                    if torch.is_tensor(t):
-                        self.sent.append(weakref.ref(t.untyped_storage()))
-            work = collective(*args, **kwargs)
-            if self.in_step and name in ("all_gather_single", "broadcast", "reduce_scatter_single", "reduce"):
-                self.record("step")
-            return work
-        return watched
-
-    def watch(self, training, eager, bound):
-        """Record `training`'s moments from now on; bound(moment, passes): what the test allows."""
-        self.training, self.records, self.bound = training, [], bound
-        training.step_model = RecordingModule(training.step_model, lambda: self.record("boundary"))
-        for opt in training.optimizers:
-            if isinstance(opt, muon.Muon):
-                opt.step = self.recording_step(opt.step)
-        if eager:
-            for p in training.model.parameters():  # after the transport's own hooks
-                p.register_post_accumulate_grad_hook(lambda _: self.record("backward"))
-
-    def recording_step(self, step):
-        def recorded(*args, **kwargs):
-            self.record("boundary")  # every micro-batch done, the AdamW gradients averaged
-            self.in_step = True
-            try:
-                return step(*args, **kwargs)
-            finally:
-                self.in_step = False
-        return recorded
-
-    def transport_tensors(self, value, depth=0):
-        if torch.is_tensor(value):
-            yield value
-        elif isinstance(value, dict) and depth < 4:
-            for v in value.values():
-                yield from self.transport_tensors(v, depth + 1)
-        elif isinstance(value, (list, tuple, set)) and depth < 4:
-            for v in value:
-                yield from self.transport_tensors(v, depth + 1)
-
-    def record(self, moment):
-        """Record the bytes held now. gloo's worker thread drops a finished collective's tensors just after wait()
-        returns: a count over the bound is taken again for up to 1 s (on a loaded 2-core host it can take that long)."""
-        held, bound = self.held(), self.bound(moment, self.training.model.active_passes)
-        deadline = time.monotonic() + 1.0
-        while held > bound and time.monotonic() < deadline:
-            time.sleep(0.002)
-            held = min(held, self.held())
-        self.records.append((moment, self.training.model.active_passes, held))
-
-    def held(self):
-        training = self.training
-        owned = {p.untyped_storage().data_ptr() for p in training.model.parameters()}
-        owned |= {t.untyped_storage().data_ptr() for opt in training.optimizers for state in opt.state.values()
-                  for t in state.values() if torch.is_tensor(t)}
-        held = [p.grad for p in training.model.parameters() if p.grad is not None]
-        for holder in [training.replicated, *training.optimizers]:
-            held += self.transport_tensors({k: v for k, v in vars(holder).items() if k not in ("state", "param_groups")})
-        self.sent = [ref for ref in self.sent if ref() is not None]
-        storages = {s.data_ptr(): s.nbytes() for s in [t.untyped_storage() for t in held] + [r() for r in self.sent]}
-        return sum(n for ptr, n in storages.items() if ptr not in owned)
-
-
-class RecordingModule:
-    """A module whose calls are preceded by before() (train_step calls step_model once per micro-batch)."""
-
-    def __init__(self, module, before):
-        self.module, self.before = module, before
-
-    def __call__(self, *args, **kwargs):
-        self.before()
-        return self.module(*args, **kwargs)
-
-    def __getattr__(self, name):
-        return getattr(self.module, name)
-
-
-def ledger_worker(rank, ports, out_dir):
-    """On 4 gloo ranks, then on 2 of them, tiny Untied-Grow runs with sharded and default gradients; on 2 ranks also
-    compiled (aot_eager; its gradient hooks are the same on any world size)."""
-    import bench
-    torch.set_num_threads(1)
-    ledger, real_compile = GradientLedger(), torch.compile
-    torch.compile = lambda module, **kw: real_compile(module, backend="aot_eager", **kw)
-    for world, port in zip((4, 2), ports):
-        if rank >= world:
-            break
-        os.environ["LOCAL_WORLD_SIZE"] = str(LEDGER_NODE_SIZE[world])
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
-        reports = {}
-        for compiled, transport in LEDGER_RUNS[world]:
-            args = train.parse_args(LEDGER_ARGV + ["--compile" if compiled else "--no-compile"]
-                                    + LEDGER_TRANSPORTS[transport])
-            plan = train.make_plan(args)
-            mem = plan_lib.device_memory_plan(args, plan, world, torch.device("cpu"))
-            loader = bench.SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, 8)
-            run = train.new_run(args, plan, mem, rank, world, torch.device("cpu"), loader)
-            training = train.start_training(run)
-            ledger.watch(training, not compiled,
-                         lambda moment, passes: ledger_bounds(world, transport, passes)[moment])
-            losses = []
-            for _ in range(plan.steps):
-                loss, passes, _, _ = train.train_step(training)
-                train.count_step(run, training.state, passes, seconds=1.0)
-                losses.append(loss.item())
-                del loss  # the step's loss went through all_reduce: alive, the ledger would count it as gradient bytes
-            reports[compiled, transport] = dict(records=ledger.records, losses=losses, zero2=mem.zero2,
-                                                fixed=args.fixed_reduce_order, node_size=mem.node_size,
-                                                weights={k: v.clone() for k, v in training.model.state_dict().items()})
-        torch.save(reports, os.path.join(out_dir, f"w{world}_rank{rank}.pt"))
-        dist.destroy_process_group()
-    os._exit(0)  # gloo's teardown can abort an exiting process (tests/test_muon.py, transport_worker)
-
-
-@pytest.fixture(scope="module")
-def ledgers(tmp_path_factory, spawn_ranks):
-    out_dir = tmp_path_factory.mktemp("ledger")
-    spawn_ranks(ledger_worker, out_dir)
-    return {world: [torch.load(out_dir / f"w{world}_rank{r}.pt", map_location="cpu") for r in range(world)] for world in (2, 4)}
-
-
-@functools.cache
-def ledger_bounds(world, transport, passes):
-    """plan.py's terms at the ledger's configuration: the gradients, and what each moment may add to them: one
-    bucket at a boundary (none in the fixed order: every micro-batch ends with its buckets folded); in backward the
-    buckets in flight (gross: the model nets out freed activations), plus with sharded gradients this micro-batch's
-    AdamW gradients beside their accumulators (the model has lm_head's in the loss path and the embedding's where the
-    activations were; hierarchical: they accumulate in place); in the step the gathered bucket (more than the
-    hierarchical step's bucket across nodes)."""
-    cfg = plan_for(*LEDGER_ARGV).model_config
-    bucket_bytes = int(0.01 * 2 ** 20)
-    zero2, fixed = transport in ("sharded", "hierarchical"), transport == "fixed"
-    node_size = LEDGER_NODE_SIZE[world] if transport == "hierarchical" else None
-    partial_sums = (8 // world).bit_length() if fixed else 0  # 8 sequences, micro-batch 1: 8 / W per rank
-    gradients = plan_lib.persistent_bytes(cfg, world, zero2, "cpu", partial_sums, node_size)["gradients"]
-    largest = plan_lib.largest_bucket_bytes(cfg, passes, world, bucket_bytes)
-    adamw = 2 * 4 * cfg.padded_vocab * cfg.width
-    walk = plan_lib.sharded_backward_bytes(cfg, passes, world, bucket_bytes, 0, fixed, node_size)
-    backward = walk + adamw if transport == "sharded" else walk if zero2 or fixed else largest
-    gather = plan_lib.memory_per_rank(cfg, passes, 1, world, zero2, "cpu", partial_sums, bucket_bytes=bucket_bytes,
-                                      node_size=node_size)["muon_gather"]
-    return dict(boundary=gradients + (0 if fixed else largest), backward=gradients + backward, step=gradients + gather)
-
-
-@pytest.mark.parametrize("world", [2, 4])
-def test_gradient_memory_stays_within_the_memory_model(ledgers, world):
-    """At every micro-batch boundary, in every eager backward and at every gather of the Muon step, through growth,
-    each rank's gradient bytes stay within plan.py's terms; sharded gradients hold well under the default's, the
-    hierarchical node-sums (1/2 of the gradients on 2 nodes x 2) between the two."""
-    for (compiled, transport), _ in ledgers[world][0].items():
-        for rank, reports in enumerate(ledgers[world]):
-            report = reports[compiled, transport]
-            assert (report["zero2"], report["fixed"]) == (transport in ("sharded", "hierarchical"), transport == "fixed")
-            assert report["node_size"] == (LEDGER_NODE_SIZE[world] if transport == "hierarchical" else None)
-            moments = {m for m, _, _ in report["records"]}
-            assert moments == ({"boundary", "step"} if compiled else {"boundary", "backward", "step"})
-            for moment, passes, held in report["records"]:
-                bound = ledger_bounds(world, transport, passes)[moment]
-                assert held <= bound, (compiled, transport, rank, moment, passes, held, bound)
-            assert {p for _, p, _ in report["records"]} == {2, 4}  # through growth
-        if transport == "fixed" and not compiled:  # not loose (the partial sums term is the fold's most: some pushes)
-            held = max(n for r in ledgers[world] for m, _, n in r[compiled, transport]["records"] if m == "backward")
-            bound = max(ledger_bounds(world, transport, p)["backward"] for p in (2, 4))
-            assert held >= 0.5 * bound, (held, bound)
-    for compiled in {compiled for compiled, _ in ledgers[world][0]}:
-        sharded, default = (max(n for m, _, n in ledgers[world][0][compiled, t]["records"] if m == "boundary")
-                            for t in ("sharded", "default"))
-        assert sharded < 0.75 * default, (sharded, default)
-    if world == 4:
-        hierarchical = max(n for m, _, n in ledgers[4][0][False, "hierarchical"]["records"] if m == "boundary")
-        assert sharded < hierarchical < default, (sharded, hierarchical, default)
-
-
-@pytest.mark.parametrize("world", [2, 4])
-def test_ledger_runs_agree(ledgers, world):
-    """Every rank reports the same losses; compiled = eager, sharded = default = hierarchical to float rounding: the
-    same fp32 gradients summed in another order (a few ulps) move the losses by < 1e-5 relative and the final weights
-    (|w| <= 0.062) by < 2e-4: a changed last bit can flip the bf16 rounding of a Polar-Express output element, which
-    moves its weight by LR x 2^-9 x |update| (LR 0.13, |update| < 0.5: 1.3e-4; measured 2e-5, default, fixed and
-    hierarchical alike). A node's earlier micro-batches dropped from the hierarchical sums moves them by 2.3e-3."""
-    runs = ledgers[world][0]
-    for key, report in runs.items():
-        assert all(r[key]["losses"] == report["losses"] for r in ledgers[world])
-        assert report["losses"] == pytest.approx(runs[False, "default"]["losses"], rel=1e-5), key
-    flat = runs[False, "sharded"]["weights"]  # the final weights, through growth
-    for key, report in runs.items():
-        assert max((report["weights"][k] - flat[k]).abs().max().item() for k in flat) < 2e-4, key
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Checkpoints: sharded save, resume across world sizes, recovery, no copies, refusals
 
 def torchrun(args, world, port, env):
@@ -723,70 +459,6 @@ def torchrun(args, world, port, env):
     r = subprocess.run(launch + args, cwd=ROOT, capture_output=True, text=True, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return r
-
-
-def test_sharded_resume_across_world_sizes(pool, tmp_path, free_port):
-    """Default reduction order: save on 2 gloo ranks at step 4 (Muon shards written by both), resume on 2 and on 1
-    through the growth step 5 (4 ranks: the fixed-order test below).
-
-    Same world size: bit-identical to the uninterrupted 2-rank run. One rank sums the gradients in another order
-    (8 micro-batches vs 4 + 4), so, as in the 1- vs 2-process test above, the trajectory agrees to 1e-4 relative, the
-    first resumed step (the same weights and state, a sum's order apart) to 1e-6."""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--device-batch-size", "2", steps=10)
-    torchrun(args + ["--run-name", "full"], 2, free_port, env)
-    torchrun(args + ["--run-name", "cut", "--stop-after", "4"], 2, free_port, env)
-    shards = os.listdir(os.path.join(tmp_path, "cut", "checkpoints", "latest", "muon"))
-    assert sorted(n for n in shards if n.endswith(".distcp")) == ["__0_0.distcp", "__1_0.distcp"]
-    _, full = read_run(tmp_path, "full")
-    _, cut = read_run(tmp_path, "cut")
-    assert [t["loss"] for t in cut] == [t["loss"] for t in full[:4]]
-    for world in (2, 1):
-        shutil.copytree(os.path.join(tmp_path, "cut"), os.path.join(tmp_path, f"on{world}"))
-        torchrun(args + ["--run-name", f"on{world}", "--resume"], world, free_port, env)
-        result, resumed = read_run(tmp_path, f"on{world}")
-        assert result["status"] == "complete" and result["world_size"] == world
-        assert resumed[:4] == cut  # the lines before the checkpoint are kept as they were
-        losses, expected = [t["loss"] for t in resumed], [t["loss"] for t in full]
-        if world == 2:
-            assert losses == expected
-        else:
-            assert losses[4] == pytest.approx(expected[4], rel=1e-6)
-            assert losses == pytest.approx(expected, rel=1e-4)
-        assert [t["passes"] for t in resumed] == [2] * 5 + [4] * 5
-
-
-def test_fixed_reduce_order_is_bit_identical_on_1_2_4_processes_and_across_resumes(pool, tmp_path, free_port):
-    """--fixed-reduce-order: runs on 1, 2 and 4 gloo processes (4, 2 and 1 micro-batches of 2 per rank: M = 4) have
-    the same losses, evals and final weights to the bit, through the growth at step 5: uninterrupted on 1 and on 2,
-    and a 2-rank checkpoint of step 4 resumed on 1 and on 4 (steps 5-10, growth and final eval on 4 ranks), which
-    continue the uninterrupted trajectory exactly. (Without the flag such runs agree only to about 1e-4 relative:
-    test_sharded_resume_across_world_sizes.)"""
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--device-batch-size", "2",
-                "--fixed-reduce-order", steps=10)
-    for world in (1, 2):
-        torchrun(args + ["--run-name", f"full{world}"], world, free_port, env)
-    torchrun(args + ["--run-name", "cut", "--stop-after", "4"], 2, free_port, env)
-    meta = json.load(open(os.path.join(tmp_path, "cut", "checkpoints", "latest", "meta.json")))
-    assert meta["fixed_reduce_order"] is True and meta["micro_batches"] == [2, 2] and meta["world_size"] == 2
-    for world in (1, 4):
-        shutil.copytree(os.path.join(tmp_path, "cut"), os.path.join(tmp_path, f"on{world}"))
-        torchrun(args + ["--run-name", f"on{world}", "--resume"], world, free_port, env)
-
-    def final_weights(name):
-        path = os.path.join(tmp_path, name, "checkpoints", "final", "model.pt")
-        return torch.load(path, map_location="cpu", weights_only=True)["model"]
-    reference, reference_trajectory = read_run(tmp_path, "full1")
-    reference_weights = final_weights("full1")
-    assert [t["passes"] for t in reference_trajectory] == [2] * 5 + [4] * 5
-    for name, world in (("full2", 2), ("on1", 1), ("on4", 4)):
-        result, trajectory = read_run(tmp_path, name)
-        assert result["status"] == "complete" and result["world_size"] == world and result["fixed_reduce_order"]
-        assert [t["loss"] for t in trajectory] == [t["loss"] for t in reference_trajectory], name
-        assert result["evals"] == reference["evals"], name
-        weights = final_weights(name)
-        assert all(torch.equal(weights[k], reference_weights[k]) for k in reference_weights), name
 
 
 def test_recover_after_a_crash_between_the_renames(pool, tmp_path):
@@ -812,12 +484,12 @@ def test_finished_training_is_finished_not_retrained(pool, tmp_path):
     with open(result_path, "w") as f:  # killed after checkpoints/final was in place, before result.json said so
         json.dump(dict(complete, status="running"), f)
     trajectory = open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read()
-    weights = open(os.path.join(tmp_path, "r", "checkpoints", "final", "model.pt"), "rb").read()
+    weights = open(os.path.join(tmp_path, "r", "checkpoints", "final", "model", "__0_0.distcp"), "rb").read()
     assert train.main(args + ["--resume"]) == 0
     finished = json.load(open(result_path))
     assert finished["status"] == "complete" and finished["evals"] == complete["evals"]
     assert open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read() == trajectory
-    assert open(os.path.join(tmp_path, "r", "checkpoints", "final", "model.pt"), "rb").read() == weights
+    assert open(os.path.join(tmp_path, "r", "checkpoints", "final", "model", "__0_0.distcp"), "rb").read() == weights
 
 
 def test_resume_or_start_starts_a_run_without_checkpoint(pool, tmp_path):
@@ -832,7 +504,7 @@ def test_resume_or_start_starts_a_run_without_checkpoint(pool, tmp_path):
 
 
 def test_adamw_ablation_two_processes_equals_one(pool, tmp_path, free_port):
-    """--optimizer adamw under torchrun: every parameter's gradient goes through muon.ReplicatedGrads."""
+    """--optimizer adamw under torchrun: AdamW alone on FSDP2's shards (DTensors, foreach)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--optimizer", "adamw",
                 "--device-batch-size", "2", steps=8)
