@@ -412,6 +412,24 @@ def check_figure2_arms(figure2_arms, out, data):
         raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
 
 
+def forecast_at(c, data, fit, reference_arm, c_ref, xname):
+    """Every arm's forecast loss, gain and pi at compute c (--extrapolate), into fit["arms"]; a warning when c
+    lies far outside the measured points."""
+    ref_law, ref_free = fit["arms"][reference_arm], fit["reference_free"]
+    x_max = max(d["x"].max() for d in data.values())
+    x_min = min(d["x"].min() for d in data.values())
+    if c > FIT["extrapolate_warn"] * x_max:
+        note(f"warning: extrapolating to {c:.3g} {xname}, {c / x_max:.0f}x beyond "
+             f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
+    elif c < x_min / FIT["extrapolate_warn"]:
+        note(f"warning: extrapolating to {c:.3g} {xname}, {x_min / c:.0f}x below "
+             f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
+    for a, r in fit["arms"].items():
+        r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
+            ref_free, None if a == reference_arm else r, c / c_ref)
+        r["pi_at_extrapolate"] = float(fitted_multiplier(ref_law, r, c / c_ref))
+
+
 def cmd_ladders(args):
     if args.out:
         check_outputs(args.out, LADDER_FIGURES)
@@ -442,20 +460,9 @@ def cmd_ladders(args):
         bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
         t_boot = time.perf_counter() - t0
     fit["footing"] = footing(fit, sigma)
-    ref_law, ref_free = fit["arms"][args.reference_arm], fit["reference_free"]
+    ref_free = fit["reference_free"]
     if args.extrapolate:
-        x_max = max(d["x"].max() for d in data.values())
-        x_min = min(d["x"].min() for d in data.values())
-        if args.extrapolate > FIT["extrapolate_warn"] * x_max:
-            note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {args.extrapolate / x_max:.0f}x beyond "
-                 f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
-        elif args.extrapolate < x_min / FIT["extrapolate_warn"]:
-            note(f"warning: extrapolating to {args.extrapolate:.3g} {xname}, {x_min / args.extrapolate:.0f}x below "
-                 f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
-        for a, r in fit["arms"].items():
-            r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
-                ref_free, None if a == args.reference_arm else r, args.extrapolate / c_ref)
-            r["pi_at_extrapolate"] = float(fitted_multiplier(ref_law, r, args.extrapolate / c_ref))
+        forecast_at(args.extrapolate, data, fit, args.reference_arm, c_ref, xname)
     for h in held:
         law = fit["arms"].get(h["arm"])
         h["forecast_loss"] = forecast(ref_free, None if h["arm"] == args.reference_arm else law, h["compute"] / c_ref)[0] \

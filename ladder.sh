@@ -100,7 +100,7 @@ whole_number() {  # NAME VALUE LOW HIGH: the environment variable NAME holds VAL
         die "environment variable $1 must be a whole number in [$3, $4], got '$2'"
 }
 
-usage="usage: bash ladder.sh ARCH|all|user|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depth(s) 6 8] [--seed(s) 0 1 2 [--replicate-depths 16 18]] [--runs-dir DIR (or RUNS_DIR; default runs, demo: runs/demo)] [--dry-run] [-- train.py args]"
+usage="usage: bash ladder.sh ARCH|all|user|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depths 6 8 (or --depth)] [--seeds 0 1 2 (or --seed) [--replicate-depths 16 18]] [--runs-dir DIR (or RUNS_DIR; default runs, demo: runs/demo)] [--dry-run] [-- train.py args]"
 target="${1:-}"
 case "$target" in
     -h|--help) echo "$usage"; echo "ARCH: one of $(python arms.py arms)"; exit 0 ;;

@@ -89,10 +89,12 @@ class Progress:
         ahead = lambda every: set(range((step // every + 1) * every, c.stop + 1, every)) if every else set()
         checks = {s for s in ahead(c.eval_every) | ahead(c.steps_per_epoch) | {*plan.crossover_steps, plan.steps}
                   if step < s <= c.stop}
-        evals = [plan.passes_final if s == plan.steps else self.stage_at(s - 1, plan) for s in checks]
+        evals_passes = lambda s: plan.passes_final if s == plan.steps else self.stage_at(max(s - 1, 0), plan)
+        evals = [evals_passes(s) for s in checks]
         evals += [self.stage_at(s, plan) for s in plan.crossover_steps if step < s <= c.stop]  # after the growth
         done = self.state.evals
-        eval_rate = self.state.eval_seconds / sum(self.cost.get(e["passes"], 0) for e in done) if done else 0.0
+        done_passes = [e.get("passes") or evals_passes(e["step"]) for e in done]  # older records: from their step
+        eval_rate = self.state.eval_seconds / sum(self.cost.get(k, 0) for k in done_passes) if done else 0.0
         saves = len({s for s in ahead(c.save_every) | {c.stop} if step < s <= c.stop})
         save = sum(self.save_seconds) / len(self.save_seconds) if self.save_seconds else 0.0
         return self.rate * steps_cost + eval_rate * sum(self.cost[k] for k in evals) + saves * save

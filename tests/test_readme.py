@@ -15,7 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = ("train.py", "model.py", "data.py", "core_eval.py", "fit.py", "bench.py")
-SUBCOMMANDS = {"fit.py": ("ladders", "downstream", "design", "surface", "tpp", "growth", "lr", "loops", "paper", "runs", "curves"),
+SUBCOMMANDS = {"fit.py": ("ladders", "downstream", "design", "surface", "tpp", "growth", "lr", "loops", "paper", "runs", "curves", "report"),
                "data.py": ("prepare", "verify", "bench")}
 COMMAND = re.compile(r"(?:[A-Z_]+=\S+ )*(?:python (?:%s)|bash ladder\.sh)[^`\n#]*" % "|".join(map(re.escape, SCRIPTS)))
 
@@ -34,7 +34,7 @@ def documented_commands():
     return sorted(found)
 
 
-PLACEHOLDERS = {"A": "untied_grow", "ARCH": "untied_grow", "d": "4", "GIB": "80"}  # `--arch A --depth d`, …
+PLACEHOLDERS = {"A": "untied_grow", "ARCH": "untied_grow", "ARM": "untied_grow", "d": "4", "D": "4", "GIB": "80"}  # `--arch A --depth d`, …
 
 
 def split(command):
