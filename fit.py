@@ -316,6 +316,7 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
         E_se = "" if "E_dof" not in fit else " ± unknown" if fit["E_se"] is None else f" ± {fit['E_se']:.3f}"
         E_bound = f" (on its bound {fit['E_bound']})" if fit.get("E_bound") else ""
         ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}{E_se}{E_bound}")
+        paper.log_axis(ax.xaxis, plt)  # 1-2-4 ticks under a decade: minor labels collide
         ax.legend(loc="lower left", frameon=False)
         lo = xmax / FIT["inset_span"]
         sel = [l for a in arms for x, l in zip(data[a]["x"], data[a]["loss"]) if x >= lo]
@@ -335,6 +336,7 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
                 if a != fit["reference_arm"] and (best is None or m[-1]["multiplier"] > best):
                     best = m[-1]["multiplier"]
         ax.set(xscale="log", xlabel=f"{fit['reference_arm']} {xlabel}", ylabel=f"multiplier over {fit['reference_arm']}")
+        paper.log_axis(ax.xaxis, plt)
         if best is not None:
             twin = ax.twinx()
             twin.set_ylim(ax.get_ylim())
