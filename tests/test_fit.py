@@ -192,14 +192,21 @@ def test_release_extrapolation_to_d26_prints_paper_gain_and_pi(capsys):
     assert out["bootstrap"]["kind"] == "points" and not out["bootstrap"]["includes_seed_noise"]
 
 
-def test_result_json_runs_and_time_axis(tmp_path, capsys):
+def complete_runs(tmp_path, **fields):
+    """The synthetic ladders as complete runs' folders RUNS/ARM_dDD/result.json; fields(arm, depth, C, L) -> the extra
+    keys of each result.json. -> (the ladders' CSV path, its rows, RUNS)."""
     path, rows = synthetic_ladders(tmp_path)
     runs = tmp_path / "runs"
     for arm, d, C, L in rows:
         os.makedirs(runs / f"{arm}_d{d:02d}")
         with open(runs / f"{arm}_d{d:02d}" / "result.json", "w") as f:
             json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
-                           total_training_time_seconds=C / 1e15), f)
+                           **{k: v(arm, d, C, L) for k, v in fields.items()}), f)
+    return path, rows, runs
+
+
+def test_result_json_runs_and_time_axis(tmp_path, capsys):
+    path, rows, runs = complete_runs(tmp_path, total_training_time_seconds=lambda arm, d, C, L: C / 1e15)
     os.makedirs(runs / "vanilla_d22")
     with open(runs / "vanilla_d22" / "result.json", "w") as f:
         json.dump(dict(status="running", arch="vanilla", depth=22), f)
@@ -831,14 +838,9 @@ def test_a_fit_discloses_its_footing_dof_unknown_intervals_bounds_and_flagged_po
 def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, capsys):
     """fit.py report RUNS_DIR: every run's report.md, and RUNS_DIR/report.md with the runs table, the fit of the arms
     with >= 3 complete depths (its table with CIs, Figure 3 in RUNS_DIR/fit) and links to the runs' reports."""
-    path, rows = synthetic_ladders(tmp_path)
-    runs = tmp_path / "runs"
-    for arm, d, C, L in rows:
-        os.makedirs(runs / f"{arm}_d{d:02d}")
-        with open(runs / f"{arm}_d{d:02d}" / "result.json", "w") as f:
-            json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
-                           evals=[dict(step=10, when="end", passes=1, val_loss=L)], plan=dict(arch=arm, depth=d,
-                           steps=10)), f)
+    path, rows, runs = complete_runs(tmp_path, evals=lambda arm, d, C, L: [dict(step=10, when="end", passes=1,
+                                                                             val_loss=L)],
+                                     plan=lambda arm, d, C, L: dict(arch=arm, depth=d, steps=10))
     out = run(capsys, "report", runs, "--bootstrap", 20).out
     assert "gamma ± se [CI]" in out and out.strip().endswith(f"wrote {runs}/report.md")
     report = (runs / "report.md").read_text()

@@ -44,6 +44,17 @@ def table(argv, capsys):
     return capsys.readouterr().out
 
 
+def hold_lock(path):
+    """A process holding the exclusive flock on path, as a train.py writing its run does; returns once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    if holder.stdout.readline().strip() != "held":
+        holder.kill()
+        raise AssertionError(f"no process could hold {path}")
+    return holder
+
+
 def test_runs_table_names_each_runs_state(ladder, tmp_path, capsys):
     """Complete, running (a process holds train.lock), stopped, failed with its error, failed because the process
     died (result.json says running, nobody holds the lock), and a run written before the documented fields."""
@@ -59,11 +70,8 @@ def test_runs_table_names_each_runs_state(ladder, tmp_path, capsys):
         for r in read_run(runs, "vanilla_d2")[1]:
             f.write(json.dumps({k: r[k] for k in ("step", "loss", "lr_multiplier", "passes", "tokens_per_second",
                                                   "epoch")}) + "\n")
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
-                               str(runs / "running_d3" / "train.lock")], stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(runs / "running_d3" / "train.lock")
     try:
-        assert holder.stdout.readline().strip() == "held"
         rows = {r["run"]: r for r in json.loads(table(["runs", str(runs), "--json"], capsys))["runs"]}
         text = table(["runs", str(runs)], capsys)
     finally:
@@ -382,11 +390,8 @@ def test_a_fifo_result_json_does_not_hang_runs_curves_ladders_or_a_resume(ladder
 def test_a_stopped_run_whose_lock_is_held_reads_resuming(ladder, tmp_path, capsys):
     runs = tmp_path / "runs"
     shutil.copytree(ladder, runs)
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
-                               str(runs / "vanilla_d3" / "train.lock")], stdout=subprocess.PIPE, text=True)
+    holder = hold_lock(runs / "vanilla_d3" / "train.lock")
     try:
-        assert holder.stdout.readline().strip() == "held"
         rows = {r["run"]: r for r in json.loads(table(["runs", str(runs), "--json"], capsys))["runs"]}
     finally:
         holder.kill()
