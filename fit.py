@@ -839,9 +839,7 @@ def build_parser():
     s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
     s = add("paper", "every paper figure from the authors' released measurements, with a manifest")
     s.add_argument("release", help="the release folder: reference/ (or reference/release/)")
-    s.add_argument("--out", default=os.path.join("figures", "paper"),
-                   help="directory for the figures (PNG + PDF), paper_manifest.json and the gallery README.md "
-                        "(default: figures/paper)")
+    s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery README.md (default: figures/paper)")
     for name, helptext in (("tpp", "optimal tokens per parameter"), ("growth", "optimal growth fraction"),
                            ("lr", "hyperparameter drift exponent"), ("loops", "optimal loop count and frontiers")):
         s = add(name, helptext)
