@@ -215,15 +215,14 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
                   key=lambda name: PARAM_GROUPS[name][0] == "muon")
-    adam_groups = [dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
-                        weight_decay=wd if PARAM_GROUPS[name][2] else 0.0) for name in adam]
-    adamw = torch.optim.AdamW(adam_groups, betas=betas, eps=eps, foreach=True)
+    group = lambda name: dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
+                              weight_decay=wd if PARAM_GROUPS[name][2] else 0.0)  # its recipe row's LR and decay
+    adamw = torch.optim.AdamW([group(name) for name in adam], betas=betas, eps=eps, foreach=True)
     matrix_groups = [name for name in groups if name not in adam]
     if not matrix_groups:
         return [adamw]
     names = {p: name for name, p in model.named_parameters()}  # checkpoint keys
-    matrix = muon.Muon([dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
-                             weight_decay=wd if PARAM_GROUPS[name][2] else 0.0) for name in matrix_groups], lr=plan.matrix_lr, weight_decay=wd,
+    matrix = muon.Muon([group(name) for name in matrix_groups], lr=plan.matrix_lr, weight_decay=wd,
                        polar_express_dtype=polar_express_dtype,
                        param_names=[names[p] for name in matrix_groups for p in groups[name]])
     return [matrix, adamw]
