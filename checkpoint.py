@@ -268,18 +268,6 @@ def on_rank_0(write):
         raise OSError(*reasons[0])
 
 
-def save_tensors(obj, path):
-    """torch.save through a Python file, so that a full disk is the OSError it is (No space left on device): torch
-    reports it as a RuntimeError ("unexpected pos") raised while handling that OSError, and to a path without one."""
-    try:
-        with open(path, "wb") as f:
-            torch.save(obj, f)
-    except RuntimeError as e:
-        if isinstance(e.__context__, OSError):
-            raise e.__context__ from None
-        raise
-
-
 def dcp_cause(exc):
     """The first failing rank's exception inside DCP's CheckpointException (a BaseException, not an Exception, whose
     text is every rank's whole traceback); any other exception as it is. DCP catches BaseException, so a signal

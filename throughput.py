@@ -139,13 +139,6 @@ def step_sends(cfg, passes, moving, nodes, per_node, device="cuda"):
     return shards + exchanges + [Send("all_reduce", 4, "world")]
 
 
-def step_collectives(cfg, passes, moving, accumulation, nodes, per_node, device="cuda"):
-    """Counter of (collective, payload bytes, group) one rank sends in a step of `accumulation` micro-batches."""
-    sends = micro_batch_sends(cfg, passes, per_node, device) * accumulation if nodes * per_node > 1 else []
-    return Counter((s.kind, s.nbytes, s.group) for s in sends + step_sends(cfg, passes, moving, nodes, per_node,
-                                                                           device))
-
-
 def link_bytes(kind, n, nodes, per_node, group="world"):
     """(NVLink, network) bytes per GPU of one collective of n payload bytes on nodes x per_node GPUs (the module
     docstring's rings), on all of them or on a group: a node's GPUs, or one GPU of each node. Exact Fractions."""
