@@ -7,12 +7,13 @@ model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob i
 """
 import argparse
 import math
+import os
 import re
 import sys
 from collections import namedtuple
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from common import Parser, UsageError, cli_main, integer, number
+from common import DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, cli_main, integer, number
 
 MAX_DEPTH, MAX_PASSES, MAX_STEPS = 1024, 256, 10 ** 7   # the ranges of --depth, of pass counts, of step counts
 SEEDS = (0, 2 ** 63 - 1)                                 # train.py --seed, ladder.sh --seeds, core_eval.py --seeds
@@ -276,6 +277,7 @@ BENCH_SHAPES = {  # bench.py --bench-shape: flags of a named shape on top of --p
 # estimates (ladder.sh, fit.py design). The first key the device name contains wins: the PCIe and NVL cards first.
 GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
                   "A100": 312e12, "B200": 2250e12}
+H100_80GB_GIB = 81559 / 1024  # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -592,6 +594,94 @@ def check_boundary_knobs(arch, overrides):
 def preset_from_args(args):
     """The --preset with its shape (and, in train.py, batch) knobs replaced by the flags given."""
     return replace(PRESETS[args.preset], **given_knobs(args, Preset, "model"), **given_knobs(args, Preset, "train"))
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# train.py's flags (bench.py's too, besides the training run's group)
+
+TRAINING_RUN_FLAGS = "the training run (train.py only; bench.py refuses these)"
+# --attention-backend: SDPA's backends by name (model.SDPA_BACKENDS maps them to SDPA's and says why "auto"); on the
+# CPU only flash (its CPU kernel) and math exist
+ATTENTION_BACKENDS = ("auto", "default", "cudnn", "flash", "efficient", "math")
+CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
+
+
+def training_parser(prog, description):
+    """train.py's parser (bench.py adds its own flags to it): torch-free, so that `--help` answers before torch loads."""
+    p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
+                   help="several depths only with --dry-run")
+    p.add_argument("--preset", choices=list(PRESETS), default=None,
+                   help="paper or cpu (default: paper; bench.py without CUDA: cpu)")
+    p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
+    run = p.add_argument_group(TRAINING_RUN_FLAGS)
+    run.add_argument("--arch", choices=list(ARMS), default=None)
+    run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
+    run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
+    run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
+    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
+    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
+                     help="fraction of steps before each growth (rho = 1 - f)")
+    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
+                     help="stop after N steps without changing the plan")
+    run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
+                     help="checkpoint every N steps (0: only at the end)")
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
+                     help="print (and fetch the losses from the device) every N steps (default: the preset's)")
+    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
+                     help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
+                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute "
+                          "(docs/trajectory.md)")
+    run.add_argument("--wandb", default=None, metavar="PROJECT",
+                     help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
+    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
+    run.add_argument("--resume-or-start", action="store_true",
+                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
+    run.add_argument("--no-verify", action="store_true",
+                     help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
+                          "recorded in the pool's verified.json)")
+    run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
+                          "own 10 can pass while the ranks of a large model start up)")
+    shared = p.add_argument_group("run control")
+    shared.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
+    shared.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                        help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
+    shared.add_argument("--seed", type=integer(*SEEDS), default=42)
+    shared.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    shared.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
+    shared.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
+                        help="epochs over the token limit (--data-constrained)")
+    shared.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
+                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
+    rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
+    rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
+    rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
+    rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
+    add_knob_flags(rec, Arm, "train")
+    add_knob_flags(rec, Preset, "train")
+    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
+                     help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
+    add_memory_flags(p)
+    add_model_flags(p)
+    return p
+
+
+def add_memory_flags(p):
+    mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
+    mem.add_argument("--gpu-memory", type=number("(0, 65536]"), default=None, metavar="GIB",
+                     help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
+                          f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
+    mem.add_argument("--world-size", type=integer(1, MAX_PROCESSES_PER_NODE * MAX_NODES), default=None,
+                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
+    mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
+                     help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
+    mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                     help="torch.compile the model (default: on CUDA; CPU stays eager)")
+    mem.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+                     help="SDPA's backends (auto: cudnn first where the sequence length is a multiple of 128, else "
+                          "PyTorch's own choice, as default); one name forces it (a shape it cannot run is torch's "
+                          "error). CPU: auto, default, flash or math")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

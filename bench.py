@@ -15,18 +15,53 @@ acceptance"; docs/gpu_acceptance.md).
 
     python -m pytest -q tests/test_bench.py
 """
-import argparse
-import contextlib
-import gc
-import json
-import math
-import os
-import random
-import shutil
-import sys
-import time
+import argparse, contextlib, gc, json, math, os, random, shutil, sys, time
 from pathlib import Path
 from statistics import median
+
+from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS,
+                  TRAINING_RUN_FLAGS, gate, training_parser, verdict_markdown, verdict_summary)
+from common import (Stopped, UsageError, answer_help, atomic_write, autocast, claim_empty_folder, cli_main_distributed,
+                    exit_process, flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Command line, first so that --help answers before torch loads: train.py's flags (shapes, recipe, memory, --device,
+# --compile, --peak-flops) and the bench's own; parse_args (at the end) checks them
+
+def build_parser():
+    p = training_parser("bench.py", __doc__.split("\n\n")[0])
+    perf = p.add_argument_group("benchmark and GPU acceptance check")
+    perf.add_argument("--gpu-check", action="store_true",
+                      help="on synthetic tokens: roofline, CORE scoring agreement, compiled vanilla d12, untied_grow "
+                           "d8 eager and compiled (growth at step 8): MFU, tok/s, memory vs model; arm ratios at d8 "
+                           "(--preset cpu: tiny)")
+    perf.add_argument("--compile-time", action="store_true",
+                      help="cold compile time and steady step time of untied_grow (--depth, default 8) through "
+                           "growth, compiled whole-model vs per block (inductor; --preset cpu on CPU)")
+    perf.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
+                      help="rounds per repetition: a roofline sample and one step of every arm")
+    perf.add_argument("--bench-repeats", type=integer(1, 1000), default=3,
+                      help="interleaved repetitions (medians are printed)")
+    perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
+                      help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
+    perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
+    perf.add_argument("--gpu-smoke", action="store_true",
+                      help="first run on a new cluster: untied_grow through growth on 2 processes (stopped, resumed two "
+                           "ways) and on 2 nodes of 1, against one process; then --gpu-check (docs/gpu_acceptance.md)")
+    perf.add_argument("--out", default=None, help="what --gpu-check writes, a JSON file (default gpu_check.json), or "
+                      "--gpu-smoke, a new folder (default gpu_smoke)")
+    perf.add_argument("--cpu-exercise", action="store_true",
+                      help="--gpu-check / --gpu-smoke without a GPU: run their code path on the CPU (--device cpu, "
+                           "--preset cpu by default; the tests use it); the verdict is then at best incomplete")
+    perf.add_argument("--memory-snapshots", default=None, metavar="DIR",
+                      help="--gpu-check on CUDA: the allocator's history of untied_grow d8 eager and compiled, one "
+                           "pickle each (drop it on https://pytorch.org/memory_viz)")
+    return p
+
+
+if __name__ == "__main__":
+    answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
 
 import torch
 
@@ -35,10 +70,6 @@ import core_eval
 import data
 import model as model_lib
 import train
-from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS, gate,
-                  verdict_markdown, verdict_summary)
-from common import (Stopped, UsageError, atomic_write, autocast, claim_empty_folder, cli_main_distributed, exit_process,
-                    flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json)
 from plan import GIB, device_memory_plan, make_plan, memory_per_rank, stage_index
 from train import count_step, gpu_peak_flops, train_step, use_compile
 
@@ -537,10 +568,10 @@ def gpu_check_outputs(args, device):
     """Refuse --gpu-check's outputs and inputs that would fail later -> {section: its memory snapshot file or None}."""
     if args.bundle_dir and not os.path.isdir(args.bundle_dir):
         raise UsageError(f"--bundle-dir {args.bundle_dir} is not a directory")
-    if os.path.exists(args.gpu_check_out):
-        raise UsageError(f"{args.gpu_check_out} already exists; pass another --gpu-check-out or move it away")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(args.gpu_check_out))):
-        raise UsageError(f"the folder of --gpu-check-out {args.gpu_check_out} does not exist")
+    if os.path.exists(args.out):
+        raise UsageError(f"{args.out} already exists; pass another --out or move it away")
+    if not os.path.isdir(os.path.dirname(os.path.abspath(args.out))):
+        raise UsageError(f"the folder of --out {args.out} does not exist")
     snapshots = {name: os.path.join(args.memory_snapshots, f"{name}.pickle") if args.memory_snapshots and
                  device.type == "cuda" else None for name in SNAPSHOT_SECTIONS}
     if args.memory_snapshots and not os.path.isdir(args.memory_snapshots):
@@ -614,14 +645,14 @@ def gpu_check(args):
             else out["errors"].get(name) or out["skipped"][name]), flush=True)
         release_memory(device)
         out["total_seconds"] = time.perf_counter() - t0
-        write_json(args.gpu_check_out, out)
-    print(f"gpu-check: {verdict_summary(out, args.gpu_check_out)}")
+        write_json(args.out, out)
+    print(f"gpu-check: {verdict_summary(out, args.out)}")
     return out["exit_code"]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # --gpu-smoke (bash ladder.sh gpu-smoke): Untied-Grow through growth at step 3 under torchrun (NCCL; gloo with --device
-# cpu) in the layouts of smoke_launches, then --gpu-check; all in --gpu-smoke-dir, summed up in gpu_smoke.json and .md.
+# cpu) in the layouts of smoke_launches, then --gpu-check; all in --out, summed up in gpu_smoke.json and .md.
 
 GPU_SMOKE = {  # per preset: the run's depth, steps, validation tokens and the byte-level pool it trains on
     "paper": dict(depth=6, steps=6, val_tokens=262_144, train_tokens=3_300_000, launch_timeout=300),
@@ -751,11 +782,11 @@ def gpu_smoke(args):
     snapshots; a part the machine cannot run (fewer than 2 GPUs, no GPU) is listed under "skipped" and makes the
     verdict incomplete -> the verdict's exit code (arms.EXIT_CODES). A SIGTERM or SIGINT stops the launch in
     flight and its workers, is recorded, and ends bench.py with 128 + the signal."""
-    out_dir = args.gpu_smoke_dir
+    out_dir = args.out
     device = single_process(args.device, "--gpu-smoke")
     require_gpu(args, device, "--gpu-smoke")
     if not claim_empty_folder(out_dir, "gpu_smoke.json"):  # atomic: of two runs into one folder, one gets it
-        raise UsageError(f"--gpu-smoke-dir {out_dir} already exists and is not an empty folder; pass another one")
+        raise UsageError(f"--out {out_dir} already exists and is not an empty folder; pass another one")
     gpus = torch.cuda.device_count() if device.type == "cuda" else 0
     dtype = "bf16" if device.type == "cuda" else "fp32"
     out = dict(verdict=None, exit_code=None, misses=[], unmeasured=[], date=time.strftime("%Y-%m-%d"),
@@ -789,21 +820,21 @@ def smoke_parts(args, device, gpus, out_dir, out, path):
         gpu_smoke_runs(args, device, out_dir, out)
     write_json(path, out)
     if device.type == "cuda":
-        check_args = argparse.Namespace(**dict(vars(args), gpu_check_out=os.path.join(out_dir, "gpu_check.json"),
+        check_args = argparse.Namespace(**dict(vars(args), out=os.path.join(out_dir, "gpu_check.json"),
                                                memory_snapshots=out_dir))
         out["gpu_check_exit_code"] = gpu_check(check_args)
-        out["gpu_check"] = json.load(open(check_args.gpu_check_out))
+        out["gpu_check"] = json.load(open(check_args.out))
         out["parts"]["gpu_check"] = out["gpu_check"]["verdict"]
     else:
         out["skipped"]["gpu_check"] = "needs a CUDA device (--cpu-exercise: the code path ran on the CPU)"
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# Command line: train.py's flags (shapes, recipe, memory, --device, --compile, --peak-flops) and the bench's own
+# Command line: the checks of build_parser's flags
 
 MODES = {"gpu_smoke": "--gpu-smoke", "gpu_check": "--gpu-check", "compile_time": "--compile-time",
          "bench": "the step-time bench (no --gpu-smoke, --gpu-check or --compile-time)"}  # run()'s order
-MODES_READING = dict(gpu_check_out=["gpu_check"], memory_snapshots=["gpu_check"], gpu_smoke_dir=["gpu_smoke"],
+MODES_READING = dict(out=["gpu_check", "gpu_smoke"], memory_snapshots=["gpu_check"],
                      bundle_dir=["gpu_check", "gpu_smoke"], cpu_exercise=["gpu_check", "gpu_smoke"],
                      bench_repeats=["bench"],
                      bench_steps=["bench", "compile_time"])
@@ -811,8 +842,8 @@ MODES_READING = dict(gpu_check_out=["gpu_check"], memory_snapshots=["gpu_check"]
 
 def check_ignored_flags(parser, args):
     """Refuse a flag this invocation would ignore: train.py's flags of the training run itself (their group in
-    train.build_parser), a second mode, and a bench flag that only another mode reads (MODES_READING)."""
-    run_flags = next(g for g in parser._action_groups if g.title == train.TRAINING_RUN_FLAGS)._group_actions
+    arms.training_parser), a second mode, and a bench flag that only another mode reads (MODES_READING)."""
+    run_flags = next(g for g in parser._action_groups if g.title == TRAINING_RUN_FLAGS)._group_actions
     for action in run_flags:
         if getattr(args, action.dest) != action.default:
             raise UsageError(f"{action.option_strings[0]} is for training runs (train.py); drop it for bench.py")
@@ -827,37 +858,13 @@ def check_ignored_flags(parser, args):
 
 
 def parse_args(argv):
-    p = train.build_parser("bench.py", __doc__.split("\n\n")[0])
-    perf = p.add_argument_group("benchmark and GPU acceptance check")
-    perf.add_argument("--gpu-check", action="store_true",
-                      help="on synthetic tokens: roofline, CORE scoring agreement, compiled vanilla d12, untied_grow "
-                           "d8 eager and compiled (growth at step 8): MFU, tok/s, memory vs model; arm ratios at d8 "
-                           "(--preset cpu: tiny)")
-    perf.add_argument("--compile-time", action="store_true",
-                      help="cold compile time and steady step time of untied_grow (--depth, default 8) through "
-                           "growth, compiled whole-model vs per block (inductor; --preset cpu on CPU)")
-    perf.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
-                      help="rounds per repetition: a roofline sample and one step of every arm")
-    perf.add_argument("--bench-repeats", type=integer(1, 1000), default=3,
-                      help="interleaved repetitions (medians are printed)")
-    perf.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
-                      help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
-    perf.add_argument("--gpu-check-out", default="gpu_check.json", help="the JSON --gpu-check writes")
-    perf.add_argument("--bundle-dir", default=None, help="CORE bundle for --gpu-check (default: synthetic tasks)")
-    perf.add_argument("--gpu-smoke", action="store_true",
-                      help="first run on a new cluster: untied_grow through growth on 2 processes (stopped, resumed two "
-                           "ways) and on 2 nodes of 1, against one process; then --gpu-check (docs/gpu_acceptance.md)")
-    perf.add_argument("--gpu-smoke-dir", default="gpu_smoke", help="the new folder --gpu-smoke writes into")
-    perf.add_argument("--cpu-exercise", action="store_true",
-                      help="--gpu-check / --gpu-smoke without a GPU: run their code path on the CPU (--device cpu, "
-                           "--preset cpu by default; the tests use it); the verdict is then at best incomplete")
-    perf.add_argument("--memory-snapshots", default=None, metavar="DIR",
-                      help="--gpu-check on CUDA: the allocator's history of untied_grow d8 eager and compiled, one "
-                           "pickle each (drop it on https://pytorch.org/memory_viz)")
+    p = build_parser()
     args = p.parse_args(argv)
     if args.dry_run:
         raise UsageError("--dry-run plans a training run: python train.py --arch A --depth D --dry-run")
     check_ignored_flags(p, args)
+    if args.out is None:
+        args.out = "gpu_smoke" if args.gpu_smoke else "gpu_check.json" if args.gpu_check else None
     if args.cpu_exercise:  # the code path on the CPU, at the tiny preset unless one is named
         if args.device == "cuda":
             raise UsageError("--cpu-exercise runs on the CPU; drop --device cuda (or --cpu-exercise)")
@@ -872,14 +879,9 @@ def parse_args(argv):
 
 def run(argv):
     args = parse_args(argv)
-    if args.gpu_smoke:
-        return gpu_smoke(args)
-    if args.gpu_check:
-        return gpu_check(args)
-    if args.compile_time:
-        compile_time(args)
-        return
-    bench(args)
+    if args.gpu_smoke or args.gpu_check:
+        return (gpu_smoke if args.gpu_smoke else gpu_check)(args)  # the verdict's exit code
+    (compile_time if args.compile_time else bench)(args)
 
 
 def main(argv=None):

@@ -19,32 +19,12 @@ Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) int
 extracted with zip-slip, size and file caps, and fingerprinted; every task row is checked before any task runs.
 """
 
-import argparse
-import contextlib
-import csv
-import hashlib
-import json
-import math
-import os
-import random
-import shutil
-import sys
-import tempfile
-import time
-import zipfile
+import argparse, contextlib, csv, hashlib, json, math, os, random, shutil, sys, tempfile, time, zipfile
 
-import numpy as np
-import torch
-import torch.distributed as dist
-import torch.nn.functional as F
-import yaml
-
-import data
-import model
-from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
 from arms import MAX_PASSES, SEEDS
-from common import (ANY_NUMBER, TEXT, DownloadError, Parser, UsageError, autocast, check_record, cli_main_distributed,
-                    download, exit_process, integer, nullable, number, setup_distributed, sha256_file, write_json)
+from common import (ANY_NUMBER, TEXT, DownloadError, Parser, UsageError, answer_help, autocast, check_record,
+                    cli_main_distributed, download, exit_process, integer, nullable, number, setup_distributed,
+                    sha256_file, write_json)
 
 # ------------------------------------------------------------------------------------------------------------------
 # Protocol constants (paper App. C.2) and evaluator defaults
@@ -75,6 +55,60 @@ FILTER_EXCLUDED = {"bigbench_cs_algorithms", "bigbench_language_identification",
 FILTERED_TASKS = sorted(set(CORE_TASKS) - FILTER_EXCLUDED)  # the frozen Vanilla-only 17-task subset
 DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "eval_bundle")
 
+
+# ------------------------------------------------------------------------------------------------------------------
+# Command line, here so that --help answers before torch loads (parse_args, at the end, checks what it parsed)
+
+def build_parser():
+    p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--checkpoint", help="train.py checkpoint folder (runs/<name>/checkpoints/final), its model.pt, "
+                   "or an older single-file final.pt")
+    p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
+    p.add_argument("--bundle-url", default=EVAL["bundle_url"])
+    p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
+                   help="content fingerprint required of a complete 22-task bundle")
+    p.add_argument("--seed", "--seeds", dest="seeds", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"])
+    p.add_argument("--max-per-task", type=examples_per_task, default=None,
+                   help="keep the first N shuffled examples of each task, or all (default: all; --bench: 100)")
+    p.add_argument("--passes", type=integer(1, MAX_PASSES), default=None,
+                   help="evaluate at K passes (default: the checkpoint's)")
+    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"],
+                   help="sequences per forward")
+    p.add_argument("--scoring", choices=SCORING, default="shared",
+                   help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
+                        "forward; shared: batched, and each example's common prefix runs once")
+    p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json); an existing file is\n"
+                   "replaced only by a repeat of its evaluation: the same checkpoint (and step), --seeds,\n"
+                   "--max-per-task, --passes, --scoring, --batch-size, bundle and --effective-depth settings")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out whatever it holds")
+    p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
+    p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
+    p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=EVAL["lens_tokens"])
+    p.add_argument("--kl-threshold", type=number("(0, inf)"), default=EVAL["kl_threshold"], help="nats")
+    p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
+    return p
+
+
+def examples_per_task(text):
+    """argparse type of --max-per-task: a whole number of examples, or the word all."""
+    try:
+        return None if text == "all" else integer(1, 10 ** 9)(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be a whole number in [1, {10 ** 9}] or all, got {text!r}") from None
+
+
+if __name__ == "__main__":
+    answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+import yaml
+
+import data
+import model
+from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
 
 # ------------------------------------------------------------------------------------------------------------------
 # The bundle on disk: downloaded and safely extracted, its content fingerprint, and its tasks read from core.yaml,
@@ -168,11 +202,11 @@ def load_tasks(bundle_dir):
     if not isinstance(config, dict) or not config.get("icl_tasks"):
         raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
     tasks = []
-    for number, spec in enumerate(config["icl_tasks"], 1):
+    for index, spec in enumerate(config["icl_tasks"], 1):
         missing = [k for k in ("label", "dataset_uri", "icl_task_type", "num_fewshot")
                    if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
         if missing:
-            raise UsageError(f"bad CORE bundle: icl_tasks entry {number} of {bundle_dir}/core.yaml has no "
+            raise UsageError(f"bad CORE bundle: icl_tasks entry {index} of {bundle_dir}/core.yaml has no "
                              f"{', '.join(missing)}")
         label, delimiter = spec["label"], spec.get("continuation_delimiter") or " "
         for key, value in dict(label=label, dataset_uri=spec["dataset_uri"], continuation_delimiter=delimiter).items():
@@ -639,7 +673,7 @@ def effective_depth(curve, threshold):
 
 def load_model(checkpoint, device, passes=None):
     """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
-    state; its attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: model.ATTENTION_BACKENDS)."""
+    state; its attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: arms.ATTENTION_BACKENDS)."""
     try:
         net, ckpt = load_checkpoint_model(checkpoint, device=device)
         net.set_attention("default")
@@ -795,9 +829,7 @@ def run_bench(args, device):
     cfg = model.config_for("vanilla", 4, width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, vocab_size=257)
     net = model.GPT(cfg, attention="default").to(device).eval()
     tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
-    enc = data.get_tokenizer("bytes")
-    max_per_task = args.max_per_task or 100
-    seeds = args.seeds[:1]
+    enc, max_per_task, seeds = data.get_tokenizer("bytes"), args.max_per_task or 100, args.seeds[:1]
     n_examples = sum(min(len(t["items"]), max_per_task) for t in tasks)
     for scoring in SCORING:  # warm-up: first-call allocations and tokenizer start-up are not what is measured
         evaluate_tasks(net, enc, tasks[:2], seeds, 4, cfg.seq_len, device, args.batch_size, scoring,
@@ -818,44 +850,11 @@ def run_bench(args, device):
 
 
 def parse_args(argv=None):
-    p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--checkpoint", help="train.py checkpoint folder (runs/<name>/checkpoints/final), its model.pt, "
-                   "or an older single-file final.pt")
-    p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
-    p.add_argument("--bundle-url", default=EVAL["bundle_url"])
-    p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
-                   help="content fingerprint required of a complete 22-task bundle")
-    p.add_argument("--seed", "--seeds", dest="seeds", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"])
-    p.add_argument("--max-per-task", type=examples_per_task, default=None,
-                   help="keep the first N shuffled examples of each task, or all (default: all; --bench: 100)")
-    p.add_argument("--passes", type=integer(1, MAX_PASSES), default=None,
-                   help="evaluate at K passes (default: the checkpoint's)")
-    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"],
-                   help="sequences per forward")
-    p.add_argument("--scoring", choices=SCORING, default="shared",
-                   help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
-                        "forward; shared: batched, and each example's common prefix runs once")
-    p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json); an existing file is\n"
-                   "replaced only by a repeat of its evaluation: the same checkpoint (and step), --seeds,\n"
-                   "--max-per-task, --passes, --scoring, --batch-size, bundle and --effective-depth settings")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out whatever it holds")
-    p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
-    p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
-    p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=EVAL["lens_tokens"])
-    p.add_argument("--kl-threshold", type=number("(0, inf)"), default=EVAL["kl_threshold"], help="nats")
-    p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
+    p = build_parser()
     args = p.parse_args(argv)
     if len(set(args.seeds)) < len(args.seeds):  # a repeated seed would count twice in the mean over seeds
         p.error(f"--seeds names a seed twice ({' '.join(map(str, args.seeds))}); give each once")
     return args
-
-
-def examples_per_task(text):
-    """argparse type of --max-per-task: a whole number of examples, or the word all."""
-    try:
-        return None if text == "all" else integer(1, 10 ** 9)(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be a whole number in [1, {10 ** 9}] or all, got {text!r}") from None
 
 
 def run(argv):

@@ -37,13 +37,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-import numpy as np
-import pyarrow.parquet as pq
-import tiktoken
-import torch
-import torch.distributed as dist
-
-from common import (OBJECT, TEXT, Parser, UsageError, check_record, cli_main, download, each, exit_process,
+from common import (OBJECT, TEXT, Parser, UsageError, answer_help, check_record, cli_main, download, each, exit_process,
                     hf_auth_headers, hf_list, hf_url, integer, record_error, rule, sha256_file, whole, write_json)
 
 # Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
@@ -81,6 +75,43 @@ VERIFIED_SCHEMA = {f"{s}.bin?": rule("[size, mtime_ns, ctime_ns, sha256]", lambd
 
 class DataError(UsageError):
     """A problem with the inputs or a pool; the message is one line that says what to do."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line, here so that --help answers before torch loads (run, at the end, does what it parsed)
+
+def build_parser():
+    parser = Parser(prog="data.py", description="Token pools: prepare, verify, bench.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
+    p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
+    p.add_argument("--out", required=True, help="pool directory")
+    p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")
+    p.add_argument("--val-tokens", type=integer(1, 2 ** 40), help="val budget in tokens (default: corpus recipe)")
+    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes (offline)")
+    p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
+    p.add_argument("--workers", type=integer(1, MAX_WORKERS), help="tokeniser processes (default: all CPUs)")
+    p.add_argument("--if-missing", action="store_true",
+                   help="do nothing if --out already holds a complete pool (no settings check, no hashing)")
+    v = sub.add_parser("verify", help="check a pool's sizes and sha256")
+    v.add_argument("out", help="pool directory")
+    b = sub.add_parser("bench", help="print tokeniser throughput and loader cost")
+    b.add_argument("--tokenizer", default="bytes")
+    b.add_argument("--workers", type=integer(1, MAX_WORKERS), default=os.cpu_count() or 1)
+    b.add_argument("--seq-len", type=integer(1, 2 ** 16), default=512)
+    b.add_argument("--batch-seqs", type=integer(1, 2 ** 12), default=32)
+    b.add_argument("--steps", type=integer(1, 10 ** 4), default=20)
+    return parser
+
+
+if __name__ == "__main__":
+    answer_help(build_parser)  # before torch, tiktoken and pyarrow load (2 s on 2 cores)
+
+import numpy as np
+import pyarrow.parquet as pq
+import tiktoken
+import torch
+import torch.distributed as dist
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -767,27 +798,7 @@ def bench(tokenizer, workers, seq_len, batch_seqs, steps):
 # CLI
 
 def run(argv):
-    parser = Parser(prog="data.py", description="Token pools: prepare, verify, bench.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
-    p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
-    p.add_argument("--out", required=True, help="pool directory")
-    p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")
-    p.add_argument("--val-tokens", type=integer(1, 2 ** 40), help="val budget in tokens (default: corpus recipe)")
-    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes (offline)")
-    p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
-    p.add_argument("--workers", type=integer(1, MAX_WORKERS), help="tokeniser processes (default: all CPUs)")
-    p.add_argument("--if-missing", action="store_true",
-                   help="do nothing if --out already holds a complete pool (no settings check, no hashing)")
-    v = sub.add_parser("verify", help="check a pool's sizes and sha256")
-    v.add_argument("out", help="pool directory")
-    b = sub.add_parser("bench", help="print tokeniser throughput and loader cost")
-    b.add_argument("--tokenizer", default="bytes")
-    b.add_argument("--workers", type=integer(1, MAX_WORKERS), default=os.cpu_count() or 1)
-    b.add_argument("--seq-len", type=integer(1, 2 ** 16), default=512)
-    b.add_argument("--batch-seqs", type=integer(1, 2 ** 12), default=32)
-    b.add_argument("--steps", type=integer(1, 10 ** 4), default=20)
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         if args.command == "prepare":
             existing = _read_manifest(args.out) if args.if_missing and os.path.isdir(args.out) else None

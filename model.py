@@ -33,15 +33,13 @@ GPT2_VOCAB = 50257
 # that are not a multiple of 128. "auto" (training) puts cuDNN first, reported 1.7-2.3x faster than FlashAttention-2
 # there, where that cannot happen (a causal call whose length is a multiple of CUDNN_SAFE_LENGTH), and is "default"
 # everywhere else; CORE scores with "default" (its lengths are arbitrary). One name forces that backend, to compare.
-# On the CPU only flash (its CPU kernel) and math exist.
 CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 CUDNN_SAFE_LENGTH = 128
-ATTENTION_BACKENDS = {
+SDPA_BACKENDS = {  # arms.ATTENTION_BACKENDS, the names --attention-backend takes, in its order
     "auto": None, "default": [],  # None: attention_backends decides per call; []: no override
     "cudnn": [SDPBackend.CUDNN_ATTENTION], "flash": [SDPBackend.FLASH_ATTENTION],
     "efficient": [SDPBackend.EFFICIENT_ATTENTION], "math": [SDPBackend.MATH],
 }
-CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
 ATTENTION_OPS = {"aten::_scaled_dot_product_cudnn_attention": "cudnn",
                  "aten::_scaled_dot_product_flash_attention": "flash",
                  "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
@@ -52,7 +50,7 @@ ATTENTION_OPS = {"aten::_scaled_dot_product_cudnn_attention": "cudnn",
 def attention_backends(name, seq_len, causal):
     """The SDPA backends, in priority order, an attention call of `seq_len` runs under --attention-backend `name`;
     [] leaves the choice to PyTorch."""
-    chosen = ATTENTION_BACKENDS[name]
+    chosen = SDPA_BACKENDS[name]
     if chosen is not None:
         return chosen
     return CUDNN_FIRST if causal and seq_len % CUDNN_SAFE_LENGTH == 0 else []
@@ -358,7 +356,7 @@ class GPT(nn.Module):
             raise ValueError(f"an untied model can run at most its {self.cfg.passes} allocated cores, got passes={k}")
 
     def set_attention(self, name):
-        """Every attention call's SDPA backends: attention_backends(name, ...) (ATTENTION_BACKENDS' names)."""
+        """Every attention call's SDPA backends: attention_backends(name, ...) (arms.ATTENTION_BACKENDS)."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.attention = name

@@ -587,7 +587,6 @@ def plan_memory(cfg, pass_stages, rank_sequences, gpu_memory_gib, world_size=1, 
 # The micro-batch planner: the micro-batch of each pass stage. It depends on the world size and the device, so it is
 # kept out of the Plan (a run resumes on another world size): result.json and the dry run hold it under "memory".
 
-H100_80GB_GIB = 81559 / 1024   # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
 COMPILE_MODE = ("regional: torch.compile per block (train.compile_model), gradients ready block by block as in eager; "
                 "activations as eager saves them, an upper bound for the compiled blocks")
 

@@ -18,7 +18,6 @@ run that has none yet. At start the pool's token files are checked against their
 then recorded in the pool's verified.json; --no-verify skips this).
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
 """
-import argparse
 import contextlib
 import datetime
 import hashlib
@@ -31,6 +30,17 @@ import sys
 import time
 from dataclasses import dataclass
 
+import arms
+from common import answer_help
+
+
+def build_parser():
+    return arms.training_parser("train.py", __doc__.split("\n\n")[0])
+
+
+if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
+    answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
+
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -41,19 +51,16 @@ import data
 import model as model_lib
 import muon
 import throughput
+from arms import EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, H100_80GB_GIB, PARAM_GROUPS, PRESETS
 from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
                         load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
-from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main,
-                    cli_main_distributed, clock, env_integer, exit_process, integer, memory_in_use, number,
-                    setup_distributed, torchrun_ranks, uses_cuda)
-import arms
-from arms import (ARMS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PARAM_GROUPS, PRESETS,
-                  SEEDS)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main, cli_main_distributed,
+                    clock, env_integer, exit_process, integer, memory_in_use, number, setup_distributed,
+                    torchrun_ranks, uses_cuda)
+from plan import (GIB, device_memory_plan, host_memory, lr_multiplier, make_plan, memory_line, memory_report,
+                  passes_at, plan_micro_batches, requested_micro_batches, schedule_notes, stage_at, stage_index)
 from watch import Progress, check_tracker, open_tracker, write_run_report
-from plan import (GIB, H100_80GB_GIB, device_memory_plan, host_memory, lr_multiplier, make_plan,
-                  memory_line, memory_report, passes_at, plan_micro_batches, requested_micro_batches, schedule_notes,
-                  stage_at, stage_index)
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -740,88 +747,7 @@ def check_flags(args):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Command line (bench.py adds its flags to this parser)
-
-TRAINING_RUN_FLAGS = "the training run (train.py only; bench.py refuses these)"
-
-
-def build_parser(prog="train.py", description=__doc__.split("\n\n")[0]):
-    p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
-                   help="several depths only with --dry-run")
-    p.add_argument("--preset", choices=list(PRESETS), default=None,
-                   help="paper or cpu (default: paper; bench.py without CUDA: cpu)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
-    run = p.add_argument_group(TRAINING_RUN_FLAGS)
-    run.add_argument("--arch", choices=list(ARMS), default=None)
-    run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
-    run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
-    run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
-    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
-    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
-                     help="fraction of steps before each growth (rho = 1 - f)")
-    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
-                     help="stop after N steps without changing the plan")
-    run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
-                     help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
-                     help="print (and fetch the losses from the device) every N steps (default: the preset's)")
-    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
-                     help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
-                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute "
-                          "(docs/trajectory.md)")
-    run.add_argument("--wandb", default=None, metavar="PROJECT",
-                     help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
-    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
-    run.add_argument("--resume-or-start", action="store_true",
-                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
-    run.add_argument("--no-verify", action="store_true",
-                     help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
-                          "recorded in the pool's verified.json)")
-    run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
-                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
-                          "own 10 can pass while the ranks of a large model start up)")
-    shared = p.add_argument_group("run control")
-    shared.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
-    shared.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
-                        help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
-    shared.add_argument("--seed", type=integer(*SEEDS), default=42)
-    shared.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    shared.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
-    shared.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
-                        help="epochs over the token limit (--data-constrained)")
-    shared.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
-                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
-    rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
-    rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
-    rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
-    rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
-    arms.add_knob_flags(rec, arms.Arm, "train")
-    arms.add_knob_flags(rec, arms.Preset, "train")
-    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
-                     help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
-    add_memory_flags(p)
-    arms.add_model_flags(p)
-    return p
-
-
-
-def add_memory_flags(p):
-    mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
-    mem.add_argument("--gpu-memory", type=number("(0, 65536]"), default=None, metavar="GIB",
-                     help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
-                          f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
-    mem.add_argument("--world-size", type=integer(1, MAX_PROCESSES_PER_NODE * MAX_NODES), default=None,
-                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
-    mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
-                     help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
-    mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                     help="torch.compile the model (default: on CUDA; CPU stays eager)")
-    mem.add_argument("--attention-backend", choices=list(model_lib.ATTENTION_BACKENDS), default="auto",
-                     help="SDPA's backends (auto: cudnn first where the sequence length is a multiple of 128, else "
-                          "PyTorch's own choice, as default); one name forces it (a shape it cannot run is torch's "
-                          "error). CPU: auto, default, flash or math")
-
+# Command line (its flags: arms.training_parser)
 
 def parse_args(argv):
     p = build_parser()
@@ -842,7 +768,7 @@ def checked_args(parser, args):
     check_tracker(args, run_dir_of(args))
     if args.world_size is not None and not args.dry_run:
         parser.error("--world-size is a number of GPUs for --dry-run (torchrun sets it for training)")
-    if args.attention_backend not in model_lib.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
+    if args.attention_backend not in arms.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
         raise UsageError(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash "
                          "(its CPU kernel) and math")
     return args

@@ -10,7 +10,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import model  # noqa: E402
 import plan  # noqa: E402
 import train  # noqa: E402
-from arms import ARMS, DATA_CONSTRAINED_LOOPS, ladder_runs  # noqa: E402
+from arms import ARMS, DATA_CONSTRAINED_LOOPS, H100_80GB_GIB, ladder_runs  # noqa: E402
 from common import Parser, cli_main, exit_process  # noqa: E402
 
 H200_141GB_GIB = 143771 / 1024  # what torch reports for an H200 141GB
@@ -36,7 +36,7 @@ def cell(run_plan, world, gpu):
 def row(name, argv, release, world=8):
     run_plan = train.make_plan(train.parse_args(argv + ["--dry-run"]))
     blocks = "→".join(str(model.executed_blocks(run_plan.model_config, k)) for k in plan.memory_pass_stages(run_plan))
-    return (f"| {name} | {blocks} | {release} | {cell(run_plan, world, plan.H100_80GB_GIB)} | "
+    return (f"| {name} | {blocks} | {release} | {cell(run_plan, world, H100_80GB_GIB)} | "
             f"{cell(run_plan, world, H200_141GB_GIB)} |")
 
 

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import plan  # noqa: E402
 import throughput  # noqa: E402
 import train  # noqa: E402
-from arms import RELEASE_SERIES  # noqa: E402
+from arms import H100_80GB_GIB, RELEASE_SERIES  # noqa: E402
 from common import Parser, cli_main, exit_process  # noqa: E402
 
 CALIBRATION_POINTS = 3.0  # every predicted MFU within this many points of the release's
@@ -25,7 +25,7 @@ def rows():
     for series, depth, hours in throughput.release_timing():
         arch = RELEASE_SERIES[series]
         run_plan = train.make_plan(train.parse_args(["--arch", arch, "--depth", str(depth)]))
-        mem = plan.plan_micro_batches(run_plan, throughput.RELEASE_GPUS, plan.H100_80GB_GIB)
+        mem = plan.plan_micro_batches(run_plan, throughput.RELEASE_GPUS, H100_80GB_GIB)
         speed = throughput.predict(run_plan, mem, 1, throughput.RELEASE_GPUS)
         exposed = sum(s["steps"] * s["seconds"]["exposed_communication"] for s in speed["stages"]) / speed["seconds"]
         out.append((f"{arch}_d{depth}", hours, throughput.measured_mfu(run_plan.total_flops, hours), speed["mfu"],

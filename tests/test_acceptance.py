@@ -80,7 +80,7 @@ def test_mfu_targets_are_the_calibrated_models_prediction_for_each_sections_shap
     assert set(shapes) == set(arms.GPU_CHECK_MFU)
     for section, (arch, depth, crossover) in shapes.items():
         run_plan = bench.synthetic_plan(args, arch, depth, recipe["steps"], crossover, recipe["tokens_per_step"])
-        mem = plan.plan_micro_batches(run_plan, 1, plan.H100_80GB_GIB)
+        mem = plan.plan_micro_batches(run_plan, 1, arms.H100_80GB_GIB)
         timed = throughput.predict(run_plan, mem, 1, 1)["stages"][-1]
         shape, mfu = arms.GPU_CHECK_MFU[section]
         assert mfu == pytest.approx(timed["mfu"], abs=5e-4) and f"micro-batch {timed['micro_batch']}" in shape
@@ -122,7 +122,7 @@ def test_the_one_gpu_smoke_is_incomplete_never_passed(tmp_path, monkeypatch):
         return 0
     monkeypatch.setattr(bench, "gpu_check", passed_check)
     out = dict(launches={}, runs={}, checks=None, parts={}, errors={}, skipped={})
-    args = types.SimpleNamespace(gpu_check_out=None, memory_snapshots=None)
+    args = types.SimpleNamespace(out=None, memory_snapshots=None)
     bench.smoke_parts(args, torch.device("cuda", 0), 1, str(tmp_path), out, str(tmp_path / "gpu_smoke.json"))
     assert "NCCL was not started" in out["skipped"]["runs"] and out["parts"] == dict(gpu_check="passed")
     assert arms.gate("gpu_smoke", out, "bf16") == "incomplete" and out["exit_code"] == 5
@@ -194,7 +194,7 @@ def locked(path):
 def test_a_stopped_gpu_smoke_stops_its_torchrun_and_workers_and_releases_the_run_lock(tmp_path):
     out = tmp_path / "smoke"
     proc = subprocess.Popen([sys.executable, "bench.py", "--gpu-smoke", "--cpu-exercise", "--device-batch-size", "2",
-                             "--gpu-smoke-dir", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                             "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     lock, deadline = out / "runs" / "default" / "train.lock", time.time() + 120
     while not (lock.exists() and locked(lock)) and time.time() < deadline and proc.poll() is None:

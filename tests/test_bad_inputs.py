@@ -476,8 +476,7 @@ def test_bench_refuses_training_run_flags_it_ignores(tmp_path, flags, no_bench_r
 
 @pytest.mark.parametrize("flags, message", [
     (["--memory-snapshots", "{d}/snap.pickle"], "--memory-snapshots is read only by --gpu-check;"),
-    (["--gpu-check-out", "{d}/g.json"], "--gpu-check-out is read only by --gpu-check"),
-    (["--gpu-smoke-dir", "{d}/smoke"], "--gpu-smoke-dir is read only by --gpu-smoke"),
+    (["--out", "{d}/g.json"], "--out is read only by --gpu-check or --gpu-smoke"),
     (["--bundle-dir", "{d}/b"], "--bundle-dir is read only by --gpu-check or --gpu-smoke"),
     (["--bench-repeats", "2", "--compile-time"], "--bench-repeats is read only by the step-time bench"),
     (["--gpu-check", "--compile-time"], "--gpu-check and --compile-time are separate runs of bench.py; pass one"),
@@ -770,7 +769,7 @@ def test_issue31_class5_gpu_check_names_each_section_before_it_runs(tmp_path, mo
     for name in ("check_ratios", "check_core_scoring", "check_training", "matmul_roofline"):
         monkeypatch.setattr(bench, name, section)
     out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--cpu-exercise", "--preset", "cpu", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--preset", "cpu", "--out", str(out)]) == 1
     names = list(bench.GPU_CHECK["cpu"]["caps"])
     assert len(seen) == len(names)
     assert seen[0].startswith("gpu-check: planning its training runs")

@@ -74,7 +74,7 @@ def test_gpu_check_tiny_cpu_mode_writes_every_section(tmp_path, monkeypatch):
     out = tmp_path / "gpu_check.json"
     released, release = [], bench.release_memory
     monkeypatch.setattr(bench, "release_memory", lambda device: (released.append(device), release(device)))
-    assert bench.main(["--gpu-check", "--cpu-exercise", "--gpu-check-out", str(out)]) == 5  # incomplete: no GPU
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--out", str(out)]) == 5  # incomplete: no GPU
     assert len(released) >= len(bench.GPU_CHECK["cpu"]["caps"])  # after every section, so the next one starts clean
     result = json.loads(out.read_text())
     assert result["errors"] == {} and list(result["skipped"]) == ["gpu"] and result["tokens"].startswith("synthetic")
@@ -135,7 +135,7 @@ def test_gpu_check_records_a_failed_section_and_goes_on_and_stops_a_section_at_i
     monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(recipe, steps=2, crossover_step=1,
                                                      caps=dict(recipe["caps"], untied_grow_eager=0)))
     out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--cpu-exercise", "--gpu-check-out", str(out)]) == 1
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--out", str(out)]) == 1
     result = json.loads(out.read_text())
     assert result["verdict"] == "failed" and result["errors"] == {"ratios": "RuntimeError: out of memory", "core_scoring": "RuntimeError: out of memory"}
     assert result["ratios"] is None and result["vanilla"]["tokens_per_second"] > 0
@@ -146,7 +146,7 @@ def test_gpu_check_records_a_failed_section_and_goes_on_and_stops_a_section_at_i
 def test_gpu_check_skips_sections_past_its_time_budget(tmp_path, monkeypatch):
     monkeypatch.setitem(bench.GPU_CHECK, "cpu", dict(bench.GPU_CHECK["cpu"], budget_seconds=-1))
     out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--cpu-exercise", "--gpu-check-out", str(out)]) == 5
+    assert bench.main(["--gpu-check", "--cpu-exercise", "--out", str(out)]) == 5
     result = json.loads(out.read_text())
     assert result["verdict"] == "incomplete" and result["errors"] == {}
     assert list(result["skipped"]) == ["gpu", *bench.GPU_CHECK["cpu"]["caps"]]
@@ -179,7 +179,7 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
 @pytest.mark.parametrize("argv, message", [
     (["--bench-repeats", "0"], "--bench-repeats: must be a whole number in [1, 1000], got '0'"),
     (["--gpu-check", "--cpu-exercise", "--bundle-dir", "/nonexistent/bundle"], "not a directory"),
-    (["--gpu-check", "--cpu-exercise", "--gpu-check-out", "README.md"], "already exists"),
+    (["--gpu-check", "--cpu-exercise", "--out", "README.md"], "already exists"),
     (["--dry-run"], "python train.py --arch A --depth D --dry-run"),
     (["--no-verify"], "--no-verify is for training runs (train.py); drop it for bench.py"),
     (["--gpu-check", "--cpu-exercise", "--memory-snapshots", "/nonexistent/dir"], "not a directory"),
@@ -243,7 +243,7 @@ def test_gpu_smoke_on_two_gloo_processes(tmp_path, monkeypatch):
     monkeypatch.setenv("SMOKE_DEFECT", "trace")
     monkeypatch.setenv("SMOKE_TRACE_DIR", str(tmp_path))
     out = tmp_path / "smoke"
-    assert bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]) == 5
+    assert bench.main([*SMOKE_ARGV, "--out", str(out)]) == 5
     result = json.loads((out / "gpu_smoke.json").read_text())
     memory_gates = ["checks.memory_measured_over_predicted", "checks.outside_allocator_over_predicted"]
     assert result["verdict"] == "incomplete" and result["misses"] == [] and result["unmeasured"] == memory_gates
@@ -301,7 +301,7 @@ def test_gpu_smoke_catches_a_defect_every_rank_shares(defect, caught, tmp_path, 
                         lambda: [("whole", (1, 2), "default", []), ("reference", (1, 1), "reference", [])])
     monkeypatch.setenv("SMOKE_DEFECT", defect)
     out = tmp_path / "smoke"
-    assert bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]) == 4
+    assert bench.main([*SMOKE_ARGV, "--out", str(out)]) == 4
     result = json.loads((out / "gpu_smoke.json").read_text())
     assert result["verdict"] == "missed" and result["misses"] == [f"checks.{name}" for name in caught]
     gates = result["checks"]["gates"]
@@ -317,9 +317,9 @@ def test_a_second_gpu_smoke_into_the_folder_another_one_is_using_is_refused(tmp_
     def runs_while_another_starts(args, device, gpus, out_dir, out_record, path):
         if not started:
             started.append(out_dir)
-            second.append(bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)]))
+            second.append(bench.main([*SMOKE_ARGV, "--out", str(out)]))
     monkeypatch.setattr(bench, "smoke_parts", runs_while_another_starts)
-    bench.main([*SMOKE_ARGV, "--gpu-smoke-dir", str(out)])
+    bench.main([*SMOKE_ARGV, "--out", str(out)])
     err = capsys.readouterr().err.strip().splitlines()
-    assert second == [2] and any("--gpu-smoke-dir" in line and "not an empty folder" in line for line in err), err
+    assert second == [2] and any("--out" in line and "not an empty folder" in line for line in err), err
     assert sorted(os.listdir(out)) == ["gpu_smoke.json", "gpu_smoke.md"]  # the first run's alone

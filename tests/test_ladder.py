@@ -204,8 +204,8 @@ def test_gpu_check_target_is_bench_py_gpu_check(tmp_path):
 def test_gpu_smoke_target_is_bench_py_gpu_smoke(tmp_path):
     """ladder.sh gpu-smoke hands its arguments to bench.py --gpu-smoke (tests/test_bench.py runs it on CPU)."""
     (tmp_path / "taken").write_text("someone's file")
-    r = ladder("gpu-smoke", "--cpu-exercise", "--gpu-smoke-dir", str(tmp_path))
-    assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --gpu-smoke-dir") and "not an empty folder" \
+    r = ladder("gpu-smoke", "--cpu-exercise", "--out", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --out") and "not an empty folder" \
         in r.stderr, r.stderr
 
 

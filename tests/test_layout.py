@@ -6,6 +6,7 @@ import glob
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -163,3 +164,26 @@ def test_one_cli_grammar_across_the_scripts(capsys):
                           "--runs-dir", "elsewhere", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr
     assert "--depth 1 --preset cpu --seed 3 --run-name vanilla_d1_s3 --runs-dir elsewhere" in dry.stdout
+
+
+HEAVY_MODULES = ("torch", "scipy", "pyarrow", "tiktoken")
+# the scripts that load torch (2-3 s on 2 cores) -> a bad value in front of --help
+FAST_HELP = {"train.py": ["--depth", "0"], "bench.py": ["--depth", "0"], "core_eval.py": ["--passes", "0"],
+             "data.py": ["prepare", "--workers", "0"]}
+
+
+@pytest.mark.parametrize("script", FAST_HELP)
+def test_help_answers_before_torch_loads(script):
+    """`--help` (and a subcommand's) prints from the torch-free arms.py and common.py (common.answer_help), the whole
+    help; a bad flag in front of --help is still the one-line error, after the script has loaded."""
+    argv = [script, *(["prepare"] if script == "data.py" else []), "--help"]
+    r = subprocess.run([sys.executable, "-X", "importtime", *argv], cwd=ROOT, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: {script}"), r.stderr[-2000:]
+    loaded = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
+    assert not loaded & set(HEAVY_MODULES), f"{script} --help loaded {sorted(loaded & set(HEAVY_MODULES))}"
+    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", r.stdout))
+    assert {"--help", "--out"} <= flags or script in ("train.py", "core_eval.py") and "--seed" in flags, flags
+    bad = subprocess.run([sys.executable, script, *FAST_HELP[script], "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "error" in bad.stderr, bad.stderr

@@ -578,6 +578,7 @@ def test_auto_attention_puts_cudnn_first_only_where_its_lengths_are_safe():
     assert backends("auto", 2047, causal=True) == backends("auto", 2048, causal=False) == []
     assert backends("default", 2048, causal=True) == []
     assert backends("math", 100, causal=False) == [torch.nn.attention.SDPBackend.MATH]
+    assert tuple(model.SDPA_BACKENDS) == arms.ATTENTION_BACKENDS  # every --attention-backend name maps to SDPA's
 
 
 @pytest.mark.parametrize("attention, ran", [("auto", "flash"), ("default", "flash"), ("flash", "flash"),

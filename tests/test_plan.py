@@ -57,14 +57,14 @@ def test_planner_picks_the_largest_fitting_micro_batch_for_every_spec_run():
     for row in SPEC_ROWS:
         plan = plan_for("--arch", row["arch"], "--depth", row["depth"])
         world = 16 if plan.depth == 26 else 8
-        mem = plan_lib.plan_micro_batches(plan, world, plan_lib.H100_80GB_GIB, per_node=8)
+        mem = plan_lib.plan_micro_batches(plan, world, arms.H100_80GB_GIB, per_node=8)
         for stage, passes in zip(mem.stages, plan_lib.memory_pass_stages(plan)):
             assert stage.passes == passes and 32 * 8 // world % stage.micro_batch == 0
-            assert stage.bytes["required"] <= plan_lib.H100_80GB_GIB * plan_lib.GIB
+            assert stage.bytes["required"] <= arms.H100_80GB_GIB * plan_lib.GIB
             bigger = 2 * stage.micro_batch
             if bigger <= 32 * 8 // world:
                 assert plan_lib.memory_per_rank(plan.model_config, passes, bigger, world, 8)["required"] > \
-                    plan_lib.H100_80GB_GIB * plan_lib.GIB, row
+                    arms.H100_80GB_GIB * plan_lib.GIB, row
 
 
 def test_total_flops_match_all_58_release_ladder_rows():
@@ -133,7 +133,7 @@ def test_data_constrained_plans_for_the_executed_depth():
     def micro(k):
         plan = plan_for("--arch", "operator_1", "--depth", "8", "--passes", str(k), "--data-constrained", "tuned-wd")
         assert plan.model_config.passes == k
-        (stage,) = plan_lib.plan_micro_batches(plan, 8, plan_lib.H100_80GB_GIB).stages
+        (stage,) = plan_lib.plan_micro_batches(plan, 8, arms.H100_80GB_GIB).stages
         return stage.micro_batch, stage.executed_blocks
     assert micro(1) == (32, 8) and micro(12) == (8, 41)
 
@@ -456,7 +456,7 @@ def test_requested_micro_batches_come_from_the_flag_or_the_cpu_preset_and_are_ch
 
 def test_plan_micro_batches_says_what_does_not_fit():
     plan = plan_for("--arch", "untied_grow", "--depth", "26")
-    mem = plan_lib.plan_micro_batches(plan, 16, plan_lib.H100_80GB_GIB, per_node=8)
+    mem = plan_lib.plan_micro_batches(plan, 16, arms.H100_80GB_GIB, per_node=8)
     assert [s.micro_batch for s in mem.stages] == [4, 2]  # the release's 4 -> 2 at growth
     with pytest.raises(UsageError, match="does not fit 20 GiB per GPU on 16 GPUs .8 per node., not even at micro"):
         plan_lib.plan_micro_batches(plan, 16, 20, per_node=8)

@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import pytest
 
+import arms
 import model
 import plan as plan_lib
 import throughput
@@ -86,7 +87,7 @@ def test_d26_on_two_nodes_plans_micro_batch_4_then_2_at_45_percent():
     the node (NVLink), the network carries only the once-per-step all-reduce of a rank's gradient shard (~1/8 of
     the trained fp32 gradients); predicted MFU >= 45 %."""
     plan = train.make_plan(train.parse_args(["--arch", "untied_grow", "--depth", "26"]))
-    mem = plan_lib.plan_micro_batches(plan, 16, plan_lib.H100_80GB_GIB, per_node=8)
+    mem = plan_lib.plan_micro_batches(plan, 16, arms.H100_80GB_GIB, per_node=8)
     assert [s.micro_batch for s in mem.stages] == [4, 2] and mem.stages[-1].headroom >= 2 * plan_lib.GIB
     speed = throughput.predict(plan, mem, 2, 8)
     cfg, final = plan.model_config, speed["stages"][-1]

@@ -281,7 +281,7 @@ def test_dry_run_prints_memory_per_stage(capsys):
         parts = ("parameters", "rotary", "gradients", "muon_state", "adamw_state", "weight_copies", "activations",
                  "loss_path", "step_transient")
         assert gib["peak"] == pytest.approx(sum(gib[k] for k in parts), abs=0.06)
-        assert gib["required"] <= memory["gpu_memory_gib"] == round(plan_lib.H100_80GB_GIB, 2)
+        assert gib["required"] <= memory["gpu_memory_gib"] == round(arms.H100_80GB_GIB, 2)
 
 
 def test_d26_dry_run_on_two_nodes_plans_micro_batch_2_and_predicts_45_percent(capsys, monkeypatch):
