@@ -85,7 +85,8 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
     p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
-    p.add_argument("--out", required=True, help="pool directory")
+    p.add_argument("--out", default=None, help="pool directory (default: data/CORPUS, the folder train.py's presets "
+                   "read: data/fineweb for paper, data/stdlib for cpu)")
     p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")
     p.add_argument("--val-tokens", type=integer(1, 2 ** 40), help="val budget in tokens (default: corpus recipe)")
     p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes (offline)")
@@ -801,6 +802,7 @@ def run(argv):
     args = build_parser().parse_args(argv)
     try:
         if args.command == "prepare":
+            args.out = args.out or os.path.join("data", args.corpus)
             existing = _read_manifest(args.out) if args.if_missing and os.path.isdir(args.out) else None
             if existing and existing.get("status") == "complete":
                 print(f"{args.out}: complete {existing.get('corpus')} pool exists; nothing to do", file=sys.stderr)

@@ -759,7 +759,8 @@ def ladders_flags(s):
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
                    help="multipliers at the reference budgets with depth >= this; C0 = its compute (8; cpu preset: 3)")
-    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory")
+    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory (default: none, "
+                   "tables only)")
     s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left), e.g. vanilla gated_1 "
                    "(default: the paper's six that were fitted)")
     s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
@@ -814,7 +815,8 @@ def build_parser():
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
     s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4,
                    help="model FLOPs utilisation, in (0, 1] (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory (default: none, tables "
+                   "only)")
     s = add("surface", "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")

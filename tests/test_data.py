@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+import arms
 import data
 from test_common import FakeHub, hub  # noqa: F401 (the fake Hub and its fixture)
 
@@ -146,6 +147,15 @@ def test_prepare_stdlib_small_budget(tmp_path, capsys):
     assert "nothing to do" in capsys.readouterr().err
     assert data.load_pool(out, "train").manifest["splits"]["train"]["sha256"] == train.manifest["splits"]["train"][
         "sha256"]
+
+
+def test_prepare_without_out_writes_where_the_preset_reads(tmp_path, monkeypatch):
+    """--out defaults to data/CORPUS: the folder train.py's cpu preset reads its pool from."""
+    monkeypatch.chdir(tmp_path)
+    assert data.main(["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--train-tokens", "20000",
+                      "--val-tokens", "1000"]) == 0
+    assert arms.PRESETS["cpu"].data_dir == os.path.join("data", "stdlib")
+    assert len(data.load_pool(arms.PRESETS["cpu"].data_dir, "train").tokens) == 20_000
 
 
 def make_local_files(root):

@@ -1,6 +1,7 @@
 """The layout of the scripts: imports go one way (no module imports one that imports it back, at module level or
 inside a function; no importlib, __import__ or sys.modules tricks), a handful of files none over 900 lines, and no
 function over 80 lines outside plotting code."""
+import argparse
 import ast
 import glob
 import os
@@ -139,6 +140,14 @@ SAME_THING = {"--depths": "--depth", "--seeds": "--seed", "--output": "--out", "
               "--outdir": "--out", "--runs": "--runs-dir"}  # a synonym -> the one name every script uses
 
 
+def options_of(parser):
+    """(prog, {option string: action}) of a parser and of each of its subcommands."""
+    yield parser.prog, parser._option_string_actions
+    for action in parser._actions:
+        for sub in (action.choices or {}).values() if isinstance(action, argparse._SubParsersAction) else ():
+            yield from options_of(sub)
+
+
 def flags_in_help(main, argv, capsys):
     with pytest.raises(SystemExit) as done:
         main([*argv, "--help"])
@@ -150,7 +159,7 @@ def test_one_cli_grammar_across_the_scripts(capsys):
     """The same thing has the same flag in every script: `--depth`, `--seed`, `--out`, `--runs-dir` (a plural or other
     spelling only beside it, as an alias); fit.py's --out is optional wherever it writes figures of runs; ladder.sh
     takes train.py's names too."""
-    import bench, core_eval, fit, model, train
+    import bench, core_eval, data, fit, model, train
     parsers = {"train.py": (train.main, []), "bench.py": (bench.main, []), "core_eval.py": (core_eval.main, []),
                "model.py": (model.main, [])}
     parsers.update({f"fit.py {sub}": (fit.main, [sub]) for sub in fit.COMMANDS})
@@ -160,6 +169,11 @@ def test_one_cli_grammar_across_the_scripts(capsys):
             assert synonym not in flags or canonical in flags, f"{name} has {synonym} but not {canonical}"
     for sub in ("curves", "ladders", "design"):
         assert fit.build_parser().parse_args([sub, "x"]).out is None  # optional, a stated default
+    for script, parser in dict(bench=bench.build_parser(), core_eval=core_eval.build_parser(), data=data.build_parser(),
+                               fit=fit.build_parser(), model=model.build_parser(), train=train.build_parser()).items():
+        for prog, options in options_of(parser):
+            out = options.get("--out")
+            assert out is None or not out.required and "default" in out.help, f"{prog} --out: optional, its default said"
     dry = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1", "--seed", "3",
                           "--runs-dir", "elsewhere", "--dry-run"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr
