@@ -541,7 +541,7 @@ def run_report(run_dir, curves=None):
           "—" if e.get("val_bpb") is None else f"{e['val_bpb']:.4f}") for e in evals])
     core = read_result(run_dir, "eval.json")
     lines += ["", "## CORE", "", f"CORE {core['core_metric']:.4f} ({core.get('checkpoint')})" if core and isinstance(
-        core.get("core_metric"), (int, float)) else "Not evaluated (`python core_eval.py RUN/checkpoints/final`)."]
+        core.get("core_metric"), (int, float)) else f"Not evaluated (`python core_eval.py --checkpoint {os.path.join(run_dir, 'checkpoints', 'final')}`)."]
     tokens_per_second = result.get("tokens_per_second")
     lines += ["", "## Timings", ""] + markdown_table(["", ""], [
         ("training time (wall time less validations and checkpoints)", hms(result.get("total_training_time_seconds"))),

@@ -5,6 +5,7 @@ import json
 import math
 import re
 import os
+import shlex
 import subprocess
 import sys
 
@@ -12,6 +13,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as fit.py does: tiny fits,
 import numpy as np
 import pytest
 
+import core_eval
 import figlint
 import fit
 import laws
@@ -851,3 +853,6 @@ def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, c
     run_report = (runs / "better_d10" / "report.md").read_text()
     assert "[report.md](better_d10/report.md)" in report and "## Validation" in run_report and "| 10 | end | 1 |" \
         in run_report
+    suggested = re.search(r"Not evaluated \(`python core_eval\.py (.*?)`\)", run_report).group(1)  # a command that runs
+    assert core_eval.build_parser().parse_args(shlex.split(suggested)).checkpoint == os.path.join(
+        runs, "better_d10", "checkpoints", "final")
