@@ -673,7 +673,8 @@ def add_memory_flags(p):
                      help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
                           f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
     mem.add_argument("--world-size", type=integer(1, MAX_PROCESSES_PER_NODE * MAX_NODES), default=None,
-                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1)")
+                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1; "
+                          "--preset cpu: 1 x 1)")
     mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
                      help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
     mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,

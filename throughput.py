@@ -254,20 +254,21 @@ def predict(plan, mem, nodes, per_node, cluster=None, device="cuda"):
 def estimate(plan, mem, nodes, per_node, cluster=None, eval_every=0):
     """A dry run's "throughput": the GPU prediction (predict), or for the cpu preset the measured cpu_probe."""
     if plan.preset == "cpu":
-        return cpu_probe(plan, eval_every)
+        return cpu_probe(plan, eval_every, per_node)
     return predict(plan, mem, nodes, per_node, cluster)
 
 
-def cpu_probe(plan, eval_every, steps=2):
+def cpu_probe(plan, eval_every, per_node, steps=2):
     """The "throughput" of a cpu-preset dry run, measured on this machine as loaded now, not predicted: per pass stage
     `steps` optimizer steps on random tokens (forward and backward over the step's tokens, Muon on the block matrices,
     AdamW on the rest; the first left out as warm-up) and one forward of a step's tokens, a validation being
     val_tokens of it. The run's wall time: its steps at their stages' times plus its validations (the start, every
     eval_every steps, before and after each growth, the end) at the final passes; checkpoints not counted. Threads:
-    OMP_NUM_THREADS, else 1, as torchrun (ladder.sh) starts each worker (on a busy CPU a second thread that waits for
-    a descheduled one made a tiny step 1,000x slower)."""
+    the run's, by torchrun's rule: OMP_NUM_THREADS, else 1 where a node runs `per_node` > 1 ranks, else torch's
+    default (every core: ladder.sh's one cpu rank, or python train.py)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    if per_node > 1 and "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(1)
     try:
         return timed_probe(plan, eval_every, steps)
     finally:

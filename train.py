@@ -68,7 +68,7 @@ from watch import Progress, check_tracker, open_tracker, write_run_report
 def dry_run(args):
     """One JSON line per --depth: the plan, its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA), its
     "host_memory" per node of NPROC_PER_NODE ranks and its predicted "throughput" on those nodes (throughput.py)."""
-    ranks_per_node = env_integer("NPROC_PER_NODE", 8, 1, MAX_PROCESSES_PER_NODE)
+    ranks_per_node = env_integer("NPROC_PER_NODE", 1 if args.preset == "cpu" else 8, 1, MAX_PROCESSES_PER_NODE)
     world = args.world_size or ranks_per_node * env_integer("NNODES", 1, 1, MAX_NODES)
     nodes = throughput.layout(world, ranks_per_node)
     for depth in args.depths:

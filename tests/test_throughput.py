@@ -8,6 +8,7 @@ from collections import Counter
 from fractions import Fraction
 
 import pytest
+import torch
 
 import arms
 import model
@@ -156,3 +157,15 @@ def test_a_cpu_preset_dry_run_measures_this_cpu_instead_of_predicting_an_h100(ca
     assert speed["wall_seconds"] == pytest.approx(train_seconds + speed["validations"] * speed["validation_seconds"],
                                                   rel=1e-3)
     assert throughput.summary_line("untied_grow_d1", speed).startswith("cpu time untied_grow_d1: step ")
+
+
+def test_the_cpu_probe_times_the_threads_torchrun_gives_the_run(monkeypatch):
+    """torchrun sets OMP_NUM_THREADS=1 only where a node runs several ranks: ladder.sh's one cpu rank (and a plain
+    python train.py) trains on every core, and the probe timed one thread, 31 % over the demo; 8 ranks: one each."""
+    import train
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    plan = train.make_plan(train.parse_args(["--arch", "vanilla", "--depth", "1", "--preset", "cpu"]))
+    default = torch.get_num_threads()
+    assert f", {default} threads)" in throughput.cpu_probe(plan, 0, per_node=1)["measured"]
+    assert ", 1 threads)" in throughput.cpu_probe(plan, 0, per_node=8)["measured"]
+    assert torch.get_num_threads() == default
