@@ -14,19 +14,37 @@ import math
 import sys
 from dataclasses import dataclass, replace
 
+import arms
+from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
+from common import Parser, UsageError, answer_help, cli_main, integer
+
+GPT2_VOCAB = 50257
+
+
+def build_parser():
+    ap = Parser(prog="model.py", description="Shapes, parameter counts and FLOPs of one arm.")
+    ap.add_argument("--arch", help=f"one of {', '.join(ARMS)}")
+    ap.add_argument("--depth", type=integer(1, arms.MAX_DEPTH),
+                    help="depth coordinate d (width = width_per_depth * d)")
+    ap.add_argument("--preset", choices=list(PRESETS), default="paper", help="shapes (default paper)")
+    ap.add_argument("--vocab-size", type=integer(1, 2 ** 20), default=GPT2_VOCAB,
+                    help="the tokenizer's (GPT-2: 50257, bytes: 257)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    arms.add_model_flags(ap)
+    return ap
+
+
+if __name__ == "__main__":
+    answer_help(build_parser)  # before torch loads (1.5 s on 2 cores)
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-import arms
-from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
-from common import Parser, UsageError, cli_main, integer
-
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
-GPT2_VOCAB = 50257
 # --attention-backend: SDPA's backends in priority order (SDPA takes the first that can run the shape), and the aten
 # op each runs as (bench.py --gpu-check reads which ran). "default" is PyTorch's own selection (no override): it puts
 # cuDNN first on an H100 only with a cuDNN it trusts, having seen wrong results from older ones at sequence lengths
@@ -637,19 +655,6 @@ def config_from_args(args, preset, depth, vocab_size):
         return config_for(args.arch, depth, vocab_size=vocab_size, **shape, **arms.model_overrides(args))
     except ValueError as e:
         raise UsageError(str(e)) from None
-
-
-def build_parser():
-    ap = Parser(prog="model.py", description="Shapes, parameter counts and FLOPs of one arm.")
-    ap.add_argument("--arch", help=f"one of {', '.join(ARMS)}")
-    ap.add_argument("--depth", type=integer(1, arms.MAX_DEPTH),
-                    help="depth coordinate d (width = width_per_depth * d)")
-    ap.add_argument("--preset", choices=list(PRESETS), default="paper", help="shapes (default paper)")
-    ap.add_argument("--vocab-size", type=integer(1, 2 ** 20), default=GPT2_VOCAB,
-                    help="the tokenizer's (GPT-2: 50257, bytes: 257)")
-    ap.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    arms.add_model_flags(ap)
-    return ap
 
 
 def run(argv):

@@ -181,9 +181,9 @@ def test_one_cli_grammar_across_the_scripts(capsys):
 
 
 HEAVY_MODULES = ("torch", "scipy", "pyarrow", "tiktoken")
-# the scripts that load torch (2-3 s on 2 cores) -> a bad value in front of --help
+# the scripts that load torch (1.5-3 s on 2 cores) -> a bad value in front of --help
 FAST_HELP = {"train.py": ["--depth", "0"], "bench.py": ["--depth", "0"], "core_eval.py": ["--passes", "0"],
-             "data.py": ["prepare", "--workers", "0"]}
+             "data.py": ["prepare", "--workers", "0"], "model.py": ["--depth", "0"]}
 
 
 @pytest.mark.parametrize("script", FAST_HELP)
@@ -196,8 +196,7 @@ def test_help_answers_before_torch_loads(script):
     assert r.returncode == 0 and r.stdout.startswith(f"usage: {script}"), r.stderr[-2000:]
     loaded = {line.split("|")[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert not loaded & set(HEAVY_MODULES), f"{script} --help loaded {sorted(loaded & set(HEAVY_MODULES))}"
-    flags = set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", r.stdout))
-    assert {"--help", "--out"} <= flags or script in ("train.py", "core_eval.py") and "--seed" in flags, flags
+    assert "--help" in r.stdout and FAST_HELP[script][-2] in r.stdout, r.stdout
     bad = subprocess.run([sys.executable, script, *FAST_HELP[script], "--help"], cwd=ROOT, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "error" in bad.stderr, bad.stderr
