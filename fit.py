@@ -815,8 +815,7 @@ def build_parser():
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
     s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4,
                    help="model FLOPs utilisation, in (0, 1] (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this directory (default: none, tables "
-                   "only)")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none, tables only)")
     s = add("surface", "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
