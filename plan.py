@@ -672,12 +672,12 @@ def memory_line(name, mem, host):
         if parts["nccl_buffers"] else ""
     layout = "" if mem.world_size == 1 else f" | FSDP2 over {mem.per_node} ranks" + (
         f" x {mem.world_size // mem.per_node} nodes (HSDP)" if mem.per_node < mem.world_size else "")
-    return (f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
-            + " -> ".join(f"{s.bytes['peak'] / GIB:.1f}" for s in mem.stages)
-            + f" GiB per rank + {parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator"
-            + " | headroom " + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages)
-            + f" GiB of {mem.gpu_memory_gib:.1f}{layout}"
-            + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
+    peak = " -> ".join(f"{s.bytes['peak'] / GIB:.1f}" for s in mem.stages)
+    device = f" GiB per rank (fp32 on the CPU: no device memory to fit){layout}" if math.isinf(mem.gpu_memory_gib) \
+        else (f" GiB per rank + {parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator | headroom "
+              + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages) + f" GiB of {mem.gpu_memory_gib:.1f}{layout}")
+    return (f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + f" | peak {peak}"
+            + device + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
 
 
 # Host memory at start-up: what the dry run predicts per node (ranks per node x one rank's bytes)

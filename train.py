@@ -84,8 +84,12 @@ def dry_run(args):
 
 
 def dry_run_memory(args, plan, world, per_node):
-    """The memory plan of a dry run: `world` GPUs of --gpu-memory GiB (default an H100 80GB as torch reports it) in
-    nodes of per_node."""
+    """The memory plan of a dry run as the run makes it: `world` GPUs of --gpu-memory GiB (default an H100 80GB as
+    torch reports it) in nodes of per_node; the cpu preset (unless --device cuda) on the CPU, fp32 at the preset's
+    micro-batch, with no device memory to fit (its host memory is the dry run's "host_memory")."""
+    if plan.preset == "cpu" and args.device != "cuda":
+        return plan_micro_batches(plan, world, args.gpu_memory or math.inf,
+                                  requested_micro_batches(args, plan, world, "cpu"), "cpu", per_node=per_node)
     gpu = args.gpu_memory or H100_80GB_GIB
     return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world), per_node=per_node)
 
@@ -128,7 +132,7 @@ def ladder_dry_run(argv):
     hours = f"~{hours:,.0f} GPU-hours predicted (throughput.py; not measured)" if args.mfu is None else \
         f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100"
     hours = f"~{clock(cpu_seconds)} wall time on this CPU (measured probe)" if cpu_seconds else hours
-    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} GPUs/node x {args.nodes} nodes | "
+    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} {'ranks' if cpu_seconds else 'GPUs'}/node x {args.nodes} nodes | "
           f"max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
 
 

@@ -339,6 +339,9 @@ def test_demo_dry_run_lists_the_cpu_ladders_of_the_demo_arms_and_trains_nothing(
     names = [re.search(r"--run-name (\S+)", line).group(1) for line in launched(r.stdout)]
     assert names == [f"{arch}_d{d}" for arch in arms.DEMO_ARMS for d in (1, 2)]
     assert r.stdout.strip().splitlines()[-1].startswith("6 runs |") and os.listdir(tmp_path) == []
+    memory = [line for line in r.stdout.splitlines() if line.startswith("memory ")]  # a CPU run: no H100 figures
+    assert len(memory) == 6 and all("fp32 on the CPU" in line and "GiB of" not in line for line in memory), memory
+    assert "wall time on this CPU" in r.stdout and "1 ranks/node x 1 nodes" in r.stdout
 
 
 def stop_a_ladder(pool, tmp_path, signum, group, started):

@@ -149,6 +149,7 @@ def test_a_cpu_preset_dry_run_measures_this_cpu_instead_of_predicting_an_h100(ca
     out = json.loads(capsys.readouterr().out)
     speed, steps = out["throughput"], out["steps"]
     assert "gpu_hours" not in speed and "mfu" not in speed and speed["measured"].startswith("on this CPU")
+    assert out["memory"]["gpu_memory_gib"] is None and out["host_memory"]["ranks_per_node"] == 1  # no H100 planned
     assert [(s["passes"], s["steps"]) for s in speed["stages"]] == [(2, out["crossover_steps"][0]),
                                                                    (4, steps - out["crossover_steps"][0])]
     assert speed["validations"] == 2 + 2 + (steps - 1) // 10
