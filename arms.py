@@ -1,6 +1,7 @@
 """The paper's table: every per-arm number (architecture, init, training recipe), the data-constrained grid and the
 presets, as frozen dataclasses (arXiv 2609.19107, App. A.1 and A.4; docs/recipe.md says which numbers come from the
-authors' release). Torch-free; model.py builds networks from it, train.py plans runs from it.
+authors' release). Torch-free; model.py builds networks from it, train.py plans runs from it, and train.py's
+parser is built here (training_parser), so that `--help` answers before torch loads.
 
 A field made with knob() is also an override flag --field-name, generated here once: "model" knobs are flags of both
 model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob is one field.
