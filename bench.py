@@ -16,13 +16,12 @@ acceptance"; docs/gpu_acceptance.md).
     python -m pytest -q tests/test_bench.py
 """
 import argparse, contextlib, gc, json, math, os, random, shutil, sys, time
-from pathlib import Path
 from statistics import median
 
 from arms import (BENCH_ARMS, BENCH_SHAPES, GPU_CHECK_TRAINING, MFU_CONVENTIONS, PRESETS, SMOKE_DISTRIBUTED_RUNS,
                   TRAINING_RUN_FLAGS, gate, training_parser, verdict_markdown, verdict_summary)
-from common import (Stopped, UsageError, answer_help, atomic_write, autocast, claim_empty_folder, cli_main_distributed,
-                    exit_process, flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json)
+from common import (Stopped, UsageError, answer_help, autocast, claim_empty_folder, cli_main_distributed, exit_process,
+                    flight_recorder_env, free_port, integer, run_launches, setup_distributed, write_json, write_text)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -806,7 +805,7 @@ def gpu_smoke(args):
         write_json(path, out)
         summary = verdict_markdown("gpu_smoke", out, path, f"gpu-smoke: {out['device']}, {out['gpus']} GPU(s), torch "
                                    f"{out['torch']}, {out['date']}", gpu_check=out.get("gpu_check") or {})
-        atomic_write(os.path.join(out_dir, "gpu_smoke.md"), lambda tmp: Path(tmp).write_text(summary))
+        write_text(os.path.join(out_dir, "gpu_smoke.md"), summary)
     print("gpu-smoke: " + verdict_summary(out, path, f" in {out['total_seconds']:.0f}s") + " and gpu_smoke.md")
     return out["exit_code"]
 

@@ -32,8 +32,8 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_o
 
 import muon
 from arms import with_current_mode_names
-from common import (EVAL_RECORD, FLAG, OBJECT, RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, atomic_write, check_record,
-                    check_regular_file, each, nullable, real, sha256_file, torchrun_ranks, whole, write_json)
+from common import (EVAL_RECORD, FLAG, OBJECT, RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, check_record,
+                    check_regular_file, each, nullable, real, sha256_file, torchrun_ranks, whole, write_json, write_text)
 from model import GPT, ModelConfig
 from plan import schedule_notes
 
@@ -141,10 +141,7 @@ def load_checkpoint_model(path, device="cpu"):
         ckpt["model_config"] = config = with_current_mode_names(ckpt["model_config"])
         model = GPT(ModelConfig(**config), device=device, draw_weights=False)  # every parameter is loaded below
         if os.path.isdir(weights):
-            reader = SafeMetadataReader(weights)
-            reader.read_metadata()  # refuses a crafted pickle before DCP reads it
-            template = model.state_dict()  # the parameters themselves: DCP loads in place
-            dcp.load(template, storage_reader=reader, no_dist=True)
+            load_shards(weights, model.state_dict(), no_dist=True)  # the parameters themselves: loaded in place
         else:
             model.load_state_dict(ckpt.pop("model"))  # no mapping of the file outlives the call (a run may replace it)
         model.set_passes(int(ckpt["passes"]))
@@ -434,11 +431,12 @@ def load_checkpoint(folder, plan, model, optimizers, device):
     return state
 
 
-def load_shards(path, template):
-    """dcp.load into `template` in place (its tensors are the live ones), the metadata read safely first."""
+def load_shards(path, template, no_dist=None):
+    """dcp.load into `template` in place (its tensors are the live ones), the metadata read safely first; no_dist
+    (default: no process group) reads every shard on this process alone."""
     reader = SafeMetadataReader(path)
     reader.read_metadata()  # refuses a crafted pickle here, with its own message
-    dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized())
+    dcp.load(template, storage_reader=reader, no_dist=not dist.is_initialized() if no_dist is None else no_dist)
 
 
 def load_format_2(folder, meta, plan, model, optimizers, device):
@@ -805,10 +803,7 @@ def open_trajectory(run, step):
         return None
     os.makedirs(run.ckpt_dir, exist_ok=True)
     if len(lines) > step:
-        def write(tmp):
-            with open(tmp, "w") as f:
-                f.writelines(lines[:step])
-        atomic_write(run.trajectory_path, write)
+        write_text(run.trajectory_path, "".join(lines[:step]))
     return open(run.trajectory_path, "a")
 
 

@@ -200,11 +200,16 @@ def atomic_write(path, write):
         raise
 
 
-def write_json(path, obj, allow_nan=True):
+def write_text(path, text):
+    """`path` holds `text`, replaced in one step (atomic_write)."""
     def write(tmp):
         with open(tmp, "w") as f:
-            f.write(json.dumps(obj, indent=2, allow_nan=allow_nan) + "\n")
+            f.write(text)
     atomic_write(path, write)
+
+
+def write_json(path, obj, allow_nan=True):
+    write_text(path, json.dumps(obj, indent=2, allow_nan=allow_nan) + "\n")
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ from scipy import optimize
 import paper
 import studies
 import watch
-from common import Parser, UsageError, cli_main, exit_process
+from common import Parser, UsageError, cli_main, exit_process, write_text
 from arms import FIGURE2_ARMS
 from laws import (DEPTH_DERIVED, FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
                   fit_ladders, fitted_multiplier, fnum, footing, forecast, jsonable, note, number, positive_float, pyplot,
@@ -510,23 +510,22 @@ def cmd_report(args):
     run's, then DIR/report.md with the runs table, the ladder fit with bootstrap CIs and its figures in DIR/fit, the
     curves in DIR/curves). The fit takes the arms with >= 3 complete depths."""
     dirs, plt, written, table = watch.run_dirs([args.dir]), pyplot(), [], None
+    runs = []  # (row, records, result) of every run, as watch.curves_figure takes them
     for d in dirs:
-        records, curves = watch.read_trajectory(d), None
-        if records:
-            fig = watch.curves_figure(plt, [(watch.run_row(d), records, watch.read_result(d) or {})], "steps", None)
+        runs.append((watch.run_row(d), watch.read_trajectory(d), watch.read_result(d) or {}))
+        if runs[-1][1]:
+            fig = watch.curves_figure(plt, runs[-1:], "steps", None)
             save_figures(d, {"curves.png": fig}, dpi=80)
             plt.close(fig)
-            curves = "curves.png"
-        written.append(watch.write_run_report(d, curves))
+        written.append(watch.write_run_report(d, "curves.png" if runs[-1][1] else None))
     if dirs == [args.dir]:
         return report_done(args, written, table)
-    rows = sorted((watch.run_row(d) for d in dirs), key=lambda r: (arm_order(r["arch"] or ""), r["depth"] or 0, r["run"]))
-    dirs = [r["path"] for r in rows]
-    hms = lambda t: "—" if t is None else watch.clock(t)
+    runs.sort(key=lambda run: watch.run_order(run[0]))
+    rows = [row for row, _, _ in runs]
     lines = [f"# Ladder report: {args.dir}", "", "## Runs", ""] + watch.markdown_table(
         ["run", "state", "step", "val loss", "FLOPs", "wall time", "report"],
         [(r["run"], r["state"], f"{r['step'] or 0}/{r['steps'] or '?'}", fnum(r["val_loss"]), fnum(r["flops"], ".3e"),
-          hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows])
+          watch.hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows])
     complete = {}
     for r in rows:
         if r["state"] == "complete":
@@ -537,10 +536,10 @@ def cmd_report(args):
         ref = "vanilla" if "vanilla" in fitted else min(fitted, key=arm_order)
         depths = fitted[ref]
         anchor = FIT["anchor_depth"] if FIT["anchor_depth"] in depths else depths[1]  # d1 of a cpu ladder: truncated
-        argv = ["ladders", *[d for d, r in zip(dirs, rows) if r["arch"] in fitted], "--reference-arm", ref,
+        argv = ["ladders", *[r["path"] for r in rows if r["arch"] in fitted], "--reference-arm", ref,
                 "--anchor-depth", str(anchor), "--bootstrap", str(args.bootstrap), "--out", os.path.join(args.dir, "fit")]
         text = io.StringIO()
-        try:
+        try:  # the table as `fit.py ladders` prints it, beside the command that prints it
             with contextlib.redirect_stdout(text):
                 cmd_ladders(build_parser().parse_args(argv))
             table = "\n".join(l for l in text.getvalue().splitlines() if not l.startswith("wrote "))
@@ -551,17 +550,11 @@ def cmd_report(args):
             lines.append(f"No fit: {e}")
     else:
         lines.append("No fit: no arm has 3 complete depths yet.")
-    text = io.StringIO()
-    with contextlib.redirect_stdout(text):
-        if any(watch.read_trajectory(d) for d in dirs):
-            watch.cmd_curves(argparse.Namespace(runs=[args.dir], out=os.path.join(args.dir, "curves"), x="steps",
-                                                frontier=None))
-    lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(l.split()[-1])})"
-                                      for l in text.getvalue().splitlines() if l.startswith("wrote ") and l.endswith(".png")]
+    drawn = [run for run in runs if run[1]]
+    curves = watch.draw_curves(drawn, os.path.join(args.dir, "curves"), "steps") if drawn else []
+    lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(p)})" for p in curves if p.endswith(".png")]
     path = os.path.join(args.dir, "report.md")
-    with open(path + ".tmp", "w") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(path + ".tmp", path)
+    write_text(path, "\n".join(lines) + "\n")
     report_done(args, written + [path], table)
 
 

@@ -9,7 +9,7 @@ laws (numpy, scipy, matplotlib) when called, so that train.py's start-up does no
 """
 import fcntl, json, math, netrc, os, sys, time, urllib.parse, uuid
 
-from common import RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, atomic_write, clock, record_error
+from common import RESULT_SCHEMA, TRAJECTORY_LINE, UsageError, clock, record_error, write_text
 
 LOCK_FILE = "train.lock"  # checkpoint.run_lock holds it while a train.py writes the run
 
@@ -337,14 +337,22 @@ def last_value(records, key, default=None):
     return next((r[key] for r in reversed(records) if r.get(key) is not None), default)
 
 
+def hms(seconds):
+    return "—" if seconds is None else clock(seconds)
+
+
+def run_order(row):
+    """Runs in the arms table's order, then by depth and folder name."""
+    import laws
+    return laws.arm_order(row["arch"] or ""), row["depth"] or 0, row["run"]
+
+
 def cmd_runs(args):
     import laws
-    rows = sorted((run_row(d) for d in run_dirs(args.runs)),
-                  key=lambda r: (laws.arm_order(r["arch"] or ""), r["depth"] or 0, r["run"]))
+    rows = sorted((run_row(d) for d in run_dirs(args.runs)), key=run_order)
     if args.json:
         print(json.dumps(laws.jsonable(dict(runs=rows)), indent=2))
         return
-    hms = lambda s: "—" if s is None else clock(s)
     print(f"{'run':<24} {'state':<9} {'step':>13} {'train':>7} {'val':>7} {'FLOPs done / planned':>21} "
           f"{'wall time':>10} {'ETA (wall)':>10}")
     for r in rows:
@@ -363,8 +371,7 @@ X_AXES = dict(steps=("step", "optimizer step", "linear"), tokens=("tokens", "tra
 
 
 def curve_runs(items):
-    """[(row, records, result)] of every run with trajectory records, in the arms table's order then by depth."""
-    import laws
+    """[(row, records, result)] of every run with trajectory records, in run_order."""
     runs = []
     for d in run_dirs(items):
         records = read_trajectory(d)
@@ -372,7 +379,7 @@ def curve_runs(items):
             runs.append((run_row(d), records, read_result(d) or {}))
     if not runs:
         raise UsageError(f"no run in {' '.join(items)} has trajectory records yet; curves need trajectory.jsonl")
-    return sorted(runs, key=lambda r: (laws.arm_order(r[0]["arch"] or ""), r[0]["depth"] or 0, r[0]["run"]))
+    return sorted(runs, key=lambda r: run_order(r[0]))
 
 
 def shade(colour, depth, depths):
@@ -406,7 +413,7 @@ def smoothed(values):
 
 
 def curves_figure(plt, runs, x_axis, frontier):
-    """Training loss (its EMA, the raw steps faint) and validation loss (dots and line) of every run against the x
+    """Training loss (its centred mean, smoothed; the raw steps faint) and validation loss (dots and line) of every run against the x
     axis, one colour per arm, depth by shade; a stopped or running run dashed; two runs of one arm and depth told
     apart by their folder names; ▲ at growth, | at the warmdown's start; a fitted frontier dashed over the range it
     was fitted on, its ends marked."""
@@ -462,9 +469,8 @@ def curves_figure(plt, runs, x_axis, frontier):
             ax.set_yscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel(f"{title.split(' (')[0]} (nats per token)")
-        for axis in (ax.yaxis,):
-            axis.set_major_formatter(FormatStrFormatter("%.3g"))
-            axis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
         ax.set_title(f"{title}\n▲ growth" + (", | warmdown start" if ax is ax_train else "")
                      + "; dashed: stopped or running", fontsize=9)
         ax.grid(alpha=0.3, which="both")
@@ -479,24 +485,29 @@ def ladder_key(row, result):
     return plan.get("preset") or "runs"
 
 
-def cmd_curves(args):
+def draw_curves(runs, out, x_axis, frontier=None):
+    """curves_figure of each ladder among `runs` ([(row, records, result)]) into out/curves_LADDER_X.{png,pdf}
+    -> the paths written."""
     import laws
-    if args.frontier and args.x != "flops":
-        raise UsageError("--frontier overlays L(C) on a FLOPs axis; add --x flops")
-    frontier = frontier_laws(args.frontier) if args.frontier else None
-    runs = curve_runs(args.runs)
     ladders = {}
     for run in runs:
         ladders.setdefault(ladder_key(run[0], run[2]), []).append(run)
-    out = args.out or os.path.join(args.runs[0], "curves")
-    names = {f"curves_{ladder}_{args.x}.{ext}": ladder for ladder in ladders for ext in ("png", "pdf")}
+    names = {f"curves_{ladder}_{x_axis}.{ext}": ladder for ladder in ladders for ext in ("png", "pdf")}
     laws.check_outputs(out, names)
     plt = laws.pyplot()
     figures = {}
     for ladder, members in ladders.items():
-        fig = curves_figure(plt, members, args.x, frontier)
+        fig = curves_figure(plt, members, x_axis, frontier)
         figures.update({name: fig for name, of in names.items() if of == ladder})
-    written = laws.save_figures(out, figures, dpi=120)
+    return laws.save_figures(out, figures, dpi=120)
+
+
+def cmd_curves(args):
+    if args.frontier and args.x != "flops":
+        raise UsageError("--frontier overlays L(C) on a FLOPs axis; add --x flops")
+    frontier = frontier_laws(args.frontier) if args.frontier else None
+    runs = curve_runs(args.runs)
+    written = draw_curves(runs, args.out or os.path.join(args.runs[0], "curves"), args.x, frontier)
     if getattr(args, "json", False):
         print(json.dumps(dict(written=written, runs=[dict(run=r[0]["run"], state=r[0]["state"]) for r in runs])))
         return
@@ -524,7 +535,6 @@ def run_report(run_dir, curves=None):
     result, row = read_result(run_dir) or {}, run_row(run_dir)
     plan = result.get("plan") if isinstance(result.get("plan"), dict) else {}
     num = lambda v: f"{v:.6g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
-    hms = lambda s: "—" if s is None else clock(s)
     lines = [f"# {row['run']}", "", f"{row['arch']} d{row['depth']}, preset {plan.get('preset')}: **{row['state']}** "
              f"at step {row['step']}/{row['steps']}" + (f" ({row['reason']})" if row["reason"] else "") + ".", "",
              "## Plan", ""] + markdown_table(["field", "value"], [(f"`{k}`", num(plan[k])) for k in REPORT_PLAN
@@ -540,8 +550,9 @@ def run_report(run_dir, curves=None):
         [(e["step"], e.get("when", ""), e.get("passes", ""), f"{e['val_loss']:.4f}",
           "—" if e.get("val_bpb") is None else f"{e['val_bpb']:.4f}") for e in evals])
     core = read_result(run_dir, "eval.json")
+    final = os.path.join(run_dir, "checkpoints", "final")
     lines += ["", "## CORE", "", f"CORE {core['core_metric']:.4f} ({core.get('checkpoint')})" if core and isinstance(
-        core.get("core_metric"), (int, float)) else f"Not evaluated (`python core_eval.py --checkpoint {os.path.join(run_dir, 'checkpoints', 'final')}`)."]
+        core.get("core_metric"), (int, float)) else f"Not evaluated (`python core_eval.py --checkpoint {final}`)."]
     tokens_per_second = result.get("tokens_per_second")
     lines += ["", "## Timings", ""] + markdown_table(["", ""], [
         ("training time (wall time less validations and checkpoints)", hms(result.get("total_training_time_seconds"))),
@@ -554,11 +565,8 @@ def run_report(run_dir, curves=None):
 def write_run_report(run_dir, curves=None):
     """RUN/report.md, replaced whole (a watcher never reads half of one). It is derived from the run's files: one that
     cannot be written is a warning, never a failed run."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(run_report(run_dir, curves))
     try:
-        atomic_write(os.path.join(run_dir, "report.md"), write)
+        write_text(os.path.join(run_dir, "report.md"), run_report(run_dir, curves))
     except OSError as e:
         print(f"warning: cannot write {os.path.join(run_dir, 'report.md')}: {e.strerror or e}; `python fit.py report "
               f"{run_dir}` writes it later")
