@@ -435,7 +435,7 @@ def parameter_bytes(cfg, device="cuda", shards=1):
     embedding_dtype(device), the rest fp32; shards > 1: FSDP2's shard of each (dim-0 padding), the boundary gates
     replicated. tests/test_plan.py checks it against the built module for every arm."""
     C, Vp = cfg.width, cfg.padded_vocab
-    emb = 2 if embedding_dtype(device) == torch.bfloat16 else 4
+    emb = embedding_dtype(device).itemsize
     table = shard_numel((Vp, C), shards)
     blocks = stored_blocks(cfg) * block_shard_numel(cfg, shards)
     assert shards > 1 or blocks + 2 * table + gates_stored(cfg) == params_stored(cfg)
@@ -451,7 +451,7 @@ def persistent_bytes(cfg, passes, world_size=1, per_node=None, device="cuda"):
     exp_avg and exp_avg_sq of the embedding, lm_head and gates, sharded like them. Rotary tables fp32, replicated."""
     shards = per_node if world_size > 1 else 1
     C, Vp = cfg.width, cfg.padded_vocab
-    emb = 2 if embedding_dtype(device) == torch.bfloat16 else 4
+    emb = embedding_dtype(device).itemsize
     table = shard_numel((Vp, C), shards)
     block = block_shard_numel(cfg, shards)
     root = 4 * table + emb * table + 4 * gates_stored(cfg)
@@ -466,6 +466,12 @@ def persistent_bytes(cfg, passes, world_size=1, per_node=None, device="cuda"):
                 adamw_state=2 * root)
 
 
+def compute_bytes(device):
+    """Bytes per element of the compute dtype: bf16 on CUDA (autocast, FSDP2's MixedPrecisionPolicy, Polar-Express),
+    fp32 on CPU."""
+    return 2 if torch.device(device).type == "cuda" else 4
+
+
 def gathered_bytes(cfg, world_size, device="cuda"):
     """FSDP2's unsharded parameters in a micro-batch (several processes), in the compute dtype (bf16 on CUDA,
     MixedPrecisionPolicy; fp32 on CPU): the root's embedding and lm_head from the forward's start to the backward's
@@ -473,8 +479,7 @@ def gathered_bytes(cfg, world_size, device="cuda"):
     resharded after its forward and re-gathered for its backward)."""
     if world_size == 1:
         return 0
-    e = 2 if torch.device(device).type == "cuda" else 4
-    return e * (2 * cfg.padded_vocab * cfg.width + 2 * params_per_block(cfg))
+    return compute_bytes(device) * (2 * cfg.padded_vocab * cfg.width + 2 * params_per_block(cfg))
 
 
 def reduce_scatter_bytes(cfg, world_size, per_node, device="cuda"):
@@ -483,8 +488,7 @@ def reduce_scatter_bytes(cfg, world_size, per_node, device="cuda"):
     root's unsharded gradients (embedding, lm_head), held until backward ends."""
     if world_size == 1:
         return 0
-    e = 2 if torch.device(device).type == "cuda" else 4
-    n = params_per_block(cfg)
+    e, n = compute_bytes(device), params_per_block(cfg)
     return e * n + (4 * n if e != 4 else 0) + 4 * (-(-n // per_node)) + e * 2 * cfg.padded_vocab * cfg.width
 
 
@@ -500,7 +504,7 @@ def muon_step_bytes(cfg, world_size, per_node, device="cuda"):
         for shape in shapes:
             groups[shape] = groups.get(shape, 0) + math.prod(shape)
         return 8 * 4 * max(groups.values())
-    pe = 2 if torch.device(device).type == "cuda" else 4
+    pe = compute_bytes(device)
     largest = max(math.prod(shape) for shape in shapes)
     return (4 + 4 + 2 * pe + 8 + 2 + 4) * largest + 4 * largest // per_node
 
@@ -672,12 +676,14 @@ def memory_line(name, mem, host):
         if parts["nccl_buffers"] else ""
     layout = "" if mem.world_size == 1 else f" | FSDP2 over {mem.per_node} ranks" + (
         f" x {mem.world_size // mem.per_node} nodes (HSDP)" if mem.per_node < mem.world_size else "")
-    peak = " -> ".join(f"{s.bytes['peak'] / GIB:.1f}" for s in mem.stages)
-    device = f" GiB per rank (fp32 on the CPU: no device memory to fit){layout}" if math.isinf(mem.gpu_memory_gib) \
-        else (f" GiB per rank + {parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator | headroom "
-              + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages) + f" GiB of {mem.gpu_memory_gib:.1f}{layout}")
-    return (f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + f" | peak {peak}"
-            + device + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
+    if math.isinf(mem.gpu_memory_gib):  # a CPU run
+        device = " (fp32 on the CPU: no device memory to fit)"
+    else:
+        device = (f" + {parts['cuda_context'] / GIB:g} CUDA context{nccl} GiB outside the allocator | headroom "
+                  + " -> ".join(f"{s.headroom / GIB:.1f}" for s in mem.stages) + f" GiB of {mem.gpu_memory_gib:.1f}")
+    return (f"memory {name}: micro-batch " + " -> ".join(str(s.micro_batch) for s in mem.stages) + " | peak "
+            + " -> ".join(f"{s.bytes['peak'] / GIB:.1f}" for s in mem.stages) + f" GiB per rank{device}{layout}"
+            + f" | host {host['per_node_gib']:.0f} GiB per node ({host['resume_per_node_gib']:.0f} on resume)")
 
 
 # Host memory at start-up: what the dry run predicts per node (ranks per node x one rank's bytes)
@@ -695,7 +701,7 @@ def host_memory(plan, ranks_per_node, device="cuda"):
     model. The pool's tokens are memory-mapped: page cache (not counted)."""
     cfg = plan.model_config
     C, Vp = cfg.width, cfg.padded_vocab
-    emb = Vp * C * (2 if embedding_dtype(device) == torch.bfloat16 else 4)
+    emb = Vp * C * embedding_dtype(device).itemsize
     largest = max(Vp * C, *(rows * cols for rows, cols in block_matrix_shapes(cfg)))
     documents = plan.train_token_limit // ASSUMED_TOKENS_PER_DOCUMENT
     per_rank = dict(runtime=HOST_RUNTIME_BYTES, model_init=4 * largest + (emb if emb < 4 * Vp * C else 0),

@@ -95,15 +95,10 @@ def layout(world, ranks_per_node):
 # ----------------------------------------------------------------------------------------------------------------------
 # Traffic: the collectives of one step, and the bytes each puts on the links
 
-def compute_bytes(device):
-    """Bytes per element of FSDP2's gathered parameters: bf16 on CUDA (MixedPrecisionPolicy), fp32 on CPU."""
-    return 2 if torch.device(device).type == "cuda" else 4
-
-
 def micro_batch_sends(cfg, passes, per_node, device="cuda"):
     """FSDP2's collectives of one micro-batch inside a node (module docstring) -> [Send]. all_gather_into_tensor's
     payload is its output (the whole block), reduce_scatter_tensor's its input (the whole fp32 gradient)."""
-    e, table, block = compute_bytes(device), 2 * cfg.padded_vocab * cfg.width, params_per_block(cfg)
+    e, table, block = plan_lib.compute_bytes(device), 2 * cfg.padded_vocab * cfg.width, params_per_block(cfg)
     runs = executed_blocks(cfg, passes)
     return ([Send("all_gather_single", e * table, "node")] + [Send("all_gather_single", e * block, "node")] * 2 * runs
             + [Send("reduce_scatter_single", 4 * block, "node")] * runs
@@ -277,7 +272,7 @@ def cpu_probe(plan, eval_every, per_node, steps=2):
 
 def timed_probe(plan, eval_every, steps):
     torch.manual_seed(plan.seed)
-    model, groups = GPT(plan.model_config), None
+    model = GPT(plan.model_config)
     groups = model.param_groups()
     optimizers = [muon.Muon(groups["matrix"], lr=plan.matrix_lr),
                   torch.optim.AdamW([p for name, ps in groups.items() if name != "matrix" for p in ps], lr=1e-4)]
