@@ -11,9 +11,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 @pytest.fixture
 def free_port():
     """A free TCP port on 127.0.0.1 for torch.distributed rendezvous."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    import common
+    return common.free_port()
 
 
 @pytest.fixture(scope="session")

@@ -62,7 +62,7 @@ def weight_distance(weights, reference):
 
 
 @pytest.fixture(scope="module")
-def runs(pool, tmp_path_factory, free_port_factory):
+def runs(pool, tmp_path_factory):
     """Loop-Grow and Untied-Grow (growth at step 5 of 10) on 1, 2 and 4 processes, 8 sequences of 2 per step; and
     on one process at micro-batch 4 (the same sum in another order)."""
     out = tmp_path_factory.mktemp("parallel")
@@ -70,20 +70,9 @@ def runs(pool, tmp_path_factory, free_port_factory):
         args = tiny(pool, out, arch, "--crossover-fractions", "0.5", steps=10)
         launch(args + ["--run-name", f"{arch}_reordered", "--device-batch-size", "4"], 1, None)
         for world, nodes in ((1, 1), (2, 1), (4, 2)):
-            launch(args + ["--run-name", f"{arch}_{world}", "--device-batch-size", "2"], world, free_port_factory(),
+            launch(args + ["--run-name", f"{arch}_{world}", "--device-batch-size", "2"], world, common.free_port(),
                    nodes)
     return out
-
-
-@pytest.fixture(scope="module")
-def free_port_factory():
-    import socket
-
-    def free():
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
-    return free
 
 
 @pytest.mark.parametrize("arch", GROWTH_ARMS)
@@ -108,13 +97,13 @@ def test_1_2_4_processes_train_through_growth_alike(runs, arch):
     assert sorted(n for n in shards if n.endswith(".distcp")) == [f"__{r}_0.distcp" for r in range(4)]
 
 
-def test_kill_9_and_resume_on_2_processes_is_bit_identical(pool, tmp_path, free_port_factory):
+def test_kill_9_and_resume_on_2_processes_is_bit_identical(pool, tmp_path):
     """A 2-process run SIGKILLed mid-run resumes from its last checkpoint to the uninterrupted run's bits: every
     loss, every validation, every final weight."""
     args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--device-batch-size", "2",
                 "--save-every", "3", "--log-every", "1", steps=30)
-    launch(args + ["--run-name", "full"], 2, free_port_factory())
-    (proc,) = launch(args + ["--run-name", "cut"], 2, free_port_factory(), wait=False)
+    launch(args + ["--run-name", "full"], 2, common.free_port())
+    (proc,) = launch(args + ["--run-name", "cut"], 2, common.free_port(), wait=False)
     trajectory = os.path.join(tmp_path, "cut", "trajectory.jsonl")
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None and \
@@ -126,7 +115,7 @@ def test_kill_9_and_resume_on_2_processes_is_bit_identical(pool, tmp_path, free_
     checkpoint.recover_checkpoints(os.path.join(tmp_path, "cut", "checkpoints"))  # what --resume does first: the kill
     step = checkpoint.read_run_state(os.path.join(tmp_path, "cut", "checkpoints", "latest")).step  # may hit a save
     assert 9 <= step < 30, step  # killed mid-run, after a checkpoint
-    launch(args + ["--run-name", "cut", "--resume"], 2, free_port_factory())
+    launch(args + ["--run-name", "cut", "--resume"], 2, common.free_port())
     full, t_full = read_run(tmp_path, "full")
     cut, t_cut = read_run(tmp_path, "cut")
     assert cut["status"] == "complete" and [t["loss"] for t in t_cut] == [t["loss"] for t in t_full]
@@ -136,14 +125,14 @@ def test_kill_9_and_resume_on_2_processes_is_bit_identical(pool, tmp_path, free_
     assert all(torch.equal(weights[k], reference[k]) for k in reference)
 
 
-def test_a_4_process_checkpoint_resumes_on_2(pool, tmp_path, free_port_factory):
+def test_a_4_process_checkpoint_resumes_on_2(pool, tmp_path):
     """DCP reshards: 4 processes (HSDP 2 x 2) stop at step 4, 2 processes continue through the growth; the losses are
     those of an uninterrupted 2-process run within the tolerance of the 1/2/4 comparison (the weights: that test's
     reordering bound, 2 x 3.6 %)."""
     args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--device-batch-size", "2", steps=10)
-    launch(args + ["--run-name", "two"], 2, free_port_factory())
-    launch(args + ["--run-name", "moved", "--stop-after", "4"], 4, free_port_factory(), nodes=2)
-    launch(args + ["--run-name", "moved", "--resume"], 2, free_port_factory())
+    launch(args + ["--run-name", "two"], 2, common.free_port())
+    launch(args + ["--run-name", "moved", "--stop-after", "4"], 4, common.free_port(), nodes=2)
+    launch(args + ["--run-name", "moved", "--resume"], 2, common.free_port())
     two, t_two = read_run(tmp_path, "two")
     moved, t_moved = read_run(tmp_path, "moved")
     assert moved["status"] == "complete" and moved["world_size"] == 2
@@ -151,9 +140,9 @@ def test_a_4_process_checkpoint_resumes_on_2(pool, tmp_path, free_port_factory):
     assert weight_distance(final_weights(tmp_path, "moved"), final_weights(tmp_path, "two")) <= REORDER_FACTOR * 0.036
 
 
-def test_ranks_that_plan_different_layouts_stop_with_one_line_each(pool, tmp_path, free_port_factory):
+def test_ranks_that_plan_different_layouts_stop_with_one_line_each(pool, tmp_path):
     """Two ranks given different --gpu-memory plan different layouts: both stop before training, exit 2, one line."""
-    port = free_port_factory()
+    port = common.free_port()
     procs = []
     for rank, gib in ((0, "64"), (1, "80")):
         env = dict(ENV, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
@@ -320,7 +309,7 @@ def as_format_2(folder, plan):
     return state
 
 
-def test_a_format_2_checkpoint_resumes_on_one_process_and_is_refused_on_two(runs, pool, free_port_factory):
+def test_a_format_2_checkpoint_resumes_on_one_process_and_is_refused_on_two(runs, pool):
     """The checkpoint of an earlier train.py (format 2: replicated weights in model.pt) resumes on one process to the
     uninterrupted run's bits; on two processes every rank stops before training with one line saying how to convert
     it (one resume on one process)."""
@@ -328,7 +317,7 @@ def test_a_format_2_checkpoint_resumes_on_one_process_and_is_refused_on_two(runs
     launch(args + ["--run-name", "old", "--stop-after", "4"], 1, None)
     latest = os.path.join(runs, "old", "checkpoints", "latest")
     assert as_format_2(latest, train.make_plan(train.parse_args(args))).step == 4
-    (proc,) = launch(args + ["--run-name", "old", "--resume"], 2, free_port_factory(), wait=False)
+    (proc,) = launch(args + ["--run-name", "old", "--resume"], 2, common.free_port(), wait=False)
     _, err = proc.communicate(timeout=300)
     refusals = [line for line in err.splitlines() if line.startswith("train.py: error:")]
     assert proc.returncode != 0 and len(refusals) == 2
