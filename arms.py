@@ -14,7 +14,8 @@ import sys
 from collections import namedtuple
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from common import DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, cli_main, integer, number
+from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, cli_main, integer,
+                    number)
 
 MAX_DEPTH, MAX_PASSES, MAX_STEPS = 1024, 256, 10 ** 7   # the ranges of --depth, of pass counts, of step counts
 SEEDS = (0, 2 ** 63 - 1)                                 # train.py --seed, ladder.sh --seeds, core_eval.py --seeds
@@ -608,7 +609,8 @@ CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
 
 
 def training_parser(prog, description):
-    """train.py's parser (bench.py adds its own flags to it): torch-free, so that `--help` answers before torch loads."""
+    """train.py's parser (bench.py adds its own flags to it): torch-free, so that `--help` answers before torch
+    loads."""
     p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
                    help="several depths only with --dry-run")

@@ -84,7 +84,7 @@ def build_parser():
     parser = Parser(prog="data.py", description="Token pools: prepare, verify, bench.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
-    p.add_argument("--corpus", required=True, help="fineweb | fineweb-edu | stdlib | files")
+    p.add_argument("--corpus", required=True, help=" | ".join(CORPORA))
     p.add_argument("--out", default=None, help="pool directory (default: data/CORPUS, the folder train.py's presets "
                    "read: data/fineweb for paper, data/stdlib for cpu)")
     p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")

@@ -129,11 +129,15 @@ def ladder_dry_run(argv):
     if not peaks:
         raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
                          "its train.py flags)")
-    hours = f"~{hours:,.0f} GPU-hours predicted (throughput.py; not measured)" if args.mfu is None else \
-        f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at {args.mfu:.0%} MFU of an H100"
-    hours = f"~{clock(cpu_seconds)} wall time on this CPU (measured probe)" if cpu_seconds else hours
-    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {hours} | {args.gpus_per_node} {'ranks' if cpu_seconds else 'GPUs'}/node x {args.nodes} nodes | "
-          f"max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
+    if cpu_seconds:
+        time_needed, units = f"~{clock(cpu_seconds)} wall time on this CPU (measured probe)", "ranks"
+    elif args.mfu is None:
+        time_needed, units = f"~{hours:,.0f} GPU-hours predicted (throughput.py; not measured)", "GPUs"
+    else:
+        time_needed, units = (f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at "
+                              f"{args.mfu:.0%} MFU of an H100"), "GPUs"
+    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {time_needed} | {args.gpus_per_node} {units}/node x {args.nodes} "
+          f"nodes | max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
 
 
 def gpu_peak_flops(device, given=None):
