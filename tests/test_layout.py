@@ -1,6 +1,5 @@
 """The layout of the scripts: imports go one way (no module imports one that imports it back, at module level or
-inside a function; no importlib, __import__ or sys.modules tricks), a handful of files none over 900 lines, and no
-function over 80 lines outside plotting code."""
+inside a function; no importlib, __import__ or sys.modules tricks), and one ratchet on the product's total lines."""
 import argparse
 import ast
 import glob
@@ -13,7 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {os.path.basename(path)[:-3]: path for path in sorted(glob.glob(os.path.join(ROOT, "*.py")))}
-MAX_SCRIPTS, MAX_LINES, MAX_FUNCTION_LINES = 16, 900, 80
+MAX_PRODUCT_LINES = 11_452  # a ratchet: lower it when the product shrinks, never raise it
 
 
 def parsed(name):
@@ -80,28 +79,9 @@ def test_no_import_machinery(name):
     assert not found, f"{name}.py uses import machinery at {', '.join(found)}"
 
 
-def test_a_handful_of_scripts_none_too_long():
-    assert len(SCRIPTS) <= MAX_SCRIPTS, f"{len(SCRIPTS)} top-level scripts: {', '.join(SCRIPTS)}"
-    for name, path in SCRIPTS.items():
-        with open(path) as f:
-            lines = len(f.read().splitlines())
-        assert lines <= MAX_LINES, f"{name}.py has {lines} lines"
-
-
-def plots(function, module_tree):
-    """Plotting code may run long: a function in a module that imports matplotlib, or that imports it itself."""
-    return "matplotlib" in imported_modules(function) or any(
-        isinstance(node, (ast.Import, ast.ImportFrom)) and "matplotlib" in imported_modules(node)
-        for node in module_tree.body)
-
-
-@pytest.mark.parametrize("name", list(SCRIPTS))
-def test_no_long_functions_outside_plotting(name):
-    tree = parsed(name)
-    long = [f"{node.name} ({node.end_lineno - node.lineno + 1} lines)" for node in ast.walk(tree)
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES and not plots(node, tree)]
-    assert not long, f"{name}.py: {', '.join(long)}"
+def test_the_product_stays_small():
+    lines = sum(len(open(path).read().splitlines()) for path in SCRIPTS.values())
+    assert lines <= MAX_PRODUCT_LINES, f"{lines} lines of product Python (the ratchet is {MAX_PRODUCT_LINES})"
 
 
 def literal_lists(tree):
