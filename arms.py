@@ -1,35 +1,57 @@
 """The paper's table: every per-arm number (architecture, init, training recipe), the data-constrained grid and the
 presets, as frozen dataclasses (arXiv 2609.19107, App. A.1 and A.4; docs/recipe.md says which numbers come from the
-authors' release). Torch-free; model.py builds networks from it, train.py plans runs from it, and train.py's
-parser is built here (training_parser), so that `--help` answers before torch loads.
+authors' release). Torch-free; model.py builds networks from it, train.py plans runs from it.
 
 A field made with knob() is also an override flag --field-name, generated here once: "model" knobs are flags of both
-model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob is one field.
+model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob is one field; its declared range checks
+the flag and every arm's row alike (knob_type).
 """
 import argparse
+import ast
 import math
-import os
 import re
 import sys
-from collections import namedtuple
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from common import (DIST_TIMEOUT_MINUTES, MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, cli_main, integer,
-                    number)
+from common import Parser, UsageError, cli_main, integer, number
 
 MAX_DEPTH, MAX_PASSES, MAX_STEPS = 1024, 256, 10 ** 7   # the ranges of --depth, of pass counts, of step counts
-SEEDS = (0, 2 ** 63 - 1)                                 # train.py --seed, ladder.sh --seeds, core_eval.py --seeds
+SEEDS = (0, 2 ** 63 - 1)                                 # train.py and ladder.sh --seed, core_eval.py --seeds
 
 
 def knob(flag, default=MISSING, help=None, range=None):
-    """A field that is also an override flag ("cluster" knobs: an environment variable, throughput.py); range: the
-    values its flag accepts, (low, high) for a whole number or an interval such as "(0, 1]" for a float (see
-    common.integer and common.number)."""
+    """A field that is also an override flag; range: the values its flag and an arm's row accept, (low, high) for a
+    whole number or an interval such as "(0, 1]" for a float (see common.integer and common.number)."""
     return field(default=default, metadata=dict(flag=flag, help=help, range=range))
 
 
 def knob_fields(cls, flag):
     return [f for f in fields(cls) if f.metadata.get("flag") == flag]
+
+
+def knob_type(f):
+    """The argparse type of a knob field: a whole number or a float in its declared range (a tuple knob: each entry)."""
+    if f.metadata["range"] is None:
+        raise TypeError(f"the knob {f.name} declares no range (knob(..., range=...))")
+    return integer(*f.metadata["range"]) if f.type is int else number(f.metadata["range"])
+
+
+def knob_value_error(f, value):
+    """Why `value` in an arm's row is not what the flag --f-name would accept (None when it is): the same type and
+    range, so a row cannot train what the command line refuses."""
+    if f.type is bool:
+        return None if type(value) is bool else f"must be True or False, got {value!r}"
+    values = value if f.type is tuple and isinstance(value, tuple) and len(value) == 2 else [value]
+    if f.type is tuple and values == [value]:
+        return f"must be a tuple of two numbers, got {value!r}"
+    for v in values:
+        if type(v) is bool or not isinstance(v, (int, float)):
+            return f"must be a number, got {v!r}"
+        try:
+            knob_type(f)(repr(v))
+        except argparse.ArgumentTypeError as e:
+            return str(e)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,8 +197,8 @@ def derived(base, **changes):
         refuse_table(f"{where}: Arm has no field {unknown[0]!r}; its fields: {', '.join(f.name for f in fields(Arm))}")
     stages = changes.get("stages")
     if stages is not None:
-        if not (isinstance(stages, tuple) and len(stages) >= 2 and all(isinstance(k, int) and k >= 1 for k in stages)
-                and sorted(set(stages)) == list(stages)):
+        if not (isinstance(stages, tuple) and len(stages) >= 2 and all(type(k) is int and k >= 1 for k in stages)
+                and sorted(set(stages)) == list(stages) and stages[-1] <= MAX_PASSES):
             refuse_table(f"{where}: stages must be a tuple of 2 or more increasing pass counts, e.g. (1, 2, 4); "
                          f"got {stages!r}")
         ends = dict(passes_initial=stages[0], passes=stages[-1])
@@ -187,14 +209,30 @@ def derived(base, **changes):
     return replace(PAPER_ARMS[base], crossover={}, figure2=False, **changes)
 
 
-def check_user_arm_names(user_arms):
-    """A user arm's name is a ladder.sh argument, a run-folder prefix and a key beside the paper's arms."""
-    for name in user_arms:
+def check_user_arms(user_arms):
+    """A user arm's name is a ladder.sh argument, a run-folder prefix and a key beside the paper's arms, given once;
+    its values are what their flags accept (knob_value_error) and its colour one matplotlib draws."""
+    source = ast.parse(open(__file__).read())
+    table = next(node.value for node in source.body if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", None) == "USER_ARMS")
+    names = [key.value for key in getattr(table, "keys", []) if isinstance(key, ast.Constant)]
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        refuse_table(f"USER_ARMS: {twice!r} is given twice (the second would silently replace the first); rename one")
+    from matplotlib.colors import is_color_like  # only here: the scripts that draw import matplotlib themselves
+    for name, arm in user_arms.items():
         if name in PAPER_ARMS:
             refuse_table(f"USER_ARMS: {name!r} is a paper arm's name (it would replace the paper's); choose another")
         if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
             refuse_table(f"USER_ARMS: the name {name!r} is not made of a-z, 0-9 and _ only (it names run folders "
                          "and ladder.sh targets); e.g. 'my_arm_2'")
+        for f in (f for f in fields(Arm) if f.metadata.get("flag") and getattr(arm, f.name) is not None):
+            error = knob_value_error(f, getattr(arm, f.name))
+            if error:
+                refuse_table(f"USER_ARMS[{name!r}]: {f.name} {error} (as --{f.name.replace('_', '-')})")
+        if not is_color_like(arm.color):
+            refuse_table(f"USER_ARMS[{name!r}]: color {arm.color!r} is not a matplotlib colour; e.g. 'tab:purple' "
+                         "or '#7f3fbf'")
 
 
 # Your own arms: add one line here (docs/your_own_arm.md). Each is an arm of every script (model.py, train.py,
@@ -204,13 +242,20 @@ USER_ARMS = {
     "loop_3": derived("loop_2", label="Loop-3", color="tab:olive", passes=3),
     "loop_3_grow": derived("loop_grow", label="Loop-3-Grow", color="tab:pink", passes=3, passes_initial=1),
 }
-check_user_arm_names(USER_ARMS)
+check_user_arms(USER_ARMS)
 ARMS = {**PAPER_ARMS, **USER_ARMS}
 GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
-BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
-BENCH_ARMS = tuple(dict.fromkeys(arch for pair in BENCH_PAIRS for arch in pair))
-GPU_CHECK_TRAINING = ("vanilla", "untied_grow_eager", "untied_grow")  # bench.py --gpu-check's training sections
+
+
+def device_batch(depth, passes):
+    """Sequences per GPU per micro-batch at the paper preset: the release's on 80 GB GPUs (App. A; docs/recipe.md), by
+    depth, halved two depths earlier for a core run more than twice (its final passes). The global batch does not
+    change with it. On CUDA train.py starts here and halves it while the run's largest stage does not fit."""
+    rule = ((10, 32), (14, 16), (MAX_DEPTH, 8)) if passes <= 2 else ((8, 32), (12, 16), (16, 8), (18, 4),
+                                                                      (MAX_DEPTH, 2))
+    return next(batch for up_to, batch in rule if depth <= up_to)
+
 
 # The optimizer of each group of model.param_groups(): group -> (optimizer, the Plan's LR field, weight decay?).
 # LRs are the arm's, scaled with depth like the others (plan.make_plan). Scalars (boundary gates) take AdamW at
@@ -253,7 +298,7 @@ class Preset:
     mlp_multiple: int = knob("model", help="MLP hidden size is rounded up to a multiple of this", range=(1, 2 ** 16))
     total_batch_tokens: int = knob("train", help="tokens per optimizer step", range=(1, 2 ** 30))
     val_tokens: int = knob("train", help="validation target tokens (multiple of --seq-len)", range=(1, 2 ** 40))
-    device_batch_size: int              # CPU runs' micro-batch; on GPUs train.py's memory planner picks it
+    device_batch_size: int              # CPU runs' micro-batch (on CUDA: device_batch's rule, then a probe)
     anchor_depth: int                   # the depth whose LRs the table gives
     lr_multiplier: float = knob("train", help="multiplies all three LRs (preset default)", range="(0, inf)")
     data_dir: str
@@ -272,230 +317,16 @@ PRESETS = {
                   val_tokens=65_536, device_batch_size=16, anchor_depth=3, lr_multiplier=2.0, data_dir="data/stdlib",
                   corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
 }
-BENCH_SHAPES = {  # bench.py --bench-shape: flags of a named shape on top of --preset
-    "d6w384": dict(depth=6, width_per_depth=64, head_dim=64, seq_len=256, tokenizer="gpt2"),
-}
 # Dense bf16 peak FLOP/s per GPU (half NVIDIA's with-sparsity datasheet figure), for MFU (train.py) and GPU-hour
 # estimates (ladder.sh, fit.py design). The first key the device name contains wins: the PCIe and NVL cards first.
 GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "H100": 989e12, "H200": 989e12,
                   "A100": 312e12, "B200": 2250e12}
-H100_80GB_GIB = 81559 / 1024  # GiB that torch reports for an H100 80GB: a dry run's default --gpu-memory
-
-
-@dataclass(frozen=True, kw_only=True)
-class Cluster:
-    """A node type throughput.py predicts step times on: its GPU (a GPU_PEAK_FLOPS key), its links, and the share of
-    their rates a run gets. Each knob is also an environment variable of the dry runs, its name in capitals
-    (NIC_GBITS=200 bash ladder.sh all --dry-run)."""
-    gpu: str
-    nvlink_gbs: float = knob("cluster", help="NVLink GB/s per GPU and direction", range="(0, inf)")
-    nic_gbits: float = knob("cluster", help="Gb/s of one network card", range="(0, inf)")
-    nics_per_node: int = knob("cluster", help="network cards per node", range=(1, 1024))
-    bus_efficiency: float = knob("cluster", help="the share of the link rates NCCL's ring collectives reach (its "
-                                 "nccl-tests bus bandwidth / the link rate)", range="(0, 1]")
-    matmul_efficiency: float = knob("cluster", help="the share of the GPU's dense bf16 peak the model's and the "
-                                    "optimizer's FLOPs run at in wide models (throughput.compute_efficiency)",
-                                    range="(0, 1]")
-    elementwise_width: float = knob("cluster", help="the width at which a step's elementwise work (bytes per token "
-                                    "~ width) takes as long as its matmuls (FLOPs ~ width^2) at matmul_efficiency",
-                                    range="[0, inf)")
-
-
-# DGX/HGX H100: NVLink 4 at 450 GB/s per direction, 8 ConnectX-7 NDR cards of 400 Gb/s. bus_efficiency 0.8: ring
-# reduce-scatter reaches ~360 GB/s of NVLink's 450 on 8 H100s (nccl-tests busbw). matmul_efficiency 0.605 and
-# elementwise_width 500: fitted to the release's 58 timed runs (timing.json, one 8 x H100 node each: MFU 33.5 % at d6
-# to 50.2 % at d20) so that the largest miss is smallest: every predicted MFU within -2.6 / +2.5 points of the
-# release's (`python docs/throughput_table.py`); a step's compute runs at 0.605 x width / (width + 500) of the peak.
-CLUSTERS = {"H100": Cluster(gpu="H100", nvlink_gbs=450, nic_gbits=400, nics_per_node=8, bus_efficiency=0.8,
-                            matmul_efficiency=0.605, elementwise_width=500)}
 EVAL_COMPUTE_SHARE = 0.02  # train.py's default --eval-every: periodic validation costs at most 2 % of the training
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The GPU acceptance runs' targets (bench.py --gpu-check, --gpu-smoke): per run and section the measurement, how it is
-# compared and its bound (per dtype where rounding sets it). gate() below puts each next to its measurement with a
-# `met` flag; docs/gpu_acceptance.md's tables are `python arms.py targets` (tests/test_acceptance.py checks them).
-
-# A run's outcome, worst first: an error; a target missed; something not run or not measurable here; every target met.
-VERDICTS = ("failed", "missed", "incomplete", "passed")
-EXIT_CODES = dict(passed=0, failed=1, missed=4, incomplete=5)  # 2 stays the usage error (one line on stderr)
-VERDICT_MEANING = dict(
-    passed="every section ran and every target was met",
-    missed="at least one measurement missed its target (`misses` names it); other parts may not have run",
-    incomplete="no target was missed, but a part did not run or could not be measured here (`skipped`, "
-               "`unmeasured`): one GPU, no GPU (`--cpu-exercise`), a time budget",
-    failed="a part stopped with an error (`errors`, or a launch's exit code and log)")
-
-MFU_CONVENTIONS = dict(  # how MFU counts attention; both are reported, the targets use the project's
-    causal_half="the project's: causal attention at half, 6 * C * (T + 1) FLOPs per token per block "
-                "(model.flops_per_token)",
-    full_attention="nanoGPT / PaLM: attention counted whole, 12 * C * T per token per block (reads a few points "
-                   "higher)")
-
-# The smoke's distributed runs against the one-process reference of the same steps and global batch: the largest
-# relative difference of the per-step losses and of the final weights (per tensor). fp32 (CPU gloo, 2 ranks vs 1):
-# losses 9e-8 apart, weights 5.5e-3 (micro-batches summed in another order; Muon's normalised update amplifies it in
-# the zero-initialised out-projections). bf16 autocast (GPU): unmeasured; a flipped rounding moves a loss by ~1e-3.
-# The defects tests/smoke_defects.py injects on CPU, shared by both ranks: rank 1's gradients x 2 moves the weights by
-# 0.52 and the losses by 9e-6; every rank reading rank 0's windows moves the weights by 0.88 and the losses by 1.5e-3.
-SMOKE_DISTRIBUTED_RUNS = dict(  # bench.py --gpu-smoke's runs on 2 processes, each against the one-process reference
-    default="2 processes, stopped at step 2 and resumed, the default gradient transport",
-    sharded="the same checkpoint resumed a second time",
-    multinode="2 torchrun nodes of 1 process on this host (HSDP), uninterrupted")
-TRANSPORT_LOSS_TOLERANCE = dict(fp32=1e-6, bf16=5e-3)
-TRANSPORT_WEIGHT_TOLERANCE = dict(fp32=2e-2, bf16=5e-2)
-
-# --gpu-check's MFU targets: per compiled training section its shape on one H100 80GB (bench.GPU_CHECK's "paper"
-# recipe, the memory planner's micro-batch) and the MFU throughput.py predicts for it, of the steps the section times
-# (Untied-Grow: after growth, K = 4). One GPU: no communication, and Muon's Polar-Express on all matrices (~7 % of the
-# step). The margin: the calibration's largest miss on the release's runs (2.6 points) three times over, for what the
-# release never timed (one GPU, 65,536 tokens per step, another torch; H200's faster memory). tests/test_acceptance.py
-# recomputes each prediction. The eager section is not gated: the model is calibrated on compiled runs.
-GPU_CHECK_MFU = dict(vanilla=("Vanilla d12 compiled, 1 GPU, 65,536 tokens/step, micro-batch 16", 0.4244),
-                     untied_grow=("Untied-Grow d8 compiled after growth, 1 GPU, 65,536 tokens/step, micro-batch 32",
-                                  0.3879))
-MFU_MARGIN = 0.08
-CORE_NLL_TOLERANCE = dict(bf16=2e-2, fp32=1e-4)  # answer NLLs of two attention kernels or scoring paths: rounding only
-
-# hardware: a speed or memory measurement, meaningful only on the GPU (--cpu-exercise records it, ungated)
-Target = namedtuple("Target", "run section measurement op bound note hardware", defaults=(False,))
-TARGETS = [
-    Target("gpu_check", "roofline", "peak_fraction", "within", (0.5, 1.0),
-           "matmul roofline over the GPU's dense bf16 peak; below: a throttled GPU or a wrong --peak-flops; above 1: "
-           "a --peak-flops below the GPU's (every MFU inflated with it)", True),
-    Target("gpu_check", "core_scoring", "max_accuracy_difference", "<=", 0.0,
-           "core_eval's batched scoring paths against one_at_a_time"),
-    Target("gpu_check", "core_scoring", "max_nll_difference", "<=", CORE_NLL_TOLERANCE,
-           "answer NLLs apart by rounding only"),
-    Target("gpu_check", "core_scoring", "max_nll_difference_from_math", "<=", CORE_NLL_TOLERANCE,
-           "every scoring path on --attention-backend's kernels (auto: PyTorch's choice) against SDPA's math backend"),
-    *[Target("gpu_check", section, "mfu_causal_half", "within",
-             (round(mfu - MFU_MARGIN, 3), round(mfu + MFU_MARGIN, 3)),
-             f"{shape}: throughput.py predicts {mfu:.1%} (calibrated on the release's timing.json) +- {MFU_MARGIN:g}; "
-             "above: a wrong --peak-flops or step time", True) for section, (shape, mfu) in GPU_CHECK_MFU.items()],
-    Target("gpu_check", "untied_grow_eager", "memory_measured_over_predicted", "within", (0.6, 1.0),
-           "max_memory_allocated over the memory model's peak (the model is eager's); below 0.6: the model "
-           "overcounts, or the measurement missed the peak", True),
-    Target("gpu_check", "untied_grow", "memory_measured_over_predicted", "within", (0.3, 1.0),
-           "the same, compiled (saves less than eager)", True),
-    Target("gpu_check", "ratios", "operator_1_over_vanilla", "within", (0.98, 1.02),
-           "step-time ratio: Vanilla's FLOPs and the boundary operator's elementwise work", True),
-    Target("gpu_check", "ratios", "untied_2_over_loop_2", "within", (0.98, 1.02), "step-time ratio: the same FLOPs",
-           True),
-    Target("gpu_smoke", "checks", "complete", "is", True, "every run finished every step"),
-    Target("gpu_smoke", "checks", "grew_at_crossover", "is", True, "every run grew K = 2 -> 4 at step 3"),
-    Target("gpu_smoke", "checks", "finite", "is", True, "every loss and the final validation loss finite"),
-    Target("gpu_smoke", "checks", "first_resumed_loss_equal", "is", True,
-           "step 3 resumes the same checkpoint and batch in both resumed runs: bit-identical"),
-    *[Target("gpu_smoke", "checks", f"{name}_vs_reference", "<=", TRANSPORT_LOSS_TOLERANCE,
-             f"{what}: largest relative loss difference from the one-process reference")
-      for name, what in SMOKE_DISTRIBUTED_RUNS.items()],
-    *[Target("gpu_smoke", "checks", f"{name}_weights_vs_reference", "<=", TRANSPORT_WEIGHT_TOLERANCE,
-             f"{what}: largest relative difference of a final weight tensor from the one-process reference")
-      for name, what in SMOKE_DISTRIBUTED_RUNS.items()],
-    Target("gpu_smoke", "checks", "memory_measured_over_predicted", "within", (0.3, 1.0),
-           "every rank's max_memory_allocated per pass stage over the planner's peak for its ranks", True),
-    Target("gpu_smoke", "checks", "outside_allocator_over_predicted", "within", (0.2, 1.0),
-           "every rank's device memory beyond the allocator's reserve (mem_get_info) over the planner's CUDA context "
-           "+ NCCL allowance", True),
-]
-
-
-def bound_for(target, dtype):
-    """The target's bound, for `dtype` where it has one per dtype."""
-    return target.bound[dtype] if isinstance(target.bound, dict) else target.bound
-
-
-def target_text(target, dtype=None):
-    """'>= 0.5', '<= 0.0001', 'in [0.98, 1.02]', 'true'; a per-dtype bound without a dtype lists each."""
-    if isinstance(target.bound, dict) and dtype is None:
-        return ", ".join(f"{target.op} {bound:g} ({dt})" for dt, bound in target.bound.items())
-    bound = bound_for(target, dtype)
-    if target.op == "within":
-        return f"in [{bound[0]:g}, {bound[1]:g}]"
-    if target.op == "is":
-        return "true" if bound else "false"
-    return f"{target.op} {bound:g}"
-
-
-def is_met(target, value, dtype):
-    """True / False; None when the value was not measured (None, NaN)."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    bound = bound_for(target, dtype)
-    if target.op == "is":
-        return value is bound
-    if target.op == "within":
-        return bound[0] <= value <= bound[1]
-    return value >= bound if target.op == ">=" else value <= bound
-
-
-def gate(run, out, dtype):
-    """Add out[section]["gates"] (measurement, value, target, met) for every target of `run` whose section ran, and
-    out["verdict"], out["misses"], out["unmeasured"], out["exit_code"] -> the verdict. A section that did not run
-    (None) leaves its targets unmeasured, and so does a CPU exercise its speed and memory targets (a CPU's step-time
-    ratios say nothing of the GPU's)."""
-    misses, unmeasured = [], []
-    for target in (t for t in TARGETS if t.run == run):
-        section = out.get(target.section)
-        value = section.get(target.measurement) if isinstance(section, dict) else None
-        met = None if target.hardware and out.get("device") == "cpu" else is_met(target, value, dtype)
-        if isinstance(section, dict):
-            section.setdefault("gates", {})[target.measurement] = dict(
-                value=value, target=target_text(target, dtype), met=met)
-        name = f"{target.section}.{target.measurement}"
-        (misses if met is False else unmeasured if met is None else []).append(name)
-    out.update(misses=misses, unmeasured=unmeasured)
-    out["verdict"] = verdict(out)
-    out["exit_code"] = EXIT_CODES[out["verdict"]]
-    return out["verdict"]
-
-
-def verdict(out):
-    """failed (out["errors"]), missed (out["misses"]), incomplete (out["skipped"], out["unmeasured"]) or passed, the
-    worst of them, also counting out["parts"]: the verdicts of nested runs (the smoke's --gpu-check)."""
-    own = ("failed" if out.get("errors") else "missed" if out.get("misses") else
-           "incomplete" if out.get("skipped") or out.get("unmeasured") else "passed")
-    return worst([own, *out.get("parts", {}).values()])
-
-
-def verdict_summary(out, path, took=""):
-    """'VERDICT (exit N)TOOK; wrote PATH; missed: A, B; failed: C; skipped: D; unmeasured: E' (the non-empty ones)."""
-    parts = dict(missed=out["misses"], failed=list(out["errors"]), skipped=list(out["skipped"]),
-                 unmeasured=out["unmeasured"])
-    return f"{out['verdict']} (exit {out['exit_code']}){took}; wrote {path}" + "".join(
-        f"; {label}: {', '.join(names)}" for label, names in parts.items() if names)
-
-
-def verdict_markdown(run, out, path, heading, **parts):
-    """A run's summary in markdown (gpu_smoke.md): a heading, its verdict line, then every gated measurement of out
-    and of its nested runs (`parts`: name -> their JSON) beside its target."""
-    met = {True: "met", False: "**MISSED**", None: "unmeasured"}
-    shown = lambda value: f"{value:.4g}" if isinstance(value, float) else value
-    rows = [f"| {name} | `{section}.{measurement}` | {shown(g['value'])} | {g['target']} | {met[g['met']]} |"
-            for name, result in [(run, out), *parts.items()] for section, part in result.items()
-            if isinstance(part, dict) for measurement, g in part.get("gates", {}).items()]
-    return "\n".join([f"# {heading}", "", verdict_summary(out, path), "", "| run | measurement | value | target | |",
-                      "|---|---|---|---|---|", *rows, ""])
-
-
-def worst(verdicts):
-    return min(verdicts, key=VERDICTS.index)
-
-
-def targets_markdown():
-    """docs/gpu_acceptance.md's target table."""
-    rows = ["| run | section | measurement | target | what |", "|---|---|---|---|---|"]
-    rows += [f"| {t.run} | `{t.section}` | `{t.measurement}` | {target_text(t)} | {t.note} |" for t in TARGETS]
-    return "\n".join(rows)
-
-
-def verdicts_markdown():
-    """docs/gpu_acceptance.md's verdict table: verdict, exit code, meaning."""
-    rows = ["| verdict | exit code | meaning |", "|---|---|---|"]
-    rows += [f"| `{v}` | {EXIT_CODES[v]} | {VERDICT_MEANING[v]} |" for v in reversed(VERDICTS)]
-    return "\n".join(rows)
+# --attention-backend: SDPA's backends by name (model.SDPA_BACKENDS maps them to SDPA's and says why "auto"); on the
+# CPU only flash (its CPU kernel) and math exist
+ATTENTION_BACKENDS = ("auto", "default", "cudnn", "flash", "efficient", "math")
+CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
 
 
 # The authors' release (reference/release/, see its SOURCE.md) names its series with short names: the project's arm
@@ -525,14 +356,11 @@ def add_knob_flags(group, cls, flag):
     """One --name flag per `flag` knob of cls, accepting its declared range; every default is None (= keep the
     table's value)."""
     for f in knob_fields(cls, flag):
-        name, help, bounds = "--" + f.name.replace("_", "-"), f.metadata["help"], f.metadata["range"]
+        name, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
         if f.type is bool:
             group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
-        elif bounds is None:
-            raise TypeError(f"the knob {f.name} declares no range (knob(..., range=...))")
         else:
-            group.add_argument(name, type=integer(*bounds) if f.type is int else number(bounds),
-                               nargs=2 if f.type is tuple else None, default=None, help=help)
+            group.add_argument(name, type=knob_type(f), nargs=2 if f.type is tuple else None, default=None, help=help)
 
 
 def given_knobs(args, cls, flag):
@@ -599,96 +427,6 @@ def preset_from_args(args):
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# train.py's flags (bench.py's too, besides the training run's group)
-
-TRAINING_RUN_FLAGS = "the training run (train.py only; bench.py refuses these)"
-# --attention-backend: SDPA's backends by name (model.SDPA_BACKENDS maps them to SDPA's and says why "auto"); on the
-# CPU only flash (its CPU kernel) and math exist
-ATTENTION_BACKENDS = ("auto", "default", "cudnn", "flash", "efficient", "math")
-CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
-
-
-def training_parser(prog, description):
-    """train.py's parser (bench.py adds its own flags to it): torch-free, so that `--help` answers before torch
-    loads."""
-    p = Parser(prog=prog, description=description, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
-                   help="several depths only with --dry-run")
-    p.add_argument("--preset", choices=list(PRESETS), default=None,
-                   help="paper or cpu (default: paper; bench.py without CUDA: cpu)")
-    p.add_argument("--dry-run", action="store_true", help="print the plan as one JSON object and exit")
-    run = p.add_argument_group(TRAINING_RUN_FLAGS)
-    run.add_argument("--arch", choices=list(ARMS), default=None)
-    run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
-    run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
-    run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
-    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
-    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
-                     help="fraction of steps before each growth (rho = 1 - f)")
-    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
-                     help="stop after N steps without changing the plan")
-    run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
-                     help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
-                     help="print (and fetch the losses from the device) every N steps (default: the preset's)")
-    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
-                     help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
-                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute "
-                          "(docs/trajectory.md)")
-    run.add_argument("--wandb", default=None, metavar="PROJECT",
-                     help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
-    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
-    run.add_argument("--resume-or-start", action="store_true",
-                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
-    run.add_argument("--no-verify", action="store_true",
-                     help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
-                          "recorded in the pool's verified.json)")
-    run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
-                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
-                          "own 10 can pass while the ranks of a large model start up)")
-    shared = p.add_argument_group("run control")
-    shared.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
-    shared.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
-                        help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
-    shared.add_argument("--seed", type=integer(*SEEDS), default=42)
-    shared.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    shared.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
-    shared.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
-                        help="epochs over the token limit (--data-constrained)")
-    shared.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
-                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
-    rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
-    rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
-    rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
-    rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
-    add_knob_flags(rec, Arm, "train")
-    add_knob_flags(rec, Preset, "train")
-    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
-                     help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
-    add_memory_flags(p)
-    add_model_flags(p)
-    return p
-
-
-def add_memory_flags(p):
-    mem = p.add_argument_group("memory and compilation (README \"Memory per GPU\")")
-    mem.add_argument("--gpu-memory", type=number("(0, 65536]"), default=None, metavar="GIB",
-                     help="GiB per GPU the micro-batch planner fits (default: the device's total on CUDA; "
-                          f"{H100_80GB_GIB:.2f}, an H100 80GB as torch reports it, for --dry-run)")
-    mem.add_argument("--world-size", type=integer(1, MAX_PROCESSES_PER_NODE * MAX_NODES), default=None,
-                     help="GPUs a --dry-run plans for (default NPROC_PER_NODE x NNODES from the environment, 8 x 1; "
-                          "--preset cpu: 1 x 1)")
-    mem.add_argument("--device-batch-size", type=integer(1, 2 ** 30), nargs="+", default=None,
-                     help="sequences per micro-batch, one value or one per pass stage (default: the planner's)")
-    mem.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                     help="torch.compile the model (default: on CUDA; CPU stays eager)")
-    mem.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
-                     help="SDPA's backends (auto: cudnn first where the sequence length is a multiple of 128, else "
-                          "PyTorch's own choice, as default); one name forces it (a shape it cannot run is torch's "
-                          "error). CPU: auto, default, flash or math")
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 # Ladders: the runs ladder.sh launches (python arms.py ladder lists them)
 
 LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
@@ -698,13 +436,13 @@ DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: the
 
 def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
     """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
-    eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run NAME_sS with --seed S per seed, at
-    replicate_depths only (when given) and the first seed elsewhere."""
+    eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run
+    NAME_sS with --seed S per seed, at replicate_depths only (when given) and the first seed elsewhere."""
     preset = preset or ("cpu" if target == "demo" else "paper")
     if preset not in LADDER_PRESETS:
         raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
     if replicate_depths and not seeds:
-        raise UsageError('--replicate-depths needs --seeds, e.g. --seeds "0 1 2"')
+        raise UsageError('--replicate-depths needs --seed, e.g. --seed 0 1 2')
     groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
     if target not in (*ARMS, *groups):
         raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})")
@@ -717,8 +455,8 @@ def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=N
     if preset == "d26" and archs != ["untied_grow"]:
         raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
     if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
-        raise UsageError(f"the d26 preset is the one run at depth 26, not --depths {' '.join(map(str, depths))}; "
-                         "drop --depths, or run other depths with --preset paper")
+        raise UsageError(f"the d26 preset is the one run at depth 26, not --depth {' '.join(map(str, depths))}; "
+                         "drop --depth, or run other depths with --preset paper")
     if preset == "data-constrained" and archs != ["operator_1"]:
         raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
                          "data-constrained")
@@ -747,29 +485,11 @@ def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=N
     stray = [d for d in replicate_depths or () if d not in ladder_depths]
     if stray:
         raise UsageError(f"--replicate-depths {' '.join(map(str, stray))} is not a depth of this ladder (its depths: "
-                         f"{' '.join(map(str, ladder_depths))}); replicate depths it runs, or add them to --depths")
+                         f"{' '.join(map(str, ladder_depths))}); replicate depths it runs, or add them to --depth")
     if not seeds:
         return [(name, run_args) for name, _, run_args in runs]
     return [(f"{name}_s{s}", run_args + ["--seed", str(s)]) for name, depth, run_args in runs
             for s in (seeds if not replicate_depths or depth in replicate_depths else seeds[:1])]
-
-
-LADDER_LISTS = {"--depths": (1, MAX_DEPTH), "--seeds": SEEDS, "--replicate-depths": (1, MAX_DEPTH)}
-
-
-def whole_numbers(text, flag):
-    """ladder.sh's "6 8 10" -> [6, 8, 10]: whole numbers in the flag's range, none twice (a repeated depth or seed
-    would plan one run twice and count its FLOPs twice)."""
-    low, high = LADDER_LISTS[flag]
-    words = text.split()
-    bad = next((w for w in words if not (w.isascii() and w.isdigit() and low <= int(w) <= high)), None)
-    if bad is not None:
-        raise UsageError(f"{flag} must be whole numbers, got '{bad}' (each in [{low}, {high}])")
-    values = [int(w) for w in words]
-    twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-    if twice is not None:
-        raise UsageError(f"{flag} names {twice} twice ('{text}'): that plans one run twice; give each value once")
-    return values
 
 
 def run(argv):
@@ -778,20 +498,21 @@ def run(argv):
     sub.add_parser("arms", help="the arm names, in the table's order")
     ladder = sub.add_parser("ladder", help="one line per run of `bash ladder.sh TARGET ...`: its name, then its "
                             "train.py arguments")
-    sub.add_parser("targets", help="docs/gpu_acceptance.md's tables: the GPU acceptance targets and verdicts")
     ladder.add_argument("target", help="an arm, all, user or demo")
     ladder.add_argument("--preset", default=None, help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
-    for flag in ("--depths", "--seeds", "--replicate-depths"):
-        ladder.add_argument(flag, default="", type=lambda text, flag=flag: whole_numbers(text, flag),
-                            help='whole numbers in one argument, e.g. "6 8 10"')
+    for flag, bounds in (("--depth", (1, MAX_DEPTH)), ("--seed", SEEDS), ("--replicate-depths", (1, MAX_DEPTH))):
+        ladder.add_argument(flag, type=integer(*bounds), nargs="+", default=None, help="one or more, e.g. 6 8 10")
     args = p.parse_args(argv)
     if args.command == "arms":
         print(*ARMS)
         return
-    if args.command == "targets":
-        print(targets_markdown() + "\n\n" + verdicts_markdown())
-        return
-    for name, run_args in ladder_runs(args.target, args.preset, args.depths, args.seeds, args.replicate_depths):
+    for flag in ("depth", "seed", "replicate_depths"):  # a value twice would plan one run twice, its FLOPs counted twice
+        values = getattr(args, flag) or []
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} names {twice} twice: that plans one run twice; give each "
+                             "value once")
+    for name, run_args in ladder_runs(args.target, args.preset, args.depth, args.seed, args.replicate_depths):
         print(name, *run_args)
 
 

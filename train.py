@@ -4,8 +4,8 @@ One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter
 (plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one
 GPU, or under torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every
 optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
-Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes); the layout is planned once and
-checked to be the same on every rank before the first step (agree_on_layout).
+Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes). The micro-batch is measured,
+not modelled: on CUDA one forward and backward of the largest stage halves it until it fits (probe_micro_batch).
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
@@ -18,28 +18,95 @@ run that has none yet. At start the pool's token files are checked against their
 then recorded in the pool's verified.json; --no-verify skips this).
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
 """
-import contextlib
-import datetime
-import hashlib
-import json
-import math
+import argparse
 import os
-import shutil
-import signal
 import sys
-import time
-from dataclasses import dataclass
 
-import arms
-from common import answer_help
+from arms import (ARMS, ATTENTION_BACKENDS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, MAX_DEPTH, MAX_PASSES, MAX_STEPS,
+                  PRESETS, SEEDS, Arm, Preset, add_knob_flags, add_model_flags)
+from common import DIST_TIMEOUT_MINUTES, Parser, answer_help, integer, number
 
 
 def build_parser():
-    return arms.training_parser("train.py", __doc__.split("\n\n")[0])
+    """train.py's flags, torch-free so that `--help` answers before torch loads."""
+    p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--arch", choices=list(ARMS), default=None)
+    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
+                   help="several depths only with --dry-run")
+    p.add_argument("--preset", choices=list(PRESETS), default="paper", help="paper or cpu")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the plan as one JSON object per depth (with a GPU-hour estimate) and exit")
+    run = p.add_argument_group("the run")
+    run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
+    run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
+    run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
+    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
+    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
+                     help="fraction of steps before each growth (rho = 1 - f)")
+    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
+                     help="stop after N steps without changing the plan")
+    run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
+                     help="checkpoint every N steps (0: only at the end)")
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
+                     help="print (and fetch the losses from the device) every N steps (default: the preset's)")
+    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
+                     help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
+                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute "
+                          "(docs/trajectory.md)")
+    run.add_argument("--wandb", default=None, metavar="PROJECT",
+                     help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
+    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
+    run.add_argument("--resume-or-start", action="store_true",
+                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
+    run.add_argument("--no-verify", action="store_true",
+                     help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
+                          "recorded in the pool's verified.json)")
+    run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
+                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
+                          "own 10 can pass while the ranks of a large model start up)")
+    run.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
+    run.add_argument("--seed", type=integer(*SEEDS), default=42)
+    run.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
+    run.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
+                     help="epochs over the token limit (--data-constrained)")
+    device = p.add_argument_group("device")
+    device.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    device.add_argument("--device-batch-size", type=integer(1, 2 ** 30), default=None,
+                        help="sequences per micro-batch (default: the preset's on CPU; on CUDA the arm's rule, "
+                             "halved while the run's largest stage does not fit: docs/recipe.md)")
+    device.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the model (default: on CUDA; CPU stays eager)")
+    device.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
+                        help="SDPA's backends (auto: cudnn first where the sequence length is a multiple of 128, "
+                             "else PyTorch's own choice, as default); one name forces it (a shape it cannot run is "
+                             "torch's error). CPU: auto, default, flash or math")
+    device.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
+                        help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
+    device.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
+                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
+    rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
+    rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
+    rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
+    rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
+    add_knob_flags(rec, Arm, "train")
+    add_knob_flags(rec, Preset, "train")
+    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
+                     help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
+    add_model_flags(p)
+    return p
 
 
 if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
     answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
+
+import contextlib
+import datetime
+import json
+import math
+import shutil
+import signal
+import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -47,97 +114,68 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+import arms
 import data
 import model as model_lib
 import muon
-import throughput
-from arms import EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, H100_80GB_GIB, PARAM_GROUPS, PRESETS
+from arms import GPU_PEAK_FLOPS, PARAM_GROUPS
 from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
                         load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
-from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Parser, UsageError, autocast, cli_main, cli_main_distributed,
-                    clock, env_integer, exit_process, integer, memory_in_use, number, setup_distributed,
-                    torchrun_ranks, uses_cuda)
-from plan import (GIB, device_memory_plan, host_memory, lr_multiplier, make_plan, memory_line, memory_report,
-                  passes_at, plan_micro_batches, requested_micro_batches, schedule_notes, stage_at, stage_index)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, UsageError, autocast, cli_main, cli_main_distributed, clock,
+                    exit_process, memory_in_use, ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
+from plan import (device_batch_size, gpu_hours_estimate, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at,
+                  stage_index)
 from watch import Progress, check_tracker, open_tracker, write_run_report
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
 
 def dry_run(args):
-    """One JSON line per --depth: the plan, its "memory" for --world-size GPUs of --gpu-memory GiB (CUDA), its
-    "host_memory" per node of NPROC_PER_NODE ranks and its predicted "throughput" on those nodes (throughput.py)."""
-    ranks_per_node = env_integer("NPROC_PER_NODE", 1 if args.preset == "cpu" else 8, 1, MAX_PROCESSES_PER_NODE)
-    world = args.world_size or ranks_per_node * env_integer("NNODES", 1, 1, MAX_NODES)
-    nodes = throughput.layout(world, ranks_per_node)
+    """One JSON line per --depth: the plan, its micro-batch on a GPU (the arm's rule: a CUDA run may halve it) and a
+    GPU-hour estimate (plan.gpu_hours_estimate)."""
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
-        mem = dry_run_memory(args, plan, world, nodes[1])
         out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        speed = throughput.estimate(plan, mem, *nodes, None, default_eval_every(plan, args.eval_every))
-        print(json.dumps(dict(out, memory=memory_report(mem, plan),
-                              host_memory=host_memory(plan, min(ranks_per_node, world)), throughput=speed,
-                              schedule_notes=schedule_notes(plan))))
+        device = "cpu" if plan.preset == "cpu" and args.device != "cuda" else "cuda"
+        print(json.dumps(dict(out, device_batch_size=device_batch_size(plan, 1, device, args.device_batch_size),
+                              gpu_hours=gpu_hours_estimate(plan), schedule_notes=schedule_notes(plan))))
     return 0
-
-
-def dry_run_memory(args, plan, world, per_node):
-    """The memory plan of a dry run as the run makes it: `world` GPUs of --gpu-memory GiB (default an H100 80GB as
-    torch reports it) in nodes of per_node; the cpu preset (unless --device cuda) on the CPU, fp32 at the preset's
-    micro-batch, with no device memory to fit (its host memory is the dry run's "host_memory")."""
-    if plan.preset == "cpu" and args.device != "cuda":
-        return plan_micro_batches(plan, world, args.gpu_memory or math.inf,
-                                  requested_micro_batches(args, plan, world, "cpu"), "cpu", per_node=per_node)
-    gpu = args.gpu_memory or H100_80GB_GIB
-    return plan_micro_batches(plan, world, gpu, requested_micro_batches(args, plan, world), per_node=per_node)
 
 
 def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
     run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
-    prints); every run gets the flags after --. Prints each run's micro-batches and peak memory per rank (the
-    planner's, on N x M H100s unless --gpu-memory), host memory per node (plan.host_memory) and predicted throughput
-    (throughput.py), then the ladder's FLOPs and GPU-hours: the throughput model's, or at F of an H100's peak."""
+    prints); every run gets the flags after --. Prints each run's micro-batch, FLOPs and GPU-hours, then the ladder's:
+    at the MFU the release measured at the run's width (plan.gpu_hours_estimate), or at --mfu F."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
     p.add_argument("--nodes", type=integer(1, MAX_NODES), default=1)
-    p.add_argument("--mfu", type=number("(0, 1]"), default=None,
-                   help="GPU-hours at this MFU instead of the throughput model's prediction per run")
+    p.add_argument("--mfu", type=number("(0, 1]"), default=None, help="GPU-hours at this MFU instead")
     args = p.parse_args(ours)
-    world, flops, peaks, hours, cpu_seconds = args.gpus_per_node * args.nodes, 0, [], 0.0, 0.0
-    cluster = throughput.cluster_from_env()
+    world, flops, hours, runs = args.gpus_per_node * args.nodes, 0, 0.0, 0
     for line in sys.stdin:
         name, *run_args = line.split()
         try:
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
-            mem = dry_run_memory(run_args, plan, world, args.gpus_per_node)
-            speed = throughput.estimate(plan, mem, args.nodes, args.gpus_per_node, cluster,
-                                        default_eval_every(plan, run_args.eval_every))
+            device = "cpu" if plan.preset == "cpu" and run_args.device != "cuda" else "cuda"
+            batch = device_batch_size(plan, world, device, run_args.device_batch_size)
         except UsageError as e:
             raise UsageError(f"{name}: {e}") from None
-        flops += plan.total_flops
-        hours += speed.get("gpu_hours", 0.0)
-        cpu_seconds += speed.get("wall_seconds", 0.0)
-        peak = [s.bytes["peak"] / GIB for s in mem.stages]
-        peaks.append((max(peak), name))
-        print(memory_line(name, mem, host_memory(plan, args.gpus_per_node)))
-        print(throughput.summary_line(name, speed))
-    if not peaks:
+        estimate = gpu_hours_estimate(plan, args.mfu)
+        flops, hours, runs = flops + plan.total_flops, hours + estimate["gpu_hours"], runs + 1
+        print(f"run {name}: micro-batch {batch} | {plan.total_flops:.3e} FLOPs | ~{estimate['gpu_hours']:,.1f} "
+              f"GPU-hours at {estimate['mfu']:.1%} MFU")
+    if not runs:
         raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
                          "its train.py flags)")
-    if cpu_seconds:
-        time_needed, units = f"~{clock(cpu_seconds)} wall time on this CPU (measured probe)", "ranks"
-    elif args.mfu is None:
-        time_needed, units = f"~{hours:,.0f} GPU-hours predicted (throughput.py; not measured)", "GPUs"
-    else:
-        time_needed, units = (f"~{flops / (GPU_PEAK_FLOPS['H100'] * args.mfu) / 3600:,.0f} GPU-hours at "
-                              f"{args.mfu:.0%} MFU of an H100"), "GPUs"
-    print(f"{len(peaks)} runs | {flops:.3e} FLOPs | {time_needed} | {args.gpus_per_node} {units}/node x {args.nodes} "
-          f"nodes | max peak {max(peaks)[0]:.1f} GiB per rank ({max(peaks)[1]})")
+    how = (f"at {args.mfu:.0%} MFU" if args.mfu else "an estimate at the MFU the release measured per width; that "
+           f"rule misses a left-out width by up to {gpu_hours_estimate(plan)['leave_one_width_out_error']:.1%} MFU")
+    print(f"{runs} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours of an H100 ({how}) | {args.gpus_per_node} "
+          f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
 
 
 def gpu_peak_flops(device, given=None):
@@ -303,7 +341,7 @@ def open_run(args, plan):
         return None
     if resume_from:
         check_resumable(resume_from, world)
-    mem = agree_on_layout(device_memory_plan(args, plan, world, device), plan)  # before any data work: a misfit stops
+    batch = device_batch_size(plan, world, device.type, args.device_batch_size)  # before any data work
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
     if world > 1:
@@ -324,27 +362,10 @@ def open_run(args, plan):
                               seed=plan.seed)
     val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
-    return new_run(args, plan, mem, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
+    return new_run(args, plan, batch, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
                    data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
                    data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
-
-
-def agree_on_layout(mem, plan):
-    """Every rank's memory plan (mesh, micro-batches, the bytes per stage) must be rank 0's before the first
-    collective of training: ranks that planned differently (another GPU memory, another NCCL setting) would wait in
-    different collectives until the timeout. Compared as a hash of memory_report's JSON -> mem; a mismatch is one
-    line on every rank (exit 2)."""
-    report = json.dumps(memory_report(mem, plan), sort_keys=True)
-    plans = gather((hashlib.sha256(report.encode()).hexdigest(), [s.micro_batch for s in mem.stages],
-                    mem.gpu_memory_gib))
-    differ = next((rank for rank, p in enumerate(plans) if p[0] != plans[0][0]), None)
-    if differ is not None:
-        (_, batches, gib), (_, batches_0, gib_0) = plans[differ], plans[0]
-        raise UsageError(f"the ranks planned different layouts (rank {differ}: micro-batches {batches} for {gib:g} GiB "
-                         f"per GPU; rank 0: {batches_0} for {gib_0:g} GiB): give every rank the same --gpu-memory and "
-                         "environment (each plans for the GPU it reports)")
-    return mem
 
 
 def recorded_pool(manifest, verified):
@@ -370,18 +391,59 @@ def verify_pool(data_dir):
         raise UsageError(errors[0])
 
 
-def new_run(args, plan, mem, rank, world, device, loader, **where):
-    """The Run of `plan` in this process, reading batches from `loader`, with the memory plan's micro-batches and
-    gradient transport. where: its folder and data (run_dir, data_dir, data_manifest, val, token_bytes, resume_from);
+def new_run(args, plan, batch, rank, world, device, loader, **where):
+    """The Run of `plan` in this process, reading batches from `loader` in micro-batches of `batch` sequences (on CUDA
+    start_training may halve it: probe_micro_batch). where: its folder and data (run_dir, data_dir, data_manifest, val, token_bytes, resume_from);
     bench.py's runs on synthetic tokens have none."""
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        compiled=use_compile(args, device), attention_backend=args.attention_backend)
     peak = gpu_peak_flops(device, args.peak_flops)
     return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
-               micro_batches=tuple(s.micro_batch for s in mem.stages), per_node=mem.per_node,
-               memory=memory_report(mem, plan), environment=environment,
+               micro_batches=(batch,) * len(plan.pass_stages), per_node=ranks_per_node(world) if world > 1 else 1,
+               memory=memory_record(plan, batch, world), environment=environment,
                peak_flops=peak * world if peak else None, args=args, **where)
+
+
+def memory_record(plan, batch, world, probe_peak_bytes=None):
+    """result.json's "memory": the micro-batch and gradient accumulation of each pass stage, and on CUDA the peak
+    bytes (torch.cuda.max_memory_allocated, the largest over the ranks) of probe_micro_batch's forward and backward."""
+    accumulation = plan.tokens_per_step // plan.seq_len // world // batch
+    return dict(stages=[dict(passes=k, micro_batch=batch, accumulation=accumulation) for k in plan.pass_stages],
+                probe_peak_bytes=probe_peak_bytes)
+
+
+def probe_micro_batch(run, model):
+    """On CUDA, before the first step: one forward and backward of the run's largest stage (after growth, for a
+    growing arm) at the run's micro-batch, on fixed tokens (the data order is untouched), halved while it raises
+    torch.OutOfMemoryError (--device-batch-size: never halved). The smallest over the ranks is the run's: the global
+    batch stays, the accumulation grows. Its micro-batch and peak memory go into run.memory and the log."""
+    plan, batch = run.plan, run.micro_batches[0]
+    rank_seqs = plan.tokens_per_step // plan.seq_len // run.world
+    passes = max(plan.pass_stages + plan.random_passes)
+    while True:
+        torch.cuda.reset_peak_memory_stats(run.device)
+        tokens = torch.arange(batch * (plan.seq_len + 1), device=run.device).view(batch, -1)
+        tokens = tokens % plan.model_config.vocab_size
+        try:
+            with autocast(run.device):
+                loss = model(tokens[:, :-1], targets=tokens[:, 1:], passes=passes)
+            loss.backward()
+            break
+        except torch.OutOfMemoryError:
+            if batch == 1 or run.args.device_batch_size:
+                raise
+            batch = max(b for b in range(1, batch // 2 + 1) if rank_seqs % b == 0)
+        finally:
+            loss = None
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+    batches, peaks = zip(*gather((batch, torch.cuda.max_memory_allocated(run.device))))
+    run.micro_batches = (min(batches),) * len(plan.pass_stages)
+    run.memory = memory_record(plan, min(batches), run.world, max(peaks))
+    if run.master:
+        print(f"micro-batch {min(batches)} (of {rank_seqs} sequences per rank and step): one forward and backward at "
+              f"{passes} passes peaked at {max(peaks) / 2 ** 30:.1f} GiB per GPU", flush=True)
 
 
 @dataclass
@@ -405,6 +467,8 @@ def start_training(run):
     model.set_passes(plan.pass_stages[0])
     if run.world > 1:
         shard_model(model, build_mesh(run.world, run.per_node, run.device, args.dist_timeout))
+    if run.device.type == "cuda":
+        probe_micro_batch(run, model)
     optimizers = build_optimizers(model, plan, args.polar_express_dtype)
     state = RunState()
     if run.resume_from:
@@ -702,15 +766,13 @@ def watch_evals(run, training, progress, cadence, start_step):
 
 def record_memory(run, state, start_step):
     """Every rank's memory over the pass stage in force (from this invocation's start or the last growth, whichever
-    came later, to now: before a growth and at an invocation's last step; a collective), next to the planner's
-    prediction for this world size: state.memory_measured, which result.json and the checkpoints keep."""
+    came later, to now: before a growth and at an invocation's last step; a collective): state.memory_measured, which
+    result.json and the checkpoints keep."""
     stage = len(state.growth_events)
-    predicted = run.memory["stages"][stage]
     state.memory_measured.append(dict(
-        stage=stage, passes=predicted["passes"], micro_batch=predicted["micro_batch"], world_size=run.world,
+        stage=stage, passes=run.plan.pass_stages[stage], micro_batch=run.micro_batches[stage], world_size=run.world,
         steps=[max([start_step] + [e["step"] for e in state.growth_events]), state.step],
-        predicted_peak_bytes=predicted["peak_bytes"],
-        predicted_outside_allocator_bytes=predicted["outside_allocator_bytes"], ranks=gather(memory_in_use(run.device))))
+        ranks=gather(memory_in_use(run.device))))
 
 
 def stop_non_finite(run, state, progress, bad):
@@ -755,27 +817,18 @@ def check_flags(args):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Command line (its flags: arms.training_parser)
+# Command line (its flags: build_parser, at the top)
 
 def parse_args(argv):
     p = build_parser()
     args = p.parse_args(argv)
     if args.arch is None or args.depth is None:
         p.error("--arch and --depth are required")
-    args.preset = args.preset or "paper"
-    return checked_args(p, args)
-
-
-def checked_args(parser, args):
-    """The checks of the flags train.py and bench.py share; args.depths holds every --depth, args.depth the first."""
     check_flags(args)
-    args.depths = args.depth or [None]
+    args.depths, args.depth = args.depth, args.depth[0]  # several only for --dry-run
     if len(args.depths) > 1 and not args.dry_run:
-        parser.error("several --depth values need --dry-run; train one depth per run")
-    args.depth = args.depths[0]
+        p.error("several --depth values need --dry-run; train one depth per run")
     check_tracker(args, run_dir_of(args))
-    if args.world_size is not None and not args.dry_run:
-        parser.error("--world-size is a number of GPUs for --dry-run (torchrun sets it for training)")
     if args.attention_backend not in arms.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
         raise UsageError(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash "
                          "(its CPU kernel) and math")
