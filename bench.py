@@ -202,7 +202,7 @@ def bench(args, device):
           f"{args.bench_repeats} repetitions x {args.bench_steps} rounds (one step of each arm and one roofline sample)")
     print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({'bf16' if device.type == 'cuda' else 'fp32'} loop of 8 "
           f"{roofline_size(device)}^3 matmuls, median over the rounds)")
-    peak, results = gpu_peak_flops(device, args.peak_flops), {}
+    peak, results = args.peak_flops or gpu_peak_flops(device), {}
     for arch, arm in arms.items():
         cfg = arm.run.plan.model_config
         flops_per_step = model_lib.flops_per_token(cfg, cfg.passes) * arm.run.plan.tokens_per_step

@@ -8,22 +8,20 @@
 #   bash ladder.sh user --preset cpu                      # every arm of USER_ARMS in arms.py (docs/your_own_arm.md)
 #   bash ladder.sh untied_grow --preset d26               # d26 on two nodes (run once per node with NODE_RANK)
 #   bash ladder.sh operator_1 --preset data-constrained   # the loop x depth x weight-decay grid
-#   bash ladder.sh loop_2 --depths "6 8" -- --compile     # arguments after -- go to train.py
-#   bash ladder.sh gpu-check                              # one-GPU acceptance run: python bench.py --gpu-check
-#   bash ladder.sh gpu-smoke                              # first run on a new cluster (~9 min on 1 GPU, more on 2+): --gpu-smoke
-#   bash ladder.sh vanilla --seeds "0 1 2" --replicate-depths "16 18"   # seed replicates ARCH_dD_sS at d16, d18
+#   bash ladder.sh loop_2 --depth 6 8 -- --compile        # arguments after -- go to train.py
+#   bash ladder.sh vanilla --seed 0 1 2 --replicate-depths 16 18   # seed replicates ARCH_dD_sS at d16, d18
 #
-# Environment: NPROC_PER_NODE (8 for GPU presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed
-# when NNODES > 1), MASTER_PORT, DATA_DIR, RUNS_DIR (runs), MFU (unset: the dry run's GPU-hours come from the
-# throughput model's predicted MFU per run, throughput.py; set: at that MFU), the throughput model's links and
-# efficiencies (NVLINK_GBS, NIC_GBITS, NICS_PER_NODE, BUS_EFFICIENCY, MATMUL_EFFICIENCY: arms.CLUSTERS); a relative
-# DATA_DIR or RUNS_DIR is taken from the directory ladder.sh is run in, the defaults lie under the repository.
+# Options take train.py's names: --depth and --seed (one or many), --runs-dir. Environment: NPROC_PER_NODE (8 for GPU
+# presets, 1 for cpu), NNODES (1; d26: 2), NODE_RANK, MASTER_ADDR (needed when NNODES > 1), MASTER_PORT, DATA_DIR,
+# RUNS_DIR (runs), MFU (unset: the dry run's GPU-hours are at the MFU the release measured at each run's width; set:
+# at that MFU); a relative DATA_DIR or RUNS_DIR is taken from the directory ladder.sh is run in, the defaults lie under
+# the repository.
 # SLURM: inside an allocation of several nodes (sbatch), `bash ladder.sh ...` starts itself once per node with srun;
 # each copy takes NNODES, NODE_RANK and MASTER_ADDR (the first host) from SLURM_NNODES, SLURM_NODEID and
 # `scontrol show hostnames $SLURM_JOB_NODELIST`. See README "Multi-node with SLURM".
 # Idempotent: a run whose result.json says "complete" is skipped, any other started run is resumed (--resume-or-start);
 # the first failing run stops the ladder and names its log.
-# Seed replicates: --seeds "S1 S2 ..." names every run ARCH_dD_sS and passes --seed S to train.py; with
+# Seed replicates: --seed S1 S2 ... names every run ARCH_dD_sS and passes --seed S to train.py; with
 # --replicate-depths only those depths get every seed, the others get S1 only. fit.py ladders pools the replicates.
 set -euo pipefail
 caller="$PWD"
@@ -100,7 +98,7 @@ whole_number() {  # NAME VALUE LOW HIGH: the environment variable NAME holds VAL
         die "environment variable $1 must be a whole number in [$3, $4], got '$2'"
 }
 
-usage="usage: bash ladder.sh ARCH|all|user|demo|gpu-check|gpu-smoke [--preset paper|cpu|d26|data-constrained] [--depths 6 8 (or --depth)] [--seeds 0 1 2 (or --seed) [--replicate-depths 16 18]] [--runs-dir DIR (or RUNS_DIR; default runs, demo: runs/demo)] [--dry-run] [-- train.py args]"
+usage="usage: bash ladder.sh ARCH|all|user|demo [--preset paper|cpu|d26|data-constrained] [--depth 6 8 ...] [--seed 0 1 2 ... [--replicate-depths 16 18 ...]] [--runs-dir DIR (or RUNS_DIR; default runs, demo: runs/demo)] [--dry-run] [-- train.py args]"
 target="${1:-}"
 case "$target" in
     -h|--help) echo "$usage"; echo "ARCH: one of $(python arms.py arms)"; exit 0 ;;
@@ -108,35 +106,25 @@ case "$target" in
     -*) die "the first argument is ARCH, all, user or demo, got option '$target' ($usage)" ;;
 esac
 shift
-if [ "$target" = gpu-check ] || [ "$target" = gpu-smoke ]; then  # the GPU acceptance runs; arguments go to bench.py
-    exec python bench.py "--$target" "$@"
-fi
 original_args=("$@")
-preset="" depths="" seeds="" replicate_depths="" dry_run=0 extra=() data_args=()
-values() {  # FLAG ARGS...: the words after FLAG up to the next option, as train.py's nargs="+" takes them
-    local flag=$1 words=()
-    shift
-    while [ $# -gt 0 ] && [[ "$1" != -* ]]; do words+=("$1"); shift; done
-    [ ${#words[@]} -gt 0 ] || die "$flag needs a value, e.g. $flag 6 8 10 (or \"6 8 10\")"
-    values="${words[*]}" taken=$((${#words[@]} + 1))
-}
+preset="" dry_run=0 lists=() extra=() data_args=()
 while [ $# -gt 0 ]; do
-    case "$1" in  # --depth/--depths, --seed/--seeds: one flag, train.py's name or the plural, a list either way
+    case "$1" in  # --depth, --seed, --replicate-depths: one or many values, as train.py's nargs="+" takes them
         --preset) [ $# -ge 2 ] || die "--preset needs a value"; preset="$2"; shift 2 ;;
-        --depth|--depths) values "$@"; depths="$values"; shift "$taken" ;;
-        --seed|--seeds) values "$@"; seeds="$values"; shift "$taken" ;;
-        --replicate-depths) values "$@"; replicate_depths="$values"; shift "$taken" ;;
+        --depth|--seed|--replicate-depths)
+            lists+=("$1"); flag=$1; shift
+            while [ $# -gt 0 ] && [[ "$1" != -* ]]; do lists+=("$1"); shift; done
+            [ "${lists[-1]}" != "$flag" ] || die "$flag needs one or more values, e.g. $flag 6 8 10" ;;
         --runs-dir) [ $# -ge 2 ] || die "--runs-dir needs a folder"; RUNS_DIR=$(from_caller "$2"); shift 2 ;;
         --dry-run) dry_run=1; shift ;;
         --) shift; extra=("$@"); break ;;
-        *) die "unknown option '$1' (options: --preset, --depths, --seeds, --replicate-depths, --runs-dir, --dry-run, -- train.py args)" ;;
+        *) die "unknown option '$1' (options: --preset, --depth, --seed, --replicate-depths, --runs-dir, --dry-run, -- train.py args)" ;;
     esac
 done
 [ "$target" != demo ] || preset="${preset:-cpu}"  # the demo is the cpu preset's ladders (arms.py refuses others)
 preset="${preset:-paper}"
 # The runs, one "NAME ARGS..." line each (arms.py also checks the options and the arch)
-listing=$(python_or_die arms.py ladder "$target" --preset "$preset" --depths "$depths" --seeds "$seeds" \
-          --replicate-depths "$replicate_depths") || exit $?
+listing=$(python_or_die arms.py ladder "$target" --preset "$preset" ${lists[@]+"${lists[@]}"}) || exit $?
 mapfile -t runs <<<"$listing"
 [ "$preset" != d26 ] || data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}")  # kept whole: a path may hold spaces
 runs_dir="${RUNS_DIR:-runs}"
@@ -151,13 +139,12 @@ train_args() {
 instead() {  # FLAG: how to set with the ladder what train.py's FLAG sets
     case "$1" in
         --arch) echo "name the arch as the first argument (bash ladder.sh ARCH)" ;;
-        --depth) echo "use --depths" ;;
-        --seed) echo "use --seeds" ;;
+        --depth|--seed) echo "use ladder.sh's own $1, before --" ;;
         --preset) echo "use ladder.sh's own --preset, before --" ;;
-        --passes|--data-constrained) echo "use --depths to pick cells of the data-constrained grid" ;;
+        --passes|--data-constrained) echo "use --depth to pick cells of the data-constrained grid" ;;
         --data-dir) echo "use DATA_DIR" ;;
         --runs-dir) echo "use RUNS_DIR or ladder.sh's own --runs-dir, before --" ;;
-        --run-name) echo "use RUNS_DIR to keep ladders apart (runs are named ARCH_dDEPTH, _sSEED with --seeds)" ;;
+        --run-name) echo "use RUNS_DIR to keep ladders apart (runs are named ARCH_dDEPTH, _sSEED with --seed)" ;;
         "$resume_flag") echo "re-run the same command: the ladder resumes started runs itself" ;;
         *) echo "see bash ladder.sh -h" ;;
     esac
@@ -235,8 +222,7 @@ if [ "$dry_run" = 1 ]; then
         train_args "$name" $args
         echo "${launch[*]} train.py$(printf ' %q' "${train_args[@]}" ${extra[@]+"${extra[@]}"})"
     done
-    # train.py's derivation, micro-batch planner and throughput model for every run: its memory per rank, bytes
-    # per link, exposed communication and predicted MFU, then FLOPs and GPU-hours
+    # train.py's derivation for every run: its micro-batch, FLOPs and GPU-hours, then the ladder's
     python_or_die train.py --ladder-dry-run --gpus-per-node "$nproc" --nodes "$nnodes" ${MFU:+--mfu "$MFU"} \
         -- ${extra[@]+"${extra[@]}"} <<<"$listing"
     exit 0
@@ -277,7 +263,7 @@ for r in "${runs[@]}"; do
     # workers, which torchrun starts in their own session); a worker that survives anyway holds the run's lock.
     # shellcheck disable=SC2086
     train_args "$name" $args
-    # NCCL's flight recorder (as bench.py --gpu-smoke; docs/gpu_acceptance.md, "A hang"): every rank keeps its last
+    # NCCL's flight recorder: every rank keeps its last
     # 2000 collectives and dumps them on a timeout to RUN_DIR/nccl_trace_rank_<rank>; a failed collective ends the
     # process instead of hanging. The user's own settings win.
     trace="$(cd "$run_dir" && pwd)/nccl_trace_rank_"

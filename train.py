@@ -172,8 +172,9 @@ def ladder_dry_run(argv):
     if not runs:
         raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
                          "its train.py flags)")
+    miss = 100 * gpu_hours_estimate(plan)["leave_one_width_out_error"]
     how = (f"at {args.mfu:.0%} MFU" if args.mfu else "an estimate at the MFU the release measured per width; that "
-           f"rule misses a left-out width by up to {gpu_hours_estimate(plan)['leave_one_width_out_error']:.1%} MFU")
+           f"rule misses a width left out of it by up to {miss:.1f} MFU points")
     print(f"{runs} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours of an H100 ({how}) | {args.gpus_per_node} "
           f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
 
