@@ -13,6 +13,7 @@ import time
 import pytest
 
 import arms
+import plan as plan_lib
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -61,16 +62,18 @@ def test_data_constrained_and_d26_dry_runs():
     (line,) = launched(r.stdout)
     assert "--nnodes 2" in line and "--node_rank 1" in line and "--master_addr 10.0.0.1" in line
     assert "--depth 26" in line and "fineweb_edu" in line
-    (speed,) = [line for line in r.stdout.splitlines() if line.startswith("throughput untied_grow_d26:")]
-    assert re.search(r"micro-batch 4 -> 2 \| GB per GPU per step: NVLink [0-9. >-]+, network [1-9][0-9.]* -> "
-                     r"[1-9][0-9.]* \| communication .* exposed .* predicted MFU [0-9.]+% \|", speed), speed
-    assert "GPU-hours predicted" in r.stdout.splitlines()[-1]
+    (run,) = [line for line in r.stdout.splitlines() if line.startswith("run untied_grow_d26:")]
+    assert re.search(r"micro-batch 2 \| [0-9.e+]+ FLOPs \| ~[0-9,.]+ GPU-hours at [0-9.]+% MFU$", run), run
+    assert "8 GPUs/node x 2 nodes" in r.stdout.splitlines()[-1]
+    assert "an estimate at the MFU the release measured per width" in r.stdout.splitlines()[-1]
 
 
 @pytest.mark.parametrize("argv, message", [
     (["nope", "--dry-run"], "unknown arch"),
     (["vanilla", "--preset", "huge", "--dry-run"], "unknown preset"),
-    (["vanilla", "--depths", "6 x", "--dry-run"], "whole numbers"),
+    (["vanilla", "--depth", "6", "x", "--dry-run"], "argument --depth: must be a whole number in [1, 1024], got 'x'"),
+    (["vanilla", "--depths", "6", "--dry-run"], "unknown option '--depths'"),
+    (["vanilla", "--depth", "6", "6", "--dry-run"], "--depth names 6 twice"),
     (["vanilla", "--preset", "d26", "--dry-run"], "Untied-Grow only"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message):
@@ -91,7 +94,7 @@ TINY = ["--width-per-depth", "16", "--head-dim", "16", "--seq-len", "32", "--tot
 
 def test_cpu_ladder_is_idempotent(pool, tmp_path):
     env = dict(RUNS_DIR=str(tmp_path), DATA_DIR=pool)
-    first = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--steps", "4", "--data-dir", pool,
+    first = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", "--", *TINY, "--steps", "4", "--data-dir", pool,
                    env=env)
     assert first.returncode == 0, first.stdout + first.stderr
     assert first.stdout.count("run  vanilla_d") == 2
@@ -102,14 +105,14 @@ def test_cpu_ladder_is_idempotent(pool, tmp_path):
     assert f"report: {tmp_path}/report.md" in first.stdout and "No fit: no arm has 3 complete depths" in report
     assert "[report.md](vanilla_d2/report.md)" in report and "![curves](curves/curves_cpu_steps.png)" in report
     stamp = os.path.getmtime(tmp_path / "vanilla_d2" / "result.json")
-    again = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--steps", "4", "--data-dir", pool,
+    again = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", "--", *TINY, "--steps", "4", "--data-dir", pool,
                    env=env)
     assert again.returncode == 0 and again.stdout.count("skip vanilla_d") == 2 and "run  " not in again.stdout
     assert os.path.getmtime(tmp_path / "vanilla_d2" / "result.json") == stamp
 
 
 def test_first_failing_run_stops_the_ladder(pool, tmp_path):
-    r = ladder("vanilla", "--preset", "cpu", "--depths", "1 2", "--", *TINY, "--total-batch-tokens", "100",
+    r = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", "--", *TINY, "--total-batch-tokens", "100",
                "--data-dir", pool, env=dict(RUNS_DIR=str(tmp_path)))
     log = tmp_path / "vanilla_d1" / "train.log"
     assert r.returncode == 1 and f"run vanilla_d1 failed; see {log}" in r.stderr
@@ -119,7 +122,7 @@ def test_first_failing_run_stops_the_ladder(pool, tmp_path):
 
 def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
     env = dict(RUNS_DIR=str(tmp_path), DATA_DIR=pool)
-    argv = ["operator_1", "--preset", "cpu", "--depths", "2", "--", *TINY, "--steps", "40", "--save-every", "2",
+    argv = ["operator_1", "--preset", "cpu", "--depth", "2", "--", *TINY, "--steps", "40", "--save-every", "2",
             "--data-dir", pool]
     proc = subprocess.Popen(["bash", "ladder.sh", *argv], cwd=ROOT, env=dict(os.environ, **env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -169,7 +172,7 @@ def test_a_stopped_ladder_stops_its_torchrun_which_had_the_flight_recorder_set(t
     (bin_dir / "torchrun").chmod(0o755)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", FAKE_DIR=str(tmp_path),
                RUNS_DIR=str(tmp_path / "runs"), TORCH_NCCL_TRACE_BUFFER_SIZE="500")
-    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT, env=env,
+    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while not (tmp_path / "pid").exists() and time.time() < deadline:
@@ -193,20 +196,6 @@ def test_a_stopped_ladder_stops_its_torchrun_which_had_the_flight_recorder_set(t
 def test_help_is_usage_and_exit_0():
     r = ladder("-h")
     assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
-
-
-def test_gpu_check_target_is_bench_py_gpu_check(tmp_path):
-    """ladder.sh gpu-check hands its arguments to bench.py --gpu-check (a bad one fails there, before any work)."""
-    r = ladder("gpu-check", "--cpu-exercise", "--bundle-dir", str(tmp_path / "missing"))
-    assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --bundle-dir") and "is not a directory" in r.stderr
-
-
-def test_gpu_smoke_target_is_bench_py_gpu_smoke(tmp_path):
-    """ladder.sh gpu-smoke hands its arguments to bench.py --gpu-smoke (tests/test_bench.py runs it on CPU)."""
-    (tmp_path / "taken").write_text("someone's file")
-    r = ladder("gpu-smoke", "--cpu-exercise", "--out", str(tmp_path))
-    assert r.returncode == 2 and r.stderr.startswith("bench.py: error: --out") and "not an empty folder" \
-        in r.stderr, r.stderr
 
 
 def test_data_dir_with_spaces_stays_one_argument():
@@ -262,21 +251,21 @@ def test_sbatch_script_starts_one_ladder_per_node_through_srun(tmp_path):
 
 
 def test_seed_replicates_dry_run_names_and_seeds():
-    r = ladder("vanilla", "--preset", "cpu", "--depths", "1 2 3", "--seeds", "0 1 2", "--replicate-depths", "2 3",
+    r = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", "3", "--seed", "0", "1", "2", "--replicate-depths", "2", "3",
                "--dry-run")
     assert r.returncode == 0, r.stderr
     names = [(re.search(r"--run-name (\S+)", line).group(1), re.search(r"--seed (\d+)", line).group(1))
              for line in launched(r.stdout)]
     assert names == [("vanilla_d1_s0", "0")] + [(f"vanilla_d{d}_s{s}", str(s)) for d in (2, 3) for s in range(3)]
-    plain = launched(ladder("vanilla", "--preset", "cpu", "--depths", "1", "--dry-run").stdout)
-    assert "--run-name vanilla_d1 " in plain[0] + " " and "--seed" not in plain[0]  # today's names without --seeds
+    plain = launched(ladder("vanilla", "--preset", "cpu", "--depth", "1", "--dry-run").stdout)
+    assert "--run-name vanilla_d1 " in plain[0] + " " and "--seed" not in plain[0]  # today's names without --seed
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["vanilla", "--seeds", "0 x", "--dry-run"], "--seeds must be whole numbers"),
-    (["vanilla", "--replicate-depths", "8", "--dry-run"], "--replicate-depths needs --seeds"),
-    (["vanilla", "--seeds", "0 1", "--replicate-depths", "8 y", "--dry-run"], "--replicate-depths must be whole"),
-    (["vanilla", "--seeds"], "--seeds needs a value"),
+    (["vanilla", "--seed", "0", "-1", "--dry-run"], "unknown option '-1'"),
+    (["vanilla", "--replicate-depths", "8", "--dry-run"], "--replicate-depths needs --seed"),
+    (["vanilla", "--seed", "0", "1", "--replicate-depths", "8", "y", "--dry-run"], "argument --replicate-depths: must be a whole number"),
+    (["vanilla", "--seed"], "--seed needs one or more values"),
 ])
 def test_bad_seed_options_are_one_line_exit_2(argv, message):
     r = ladder(*argv)
@@ -284,7 +273,7 @@ def test_bad_seed_options_are_one_line_exit_2(argv, message):
 
 
 def test_seed_replicates_train_with_their_seeds(pool, tmp_path):
-    r = ladder("vanilla", "--preset", "cpu", "--depths", "1", "--seeds", "3 4", "--", *TINY, "--steps", "3",
+    r = ladder("vanilla", "--preset", "cpu", "--depth", "1", "--seed", "3", "4", "--", *TINY, "--steps", "3",
                "--data-dir", pool, env=dict(RUNS_DIR=str(tmp_path)))
     assert r.returncode == 0, r.stdout + r.stderr
     results = [json.load(open(tmp_path / f"vanilla_d1_s{s}" / "result.json")) for s in (3, 4)]
@@ -303,51 +292,52 @@ def test_arms_py_ladder_lists_the_runs_of_the_arms_table(monkeypatch, capsys):
     assert arms.main(["ladder", "operator_1", "--preset", "data-constrained"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["dc_fixed-wd_d8_k5", "dc_tuned-wd_d8_k5"]
-    assert arms.main(["ladder", "demo", "--preset", "cpu", "--depths", "2"]) == 0
+    assert arms.main(["ladder", "demo", "--preset", "cpu", "--depth", "2"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{arch}_d2 --arch {arch} --depth 2 --preset cpu"
                                                     for arch in arms.DEMO_ARMS]
-    assert arms.main(["ladder", "operator_1", "--preset", "data-constrained", "--depths", "20"]) == 2
+    assert arms.main(["ladder", "operator_1", "--preset", "data-constrained", "--depth", "20"]) == 2
     assert "has no depth 20" in capsys.readouterr().err
 
 
 def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
-    """train.py --ladder-dry-run plans every run it reads (the flags after -- go to each): one memory line per run,
-    then the ladder's total; a run that does not plan is one line naming it."""
+    """train.py --ladder-dry-run plans every run it reads (the flags after -- go to each): one line per run with its
+    micro-batch, FLOPs and GPU-hours, then the ladder's total; a run that does not plan is one line naming it."""
     monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\nb --arch loop_2 --depth 8\n"))
     assert train.main(["--ladder-dry-run", "--gpus-per-node", "4", "--", "--tpp", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines[:4]] == ["memory a", "throughput a", "memory b", "throughput b"]
-    flops = sum(train.make_plan(train.parse_args(argv)).total_flops for argv in (
-        ["--arch", "vanilla", "--depth", "6", "--tpp", "10"], ["--arch", "loop_2", "--depth", "8", "--tpp", "10"]))
-    assert lines[4].startswith(f"2 runs | {flops:.3e} FLOPs |") and "4 GPUs/node x 1 nodes" in lines[4]
-    hours = [float(re.search(r"\| ([0-9.,]+) GPU-hours$", line).group(1)) for line in (lines[1], lines[3])]
-    total = float(re.search(r"~([0-9.,]+) GPU-hours predicted", lines[4]).group(1).replace(",", ""))
-    assert total == pytest.approx(sum(hours), abs=0.51)  # the throughput model's, not a fixed MFU
+    assert [line.split(":")[0] for line in lines[:2]] == ["run a", "run b"]
+    plans = [train.make_plan(train.parse_args(argv)) for argv in (
+        ["--arch", "vanilla", "--depth", "6", "--tpp", "10"], ["--arch", "loop_2", "--depth", "8", "--tpp", "10"])]
+    assert lines[2].startswith(f"2 runs | {sum(p.total_flops for p in plans):.3e} FLOPs |")
+    hours = [float(re.search(r"~([0-9.,]+) GPU-hours at", line).group(1)) for line in lines[:2]]
+    assert hours == pytest.approx([plan_lib.gpu_hours_estimate(p)["gpu_hours"] for p in plans], abs=0.051)
+    total = float(re.search(r"~([0-9.,]+) GPU-hours of an H100", lines[2]).group(1).replace(",", ""))
+    assert total == pytest.approx(sum(hours), abs=0.51) and "4 GPUs/node x 1 nodes" in lines[2]
     monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\n"))
     assert train.main(["--ladder-dry-run", "--mfu", "0.5"]) == 0
-    assert "GPU-hours at 50% MFU of an H100" in capsys.readouterr().out
-    monkeypatch.setattr("sys.stdin", io.StringIO("big --arch untied_grow --depth 26\n"))
-    assert train.main(["--ladder-dry-run", "--", "--gpu-memory", "30"]) == 2
+    assert "at 50% MFU)" in capsys.readouterr().out
+    monkeypatch.setattr("sys.stdin", io.StringIO("odd --arch vanilla --depth 6\n"))
+    assert train.main(["--ladder-dry-run", "--", "--device-batch-size", "3"]) == 2
+    assert "odd: --device-batch-size 3 does not divide the 32 sequences per rank" in capsys.readouterr().err
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # nothing piped in: was a ValueError traceback
     assert train.main(["--ladder-dry-run"]) == 2
-    assert "big: untied_grow d26 does not fit 30 GiB" in capsys.readouterr().err
 
 
 def test_demo_dry_run_lists_the_cpu_ladders_of_the_demo_arms_and_trains_nothing(tmp_path):
-    r = ladder("demo", "--depths", "1 2", "--dry-run", env=dict(RUNS_DIR=str(tmp_path), DATA_DIR=str(tmp_path / "d")))
+    r = ladder("demo", "--depth", "1", "2", "--dry-run", env=dict(RUNS_DIR=str(tmp_path), DATA_DIR=str(tmp_path / "d")))
     assert r.returncode == 0, r.stderr
     names = [re.search(r"--run-name (\S+)", line).group(1) for line in launched(r.stdout)]
     assert names == [f"{arch}_d{d}" for arch in arms.DEMO_ARMS for d in (1, 2)]
     assert r.stdout.strip().splitlines()[-1].startswith("6 runs |") and os.listdir(tmp_path) == []
-    memory = [line for line in r.stdout.splitlines() if line.startswith("memory ")]  # a CPU run: no H100 figures
-    assert len(memory) == 6 and all("fp32 on the CPU" in line and "GiB of" not in line for line in memory), memory
-    assert "wall time on this CPU" in r.stdout and "1 ranks/node x 1 nodes" in r.stdout
+    runs = [line for line in r.stdout.splitlines() if line.startswith("run ")]  # the cpu preset's micro-batch
+    assert len(runs) == 6 and all("micro-batch 16 |" in line for line in runs), runs
+    assert "1 GPUs/node x 1 nodes" in r.stdout
 
 
 def stop_a_ladder(pool, tmp_path, signum, group, started):
     """Start a CPU ladder in its own session (as a terminal's foreground job), wait until started() holds, then send
     signum to its process group (Ctrl-C in a terminal) or to ladder.sh alone (kill, scancel) -> (exit code, output)."""
-    argv = ["operator_1", "--preset", "cpu", "--depths", "2", "--", *TINY, "--steps", "400", "--data-dir", pool]
+    argv = ["operator_1", "--preset", "cpu", "--depth", "2", "--", *TINY, "--steps", "400", "--data-dir", pool]
     proc = subprocess.Popen(["bash", "ladder.sh", *argv], cwd=ROOT, env=dict(os.environ, RUNS_DIR=str(tmp_path)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     deadline = time.time() + 120
@@ -389,7 +379,7 @@ def test_a_fifo_in_the_run_folder_is_one_line_not_a_hang(pool, tmp_path, name):
     train.py it started. Now: one line naming the file, exit 2, before anything runs."""
     (tmp_path / "vanilla_d1").mkdir()
     os.mkfifo(tmp_path / "vanilla_d1" / name)
-    r = ladder("vanilla", "--preset", "cpu", "--depths", "1", "--", *TINY, "--steps", "2", "--data-dir", pool,
+    r = ladder("vanilla", "--preset", "cpu", "--depth", "1", "--", *TINY, "--steps", "2", "--data-dir", pool,
                env=dict(RUNS_DIR=str(tmp_path)), timeout=120)
     assert r.returncode == 2 and r.stderr.strip().splitlines() == [
         f"ladder.sh: error: {tmp_path}/vanilla_d1/{name} is not a regular file; remove it (or choose another "
