@@ -246,6 +246,7 @@ check_user_arms(USER_ARMS)
 ARMS = {**PAPER_ARMS, **USER_ARMS}
 GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
+BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
 
 
 def device_batch(depth, passes):

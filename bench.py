@@ -20,10 +20,9 @@ import sys
 import time
 from statistics import median
 
-from arms import PRESETS
+from arms import BENCH_PAIRS, PRESETS
 from common import Parser, UsageError, answer_help, integer, number
 
-BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # the boundary operator's and untying's cost
 BENCH_ARMS = tuple(dict.fromkeys(arch for pair in BENCH_PAIRS for arch in pair))
 BENCH_SHAPES = {"d6w384": ["--depth", "6", "--width-per-depth", "64", "--head-dim", "64", "--seq-len", "256",
                            "--tokenizer", "gpt2"]}  # --bench-shape: train.py flags on top of --preset

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -51,6 +52,35 @@ TRAIN_CASES = [
 @pytest.mark.parametrize("files, argv, message", [c[1:] for c in TRAIN_CASES], ids=[c[0] for c in TRAIN_CASES])
 def test_train_bad_input(tmp_path, pool_copy, files, argv, message):
     assert_refused("train.py", argv, tmp_path, message, files, runner=run_in_process)
+
+
+# --- the arms table: a row's values are checked as their flags are, at the import of every script
+ROW_CASES = [  # (id, a USER_ARMS entry, the message's phrase)
+    ("warmdown-ratio-two", '"bad": derived("loop_2", label="B", color="tab:olive", warmdown_ratio=2.0)',
+     "USER_ARMS['bad']: warmdown_ratio must be a finite number in [0, 1], got '2.0' (as --warmdown-ratio)"),
+    ("stages-with-a-bool", '"bad": derived("untied_grow", label="B", color="tab:olive", stages=(True, 2, 4))',
+     "stages must be a tuple of 2 or more increasing pass counts, e.g. (1, 2, 4); got (True, 2, 4)"),
+    ("adam-beta-above-one", '"bad": derived("vanilla", label="B", color="tab:olive", adam_betas=(1.5, 0.95))',
+     "USER_ARMS['bad']: adam_betas must be a finite number in [0, 1), got '1.5' (as --adam-betas)"),
+    ("integer-knob-as-float", '"bad": derived("loop_grow", label="B", color="tab:olive", rewarm_steps=2.5)',
+     "rewarm_steps must be a whole number in [0, 10000000], got '2.5'"),
+    ("colour", '"bad": derived("vanilla", label="B", color="tab:nocolour")',
+     "USER_ARMS['bad']: color 'tab:nocolour' is not a matplotlib colour"),
+    ("name-twice", '"loop_3": derived("loop_2", label="B", color="tab:olive", passes=5)',
+     "USER_ARMS: 'loop_3' is given twice (the second would silently replace the first)"),
+]
+
+
+@pytest.mark.parametrize("entry, message", [c[1:] for c in ROW_CASES], ids=[c[0] for c in ROW_CASES])
+def test_arms_table_row_checked_as_its_flags(tmp_path, entry, message):
+    source = open(os.path.join(ROOT, "arms.py")).read()
+    table = source.index("USER_ARMS = {") + len("USER_ARMS = {")
+    (tmp_path / "arms.py").write_text(source[:table] + f"\n    {entry}," + source[table:])
+    r = subprocess.run([sys.executable, "-c", "import arms"], cwd=tmp_path, capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=120)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and message in lines[0], r.stderr[-2000:]
+    assert lines[0].startswith("arms.py: error: ") and lines[0].endswith("(docs/your_own_arm.md)")
 
 
 # ------------------------------------------------------------------------------------------------ model.py
@@ -185,10 +215,11 @@ def run_ladder(script, argv):
 
 LADDER_CASES = [
     ("unknown-arch", {}, ["nope"], "unknown arch 'nope'"),
-    ("option-first", {}, ["--depths", "6"], "the first argument is ARCH"),
-    ("depth-not-a-number", {}, ["vanilla", "--depths", "6 x"], "--depths must be whole numbers, got 'x'"),
+    ("option-first", {}, ["--depth", "6"], "the first argument is ARCH"),
+    ("depth-not-a-number", {}, ["vanilla", "--depth", "6", "x"], "argument --depth: must be a whole number in [1, 1024]"),
+    ("depths-is-not-train-pys-name", {}, ["vanilla", "--depths", "6"], "unknown option '--depths'"),
     ("unknown-preset", {}, ["vanilla", "--preset", "huge"], "unknown preset 'huge'"),
-    ("replicates-without-seeds", {}, ["vanilla", "--replicate-depths", "16"], "--replicate-depths needs --seeds"),
+    ("replicates-without-seeds", {}, ["vanilla", "--replicate-depths", "16"], "--replicate-depths needs --seed"),
 ]
 
 
@@ -212,14 +243,8 @@ CLASS2_CASES = [  # (id, script, environment, argv, message)
     ("train-derived-steps-beyond-range", "train.py", {}, ["--arch", "vanilla", "--depth", "64", "--tpp", "1e6",
                                                          "--dry-run"], "steps, outside [1, 10,000,000]"),
     ("train-steps-beyond-range", "train.py", {}, [*DRY, "--steps", str(10 ** 12)], "argument --steps: must be"),
-    ("train-gpu-memory-inf", "train.py", {}, [*DRY, "--gpu-memory", "inf"],
-     "argument --gpu-memory: must be a finite number in (0, 65536], got 'inf'"),
     ("train-device-batch-size-not-clamped", "train.py", {}, [*DRY, "--device-batch-size", "1000000"],
-     "micro-batch 1000000 does not divide the 32 sequences per rank"),
-    ("train-nproc-per-node-abc", "train.py", {"NPROC_PER_NODE": "abc"}, DRY,
-     "environment variable NPROC_PER_NODE must be a whole number in [1, 1024], got 'abc'"),
-    ("train-nproc-per-node-zero", "train.py", {"NPROC_PER_NODE": "0"}, DRY, "NPROC_PER_NODE must be a whole number"),
-    ("train-nnodes-abc", "train.py", {"NNODES": "two"}, DRY, "environment variable NNODES must be"),
+     "--device-batch-size 1000000 does not divide the 256 sequences per rank"),
     ("train-rank-abc", "train.py", {"RANK": "abc"}, RUN, "environment variable RANK must be a whole number"),
     ("train-adam-beta-one", "train.py", {}, [*DRY, "--adam-betas", "0.9", "1"],
      "argument --adam-betas: must be a finite number in [0, 1), got '1'"),
@@ -317,14 +342,14 @@ def test_class5_slurm_and_environment_values(tmp_path, hosts, env, message):
 
 
 CLASS5_LIST_CASES = [
-    ("depth-twice", ["vanilla", "--depths", "1 1"], "--depths names 1 twice ('1 1'): that plans one run twice"),
-    ("seed-twice", ["vanilla", "--seeds", "0 0"], "--seeds names 0 twice"),
-    ("replicate-depth-not-in-depths", ["vanilla", "--depths", "6 8", "--seeds", "0 1", "--replicate-depths", "8 10"],
-     "--replicate-depths 10 is not a depth of this ladder (its depths: 6 8)"),
-    ("replicate-depth-not-in-the-preset", ["vanilla", "--seeds", "0 1", "--replicate-depths", "7"],
+    ("depth-twice", ["vanilla", "--depth", "1", "1"], "--depth names 1 twice: that plans one run twice"),
+    ("seed-twice", ["vanilla", "--seed", "0", "0"], "--seed names 0 twice"),
+    ("replicate-depth-not-in-depths", ["vanilla", "--depth", "6", "8", "--seed", "0", "1", "--replicate-depths", "8",
+                                       "10"], "--replicate-depths 10 is not a depth of this ladder (its depths: 6 8)"),
+    ("replicate-depth-not-in-the-preset", ["vanilla", "--seed", "0", "1", "--replicate-depths", "7"],
      "--replicate-depths 7 is not a depth of this ladder"),
-    ("depth-zero", ["vanilla", "--depths", "0 6"], "--depths must be whole numbers, got '0' (each in [1, 1024])"),
-    ("seed-beyond-int64", ["vanilla", "--seeds", str(2 ** 64)], "--seeds must be whole numbers"),
+    ("depth-zero", ["vanilla", "--depth", "0", "6"], "argument --depth: must be a whole number in [1, 1024], got '0'"),
+    ("seed-beyond-int64", ["vanilla", "--seed", str(2 ** 64)], "argument --seed: must be a whole number"),
 ]
 
 
@@ -455,36 +480,6 @@ def test_core_eval_replaces_only_a_repeat_of_the_same_evaluation(tmp_path, check
     assert json.loads((tmp_path / "eval.json").read_text())["task_counts"] == {"t": 5}
 
 
-@pytest.fixture
-def no_bench_runs(monkeypatch):
-    import bench
-    for mode in ("bench", "compile_time", "gpu_check", "gpu_smoke"):
-        monkeypatch.setattr(bench, mode, lambda *a, **k: pytest.fail("the bench ran"))
-
-
-BENCH_IGNORED_FLAGS = [["--resume"], ["--resume-or-start"], ["--runs-dir", "elsewhere"], ["--run-name", "x"],
-                       ["--data-dir", "data/x"], ["--no-verify"], ["--stop-after", "3"], ["--save-every", "5"],
-                       ["--log-every", "2"], ["--dist-timeout", "5"],
-                       ["--arch", "loop_2"], ["--steps", "7"], ["--crossover-fractions", "0.5"]]
-
-
-@pytest.mark.parametrize("flags", BENCH_IGNORED_FLAGS, ids=[f[0] for f in BENCH_IGNORED_FLAGS])
-def test_bench_refuses_training_run_flags_it_ignores(tmp_path, flags, no_bench_runs):
-    assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path,
-                   f"{flags[0]} is for training runs (train.py); drop it for bench.py", runner=run_in_process)
-
-
-@pytest.mark.parametrize("flags, message", [
-    (["--memory-snapshots", "{d}/snap.pickle"], "--memory-snapshots is read only by --gpu-check;"),
-    (["--out", "{d}/g.json"], "--out is read only by --gpu-check or --gpu-smoke"),
-    (["--bundle-dir", "{d}/b"], "--bundle-dir is read only by --gpu-check or --gpu-smoke"),
-    (["--bench-repeats", "2", "--compile-time"], "--bench-repeats is read only by the step-time bench"),
-    (["--gpu-check", "--compile-time"], "--gpu-check and --compile-time are separate runs of bench.py; pass one"),
-])
-def test_bench_refuses_its_own_flags_outside_their_mode(tmp_path, flags, message, no_bench_runs):
-    assert_refused("bench.py", ["--preset", "cpu", "--depth", "1", *flags], tmp_path, message, runner=run_in_process)
-
-
 # --- train.py: knobs that do not apply to the arm, resume and complete runs against the plan and pool, torchrun
 # environment, signals, checkpoints/final as a file
 # A knob that changes nothing in the arm was accepted and recorded in the plan (alpha 0.0 planned for --alpha 5; a
@@ -564,20 +559,20 @@ def fake_torchrun(tmp_path):
     return f"{bin_dir}:{os.environ['PATH']}"
 
 
-CPU_LADDER = ["vanilla", "--preset", "cpu", "--depths", "1 2"]
+CPU_LADDER = ["vanilla", "--preset", "cpu", "--depth", "1", "2"]
 LADDER_PASS_THROUGH_CASES = [  # (id, ladder options, arguments after --, message): each overrode what a run is
-    ("depth", CPU_LADDER, ["--depth", "3"], "'--depth' after --: ladder.sh sets --depth itself; use --depths"),
+    ("depth", CPU_LADDER, ["--depth", "3"], "'--depth' after --: ladder.sh sets --depth itself; use ladder.sh's own --depth, before --"),
     ("depth-equals", CPU_LADDER, ["--depth=3"], "'--depth=3' after --: ladder.sh sets --depth itself"),
     ("depth-abbreviated", CPU_LADDER, ["--dep", "3"], "'--dep' after -- clashes with --depth"),
     ("arch", CPU_LADDER, ["--arch", "loop_2"], "ladder.sh sets --arch itself; name the arch as the first argument"),
-    ("seed-with-seeds", [*CPU_LADDER, "--seeds", "0 1"], ["--seed", "5"], "ladder.sh sets --seed itself; use --seeds"),
+    ("seed-with-seeds", [*CPU_LADDER, "--seed", "0", "1"], ["--seed", "5"], "ladder.sh sets --seed itself; use ladder"),
     ("preset", CPU_LADDER, ["--preset", "paper"], "ladder.sh sets --preset itself"),
-    ("preset-of-a-paper-ladder", ["vanilla", "--depths", "6"], ["--preset=cpu"], "ladder.sh sets --preset itself"),
+    ("preset-of-a-paper-ladder", ["vanilla", "--depth", "6"], ["--preset=cpu"], "ladder.sh sets --preset itself"),
     ("run-name", CPU_LADDER, ["--run-name", "x"], "ladder.sh sets --run-name itself"),
     ("runs-dir", CPU_LADDER, ["--runs-dir", "{d}/elsewhere"], "ladder.sh sets --runs-dir itself; use RUNS_DIR"),
     ("resume", CPU_LADDER, ["--resume"], "'--resume' after -- clashes with --resume-or-start"),
     ("data-dir-of-d26", ["untied_grow", "--preset", "d26"], ["--data-dir={d}"], "sets --data-dir itself; use DATA_DIR"),
-    ("passes-of-the-grid", ["operator_1", "--preset", "data-constrained", "--depths", "18"], ["--passes", "2"],
+    ("passes-of-the-grid", ["operator_1", "--preset", "data-constrained", "--depth", "18"], ["--passes", "2"],
      "ladder.sh sets --passes itself"),
 ]
 
@@ -595,19 +590,19 @@ def test_ladder_refuses_pass_through_flags_it_sets(tmp_path, options, extra, mes
 
 
 def test_ladder_passes_other_flags_through(tmp_path):
-    """Flags the ladder does not set still reach every run (a --seed without --seeds sets the ladder's seed)."""
-    r = subprocess.run(["bash", "ladder.sh", *CPU_LADDER, "--dry-run", "--", "--tpp", "3", "--seed=5", "--no-verify"],
+    """Flags the ladder does not set still reach every run."""
+    r = subprocess.run(["bash", "ladder.sh", *CPU_LADDER, "--dry-run", "--", "--tpp", "3", "--no-verify"],
                        cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     runs = [line for line in r.stdout.splitlines() if line.startswith("torchrun")]
-    assert len(runs) == 2 and all(line.endswith(" --tpp 3 --seed=5 --no-verify") for line in runs), runs
+    assert len(runs) == 2 and all(line.endswith(" --tpp 3 --no-verify") for line in runs), runs
 
 
 LADDER_IGNORED_OPTION_CASES = [  # (id, argv, message): each option was accepted and silently had no effect
     ("demo-paper-preset", ["demo", "--dry-run", "--preset", "paper"], "the demo runs the cpu preset, not --preset paper"),
     ("demo-d26-preset", ["demo", "--preset", "d26"], "the demo runs the cpu preset, not --preset d26"),
-    ("d26-depths", ["untied_grow", "--preset", "d26", "--depths", "6 8", "--dry-run"],
-     "the d26 preset is the one run at depth 26, not --depths 6 8"),
+    ("d26-depths", ["untied_grow", "--preset", "d26", "--depth", "6", "8", "--dry-run"],
+     "the d26 preset is the one run at depth 26, not --depth 6 8"),
 ]
 
 
@@ -621,8 +616,8 @@ def test_ladder_refuses_options_its_target_ignores(tmp_path, argv, message):
 
 def test_ladder_accepts_the_options_its_target_uses():
     """The demo's own preset and d26's own depth are what those targets run: accepted."""
-    for argv, run in ((["demo", "--preset", "cpu", "--depths", "1"], "--depth 1 --preset cpu"),
-                      (["untied_grow", "--preset", "d26", "--depths", "26"], "--depth 26 --preset paper")):
+    for argv, run in ((["demo", "--preset", "cpu", "--depth", "1"], "--depth 1 --preset cpu"),
+                      (["untied_grow", "--preset", "d26", "--depth", "26"], "--depth 26 --preset paper")):
         r = subprocess.run(["bash", "ladder.sh", *argv, "--dry-run"], cwd=ROOT, capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0 and run in r.stdout, r.stderr
@@ -631,7 +626,7 @@ def test_ladder_accepts_the_options_its_target_uses():
 @pytest.mark.parametrize("value", ["abc", "5", "0"])
 def test_ladder_names_mfu_not_the_flag_it_fills(tmp_path, value):
     """MFU reaches train.py --ladder-dry-run as --mfu: the refusal named a flag the user never gave."""
-    line = assert_refused("ladder.sh", ["vanilla", "--depths", "6", "--dry-run"], tmp_path,
+    line = assert_refused("ladder.sh", ["vanilla", "--depth", "6", "--dry-run"], tmp_path,
                           f"environment variable MFU must be a finite number in (0, 1], got '{value}'",
                           runner=ladder_with(dict(MFU=value)))
     assert "--mfu" not in line
@@ -744,39 +739,8 @@ def test_issue31_class2_eval_json_read_back_is_checked(tmp_path, checkpoint):
                    runner=run_in_process)
 
 
-# ------------------------------------------------------------------------------------------------ issue 31, class 4
-# scripts' messages: docs/memory_table.py refused unknown arguments silently and tracebacked into a closed pipe
-def test_issue31_class4_memory_table_refuses_unknown_arguments(tmp_path):
-    assert_refused("docs/memory_table.py", ["--gpu", "h100"], tmp_path, "unrecognized arguments: --gpu h100")
-
-
-def test_issue31_class4_memory_table_into_a_closed_pipe_ends_quietly():
-    r = subprocess.run(["bash", "-c", "python docs/memory_table.py | head -n 1"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300)
-    assert r.stdout.startswith("Paper ladders") and r.stderr == "", r.stderr[-2000:]
-
-
 # ------------------------------------------------------------------------------------------------ issue 31, class 5
-# slow start-up work says what it is doing: bench.py --gpu-check names each section before it runs (a section's
-# compiles can take minutes on a CPU), train.py says it compiles before the first step
-def test_issue31_class5_gpu_check_names_each_section_before_it_runs(tmp_path, monkeypatch, capsys):
-    import bench
-    seen = []
-
-    def section(*args, **kwargs):  # what was on stdout when the section started
-        seen.append(capsys.readouterr().out)
-        raise RuntimeError("stand-in")
-    for name in ("check_ratios", "check_core_scoring", "check_training", "matmul_roofline"):
-        monkeypatch.setattr(bench, name, section)
-    out = tmp_path / "gpu_check.json"
-    assert bench.main(["--gpu-check", "--cpu-exercise", "--preset", "cpu", "--out", str(out)]) == 1
-    names = list(bench.GPU_CHECK["cpu"]["caps"])
-    assert len(seen) == len(names)
-    assert seen[0].startswith("gpu-check: planning its training runs")
-    for name, text in zip(names, seen):
-        assert text.splitlines()[-1].startswith(f"gpu-check {name}: starting (cap "), (name, text)
-
-
+# slow start-up work says what it is doing: train.py says it compiles before the first step
 def test_issue31_class5_compiled_run_says_it_compiles_before_the_first_step(tmp_path, pool_copy, monkeypatch, capsys):
     import train
     printed = []
