@@ -2,14 +2,10 @@
 Plan, the schedules that read it (paper App. A.3-A.4; docs/recipe.md) and its micro-batch. Pure arithmetic on the
 table in arms.py and the accounting in model.py; train.py trains a Plan, and `--dry-run` prints it.
 
-    python train.py --arch untied_grow --depth 8 --dry-run      # Plan.as_dict(), its micro-batch, a GPU-hour estimate
+    python train.py --arch untied_grow --depth 8 --dry-run      # Plan.as_dict(), its micro-batch, GPU-hours
     python -m pytest -q tests/test_plan.py
 """
-import csv
-import functools
-import json
 import math
-import os
 import random
 from dataclasses import asdict, dataclass, fields, replace
 
@@ -235,10 +231,8 @@ def lr_multiplier(step, plan):
 
 
 def schedule_notes(plan):
-    """What the LR schedule cannot do in this run's steps: a warmup at least as long as the run (the LR never
-    reaches its peak, and the decay to 0 never starts), a growth before the warmup ends, a re-warm that outlasts
-    the run. The recipes' fixed 40 steps meet them only in tiny runs (the cpu preset's d1, and Loop-Grow's d2);
-    they are reported, not changed, so a run is the recipe it names."""
+    """What the LR schedule cannot do in this run's steps (a warmup as long as the run, a growth inside the warmup, a
+    re-warm that outlasts the run): reported, not changed, so a run is the recipe it names."""
     notes = []
     if plan.warmup_steps >= plan.steps:
         notes.append(f"warmup_steps {plan.warmup_steps} >= steps {plan.steps}: the LR peaks at "
@@ -271,10 +265,9 @@ def passes_at(step, plan):
 
 
 def device_batch_size(plan, world, device_type, given=None):
-    """Sequences per micro-batch, one value for the whole run: --device-batch-size (`given`), else on CPU the preset's,
-    else the arm's rule at this depth and final passes (arms.device_batch: the release's on 80 GB GPUs; train.py
-    halves it on CUDA while its largest stage runs out of memory). Capped at the sequences per rank, which it must
-    divide: the global batch stays tokens_per_step whatever the micro-batch (more accumulation instead)."""
+    """Sequences per micro-batch for the whole run: --device-batch-size (`given`), else on CPU the preset's, else the
+    arms table's rule (arms.device_batch; a CUDA run halves it while its largest stage does not fit). The largest
+    divisor of the sequences per rank up to it: the global batch stays, the accumulation takes up the rest."""
     batch_seqs = plan.tokens_per_step // plan.seq_len
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")
@@ -285,52 +278,3 @@ def device_batch_size(plan, world, device_type, given=None):
     wanted = given or (PRESETS[plan.preset].device_batch_size if device_type == "cpu" else
                        arms.device_batch(plan.depth, max(plan.pass_stages + plan.random_passes)))
     return max(b for b in range(1, min(wanted, rank_seqs) + 1) if rank_seqs % b == 0)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# GPU-hours: a run's FLOPs at the MFU the release measured at its width. The release trained each ladder run on one
-# node of 8 H100s and timed it (reference/release/appendix_ladders/timing.json: training hours, Fig. 15b); its FLOPs
-# are reference/fineweb_ladders.csv's. Measured, not modelled: a run prints its own MFU as it trains.
-
-RELEASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
-RELEASE_GPUS = 8
-
-
-@functools.cache
-def release_mfu_by_width():
-    """{width: the mean MFU of the release's timed runs at that width}."""
-    flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
-             for row in csv.DictReader(open(os.path.join(RELEASE, "fineweb_ladders.csv")))}
-    timing = json.load(open(os.path.join(RELEASE, "release", "appendix_ladders", "timing.json")))
-    by_width = {}
-    for series, points in timing.items():
-        for point in points:
-            run_flops = flops[arms.RELEASE_SERIES[series], point["depth"]]
-            peak_seconds = RELEASE_GPUS * arms.GPU_PEAK_FLOPS["H100"] * point["compute"] * 3600
-            by_width.setdefault(point["width"], []).append(run_flops / peak_seconds)
-    return {width: sum(m) / len(m) for width, m in sorted(by_width.items())}
-
-
-def mfu_at(width, table):
-    """MFU at `width`: linear between the two nearest widths of `table` ({width: MFU}), the nearest beyond its ends."""
-    widths = sorted(table)
-    if width <= widths[0] or width >= widths[-1]:
-        return table[min(widths, key=lambda w: abs(w - width))]
-    low = max(w for w in widths if w <= width)
-    high = min(w for w in widths if w >= width)
-    return table[low] if low == high else table[low] + (table[high] - table[low]) * (width - low) / (high - low)
-
-
-@functools.cache
-def leave_one_width_out_error():
-    """The largest miss of mfu_at on a width the release timed, predicted from the other widths (MFU points)."""
-    table = release_mfu_by_width()
-    return max(abs(mfu_at(w, {k: v for k, v in table.items() if k != w}) - table[w]) for w in table)
-
-
-def gpu_hours_estimate(plan, mfu=None):
-    """H100-hours of the plan's FLOPs at `mfu`, by default mfu_at the plan's width (an estimate; the dry run says how
-    far the rule misses a width it has not seen)."""
-    mfu = mfu or mfu_at(plan.model_config.width, release_mfu_by_width())
-    return dict(gpu_hours=round(plan.total_flops / (arms.GPU_PEAK_FLOPS["H100"] * mfu) / 3600, 2),
-                mfu=round(mfu, 4), leave_one_width_out_error=round(leave_one_width_out_error(), 4))

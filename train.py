@@ -100,7 +100,9 @@ if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
     answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
 
 import contextlib
+import csv
 import datetime
+import functools
 import json
 import math
 import shutil
@@ -108,6 +110,7 @@ import signal
 import time
 from dataclasses import dataclass
 
+import numpy
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -124,8 +127,7 @@ from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, che
                         save_checkpoint, write_result)
 from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, UsageError, autocast, cli_main, cli_main_distributed, clock,
                     exit_process, memory_in_use, ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
-from plan import (device_batch_size, gpu_hours_estimate, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at,
-                  stage_index)
+from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
 from watch import Progress, check_tracker, open_tracker, write_run_report
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -133,7 +135,7 @@ from watch import Progress, check_tracker, open_tracker, write_run_report
 
 def dry_run(args):
     """One JSON line per --depth: the plan, its micro-batch on a GPU (the arm's rule: a CUDA run may halve it) and a
-    GPU-hour estimate (plan.gpu_hours_estimate)."""
+    GPU-hour estimate (gpu_hours_estimate)."""
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
@@ -148,7 +150,7 @@ def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
     run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
     prints); every run gets the flags after --. Prints each run's micro-batch, FLOPs and GPU-hours, then the ladder's:
-    at the MFU the release measured at the run's width (plan.gpu_hours_estimate), or at --mfu F."""
+    at the MFU the release measured at the run's width (gpu_hours_estimate), or at --mfu F."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
@@ -177,6 +179,45 @@ def ladder_dry_run(argv):
            f"rule misses a width left out of it by up to {miss:.1f} MFU points")
     print(f"{runs} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours of an H100 ({how}) | {args.gpus_per_node} "
           f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
+
+
+# GPU-hours: a run's FLOPs at the MFU the release measured at its width (measured, not modelled; a run prints its own)
+
+RELEASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
+
+
+@functools.cache
+def release_mfu_by_width():
+    """{width: the mean MFU of the release's timed runs at that width}: each run's FLOPs (fineweb_ladders.csv) over
+    the peak of the 8 H100s it trained on for its hours (release/appendix_ladders/timing.json, Fig. 15b)."""
+    flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
+             for row in csv.DictReader(open(os.path.join(RELEASE, "fineweb_ladders.csv")))}
+    by_width = {}
+    for series, points in json.load(open(os.path.join(RELEASE, "release", "appendix_ladders", "timing.json"))).items():
+        for p in points:
+            peak_flop = 8 * GPU_PEAK_FLOPS["H100"] * p["compute"] * 3600
+            by_width.setdefault(p["width"], []).append(flops[arms.RELEASE_SERIES[series], p["depth"]] / peak_flop)
+    return {width: sum(m) / len(m) for width, m in sorted(by_width.items())}
+
+
+def mfu_at(width, table):
+    """MFU at `width`: linear between the nearest widths of `table` ({width: MFU}), the nearest beyond its ends."""
+    return float(numpy.interp(width, sorted(table), [table[w] for w in sorted(table)]))
+
+
+@functools.cache
+def leave_one_width_out_error():
+    """The largest miss of mfu_at on a width the release timed, predicted from the other widths (MFU points)."""
+    table = release_mfu_by_width()
+    return max(abs(mfu_at(w, {k: v for k, v in table.items() if k != w}) - table[w]) for w in table)
+
+
+def gpu_hours_estimate(plan, mfu=None):
+    """H100-hours of the plan's FLOPs at `mfu`, by default mfu_at the plan's width: an estimate, printed with how far
+    that rule misses a width it has not seen."""
+    mfu = mfu or mfu_at(plan.model_config.width, release_mfu_by_width())
+    return dict(gpu_hours=round(plan.total_flops / (GPU_PEAK_FLOPS["H100"] * mfu) / 3600, 2),
+                mfu=round(mfu, 4), leave_one_width_out_error=round(leave_one_width_out_error(), 4))
 
 
 def gpu_peak_flops(device, given=None):

@@ -368,7 +368,7 @@ def test_class5_multi_node_run_needs_master_addr(tmp_path):
     (bin_dir / "torchrun").chmod(0o755)
     env = dict(NNODES="2", NODE_RANK="1", MASTER_ADDR=None, RUNS_DIR=str(tmp_path / "runs"),
                PATH=f"{bin_dir}:{os.environ['PATH']}")
-    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depths", "1"], tmp_path, "NNODES=2 needs MASTER_ADDR",
+    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depth", "1"], tmp_path, "NNODES=2 needs MASTER_ADDR",
                    runner=ladder_with(env))
     assert not (tmp_path / "launched").exists()
 
@@ -390,7 +390,7 @@ def test_class5_signal_stops_the_ladder_with_its_code(tmp_path, signum, code):
     (bin_dir / "torchrun").write_text(f"#!/usr/bin/env bash\ntrap 'touch {tmp_path}/stopped; exit 1' TERM\n"
                                       f"echo $$ > {tmp_path}/started\nwhile true; do sleep 0.1; done\n")
     (bin_dir / "torchrun").chmod(0o755)
-    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT,
+    proc = subprocess.Popen(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1"], cwd=ROOT,
                             env=dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", RUNS_DIR=str(tmp_path)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -636,7 +636,7 @@ def test_ladder_names_runs_dir_it_cannot_create(tmp_path):
     """A RUNS_DIR that is a file: mkdir's own message and exit 1 before; one line naming RUNS_DIR now."""
     (tmp_path / "file").write_text("not a folder")
     env = dict(RUNS_DIR=str(tmp_path / "file"), PATH=fake_torchrun(tmp_path))
-    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depths", "1"], tmp_path,
+    assert_refused("ladder.sh", ["vanilla", "--preset", "cpu", "--depth", "1"], tmp_path,
                    f"environment variable RUNS_DIR: cannot create the run folder {tmp_path}/file/vanilla_d1 (Not a "
                    "directory)", runner=ladder_with(env))
     assert not (tmp_path / "launched").exists()
@@ -670,7 +670,7 @@ def test_ladder_takes_relative_paths_from_the_callers_directory(tmp_path):
     bin_dir.mkdir()
     (bin_dir / "torchrun").write_text(f'#!/usr/bin/env bash\necho "$DATA_DIR" > {tmp_path}/data_dir\n')
     (bin_dir / "torchrun").chmod(0o755)
-    r = ladder_from_work("vanilla", "--preset", "cpu", "--depths", "1", RUNS_DIR=str(tmp_path / "runs"),
+    r = ladder_from_work("vanilla", "--preset", "cpu", "--depth", "1", RUNS_DIR=str(tmp_path / "runs"),
                          DATA_DIR="pool", PATH=f"{bin_dir}:{os.environ['PATH']}")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "data_dir").read_text() == f"{work}/pool\n"

@@ -83,7 +83,7 @@ def hold_lock(path, text):
 def test_ladder_refuses_a_run_being_trained(tmp_path):
     holder = hold_lock(tmp_path / "vanilla_d1" / "train.lock", "PID 4242 on elsewhere")
     try:
-        r = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"], cwd=ROOT,
+        r = subprocess.run(["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1"], cwd=ROOT,
                            capture_output=True, text=True, timeout=300, env=dict(os.environ, RUNS_DIR=str(tmp_path)))
         assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
         assert "run vanilla_d1 is being trained by another process (PID 4242 on elsewhere)" in r.stderr
@@ -104,7 +104,7 @@ def test_issue31_class4_two_identical_ladders_second_stops_and_writes_nothing(tm
     (bin_dir / "torchrun").chmod(0o755)
     flag.write_text("")
     env = dict(os.environ, RUNS_DIR=str(tmp_path / "runs"), PATH=f"{bin_dir}:{os.environ['PATH']}")
-    command = ["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depths", "1"]
+    command = ["bash", "ladder.sh", "vanilla", "--preset", "cpu", "--depth", "1"]
     log = tmp_path / "runs" / "vanilla_d1" / "train.log"
     first = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -310,7 +310,7 @@ def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
         ["--arch", "vanilla", "--depth", "6", "--tpp", "10"], ["--arch", "loop_2", "--depth", "8", "--tpp", "10"])]
     assert lines[2].startswith(f"2 runs | {sum(p.total_flops for p in plans):.3e} FLOPs |")
     hours = [float(re.search(r"~([0-9.,]+) GPU-hours at", line).group(1)) for line in lines[:2]]
-    assert hours == pytest.approx([plan_lib.gpu_hours_estimate(p)["gpu_hours"] for p in plans], abs=0.051)
+    assert hours == pytest.approx([train.gpu_hours_estimate(p)["gpu_hours"] for p in plans], abs=0.051)
     total = float(re.search(r"~([0-9.,]+) GPU-hours of an H100", lines[2]).group(1).replace(",", ""))
     assert total == pytest.approx(sum(hours), abs=0.51) and "4 GPUs/node x 1 nodes" in lines[2]
     monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\n"))

@@ -166,16 +166,16 @@ def test_probe_halves_the_micro_batch_on_out_of_memory_keeping_the_global_batch(
 # GPU-hours: FLOPs at the MFU the release measured at the run's width
 
 def test_gpu_hours_at_the_releases_mfu_per_width_with_its_leave_one_width_out_error():
-    table = plan_lib.release_mfu_by_width()
+    table = train.release_mfu_by_width()
     assert sorted(table) == [128 * d for d in (6, 8, 10, 12, 14, 16, 18, 20)] and all(0.3 < m < 0.6 for m in table.values())
-    assert plan_lib.mfu_at(1024, table) == table[1024] and plan_lib.mfu_at(4096, table) == table[2560]
-    assert plan_lib.mfu_at(1152, table) == pytest.approx((table[1024] + table[1280]) / 2)
-    misses = [abs(plan_lib.mfu_at(w, {k: v for k, v in table.items() if k != w}) - table[w]) for w in table]
-    assert plan_lib.leave_one_width_out_error() == max(misses) > 0
+    assert train.mfu_at(1024, table) == table[1024] and train.mfu_at(4096, table) == table[2560]
+    assert train.mfu_at(1152, table) == pytest.approx((table[1024] + table[1280]) / 2)
+    misses = [abs(train.mfu_at(w, {k: v for k, v in table.items() if k != w}) - table[w]) for w in table]
+    assert train.leave_one_width_out_error() == max(misses) > 0
     plan = plan_for("--arch", "vanilla", "--depth", "12")
-    estimate = plan_lib.gpu_hours_estimate(plan)
+    estimate = train.gpu_hours_estimate(plan)
     assert estimate["gpu_hours"] == pytest.approx(plan.total_flops / (989e12 * table[1536]) / 3600, rel=1e-3)
-    assert plan_lib.gpu_hours_estimate(plan, 0.5)["gpu_hours"] == pytest.approx(
+    assert train.gpu_hours_estimate(plan, 0.5)["gpu_hours"] == pytest.approx(
         plan.total_flops / (989e12 * 0.5) / 3600, rel=1e-3)
 
 
@@ -184,4 +184,4 @@ def test_dry_run_prints_the_micro_batch_and_the_gpu_hour_estimate(capsys):
     d12, d26 = (json.loads(line) for line in capsys.readouterr().out.splitlines())
     assert (d12["device_batch_size"], d26["device_batch_size"]) == (16, 2)
     assert d26["gpu_hours"]["gpu_hours"] > d12["gpu_hours"]["gpu_hours"] > 0
-    assert d12["gpu_hours"]["leave_one_width_out_error"] == round(plan_lib.leave_one_width_out_error(), 4)
+    assert d12["gpu_hours"]["leave_one_width_out_error"] == round(train.leave_one_width_out_error(), 4)
