@@ -247,6 +247,8 @@ ARMS = {**PAPER_ARMS, **USER_ARMS}
 GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
 BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
+DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: their cpu ladders, then the fit
+CPU_LADDER_DEPTHS = (1, 2, 3, 4)                      # every arm's ladder at the cpu preset (train.ladder_runs)
 
 
 def device_batch(depth, passes):
@@ -427,94 +429,11 @@ def preset_from_args(args):
     return replace(PRESETS[args.preset], **given_knobs(args, Preset, "model"), **given_knobs(args, Preset, "train"))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Ladders: the runs ladder.sh launches (python arms.py ladder lists them)
-
-LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
-CPU_LADDER_DEPTHS = (1, 2, 3, 4)                   # every arm's ladder at the cpu preset
-DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: their cpu ladders, then the fit
-
-
-def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
-    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
-    eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run
-    NAME_sS with --seed S per seed, at replicate_depths only (when given) and the first seed elsewhere."""
-    preset = preset or ("cpu" if target == "demo" else "paper")
-    if preset not in LADDER_PRESETS:
-        raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
-    if replicate_depths and not seeds:
-        raise UsageError('--replicate-depths needs --seed, e.g. --seed 0 1 2')
-    groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
-    if target not in (*ARMS, *groups):
-        raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})")
-    if target == "demo" and preset != "cpu":  # ladder.sh demo's rule too: it asks this function
-        raise UsageError(f"the demo runs the cpu preset, not --preset {preset}; drop --preset (other presets: bash "
-                         "ladder.sh ARCH|all --preset P)")
-    archs = groups.get(target, [target])
-    if not archs:
-        raise UsageError("there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)")
-    if preset == "d26" and archs != ["untied_grow"]:
-        raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
-    if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
-        raise UsageError(f"the d26 preset is the one run at depth 26, not --depth {' '.join(map(str, depths))}; "
-                         "drop --depth, or run other depths with --preset paper")
-    if preset == "data-constrained" and archs != ["operator_1"]:
-        raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
-                         "data-constrained")
-    # every run names its train.py preset, even paper (train.py's default): ladder.sh refuses flags after -- that
-    # would override what a run's arguments set
-    preset_args = ["--preset", "cpu" if preset == "cpu" else "paper"]
-    runs = []  # (name, depth, arguments)
-    for arch in archs:
-        if preset == "paper":
-            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
-                     for d in depths or ARMS[arch].ladder_depths]
-        elif preset == "cpu":
-            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
-                     for d in depths or CPU_LADDER_DEPTHS]
-        elif preset == "d26":
-            runs.append(("untied_grow_d26", 26, ["--arch", "untied_grow", "--depth", "26", *preset_args]))
-        else:
-            runs += [(f"dc_{wd}_d{d}_k{k}", d, ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
-                                                "--data-constrained", wd, *preset_args])
-                     for wd in DATA_CONSTRAINED for d in depths or DATA_CONSTRAINED_LOOPS
-                     for k in DATA_CONSTRAINED_LOOPS.get(d, ())]
-    if not runs:
-        raise UsageError(f"the data-constrained grid has no depth {' '.join(map(str, depths))} (its depths: "
-                         f"{' '.join(map(str, DATA_CONSTRAINED_LOOPS))})")
-    ladder_depths = sorted({depth for _, depth, _ in runs})
-    stray = [d for d in replicate_depths or () if d not in ladder_depths]
-    if stray:
-        raise UsageError(f"--replicate-depths {' '.join(map(str, stray))} is not a depth of this ladder (its depths: "
-                         f"{' '.join(map(str, ladder_depths))}); replicate depths it runs, or add them to --depth")
-    if not seeds:
-        return [(name, run_args) for name, _, run_args in runs]
-    return [(f"{name}_s{s}", run_args + ["--seed", str(s)]) for name, depth, run_args in runs
-            for s in (seeds if not replicate_depths or depth in replicate_depths else seeds[:1])]
-
-
 def run(argv):
-    p = Parser(prog="arms.py", description="The lists ladder.sh launches: the arms, and the runs of a ladder.")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("arms", help="the arm names, in the table's order")
-    ladder = sub.add_parser("ladder", help="one line per run of `bash ladder.sh TARGET ...`: its name, then its "
-                            "train.py arguments")
-    ladder.add_argument("target", help="an arm, all, user or demo")
-    ladder.add_argument("--preset", default=None, help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
-    for flag, bounds in (("--depth", (1, MAX_DEPTH)), ("--seed", SEEDS), ("--replicate-depths", (1, MAX_DEPTH))):
-        ladder.add_argument(flag, type=integer(*bounds), nargs="+", default=None, help="one or more, e.g. 6 8 10")
-    args = p.parse_args(argv)
-    if args.command == "arms":
-        print(*ARMS)
-        return
-    for flag in ("depth", "seed", "replicate_depths"):  # a value twice would plan one run twice, its FLOPs counted twice
-        values = getattr(args, flag) or []
-        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if twice is not None:
-            raise UsageError(f"--{flag.replace('_', '-')} names {twice} twice: that plans one run twice; give each "
-                             "value once")
-    for name, run_args in ladder_runs(args.target, args.preset, args.depth, args.seed, args.replicate_depths):
-        print(name, *run_args)
+    p = Parser(prog="arms.py", description="The arm names, in the table's order (bash ladder.sh -h lists them).")
+    p.add_subparsers(dest="command", required=True).add_parser("arms", help="the arm names, in the table's order")
+    p.parse_args(argv)
+    print(*ARMS)
 
 
 def main(argv=None):

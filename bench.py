@@ -198,7 +198,7 @@ def bench(args, device):
     print(f"bench: {args.preset} preset d{args.depth}, width {cfg0.width}, head_dim {cfg0.head_dim}, T {cfg0.seq_len}, "
           f"vocab {cfg0.vocab_size}, batch {plan0.tokens_per_step // plan0.seq_len}, {torch.get_num_threads()} "
           f"threads, {'compiled' if use_compile(arms['vanilla'].run.args, device) else 'eager'}; medians of "
-          f"{args.bench_repeats} repetitions x {args.bench_steps} rounds (one step of each arm and one roofline sample)")
+          f"{args.bench_repeats} repetitions x {args.bench_steps} rounds (a step of each arm and a roofline sample)")
     print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({'bf16' if device.type == 'cuda' else 'fp32'} loop of 8 "
           f"{roofline_size(device)}^3 matmuls, median over the rounds)")
     peak, results = args.peak_flops or gpu_peak_flops(device), {}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ladder.sh — run the paper's ladders: one arm, a range of depths, each at its own recipe. The runs (arms, depths,
-# grids, names: `python arms.py ladder`) and recipes come from arms.py; this script launches them.
+# grids, names: `python train.py --ladder`) and recipes come from arms.py; this script launches them.
 #
 #   bash ladder.sh demo                                   # offline CPU demo: stdlib corpus, 3 arms, fit, figure
 #   bash ladder.sh vanilla                                # paper ladder on one 8-GPU node (NPROC_PER_NODE=8)
@@ -123,8 +123,8 @@ while [ $# -gt 0 ]; do
 done
 [ "$target" != demo ] || preset="${preset:-cpu}"  # the demo is the cpu preset's ladders (arms.py refuses others)
 preset="${preset:-paper}"
-# The runs, one "NAME ARGS..." line each (arms.py also checks the options and the arch)
-listing=$(python_or_die arms.py ladder "$target" --preset "$preset" ${lists[@]+"${lists[@]}"}) || exit $?
+# The runs, one "NAME ARGS..." line each (train.py --ladder also checks the options and the arch)
+listing=$(python_or_die train.py --ladder "$target" --preset "$preset" ${lists[@]+"${lists[@]}"}) || exit $?
 mapfile -t runs <<<"$listing"
 [ "$preset" != d26 ] || data_args=(--data-dir "${DATA_DIR:-data/fineweb_edu}")  # kept whole: a path may hold spaces
 runs_dir="${RUNS_DIR:-runs}"

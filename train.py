@@ -22,9 +22,10 @@ import argparse
 import os
 import sys
 
-from arms import (ARMS, ATTENTION_BACKENDS, DATA_CONSTRAINED, EVAL_COMPUTE_SHARE, MAX_DEPTH, MAX_PASSES, MAX_STEPS,
-                  PRESETS, SEEDS, Arm, Preset, add_knob_flags, add_model_flags)
-from common import DIST_TIMEOUT_MINUTES, Parser, answer_help, integer, number
+from arms import (ARMS, ATTENTION_BACKENDS, CPU_LADDER_DEPTHS, DATA_CONSTRAINED, DATA_CONSTRAINED_LOOPS, DEMO_ARMS,
+                  EVAL_COMPUTE_SHARE, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PAPER_ARMS, PRESETS, SEEDS, USER_ARMS, Arm,
+                  Preset, add_knob_flags, add_model_flags)
+from common import DIST_TIMEOUT_MINUTES, Parser, UsageError, answer_help, cli_main, integer, number
 
 
 def build_parser():
@@ -96,6 +97,93 @@ def build_parser():
     return p
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Ladders: the runs ladder.sh launches (python train.py --ladder lists them)
+
+LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
+
+
+def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
+    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
+    eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run
+    NAME_sS with --seed S per seed, at replicate_depths only (when given) and the first seed elsewhere."""
+    preset = preset or ("cpu" if target == "demo" else "paper")
+    if preset not in LADDER_PRESETS:
+        raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
+    if replicate_depths and not seeds:
+        raise UsageError('--replicate-depths needs --seed, e.g. --seed 0 1 2')
+    groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
+    if target not in (*ARMS, *groups):
+        raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})")
+    if target == "demo" and preset != "cpu":  # ladder.sh demo's rule too: it asks this function
+        raise UsageError(f"the demo runs the cpu preset, not --preset {preset}; drop --preset (other presets: bash "
+                         "ladder.sh ARCH|all --preset P)")
+    archs = groups.get(target, [target])
+    if not archs:
+        raise UsageError("there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)")
+    if preset == "d26" and archs != ["untied_grow"]:
+        raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
+    if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
+        raise UsageError(f"the d26 preset is the one run at depth 26, not --depth {' '.join(map(str, depths))}; "
+                         "drop --depth, or run other depths with --preset paper")
+    if preset == "data-constrained" and archs != ["operator_1"]:
+        raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
+                         "data-constrained")
+    # every run names its train.py preset, even paper (train.py's default): ladder.sh refuses flags after -- that
+    # would override what a run's arguments set
+    preset_args = ["--preset", "cpu" if preset == "cpu" else "paper"]
+    runs = []  # (name, depth, arguments)
+    for arch in archs:
+        if preset == "paper":
+            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
+                     for d in depths or ARMS[arch].ladder_depths]
+        elif preset == "cpu":
+            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
+                     for d in depths or CPU_LADDER_DEPTHS]
+        elif preset == "d26":
+            runs.append(("untied_grow_d26", 26, ["--arch", "untied_grow", "--depth", "26", *preset_args]))
+        else:
+            runs += [(f"dc_{wd}_d{d}_k{k}", d, ["--arch", "operator_1", "--depth", str(d), "--passes", str(k),
+                                                "--data-constrained", wd, *preset_args])
+                     for wd in DATA_CONSTRAINED for d in depths or DATA_CONSTRAINED_LOOPS
+                     for k in DATA_CONSTRAINED_LOOPS.get(d, ())]
+    if not runs:
+        raise UsageError(f"the data-constrained grid has no depth {' '.join(map(str, depths))} (its depths: "
+                         f"{' '.join(map(str, DATA_CONSTRAINED_LOOPS))})")
+    ladder_depths = sorted({depth for _, depth, _ in runs})
+    stray = [d for d in replicate_depths or () if d not in ladder_depths]
+    if stray:
+        raise UsageError(f"--replicate-depths {' '.join(map(str, stray))} is not a depth of this ladder (its depths: "
+                         f"{' '.join(map(str, ladder_depths))}); replicate depths it runs, or add them to --depth")
+    if not seeds:
+        return [(name, run_args) for name, _, run_args in runs]
+    return [(f"{name}_s{s}", run_args + ["--seed", str(s)]) for name, depth, run_args in runs
+            for s in (seeds if not replicate_depths or depth in replicate_depths else seeds[:1])]
+
+
+def print_ladder(argv):
+    """python train.py --ladder TARGET [--preset P] [--depth D ...] [--seed S ...] [--replicate-depths D ...]: one line
+    per run of `bash ladder.sh TARGET ...`, its name and then its train.py arguments (ladder.sh reads it)."""
+    p = Parser(prog="train.py --ladder")
+    p.add_argument("target", help="an arm, all, user or demo")
+    p.add_argument("--preset", default=None, help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
+    for flag, bounds in (("--depth", (1, MAX_DEPTH)), ("--seed", SEEDS), ("--replicate-depths", (1, MAX_DEPTH))):
+        p.add_argument(flag, type=integer(*bounds), nargs="+", default=None, help="one or more, e.g. 6 8 10")
+    args = p.parse_args(argv)
+    for flag in ("depth", "seed", "replicate_depths"):  # a value twice plans one run twice, its FLOPs counted twice
+        values = getattr(args, flag) or []
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} names {twice} twice: that plans one run twice; give each "
+                             "value once")
+    for name, run_args in ladder_runs(args.target, args.preset, args.depth, args.seed, args.replicate_depths):
+        print(name, *run_args)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--ladder"]:  # torch-free: ladder.sh's listing
+    sys.exit(cli_main(print_ladder, "train.py --ladder", sys.argv[2:]))
+
+
 if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
     answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
 
@@ -125,8 +213,8 @@ from arms import GPU_PEAK_FLOPS, PARAM_GROUPS
 from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
                         load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
-from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, UsageError, autocast, cli_main, cli_main_distributed, clock,
-                    exit_process, memory_in_use, ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, autocast, cli_main_distributed, clock, exit_process,
+                    memory_in_use, ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
 from watch import Progress, check_tracker, open_tracker, write_run_report
 
@@ -148,7 +236,7 @@ def dry_run(args):
 
 def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
-    run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python arms.py ladder`
+    run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python train.py --ladder`
     prints); every run gets the flags after --. Prints each run's micro-batch, FLOPs and GPU-hours, then the ladder's:
     at the MFU the release measured at the run's width (gpu_hours_estimate), or at --mfu F."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -172,7 +260,7 @@ def ladder_dry_run(argv):
         print(f"run {name}: micro-batch {batch} | {plan.total_flops:.3e} FLOPs | ~{estimate['gpu_hours']:,.1f} "
               f"GPU-hours at {estimate['mfu']:.1%} MFU")
     if not runs:
-        raise UsageError("no runs on stdin: pipe in `python arms.py ladder ARCH` (one line per run: its name, then "
+        raise UsageError("no runs on stdin: pipe in `python train.py --ladder ARCH` (one line per run: its name, then "
                          "its train.py flags)")
     miss = 100 * gpu_hours_estimate(plan)["leave_one_width_out_error"]
     how = (f"at {args.mfu:.0%} MFU" if args.mfu else "an estimate at the MFU the release measured per width; that "
@@ -435,8 +523,8 @@ def verify_pool(data_dir):
 
 def new_run(args, plan, batch, rank, world, device, loader, **where):
     """The Run of `plan` in this process, reading batches from `loader` in micro-batches of `batch` sequences (on CUDA
-    start_training may halve it: probe_micro_batch). where: its folder and data (run_dir, data_dir, data_manifest, val, token_bytes, resume_from);
-    bench.py's runs on synthetic tokens have none."""
+    start_training may halve it: probe_micro_batch). where: its folder and data (run_dir, data_dir, data_manifest,
+    val, token_bytes, resume_from); bench.py's runs on synthetic tokens have none."""
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        compiled=use_compile(args, device), attention_backend=args.attention_backend)
@@ -902,6 +990,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--ladder-dry-run"]:
         return cli_main(ladder_dry_run, "train.py", argv[1:])
+    if argv[:1] == ["--ladder"]:
+        return cli_main(print_ladder, "train.py", argv[1:])
     return cli_main_distributed(run_command, "train.py", argv)
 
 

@@ -62,9 +62,9 @@ def test_the_paper_arms_are_the_fixed_eight_and_user_arms_live_beside_them():
     with pytest.raises(dataclasses.FrozenInstanceError):
         arms.ARMS["vanilla"].tpp = 1
     # the ladders: `all` is the paper's 58 runs whatever USER_ARMS holds; `user` runs the user arms
-    assert len(arms.ladder_runs("all")) == 58
-    assert {argv[1] for _, argv in arms.ladder_runs("user")} == set(arms.USER_ARMS)
-    assert {argv[1] for _, argv in arms.ladder_runs("demo", "cpu")} == set(arms.DEMO_ARMS)
+    assert len(train.ladder_runs("all")) == 58
+    assert {argv[1] for _, argv in train.ladder_runs("user")} == set(arms.USER_ARMS)
+    assert {argv[1] for _, argv in train.ladder_runs("demo", "cpu")} == set(arms.DEMO_ARMS)
 
 
 def test_a_user_arm_inherits_its_base_recipe_but_not_the_release_growth_fractions():
@@ -286,13 +286,13 @@ def test_the_guides_registration_snippet_is_in_arms_py_and_registers_its_arms_al
     (tmp_path / "arms.py").write_text(source[:start] + source[end:])  # no user arms
     run = lambda *argv: subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True)
     assert run("arms.py", "arms").stdout.split() == list(arms.PAPER_ARMS)
-    assert run("arms.py", "ladder", "user").returncode == 2
+    assert run("train.py", "--ladder", "user").returncode == 2
     (tmp_path / "arms.py").write_text(source[:start] + snippet + source[end:])
     assert run("arms.py", "arms").stdout.split() == list(arms.PAPER_ARMS) + names
     gated = next(name for name in names if "boundary_gate=True" in snippet.splitlines()[names.index(name)])
     table = run("model.py", "--arch", gated, "--depth", "2", "--preset", "cpu", "--vocab-size", "257", "--json")
     assert table.returncode == 0 and '"scalar_params": 1' in table.stdout, table.stderr
-    listing = run("arms.py", "ladder", "user", "--preset", "cpu").stdout.splitlines()
+    listing = run("train.py", "--ladder", "user", "--preset", "cpu").stdout.splitlines()
     assert len(listing) == len(names) * 4 and listing[0].startswith(f"{names[0]}_d1 --arch {names[0]}")
 
 

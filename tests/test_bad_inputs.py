@@ -118,9 +118,9 @@ def test_issue31_class5_meta_and_checkpoint_builds_draw_nothing(monkeypatch):
 
 
 def test_issue31_class4_arms_py_refuses_the_ladders_ladder_sh_refuses():
-    """One rule for ladder.sh and the listing it reads: `python arms.py ladder demo --preset paper` listed runs that
+    """One rule for ladder.sh and the listing it reads: `python train.py --ladder demo --preset paper` listed runs that
     `bash ladder.sh demo --preset paper` refuses."""
-    for argv in (["python", "arms.py", "ladder", "demo", "--preset", "paper"],
+    for argv in (["python", "train.py", "--ladder", "demo", "--preset", "paper"],
                  ["bash", "ladder.sh", "demo", "--preset", "paper", "--dry-run"]):
         r = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 2 and r.stdout == "", (argv, r.stdout)
@@ -230,7 +230,7 @@ def test_ladder_bad_input(tmp_path, files, argv, message):
 # --- numbers, environment values, SLURM and ladder values (classes 2 and 5) ---
 # Class 2: every numeric flag and environment variable has a declared range, checked where it is parsed
 # (common.integer, common.number, common.env_integer; the knobs' ranges in arms.py). Class 5: ladder.sh's SLURM and
-# environment values, and its run lists (arms.py ladder), are checked before anything runs.
+# environment values, and its run lists (train.py --ladder), are checked before anything runs.
 DRY = ["--arch", "vanilla", "--depth", "8", "--dry-run"]
 LADDER_DRY = ["--ladder-dry-run", "--gpus-per-node", "8"]
 
@@ -355,9 +355,9 @@ CLASS5_LIST_CASES = [
 
 @pytest.mark.parametrize("argv, message", [c[1:] for c in CLASS5_LIST_CASES], ids=[c[0] for c in CLASS5_LIST_CASES])
 def test_class5_ladder_run_lists(tmp_path, argv, message):
-    """What ladder.sh launches is what `python arms.py ladder` lists (ladder.sh passes its options through)."""
+    """What ladder.sh launches is what `python train.py --ladder` lists (ladder.sh passes its options through)."""
     target, *options = argv
-    assert_refused("arms.py", ["ladder", target, *options], tmp_path, message, runner=run_in_process)
+    assert_refused("train.py", ["--ladder", target, *options], tmp_path, message, runner=run_in_process)
 
 
 def test_class5_multi_node_run_needs_master_addr(tmp_path):

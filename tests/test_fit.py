@@ -708,11 +708,11 @@ def test_every_planned_ladder_and_loop_grid_is_one_recipe():
     plan = lambda argv: dict(plan=train.make_plan(train.parse_args(argv)).as_dict())
     for preset in ("paper", "cpu"):
         for arm in arms.ARMS:
-            runs = arms.ladder_runs(arm, preset, seeds=[0, 1], replicate_depths=[3 if preset == "cpu" else 8])
+            runs = train.ladder_runs(arm, preset, seeds=[0, 1], replicate_depths=[3 if preset == "cpu" else 8])
             if arm == "untied_grow" and preset == "paper":
-                runs += arms.ladder_runs(arm, "d26")
+                runs += train.ladder_runs(arm, "d26")
             laws.check_one_recipe([(name, plan(argv)) for name, argv in runs], laws.DEPTH_DERIVED, arm)
-    grid = arms.ladder_runs("operator_1", "data-constrained")
+    grid = train.ladder_runs("operator_1", "data-constrained")
     laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], laws.LOOP_GRID_VARIED, "grid")
     # and a run with another recipe is told apart at any depth
     for flags, field in ((["--lr-multiplier", "2"], "matrix_lr x params_tpp^lr_exponent"), (["--tpp", "9"], "tpp"),

@@ -282,20 +282,20 @@ def test_seed_replicates_train_with_their_seeds(pool, tmp_path):
 
 
 def test_arms_py_ladder_lists_the_runs_of_the_arms_table(monkeypatch, capsys):
-    """ladder.sh launches what `python arms.py ladder` prints, one "NAME ARGS" line per run, all of it from the
+    """ladder.sh launches what `python train.py --ladder` prints, one "NAME ARGS" line per run, all of it from the
     table: a changed ladder depth or loop grid shows up in the listing."""
     monkeypatch.setitem(arms.ARMS, "loop_2", dataclasses.replace(arms.ARMS["loop_2"], ladder_depths=(6, 30)))
-    assert arms.main(["ladder", "loop_2"]) == 0
+    assert train.main(["--ladder", "loop_2"]) == 0
     assert capsys.readouterr().out.splitlines() == ["loop_2_d6 --arch loop_2 --depth 6 --preset paper",
                                                     "loop_2_d30 --arch loop_2 --depth 30 --preset paper"]
     monkeypatch.setattr(arms, "DATA_CONSTRAINED_LOOPS", {8: (5,)})
-    assert arms.main(["ladder", "operator_1", "--preset", "data-constrained"]) == 0
+    assert train.main(["--ladder", "operator_1", "--preset", "data-constrained"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["dc_fixed-wd_d8_k5", "dc_tuned-wd_d8_k5"]
-    assert arms.main(["ladder", "demo", "--preset", "cpu", "--depth", "2"]) == 0
+    assert train.main(["--ladder", "demo", "--preset", "cpu", "--depth", "2"]) == 0
     assert capsys.readouterr().out.splitlines() == [f"{arch}_d2 --arch {arch} --depth 2 --preset cpu"
                                                     for arch in arms.DEMO_ARMS]
-    assert arms.main(["ladder", "operator_1", "--preset", "data-constrained", "--depth", "20"]) == 2
+    assert train.main(["--ladder", "operator_1", "--preset", "data-constrained", "--depth", "20"]) == 2
     assert "has no depth 20" in capsys.readouterr().err
 
 

@@ -499,7 +499,7 @@ def test_schedule_notes_name_what_the_lr_schedule_cannot_do_in_a_tiny_run(capsys
                                     "the 40-step re-warm after growth at step 39 outlasts the 56-step run"]
     for preset in ("paper", "d26", "data-constrained", "cpu"):
         target = dict(d26="untied_grow", **{"data-constrained": "operator_1"}).get(preset, "all")
-        for name, argv in arms.ladder_runs(target, preset):
+        for name, argv in train.ladder_runs(target, preset):
             plan = train.make_plan(train.parse_args(argv))
             noted = preset == "cpu" and name in ("vanilla_d1", "loop_2_d1", "loop_grow_d1", "untied_grow_d1",
                                                  "deep_vanilla_grow_d1", "loop_grow_d2")
