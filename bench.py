@@ -41,8 +41,8 @@ def build_parser():
     p.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
                    help="rounds per repetition: a roofline sample and one step of every arm")
     p.add_argument("--bench-repeats", type=integer(1, 1000), default=3, help="interleaved repetitions (medians)")
-    p.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None,
-                   help="d6w384: depth 6, width 384, head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
+    p.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None, help="d6w384: depth 6, width 384, "
+                   "head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
     return p
 
 
@@ -63,8 +63,7 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def roofline_size(device):
-    """The roofline's matrix size: 1024 on CPU, 4096 on CUDA, where a 1024^3 bf16 matmul is too small for the peak."""
+def roofline_size(device):  # on CUDA a 1024^3 bf16 matmul is too small for the peak
     return 4096 if device.type == "cuda" else 1024
 
 
@@ -102,7 +101,6 @@ def plan_args(args, arch, steps, batch=None):
             "--steps", str(steps), *args.train_flags]
     argv += ["--total-batch-tokens", str(batch * args.seq_len), "--device-batch-size", str(batch)] if batch else []
     argv += [] if args.compile is None else ["--compile" if args.compile else "--no-compile"]
-    argv += ["--peak-flops", str(args.peak_flops)] if args.peak_flops else []
     return train.parse_args(argv)
 
 
@@ -119,9 +117,7 @@ def synthetic_training(run_args, device, random_init=False):
     return training
 
 
-class OptimizerClock:
-    """train_step's optimizer_timer: adds the wall time of the optimizers' steps (synchronised on CUDA) to .seconds."""
-
+class OptimizerClock:  # train_step's optimizer_timer: the optimizers' wall time (synchronised on CUDA) in .seconds
     def __init__(self, device):
         self.device, self.seconds = device, 0.0
 
@@ -135,8 +131,7 @@ class OptimizerClock:
 
 
 def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext()):
-    """`steps` more train_steps of `arm` (a train.Training) -> (per-step seconds: CUDA events on GPU, perf_counter on
-    CPU; last loss)."""
+    """`steps` more train_steps of `arm` (a train.Training) -> (per-step seconds, last loss)."""
     seconds, device, loss = [], arm.run.device, None
     for _ in range(steps):
         synchronize(device)
@@ -179,8 +174,7 @@ def interleaved_arms(args, device, steps, repeats):
 
 
 def step_ratios(repetitions):
-    """Each BENCH_PAIRS ratio of the whole step and of its model part (the step less the optimizer steps): the median
-    over repetitions of each one's ratio."""
+    """Each BENCH_PAIRS ratio of the step and of its model part (less the optimizer steps): medians over repetitions."""
     ratio = lambda a, b, part="": median(r[a + part] / r[b + part] for r in repetitions)
     out = {}
     for a, b in BENCH_PAIRS:
@@ -223,8 +217,13 @@ def bench(args, device):
 
 
 def parse_args(argv):
-    """bench.py's flags; the others are train.py's (checked by its parser for every arm)."""
+    """bench.py's flags; the others are train.py's (checked by its parser), less those of a training run."""
     args, args.train_flags = build_parser().parse_known_args(argv)
+    run_flags = {option for group in train.build_parser()._action_groups if group.title == "the run"
+                 for action in group._group_actions for option in action.option_strings} | {"--arch", "--dry-run"}
+    given = next((f.split("=")[0] for f in args.train_flags if f.split("=")[0] in run_flags), None)
+    if given:
+        raise UsageError(f"{given} is for training runs (train.py); drop it for bench.py")
     shape = BENCH_SHAPES.get(args.bench_shape, [])
     args.train_flags = shape[2:] + args.train_flags  # the user's flags after the shape's: they win
     args.preset = args.preset or ("paper" if torch.cuda.is_available() and args.device != "cpu" else "cpu")

@@ -37,11 +37,11 @@ def build_parser():
     p.add_argument("--preset", choices=list(PRESETS), default="paper", help="paper or cpu")
     p.add_argument("--dry-run", action="store_true",
                    help="print the plan as one JSON object per depth (with a GPU-hour estimate) and exit")
-    run = p.add_argument_group("the run")
+    run = p.add_argument_group("the run")  # bench.py refuses these
+    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
     run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
     run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
-    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
     run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
                      help="fraction of steps before each growth (rho = 1 - f)")
     run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
@@ -65,11 +65,6 @@ def build_parser():
     run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
                      help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
                           "own 10 can pass while the ranks of a large model start up)")
-    run.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
-    run.add_argument("--seed", type=integer(*SEEDS), default=42)
-    run.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
-    run.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
-                     help="epochs over the token limit (--data-constrained)")
     device = p.add_argument_group("device")
     device.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     device.add_argument("--device-batch-size", type=integer(1, 2 ** 30), default=None,
@@ -89,6 +84,11 @@ def build_parser():
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
     rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
     rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
+    rec.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
+    rec.add_argument("--seed", type=integer(*SEEDS), default=42)
+    rec.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
+    rec.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
+                     help="epochs over the token limit (--data-constrained)")
     add_knob_flags(rec, Arm, "train")
     add_knob_flags(rec, Preset, "train")
     rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
