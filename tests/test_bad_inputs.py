@@ -376,7 +376,7 @@ def test_class5_multi_node_run_needs_master_addr(tmp_path):
 def test_class5_dry_run_into_a_closed_pipe_is_quiet(tmp_path):
     """The reader (head) leaves after the launch lines; the summary train.py prints then meets a closed pipe."""
     err = tmp_path / "err"
-    r = subprocess.run(["bash", "-c", f'bash ladder.sh vanilla --preset cpu --depths "1 2" --dry-run 2>{err} '
+    r = subprocess.run(["bash", "-c", f'bash ladder.sh vanilla --preset cpu --depth 1 2 --dry-run 2>{err} '
                         '| head -n 2 >/dev/null; exit "${PIPESTATUS[0]}"'], cwd=ROOT, timeout=300)
     assert err.read_text() == "" and r.returncode == 141, (r.returncode, err.read_text())
 
