@@ -30,7 +30,9 @@ from common import DIST_TIMEOUT_MINUTES, Parser, UsageError, answer_help, cli_ma
 
 def build_parser():
     """train.py's flags, torch-free so that `--help` answers before torch loads."""
-    p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
+               epilog="python train.py --ladder TARGET ...: the runs of `bash ladder.sh TARGET ...`, a line each "
+                      "(--ladder --help);\npython train.py --ladder-dry-run ... < RUNS: that ladder's dry run")
     p.add_argument("--arch", choices=list(ARMS), default=None)
     p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
                    help="several depths only with --dry-run")
