@@ -279,7 +279,7 @@ def test_ladder_listing_comes_from_the_arms_table(monkeypatch, capsys):
     assert train.main(["--ladder", "loop_2"]) == 0
     assert capsys.readouterr().out.splitlines() == ["loop_2_d6 --arch loop_2 --depth 6 --preset paper",
                                                     "loop_2_d30 --arch loop_2 --depth 30 --preset paper"]
-    monkeypatch.setattr(arms, "DATA_CONSTRAINED_LOOPS", {8: (5,)})
+    monkeypatch.setattr(train, "DATA_CONSTRAINED_LOOPS", {8: (5,)})  # the name train.py imported from arms.py
     assert train.main(["--ladder", "operator_1", "--preset", "data-constrained"]) == 0
     names = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert names == ["dc_fixed-wd_d8_k5", "dc_tuned-wd_d8_k5"]
