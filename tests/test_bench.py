@@ -62,6 +62,8 @@ def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(mon
     (["--bench-repeats", "0"], "--bench-repeats: must be a whole number in [1, 1000], got '0'"),
     (["--gpu-check"], "unrecognized arguments: --gpu-check"),
     (["--tpp", "-1"], "argument --tpp: must be a finite number in (0, inf), got '-1'"),
+    (["--resume"], "--resume is for training runs (train.py); drop it for bench.py"),  # was silently ignored
+    (["--arch=loop_2"], "--arch is for training runs (train.py); drop it for bench.py"),
     (["--depth", "0"], "argument --depth: must be a whole number in [1, 1024], got '0'"),
 ])
 def test_bad_input_is_one_line_exit_2(argv, message, capsys):
