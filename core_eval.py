@@ -1,33 +1,29 @@
 """
 core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
-17-task filtered score, three few-shot seeds, and (optionally) the logit-lens KL effective depth.
+17-task filtered score, few-shot seeds 0 1 2 (mean and population std), and optionally the logit-lens KL effective
+depth.
 
 Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE").
 Examples are shuffled with Random(1337), few-shot examples are drawn with Random(seed + index) excluding the item
 itself, prompts get BOS prepended and are left-cropped to the model context; MC/schema pick the candidate with the
 lowest mean token loss over its scoring region, LM items are correct only if every continuation token is the argmax;
-answer NLL is the mean token loss over the full gold answer. Many examples run per forward, and an example's
-candidates share one pass over their common prefix (--scoring).
+answer NLL is the mean token loss over the full gold answer. Many examples run per forward (--scoring).
 
-    python core_eval.py --checkpoint runs/X/checkpoints/final                        # full suite, seeds 0 1 2
-    python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seeds 0
+    python core_eval.py --checkpoint runs/X                                          # full suite -> runs/X/eval.json
+    python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seed 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
-    python core_eval.py --bench --bundle-dir ../shared/eval_bundle_partial          # examples/s per --scoring path
 
-Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) into .cache/eval_bundle next to this file,
-extracted with zip-slip, size and file caps, and fingerprinted; every task row is checked before any task runs.
+Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) into .cache/eval_bundle next to this
+file, extracted with zipfile, and installed only if its content matches the paper's fingerprint.
+A new metric is one entry of METRICS (below); eval.json then carries it per task, per seed and its std over seeds.
 """
 
-import argparse, contextlib, csv, hashlib, json, math, os, random, shutil, sys, tempfile, time, zipfile
+import argparse, csv, hashlib, json, math, os, random, shutil, sys, tempfile, time, urllib.request, zipfile
 
 from arms import MAX_PASSES, SEEDS
-from common import (ANY_NUMBER, TEXT, DownloadError, Parser, UsageError, answer_help, autocast, check_record,
-                    cli_main_distributed, download, exit_process, integer, nullable, number, setup_distributed,
-                    sha256_file, write_json)
-
-# ------------------------------------------------------------------------------------------------------------------
-# Protocol constants (paper App. C.2) and evaluator defaults
+from common import (Parser, UsageError, answer_help, autocast, cli_main_distributed, exit_process, integer, number,
+                    setup_distributed, sha256_file, write_json)
 
 EVAL = dict(
     bundle_url="https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip",
@@ -36,14 +32,13 @@ EVAL = dict(
     seeds=[0, 1, 2],            # few-shot seeds (additive offsets to the example index)
     rows_per_forward=64,        # --batch-size default: sequences per forward
     # cap on padded tokens per forward, by device type: it bounds activation memory on GPU; on CPU small forwards
-    # stay in cache (--bench at seq_len 128: 16 x 128 tokens per forward ran 1.3x faster than 64 x 128)
+    # stay in cache (at seq_len 128: 16 x 128 tokens per forward ran 1.3x faster than 64 x 128)
     tokens_per_forward=dict(cuda=16384, cpu=2048),
     examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
     lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
     kl_threshold=2.0,           # nats (paper Fig. 6)
 )
-SCORING = ("one_at_a_time", "batched", "shared")  # score_examples paths; the results are the same
-EVAL_SCHEMA = {"core_metric": nullable(ANY_NUMBER), "checkpoint": TEXT}  # eval.json read back (check_out_path)
+SCORING = ("one_at_a_time", "batched")  # score_examples paths; the results are the same
 CORE_TASKS = [  # the 22 CORE tasks in core.yaml order
     "hellaswag_zeroshot", "jeopardy", "bigbench_qa_wikidata", "arc_easy", "arc_challenge", "copa", "commonsense_qa",
     "piqa", "openbook_qa", "lambada_openai", "hellaswag", "winograd", "winogrande", "bigbench_dyck_languages",
@@ -56,45 +51,31 @@ FILTERED_TASKS = sorted(set(CORE_TASKS) - FILTER_EXCLUDED)  # the frozen Vanilla
 DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "eval_bundle")
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Command line, here so that --help answers before torch loads (parse_args, at the end, checks what it parsed)
-
 def build_parser():
     p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--checkpoint", help="train.py checkpoint folder (runs/<name>/checkpoints/final), its model.pt, "
-                   "or an older single-file final.pt")
+    p.add_argument("--checkpoint", required=True, help="a train.py run folder, its checkpoints folder or one step "
+                   "folder")
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
-    p.add_argument("--expect-fingerprint", default=EVAL["bundle_fingerprint"],
-                   help="content fingerprint required of a complete 22-task bundle")
-    p.add_argument("--seed", "--seeds", dest="seeds", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"])
-    p.add_argument("--max-per-task", type=examples_per_task, default=None,
-                   help="keep the first N shuffled examples of each task, or all (default: all; --bench: 100)")
+    p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"], help="few-shot seed(s)")
+    p.add_argument("--max-per-task", type=integer(1, 10 ** 9), default=None,
+                   help="keep the first N shuffled examples of each task (default: all)")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), default=None,
                    help="evaluate at K passes (default: the checkpoint's)")
     p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"],
                    help="sequences per forward")
-    p.add_argument("--scoring", choices=SCORING, default="shared",
+    p.add_argument("--scoring", choices=SCORING, default="batched",
                    help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
-                        "forward; shared: batched, and each example's common prefix runs once")
-    p.add_argument("--out", default=None, help="output JSON (default: <run dir>/eval.json); an existing file is\n"
-                   "replaced only by a repeat of its evaluation: the same checkpoint (and step), --seeds,\n"
-                   "--max-per-task, --passes, --scoring, --batch-size, bundle and --effective-depth settings")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out whatever it holds")
+                        "forward (the same scores, faster)")
+    p.add_argument("--out", default=None, help="output JSON (default: <run folder>/eval.json, or\n"
+                   "eval_passesK.json with --passes); an existing file is replaced only by an evaluation of\n"
+                   "the same checkpoint")
+    p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
     p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=EVAL["lens_tokens"])
     p.add_argument("--kl-threshold", type=number("(0, inf)"), default=EVAL["kl_threshold"], help="nats")
-    p.add_argument("--bench", action="store_true", help="print examples/s of the three --scoring paths")
     return p
-
-
-def examples_per_task(text):
-    """argparse type of --max-per-task: a whole number of examples, or the word all."""
-    try:
-        return None if text == "all" else integer(1, 10 ** 9)(text)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"must be a whole number in [1, {10 ** 9}] or all, got {text!r}") from None
 
 
 if __name__ == "__main__":
@@ -107,71 +88,50 @@ import torch.nn.functional as F
 import yaml
 
 import data
-import model
-from checkpoint import CHECKPOINT_WEIGHTS, checkpoint_weights_path, load_checkpoint_model
+from checkpoint import load_checkpoint_model
 
 # ------------------------------------------------------------------------------------------------------------------
-# The bundle on disk: downloaded and safely extracted, its content fingerprint, and its tasks read from core.yaml,
-# eval_meta_data.csv and each task's JSONL, every row checked against its task type before any task runs (a bad
-# row is one line naming file:line)
+# The bundle: downloaded, checked and installed once; its tasks read from core.yaml, eval_meta_data.csv and each
+# task's JSONL, every row checked against its task type before any task runs (a bad row is one line naming file:line)
 
 TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
-BUNDLE_MAX_BYTES = 1 << 30   # extraction caps: the real bundle is 77 files, well under 1 GiB unpacked
-BUNDLE_MAX_FILES = 10_000
-
-
-def safe_extract(zip_path, dest, max_bytes=BUNDLE_MAX_BYTES, max_files=BUNDLE_MAX_FILES):
-    """Extract a zip, refusing members with absolute paths or '..' components (zip-slip) and archives that unpack to
-    more than max_files files or max_bytes bytes (counted while writing, so lying headers do not help a zip bomb)."""
-    with zipfile.ZipFile(zip_path) as zf:
-        members = zf.infolist()
-        for name in zf.namelist():
-            parts = name.replace("\\", "/").split("/")
-            if name.startswith(("/", "\\")) or ".." in parts or (len(name) > 1 and name[1] == ":"):
-                raise UsageError(f"refusing unsafe zip member {name!r} in {zip_path} (absolute path or '..')")
-        if len(members) > max_files:
-            raise UsageError(f"refusing {zip_path}: {len(members)} members, more than the cap of {max_files} for a "
-                             "CORE bundle")
-        written = 0
-        for member in members:
-            target = os.path.join(dest, member.filename)
-            if member.is_dir():
-                os.makedirs(target, exist_ok=True)
-                continue
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with zf.open(member) as src, open(target, "wb") as out:
-                while chunk := src.read(1 << 20):
-                    written += len(chunk)
-                    if written > max_bytes:
-                        raise UsageError(f"refusing {zip_path}: it unpacks to more than {max_bytes >> 20} MiB, the "
-                                         "cap for a CORE bundle (a zip bomb?)")
-                    out.write(chunk)
+ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
+                   language_modeling=("context", "continuation"))
 
 
 def download_bundle(url, bundle_dir):
-    """Download the bundle zip into a temp dir next to bundle_dir, extract it safely, rename into place atomically."""
+    """Download the zip, extract it (zipfile keeps members inside the target), check the content fingerprint, and
+    only then rename it into place."""
     parent = os.path.dirname(os.path.abspath(bundle_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=parent)
     try:
         zip_path = os.path.join(tmp, "eval_bundle.zip")
         try:
-            download(url, zip_path)  # resumes and retries a cut connection
-        except DownloadError as e:
-            raise UsageError(f"could not download the CORE bundle ({e}); pass --bundle-dir with an extracted bundle "
-                             "to run offline") from None
-        try:
-            safe_extract(zip_path, os.path.join(tmp, "x"))
-        except zipfile.BadZipFile:
-            raise UsageError(f"{url} is not a zip file; pass --bundle-dir with an extracted bundle")
+            print(f"downloading {url}", file=sys.stderr)
+            urllib.request.urlretrieve(url, zip_path)
+            with zipfile.ZipFile(zip_path) as zf:
+                zf.extractall(os.path.join(tmp, "x"))
+        except (OSError, zipfile.BadZipFile) as e:
+            raise UsageError(f"could not download and unzip the CORE bundle from {url} ({e}); pass --bundle-dir with "
+                             "an extracted bundle to run offline") from None
         extracted = os.path.join(tmp, "x", "eval_bundle")
-        if not os.path.isfile(os.path.join(extracted, "core.yaml")):
-            raise UsageError(f"the zip from {url} has no eval_bundle/core.yaml")
-        staging = f"{bundle_dir}.tmp.{os.getpid()}"
-        shutil.move(extracted, staging)
-        os.replace(staging, bundle_dir)
+        if not os.path.isdir(extracted) or bundle_fingerprint(extracted) != EVAL["bundle_fingerprint"]:
+            raise UsageError(f"the zip from {url} is not the CORE bundle (no eval_bundle/ folder, or its content "
+                             "fingerprint differs from the paper's); pass --bundle-dir with an extracted bundle")
+        os.replace(extracted, bundle_dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
+    """Use bundle_dir if it exists, else download it on rank 0 while the other ranks wait (torchrun stops them if
+    rank 0 fails)."""
+    if rank == 0 and not os.path.exists(bundle_dir):
+        download_bundle(url, bundle_dir)
+    if world_size > 1:
+        dist.barrier()
+    return bundle_dir
 
 
 def bundle_fingerprint(bundle_dir):
@@ -189,7 +149,7 @@ def bundle_fingerprint(bundle_dir):
 def load_tasks(bundle_dir):
     """Read core.yaml + eval_meta_data.csv + each task's JSONL -> list of task dicts in core.yaml order."""
     meta = os.path.join(bundle_dir, "eval_meta_data.csv")
-    baselines = {}  # task -> [(line number, its 'Random baseline' text)], checked for the tasks core.yaml names
+    baselines = {}  # task -> [(line number, its 'Random baseline' text)]
     try:
         with open(os.path.join(bundle_dir, "core.yaml")) as f:
             config = yaml.safe_load(f)
@@ -198,56 +158,43 @@ def load_tasks(bundle_dir):
             for row in reader:
                 baselines.setdefault(row.get("Eval Task"), []).append((reader.line_num, row.get("Random baseline")))
     except (OSError, UnicodeDecodeError, yaml.YAMLError, csv.Error) as e:
-        raise UsageError(f"bad CORE bundle in {bundle_dir}: cannot read core.yaml / eval_meta_data.csv ({e})")
+        raise UsageError(f"{bundle_dir} is not a readable CORE bundle: core.yaml / eval_meta_data.csv ({e}); point "
+                         "--bundle-dir at the extracted eval_bundle folder") from None
     if not isinstance(config, dict) or not config.get("icl_tasks"):
         raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
     tasks = []
     for index, spec in enumerate(config["icl_tasks"], 1):
+        where = f"icl_tasks entry {index} of {bundle_dir}/core.yaml"
         missing = [k for k in ("label", "dataset_uri", "icl_task_type", "num_fewshot")
                    if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
         if missing:
-            raise UsageError(f"bad CORE bundle: icl_tasks entry {index} of {bundle_dir}/core.yaml has no "
-                             f"{', '.join(missing)}")
-        label, delimiter = spec["label"], spec.get("continuation_delimiter") or " "
+            raise UsageError(f"{where} has no {', '.join(missing)}")
+        label, delimiter, shots = spec["label"], spec.get("continuation_delimiter") or " ", spec["num_fewshot"]
         for key, value in dict(label=label, dataset_uri=spec["dataset_uri"], continuation_delimiter=delimiter).items():
             if not isinstance(value, str):
-                raise UsageError(f"icl_tasks entry {number} of {bundle_dir}/core.yaml: {key} must be text, got "
-                                 f"{value!r}")
+                raise UsageError(f"{where}: {key} must be text, got {value!r}")
         if any(t["label"] == label for t in tasks):  # a copy counts once in the scores, but made 23 tasks of 22
-            raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (again in entry {number}); keep one")
-        if spec.get("icl_task_type") not in TASK_TYPES:
-            raise UsageError(f"task {label}: unknown icl_task_type {spec.get('icl_task_type')!r} "
+            raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (again in entry {index}); keep one")
+        if spec["icl_task_type"] not in TASK_TYPES:
+            raise UsageError(f"task {label}: unknown icl_task_type {spec['icl_task_type']!r} "
                              f"(expected one of {', '.join(TASK_TYPES)})")
-        baseline = task_baseline(label, baselines.get(label), meta)
-        path = os.path.join(bundle_dir, "eval_data", spec["dataset_uri"])
-        items = read_task_items(label, spec["icl_task_type"], path)
-        if not isinstance(spec["num_fewshot"], list) or not isinstance(spec["num_fewshot"][0], int) \
-                or spec["num_fewshot"][0] < 0:
+        if not isinstance(shots, list) or not isinstance(shots[0], int) or shots[0] < 0:
             raise UsageError(f"task {label}: num_fewshot in {bundle_dir}/core.yaml must be a list like [10]")
-        tasks.append(dict(label=label, type=spec["icl_task_type"], shots=int(spec["num_fewshot"][0]),
-                          delimiter=delimiter, baseline=baseline, items=items))
+        rows = baselines.get(label, [])
+        if len(rows) != 1:
+            raise UsageError(f"task {label}: {meta} must have one 'Random baseline' row for it, not {len(rows)}")
+        try:
+            baseline = float(rows[0][1])
+        except (TypeError, ValueError):  # a cell that is missing or not a number
+            baseline = math.nan
+        if not 0 <= baseline < 100:  # the centered score divides by 100 - baseline; nan and inf fail too
+            raise UsageError(f"{meta}:{rows[0][0]}: task {label}: 'Random baseline' {rows[0][1]!r} is not a "
+                             "percentage in [0, 100)")
+        items = read_task_items(label, spec["icl_task_type"], os.path.join(bundle_dir, "eval_data",
+                                                                           spec["dataset_uri"]))
+        tasks.append(dict(label=label, type=spec["icl_task_type"], shots=shots[0], delimiter=delimiter,
+                          baseline=baseline, items=items))
     return tasks
-
-
-def task_baseline(label, rows, path):
-    """A task's random baseline in percent: one row, a number in [0, 100) (the centered score divides by 100 - it)."""
-    if not rows:
-        raise UsageError(f"task {label}: no 'Random baseline' row in {path}")
-    if len(rows) > 1:
-        raise UsageError(f"{path}:{rows[1][0]}: task {label} is named twice (lines {rows[0][0]} and {rows[1][0]}); "
-                         "keep one row")
-    line_no, text = rows[0]
-    try:
-        value = float(text)
-    except (TypeError, ValueError):  # a cell that is missing or not a number
-        value = math.nan
-    if not 0 <= value < 100:  # nan and inf fail too
-        raise UsageError(f"{path}:{line_no}: task {label}: 'Random baseline' {text!r} is not a percentage in [0, 100)")
-    return value
-
-
-ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
-                   language_modeling=("context", "continuation"))
 
 
 def read_task_items(label, task_type, path):
@@ -273,36 +220,18 @@ def read_task_items(label, task_type, path):
         if not all(isinstance(t, str) for t in texts + (options if isinstance(options, list) else [])):
             raise UsageError(f"{where}: {', '.join(ITEM_FIELDS[task_type])} must be text")
         if task_type != "language_modeling":
-            if not isinstance(options, list) or not options:
-                raise UsageError(f"{where}: no answer options")
             gold = item.get("gold")
-            if not isinstance(gold, int) or isinstance(gold, bool) or not 0 <= gold < len(options):
-                raise UsageError(f"{where}: gold {gold!r} is not an index into its {len(options)} options")
+            if not isinstance(options, list) or not options or not isinstance(gold, int) or isinstance(gold, bool) \
+                    or not 0 <= gold < len(options):
+                raise UsageError(f"{where}: gold {gold!r} is not an index into its answer options")
         items.append(item)
     if not items:
         raise UsageError(f"task {label}: {path} is empty")
     return items
 
 
-def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
-    """Use bundle_dir if it exists, else download it on rank 0 while the other ranks wait."""
-    error = None
-    if rank == 0 and not os.path.exists(bundle_dir):
-        try:
-            download_bundle(url, bundle_dir)
-        except UsageError as e:
-            error = str(e)
-    if world_size > 1:
-        shared = [error]
-        dist.broadcast_object_list(shared, src=0)  # doubles as the barrier
-        error = shared[0]
-    if error:
-        raise UsageError(error)
-    if not os.path.isfile(os.path.join(bundle_dir, "core.yaml")):
-        raise UsageError(f"{bundle_dir} is not a CORE bundle (no core.yaml); point --bundle-dir at the extracted "
-                         "eval_bundle folder or remove it to download again")
-    return bundle_dir
-
+# ------------------------------------------------------------------------------------------------------------------
+# Few-shot sampling, prompt rendering, scoring regions (paper App. C.2)
 
 def shuffled_items(items, max_per_task):
     """Copy, shuffle with Random(1337), keep the first max_per_task (None: all)."""
@@ -310,9 +239,6 @@ def shuffled_items(items, max_per_task):
     random.Random(EVAL["shuffle_seed"]).shuffle(items)
     return items[:max_per_task]
 
-
-# ------------------------------------------------------------------------------------------------------------------
-# Few-shot sampling, prompt rendering, scoring regions (paper App. C.2)
 
 def fewshot_indices(n, idx, shots, seed):
     if shots == 0:
@@ -339,17 +265,8 @@ def render(task_type, item, examples, delimiter):
 
 
 def common_prefix_len(seqs):
-    """Length of the longest common prefix of token lists (bisection on C-level slice compares: these run on every
-    row of every example, thousands of tokens long at GPT-2 context lengths)."""
-    lo, hi = min(seqs), max(seqs)  # lexicographic extremes: every sequence shares their common prefix
-    same, differ = 0, min(len(lo), len(hi)) + 1  # invariant: lo[:same] == hi[:same], lo[:differ] != hi[:differ]
-    while differ - same > 1:
-        mid = (same + differ) // 2
-        if lo[same:mid] == hi[same:mid]:
-            same = mid
-        else:
-            differ = mid
-    return same
+    """Length of the longest common prefix of token lists."""
+    return len(os.path.commonprefix(seqs))
 
 
 def build_example(task_type, item, prompts, answer, encode, max_len):
@@ -395,68 +312,33 @@ def build_example(task_type, item, prompts, answer, encode, max_len):
     return dict(rows=rows, regions=regions, gold_row=gold_row, gold_region=gold_region, label=label, clipped=clipped)
 
 
-def task_examples(task, items, seed, indices, encode_batch, max_len):
-    """Render and tokenize the examples `indices` of one (task, seed); prompts are tokenized in one batch call."""
-    rendered = []
-    for idx in indices:
-        examples = [items[j] for j in fewshot_indices(len(items), idx, task["shots"], seed)]
-        prompts, answer = render(task["type"], items[idx], examples, task["delimiter"])
-        context = prompts[items[idx]["gold"]][:-len(answer)] if answer else None
-        rendered.append((prompts, answer, context))
-    flat = [p for prompts, _, context in rendered for p in prompts + ([context] if context is not None else [])]
-    tokens = iter(encode_batch(flat))
+def task_examples(task, items, seed, indices, encode, max_len):
+    """Render and tokenize the examples `indices` of one (task, seed)."""
     built = []
-    for (prompts, answer, context), idx in zip(rendered, indices):
-        cache = {p: next(tokens) for p in prompts + ([context] if context is not None else [])}
-        built.append(build_example(task["type"], items[idx], prompts, answer, cache.__getitem__, max_len))
+    for idx in indices:
+        shots = [items[j] for j in fewshot_indices(len(items), idx, task["shots"], seed)]
+        prompts, answer = render(task["type"], items[idx], shots, task["delimiter"])
+        built.append(build_example(task["type"], items[idx], prompts, answer, encode, max_len))
     return built
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Forward passes and per-example metrics (paper App. C.2)
+# Forward passes and per-example scores (paper App. C.2)
 
-def forward_units(examples, share_prefix):
-    """The sequences to run: one per row, or (share_prefix) one per multi-row example packed as a prefix tree: the
-    rows' common prefix once, then each row's own tail. A tail token attends to the prefix and to its own tail, at
-    the rotary position it has in its row, so every row sees exactly the context it has when run alone.
-    unit["layout"][e, r] = (shared, base): position j of row r sits at packed index j if j < shared, else at
-    base + j - shared."""
-    units = []
-    for e, ex in enumerate(examples):
-        rows = ex["rows"]
-        shared = common_prefix_len(rows) if share_prefix and len(rows) > 1 else 0
-        if shared < 2:  # nothing beyond BOS in common
-            units += [dict(example=e, tokens=row, positions=None, branch=None, layout={(e, r): (len(row), 0)})
-                      for r, row in enumerate(rows)]
-            continue
-        unit = dict(example=e, tokens=list(rows[0][:shared]), positions=list(range(shared)), branch=[0] * shared,
-                    layout={})
-        for r, row in enumerate(rows):
-            unit["layout"][e, r] = (shared, len(unit["tokens"]))
-            unit["tokens"] += row[shared:]
-            unit["positions"] += range(shared, len(row))
-            unit["branch"] += [r + 1] * (len(row) - shared)
-        units.append(unit)
-    return units
-
-
-def forward_groups(units, rows_per_forward, tokens_per_forward, one_example_per_forward):
-    """Batches of units: one example per forward (the reference path), or units sorted by length and packed, trees
-    and plain rows apart (plain rows keep the fast causal attention)."""
-    if one_example_per_forward:
-        groups = {}
-        for unit in units:
-            groups.setdefault(unit["example"], []).append(unit)
-        return list(groups.values())
-    key = lambda u: (u["branch"] is not None, len(u["tokens"]))
-    groups, current = [], []
-    for unit in sorted(units, key=key, reverse=True):  # longest first: current[0] sets the padded length
-        if current and (len(current) >= rows_per_forward or key(unit)[0] != key(current[0])[0]
-                        or (len(current) + 1) * len(current[0]["tokens"]) > tokens_per_forward):
-            groups.append(current)
-            current = []
-        current.append(unit)
-    return groups + [current] if current else groups
+def forward_groups(examples, rows_per_forward, tokens_per_forward, one_at_a_time):
+    """Batches of (example, row): one example's rows per forward (the reference path), or every row, longest first,
+    packed up to rows_per_forward rows and tokens_per_forward padded tokens per forward."""
+    if one_at_a_time:
+        return [[(e, r) for r in range(len(ex["rows"]))] for e, ex in enumerate(examples)]
+    length = lambda er: len(examples[er[0]]["rows"][er[1]])
+    groups = []
+    for er in sorted(((e, r) for e, ex in enumerate(examples) for r in range(len(ex["rows"]))), key=length,
+                     reverse=True):  # a group's first row sets its padded length
+        if not groups or len(groups[-1]) >= rows_per_forward or \
+                (len(groups[-1]) + 1) * length(groups[-1][0]) > tokens_per_forward:
+            groups.append([])
+        groups[-1].append(er)
+    return groups
 
 
 def scored_positions(examples):
@@ -473,48 +355,34 @@ def scored_positions(examples):
 
 
 @torch.no_grad()
-def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="shared"):
-    """-> per example (correct, gold mean nats, gold nats over byte-carrying tokens, gold bytes, clipped).
+def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="batched"):
+    """-> per example its scores: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and
+    answer_bytes (nats over, and UTF-8 bytes of, the answer's byte-carrying tokens), clipped (0/1).
 
     scoring (SCORING): "one_at_a_time" is the reference path, the rows of one example per forward; "batched" packs
-    rows of many examples per forward, sorted by length; "shared" (default) also runs each example's common prefix
-    once (prefix trees). All three decode logits only where a loss is scored and give the same results."""
+    rows of many examples per forward, sorted by length. Both decode logits only where a loss is scored."""
     wanted, n_segments = scored_positions(examples)
     sums = torch.zeros(5, n_segments, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
-    units = forward_units(examples, share_prefix=scoring == "shared")
     tokens_per_forward = EVAL["tokens_per_forward"]["cuda" if device.type == "cuda" else "cpu"]
-    for group in forward_groups(units, rows_per_forward, tokens_per_forward, scoring == "one_at_a_time"):
-        B, T = len(group), max(len(u["tokens"]) for u in group)
-        x = torch.full((B, T), bos, dtype=torch.long)
+    for group in forward_groups(examples, rows_per_forward, tokens_per_forward, scoring == "one_at_a_time"):
+        T = max(len(examples[e]["rows"][r]) for e, r in group)
+        x = torch.full((len(group), T), bos, dtype=torch.long)
         flat, targets, segments = [], [], []
-        for i, unit in enumerate(group):
-            x[i, :len(unit["tokens"])] = torch.tensor(unit["tokens"])
-            for er, (shared, base) in unit["layout"].items():
-                for segment, j, target in wanted[er]:
-                    flat.append(i * T + (j if j < shared else base + j - shared))
-                    targets.append(target)
-                    segments.append(segment)
-        positions = attn_mask = None
-        if group[0]["branch"] is not None:  # prefix trees: see forward_units
-            positions = torch.zeros(B, T, dtype=torch.long)
-            branch = torch.zeros(B, T, dtype=torch.long)  # padding joins the prefix: nothing real comes after it
-            for i, unit in enumerate(group):
-                positions[i, :len(unit["tokens"])] = torch.tensor(unit["positions"])
-                branch[i, :len(unit["tokens"])] = torch.tensor(unit["branch"])
-            causal = torch.ones(T, T, dtype=torch.bool).tril()
-            same_branch = (branch[:, None, :] == 0) | (branch[:, None, :] == branch[:, :, None])
-            attn_mask = (causal & same_branch)[:, None].to(device)
-            positions = positions.to(device)
+        for i, (e, r) in enumerate(group):
+            x[i, :len(examples[e]["rows"][r])] = torch.tensor(examples[e]["rows"][r])
+            for segment, j, target in wanted[e, r]:
+                flat.append(i * T + j)
+                targets.append(target)
+                segments.append(segment)
         with autocast(device):
-            h = net.residual_stream(x.to(device), positions=positions, attn_mask=attn_mask)
+            h = net.residual_stream(x.to(device))
             logits = net.decode(h.flatten(0, 1)[torch.tensor(flat, device=device)]).float()
         targets = torch.tensor(targets, device=device)
         losses = F.cross_entropy(logits, targets, reduction="none").double().cpu()
         hits = (logits.argmax(-1) == targets).double().cpu()
         nbytes = byte_lengths[targets.cpu()].double()
-        segments = torch.tensor(segments)
-        sums.index_add_(1, segments, torch.stack([losses, torch.ones_like(losses), hits, losses * (nbytes > 0),
-                                                  nbytes]))
+        sums.index_add_(1, torch.tensor(segments), torch.stack([losses, torch.ones_like(losses), hits,
+                                                                losses * (nbytes > 0), nbytes]))
     results, segment = [], 0
     for ex in examples:
         n_rows = len(ex["rows"])
@@ -525,107 +393,104 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
             candidates = region_loss.tolist()
             correct = min(range(n_rows), key=candidates.__getitem__) == ex["label"]
         gold = segment + n_rows
-        results.append((float(correct), (sums[0, gold] / sums[1, gold]).item(), sums[3, gold].item(),
-                        sums[4, gold].item(), float(ex["clipped"])))
+        results.append(dict(correct=float(correct), answer_nll=(sums[0, gold] / sums[1, gold]).item(),
+                            answer_nats=sums[3, gold].item(), answer_bytes=sums[4, gold].item(),
+                            clipped=float(ex["clipped"])))
         segment = gold + 1
     return results
 
 
-def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="shared",
+def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="batched",
                    rank=0, world_size=1, show_progress=True):
-    """-> ({label: {seed: (acc, nll, bpb)}}, {label: n_examples}, {label: clipped evaluations}).
+    """-> ({label: {seed: {metric: value}}} (METRICS), {label: n_examples}, {label: clipped evaluations}).
 
-    Examples are strided over ranks and all-reduced; zero-shot tasks run once (first seed) and are reused per seed.
+    Examples are strided over ranks and gathered; zero-shot tasks run once (first seed) and are reused per seed.
     Each rank tokenizes and scores its examples in chunks, so memory stays bounded on the 10k-item tasks."""
     bos = enc.eot_token
     byte_lengths = torch.as_tensor(data.token_byte_lengths(enc), dtype=torch.long)
-    encode_batch = lambda texts: [[bos] + t for t in enc.encode_ordinary_batch(texts)]
-    raw, counts, clipped = {}, {}, {}
+    encode = lambda text: [bos] + enc.encode_ordinary(text)
+    scores, counts, clipped = {}, {}, {}
     for task in tasks:
-        t0 = time.time()
+        t0, label = time.time(), task["label"]
         items = shuffled_items(task["items"], max_per_task)
-        n = counts[task["label"]] = len(items)
+        counts[label] = len(items)
         run_seeds = seeds if task["shots"] > 0 else seeds[:1]
-        mine = list(range(rank, n, world_size))
-        table = torch.zeros(len(run_seeds), n, 5, dtype=torch.float64)  # one score_examples tuple per example
-        for s, seed in enumerate(run_seeds):
-            for c in range(0, len(mine), EVAL["examples_per_chunk"]):
-                chunk = mine[c:c + EVAL["examples_per_chunk"]]
-                examples = task_examples(task, items, seed, chunk, encode_batch, max_len)
-                scores = score_examples(net, examples, bos, byte_lengths, device, rows_per_forward, scoring)
-                table[s, chunk] = torch.tensor(scores, dtype=torch.float64)
-                if show_progress and rank == 0:
-                    done = s * len(mine) + c + len(chunk)
-                    print(f"\r{task['label']:<34} {done}/{len(run_seeds) * len(mine)} examples (rank 0)  "
-                          f"{time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
-        if show_progress and rank == 0:
-            print(file=sys.stderr)
-        if world_size > 1:  # every example lives on exactly one rank, so summing zeros elsewhere is exact
-            table = table.to(device)
-            dist.all_reduce(table)
-            table = table.cpu()
+        mine, chunk = list(range(rank, len(items), world_size)), EVAL["examples_per_chunk"]
         per_seed = {}
         for s, seed in enumerate(run_seeds):
-            bpb = table[s, :, 2] / (math.log(2) * table[s, :, 3])  # NaN where the gold answer has no bytes
-            per_seed[seed] = (table[s, :, 0].mean().item(), table[s, :, 1].mean().item(), bpb.mean().item())
-        raw[task["label"]] = {seed: per_seed[seed if task["shots"] > 0 else seeds[0]] for seed in seeds}
-        clipped[task["label"]] = int(table[:, :, 4].sum().item())
-    return raw, counts, clipped
+            results = []
+            for c in range(0, len(mine), chunk):
+                examples = task_examples(task, items, seed, mine[c:c + chunk], encode, max_len)
+                results += score_examples(net, examples, bos, byte_lengths, device, rows_per_forward, scoring)
+                if show_progress and rank == 0:
+                    print(f"\r{label:<34} {s * len(mine) + len(results)}/{len(run_seeds) * len(mine)} examples "
+                          f"(rank 0)  {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
+            if world_size > 1:  # rank r scored examples r, r + world_size, ...
+                gathered = [None] * world_size
+                dist.all_gather_object(gathered, results)
+                results = [gathered[i % world_size][i // world_size] for i in range(len(items))]
+            per_seed[seed] = results
+        if show_progress and rank == 0:
+            print(file=sys.stderr)
+        scores[label] = {seed: {name: metric(per_seed[seed if seed in per_seed else seeds[0]])
+                                for name, metric in METRICS.items()} for seed in seeds}
+        clipped[label] = int(sum(r["clipped"] for results in per_seed.values() for r in results))
+    return scores, counts, clipped
 
 
 # ------------------------------------------------------------------------------------------------------------------
-# Aggregation (paper App. C.2: centered accuracy, the 17-task filter, seeds)
+# Metrics and aggregation (paper App. C.2: centered accuracy, the 17-task filter, seeds)
 
 def mean(values):
     return float(np.mean(list(values)))
 
 
-def pstdev(values):  # population std over seeds (0 for one seed)
-    return float(np.std(list(values)))
+# Per-task metrics: eval.json key -> function of one (task, seed)'s per-example scores (score_examples' dicts). A new
+# metric is one entry; eval.json then has it per task (mean over seeds), as KEY_std (population std over seeds) and
+# in per_seed. Non-finite values are written as null.
+METRICS = dict(
+    results=lambda scores: mean(s["correct"] for s in scores),   # accuracy
+    losses=lambda scores: mean(s["answer_nll"] for s in scores),  # answer NLL, nats per token
+    bpbs=lambda scores: mean(s["answer_nats"] / (math.log(2) * s["answer_bytes"]) if s["answer_bytes"] else math.nan
+                             for s in scores),                  # answer bits per byte (null where an answer has none)
+)
 
 
 def finite_or_none(x):
-    return x if x is not None and math.isfinite(x) else None
+    return x if math.isfinite(x) else None
 
 
-def aggregate(raw, baselines, seeds, verified=False):
-    """raw {label: {seed: (acc, nll, bpb)}}, baselines {label: percent} -> the metric part of the output JSON.
+def aggregate(scores, baselines, seeds, verified=False):
+    """scores {label: {seed: {metric: value}}}, baselines {label: percent} -> the metric part of eval.json.
     verified: the tasks are the 22 CORE tasks of a bundle whose fingerprint was checked (only then CORE-22)."""
-    labels = list(raw)
-    centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
-    per_seed = {}
-    for seed in seeds:
-        per_seed[str(seed)] = dict(
-            results={l: raw[l][seed][0] for l in labels}, losses={l: raw[l][seed][1] for l in labels},
-            bpbs={l: finite_or_none(raw[l][seed][2]) for l in labels},
-            centered_results={l: centered(l, raw[l][seed][0]) for l in labels})
-    over_seeds = lambda field, label: [raw[label][seed][field] for seed in seeds]
-    results = {l: mean(over_seeds(0, l)) for l in labels}
-    losses = {l: mean(over_seeds(1, l)) for l in labels}
-    bpbs = {l: mean(over_seeds(2, l)) for l in labels}
-    bad = [l for l in labels if not math.isfinite(losses[l])]
+    labels = list(scores)
+    bad = [label for label in labels if not all(math.isfinite(scores[label][s]["losses"]) for s in seeds)]
     if bad:
         raise UsageError(f"non-finite answer NLL for task(s) {', '.join(bad)}; the model produced NaN/inf logits")
-    centered_results = {l: centered(l, results[l]) for l in labels}
-    finite_bpbs = [v for v in bpbs.values() if math.isfinite(v)]
+    out, per_seed = {}, {str(s): {} for s in seeds}
+    for name in METRICS:
+        values = {label: [scores[label][s][name] for s in seeds] for label in labels}
+        out[name] = {label: finite_or_none(mean(v)) for label, v in values.items()}
+        out[f"{name}_std"] = {label: finite_or_none(float(np.std(v))) for label, v in values.items()}
+        for i, s in enumerate(seeds):
+            per_seed[str(s)][name] = {label: finite_or_none(v[i]) for label, v in values.items()}
+    centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
+    out["centered_results"] = {label: centered(label, out["results"][label]) for label in labels}
+    for s in seeds:
+        per_seed[str(s)]["centered_results"] = {label: centered(label, scores[label][s]["results"]) for label in labels}
     metric_per_seed = {str(s): mean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
     complete = verified and sorted(labels) == sorted(CORE_TASKS)
+    bpbs = [v for v in out["bpbs"].values() if v is not None]
     return dict(
-        core_metric=mean(centered_results.values()),
+        out, per_seed=per_seed, seeds=list(seeds),
+        core_metric=mean(out["centered_results"].values()),
         core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
-        core_loss=mean(losses.values()), core_bpb=mean(finite_bpbs) if finite_bpbs else None,
-        core_metric_filtered=mean(centered_results[l] for l in FILTERED_TASKS) if complete else None,
+        core_metric_std=float(np.std(list(metric_per_seed.values()))), core_metric_per_seed=metric_per_seed,
+        core_metric_filtered=mean(out["centered_results"][t] for t in FILTERED_TASKS) if complete else None,
         filtered_tasks=FILTERED_TASKS,
-        core_metric_std=pstdev(metric_per_seed.values()),
-        core_metric_per_seed=metric_per_seed,
+        core_loss=mean(out["losses"].values()),
         core_loss_per_seed={str(s): mean(per_seed[str(s)]["losses"].values()) for s in seeds},
-        core_loss_dropped_tasks=[],
-        results=results, centered_results=centered_results, losses=losses,
-        bpbs={l: finite_or_none(v) for l, v in bpbs.items()},
-        results_std={l: pstdev(over_seeds(0, l)) for l in labels},
-        losses_std={l: pstdev(over_seeds(1, l)) for l in labels},
-        bpbs_std={l: finite_or_none(pstdev(over_seeds(2, l))) for l in labels},
-        per_seed=per_seed, seeds=list(seeds),
+        core_bpb=mean(bpbs) if bpbs else None,
         complete_suite=complete, missing_tasks=[t for t in CORE_TASKS if t not in labels],
     )
 
@@ -634,31 +499,20 @@ def aggregate(raw, baselines, seeds, verified=False):
 # KL effective depth (paper Sec. 6): logit lens after every executed block
 
 @torch.no_grad()
-def kl_effective_depth(net, windows, threshold, device, rank=0, world_size=1):
+def kl_effective_depth(net, windows, threshold, device):
     """-> (first block after the KL peak with KL(final || lens) <= threshold, per-block KL averaged over tokens)."""
-    sums, tokens = None, 0
-    for window in windows[rank::world_size]:
-        x = window[:-1].unsqueeze(0).to(device)
+    sums = 0
+    for window in windows:
         with autocast(device):
-            logits, hidden = net(x, return_hidden=True)
+            logits, hidden = net(window[:-1].unsqueeze(0).to(device), return_hidden=True)
         final = F.log_softmax(logits.float(), dim=-1)
-        p_final = final.exp()
         kl = []
-        for h in hidden[1:]:
+        for h in hidden[1:]:  # the logit lens: the final norm and unembedding applied after each executed block
             with autocast(device):
                 lens = F.log_softmax(net.decode(h).float(), dim=-1)
-            kl.append((p_final * (final - lens)).sum(-1).sum().double())
-        kl = torch.stack(kl)
-        sums = kl if sums is None else sums + kl
-        tokens += x.numel()
-    if world_size > 1:
-        counts = torch.tensor([float(tokens)], dtype=torch.float64, device=device)
-        dist.all_reduce(counts)
-        tokens = counts.item()
-        if sums is None:  # this rank got no window; contribute zeros of the right length
-            sums = torch.zeros(model.executed_blocks(net.cfg, net.active_passes), dtype=torch.float64, device=device)
-        dist.all_reduce(sums)
-    curve = (sums / tokens).tolist()
+            kl.append(F.kl_div(lens, final, log_target=True, reduction="sum").double())
+        sums = sums + torch.stack(kl)
+    curve = (sums / windows[:, :-1].numel()).tolist()
     return effective_depth(curve, threshold), curve
 
 
@@ -672,87 +526,46 @@ def effective_depth(curve, threshold):
 # Model loading, CLI
 
 def load_model(checkpoint, device, passes=None):
-    """The model weights only (model.pt of a checkpoint folder, or an old single-file checkpoint), never optimizer
-    state; its attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: arms.ATTENTION_BACKENDS)."""
+    """The weights of a train.py checkpoint (never optimizer state) on `device`, at `passes` (default: its own);
+    attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: arms.ATTENTION_BACKENDS)."""
     try:
-        net, ckpt = load_checkpoint_model(checkpoint, device=device)
-        net.set_attention("default")
-    except ValueError as e:
-        raise UsageError(str(e).splitlines()[0] if str(e) else f"cannot load checkpoint {checkpoint}")
-    bad = next((name for name, t in net.state_dict().items() if not torch.isfinite(t).all()), None)
-    if bad:  # else NaN scores, refused only after the whole evaluation
-        raise UsageError(f"checkpoint {checkpoint} holds non-finite weights (nan or inf in {bad}); evaluate an "
-                         "earlier checkpoint of the run")
+        net, record = load_checkpoint_model(checkpoint)
+    except (ValueError, OSError) as e:
+        raise UsageError(f"--checkpoint {checkpoint}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
+                         "(a train.py run folder, its checkpoints folder or a step folder)") from None
+    net.to(device).eval().set_attention("default")
     if passes is not None:
-        if passes < 1:
-            raise UsageError(f"--passes must be >= 1, got {passes}")
         try:
             net.set_passes(passes)
         except (ValueError, AssertionError) as e:
-            raise UsageError(f"--passes {passes} is not possible for this checkpoint ({e})")
-    return net, ckpt
-
-
-def get_encoding(name):
-    """The tokenizer the checkpoint records. tiktoken reads GPT-2's vocabulary from its cache (TIKTOKEN_CACHE_DIR,
-    else a folder in this node's temp dir) and downloads it on a miss: an offline node needs a filled cache."""
-    try:
-        return data.get_tokenizer(name)
-    except data.DataError as e:
-        if name != "gpt2":
-            raise UsageError(f"cannot load the {name!r} tokenizer recorded in the checkpoint ({e})") from None
-        cache = os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR") or \
-            os.path.join(tempfile.gettempdir(), "data-gym-cache")
-        raise UsageError(f"the checkpoint's 'gpt2' tokenizer is not in tiktoken's cache {cache} and could not be "
-                         "downloaded (no network?); on a machine with internet run TIKTOKEN_CACHE_DIR=DIR python -c "
-                         "\"import tiktoken; tiktoken.get_encoding('gpt2')\", then copy DIR here (or use a shared "
-                         "folder) and set TIKTOKEN_CACHE_DIR=DIR") from None
+            raise UsageError(f"--passes {passes} is not possible for this checkpoint ({e})") from None
+    return net, record
 
 
 def default_out(checkpoint, passes):
+    """eval.json (eval_passesK.json) in the checkpoint's run folder: runs/NAME from runs/NAME[/checkpoints[/STEP]]."""
     path = os.path.abspath(checkpoint)
-    if os.path.basename(path) == CHECKPOINT_WEIGHTS:  # runs/<name>/checkpoints/final/model.pt
+    if os.path.basename(os.path.dirname(path)) == "checkpoints":
         path = os.path.dirname(path)
-    folder = os.path.dirname(path)
-    if os.path.basename(folder) == "checkpoints":  # runs/<name>/checkpoints/final(.pt) -> runs/<name>/eval.json
-        folder = os.path.dirname(folder)
-    return os.path.join(folder, "eval.json" if passes is None else f"eval_passes{passes}.json")
+    if os.path.basename(path) == "checkpoints":
+        path = os.path.dirname(path)
+    return os.path.join(path, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
 
-def run_eval(args, out_path, rank, world_size, device):
-    t0 = time.time()
-    net, ckpt = load_model(args.checkpoint, device, args.passes)
-    enc = get_encoding(ckpt.get("tokenizer", "gpt2"))
-    vocab = ckpt["model_config"]["vocab_size"]
-    if vocab != enc.n_vocab:  # fewer ids: an IndexError inside the first forward; more: scores over the wrong ids
-        raise UsageError(f"checkpoint {args.checkpoint} has a vocabulary of {vocab} token ids but its tokenizer "
-                         f"{ckpt.get('tokenizer', 'gpt2')!r} has {enc.n_vocab}; it was not written by train.py with "
-                         "that tokenizer (its model_config or tokenizer was changed)")
-    bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
-    tasks = load_tasks(bundle_dir)
-    fingerprint = bundle_fingerprint(bundle_dir)
-    verified = sorted(t["label"] for t in tasks) == sorted(CORE_TASKS)  # labels are unique (load_tasks)
-    if verified and fingerprint != args.expect_fingerprint:
-        raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, expected "
-                         f"{args.expect_fingerprint}; re-download it (delete the folder) or remove extra files")
-    max_len = ckpt["model_config"]["seq_len"]
-    windows = lens_windows(args, max_len, ckpt["model_config"]["vocab_size"]) if args.effective_depth else None
-    settings = dict(flag_settings(args), step=ckpt.get("step"), passes=net.active_passes, suite_fingerprint=fingerprint)
-    check_out_path(out_path, args.overwrite, settings)  # a repeat is also of the same step, passes and bundle
-    raw, counts, clipped = evaluate_tasks(net, enc, tasks, args.seeds, args.max_per_task, max_len, device,
-                                          args.batch_size, args.scoring, rank=rank, world_size=world_size)
-    out = aggregate(raw, {t["label"]: t["baseline"] for t in tasks}, args.seeds, verified)
-    out.update(settings, task_counts=counts, num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
-               vary_subsample=False, fingerprint_verified=out["complete_suite"],
-               bundle_dir=os.path.abspath(bundle_dir), clipped_examples={label: n for label, n in clipped.items() if n},
-               tokenizer=ckpt.get("tokenizer"), model_config=ckpt["model_config"], device=device.type,
-               world_size=world_size)
-    if args.effective_depth:
-        depth, curve = kl_effective_depth(net, windows, args.kl_threshold, device, rank, world_size)
-        out.update(kl_effective_depth=depth, kl_per_block=curve, kl_threshold=args.kl_threshold,
-                   lens_tokens=len(windows) * max_len)
-    out["elapsed_seconds"] = time.time() - t0
-    return out
+def check_out_path(out_path, checkpoint):
+    """--out is written into an existing folder, and replaces only an evaluation of the same checkpoint: another
+    checkpoint's results, or a file that is not core_eval's, are never overwritten."""
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
+        raise UsageError(f"--out {out_path}: not a file name in an existing folder")
+    if os.path.exists(out_path):
+        try:
+            with open(out_path) as f:
+                previous = json.load(f).get("checkpoint")
+        except (OSError, ValueError, AttributeError):
+            previous = None
+        if previous != os.path.abspath(checkpoint):
+            raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
+                             "--out (or move that file)")
 
 
 def lens_windows(args, max_len, vocab_size):
@@ -766,121 +579,59 @@ def lens_windows(args, max_len, vocab_size):
     return windows
 
 
-def flag_settings(args):
-    """The flags that change an evaluation's numbers, as eval.json records them (run_eval adds step, passes and the
-    bundle's fingerprint)."""
-    lens = args.effective_depth and dict(data_dir=os.path.abspath(args.data_dir), lens_tokens=args.lens_tokens,
-                                         kl_threshold=args.kl_threshold)
-    return dict(checkpoint=os.path.abspath(args.checkpoint), seeds=list(args.seeds), max_per_task=args.max_per_task,
-                scoring=args.scoring, batch_size=args.batch_size, effective_depth=lens or None)
-
-
-def check_out_path(out_path, overwrite, settings):
-    """Write only into an existing writable folder, and replace only core_eval's result of the same evaluation (the
-    same checkpoint and `settings`), or anything with --overwrite: another evaluation's result is never lost."""
-    folder = os.path.dirname(os.path.abspath(out_path))
-    if not os.path.isdir(folder):
-        raise UsageError(f"--out {out_path}: its folder does not exist")
-    if not os.access(folder, os.W_OK):
-        raise UsageError(f"--out {out_path}: its folder is not writable (read-only filesystem or permissions)")
-    if os.path.isdir(out_path):
-        raise UsageError(f"--out {out_path} is a directory; pass a file name such as {out_path}/eval.json")
-    if not os.path.exists(out_path) or overwrite:
-        return
-    try:
-        with open(out_path) as f:
-            previous = json.load(f)
-    except (OSError, ValueError):
-        previous = None
-    if isinstance(previous, dict) and "core_metric" in previous:  # core_eval's: a field of the wrong type is named
-        check_record(out_path, previous, EVAL_SCHEMA, "it is not a core_eval.py result: pass another --out or --overwrite")
-    if not isinstance(previous, dict) or "core_metric" not in previous or previous["checkpoint"] != settings["checkpoint"]:
-        raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass "
-                         "another --out, or --overwrite to replace it")
-    changed = [f"{key} {previous.get(key)!r} -> {value!r}" for key, value in settings.items()
-               if previous.get(key) != value]
-    if changed:
-        raise UsageError(f"--out {out_path} holds core_eval's result for this checkpoint with other settings "
-                         f"({'; '.join(changed)}); pass another --out, or --overwrite to replace it")
-
-
-def save_elsewhere(out, out_path):
-    """Keep the results of an evaluation whose --out cannot be written: in a file in the system's temporary folder,
-    else on stdout. -> where, for the error message."""
-    text = json.dumps(out, indent=2, allow_nan=False) + "\n"
-    path = None
-    try:
-        fd, path = tempfile.mkstemp(prefix="core_eval-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        return f"the results are saved in {path} (move it to {out_path} once there is room)"
-    except OSError:
-        if path:
-            with contextlib.suppress(OSError):
-                os.remove(path)
-        print(text, end="")
-        return "the results are printed on stdout"
-
-
-def run_bench(args, device):
-    """Examples/s of the three scoring paths on a small random model with the bytes tokenizer."""
-    torch.manual_seed(0)
-    # the shape of train.py's offline "cpu" preset at depth 4 (the checkpoints CORE-evaluated on CPU)
-    cfg = model.config_for("vanilla", 4, width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, vocab_size=257)
-    net = model.GPT(cfg, attention="default").to(device).eval()
-    tasks = load_tasks(ensure_bundle(args.bundle_dir, args.bundle_url))
-    enc, max_per_task, seeds = data.get_tokenizer("bytes"), args.max_per_task or 100, args.seeds[:1]
-    n_examples = sum(min(len(t["items"]), max_per_task) for t in tasks)
-    for scoring in SCORING:  # warm-up: first-call allocations and tokenizer start-up are not what is measured
-        evaluate_tasks(net, enc, tasks[:2], seeds, 4, cfg.seq_len, device, args.batch_size, scoring,
-                       show_progress=False)
-    seconds = {scoring: math.inf for scoring in SCORING}
-    for _ in range(3):  # interleaved repeats, best of three: a shared machine's noise only ever adds time
-        for scoring in SCORING:
-            t0 = time.time()
-            evaluate_tasks(net, enc, tasks, seeds, max_per_task, cfg.seq_len, device, args.batch_size, scoring,
-                           show_progress=False)
-            seconds[scoring] = min(seconds[scoring], time.time() - t0)
-    for scoring in SCORING:
-        print(f"{scoring:>14}: {n_examples} examples in {seconds[scoring]:.2f}s = "
-              f"{n_examples / seconds[scoring]:.1f} examples/s = {seconds['one_at_a_time'] / seconds[scoring]:.2f}x "
-              f"one_at_a_time")
-    print(f"(best of 3; vanilla d4 w64 seq_len 128, {len(tasks)} tasks x {max_per_task} examples, seed {seeds[0]}, "
-          f"{torch.get_num_threads()} threads)")
-
-
-def parse_args(argv=None):
-    p = build_parser()
-    args = p.parse_args(argv)
-    if len(set(args.seeds)) < len(args.seeds):  # a repeated seed would count twice in the mean over seeds
-        p.error(f"--seeds names a seed twice ({' '.join(map(str, args.seeds))}); give each once")
-    return args
+def run_eval(args, rank, world_size, device):
+    t0 = time.time()
+    net, record = load_model(args.checkpoint, device, args.passes)
+    enc = data.get_tokenizer(record.get("tokenizer", "gpt2"))
+    if net.cfg.vocab_size != enc.n_vocab:  # else an IndexError inside the first forward, or scores over wrong ids
+        raise UsageError(f"checkpoint {args.checkpoint} has a vocabulary of {net.cfg.vocab_size} token ids but its "
+                         f"tokenizer {record.get('tokenizer')!r} has {enc.n_vocab}")
+    bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
+    tasks = load_tasks(bundle_dir)
+    fingerprint = bundle_fingerprint(bundle_dir)
+    verified = sorted(t["label"] for t in tasks) == sorted(CORE_TASKS)  # labels are unique (load_tasks)
+    if verified and fingerprint != EVAL["bundle_fingerprint"]:
+        raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, not the paper's "
+                         f"{EVAL['bundle_fingerprint']}; re-download it (delete the folder) or remove extra files")
+    max_len = net.cfg.seq_len
+    windows = lens_windows(args, max_len, net.cfg.vocab_size) if args.effective_depth else None
+    scores, counts, clipped = evaluate_tasks(net, enc, tasks, args.seed, args.max_per_task, max_len, device,
+                                             args.batch_size, args.scoring, rank=rank, world_size=world_size)
+    out = aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, args.seed, verified)
+    out.update(checkpoint=os.path.abspath(args.checkpoint), step=record.get("step"), passes=net.active_passes,
+               max_per_task=args.max_per_task, scoring=args.scoring, batch_size=args.batch_size,
+               suite_fingerprint=fingerprint, bundle_dir=os.path.abspath(bundle_dir), task_counts=counts,
+               num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
+               clipped_examples={label: n for label, n in clipped.items() if n}, tokenizer=record.get("tokenizer"),
+               model_config=record.get("model_config"), device=device.type, world_size=world_size)
+    if args.effective_depth and rank == 0:  # 65k tokens by default: seconds, on one rank
+        depth, curve = kl_effective_depth(net, windows, args.kl_threshold, device)
+        out.update(kl_effective_depth=depth, kl_per_block=curve, kl_threshold=args.kl_threshold,
+                   lens_tokens=len(windows) * max_len, data_dir=os.path.abspath(args.data_dir))
+    out["elapsed_seconds"] = time.time() - t0
+    return out
 
 
 def run(argv):
-    args = parse_args(argv)
-    if args.bench:
-        return run_bench(args, torch.device("cpu"))
-    if not args.checkpoint:
-        raise UsageError("--checkpoint is required (or --bench)")
-    try:  # before any work: a missing file, a run folder instead of its checkpoint, a failed manifest
-        checkpoint_weights_path(args.checkpoint)
-    except ValueError as e:
-        raise UsageError(f"{e} (train.py writes runs/NAME/checkpoints/final)")
+    args = build_parser().parse_args(argv)
+    if len(set(args.seed)) < len(args.seed):  # a repeated seed would count twice in the mean over seeds
+        raise UsageError(f"--seed names a seed twice ({' '.join(map(str, args.seed))}); give each once")
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
+    if not os.path.exists(args.checkpoint):
+        raise UsageError(f"--checkpoint {args.checkpoint} does not exist (train.py writes runs/NAME)")
     out_path = args.out or default_out(args.checkpoint, args.passes)
-    check_out_path(out_path, args.overwrite, flag_settings(args))
+    check_out_path(out_path, args.checkpoint)
     rank, world_size, device = setup_distributed()
-    out = run_eval(args, out_path, rank, world_size, device)
+    out = run_eval(args, rank, world_size, device)
     if rank != 0:
         return
-    try:
-        write_json(out_path, out, allow_nan=False)
-    except OSError as e:  # a full disk: the evaluation is done, keep its results
-        raise UsageError(f"cannot write {out_path}: {e.strerror}; {save_elsewhere(out, out_path)}") from None
-    label, filtered = out["core_metric_label"], out["core_metric_filtered"]
-    print(f"{label}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
+    write_json(out_path, out, allow_nan=False)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return
+    filtered = out["core_metric_filtered"]
+    print(f"{out['core_metric_label']}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
           f"{out['core_loss']:.4f}  core_metric_filtered {'n/a' if filtered is None else f'{filtered:.4f}'}  "
           f"({out['num_examples']} examples, {out['elapsed_seconds']:.1f}s)")
     if not out["complete_suite"]:

@@ -4,41 +4,26 @@
     python data.py prepare ... --if-missing    # no-op when --out already holds a complete pool
     python data.py prepare --corpus fineweb --out data/fineweb                   # GPT-2 tokens, downloads FineWeb
     python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
-    python data.py verify data/stdlib          # check sizes and sha256 of a pool
-    python data.py bench                       # tokenizer throughput, loader cost vs a tiny model step
+    python data.py verify data/stdlib          # check a pool's token files against their sha256
 
 A pool directory holds, per split ("train", "val"): `<split>.bin` (flat uint16 tokens, memory-mappable),
 `<split>.docs.bin` (int64 offset of each document's BOS; the first is 0) and one `corpus.json` manifest
 (corpus, revision, tokenizer, counts, sha256, sources, status). Every document is [BOS] + tokens, no EOS.
-Pools are written incrementally with a checkpoint in corpus.json after each finished source, so a prepare
-that was interrupted anywhere resumes from the last checkpoint when re-run; "status": "complete" is written last.
-train.py records the token files whose sha256 it has checked in `verified.json` (check_pool_hashes).
+prepare appends source after source and records its progress in corpus.json ("status": "running"), so an
+interrupted prepare resumes from there when the same command is run again; "status": "complete" is written last.
 
-Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (endpoint from $HF_ENDPOINT, token from
-$HF_TOKEN); "stdlib", the running interpreter's standard-library .py files (validation = files with
-sha1(relative path) mod 50 == 0); "files", local .txt / .jsonl ("text" field) / .parquet ("text" column)
-files (validation = documents with sha1(text) mod 50 == 0).
+Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (huggingface_hub: endpoint from $HF_ENDPOINT, token
+from $HF_TOKEN); "stdlib", the running interpreter's standard-library .py files (validation = files with
+sha1(relative path) mod 50 == 0); "files", local .txt / .jsonl ("text" field) / .parquet ("text" column) files
+(validation = documents with sha1(text) mod 50 == 0).
 
-TrainLoader reproduces the release's packing (docs/recipe.md): what optimizer step s sees depends only on (seed, s), never on
-the world size or micro-batch size, so resuming is just continuing at the step.
+TrainLoader reproduces the release's packing (docs/recipe.md): what optimizer step s sees depends only on (seed, s),
+never on the world size or micro-batch size, so resuming (on any number of processes) is just continuing at the step.
 """
-import contextlib
-import errno
-import fcntl
-import glob
-import hashlib
-import json
-import multiprocessing
-import os
-import signal
-import sys
-import sysconfig
-import tempfile
-import time
+import fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
 from dataclasses import dataclass
 
-from common import (OBJECT, TEXT, Parser, UsageError, answer_help, check_record, cli_main, download, each, exit_process,
-                    hf_auth_headers, hf_list, hf_url, integer, record_error, rule, sha256_file, whole, write_json)
+from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
 
 # Corpus recipes (docs/recipe.md, "Data"). Budgets are in tokens (BOS included); None = everything the sources hold.
 CORPORA = {
@@ -52,56 +37,31 @@ CORPORA = {
     "files": dict(val_every=50, val_tokens=None, train_tokens=None),
 }
 BATCH_DOCS = 4096                  # documents tokenised per round of the worker pool
-BATCH_CHARS = 64 << 20             # ... or fewer, if their text is longer than this
-CHECKPOINT_EVERY_S = 10.0          # min seconds between manifest checkpoints (remote shards always checkpoint)
+CHECKPOINT_EVERY_S = 10.0          # min seconds between progress records in corpus.json (remote shards: every one)
 SIGNATURE_TOKENS = 64              # FineWeb de-dup: SHA-1 of the first <= 64 body tokens, uint32 LE
 EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + epoch*1,000,003 + stage*101
-MAX_WORKERS = 1024                 # --workers: tokeniser processes
 SPLITS = ("train", "val")
-
-# The pool records data.py and train.py read back, field -> rule (common.check_record; "name?": may be absent), each
-# checked before its fields are used: a corpus.json of the wrong shape is one line naming the file and the field.
-SHA256 = rule("a sha256 (64 hex digits)", lambda v: isinstance(v, str) and len(v) == 64 and
-              all(c in "0123456789abcdef" for c in v))
-SPLIT_RECORD = {"token_count": whole(0), "doc_count": whole(0)}
-MANIFEST_SCHEMA = {"status": TEXT, "splits": OBJECT}  # any corpus.json, of a prepare running or complete
-RESUMABLE_SCHEMA = {"sources": each(TEXT), "sources_done": whole(0), "dedup_skipped_docs": whole(0),
-                    "splits": {s: SPLIT_RECORD for s in SPLITS}}  # an interrupted prepare that resumes
-COMPLETE_SCHEMA = {"tokenizer": TEXT, "splits": {s: dict(SPLIT_RECORD, sha256=SHA256) for s in SPLITS}}
-VERIFIED_SCHEMA = {f"{s}.bin?": rule("[size, mtime_ns, ctime_ns, sha256]", lambda v: isinstance(v, list) and len(v) == 4
-                                     and all(isinstance(x, int) for x in v[:3]) and isinstance(v[3], str))
-                   for s in SPLITS}  # verified.json, the pool's record of files already hashed
 
 
 class DataError(UsageError):
     """A problem with the inputs or a pool; the message is one line that says what to do."""
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Command line, here so that --help answers before torch loads (run, at the end, does what it parsed)
-
 def build_parser():
-    parser = Parser(prog="data.py", description="Token pools: prepare, verify, bench.")
+    parser = Parser(prog="data.py", description="Token pools: prepare, verify.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
-    p.add_argument("--corpus", required=True, help=" | ".join(CORPORA))
+    p.add_argument("--corpus", required=True, choices=CORPORA)
     p.add_argument("--out", default=None, help="pool directory (default: data/CORPUS, the folder train.py's presets "
                    "read: data/fineweb for paper, data/stdlib for cpu)")
     p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")
     p.add_argument("--val-tokens", type=integer(1, 2 ** 40), help="val budget in tokens (default: corpus recipe)")
-    p.add_argument("--tokenizer", default="gpt2", help="gpt2 (default) | bytes (offline)")
+    p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"), help="gpt2 (default) | bytes (offline)")
     p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
-    p.add_argument("--workers", type=integer(1, MAX_WORKERS), help="tokeniser processes (default: all CPUs)")
-    p.add_argument("--if-missing", action="store_true",
-                   help="do nothing if --out already holds a complete pool (no settings check, no hashing)")
-    v = sub.add_parser("verify", help="check a pool's sizes and sha256")
+    p.add_argument("--workers", type=integer(1, 1024), help="tokeniser processes (default: all CPUs)")
+    p.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a complete pool")
+    v = sub.add_parser("verify", help="check a pool's token files against their sha256")
     v.add_argument("out", help="pool directory")
-    b = sub.add_parser("bench", help="print tokeniser throughput and loader cost")
-    b.add_argument("--tokenizer", default="bytes")
-    b.add_argument("--workers", type=integer(1, MAX_WORKERS), default=os.cpu_count() or 1)
-    b.add_argument("--seq-len", type=integer(1, 2 ** 16), default=512)
-    b.add_argument("--batch-seqs", type=integer(1, 2 ** 12), default=32)
-    b.add_argument("--steps", type=integer(1, 10 ** 4), default=20)
     return parser
 
 
@@ -113,6 +73,7 @@ import pyarrow.parquet as pq
 import tiktoken
 import torch
 import torch.distributed as dist
+from huggingface_hub import HfApi, hf_hub_download
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -148,8 +109,7 @@ _worker_enc = None
 
 
 def _init_worker(tokenizer):
-    """A tokenising worker: SIGTERM (the pool's terminate at its end) ends it quietly, SIGINT is its parent's to
-    handle; the handlers a fork inherits (train.py's, which raise) would print a traceback per worker."""
+    """A tokenising worker: SIGTERM (the pool's terminate) ends it quietly, SIGINT is its parent's to handle."""
     global _worker_enc
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -171,31 +131,44 @@ def _hash_mod(key, every):
 
 def corpus_settings(corpus, files_glob=None):
     """What identifies a pool's content besides tokenizer and budgets (compared when re-running prepare)."""
-    if corpus not in CORPORA:
-        raise DataError(f"unknown corpus {corpus!r}; choose one of {', '.join(CORPORA)}")
     if (corpus == "files") != bool(files_glob):
         raise DataError("--files GLOB is required with --corpus files and only allowed there "
                         "(e.g. --files 'texts/**/*.jsonl')")
-    recipe = CORPORA[corpus]
     if corpus in ("fineweb", "fineweb-edu"):
-        return dict(corpus=corpus, repo=recipe["repo"], revision=recipe["revision"])
+        return dict(corpus=corpus, repo=CORPORA[corpus]["repo"], revision=CORPORA[corpus]["revision"])
     if corpus == "stdlib":
         return dict(corpus=corpus, root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0])
     return dict(corpus=corpus, files=files_glob)
 
 
+def hub():
+    """huggingface_hub's arguments: $HF_ENDPOINT and $HF_TOKEN, read at each call (tests use a local server)."""
+    return dict(endpoint=os.environ.get("HF_ENDPOINT", "https://huggingface.co"), token=os.environ.get("HF_TOKEN"))
+
+
+def hub_parquet_files(repo, revision, folder):
+    """Parquet files directly under `folder` of a dataset repo at a pinned revision, sorted by path."""
+    try:
+        entries = HfApi(**hub()).list_repo_tree(repo, path_in_repo=folder, revision=revision, repo_type="dataset")
+        files = sorted((e for e in entries if e.path.endswith(".parquet")), key=lambda e: e.path)
+    except Exception as e:  # huggingface_hub's HTTP and connection errors: no network, a wrong endpoint or login
+        raise DataError(f"cannot list {repo}@{revision}/{folder} ({type(e).__name__}: {str(e).splitlines()[0]}); "
+                        "check the network, $HF_ENDPOINT and $HF_TOKEN") from None
+    if not files:
+        raise DataError(f"no parquet files under {repo}@{revision}/{folder}")
+    return [dict(name=e.path, size=e.size, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
+
+
 def list_sources(corpus, files_glob=None):
-    """Ordered list of sources: dicts with name, split and either path (local) or url, size, sha256."""
+    """Ordered list of sources: dicts with name, split and either path (local) or size and sha256 (a Hub file)."""
     recipe = CORPORA[corpus]
     if corpus in ("fineweb", "fineweb-edu"):
-        repo, rev = recipe["repo"], recipe["revision"]
-        train = hf_list(repo, rev, recipe["train_dir"])
+        train = hub_parquet_files(recipe["repo"], recipe["revision"], recipe["train_dir"])
         if recipe["val_dir"]:
-            val = hf_list(repo, rev, recipe["val_dir"])
+            val = hub_parquet_files(recipe["repo"], recipe["revision"], recipe["val_dir"])
         else:
             val, train = train[:1], train[1:]
-        return [dict(name=f["path"], url=hf_url(repo, rev, f["path"]), size=f["size"], sha256=f["sha256"],
-                     split=split) for split, group in (("val", val), ("train", train)) for f in group]
+        return [dict(f, split=split) for split, group in (("val", val), ("train", train)) for f in group]
     if corpus == "stdlib":
         root = sysconfig.get_paths()["stdlib"]
         names = []
@@ -213,13 +186,28 @@ def list_sources(corpus, files_glob=None):
     return [dict(name=os.path.abspath(p), path=os.path.abspath(p), split="by-doc") for p in paths]
 
 
+def fetch(source, corpus, workdir):
+    """Download one Hub file at the pinned revision (huggingface_hub resumes a cut download) and check its sha256."""
+    recipe = CORPORA[corpus]
+    print(f"downloading {source['name']}", file=sys.stderr)
+    try:
+        path = hf_hub_download(recipe["repo"], source["name"], repo_type="dataset", revision=recipe["revision"],
+                               local_dir=workdir, **hub())
+    except Exception as e:  # huggingface_hub's HTTP and connection errors
+        raise DataError(f"cannot download {source['name']} ({type(e).__name__}: {str(e).splitlines()[0]}); re-run "
+                        "the same command to resume") from None
+    if source["sha256"] and sha256_file(path) != source["sha256"]:
+        os.remove(path)
+        raise DataError(f"{source['name']} does not match its sha256 in the Hub's listing; re-run to download again")
+    return path
+
+
 def read_texts(path):
     """Documents of a local file, in file order: .txt/.py = one document, .jsonl = "text" field per line,
     .parquet = "text" column."""
     if path.endswith(".parquet"):
         try:
-            pf = pq.ParquetFile(path)
-            for batch in pf.iter_batches(columns=["text"], batch_size=1024):
+            for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=1024):
                 yield from batch.column(0).to_pylist()
         except (KeyError, ValueError, OSError) as e:  # pyarrow reports a missing column / bad file this way
             raise DataError(f"cannot read a 'text' column from {path}: {e}".splitlines()[0]) from None
@@ -229,12 +217,10 @@ def read_texts(path):
                 if line.strip():
                     try:
                         text = json.loads(line.decode("utf-8"))["text"]
-                    except UnicodeDecodeError:
-                        raise DataError(f"{path}:{line_no}: not UTF-8 text") from None
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise DataError(f"{path}:{line_no}: not a JSON object with a 'text' field") from None
+                    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                        text = None
                     if not isinstance(text, str):
-                        raise DataError(f"{path}:{line_no}: the 'text' field is not a string")
+                        raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string")
                     yield text
     else:
         with open(path, "rb") as f:
@@ -247,36 +233,30 @@ def read_texts(path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Pool writing (incremental, checkpointed, resumable)
+# Pool writing: documents are appended to <split>.bin / <split>.docs.bin; corpus.json records how many tokens and
+# documents were complete after the last recorded source, and a resumed prepare truncates the files back to that.
 
-def _token_path(out, split):
-    return os.path.join(out, f"{split}.bin")
-
-
-def _docs_path(out, split):
-    return os.path.join(out, f"{split}.docs.bin")
+def _paths(out, split):
+    return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
 
 
-def _write_manifest(out, manifest):
-    write_json(os.path.join(out, "corpus.json"), manifest)
+def _signature(tokens):
+    return hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
 
 
 class PoolWriter:
-    """Appends documents to both splits with token budgets and (optionally) FineWeb signature de-dup."""
+    """Appends documents to both splits within their token budgets, with (FineWeb) train de-dup against val."""
 
-    def __init__(self, out, manifest, resume):
-        self.out, self.manifest = out, manifest
-        self.budget = manifest["budgets"]
+    def __init__(self, out, manifest):
+        self.out, self.manifest, self.budget = out, manifest, manifest["budgets"]
         self.count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
         self.docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
         self.files = {}
         for s in SPLITS:
-            for path, size in ((_token_path(out, s), 2 * self.count[s]), (_docs_path(out, s), 8 * self.docs[s])):
-                f = open(path, "r+b" if resume else "w+b")
-                f.truncate(size)  # drop anything written after the last checkpoint
+            for path, size in zip(_paths(out, s), (2 * self.count[s], 8 * self.docs[s])):
+                f = self.files[path] = open(path, "r+b" if os.path.exists(path) else "w+b")
+                f.truncate(size)  # drop anything written after the last record
                 f.seek(size)
-                self.files[path] = f
-        self.buffered = {s: ([], []) for s in SPLITS}  # (token arrays, doc starts) not yet written
         self.val_signatures = None
 
     def wants(self, split):
@@ -286,237 +266,136 @@ class PoolWriter:
         if not self.wants(split):
             return
         if split == "train" and self.manifest["dedup"]:
-            if self.val_signatures is None:
-                self.val_signatures = self._signatures("val")
+            if self.val_signatures is None:  # val sources come first, so val is complete here
+                self.flush()
+                pool = Pool(*_open_arrays(self.out, "val", self.count["val"], self.docs["val"]), {}, "val")
+                self.val_signatures = {_signature(pool.document(i)) for i in range(len(pool.doc_starts))}
             if _signature(tokens) in self.val_signatures:
                 self.manifest["dedup_skipped_docs"] += 1
                 return
         if self.budget[split] is not None:
             tokens = tokens[:self.budget[split] - self.count[split]]  # the last document is truncated
-        self.buffered[split][0].append(tokens)
-        self.buffered[split][1].append(self.count[split])
+        tokens_path, docs_path = _paths(self.out, split)
+        self.files[tokens_path].write(tokens.tobytes())
+        self.files[docs_path].write(np.int64(self.count[split]).tobytes())
         self.count[split] += len(tokens)
         self.docs[split] += 1
 
-    def _signatures(self, split):
-        self.flush()
-        pool = _open_arrays(self.out, split, self.count[split], self.docs[split])
-        ends = np.append(pool[1][1:], len(pool[0]))
-        return {_signature(pool[0][a:b]) for a, b in zip(pool[1], ends)}
-
     def flush(self):
-        for s, (token_arrays, starts) in self.buffered.items():
-            if starts:
-                self.files[_token_path(self.out, s)].write(np.concatenate(token_arrays).tobytes())
-                self.files[_docs_path(self.out, s)].write(np.array(starts, dtype=np.int64).tobytes())
-                token_arrays.clear()
-                starts.clear()
         for f in self.files.values():
             f.flush()
 
-    def checkpoint(self, sources_done):
+    def record(self, sources_done):
         self.flush()
         for s in SPLITS:
             self.manifest["splits"][s].update(token_count=self.count[s], doc_count=self.docs[s])
         self.manifest["sources_done"] = sources_done
-        _write_manifest(self.out, self.manifest)
+        write_json(os.path.join(self.out, "corpus.json"), self.manifest)
 
     def finish(self):
-        self.checkpoint(len(self.manifest["sources"]))
+        self.record(len(self.manifest["sources"]))
         for f in self.files.values():
             os.fsync(f.fileno())
             f.close()
         for s in SPLITS:
-            self.manifest["splits"][s]["sha256"] = sha256_file(_token_path(self.out, s))
-        self.manifest.update(status="complete", finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
-        _write_manifest(self.out, self.manifest)
+            self.manifest["splits"][s]["sha256"] = sha256_file(_paths(self.out, s)[0])
+        self.manifest["status"] = "complete"
+        write_json(os.path.join(self.out, "corpus.json"), self.manifest)
 
 
-def _signature(tokens):
-    return hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
-
-
-_END_OF_SOURCE = object()   # stream markers: a source's documents are all yielded ...
-_FLUSH = object()           # ... / write everything pending before the next download
-
-
-def _documents(sources, first, writer, workdir, val_every):
-    """(source index, split, text) in pool order, plus markers; skips sources whose splits are full."""
-    for k in range(first, len(sources)):
-        src = sources[k]
-        splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
-        if "url" in src:
-            yield _FLUSH  # so that writer.wants() below is exact and no needless shard is downloaded
-        if any(writer.wants(s) for s in splits):
-            if "url" in src:
-                print(f"source {k + 1}/{len(sources)}: {src['name']}", file=sys.stderr)
-                path = download(src["url"], os.path.join(workdir, src["name"].replace("/", "__")),
-                                src["size"], src["sha256"], hf_auth_headers())
-            else:
-                path = src["path"]
-            for text in read_texts(path):
-                split = src["split"] if src["split"] != "by-doc" else \
-                    ("val" if _hash_mod(text, val_every) == 0 else "train")
-                if writer.wants(split):
-                    yield k, split, text
-        yield k, _END_OF_SOURCE, None
-
-
-PREPARE_LOCK = "prepare.lock"  # in the pool folder: held (flock) by the process preparing it
-
-
-@contextlib.contextmanager
-def one_prepare_at_a_time(out):
-    """Hold out/prepare.lock while preparing: of two train.py runs started together in a fresh clone (or a data.py
-    prepare beside them), the second waits here, then finds the first one's pool complete (or resumes it). The kernel
-    releases the lock of a process that dies."""
-    with open(os.path.join(out, PREPARE_LOCK), "a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            print(f"{out}: another process is preparing this pool; waiting for it", file=sys.stderr, flush=True)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-def _check_writable(out):
+def _read_manifest(data_dir):
+    path = os.path.join(data_dir, "corpus.json")
+    if not os.path.exists(path):
+        return None
     try:
-        os.makedirs(out, exist_ok=True)
-        tempfile.TemporaryFile(dir=out).close()
-    except OSError as e:
-        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
-
-
-def _start_manifest(out, old, same, settings, names, workdir):
-    """-> (manifest, resume): the interrupted prepare's manifest if its settings, sources and files still match, else
-    a fresh "running" one (written before any pool file is recreated, with stale partial downloads removed)."""
-    if same and old.get("sources") == names:
-        check_record(os.path.join(out, "corpus.json"), old, RESUMABLE_SCHEMA, "delete the folder and prepare again",
-                     DataError)
-    resume = same and old.get("sources") == names and all(
-        os.path.exists(p) and os.path.getsize(p) >= size for s in SPLITS for p, size in (
-            (_token_path(out, s), 2 * old["splits"][s]["token_count"]),
-            (_docs_path(out, s), 8 * old["splits"][s]["doc_count"])))
-    if old is not None:
-        print(f"{out}: {'resuming' if resume else 'restarting'} an interrupted prepare", file=sys.stderr)
-    if resume:
-        manifest = old
-    else:
-        manifest = dict(schema_version=1, status="running", **settings, dtype="uint16", sources=names,
-                        sources_done=0, dedup_skipped_docs=0, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        splits={s: dict(tokens_file=f"{s}.bin", docs_file=f"{s}.docs.bin", token_count=0,
-                                        doc_count=0) for s in SPLITS})
-        _write_manifest(out, manifest)
-        if os.path.isdir(workdir):  # partial downloads may belong to other settings
-            for name in os.listdir(workdir):
-                os.remove(os.path.join(workdir, name))
-    os.makedirs(workdir, exist_ok=True)
-    return manifest, resume
-
-
-def _refuse_foreign(out, old, settings):
-    """A pool is created only where nothing is and resumed only under its own settings: anything else in `out` (a
-    folder without corpus.json, another corpus's or budget's interrupted prepare) is refused, never overwritten."""
-    if old is None:
-        if os.path.isdir(out) and set(os.listdir(out)) - {PREPARE_LOCK}:
-            raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
-        return
-    if not isinstance(old, dict) or "status" not in old or "splits" not in old:
-        raise DataError(f"{out}/corpus.json is not a data.py pool manifest; use another --out")
-    if old.get("status") != "complete" and any(old.get(k) != v for k, v in settings.items()):
-        differ = ", ".join(f"{k} {old.get(k)!r}" for k, v in settings.items() if old.get(k) != v)
-        raise DataError(f"{out} holds an unfinished prepare with other settings ({differ}); re-run that prepare to "
-                        f"finish it, or use another --out")
-
-
-def confirm_complete(out, old, same):
-    """True when `out` already holds this complete pool (every file's hash checked); refuses one with other
-    settings."""
-    if old is None or old.get("status") != "complete":
-        return False
-    if not same:
-        raise DataError(f"{out} already holds a complete {old.get('corpus')} pool with other settings; "
-                        f"use another --out or delete it first")
-    for split in SPLITS:
-        load_pool(out, split, verify_hash=True)
-    print(f"{out}: pool already complete and verified", file=sys.stderr)
-    return True
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise DataError(f"{path} is unreadable ({e}); delete the pool and prepare it again") from None
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
-    """Build, resume or confirm the pool in `out`. Returns its finished manifest. A full disk stops it with one line
-    (DataError); what was checkpointed stays, and the same command resumes from there once there is room."""
-    try:
-        with contextlib.ExitStack() as held:
-            return _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers, held)
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        raise DataError(f"cannot write the pool {out}: {e.strerror}; free space and re-run the same command (it "
-                        "resumes from its last checkpoint)") from None
-
-
-def _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, workers, held):
-    settings = corpus_settings(corpus, files_glob)
+    """Build or resume the pool in `out`; nothing to do where it is complete with these settings. A pool is created
+    only where nothing else is, and never overwritten by other settings. Returns its manifest."""
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
-    if enc.n_vocab > 1 << 16:
-        raise DataError(f"tokenizer {tokenizer} has {enc.n_vocab} tokens; pools store uint16")
-    _check_writable(out)
-    held.enter_context(one_prepare_at_a_time(out))
     recipe = CORPORA[corpus]
-    budgets = dict(train=train_tokens if train_tokens is not None else recipe["train_tokens"],
-                   val=val_tokens if val_tokens is not None else recipe["val_tokens"])
-    settings.update(tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token, budgets=budgets,
-                    dedup=recipe.get("dedup", False))
+    settings = dict(corpus_settings(corpus, files_glob), tokenizer=tokenizer, vocab_size=enc.n_vocab,
+                    bos_id=enc.eot_token, dedup=recipe.get("dedup", False), budgets=dict(
+                        train=train_tokens or recipe["train_tokens"], val=val_tokens or recipe["val_tokens"]))
+    try:
+        os.makedirs(out, exist_ok=True)
+        lock = open(os.path.join(out, "prepare.lock"), "a")
+    except OSError as e:
+        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+    with lock:  # of two runs started together in a fresh clone, the second waits here, then finds the pool complete
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        old = _read_manifest(out)
+        if old is None and set(os.listdir(out)) - {"prepare.lock"}:
+            raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
+        differ = [k for k, v in settings.items() if old is not None and old.get(k) != v]
+        if differ:
+            raise DataError(f"{out} holds a {'complete' if old.get('status') == 'complete' else 'unfinished'} pool "
+                            f"with other settings ({', '.join(differ)}); use another --out or delete it first")
+        if old is not None and old.get("status") == "complete":
+            print(f"{out}: pool already complete", file=sys.stderr)
+            return old
+        return _write_pool(corpus, out, settings, old, workers or os.cpu_count() or 1)
 
-    old = _read_manifest(out)
-    _refuse_foreign(out, old, settings)
-    same = old is not None and all(old.get(k) == v for k, v in settings.items())
-    if confirm_complete(out, old, same):
-        return old
-    sources = list_sources(corpus, files_glob)
+
+def _documents(sources, first, writer, corpus, workdir):
+    """(source index, split, text) in pool order; after each source (k, None, None); "flush" before a download, so
+    that the writer is up to date when deciding whether a shard is needed at all."""
+    val_every = CORPORA[corpus].get("val_every", 1)
+    for k in range(first, len(sources)):
+        src = sources[k]
+        splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
+        if "path" not in src:
+            yield "flush"
+        if any(writer.wants(s) for s in splits):
+            for text in read_texts(src["path"] if "path" in src else fetch(src, corpus, workdir)):
+                split = src["split"] if src["split"] != "by-doc" else \
+                    "val" if _hash_mod(text, val_every) == 0 else "train"
+                if writer.wants(split):
+                    yield k, split, text
+                elif not any(writer.wants(s) for s in splits):
+                    break
+        yield k, None, None
+
+
+def _write_pool(corpus, out, settings, old, workers):
+    sources = list_sources(corpus, settings.get("files"))
+    names = [s["name"] for s in sources]
+    if old is not None and old.get("sources") == names:
+        print(f"{out}: resuming an interrupted prepare at source {old['sources_done'] + 1}", file=sys.stderr)
+        manifest = old
+    else:
+        manifest = dict(status="running", **settings, dtype="uint16", sources=names, sources_done=0,
+                        dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0) for s in SPLITS})
+    writer = PoolWriter(out, manifest)
     workdir = os.path.join(out, "downloads")
-    manifest, resume = _start_manifest(out, old, same, settings, [s["name"] for s in sources], workdir)
-    writer = PoolWriter(out, manifest, resume)
-    workers = workers or os.cpu_count() or 1
-    n_groups = 4 * workers
-    t0 = last_checkpoint = time.time()
-    tokenized = 0
-    pending, pending_chars = [], dict(train=0, val=0)
+    t0 = last_record = time.time()
+    pending, n_groups = [], 4 * workers
 
     def write_pending():
-        nonlocal tokenized, last_checkpoint
-        texts = [text for _, split, text in pending if split is not _END_OF_SOURCE]
-        encoded = pool.map(_encode_docs, [texts[g::n_groups] for g in range(n_groups)])  # strided: balanced
-        docs = iter([encoded[i % n_groups][i // n_groups] for i in range(len(texts))])
+        nonlocal last_record
+        texts = [text for _, split, text in pending if split]
+        groups = processes.map(_encode_docs, [texts[g::n_groups] for g in range(n_groups)])  # strided: balanced
+        docs = (groups[i % n_groups][i // n_groups] for i in range(len(texts)))
         for k, split, _ in pending:
-            if split is not _END_OF_SOURCE:
-                doc = next(docs)
-                tokenized += len(doc)
-                writer.add(split, doc)
-            elif "url" in sources[k] or time.time() - last_checkpoint > CHECKPOINT_EVERY_S:
-                writer.checkpoint(k + 1)
-                last_checkpoint = time.time()
-                shard = os.path.join(workdir, sources[k]["name"].replace("/", "__"))
-                if os.path.exists(shard):  # consumed and checkpointed: not needed any more
-                    os.remove(shard)
+            if split:
+                writer.add(split, next(docs))
+            elif "path" not in sources[k] or time.time() - last_record > CHECKPOINT_EVERY_S:
+                writer.record(k + 1)  # source k is complete in the files
+                last_record = time.time()
+                if os.path.exists(shard := os.path.join(workdir, sources[k]["name"])):
+                    os.remove(shard)  # a consumed download
         pending.clear()
-        pending_chars.update(train=0, val=0)
 
-    def batch_full():
-        # Flush early once a split's pending text could roughly fill its remaining budget, so that little text
-        # is tokenised only to be dropped (efficiency only: the writer enforces the budgets exactly).
-        near_budget = any(writer.wants(s) and budgets[s] is not None
-                          and pending_chars[s] >= budgets[s] - writer.count[s] for s in SPLITS)
-        return len(pending) >= BATCH_DOCS or sum(pending_chars.values()) >= BATCH_CHARS or near_budget
-
-    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (tokenizer,)) as pool:
-        for item in _documents(sources, manifest["sources_done"], writer, workdir, recipe.get("val_every", 1)):
-            if item is not _FLUSH:
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes:
+        for item in _documents(sources, manifest["sources_done"], writer, corpus, workdir):
+            if item != "flush":
                 pending.append(item)
-                if item[1] is not _END_OF_SOURCE:
-                    pending_chars[item[1]] += len(item[2])
-            if item is _FLUSH or batch_full():
+            if item == "flush" or len(pending) >= BATCH_DOCS:
                 write_pending()
                 if not any(writer.wants(s) for s in SPLITS):
                     break
@@ -525,14 +404,10 @@ def _prepare(corpus, out, tokenizer, train_tokens, val_tokens, files_glob, worke
         raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at non-empty "
                         f".txt/.jsonl/.parquet files")
     writer.finish()
-    for name in os.listdir(workdir):  # e.g. the shard in which the budget ran out
-        os.remove(os.path.join(workdir, name))
-    os.rmdir(workdir)
-    dt = time.time() - t0
+    shutil.rmtree(workdir, ignore_errors=True)
     print(f"{out}: {corpus} complete: train {writer.count['train']:,} tokens / {writer.docs['train']:,} docs, "
           f"val {writer.count['val']:,} tokens / {writer.docs['val']:,} docs, {manifest['dedup_skipped_docs']} "
-          f"duplicates skipped; {dt:.1f}s ({tokenized / max(dt, 1e-9) / 1e6:.1f}M tokens/s tokenised)",
-          file=sys.stderr)
+          f"duplicates skipped; {time.time() - t0:.1f}s", file=sys.stderr)
     return manifest
 
 
@@ -546,104 +421,70 @@ class Pool:
     manifest: dict
     split: str
 
-
-def _read_manifest(data_dir):
-    path = os.path.join(data_dir, "corpus.json")
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as f:
-            manifest = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
-        raise DataError(f"{path} is unreadable ({e}); delete the pool and prepare it again") from None
-    return check_record(path, manifest, MANIFEST_SCHEMA, "it is not a data.py pool manifest: delete the pool and "
-                        "prepare it again, or use another folder", DataError)
+    def document(self, i):
+        end = self.doc_starts[i + 1] if i + 1 < len(self.doc_starts) else len(self.tokens)
+        return self.tokens[self.doc_starts[i]:end]
 
 
 def _open_arrays(data_dir, split, token_count, doc_count):
     def mm(path, dtype, n):
         return np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
-    return mm(_token_path(data_dir, split), np.uint16, token_count), mm(_docs_path(data_dir, split), np.int64,
-                                                                        doc_count)
+    tokens_path, docs_path = _paths(data_dir, split)
+    return mm(tokens_path, np.uint16, token_count), mm(docs_path, np.int64, doc_count)
 
 
 def load_pool(data_dir, split, verify_hash=False):
-    """Memory-map one split of a complete pool; any inconsistency is a DataError."""
-    if split not in SPLITS:
-        raise DataError(f"unknown split {split!r}; choose train or val")
+    """Memory-map one split of a complete pool; a missing, unfinished or corrupt pool is a DataError."""
     manifest = _read_manifest(data_dir)
-    fix = f"run: python data.py prepare --out {data_dir} ..."
     if manifest is None:
-        raise DataError(f"no pool in {data_dir} (corpus.json missing); {fix}")
+        raise DataError(f"no pool in {data_dir} (corpus.json missing); run: python data.py prepare --out {data_dir} "
+                        "...")
     if manifest.get("status") != "complete":
-        raise DataError(f"pool {data_dir} is incomplete (status {manifest.get('status')!r}); re-run the same "
-                        f"prepare command to finish it")
-    check_record(os.path.join(data_dir, "corpus.json"), manifest, COMPLETE_SCHEMA,
-                 f"delete {data_dir} and prepare it again", DataError)
+        raise DataError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
     info = manifest["splits"][split]
-    n_tokens, n_docs = info["token_count"], info["doc_count"]
-    for path, size in ((_token_path(data_dir, split), 2 * n_tokens), (_docs_path(data_dir, split), 8 * n_docs)):
-        actual = os.path.getsize(path) if os.path.exists(path) else None
-        if actual != size:
-            raise DataError(f"{path} has {actual} bytes but corpus.json says {size}; the pool is corrupt, "
-                            f"delete {data_dir} and prepare it again")
-    if verify_hash and sha256_file(_token_path(data_dir, split)) != info["sha256"]:
-        raise DataError(f"{_token_path(data_dir, split)} does not match its sha256 in corpus.json; the pool is "
-                        f"corrupt, delete {data_dir} and prepare it again")
-    tokens, doc_starts = _open_arrays(data_dir, split, n_tokens, n_docs)
-    if n_docs and (doc_starts[0] != 0 or doc_starts[-1] >= n_tokens or np.any(np.diff(doc_starts) <= 0)):
-        raise DataError(f"{_docs_path(data_dir, split)} holds invalid document offsets; delete {data_dir} and "
-                        f"prepare it again")
-    return Pool(tokens, doc_starts, manifest, split)
-
-
-VERIFIED = "verified.json"  # in a pool: {token file: [size, mtime_ns, ctime_ns, sha256]} of files that matched
+    for path, size in zip(_paths(data_dir, split), (2 * info["token_count"], 8 * info["doc_count"])):
+        if not os.path.exists(path) or os.path.getsize(path) != size or (
+                verify_hash and path.endswith(f"{split}.bin") and sha256_file(path) != info["sha256"]):
+            raise DataError(f"{path} does not match corpus.json (size or sha256); the pool is corrupt, delete "
+                            f"{data_dir} and prepare it again")
+    return Pool(*_open_arrays(data_dir, split, info["token_count"], info["doc_count"]), manifest, split)
 
 
 def check_pool_hashes(data_dir):
-    """Raise DataError unless every split's token file matches its sha256 in corpus.json. A file is hashed once: a
-    match is recorded in <pool>/verified.json with the file's size, mtime and ctime (any write changes ctime, even one
-    that restores mtime) and the sha256 it matched, and a file whose record still holds is not hashed again. A pool
-    on a read-only filesystem is hashed at every call."""
-    path = os.path.join(data_dir, VERIFIED)
-    verified = {}
-    if os.path.isfile(path):  # a regular file only: open() of a FIFO of that name would wait forever for a writer
-        try:
-            with open(path) as f:
-                verified = json.load(f)
-        except (OSError, ValueError):
-            pass
-    if record_error(verified, VERIFIED_SCHEMA):  # a cache this function rewrites: of the wrong shape, it counts as
-        verified = {}                             # no record, and every file is hashed again
+    """Raise DataError unless every split's token file matches its sha256 in corpus.json. A file is hashed once:
+    <pool>/verified.json records the size, mtime and ctime of each file that matched (any write changes ctime), and
+    a file whose record still holds is not hashed again."""
+    path = os.path.join(data_dir, "verified.json")
+    try:
+        with open(path) as f:
+            verified = json.load(f)
+    except (OSError, ValueError):
+        verified = {}
     records = {}
     for split in SPLITS:
-        pool = load_pool(data_dir, split)  # a complete pool whose files have their recorded sizes
-        stat = os.stat(_token_path(data_dir, split))
-        name = os.path.basename(_token_path(data_dir, split))
-        records[name] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, pool.manifest["splits"][split]["sha256"]]
-        if not isinstance(verified, dict) or verified.get(name) != records[name]:
+        pool = load_pool(data_dir, split)
+        stat = os.stat(_paths(data_dir, split)[0])
+        records[split] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, pool.manifest["splits"][split]["sha256"]]
+        if verified.get(split) != records[split]:
             load_pool(data_dir, split, verify_hash=True)
     if records != verified:
-        with contextlib.suppress(OSError):  # a read-only or full filesystem: hashed again next time
+        try:
             write_json(path, records)
+        except OSError:  # a read-only pool is hashed again next time
+            pass
 
 
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
     """Prepare `data_dir` where nothing is, or finish an interrupted prepare of this same pool (train.py --preset cpu
     does this for its default folder); any other content is refused by prepare, never overwritten."""
-    manifest = _read_manifest(data_dir)
-    if manifest is None or manifest.get("status") != "complete":
-        prepare(corpus, data_dir, tokenizer=tokenizer)
-    for split in SPLITS:
-        load_pool(data_dir, split)
+    prepare(corpus, data_dir, tokenizer=tokenizer)
     return data_dir
 
 
 def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
-    """Every token id among the first n_tokens (all by default) is < vocab_size: a flipped byte would otherwise
-    surface as an IndexError deep inside a training step. Under torch.distributed each rank reads its 1/world share
-    and one all-reduce gives every rank the first bad position, so the ranks read the pool once between them (a d26
-    run's 36 B tokens are 73 GB) and all stop with the same error."""
+    """Every token id among the first n_tokens (all by default) is < vocab_size (a pool of another tokenizer or a
+    flipped byte would otherwise surface as an IndexError inside a training step). Under torch.distributed each rank
+    reads its 1/world share and one all-reduce shares the first bad position, so all ranks stop with the same error."""
     n = len(pool.tokens) if n_tokens is None else min(int(n_tokens), len(pool.tokens))
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     end, first_bad = (rank + 1) * n // world, n
@@ -657,9 +498,9 @@ def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
         dist.all_reduce(shared, op=dist.ReduceOp.MIN)
         first_bad = int(shared)
     if first_bad < n:
-        raise DataError(f"{_token_path(data_dir, pool.split)} holds token id {int(pool.tokens[first_bad])} >= vocab "
-                        f"size {vocab_size} at position {first_bad:,}; the pool is corrupt (python data.py verify "
-                        f"{data_dir}), prepare it again")
+        raise DataError(f"{_paths(data_dir, pool.split)[0]} holds token id {int(pool.tokens[first_bad])} >= vocab "
+                        f"size {vocab_size} at position {first_bad:,}; the pool is corrupt or of another tokenizer "
+                        f"(python data.py verify {data_dir})")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -692,6 +533,7 @@ class TrainLoader:
         self._epoch = None
 
     def _order(self, epoch):
+        """Each epoch: shuffle the documents into one stream, cut it into windows, shuffle the windows."""
         if self._epoch != epoch:
             base = self.seed + epoch * EPOCH_SEED_STRIDE
             doc_order = _permutation(len(self.doc_starts), base + 0 * STAGE_SEED_STRIDE)
@@ -728,8 +570,7 @@ class TrainLoader:
 
 
 def val_windows(pool, seq_len, target_tokens):
-    """First target_tokens // seq_len windows of seq_len + 1 tokens in file order: exactly
-    n * seq_len target tokens."""
+    """First target_tokens // seq_len windows of seq_len + 1 tokens in file order: exactly n * seq_len target tokens."""
     n = target_tokens // seq_len
     need = n * (seq_len + 1)
     if n == 0 or need > len(pool.tokens):
@@ -738,86 +579,19 @@ def val_windows(pool, seq_len, target_tokens):
     return torch.from_numpy(np.asarray(pool.tokens[:need], dtype=np.int64)).view(n, seq_len + 1)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Benchmark (printed, not a test)
-
-def bench(tokenizer, workers, seq_len, batch_seqs, steps):
-    texts = []
-    for src in list_sources("stdlib"):
-        texts += read_texts(src["path"])
-        if sum(map(len, texts)) > 8 << 20:
-            break
-    t = time.time()
-    _init_worker(tokenizer)
-    n = sum(len(d) for d in _encode_docs(texts))
-    one = n / (time.time() - t)
-    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (tokenizer,)) as processes:
-        processes.map(_encode_docs, [texts[:1]] * workers)  # warm-up: workers build their tokenizer
-        t = time.time()
-        groups = processes.map(_encode_docs, [texts[i::workers * 4] for i in range(workers * 4)])
-        n = sum(len(d) for group in groups for d in group)
-        many = n / (time.time() - t)
-    print(f"tokenise ({tokenizer}, {n / 1e6:.1f}M tokens of stdlib): 1 process {one / 1e6:.2f}M tokens/s; "
-          f"{workers} workers {many / 1e6:.2f}M tokens/s = {many / workers / 1e6:.2f}M tokens/s per worker")
-
-    rng = np.random.default_rng(0)
-    lengths = rng.geometric(1 / 1000, size=50_000)  # FineWeb-like documents, ~1,000 tokens each
-    starts = np.concatenate(([0], np.cumsum(lengths)[:-1]))
-    vocab = get_tokenizer(tokenizer).n_vocab
-    pool = Pool(rng.integers(0, vocab, int(lengths.sum()), dtype=np.uint16), starts, {}, "train")
-
-    def time_loader(seq, batch, world_size=1):
-        loader = TrainLoader(pool, seq, batch)
-        loader.batch(0)  # builds the epoch's permutations once, like the first step of a run
-        t = time.time()
-        for s in range(1, steps + 1):
-            _, x = loader.batch(s, 0, world_size)
-        return (time.time() - t) / steps, x
-
-    paper_s = time_loader(2048, 256)[0]
-    rank_s = time_loader(2048, 256, 8)[0]
-    print(f"loader at the paper's shape 256x2049 ({pool.tokens.size / 1e6:.0f}M-token pool of ~1k-token docs): "
-          f"{paper_s * 1e3:.2f} ms per global batch, {rank_s * 1e3:.2f} ms per rank slice on 8 GPUs")
-    load_s, x = time_loader(seq_len, batch_seqs)
-
-    import model  # only the benchmark needs the model; data.py is otherwise independent of it
-    torch.manual_seed(0)
-    cfg = model.config_for("vanilla", 2, width_per_depth=64, head_dim=64, seq_len=seq_len, vocab_size=vocab)
-    gpt = model.GPT(cfg)
-    step_times = []
-    for _ in range(3):
-        t = time.time()
-        gpt(x[:, :-1], targets=x[:, 1:]).backward()
-        step_times.append(time.time() - t)
-    model_s = min(step_times)
-    print(f"loader: {load_s * 1e3:.2f} ms per global batch of {batch_seqs}x{seq_len + 1}; model.py vanilla d2 "
-          f"(width {cfg.width}) fwd+bwd on the same batch {model_s * 1e3:.0f} ms on {x.device.type} -> loader = "
-          f"{100 * load_s / model_s:.2f}% of a step")
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# CLI
-
 def run(argv):
     args = build_parser().parse_args(argv)
-    try:
-        if args.command == "prepare":
-            args.out = args.out or os.path.join("data", args.corpus)
-            existing = _read_manifest(args.out) if args.if_missing and os.path.isdir(args.out) else None
-            if existing and existing.get("status") == "complete":
-                print(f"{args.out}: complete {existing.get('corpus')} pool exists; nothing to do", file=sys.stderr)
-            else:
-                prepare(args.corpus, args.out, args.tokenizer, args.train_tokens, args.val_tokens, args.files,
-                        args.workers)
-        elif args.command == "verify":
-            for split in SPLITS:
-                pool = load_pool(args.out, split, verify_hash=True)
-                print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
-        else:
-            bench(args.tokenizer, args.workers, args.seq_len, args.batch_seqs, args.steps)
-    except KeyboardInterrupt:
-        print("\ndata.py: interrupted; re-run the same command to resume", file=sys.stderr)
-        return 130
+    if args.command == "verify":
+        for split in SPLITS:
+            pool = load_pool(args.out, split, verify_hash=True)
+            print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
+        return
+    out = args.out or os.path.join("data", args.corpus)
+    existing = _read_manifest(out) if args.if_missing and os.path.isdir(out) else None
+    if existing and existing.get("status") == "complete":
+        print(f"{out}: a complete {existing.get('corpus')} pool exists; nothing to do", file=sys.stderr)
+        return
+    prepare(args.corpus, out, args.tokenizer, args.train_tokens, args.val_tokens, args.files, args.workers)
 
 
 def main(argv=None):

@@ -1,7 +1,7 @@
 """Tests for core_eval.py (scoring and its bundle on disk): tiny bundles written here (all three task types, both
-delimiters), a tiny random model."""
+delimiters), a tiny random model standing in for a train.py checkpoint (checkpoint.py is tested on its own)."""
 
-import dataclasses
+import copy
 import functools
 import hashlib
 import http.server
@@ -96,18 +96,28 @@ def tiny_model(arch="vanilla", depth=2, seq_len=128, seed=0):
     return net.eval()
 
 
-def save_checkpoint(path, net):
-    torch.save(dict(model_config=dataclasses.asdict(net.cfg), model=net.state_dict(),
-                    passes=net.active_passes, tokenizer="bytes", step=0), path)
-    return str(path)
+def fake_checkpoints(monkeypatch, nets):
+    """core_eval's load_checkpoint_model on {path: net}: a copy of the net and the record train.py writes."""
+    def load(path):
+        if str(path) not in nets:
+            raise ValueError(f"{path} holds no checkpoint")
+        net = copy.deepcopy(nets[str(path)])
+        return net, dict(tokenizer=getattr(net, "tokenizer", "bytes"), step=7, model_config=dict(seq_len=net.cfg.seq_len))
+    monkeypatch.setattr(core_eval, "load_checkpoint_model", load)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny")
-    bundle = write_bundle(root / "bundle")
-    net = tiny_model()
-    return dict(bundle=bundle, net=net, ckpt=save_checkpoint(root / "final.pt", net), root=root)
+    run = root / "run"
+    (run / "checkpoints" / "000010").mkdir(parents=True)
+    return dict(bundle=write_bundle(root / "bundle"), net=tiny_model(), run=str(run), root=root)
+
+
+@pytest.fixture
+def ckpt(tiny, monkeypatch):
+    fake_checkpoints(monkeypatch, {tiny["run"]: tiny["net"]})
+    return tiny["run"]
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -179,8 +189,7 @@ def test_kshot_tokens_match_rendered_prompt(tiny):
     task = next(t for t in core_eval.load_tasks(tiny["bundle"]) if t["label"] == "mc_fewshot")
     assert task["delimiter"] == "\nAnswer: " and task["shots"] == 2 and task["baseline"] == 25
     items = core_eval.shuffled_items(task["items"], None)
-    encode_batch = lambda texts: [encode(t) for t in texts]
-    built = core_eval.task_examples(task, items, 1, [4], encode_batch, 10_000)[0]
+    built = core_eval.task_examples(task, items, 1, [4], encode, 10_000)[0]
     shots = [items[j] for j in core_eval.fewshot_indices(len(items), 4, 2, 1)]
     expected = "\n\n".join([s["query"] + "\nAnswer: " + s["choices"][s["gold"]] for s in shots]
                            + [items[4]["query"] + "\nAnswer: " + items[4]["choices"][2]])
@@ -227,7 +236,7 @@ def test_left_crop():
 
 class NextByte(torch.nn.Module):
     """Fake model: always predicts next token = current token + 1 (its residual stream already holds the logits)."""
-    def residual_stream(self, idx, positions=None, attn_mask=None):
+    def residual_stream(self, idx):
         return 20.0 * F.one_hot((idx + 1) % 257, 257).float()
 
     def decode(self, h):
@@ -243,9 +252,10 @@ def test_lm_all_token_rule_and_mc_ties():
     tie = dict(rows=[[BOS, 97, 200], [BOS, 97, 201]], regions=[(2, 3), (2, 3)], gold_row=1, gold_region=(2, 3),
                label=1, clipped=False)
     scores = core_eval.score_examples(NextByte(), [right, one_wrong, context_wrong, tie], BOS, byte_lengths, CPU)
-    assert [s[0] for s in scores] == [1.0, 0.0, 1.0, 0.0]  # equal losses -> first index wins, gold is 1
-    assert scores[0][1] == pytest.approx(0.0, abs=1e-6) and scores[1][1] == pytest.approx(20.0 / 3, rel=1e-5)
-    assert scores[0][3] == 3.0  # bytes of the 3 gold tokens
+    assert [s["correct"] for s in scores] == [1.0, 0.0, 1.0, 0.0]  # equal losses -> first index wins, gold is 1
+    assert scores[0]["answer_nll"] == pytest.approx(0.0, abs=1e-6)
+    assert scores[1]["answer_nll"] == pytest.approx(20.0 / 3, rel=1e-5)
+    assert scores[0]["answer_bytes"] == 3.0  # bytes of the 3 gold tokens
 
 
 def test_answer_nll_equals_manual_cross_entropy(tiny):
@@ -254,7 +264,8 @@ def test_answer_nll_equals_manual_cross_entropy(tiny):
     prompts, answer = core_eval.render("multiple_choice", item, [], " ")
     ex = core_eval.build_example("multiple_choice", item, prompts, answer, encode, 128)
     byte_lengths = torch.as_tensor(data.token_byte_lengths(ENC))
-    correct, nll, nats, nbytes, _ = core_eval.score_examples(net, [ex], BOS, byte_lengths, CPU)[0]
+    score = core_eval.score_examples(net, [ex], BOS, byte_lengths, CPU)[0]
+    correct, nll, nats, nbytes = (score[k] for k in ("correct", "answer_nll", "answer_nats", "answer_bytes"))
     row = torch.tensor([ex["rows"][1]])
     with torch.no_grad():
         logp = F.log_softmax(net(row)[0].double(), -1)
@@ -272,7 +283,7 @@ def test_answer_nll_equals_manual_cross_entropy(tiny):
 # ---------------------------------------------------------------------------------------------------------------------
 # Evaluation loop
 
-def test_batched_and_shared_equal_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
+def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
     tasks = core_eval.load_tasks(tiny["bundle"])
     calls = []
     real = core_eval.task_examples
@@ -288,60 +299,23 @@ def test_batched_and_shared_equal_one_at_a_time_and_zero_shot_reuse(tiny, monkey
         assert ref[label][0] == ref[label][1] == ref[label][2]
     assert counts == {"mc_fewshot": 9, "schema_zeroshot": 6, "lm_fewshot": 8, "mc_zeroshot": 5}
     monkeypatch.setitem(core_eval.EVAL, "examples_per_chunk", 4)  # several chunks per task
-    for scoring in ("batched", "shared"):
-        fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
-                                              scoring=scoring, show_progress=False)
-        for label in ref:
-            for seed in (0, 1, 2):
-                assert fast[label][seed][0] == ref[label][seed][0]  # accuracy: identical
-                assert fast[label][seed][1:] == pytest.approx(ref[label][seed][1:], rel=1e-5)
-    accs = [ref[label][s][0] for label in ref for s in (0, 1, 2)]
+    fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
+                                          scoring="batched", show_progress=False)
+    for label in ref:
+        for seed in (0, 1, 2):
+            assert fast[label][seed]["results"] == ref[label][seed]["results"]  # accuracy: identical
+            assert fast[label][seed]["losses"] == pytest.approx(ref[label][seed]["losses"], rel=1e-5)
+    accs = [ref[label][s]["results"] for label in ref for s in (0, 1, 2)]
     assert len(set(accs)) > 1  # the random model does not predict everything equally
 
 
-def test_common_prefix_len_matches_os_path_commonprefix():
-    rng = random.Random(0)
-    for _ in range(3000):
-        base = [rng.randrange(3) for _ in range(rng.randrange(12))]
-        seqs = [base[:rng.randrange(len(base) + 1)] + [rng.randrange(3) for _ in range(rng.randrange(4))]
-                for _ in range(rng.randrange(1, 5))]
-        assert core_eval.common_prefix_len(seqs) == len(os.path.commonprefix(seqs))
-
-
-def test_prefix_tree_layout():
-    mc = dict(rows=[[BOS, 1, 2, 3, 4], [BOS, 1, 2, 5]])
-    lm = dict(rows=[[BOS, 7, 8]])
-    unshared = dict(rows=[[BOS, 1], [BOS, 2]])  # only BOS in common: stays two plain rows
-    tree, plain, row_a, row_b = core_eval.forward_units([mc, lm, unshared], share_prefix=True)
-    assert tree["tokens"] == [BOS, 1, 2, 3, 4, 5] and tree["positions"] == [0, 1, 2, 3, 4, 3]
-    assert tree["branch"] == [0, 0, 0, 1, 1, 2] and tree["layout"] == {(0, 0): (3, 3), (0, 1): (3, 5)}
-    assert plain["branch"] is None and plain["layout"] == {(1, 0): (3, 0)}
-    assert row_a["tokens"] == [BOS, 1] and row_b["layout"] == {(2, 1): (2, 0)}
-    assert [len(u["tokens"]) for u in core_eval.forward_units([mc], share_prefix=False)] == [5, 4]
-
-
-def test_shared_scoring_with_left_crops_on_a_looped_model(tiny):
-    """Crops shift each row differently, so most few-shot rows stop sharing a prefix; the recurrent arm runs the
-    mask through every pass. Both paths must still agree."""
-    net = tiny_model("operator_1", depth=3, seq_len=48)
-    tasks = core_eval.load_tasks(tiny["bundle"])
-    by_label = {t["label"]: t for t in tasks}
-    build = lambda label: core_eval.task_examples(by_label[label], by_label[label]["items"], 0, [0, 1, 2],
-                                                  lambda texts: [encode(t) for t in texts], 48)
-    assert any(len(row) == 48 for ex in build("mc_fewshot") for row in ex["rows"])  # left-cropped rows
-    assert any(u["branch"] is not None for u in core_eval.forward_units(build("mc_zeroshot"), share_prefix=True))
-    ref, _, clipped = core_eval.evaluate_tasks(net, ENC, tasks, [0], None, 48, CPU, scoring="one_at_a_time",
-                                               show_progress=False)
-    shared, _, _ = core_eval.evaluate_tasks(net, ENC, tasks, [0], None, 48, CPU, rows_per_forward=3,
-                                            show_progress=False)
-    assert sum(clipped.values()) == 0  # the crops keep every scoring region (no clipped examples)
-    for label in ref:
-        assert shared[label][0][0] == ref[label][0][0]
-        assert shared[label][0][1:] == pytest.approx(ref[label][0][1:], rel=1e-5)
+def scores_of(results, losses, bpbs):
+    return dict(results=results, losses=losses, bpbs=bpbs)
 
 
 def test_aggregation_arithmetic():
-    raw = {"a": {0: (0.5, 2.0, 1.0), 1: (0.7, 3.0, 2.0)}, "b": {0: (0.1, 1.0, float("nan")), 1: (0.3, 1.0, 1.0)}}
+    raw = {"a": {0: scores_of(0.5, 2.0, 1.0), 1: scores_of(0.7, 3.0, 2.0)},
+           "b": {0: scores_of(0.1, 1.0, float("nan")), 1: scores_of(0.3, 1.0, 1.0)}}
     out = core_eval.aggregate(raw, {"a": 25, "b": 0}, [0, 1])
     assert out["results"] == pytest.approx({"a": 0.6, "b": 0.2})
     assert out["centered_results"] == pytest.approx({"a": 0.35 / 0.75, "b": 0.2})
@@ -355,7 +329,7 @@ def test_aggregation_arithmetic():
     assert out["core_metric_label"] != "CORE-22"
     json.dumps(out, allow_nan=False)
 
-    raw22 = {t: {0: (0.2 + 0.01 * i, 3.0 - 0.1 * i, 1.0)} for i, t in enumerate(core_eval.CORE_TASKS)}
+    raw22 = {t: {0: scores_of(0.2 + 0.01 * i, 3.0 - 0.1 * i, 1.0)} for i, t in enumerate(core_eval.CORE_TASKS)}
     base = {t: 25.0 for t in core_eval.CORE_TASKS}
     assert not core_eval.aggregate(raw22, base, [0])["complete_suite"]  # the fingerprint was not checked
     out = core_eval.aggregate(raw22, base, [0], verified=True)
@@ -364,7 +338,7 @@ def test_aggregation_arithmetic():
     kept = [i for i, t in enumerate(core_eval.CORE_TASKS) if t in core_eval.FILTERED_TASKS]
     assert out["core_metric_filtered"] == pytest.approx(np.mean([(0.2 + 0.01 * i - 0.25) / 0.75 for i in kept]))
     assert out["core_metric_std"] == 0.0
-    raw22["copa"][0] = (0.5, float("inf"), 1.0)
+    raw22["copa"][0] = scores_of(0.5, float("inf"), 1.0)
     with pytest.raises(core_eval.UsageError, match="copa"):
         core_eval.aggregate(raw22, base, [0], verified=True)
 
@@ -401,6 +375,37 @@ def test_fingerprint(tmp_path):
     assert core_eval.bundle_fingerprint(tmp_path) != outer.hexdigest()
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# CLI: end to end, errors, passes, effective depth
+
+def test_a_new_metric_is_one_entry_of_METRICS(tiny, monkeypatch):
+    """A metric added to METRICS reaches eval.json's tables (per task, per seed, std) with no other edit."""
+    monkeypatch.setitem(core_eval.METRICS, "answer_nats", lambda scores: sum(s["answer_nats"] for s in scores))
+    tasks = core_eval.load_tasks(tiny["bundle"])[:2]
+    scores, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1], 4, 128, CPU, show_progress=False)
+    out = core_eval.aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, [0, 1])
+    assert set(out["answer_nats"]) == {"mc_fewshot", "schema_zeroshot"} and out["answer_nats"]["mc_fewshot"] > 0
+    assert out["answer_nats_std"]["schema_zeroshot"] == 0.0  # zero-shot: the same under every seed
+    assert out["per_seed"]["1"]["answer_nats"]["mc_fewshot"] == scores["mc_fewshot"][1]["answer_nats"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Bundle: fingerprint, download (a local HTTP server), one-line errors
+
+def test_fingerprint(tmp_path):
+    files = {"zz.txt": b"top", "core.yaml": b"icl_tasks: []\n", "eval_data/b/x.jsonl": b"{}\n",
+             "eval_data/a.jsonl": b"1"}
+    for rel, content in files.items():
+        os.makedirs(os.path.dirname(tmp_path / rel), exist_ok=True)
+        (tmp_path / rel).write_bytes(content)
+    outer = hashlib.sha256()
+    for rel in ("core.yaml", "zz.txt", "eval_data/a.jsonl", "eval_data/b/x.jsonl"):  # root files first, then sub-dirs
+        outer.update(rel.encode() + hashlib.sha256(files[rel]).hexdigest().encode())
+    assert core_eval.bundle_fingerprint(tmp_path) == outer.hexdigest()
+    (tmp_path / ".DS_Store").write_bytes(b"")
+    assert core_eval.bundle_fingerprint(tmp_path) != outer.hexdigest()
+
+
 @pytest.fixture
 def http_dir(tmp_path):
     served = tmp_path / "served"
@@ -413,99 +418,125 @@ def http_dir(tmp_path):
     server.shutdown()
 
 
-def test_download_and_zip_slip(tmp_path, http_dir, tiny):
+def test_download_installs_only_the_papers_bundle(tmp_path, http_dir, tiny, monkeypatch):
     served, url = http_dir
-    with zipfile.ZipFile(served / "good.zip", "w") as zf:
+    with zipfile.ZipFile(served / "bundle.zip", "w") as zf:
         for dirpath, _, names in os.walk(tiny["bundle"]):
             for name in names:
                 path = os.path.join(dirpath, name)
                 zf.write(path, "eval_bundle/" + os.path.relpath(path, tiny["bundle"]))
+        zf.writestr("eval_bundle/../../evil.txt", "zipfile keeps members inside the target")
     target = tmp_path / "cache" / "eval_bundle"
-    core_eval.ensure_bundle(str(target), f"{url}/good.zip")
-    assert core_eval.bundle_fingerprint(target) == core_eval.bundle_fingerprint(tiny["bundle"])
+    with pytest.raises(core_eval.UsageError, match="fingerprint differs"):  # not the paper's content: not installed
+        core_eval.ensure_bundle(str(target), f"{url}/bundle.zip")
+    assert os.listdir(tmp_path / "cache") == [] and not os.path.exists(tmp_path / "evil.txt")
+    with zipfile.ZipFile(served / "bundle.zip", "a") as zf:
+        pass
+    expected = core_eval.bundle_fingerprint(tiny["bundle"])
+    monkeypatch.setitem(core_eval.EVAL, "bundle_fingerprint", expected)  # this zip's content is "the paper's"
+    with zipfile.ZipFile(served / "clean.zip", "w") as zf:
+        for dirpath, _, names in os.walk(tiny["bundle"]):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                zf.write(path, "eval_bundle/" + os.path.relpath(path, tiny["bundle"]))
+    core_eval.ensure_bundle(str(target), f"{url}/clean.zip")
+    assert core_eval.bundle_fingerprint(target) == expected and os.listdir(tmp_path / "cache") == ["eval_bundle"]
     assert [t["label"] for t in core_eval.load_tasks(str(target))] == [t[0] for t in TINY_TASKS]
-    assert sorted(os.listdir(tmp_path / "cache")) == ["eval_bundle"]  # temp download dir cleaned up
-
-    for evil in ("eval_bundle/../../evil.txt", "/tmp/evil_abs.txt"):
-        with zipfile.ZipFile(served / "evil.zip", "w") as zf:
-            zf.writestr("eval_bundle/core.yaml", "icl_tasks: []\n")
-            zf.writestr(evil, "pwned")
-        with pytest.raises(core_eval.UsageError, match="unsafe zip member"):
-            core_eval.ensure_bundle(str(tmp_path / "evil" / "eval_bundle"), f"{url}/evil.zip")
-        assert not os.path.exists(tmp_path / "evil" / "eval_bundle") and not os.path.exists(tmp_path / "evil.txt")
-    assert not os.path.exists("/tmp/evil_abs.txt")
     with pytest.raises(core_eval.UsageError, match="could not download"):
         core_eval.ensure_bundle(str(tmp_path / "missing" / "eval_bundle"), f"{url}/nothing.zip")
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# CLI: end to end, errors, passes, effective depth
+def test_core_yaml_errors_name_the_entry_index(tmp_path):
+    """Two messages formatted common.number (an argparse helper) where the entry's index belonged."""
+    root = write_bundle(tmp_path / "b")
+    config = yaml.safe_load(open(os.path.join(root, "core.yaml")))
+    config["icl_tasks"][1]["label"] = 5
+    yaml.safe_dump(config, open(os.path.join(root, "core.yaml"), "w"))
+    with pytest.raises(core_eval.UsageError, match=r"icl_tasks entry 2 of .*label must be text") as e:
+        core_eval.load_tasks(root)
+    assert "function" not in str(e.value)
+    config["icl_tasks"][1] = dict(config["icl_tasks"][0])
+    yaml.safe_dump(config, open(os.path.join(root, "core.yaml"), "w"))
+    with pytest.raises(core_eval.UsageError, match=r"named twice .*again in entry 2\)") as e:
+        core_eval.load_tasks(root)
+    assert "function" not in str(e.value)
 
-def test_cli_errors(tmp_path, tiny, capsys):
-    code, err = run_main(["--scoring", "fastest"], capsys)  # argparse errors too: one line, no usage block
-    assert code == 2 and err.count("\n") == 1 and "invalid choice: 'fastest'" in err
-    code, err = run_main(["--checkpoint", str(tmp_path / "nope.pt"), "--bundle-dir", tiny["bundle"]], capsys)
-    assert code == 2 and err.count("\n") == 1 and "does not exist" in err
-    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    code, err = run_main(["--checkpoint", str(tmp_path / "junk.pt"), "--bundle-dir", tiny["bundle"]], capsys)
-    assert code == 2 and err.count("\n") == 1 and "checkpoint" in err
-    (tmp_path / "empty_bundle").mkdir()
-    code, err = run_main(["--checkpoint", tiny["ckpt"], "--bundle-dir", str(tmp_path / "empty_bundle")], capsys)
-    assert code == 2 and err.count("\n") == 1 and "core.yaml" in err
+
+# ---------------------------------------------------------------------------------------------------------------------
+# CLI: end to end, errors, --out, passes, effective depth
+
+def test_cli_errors_are_one_line(tmp_path, tiny, ckpt, capsys):
+    for argv, words in [(["--checkpoint", ckpt, "--scoring", "fastest"], "invalid choice: 'fastest'"),
+                        (["--checkpoint", ckpt, "--seed", "0", "0"], "names a seed twice"),
+                        (["--checkpoint", str(tmp_path / "nope")], "does not exist"),
+                        (["--checkpoint", str(tmp_path)], "holds no checkpoint"),
+                        (["--checkpoint", ckpt, "--bundle-dir", str(tmp_path)], "not a readable CORE bundle"),
+                        (["--checkpoint", ckpt, "--effective-depth"], "needs --data-dir"),
+                        (["--checkpoint", ckpt, "--out", str(tmp_path / "no" / "e.json")], "existing folder")]:
+        code, err = run_main(argv + ["--bundle-dir", tiny["bundle"]] * ("--bundle-dir" not in argv), capsys)
+        assert code == 2 and err.count("\n") == 1 and words in err, err
     bad = write_bundle(tmp_path / "bad", task_type_override="generation_task_with_answers")
-    code, err = run_main(["--checkpoint", tiny["ckpt"], "--bundle-dir", bad], capsys)
+    code, err = run_main(["--checkpoint", ckpt, "--bundle-dir", bad], capsys)
     assert code == 2 and err.count("\n") == 1 and "unknown icl_task_type" in err
     full = write_bundle(tmp_path / "full", [(t, "multiple_choice", 1, " ", 25, mc_items, 3)
                                             for t in core_eval.CORE_TASKS])
-    code, err = run_main(["--checkpoint", tiny["ckpt"], "--bundle-dir", full, "--out", str(tmp_path / "e.json")],
-                         capsys)
+    code, err = run_main(["--checkpoint", ckpt, "--bundle-dir", full, "--out", str(tmp_path / "e.json")], capsys)
     assert code == 2 and err.count("\n") == 1 and "fingerprint" in err and not (tmp_path / "e.json").exists()
-    # with the matching fingerprint the complete suite runs and gets the CORE-22 label and the filtered score
-    assert core_eval.main(["--checkpoint", tiny["ckpt"], "--bundle-dir", full, "--out", str(tmp_path / "e.json"),
-                           "--expect-fingerprint", core_eval.bundle_fingerprint(full), "--seeds", "0"]) == 0
-    out = json.loads((tmp_path / "e.json").read_text())
-    assert out["complete_suite"] and out["core_metric_label"] == "CORE-22" and out["fingerprint_verified"]
-    assert out["core_metric_filtered"] == pytest.approx(np.mean([out["centered_results"][t]
-                                                                 for t in core_eval.FILTERED_TASKS]))
 
 
-def test_offline_node_without_tiktokens_cache_is_one_line_naming_the_cache(tmp_path, tiny, capsys, monkeypatch):
-    """A GPT-2 checkpoint on a node without network (the download fails at once) and with an empty tiktoken cache:
-    one line, exit 2, naming TIKTOKEN_CACHE_DIR, the folder it looked in and how to fill it; nothing written."""
-    import requests
-    import tiktoken.registry
-
-    def offline(url, *args, **kwargs):
-        raise requests.ConnectionError(f"{url}: [Errno 101] Network is unreachable")
-    monkeypatch.setattr(requests, "get", offline)
-    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})  # nothing loaded earlier in this process
-    cache = tmp_path / "empty_cache"
-    cache.mkdir()
-    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+def test_gpt2_checkpoint_offline_is_one_line(tmp_path, tiny, capsys, monkeypatch):
+    import tiktoken
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))
     net = tiny_model()
-    torch.save(dict(model_config=dataclasses.asdict(net.cfg), model=net.state_dict(), passes=1, tokenizer="gpt2",
-                    step=0), tmp_path / "gpt2.pt")
-    out = tmp_path / "eval.json"
-    code, err = run_main(["--checkpoint", str(tmp_path / "gpt2.pt"), "--bundle-dir", tiny["bundle"], "--out",
-                          str(out)], capsys)
-    assert code == 2 and err.count("\n") == 1 and err.startswith("core_eval.py: error:"), err
-    assert "TIKTOKEN_CACHE_DIR" in err and str(cache) in err and "tiktoken.get_encoding('gpt2')" in err, err
-    assert not out.exists() and os.listdir(cache) == []
+    net.tokenizer = "gpt2"
+    fake_checkpoints(monkeypatch, {str(tmp_path): net})
+    code, err = run_main(["--checkpoint", str(tmp_path), "--bundle-dir", tiny["bundle"], "--out", str(tmp_path / "e.json")],
+                         capsys)
+    assert code == 2 and err.count("\n") == 1 and "gpt2" in err and not (tmp_path / "e.json").exists()
 
 
-def test_passes_for_tied_models(tmp_path):
-    loop = save_checkpoint(tmp_path / "loop.pt", tiny_model("loop_2", 3))
-    net, _ = core_eval.load_model(loop, CPU)
-    assert net.active_passes == 2
-    net, _ = core_eval.load_model(loop, CPU, passes=4)
-    assert net.active_passes == 4
-    vanilla = save_checkpoint(tmp_path / "v.pt", tiny_model())
+def test_passes_for_tied_models(monkeypatch):
+    fake_checkpoints(monkeypatch, {"loop": tiny_model("loop_2", 3), "vanilla": tiny_model()})
+    assert core_eval.load_model("loop", CPU)[0].active_passes == 2
+    assert core_eval.load_model("loop", CPU, passes=4)[0].active_passes == 4
     with pytest.raises(core_eval.UsageError, match="--passes 2"):
-        core_eval.load_model(vanilla, CPU, passes=2)
+        core_eval.load_model("vanilla", CPU, passes=2)
 
 
-def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch, capsys, free_port):
-    args = ["--checkpoint", tiny["ckpt"], "--bundle-dir", tiny["bundle"], "--seeds", "0", "1", "--batch-size", "4"]
+def test_out_defaults_to_the_run_folder_and_never_replaces_another_checkpoints_result(tmp_path, tiny, ckpt, capsys,
+                                                                                     monkeypatch):
+    run = tiny["run"]
+    for given in (run, f"{run}/checkpoints", f"{run}/checkpoints/000010"):
+        assert core_eval.default_out(given, None) == os.path.join(run, "eval.json")
+    assert core_eval.default_out(run, 3) == os.path.join(run, "eval_passes3.json")
+    out = tmp_path / "e.json"
+    args = ["--checkpoint", ckpt, "--bundle-dir", tiny["bundle"], "--seed", "0", "--max-per-task", "3", "--out",
+            str(out)]
+    out.write_text("{}")  # not core_eval's: kept
+    code, err = run_main(args, capsys)
+    assert code == 2 and "is not core_eval's result for this checkpoint" in err and out.read_text() == "{}"
+    out.unlink()
+    assert core_eval.main(args) == 0
+    assert core_eval.main(args[:-1] + [str(out), "--seed", "1"]) == 0  # a repeat on this checkpoint replaces it
+    first = json.loads(out.read_text())
+    assert first["seeds"] == [1] and first["checkpoint"] == os.path.abspath(ckpt) and first["step"] == 7
+    fake_checkpoints(monkeypatch, {str(tmp_path): tiny["net"]})
+    code, err = run_main(["--checkpoint", str(tmp_path)] + args[2:], capsys)
+    assert code == 2 and "not core_eval's result for this checkpoint" in err and json.loads(out.read_text()) == first
+
+
+TORCHRUN_MAIN = """import sys, torch
+sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+import core_eval, test_core_eval
+torch.manual_seed(0)
+net = test_core_eval.tiny_model()
+core_eval.load_checkpoint_model = lambda path: (net, dict(tokenizer="bytes", step=7))
+sys.exit(core_eval.main(sys.argv[1:]))
+"""
+
+
+def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, ckpt, monkeypatch, capsys, free_port):
+    args = ["--checkpoint", ckpt, "--bundle-dir", tiny["bundle"], "--seed", "0", "1", "--batch-size", "4"]
     tokens = np.asarray(torch.randint(0, 256, (4 * 129,)), dtype=np.uint16)
     monkeypatch.setattr(core_eval.data, "load_pool", lambda data_dir, split: data.Pool(
         tokens, np.array([0]), {"split": split}, split))
@@ -522,25 +553,27 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, monkeypatch
     assert one["missing_tasks"] == core_eval.CORE_TASKS and one["core_metric_filtered"] is None
     assert one["suite_fingerprint"] == core_eval.bundle_fingerprint(tiny["bundle"])
     assert len(one["kl_per_block"]) == 2 and one["lens_tokens"] == 256
+    assert core_eval.main(args + ["--out", str(tmp_path / "j.json"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"] == one["results"]
 
+    (tmp_path / "main.py").write_text(TORCHRUN_MAIN.format(repo=REPO, tests=os.path.join(REPO, "tests")))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port), "core_eval.py", *args, "--out", str(tmp_path / "two.json")]
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+           "--master_port", str(free_port), str(tmp_path / "main.py"), *args, "--out", str(tmp_path / "two.json")]
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     two = json.loads((tmp_path / "two.json").read_text())
     assert two["world_size"] == 2 and two["task_counts"] == one["task_counts"]
     assert two["results"] == one["results"] and two["per_seed"]["1"]["results"] == one["per_seed"]["1"]["results"]
     assert two["core_metric"] == pytest.approx(one["core_metric"], abs=1e-12)
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-5)
-    assert two["core_loss"] == pytest.approx(one["core_loss"], rel=1e-5)
 
 
-@pytest.mark.skipif(not os.environ.get("CORE_BUNDLE_DIR"), reason="set CORE_BUNDLE_DIR to a real CORE bundle")
-def test_real_bundle_every_task(tmp_path, capsys):
+@pytest.mark.skipif(not os.path.isdir(os.environ.get("CORE_BUNDLE_DIR", "")), reason="CORE_BUNDLE_DIR: a real bundle")
+def test_real_bundle_every_task(tmp_path, monkeypatch):
     bundle = os.environ["CORE_BUNDLE_DIR"]
-    ckpt = save_checkpoint(tmp_path / "final.pt", tiny_model(seq_len=256))
-    assert core_eval.main(["--checkpoint", ckpt, "--bundle-dir", bundle, "--max-per-task", "20", "--seeds", "0",
+    fake_checkpoints(monkeypatch, {str(tmp_path): tiny_model(seq_len=256)})
+    assert core_eval.main(["--checkpoint", str(tmp_path), "--bundle-dir", bundle, "--max-per-task", "20", "--seed", "0",
                            "--out", str(tmp_path / "eval.json")]) == 0
     out = json.loads((tmp_path / "eval.json").read_text())
     labels = [t["label"] for t in core_eval.load_tasks(bundle)]
@@ -550,25 +583,3 @@ def test_real_bundle_every_task(tmp_path, capsys):
     assert all(np.isfinite(out["losses"][t]) and 0 <= out["results"][t] <= 1 for t in labels)
     if not out["complete_suite"]:
         assert out["core_metric_filtered"] is None and out["core_metric_label"] != "CORE-22"
-
-
-def test_checkpoint_folder_of_train_py(tmp_path, tiny, capsys):
-    """The folder train.py writes (checkpoints/final: model.pt + MANIFEST.json + optimizer state core_eval never
-    opens) gives the same scores as the weights in a single file; a run folder gets a message naming what to pass."""
-    from common import sha256_file
-    final = tmp_path / "run" / "checkpoints" / "final"
-    final.mkdir(parents=True)
-    shutil.copy(tiny["ckpt"], final / "model.pt")
-    (final / "adamw.pt").write_bytes(b"optimizer state: never read by core_eval")
-    files = {n: dict(size=os.path.getsize(final / n), sha256=sha256_file(final / n)) for n in ("model.pt", "adamw.pt")}
-    (final / "MANIFEST.json").write_text(json.dumps(dict(files=files)))
-    args = ["--bundle-dir", tiny["bundle"], "--seeds", "0"]
-    assert core_eval.main(["--checkpoint", str(final), *args]) == 0
-    from_folder = json.loads((tmp_path / "run" / "eval.json").read_text())  # runs/NAME/eval.json by default
-    assert core_eval.main(["--checkpoint", tiny["ckpt"], *args, "--out", str(tmp_path / "single.json")]) == 0
-    single = json.loads((tmp_path / "single.json").read_text())
-    assert from_folder["centered_results"] == single["centered_results"]
-    capsys.readouterr()
-    for folder in (tmp_path / "run", tmp_path / "run" / "checkpoints"):
-        code, err = run_main(["--checkpoint", str(folder), *args], capsys)
-        assert code == 2 and err.count("\n") == 1 and f"pass {final}" in err, err
