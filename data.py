@@ -259,6 +259,13 @@ class PoolWriter:
                 f.seek(size)
         self.val_signatures = None
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exception):  # closed, also when interrupted: a resumed prepare truncates what came after
+        for f in self.files.values():  # the last record
+            f.close()
+
     def wants(self, split):
         return self.budget[split] is None or self.count[split] < self.budget[split]
 
@@ -296,7 +303,6 @@ class PoolWriter:
         self.record(len(self.manifest["sources"]))
         for f in self.files.values():
             os.fsync(f.fileno())
-            f.close()
         for s in SPLITS:
             self.manifest["splits"][s]["sha256"] = sha256_file(_paths(self.out, s)[0])
         self.manifest["status"] = "complete"
@@ -317,9 +323,9 @@ def _read_manifest(data_dir):
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
     """Build or resume the pool in `out`; nothing to do where it is complete with these settings. A pool is created
     only where nothing else is, and never overwritten by other settings. Returns its manifest."""
+    recipe, identity = CORPORA[corpus], corpus_settings(corpus, files_glob)
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
-    recipe = CORPORA[corpus]
-    settings = dict(corpus_settings(corpus, files_glob), tokenizer=tokenizer, vocab_size=enc.n_vocab,
+    settings = dict(identity, tokenizer=tokenizer, vocab_size=enc.n_vocab,
                     bos_id=enc.eot_token, dedup=recipe.get("dedup", False), budgets=dict(
                         train=train_tokens or recipe["train_tokens"], val=val_tokens or recipe["val_tokens"]))
     try:
@@ -374,7 +380,7 @@ def _write_pool(corpus, out, settings, old, workers):
     writer = PoolWriter(out, manifest)
     workdir = os.path.join(out, "downloads")
     t0 = last_record = time.time()
-    pending, n_groups = [], 4 * workers
+    pending, pending_chars, n_groups = [], dict(train=0, val=0), 4 * workers
 
     def write_pending():
         nonlocal last_record
@@ -387,23 +393,29 @@ def _write_pool(corpus, out, settings, old, workers):
             elif "path" not in sources[k] or time.time() - last_record > CHECKPOINT_EVERY_S:
                 writer.record(k + 1)  # source k is complete in the files
                 last_record = time.time()
-                if os.path.exists(shard := os.path.join(workdir, sources[k]["name"])):
-                    os.remove(shard)  # a consumed download
+                if "path" not in sources[k] and os.path.exists(os.path.join(workdir, sources[k]["name"])):
+                    os.remove(os.path.join(workdir, sources[k]["name"]))  # a consumed download
         pending.clear()
+        pending_chars.update(train=0, val=0)
 
-    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes:
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes, \
+            writer:
         for item in _documents(sources, manifest["sources_done"], writer, corpus, workdir):
             if item != "flush":
                 pending.append(item)
-            if item == "flush" or len(pending) >= BATCH_DOCS:
+                pending_chars[item[1] or "train"] += len(item[2] or "")
+            # early, where the pending text may fill a split's budget: little text is tokenised only to be dropped
+            if item == "flush" or len(pending) >= BATCH_DOCS or any(writer.wants(s) and writer.budget[s] is not None
+                                                                    and pending_chars[s] >= writer.budget[s] -
+                                                                    writer.count[s] for s in SPLITS):
                 write_pending()
                 if not any(writer.wants(s) for s in SPLITS):
                     break
         write_pending()
-    if writer.count["train"] + writer.count["val"] == writer.docs["train"] + writer.docs["val"]:  # BOS tokens only
-        raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at non-empty "
-                        f".txt/.jsonl/.parquet files")
-    writer.finish()
+        if writer.count["train"] + writer.count["val"] == writer.docs["train"] + writer.docs["val"]:  # BOS only
+            raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
+                            "non-empty .txt/.jsonl/.parquet files")
+        writer.finish()
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"{out}: {corpus} complete: train {writer.count['train']:,} tokens / {writer.docs['train']:,} docs, "
           f"val {writer.count['val']:,} tokens / {writer.docs['val']:,} docs, {manifest['dedup_skipped_docs']} "

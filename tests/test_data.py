@@ -1,12 +1,16 @@
-"""Tests for data.py: pool preparation against a local fake Hugging Face server (test_common.FakeHub): FineWeb
-split and de-dup, FineWeb-Edu, stdlib, local files, resume), the loader's world-size invariance, and CLI errors."""
+"""Tests for data.py: pool preparation (FineWeb split and de-dup and FineWeb-Edu against a local HTTP server that
+answers as the Hugging Face Hub does, stdlib, local files, resume), the loader's world-size invariance, CLI errors."""
+import hashlib
 import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 import pyarrow as pa
@@ -18,11 +22,59 @@ import torch.multiprocessing as mp
 
 import arms
 import data
-from test_common import FakeHub, hub  # noqa: F401 (the fake Hub and its fixture)
+
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FW = data.CORPORA["fineweb"]
 EDU = data.CORPORA["fineweb-edu"]
+
+
+class FakeHub(BaseHTTPRequestHandler):
+    """The two Hub endpoints huggingface_hub uses here: a folder's tree listing and a file's resolve (HEAD + GET)."""
+    files = {}         # "repo/revision/path" -> bytes
+    listed_sha = {}    # key -> the sha256 the listing claims (default: the true one)
+    log = []           # paths requested
+
+    def log_message(self, *args):
+        pass
+
+    def do_HEAD(self):
+        self.do_GET(send_body=False)
+
+    def do_GET(self, send_body=True):
+        path = unquote(urlparse(self.path).path)
+        self.log.append(path)
+        if path.startswith("/api/datasets/"):
+            repo, _, tail = path[len("/api/datasets/"):].partition("/tree/")
+            revision, _, folder = tail.partition("/")
+            entries = [dict(type="file", path=k[len(f"{repo}/{revision}/"):], size=len(v), oid="0" * 40,
+                            lfs=dict(oid=self.listed_sha.get(k, hashlib.sha256(v).hexdigest()), size=len(v),
+                                     pointerSize=134))
+                       for k, v in self.files.items() if k.startswith(f"{repo}/{revision}/{folder}/")]
+            body, headers = json.dumps(entries).encode(), {}
+        else:
+            repo, _, key_tail = path[len("/datasets/"):].partition("/resolve/")
+            body = self.files.get(f"{repo}/{key_tail}")
+            headers = {"ETag": f'"{hashlib.sha256(body or b"").hexdigest()}"', "X-Repo-Commit": key_tail.split("/")[0]}
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Length", str(len(body or b"")))
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if send_body and body:
+            self.wfile.write(body)
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    FakeHub.files, FakeHub.listed_sha, FakeHub.log = {}, {}, []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeHub)
+    threading.Thread(target=server.serve_forever, kwargs=dict(poll_interval=0.05), daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    yield url
+    server.shutdown()
 
 
 def parquet_bytes(texts):
@@ -48,7 +100,7 @@ def run_cli(*args, env=None):
 
 def one_line_error(result, *words):
     assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
+    lines = [l for l in result.stderr.strip().splitlines() if not l.startswith("downloading ")]  # progress
     assert len(lines) == 1 and lines[0].startswith("data.py: error:"), result.stderr
     assert "Traceback" not in result.stderr
     for w in words:
@@ -97,8 +149,8 @@ def test_prepare_fake_fineweb_splits_and_dedups(hub, tmp_path):
     assert manifest["status"] == "complete" and manifest["revision"] == FW["revision"]
     assert manifest["dedup_skipped_docs"] == 2
     assert manifest["splits"]["val"]["token_count"] == val_budget
-    requested = {p for p, _ in FakeHub.log}
-    assert all(FW["revision"] in p for p in requested)
+    requested = {p for p in FakeHub.log if "datasets/" in p}  # huggingface_hub also asks /api/agent-harnesses
+    assert all(FW["revision"] in p for p in requested), requested
     assert not any("001_00000" in p for p in requested)           # val was full: no needless download
     assert not os.path.exists(os.path.join(out, "downloads"))     # consumed shards are removed
 
@@ -112,6 +164,16 @@ def test_prepare_fake_fineweb_edu_uses_shard_0_for_validation(hub, tmp_path):
                       "--workers", "1"]) == 0
     assert read_split(out, "val")[0] == [byte_tokens(t) for t in shards[0]]
     assert read_split(out, "train")[0] == [byte_tokens(t) for t in shards[1] + shards[2]]  # no de-dup for Edu
+
+
+def test_a_hub_file_that_does_not_match_its_listed_sha256_is_one_line(hub, tmp_path, capsys):
+    key = f"{EDU['repo']}/{EDU['revision']}/sample/100BT/000_00000.parquet"
+    FakeHub.files[key] = parquet_bytes(["some text"])
+    FakeHub.listed_sha[key] = "0" * 64
+    main_error(capsys, ["prepare", "--corpus", "fineweb-edu", "--tokenizer", "bytes", "--out", str(tmp_path / "p")],
+               "does not match its sha256")
+    main_error(capsys, ["prepare", "--corpus", "fineweb", "--tokenizer", "bytes", "--out", str(tmp_path / "q")],
+               "no parquet files under")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -209,6 +271,7 @@ def test_interrupted_prepare_resumes_to_the_same_pool(tmp_path, monkeypatch):
         data.load_pool(out, "train")
     monkeypatch.setattr(data, "read_texts", real_read)
     assert data.main(args + ["--out", out]) == 0
+    assert len(os.listdir(tmp_path / "in")) == 8  # the sources are read, never touched
     for split in data.SPLITS:
         assert read_split(out, split)[0] == read_split(str(tmp_path / "clean"), split)[0]
         assert (json.load(open(os.path.join(out, "corpus.json")))["splits"][split]["sha256"]
@@ -314,13 +377,13 @@ def test_val_windows_in_file_order_with_exact_token_count():
 # Bad input -> one line, exit 2
 
 def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
-    one_line_error(run_cli("prepare", "--corpus", "wikipedia", "--out", str(tmp_path / "x")), "unknown corpus")
+    one_line_error(run_cli("prepare", "--corpus", "wikipedia", "--out", str(tmp_path / "x")), "invalid choice")
     main_error(capsys, ["prepare", "--out", str(tmp_path / "x")], "--corpus")
     main_error(capsys, ["prepare", "--corpus", "files", "--files", str(tmp_path / "none" / "*.txt"), "--tokenizer",
                         "bytes", "--out", str(tmp_path / "x")], "matches no files")
     main_error(capsys, ["prepare", "--corpus", "files", "--out", str(tmp_path / "x")], "--files GLOB is required")
     main_error(capsys, ["prepare", "--corpus", "stdlib", "--tokenizer", "wordpiece", "--out", str(tmp_path / "x")],
-               "unknown tokenizer")
+               "invalid choice")
     (tmp_path / "a_file").write_text("not a directory")
     main_error(capsys, ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes",
                         "--out", str(tmp_path / "a_file" / "pool")], "cannot write")
