@@ -340,8 +340,8 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
             raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
         differ = [k for k, v in settings.items() if old is not None and old.get(k) != v]
         if differ:
-            raise DataError(f"{out} holds a {'complete' if old.get('status') == 'complete' else 'unfinished'} pool "
-                            f"with other settings ({', '.join(differ)}); use another --out or delete it first")
+            raise DataError(f"{out} holds {'a complete' if old.get('status') == 'complete' else 'an unfinished'} "
+                            f"pool with other settings ({', '.join(differ)}); use another --out or delete it first")
         if old is not None and old.get("status") == "complete":
             print(f"{out}: pool already complete", file=sys.stderr)
             return old

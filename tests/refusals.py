@@ -83,7 +83,7 @@ def bundle_files(rows=None, spec=None, prefix="b"):
             f"{prefix}/eval_data/t.jsonl": "\n".join(rows) + "\n"}
 
 
-EVAL = ["--checkpoint", "{ckpt}", "--bundle-dir", "{d}/b", "--seeds", "0", "--out", "{d}/eval.json"]
+EVAL = ["--checkpoint", "{ckpt}", "--bundle-dir", "{d}/b", "--seed", "0", "--out", "{d}/eval.json"]
 
 
 @functools.cache

@@ -135,21 +135,19 @@ DATA_CASES = [
     ("prepare-into-foreign-folder", {"mine/notes.txt": "my notes"}, [*PREP, "--out", "{d}/mine"],
      "is not empty and holds no pool"),
     ("prepare-over-another-unfinished-prepare", {"pool/corpus.json": OTHER_PREPARE, "pool/train.bin": b"\x01\x00"},
-     [*PREP, "--out", "{d}/pool"], "holds an unfinished prepare with other settings (corpus 'files'"),
-    ("corpus-json-not-a-manifest", {"pool/corpus.json": "[1, 2]"}, [*PREP, "--out", "{d}/pool"],
-     "is not a data.py pool manifest"),
+     [*PREP, "--out", "{d}/pool"], "holds an unfinished pool with other settings (corpus, "),
     ("files-all-empty", {"in/a.txt": "", "in/b.txt": ""},
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.txt", "--tokenizer", "bytes", "--workers", "1",
       "--out", "{d}/out"], "hold no text"),
     ("jsonl-text-not-a-string", {"in/a.jsonl": '{"text": "a"}\n\n{"text": 5}\n'},
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
-      "--out", "{d}/out"], "a.jsonl:3: the 'text' field is not a string"),
+      "--out", "{d}/out"], "a.jsonl:3: not a UTF-8 JSON object with a 'text' string"),
     ("jsonl-line-after-a-carriage-return", {"in/a.jsonl": b'{"text": "a"}\n{"text": "b\rc"}\n{"text": "d"}\n'},
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
-      "--out", "{d}/out"], "a.jsonl:2: not a JSON object"),
+      "--out", "{d}/out"], "a.jsonl:2: not a UTF-8 JSON object"),
     ("jsonl-not-utf8", {"in/a.jsonl": b'{"text": "a"}\n{"text": "\xff"}\n'},
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
-      "--out", "{d}/out"], "a.jsonl:2: not UTF-8"),
+      "--out", "{d}/out"], "a.jsonl:2: not a UTF-8 JSON object"),
     ("negative-budget", {}, [*PREP, "--train-tokens=-5", "--out", "{d}/p"], "--train-tokens: must be a whole number"),
     ("verify-missing-pool", {}, ["verify", "{d}/nothing"], "no pool in"),
 ]
@@ -161,6 +159,16 @@ def test_data_bad_input(tmp_path, files, argv, message):
 
 
 # ------------------------------------------------------------------------------------------------ core_eval.py
+@pytest.fixture
+def checkpoint(tmp_path_factory, monkeypatch):
+    """A folder that core_eval's load_checkpoint_model reads as a tiny random model (checkpoint.py has its own
+    tests)."""
+    import core_eval
+    import model
+    net = model.GPT(model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=257))
+    path = tmp_path_factory.mktemp("run")
+    monkeypatch.setattr(core_eval, "load_checkpoint_model", lambda p: (net, dict(tokenizer="bytes", step=0)))
+    return str(path)
 
 
 GOOD_ROW = json.dumps(dict(query="q", choices=["x", "y"], gold=0))
@@ -168,8 +176,9 @@ CORE_EVAL_CASES = [
     ("core-yaml-without-dataset-uri", bundle_files(spec=dict(label="t", num_fewshot=[0], icl_task_type="schema")),
      EVAL, "icl_tasks entry 1 of"),
     ("gold-out-of-range", bundle_files([GOOD_ROW, json.dumps(dict(query="q", choices=["x", "y"], gold=7))]), EVAL,
-     "t.jsonl:2: gold 7 is not an index into its 2 options"),
-    ("no-choices", bundle_files([json.dumps(dict(query="q", choices=[], gold=0))]), EVAL, "t.jsonl:1: no answer options"),
+     "t.jsonl:2: gold 7 is not an index into its answer options"),
+    ("no-choices", bundle_files([json.dumps(dict(query="q", choices=[], gold=0))]), EVAL,
+     "t.jsonl:1: gold 0 is not an index into its answer options"),
     ("row-missing-field", bundle_files([GOOD_ROW, GOOD_ROW, json.dumps(dict(query="q"))]), EVAL,
      "t.jsonl:3: a multiple_choice row needs query and choices"),
     ("lm-continuation-not-text", bundle_files([json.dumps(dict(context="c", continuation=3))],
@@ -179,7 +188,7 @@ CORE_EVAL_CASES = [
     ("bad-json-line", bundle_files([GOOD_ROW, "", GOOD_ROW, "{not json"]), EVAL, "t.jsonl:4: not a JSON object"),
     ("foreign-eval-json", dict(bundle_files(), **{"eval.json": '{"mine": 1}'}), EVAL,
      "exists and is not core_eval's result"),
-    ("out-is-a-directory", dict(bundle_files(), **{"eval.json/x": "x"}), EVAL, "is a directory"),
+    ("out-is-a-directory", dict(bundle_files(), **{"eval.json/x": "x"}), EVAL, "not a file name in an existing folder"),
     ("effective-depth-pool-missing", bundle_files(), [*EVAL, "--effective-depth", "--data-dir", "{d}/nopool"],
      "--effective-depth: no pool in"),
     ("kl-threshold-nan", bundle_files(), [*EVAL, "--kl-threshold", "nan"], "must be a finite number"),
@@ -191,20 +200,6 @@ CORE_EVAL_CASES = [
 def test_core_eval_bad_input(tmp_path, checkpoint, files, argv, message):
     argv = [a.replace("{ckpt}", checkpoint) for a in argv]
     assert_refused("core_eval.py", argv, tmp_path, message, files, runner=run_in_process)
-
-
-def test_core_eval_zip_caps(tmp_path):
-    import zipfile
-    import core_eval
-    bomb = tmp_path / "bomb.zip"
-    with zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("eval_bundle/core.yaml", b"\0" * (3 << 20))  # 3 MiB of zeros: a few KiB compressed
-    with pytest.raises(core_eval.UsageError, match="unpacks to more than 2 MiB"):
-        core_eval.safe_extract(str(bomb), str(tmp_path / "x"), max_bytes=2 << 20)
-    with pytest.raises(core_eval.UsageError, match="more than the cap of 0"):
-        core_eval.safe_extract(str(bomb), str(tmp_path / "y"), max_files=0)
-    core_eval.safe_extract(str(bomb), str(tmp_path / "z"), max_bytes=4 << 20)  # under the cap: extracted whole
-    assert os.path.getsize(tmp_path / "z" / "eval_bundle" / "core.yaml") == 3 << 20
 
 
 # ------------------------------------------------------------------------------------------------ ladder.sh
@@ -276,10 +271,10 @@ def test_class2_numbers_and_environment_values(tmp_path, pool_copy, monkeypatch,
 
 CLASS2_CORE_EVAL_CASES = [  # (id, flags added to a valid evaluation of a one-task bundle, message)
     ("max-per-task-zero", ["--max-per-task", "0"],
-     "argument --max-per-task: must be a whole number in [1, 1000000000] or all, got '0'"),
+     "argument --max-per-task: must be a whole number in [1, 1000000000], got '0'"),
     ("max-per-task-negative", ["--max-per-task=-5"], "argument --max-per-task: must be"),
     ("kl-threshold-negative", ["--kl-threshold=-1"], "argument --kl-threshold: must be a finite number in (0, inf)"),
-    ("seed-twice", ["--seeds", "0", "0"], "--seeds names a seed twice"),
+    ("seed-twice", ["--seed", "0", "0"], "--seed names a seed twice"),
 ]
 
 
@@ -292,14 +287,12 @@ def test_class2_core_eval_numbers(tmp_path, checkpoint, flags, message):
 
 
 def test_class2_ranges_accept_their_bounds_and_all(capsys):
-    """The declared ranges are not tighter than the values they name: the largest seed trains (here: plans), and
-    --max-per-task all is the whole suite."""
+    """The declared ranges are not tighter than the values they name: the largest seed trains (here: plans)."""
     import core_eval
     import train
     assert train.main([*DRY, "--seed", str(2 ** 63 - 1), "--adam-betas", "0", "0.999", "--warmdown-ratio", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["seed"] == 2 ** 63 - 1
-    assert core_eval.parse_args(["--max-per-task", "all"]).max_per_task is None
-    assert core_eval.parse_args(["--max-per-task", "7"]).max_per_task == 7
+    assert core_eval.build_parser().parse_args(["--checkpoint", "x", "--max-per-task", "7"]).max_per_task == 7
 
 
 def ladder_with(env):
@@ -423,7 +416,7 @@ def bundle_with(labels=("t",), meta=None, **spec):
 CORE_EVAL_LATE_CASES = [
     ("core-yaml-names-a-task-twice", bundle_with(["t", "u", "t"]), "task t: named twice in"),
     ("meta-names-a-task-twice", bundle_with(meta="Eval Task,Random baseline\nt,50\nt,25\n"),
-     "eval_meta_data.csv:3: task t is named twice"),
+     "must have one 'Random baseline' row for it, not 2"),
     ("baseline-100", bundle_with(meta="Eval Task,Random baseline\nt,100\n"), "task t: 'Random baseline' '100' is not"),
     ("baseline-nan", bundle_with(meta="Eval Task,Random baseline\nt,nan\n"), "'Random baseline' 'nan' is not"),
     ("baseline-negative", bundle_with(meta="Eval Task,Random baseline\nt,-5\n"), "'Random baseline' '-5' is not"),
@@ -453,31 +446,6 @@ def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, check
                    "task arc_easy: named twice in", files, runner=run_in_process)
 
 
-def test_core_eval_checkpoint_with_nan_weights_refused_before_the_bundle(tmp_path, checkpoint):
-    weights = torch.load(checkpoint, map_location="cpu", weights_only=True)
-    next(iter(weights["model"].values())).view(-1)[0] = float("nan")
-    torch.save(weights, tmp_path / "nan.pt")
-    assert_refused("core_eval.py", [a.replace("{ckpt}", str(tmp_path / "nan.pt")) for a in EVAL], tmp_path,
-                   "holds non-finite weights", bundle_files(), runner=run_in_process)
-
-
-def test_core_eval_replaces_only_a_repeat_of_the_same_evaluation(tmp_path, checkpoint):
-    argv = [a.replace("{ckpt}", checkpoint).replace("{d}", str(tmp_path)) for a in EVAL]
-    for rel, content in bundle_files().items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(content)
-    assert run_in_process("core_eval.py", argv)[0] == 0
-    first = json.loads((tmp_path / "eval.json").read_text())
-    assert first["batch_size"] == 64 and first["seeds"] == [0] and first["max_per_task"] is None
-    for flags, message in ((["--max-per-task", "2"], "max_per_task None -> 2"), (["--seeds", "1"], "seeds [0] -> [1]"),
-                           (["--scoring", "batched"], "scoring 'shared' -> 'batched'")):
-        assert_refused("core_eval.py", argv + flags, tmp_path, message, runner=run_in_process)
-    with open(tmp_path / "b" / "eval_data" / "t.jsonl", "a") as f:  # the same folder, another bundle
-        f.write(GOOD_ROW + "\n")
-    assert_refused("core_eval.py", argv, tmp_path, "suite_fingerprint", runner=run_in_process)
-    assert run_in_process("core_eval.py", argv + ["--overwrite"])[0] == 0
-    assert run_in_process("core_eval.py", argv)[0] == 0  # a repeat replaces its own result
-    assert json.loads((tmp_path / "eval.json").read_text())["task_counts"] == {"t": 5}
 
 
 # --- train.py: knobs that do not apply to the arm, resume and complete runs against the plan and pool, torchrun
@@ -701,42 +669,6 @@ def test_ladder_under_slurm_from_another_directory(tmp_path):
     assert len(calls) == 2 and all(f"--data-dir {tmp_path}/pool --run-name untied_grow_d26 --runs-dir "
                                    f"{tmp_path}/runs" in call for call in calls), calls
     assert (tmp_path / "runs" / "untied_grow_d26" / "train.log").exists()
-
-
-# ------------------------------------------------------------------------------------------------ issue 31, class 2
-# the pool's and core_eval's records read back are checked against their declared schema (data.py's MANIFEST_SCHEMA,
-# COMPLETE_SCHEMA; core_eval.py's EVAL_SCHEMA) before use: one line naming the file and the field
-def edit_corpus_json(pool, change):
-    path = os.path.join(pool, "corpus.json")
-    manifest = json.load(open(path))
-    with open(path, "w") as f:
-        json.dump(change(manifest), f)
-
-
-CLASS2_POOL_CASES = [  # (id, change of the pool's corpus.json, message)
-    ("corpus-json-a-list", lambda m: [m], "pool/corpus.json must be an object, got a list of 1"),
-    ("splits-a-string", lambda m: dict(m, splits="train"), 'pool/corpus.json: field splits must be an object, got "train"'),
-    ("token-count-a-string", lambda m: (m["splits"]["train"].update(token_count="10"), m)[1],
-     'pool/corpus.json: field splits.train.token_count must be a whole number >= 0, got "10"'),
-    ("doc-count-negative", lambda m: (m["splits"]["val"].update(doc_count=-1), m)[1],
-     "pool/corpus.json: field splits.val.doc_count must be a whole number >= 0, got -1"),
-    ("sha256-missing", lambda m: (m["splits"]["train"].pop("sha256"), m)[1],
-     "pool/corpus.json: field splits.train.sha256 is missing"),
-]
-
-
-@pytest.mark.parametrize("change, message", [c[1:] for c in CLASS2_POOL_CASES], ids=[c[0] for c in CLASS2_POOL_CASES])
-def test_issue31_class2_pool_records_checked_against_their_schema(tmp_path, pool_copy, change, message):
-    edit_corpus_json(pool_copy, change)
-    assert_refused("train.py", RUN, tmp_path, message, runner=run_in_process)
-
-
-def test_issue31_class2_eval_json_read_back_is_checked(tmp_path, checkpoint):
-    # core_eval's own result with a checkpoint that is not text: named, not "not core_eval's result for this checkpoint"
-    files = dict(bundle_files(), **{"eval.json": json.dumps(dict(core_metric=0.1, checkpoint=5))})
-    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
-                   "eval.json: field checkpoint must be text, got 5; it is not a core_eval.py result", files,
-                   runner=run_in_process)
 
 
 # ------------------------------------------------------------------------------------------------ issue 31, class 5
