@@ -1,7 +1,6 @@
 """
 core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
-17-task filtered score, few-shot seeds 0 1 2 (mean and population std), and optionally the logit-lens KL effective
-depth.
+17-task filtered score, few-shot seeds 0 1 2 (mean and population std), and the logit-lens KL effective depth.
 
 Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE").
 Examples are shuffled with Random(1337), few-shot examples are drawn with Random(seed + index) excluding the item
@@ -14,9 +13,8 @@ answer NLL is the mean token loss over the full gold answer. Many examples run p
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
 
-Without --bundle-dir the bundle is downloaded once (rank 0; the others wait) into .cache/eval_bundle next to this
-file, extracted with zipfile, and installed only if its content matches the paper's fingerprint.
-A new metric is one entry of METRICS (below); eval.json then carries it per task, per seed and its std over seeds.
+Without --bundle-dir the bundle is downloaded once into .cache/eval_bundle next to this file, extracted with zipfile
+and installed only if its content matches the paper's fingerprint. A new metric is one entry of METRICS (below).
 """
 
 import argparse, csv, hashlib, json, math, os, random, shutil, sys, tempfile, time, urllib.request, zipfile
@@ -626,7 +624,13 @@ def run(argv):
     out = run_eval(args, rank, world_size, device)
     if rank != 0:
         return
-    write_json(out_path, out, allow_nan=False)
+    try:
+        write_json(out_path, out, allow_nan=False)
+    except OSError as e:  # a full disk: the evaluation is done, keep its results
+        fd, saved = tempfile.mkstemp(prefix="core_eval-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(out, f)
+        raise UsageError(f"cannot write {out_path}: {e.strerror}; the results are saved in {saved}") from None
     if args.json:
         print(json.dumps(out, indent=2))
         return

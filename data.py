@@ -1,26 +1,20 @@
 """Token pools and the training/validation loaders (docs/recipe.md, "Data").
 
     python data.py prepare --corpus stdlib --tokenizer bytes --out data/stdlib   # offline, < 1 min
-    python data.py prepare ... --if-missing    # no-op when --out already holds a complete pool
     python data.py prepare --corpus fineweb --out data/fineweb                   # GPT-2 tokens, downloads FineWeb
     python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
     python data.py verify data/stdlib          # check a pool's token files against their sha256
 
-A pool directory holds, per split ("train", "val"): `<split>.bin` (flat uint16 tokens, memory-mappable),
-`<split>.docs.bin` (int64 offset of each document's BOS; the first is 0) and one `corpus.json` manifest
-(corpus, revision, tokenizer, counts, sha256, sources, status). Every document is [BOS] + tokens, no EOS.
-prepare appends source after source and records its progress in corpus.json ("status": "running"), so an
-interrupted prepare resumes from there when the same command is run again; "status": "complete" is written last.
-
-Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (huggingface_hub: endpoint from $HF_ENDPOINT, token
-from $HF_TOKEN); "stdlib", the running interpreter's standard-library .py files (validation = files with
-sha1(relative path) mod 50 == 0); "files", local .txt / .jsonl ("text" field) / .parquet ("text" column) files
-(validation = documents with sha1(text) mod 50 == 0).
-
-TrainLoader reproduces the release's packing (docs/recipe.md): what optimizer step s sees depends only on (seed, s),
-never on the world size or micro-batch size, so resuming (on any number of processes) is just continuing at the step.
+A pool folder holds per split ("train", "val") `<split>.bin` (uint16 tokens; every document is [BOS] + tokens) and
+`<split>.docs.bin` (int64 offset of each document's BOS), and `corpus.json` (settings, counts, sha256, status).
+prepare appends source after source and records its progress in corpus.json, so the same command resumes an
+interrupted prepare. Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (huggingface_hub; $HF_ENDPOINT,
+$HF_TOKEN); "stdlib", this Python's standard-library .py files; "files", local .txt / .jsonl ("text" field) /
+.parquet ("text" column). Validation is a sha1 hash bucket (1 in 50) of the file names (stdlib) or texts (files).
+TrainLoader reproduces the release's packing: what step s sees depends only on (seed, s), never on the world size or
+micro-batch size, so resuming (on any number of processes) is just continuing at the step.
 """
-import fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
+import errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
 from dataclasses import dataclass
 
 from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
@@ -76,9 +70,6 @@ import torch.distributed as dist
 from huggingface_hub import HfApi, hf_hub_download
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Tokenizers
-
 def get_tokenizer(name):
     """tiktoken Encoding: "gpt2" (downloads its vocab on first use) or "bytes" (offline, 256 bytes + BOS)."""
     if name == "gpt2":
@@ -98,11 +89,7 @@ def get_tokenizer(name):
 
 def token_byte_lengths(enc):
     """Bytes of each token id (0 for BOS/<|endoftext|>), for bits-per-byte."""
-    lengths = np.zeros(enc.n_vocab, dtype=np.int64)
-    for i in range(enc.n_vocab):
-        if i != enc.eot_token:
-            lengths[i] = len(enc.decode_single_token_bytes(i))
-    return lengths
+    return np.array([0 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)])
 
 
 _worker_enc = None
@@ -118,12 +105,8 @@ def _init_worker(tokenizer):
 
 def _encode_docs(texts):
     """Worker: [BOS] + encode_ordinary(text) for each text, as uint16 arrays."""
-    bos = _worker_enc.eot_token
-    return [np.array([bos] + _worker_enc.encode_ordinary(t), dtype=np.uint16) for t in texts]
+    return [np.array([_worker_enc.eot_token] + _worker_enc.encode_ordinary(t), dtype=np.uint16) for t in texts]
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Sources: an ordered list of files, each feeding "train", "val" or (split="by-doc") both by document hash
 
 def _hash_mod(key, every):
     return int.from_bytes(hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()[:8], "big") % every
@@ -214,27 +197,26 @@ def read_texts(path):
     elif path.endswith(".jsonl"):
         with open(path, "rb") as f:  # binary: lines end at \n only, so line numbers are the editor's
             for line_no, line in enumerate(f, 1):
-                if line.strip():
-                    try:
-                        text = json.loads(line.decode("utf-8"))["text"]
-                    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-                        text = None
-                    if not isinstance(text, str):
-                        raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string")
-                    yield text
+                if not line.strip():
+                    continue
+                try:
+                    text = json.loads(line.decode("utf-8"))["text"]
+                except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                    text = None
+                if not isinstance(text, str):
+                    raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string")
+                yield text
     else:
-        with open(path, "rb") as f:
-            raw = f.read()
         try:
-            yield raw.decode("utf-8")
+            with open(path, encoding="utf-8") as f:
+                yield f.read()
         except UnicodeDecodeError:  # the stdlib ships a few deliberately non-UTF-8 test files; skip them
             if not path.endswith(".py"):
                 raise DataError(f"{path} is not UTF-8 text") from None
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Pool writing: documents are appended to <split>.bin / <split>.docs.bin; corpus.json records how many tokens and
-# documents were complete after the last recorded source, and a resumed prepare truncates the files back to that.
+# Pool writing: documents are appended to <split>.bin / <split>.docs.bin; corpus.json records the counts after the
+# last recorded source, and a resumed prepare truncates the files back to them.
 
 def _paths(out, split):
     return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
@@ -262,8 +244,8 @@ class PoolWriter:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exception):  # closed, also when interrupted: a resumed prepare truncates what came after
-        for f in self.files.values():  # the last record
+    def __exit__(self, *exception):  # also when interrupted: a resume truncates what came after the last record
+        for f in self.files.values():
             f.close()
 
     def wants(self, split):
@@ -325,9 +307,8 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
     only where nothing else is, and never overwritten by other settings. Returns its manifest."""
     recipe, identity = CORPORA[corpus], corpus_settings(corpus, files_glob)
     enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
-    settings = dict(identity, tokenizer=tokenizer, vocab_size=enc.n_vocab,
-                    bos_id=enc.eot_token, dedup=recipe.get("dedup", False), budgets=dict(
-                        train=train_tokens or recipe["train_tokens"], val=val_tokens or recipe["val_tokens"]))
+    settings = dict(identity, tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token, dedup=recipe.get(
+        "dedup", False), budgets=dict(train=train_tokens or recipe["train_tokens"], val=val_tokens or recipe["val_tokens"]))
     try:
         os.makedirs(out, exist_ok=True)
         lock = open(os.path.join(out, "prepare.lock"), "a")
@@ -345,7 +326,13 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         if old is not None and old.get("status") == "complete":
             print(f"{out}: pool already complete", file=sys.stderr)
             return old
-        return _write_pool(corpus, out, settings, old, workers or os.cpu_count() or 1)
+        try:
+            return _write_pool(corpus, out, settings, old, workers or os.cpu_count() or 1)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise DataError(f"cannot write the pool {out}: {e.strerror}; free space and re-run the same command (it "
+                            "resumes)") from None
 
 
 def _documents(sources, first, writer, corpus, workdir):
@@ -377,6 +364,7 @@ def _write_pool(corpus, out, settings, old, workers):
     else:
         manifest = dict(status="running", **settings, dtype="uint16", sources=names, sources_done=0,
                         dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0) for s in SPLITS})
+        write_json(os.path.join(out, "corpus.json"), manifest)  # first: a folder with pool files has a corpus.json
     writer = PoolWriter(out, manifest)
     workdir = os.path.join(out, "downloads")
     t0 = last_record = time.time()
@@ -423,9 +411,6 @@ def _write_pool(corpus, out, settings, old, workers):
     return manifest
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Pool loading
-
 @dataclass
 class Pool:
     tokens: np.ndarray       # uint16, memory-mapped
@@ -449,16 +434,15 @@ def load_pool(data_dir, split, verify_hash=False):
     """Memory-map one split of a complete pool; a missing, unfinished or corrupt pool is a DataError."""
     manifest = _read_manifest(data_dir)
     if manifest is None:
-        raise DataError(f"no pool in {data_dir} (corpus.json missing); run: python data.py prepare --out {data_dir} "
-                        "...")
+        raise DataError(f"no pool in {data_dir} (no corpus.json); run: python data.py prepare --out {data_dir} ...")
     if manifest.get("status") != "complete":
         raise DataError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
-    info = manifest["splits"][split]
+    info, fix = manifest["splits"][split], f"the pool is corrupt, delete {data_dir} and prepare it again"
     for path, size in zip(_paths(data_dir, split), (2 * info["token_count"], 8 * info["doc_count"])):
-        if not os.path.exists(path) or os.path.getsize(path) != size or (
-                verify_hash and path.endswith(f"{split}.bin") and sha256_file(path) != info["sha256"]):
-            raise DataError(f"{path} does not match corpus.json (size or sha256); the pool is corrupt, delete "
-                            f"{data_dir} and prepare it again")
+        if not os.path.exists(path) or os.path.getsize(path) != size:
+            raise DataError(f"{path} does not have the size corpus.json records; {fix}")
+    if verify_hash and sha256_file(_paths(data_dir, split)[0]) != info["sha256"]:
+        raise DataError(f"{_paths(data_dir, split)[0]} does not match its sha256 in corpus.json; {fix}")
     return Pool(*_open_arrays(data_dir, split, info["token_count"], info["doc_count"]), manifest, split)
 
 
@@ -466,12 +450,10 @@ def check_pool_hashes(data_dir):
     """Raise DataError unless every split's token file matches its sha256 in corpus.json. A file is hashed once:
     <pool>/verified.json records the size, mtime and ctime of each file that matched (any write changes ctime), and
     a file whose record still holds is not hashed again."""
-    path = os.path.join(data_dir, "verified.json")
-    try:
+    path, verified = os.path.join(data_dir, "verified.json"), {}
+    if os.path.isfile(path):  # a regular file only: open() of a FIFO would wait for a writer
         with open(path) as f:
             verified = json.load(f)
-    except (OSError, ValueError):
-        verified = {}
     records = {}
     for split in SPLITS:
         pool = load_pool(data_dir, split)
@@ -479,11 +461,8 @@ def check_pool_hashes(data_dir):
         records[split] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, pool.manifest["splits"][split]["sha256"]]
         if verified.get(split) != records[split]:
             load_pool(data_dir, split, verify_hash=True)
-    if records != verified:
-        try:
-            write_json(path, records)
-        except OSError:  # a read-only pool is hashed again next time
-            pass
+    if records != verified and os.access(data_dir, os.W_OK):  # a read-only pool is hashed again next time
+        write_json(path, records)
 
 
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
@@ -514,9 +493,6 @@ def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
                         f"size {vocab_size} at position {first_bad:,}; the pool is corrupt or of another tokenizer "
                         f"(python data.py verify {data_dir})")
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Loaders (docs/recipe.md, "Data")
 
 def _permutation(n, seed):
     g = torch.Generator()
