@@ -193,13 +193,19 @@ CORE_EVAL_CASES = [
      "--effective-depth: no pool in"),
     ("kl-threshold-nan", bundle_files(), [*EVAL, "--kl-threshold", "nan"], "must be a finite number"),
     ("lens-tokens-zero", bundle_files(), [*EVAL, "--lens-tokens", "0"], "--lens-tokens: must be a whole number"),
+    ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "--checkpoint {d}/nope does not"),
+    ("bundle-without-core-yaml", {"b/notes.txt": "x"}, EVAL, "is not a readable CORE bundle"),
+    ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
+    ("unknown-task-type", bundle_files(spec=dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0],
+                                                 icl_task_type="generation")), EVAL, "unknown icl_task_type"),
+    ("scoring-unknown", bundle_files(), [*EVAL, "--scoring", "fastest"], "invalid choice: 'fastest'"),
 ]
 
 
 @pytest.mark.parametrize("files, argv, message", [c[1:] for c in CORE_EVAL_CASES], ids=[c[0] for c in CORE_EVAL_CASES])
 def test_core_eval_bad_input(tmp_path, checkpoint, files, argv, message):
     argv = [a.replace("{ckpt}", checkpoint) for a in argv]
-    assert_refused("core_eval.py", argv, tmp_path, message, files, runner=run_in_process)
+    assert_refused("core_eval.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
 
 
 # ------------------------------------------------------------------------------------------------ ladder.sh
@@ -441,9 +447,12 @@ def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, check
     """The 22 CORE labels plus a second arc_easy: 23 entries skipped the fingerprint check and were reported as a
     verified CORE-22 suite."""
     import core_eval
-    files = bundle_with([*core_eval.CORE_TASKS, "arc_easy"])
-    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path,
-                   "task arc_easy: named twice in", files, runner=run_in_process)
+    argv = [a.replace("{ckpt}", checkpoint) for a in EVAL]
+    assert_refused("core_eval.py", argv, tmp_path, "task arc_easy: named twice in",
+                   bundle_with([*core_eval.CORE_TASKS, "arc_easy"]), runner=run_in_process)
+    # the 22 labels, but not the paper's content: refused, never reported as CORE-22
+    assert_refused("core_eval.py", argv, tmp_path / "22", "not the paper's", bundle_with(core_eval.CORE_TASKS),
+                   runner=run_in_process)
 
 
 

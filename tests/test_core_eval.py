@@ -465,25 +465,6 @@ def test_core_yaml_errors_name_the_entry_index(tmp_path):
 # ---------------------------------------------------------------------------------------------------------------------
 # CLI: end to end, errors, --out, passes, effective depth
 
-def test_cli_errors_are_one_line(tmp_path, tiny, ckpt, capsys):
-    for argv, words in [(["--checkpoint", ckpt, "--scoring", "fastest"], "invalid choice: 'fastest'"),
-                        (["--checkpoint", ckpt, "--seed", "0", "0"], "names a seed twice"),
-                        (["--checkpoint", str(tmp_path / "nope")], "does not exist"),
-                        (["--checkpoint", str(tmp_path)], "holds no checkpoint"),
-                        (["--checkpoint", ckpt, "--bundle-dir", str(tmp_path)], "not a readable CORE bundle"),
-                        (["--checkpoint", ckpt, "--effective-depth"], "needs --data-dir"),
-                        (["--checkpoint", ckpt, "--out", str(tmp_path / "no" / "e.json")], "existing folder")]:
-        code, err = run_main(argv + ["--bundle-dir", tiny["bundle"]] * ("--bundle-dir" not in argv), capsys)
-        assert code == 2 and err.count("\n") == 1 and words in err, err
-    bad = write_bundle(tmp_path / "bad", task_type_override="generation_task_with_answers")
-    code, err = run_main(["--checkpoint", ckpt, "--bundle-dir", bad], capsys)
-    assert code == 2 and err.count("\n") == 1 and "unknown icl_task_type" in err
-    full = write_bundle(tmp_path / "full", [(t, "multiple_choice", 1, " ", 25, mc_items, 3)
-                                            for t in core_eval.CORE_TASKS])
-    code, err = run_main(["--checkpoint", ckpt, "--bundle-dir", full, "--out", str(tmp_path / "e.json")], capsys)
-    assert code == 2 and err.count("\n") == 1 and "fingerprint" in err and not (tmp_path / "e.json").exists()
-
-
 def test_gpt2_checkpoint_offline_is_one_line(tmp_path, tiny, capsys, monkeypatch):
     import tiktoken
     monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))

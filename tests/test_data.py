@@ -138,9 +138,8 @@ def test_prepare_fake_fineweb_splits_and_dedups(hub, tmp_path):
     val_budget = sum(len(byte_tokens(t)) for t in val0) - 7       # fits in shard 0; its last doc is truncated
 
     out = str(tmp_path / "fw")
-    r = run_cli("prepare", "--corpus", "fineweb", "--tokenizer", "bytes", "--out", out, "--workers", "2",
-                "--val-tokens", str(val_budget), env={"HF_ENDPOINT": hub})
-    assert r.returncode == 0, r.stderr
+    assert data.main(["prepare", "--corpus", "fineweb", "--tokenizer", "bytes", "--out", out, "--workers", "2",
+                      "--val-tokens", str(val_budget)]) == 0
 
     val_docs, manifest = read_split(out, "val")
     assert val_docs == [byte_tokens(t) for t in val0[:-1]] + [byte_tokens(val0[-1])[:-7]]
@@ -377,7 +376,7 @@ def test_val_windows_in_file_order_with_exact_token_count():
 # Bad input -> one line, exit 2
 
 def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
-    one_line_error(run_cli("prepare", "--corpus", "wikipedia", "--out", str(tmp_path / "x")), "invalid choice")
+    main_error(capsys, ["prepare", "--corpus", "wikipedia", "--out", str(tmp_path / "x")], "invalid choice")
     main_error(capsys, ["prepare", "--out", str(tmp_path / "x")], "--corpus")
     main_error(capsys, ["prepare", "--corpus", "files", "--files", str(tmp_path / "none" / "*.txt"), "--tokenizer",
                         "bytes", "--out", str(tmp_path / "x")], "matches no files")
@@ -390,7 +389,7 @@ def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
     main_error(capsys, ["verify", str(tmp_path / "nothing_here")], "no pool")
 
 
-def test_corrupt_pools_are_rejected(tmp_path):
+def test_corrupt_pools_are_rejected(tmp_path, capsys):
     make_local_files(tmp_path / "in")
     out = str(tmp_path / "pool")
     assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
@@ -403,7 +402,7 @@ def test_corrupt_pools_are_rejected(tmp_path):
     data.load_pool(out, "train")                                # sizes still agree ...
     with pytest.raises(data.DataError, match="sha256"):
         data.load_pool(out, "train", verify_hash=True)          # ... the hash does not
-    one_line_error(run_cli("verify", out), "sha256")
+    main_error(capsys, ["verify", out], "sha256")
     with open(os.path.join(out, "train.bin"), "ab") as f:
         f.write(b"\x00\x00")
     with pytest.raises(data.DataError, match="corrupt"):
