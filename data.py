@@ -467,8 +467,10 @@ def check_pool_hashes(data_dir):
 
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
     """Prepare `data_dir` where nothing is, or finish an interrupted prepare of this same pool (train.py --preset cpu
-    does this for its default folder); any other content is refused by prepare, never overwritten."""
-    prepare(corpus, data_dir, tokenizer=tokenizer)
+    does this for its default folder); a complete pool is used as it is, any other content is refused by prepare."""
+    manifest = _read_manifest(data_dir) if os.path.isdir(data_dir) else None
+    if manifest is None or manifest.get("status") != "complete":
+        prepare(corpus, data_dir, tokenizer=tokenizer)
     return data_dir
 
 
