@@ -616,8 +616,9 @@ def run(argv):
         raise UsageError(f"--seed names a seed twice ({' '.join(map(str, args.seed))}); give each once")
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
-    if not os.path.exists(args.checkpoint):
-        raise UsageError(f"--checkpoint {args.checkpoint} does not exist (train.py writes runs/NAME)")
+    if not os.path.isdir(args.checkpoint):
+        raise UsageError(f"--checkpoint {args.checkpoint} is no folder: pass a train.py run folder, its checkpoints "
+                         "folder or one step folder")
     out_path = args.out or default_out(args.checkpoint, args.passes)
     check_out_path(out_path, args.checkpoint)
     rank, world_size, device = setup_distributed()

@@ -193,7 +193,7 @@ CORE_EVAL_CASES = [
      "--effective-depth: no pool in"),
     ("kl-threshold-nan", bundle_files(), [*EVAL, "--kl-threshold", "nan"], "must be a finite number"),
     ("lens-tokens-zero", bundle_files(), [*EVAL, "--lens-tokens", "0"], "--lens-tokens: must be a whole number"),
-    ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "--checkpoint {d}/nope does not"),
+    ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "--checkpoint {d}/nope is no folder"),
     ("bundle-without-core-yaml", {"b/notes.txt": "x"}, EVAL, "is not a readable CORE bundle"),
     ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
     ("unknown-task-type", bundle_files(spec=dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0],
