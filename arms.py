@@ -60,6 +60,7 @@ class Arm:
     depth d by (N(anchor) / N(d)) ** lr_exponent (paper App. A.4.4)."""
     label: str                                   # name in figures and tables
     color: str                                   # its colour in every figure (matplotlib), one per arm
+    marker: str                                  # its matplotlib marker in the appendix figures (paper App. B)
     mode: str                                    # 'plain' stack | 'tied' core (one, looped) | 'untied' cores
     deep: bool = False                           # Deep Vanilla: a plain stack of d + core(d) blocks
     passes: int = knob("model", help="core passes K (final K for growth arms)", range=(1, MAX_PASSES))
@@ -118,39 +119,39 @@ def with_current_mode_names(record):
 SQRT2 = math.sqrt(2.0)
 PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, the release comparisons)
     "vanilla": Arm(
-        label="Vanilla", color="black", figure2=True,
+        label="Vanilla", color="#7f7f7f", marker="o", figure2=True,
         mode="plain", passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=0.5, residual_multiplier=0.25, wte_init_std=0.01 / SQRT2, uniform_init_scale=0.0625,
         tpp=5, lr_exponent=0.8, matrix_lr=0.04, embedding_lr=0.01810193359836, unembedding_lr=0.0045254833996,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=0.6,
         ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "deep_vanilla": Arm(
-        label="Deep Vanilla", color="tab:gray",
+        label="Deep Vanilla", color="#8c564b", marker="h",
         mode="plain", deep=True, passes=1, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
         tpp=6, lr_exponent=0.7, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
         weight_decay=0.1, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=5, warmdown_ratio=0.8),
     "operator_1": Arm(
-        label="Operator-1", color="tab:blue", figure2=True,
+        label="Operator-1", color="#9467bd", marker="p", figure2=True,
         mode="tied", passes=1, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.08 * SQRT2, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.03620386719676, unembedding_lr=0.0032,
         weight_decay=0.05, adam_betas=(0.8, 0.98), adam_eps=1e-10, warmup_steps=0, warmdown_ratio=0.8,
         ladder_depths=(6, 8, 10, 12, 14, 16, 18, 20)),
     "loop_2": Arm(
-        label="Loop-2", color="tab:cyan", figure2=True,
+        label="Loop-2", color="#d62728", marker="^", figure2=True,
         mode="tied", passes=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
         weight_decay=0.05, adam_betas=(0.8, 0.95), adam_eps=1e-10, warmup_steps=40, warmdown_ratio=1.0),
     "untied_2": Arm(
-        label="Untied-2", color="tab:orange", figure2=True,
+        label="Untied-2", color="#1f77b4", marker="D", figure2=True,
         mode="untied", passes=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
         tpp=6, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
         weight_decay=0.0707106781187, adam_betas=(0.8, 0.99), adam_eps=1e-8, warmup_steps=40, warmdown_ratio=1.0),
     "loop_grow": Arm(
-        label="Loop-Grow", color="tab:green", figure2=True,
+        label="Loop-Grow", color="#ff7f0e", marker="P", figure2=True,
         mode="tied", passes=4, passes_initial=2, alpha=1 / SQRT2, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.02, uniform_init_scale=1 / (16 * SQRT2),
         tpp=7, lr_exponent=0.5, matrix_lr=0.04, embedding_lr=0.0128, unembedding_lr=0.0045254833996,
@@ -158,7 +159,7 @@ PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, th
         rewarm_steps=40, crossover={6: .75, 8: .82, 10: .86, 12: .85, 14: .86, 16: .88, 18: .87},
         default_crossover=0.83),
     "untied_grow": Arm(
-        label="Untied-Grow", color="tab:red", figure2=True,
+        label="Untied-Grow", color="#17becf", marker="v", figure2=True,
         mode="untied", passes=4, passes_initial=2, alpha=1.0, recurrence_norm=True, coda_inject=True,
         output_multiplier=1.0, residual_multiplier=0.25, wte_init_std=0.01, uniform_init_scale=1 / (2 * SQRT2),
         tpp=8, lr_exponent=0.6, matrix_lr=0.04, embedding_lr=0.0064, unembedding_lr=0.0064,
@@ -169,7 +170,7 @@ PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, th
     # no recurrence norm. The schedule (TPP 6 on Deep Vanilla's N, f = 0.5) reproduces the release's compute column;
     # multipliers, init and optimizer recipe are ASSUMED: Deep Vanilla's, with matrix LR 0.036 and a 40-step re-warm.
     "deep_vanilla_grow": Arm(
-        label="Deep Vanilla Grow", color="tab:brown",
+        label="Deep Vanilla Grow", color="#bcbd22", marker="*",
         mode="untied", passes=4, passes_initial=2, alpha=0.0, recurrence_norm=False, coda_inject=False,
         output_multiplier=1.0, residual_multiplier=0.5, wte_init_std=0.005, uniform_init_scale=0.5,
         tpp=6, lr_exponent=0.7, matrix_lr=0.036, embedding_lr=0.0064, unembedding_lr=0.002262741699796,
@@ -188,7 +189,7 @@ def derived(base, **changes):
     """A user arm: paper arm `base`'s row with `changes`. It inherits everything it does not name (init, optimizer
     recipe, LRs and their depth exponent, TPP, schedule, ladder depths, default growth fraction) except the release's
     per-depth growth fractions (`crossover`), which were tuned for `base`'s own growth. label and color are required:
-    every arm has its own in every figure. stages=(1, 2, 4): a staged growth (passes_initial and passes its ends)."""
+    every arm has its own in every figure (marker: `base`'s unless given). stages=(1, 2, 4): a staged growth (passes_initial and passes its ends)."""
     where = f"USER_ARMS: derived({base!r}, ...)"
     if base not in PAPER_ARMS:
         refuse_table(f"{where}: no paper arm {base!r}; derive from one of {', '.join(PAPER_ARMS)}")
@@ -238,9 +239,9 @@ def check_user_arms(user_arms):
 # Your own arms: add one line here (docs/your_own_arm.md). Each is an arm of every script (model.py, train.py,
 # ladder.sh ARCH and `ladder.sh user`, fit.py, core_eval.py, figures) and of the invariant tests (tests/test_arms.py).
 USER_ARMS = {
-    "gated_1": derived("operator_1", label="Gated-1", color="tab:purple", boundary_gate=True),
-    "loop_3": derived("loop_2", label="Loop-3", color="tab:olive", passes=3),
-    "loop_3_grow": derived("loop_grow", label="Loop-3-Grow", color="tab:pink", passes=3, passes_initial=1),
+    "gated_1": derived("operator_1", label="Gated-1", color="tab:green", marker="s", boundary_gate=True),
+    "loop_3": derived("loop_2", label="Loop-3", color="tab:pink", marker="<", passes=3),
+    "loop_3_grow": derived("loop_grow", label="Loop-3-Grow", color="navy", marker=">", passes=3, passes_initial=1),
 }
 check_user_arms(USER_ARMS)
 ARMS = {**PAPER_ARMS, **USER_ARMS}

@@ -14,7 +14,7 @@ import numpy as np
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
-from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, jsonable, matched_multipliers,
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, fit_shared_e, jsonable, matched_multipliers,
                   note, pyplot, read_csv, save_figures, style)
 
 UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
@@ -190,56 +190,226 @@ def floor_of(data, arm=FLOOR_ARM):
         raise UsageError(f"floor arm {arm}: {e}")
 
 
-# ----------------------------------------------------------------------------------------------------- the figures
+# ----------------------------------------------------------------------------------------------------- the look
+# The release's appendix look (paper App. B-D): every arm in its arms-table colour and marker, an ablation in its
+# family's colour told apart by marker, dash and a hollow face. APPENDIX_NAME: the appendix spells two arms unhyphenated.
+APPENDIX_NAME = {"loop_grow": "Loop Grow", "untied_grow": "Untied Grow"}
+INK, MUTED, GRID = "#22252A", "#68707C", "#DDE1E7"
+#           release key: (label, family arm or colour, marker, line style, hollow)
+VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
+            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False),
+            "dep_noinject": ("Deep + Norm", "deep_vanilla", "v", ":", False),
+            "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
+            "k2_fixed_pc": ("NCI 2/C/3", "loop_2", "*", ":", False),
+            "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
+            "k1_van_recipe": ("Operator-1 Vanilla Recipe", "operator_1", "H", "-", True),
+            "deeper_van": ("Deeper Vanilla", "deep_vanilla", "D", "-", True),
+            "deeper_k1": ("Deeper Operator-1", "operator_1", "X", "-", True),
+            "k2_grow_random": ("Rand. Loop", "loop_grow", "X", (0, (4, 2)), True),
+            "deep_width": ("Deep Vanilla", "deep_vanilla", "h", "-", True),
+            "dep_width": ("Untied-2", "untied_2", "D", "-", True),
+            # Figure 16a compares Vanilla's recipes: distinct tab10 colours, GLR (van) stays grey
+            "van_constant": ("Constant", "#1f77b4", "x", "-", False), "van_glr_om": ("GLR + OM", "#2ca02c", ">", "-", False),
+            "van_glr_wd": ("GLR + WD", "#ff7f0e", "<", "-", False), "van_const_mup_om": ("muP OM", "#d62728", "v", "-", False),
+            "van_mup_om": ("muP OM + GLR", "#9467bd", "s", "-", False), "van_wdr1": ("WDR1 + GLR", "#e377c2", "P", "-", False),
+            # Figure 16f: the optimizers' colours, width-only hollow
+            "muon": ("Muon", "#1f77b4", "o", "-", False), "adam": ("Adam", "#d62728", "s", "-", False)}
+
+
+def look(key, label=None, like=None):
+    """(label, colour, marker, line style, hollow) of a release series key or an arm of the table; like: the key whose
+    colour and marker it takes (Figure 16a's GLR, 16f's optimizers)."""
+    arm = RELEASE_SERIES.get(key, key)
+    if like or key in VARIANTS:
+        name, family, marker, ls, hollow = VARIANTS[like or key]
+        colour = ARMS[family].color if family in ARMS else family
+        return label or name, colour, marker, ls, hollow
+    if arm in ARMS:
+        return label or APPENDIX_NAME.get(arm, ARMS[arm].label), ARMS[arm].color, ARMS[arm].marker, "-", False
+    return label or key, "#3F4752", "o", "--", True  # a series the release does not name: grey, open
+
+
+def appendix_style(plt, size):
+    """The release's appendix fonts and axes (base, title, axis label, ticks, legend sizes)."""
+    base, title, label, ticks, legend = size
+    plt.rcParams.update({"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title,
+                         "axes.titleweight": "bold", "axes.labelsize": label, "xtick.labelsize": ticks,
+                         "ytick.labelsize": ticks, "legend.fontsize": legend, "axes.grid": True, "grid.color": GRID,
+                         "grid.linewidth": 0.65, "grid.alpha": 0.65, "axes.axisbelow": True, "axes.edgecolor": MUTED,
+                         "xtick.color": MUTED, "ytick.color": MUTED, "text.color": INK, "axes.labelcolor": INK,
+                         "legend.frameon": False, "pdf.fonttype": 42, "savefig.facecolor": "white"})
+
+
+LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
+times = lambda v, _=None: f"{v:g}×"
+
+
+# ----------------------------------------------------------------------------------------------- ladder figures
 LADDERS = "appendix_ladders"
 REGIMES = "appendix_regimes"
-# figure -> panels (title, release file, series, reference series, options); options: time axis, shared d8 anchor
-# Figure 16e-f draw a width-only ladder in its coupled arm's colour with open markers (the paper's convention)
-WIDTH_ONLY = {"Deep Vanilla width-only": "deep_vanilla", "Untied-2 width-only": "untied_2"}
+# figure -> columns; a column: release file, groups [(reference key, [series])], and options: ref_depth (the
+# reference's budgets start there, 8), anchor (a shared anchor depth, Figure 16a), ylim/yticks of the multiplier
+# panel, title, legend "gamma" | "plain" | "pair" (width-only vs coupled, Figure 16e-f), labels {key: (label, like)}.
+# A series is a release key; E is the free-floor fit (R1) of the file's Vanilla (timing.json: of ladders.json).
 LADDER_FIGURES = {
-    "fig15a": [("Untied-2 boundary ablations", "ladders", ("van", "deep_van", "dep", "dep_nonorm", "dep_noinject",
-                                                        "dep_nci"), "van", {}),
-               ("Loop-2 coda and allocation", "ladders", ("van", "deep_van", "k2", "k2_nci", "k2_fixed_pc"), "van", {}),
-               ("Operator-1 allocation", "ladders", ("van", "deep_van", "k1_glr", "k1_1c2"), "van", {})],
-    "fig15b": [("training time", "timing", ("van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
-                                           "dep_grow"), "van", dict(time=True))],
-    "fig15c": [("constant recipes", "constant", ("van", "k1", "k2", "k2_grow", "dep", "dep_grow"), "van", {})],
-    "fig16a": [("Vanilla recipes", "ladders", ("van", "van_glr_wd", "van_glr_om", "van_constant", "van_const_mup_om",
-                                              "van_mup_om", "van_wdr1"), "van", dict(anchor=8))],
-    "fig16b": [("Operator-1 recipe", "ladders", ("van", "k1_glr", "k1_van_recipe"), "van", {})],
-    "fig16c": [("shape", "ladders", ("van", "deep_van", "deeper_van", "k1_glr", "deeper_k1"), "van", {})],
-    "fig16d": [("random recurrence", "random", ("van", "k2", "dep", "k2_grow", "k2_grow_random", "dep_grow"),
-                "k2_grow", {})],
-    "fig16e": [("width-only (depth 11)", "width_optimizer", ("deep_width", "dep_width"), "deep_width",
-                dict(open=WIDTH_ONLY)),
-               ("coupled width and depth", "width_optimizer", ("deep_van", "dep"), "deep_van", {})],
-    "fig16f": [("Adam vs Muon, width-only", "width_optimizer", ("deep_width", "deep_width_adam"), "deep_width",
-                dict(open=WIDTH_ONLY)),
-               ("Adam vs Muon, coupled", "width_optimizer", ("van", "van_adam"), "van", {})],
+    "fig15a": [dict(file="ladders", title="Untied-2", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
+                    groups=[("van", ["dep", "dep_nci", "dep_nonorm", "dep_noinject", "deep_van", "van"])]),
+               dict(file="ladders", title="Loop-2", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
+                    groups=[("van", ["van", "k2", "k2_nci", "k2_fixed_pc"])]),
+               dict(file="ladders", title="Operator-1", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
+                    groups=[("van", ["van", "k1_1c2", "k1_glr"])])],
+    "fig15b": [dict(file="timing", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
+                                                    "dep_grow"])])],
+    "fig15c": [dict(file="constant", groups=[("van", ["van", "k2", "dep", "k2_grow", "dep_grow"])])],
+    "fig16a": [dict(file="ladders", anchor=8, labels={"van": ("GLR", None)},
+                    groups=[("van", ["van_constant", "van", "van_glr_om", "van_glr_wd", "van_const_mup_om", "van_mup_om",
+                                     "van_wdr1"])])],
+    "fig16b": [dict(file="ladders", groups=[("van", ["van", "k1_glr", "k1_van_recipe"])])],
+    "fig16c": [dict(file="ladders", groups=[("van", ["van", "deep_van", "k1_glr", "deeper_van", "deeper_k1"])])],
+    "fig16d": [dict(file="random", ref_depth=6, ylim=(0.73, 1.17), yticks=(0.75, 0.85, 0.95, 1.0, 1.05, 1.15),
+                    groups=[("k2_grow", ["van", "k2", "dep", "k2_grow", "k2_grow_random", "dep_grow"])])],
+    "fig16e": [dict(file="width_optimizer", legend="pair", keys=("Width", "Both"), ref_depth=6,
+                    groups=[("deep_width", ["deep_width", "dep_width"]), ("deep_van", ["deep_van", "dep"])])],
+    "fig16f": [dict(file="width_optimizer", legend="pair", keys=("Width, Deep Vanilla", "Both, Vanilla"),
+                    labels={"van": ("Muon", "muon"), "van_adam": ("Adam", "adam"), "deep_width": ("Muon", "muon"),
+                            "deep_width_adam": ("Adam", "adam")}, hollow={"deep_width", "deep_width_adam"},
+                    groups=[("deep_width", ["deep_width", "deep_width_adam"]), ("van", ["van", "van_adam"])])],
 }
-# the release's variants (not arms of the table) take these in a panel, in order, skipping colours its arms use
-VARIANT_COLOURS = ("tab:purple", "tab:olive", "tab:pink", "tab:brown", "tab:green", "tab:red", "tab:blue", "tab:cyan",
-                   "darkgoldenrod", "navy")
+WIDTH_ONLY = {"deep_width", "dep_width", "deep_width_adam"}
 
 
-def panel_styles(arms, open_like=None):
-    """{arm: (label, colour, line style, marker face)} of one panel: the table's arms in their own colour, solid; a
-    series of open_like {series: arm} in that arm's colour with open markers, dashed; the release's other variants in
-    distinct strong colours no arm of the panel uses, dashed."""
-    open_like = open_like or {}
-    known = {a: style(a) for a in arms if a in ARMS}
-    used = {c for _, c in known.values()} | {style(open_like[a])[1] for a in arms if a in open_like}
-    free = [c for c in VARIANT_COLOURS if c not in used]
-    out, i = {}, 0
-    for a in arms:
-        if a in known:
-            out[a] = (*known[a], "-", None)
-        elif a in open_like:
-            out[a] = (style(a)[0], style(open_like[a])[1], "--", "white")
-        else:
-            out[a] = (style(a)[0], free[i % len(free)], "--", None)
-            i += 1
+def release_series(release, name):
+    """A release ladder file -> {key: dict(x, depth, loss)} sorted by compute (x: FLOPs, or hours in timing.json),
+    read and checked as fit.py ladders reads it."""
+    obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
+    hours = name == "timing"
+    data = series_data(release_ladder_rows(name + ".json", obj, hours))
+    key = {RELEASE_SERIES.get(s, s): s for s in obj}
+    return {key[a]: dict(d, x=d["x"] / 3600.0 if hours else d["x"]) for a, d in data.items()}
+
+
+def through_anchor(x, loss, E, xa, La):
+    """Figure 16a's exponent: regression of ln(L - E) - ln(L_a - E) on ln(C / C_a) through the anchor (no intercept)."""
+    lx, y = np.log(x / xa), np.log(loss - E) - math.log(La - E)
+    return -float(lx @ y / (lx @ lx))
+
+
+def ladder_column(release, col):
+    """Fit one column: E (R1 on the file's Vanilla), each series' exponent (R2, or through the shared anchor) and its
+    multipliers (R3) over its group's reference. -> dict(E, unit, series {key: dict(x, loss, depth, gamma, A, budgets,
+    multipliers, group)}, anchor)."""
+    data = release_series(release, col["file"])
+    floor_data = release_series(release, "ladders") if col["file"] == "timing" else data
+    E = fit_free_e(floor_data["van"]["x"] / FIT["c_ref"], floor_data["van"]["loss"])[2]
+    c_ref = 1.0 if col["file"] == "timing" else FIT["c_ref"]
+    out, anchor = dict(E=E, unit="H" if col["file"] == "timing" else "C", series={}, anchor=None), col.get("anchor")
+    if anchor:  # one point at the d8 compute, the mean of the two d8 runs of the plan (Constant and GLR)
+        xa = float(data["van"]["x"][data["van"]["depth"] == anchor][0])
+        La = float(np.mean([data[k]["loss"][data[k]["depth"] == anchor][0] for k in ("van_constant", "van")]))
+        out["anchor"] = (xa, La)
+        for k in [k for _, keys in col["groups"] for k in keys]:
+            d, keep = data[k], data[k]["depth"] > anchor
+            data[k] = dict(x=np.r_[xa, d["x"][keep]], loss=np.r_[La, d["loss"][keep]], depth=np.r_[anchor, d["depth"][keep]])
+    for g, (ref, keys) in enumerate(col["groups"]):
+        r = data[ref]
+        at = r["depth"] >= col.get("ref_depth", FIT["anchor_depth"])
+        for k in keys:
+            d = data[k]
+            if anchor:
+                gamma = through_anchor(d["x"][1:], d["loss"][1:], E, *out["anchor"])
+                A = (out["anchor"][1] - E) * (out["anchor"][0] / c_ref) ** gamma
+            else:
+                law = fit_shared_e(d["x"] / c_ref, d["loss"], E)
+                gamma, A = law["gamma"], law["A"]
+            m = matched_multipliers(r["x"][at], r["loss"][at], d["x"], d["loss"], k == ref)
+            out["series"][k] = dict(d, gamma=gamma, A=A, c_ref=c_ref, budgets=r["x"][at], multipliers=m, group=g)
     return out
+
+
+def ladder_figure(plt, fig_id, columns, fits):
+    """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
+    its points) and the multipliers over the group's reference (line and markers; NaN leaves a gap). One column: the
+    two panels side by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
+    appendix_style(plt, LADDER_SIZE)
+    n = len(columns)
+    width = 6.9 if n > 1 else 3.45
+    side = 1.65 if n > 1 else width / 2 - 0.65
+    rows = 2 if n > 1 else 1
+    per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
+    legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
+    band = 0.22 + 0.15 * legend_rows
+    height = 0.40 + rows * side + (rows - 1) * 0.27 + band + 0.05
+    fig = plt.figure(figsize=(width, height))
+    pitch = width / (2 if n == 1 else n)
+    box = lambda col, row: fig.add_axes([(0.59 + col * pitch) / width, (0.40 + row * (side + 0.27)) / height,
+                                         side / width, side / height])
+    for j, (col, fit) in enumerate(zip(columns, fits)):
+        loss_ax, mult_ax = (box(0, 0), box(1, 0)) if n == 1 else (box(j, 0), box(j, 1))
+        x_label = "Training time (h)" if fit["unit"] == "H" else "Compute (FLOPs)"
+        for k, s in fit["series"].items():
+            name, colour, marker, ls, hollow = series_look(col, k)
+            face = "white" if hollow else colour
+            xs = np.geomspace(s["x"].min(), s["x"].max(), 300)
+            loss_ax.plot(xs, s["A"] * (xs / s["c_ref"]) ** -s["gamma"], ls=ls, lw=1.1, color=colour)
+            own = slice(1, None) if fit["anchor"] else slice(None)
+            loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], marker, ms=4, mew=0.6, color=colour, mfc=face, ls="none")
+            ok = np.isfinite(s["multipliers"])
+            mult_ax.plot(s["budgets"], np.where(ok, s["multipliers"], np.nan), ls=ls, marker=marker, ms=4, mew=0.6,
+                         lw=1.1, color=colour, mfc=face)
+        if fit["anchor"]:
+            xa, La = fit["anchor"]
+            loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
+            mult_ax.plot([xa], [1.0], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
+        mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
+        loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss")
+        mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"])
+        if "ylim" in col:
+            mult_ax.set_ylim(*col["ylim"])
+            mult_ax.set_yticks(col["yticks"])
+        mult_ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
+        loss_ax.set_xlabel(x_label)
+        if n == 1:
+            mult_ax.set_xlabel(x_label)
+        else:
+            mult_ax.tick_params(labelbottom=False)
+            mult_ax.sharex(loss_ax)
+        plain_log_axis(loss_ax.yaxis, plt)
+        for ax in (loss_ax, mult_ax):
+            log_axis(ax.xaxis, plt)
+        handles, labels = legend_entries(col, fit)
+        centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
+        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
+                   handlelength=2.0, columnspacing=0.8, borderaxespad=0.2)
+    return fig
+
+
+def series_look(col, key):
+    label, like = col.get("labels", {}).get(key, (None, None))
+    name, colour, marker, ls, hollow = look(key, label, like)
+    return name, colour, marker, ls, hollow or key in col.get("hollow", ()) or key in WIDTH_ONLY
+
+
+def legend_entries(col, fit):
+    """(handles, labels) of a column's legend: each series with its exponent ("Vanilla ($C^{-0.1112}$)"), or without
+    (Figure 15a), or per family the width-only and coupled exponents and then the two face keys (Figure 16e-f)."""
+    from matplotlib.lines import Line2D
+    handles, labels, unit = [], [], fit["unit"]
+    exponent = lambda k: f"${unit}^{{-{fit['series'][k]['gamma']:.4f}}}$"
+    if col.get("legend") == "pair":
+        width, both = col["groups"]
+        for w, b in zip(width[1], both[1]):
+            name, colour, marker, _, _ = series_look(col, b)
+            handles.append(Line2D([], [], color=colour, marker=marker, ms=4, lw=1.1))
+            labels.append(f"{name} (Width {exponent(w)}; Both {exponent(b)})")
+        for key, face in zip(col["keys"], ("white", "#3F4752")):
+            handles.append(Line2D([], [], color="#3F4752", marker="o", mfc=face, ms=4, lw=1.1))
+            labels.append(key)
+        return handles, labels
+    for k in fit["series"]:
+        name, colour, marker, ls, hollow = series_look(col, k)
+        handles.append(Line2D([], [], color=colour, marker=marker, ls=ls, mfc="white" if hollow else colour, ms=4, lw=1.1))
+        labels.append(name if col.get("legend") == "plain" else f"{name} ({exponent(k)})")
+    return handles, labels
 
 
 def log_axis(axis, plt, plain=False):
@@ -272,80 +442,31 @@ def stated(what, ours, paper, section, why=None):
     return row
 
 
-def ladder_panel(release, panel, E_flops):
-    """Fit one panel: (data, fit) with the shared Vanilla FLOP floor (on the time axis too, as the release does)."""
-    title, name, series, ref, opts = panel
-    obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
-    use_time = bool(opts.get("time"))
-    rows = [r for r in release_ladder_rows(name + ".json", obj, use_time)
-            if r[0] in {RELEASE_SERIES.get(s, s) for s in series}]
-    data = series_data(rows)
-    if "anchor" in opts:
-        share_anchor(data, opts["anchor"])
-    fit = fit_ladders(data, RELEASE_SERIES.get(ref, ref), FIT["time_ref"] if use_time else FIT["c_ref"],
-                      E_known=E_flops)
-    return data, fit
+def last(fit, key):
+    m = fit["series"][key]["multipliers"]
+    return float(m[np.isfinite(m)][-1]) if np.isfinite(m).any() else math.nan
 
 
-def draw_ladders(plt, panels, results, xlabel_of):
-    """Per panel: reducible loss with the shared-floor fits (top) and the multipliers over the panel's reference
-    (bottom); series in the panel's order."""
-    fig, axes = plt.subplots(2, len(panels), figsize=(4.6 * len(panels), 7.4), squeeze=False)
-    for col, (panel, (data, fit)) in enumerate(zip(panels, results)):
-        top, bottom = axes[0][col], axes[1][col]
-        arms = [a for a in dict.fromkeys(RELEASE_SERIES.get(s, s) for s in panel[2]) if a in fit["arms"]]
-        for arm, (name, color, ls, face) in panel_styles(arms, panel[4].get("open")).items():
-            r, d = fit["arms"][arm], data[arm]
-            xs = np.geomspace(d["x"].min(), d["x"].max(), 50)
-            top.plot(d["x"], d["loss"] - fit["E"], "o", ms=3.5, color=color, mfc=face)
-            top.plot(xs, r["A"] * (xs / fit["c_ref"]) ** -r["gamma"], ls, lw=1.2, color=color,
-                     label=f"{name} (γ={r['gamma']:.3f})")
-            m = r["multipliers"]
-            if m:
-                bottom.plot([p["compute"] for p in m], [p["multiplier"] for p in m], "o" + ls, ms=3.5, lw=1.2,
-                            color=color, mfc=face)
-        xl = xlabel_of(panel)
-        ref = style(fit["reference_arm"])[0]
-        top.set(xscale="log", yscale="log", xlabel=xl, ylabel=f"reducible loss (E = {fit['E']:.4f})", title=panel[0])
-        bottom.set(xscale="log", xlabel=f"{ref} {xl}", ylabel=f"multiplier over {ref}")
-        plain_log_axis(top.yaxis, plt)
-        for ax in (top, bottom):
-            log_axis(ax.xaxis, plt)
-        top.legend(fontsize=6.5, frameon=False)  # one legend a column: the multipliers below use the same colours
-    fig.tight_layout()
-    return fig
-
-
-def multiplier_at(fit, arm, which):
-    m = fit["arms"][arm]["multipliers"]
-    return m[which]["multiplier"] if m else math.nan
-
-
-def ladder_checks(fig_id, results, E_flops):
-    """The paper's stated numbers for the ladder figures (Sec. 4.2, App. B)."""
-    rows = []
+def ladder_checks(fig_id, fits):
+    """The numbers the paper's text states for the ladder figures (Sec. 4.1-4.2, App. B)."""
+    f = fits[0]
     if fig_id == "fig16b":
-        data = results[0][0]
-        d8 = {a: float(data[a]["loss"][data[a]["depth"] == 8][0]) for a in ("operator_1", "Operator-1 (Vanilla recipe)")}
-        rows.append(stated("Operator-1 loss cost of Vanilla's recipe at d8", d8["Operator-1 (Vanilla recipe)"] -
-                           d8["operator_1"], 7.8e-3, "Sec. 4.1", "ladders.json's d8 points differ by this much; the "
-                           "text's 7.8e-3 is not what the released d8 runs give"))
+        d8 = {k: float(f["series"][k]["loss"][f["series"][k]["depth"] == 8][0]) for k in ("k1_glr", "k1_van_recipe")}
+        return [stated("Operator-1 loss cost of Vanilla's recipe at d8", d8["k1_van_recipe"] - d8["k1_glr"], 7.8e-3,
+                       "Sec. 4.1", "ladders.json's d8 points differ by this much; the text's 7.8e-3 is not what the "
+                       "released d8 runs give")]
     if fig_id == "fig15a":
-        fit = results[0][1]
-        rows += [stated("Untied-2 multiplier over Vanilla near 1e20 FLOPs", multiplier_at(fit, "untied_2", -1), 1.34,
-                        "App. B.1"),
-                 stated("Deep Vanilla multiplier over Vanilla, last budget ('a flat 1.08x')",
-                        multiplier_at(fit, "deep_vanilla", -1), 1.08, "Sec. 4.2")]
-        rows += [stated(f"{a} multiplier near 1e20 FLOPs ('about 1.17x')", multiplier_at(fit, a, -1), 1.17, "App. B.1",
-                        "the text gives one rounded value ('about 1.17x') for the three ablations")
-                 for a in ("Untied-2 no norm", "Untied-2 no inject", "Untied-2 NCI")]
+        return [stated("Untied-2 multiplier over Vanilla near 1e20 FLOPs", last(f, "dep"), 1.34, "App. B.1"),
+                stated("Deep Vanilla multiplier over Vanilla, last budget ('a flat 1.08x')", last(f, "deep_van"), 1.08,
+                       "Sec. 4.2")] + \
+            [stated(f"{which} of the three operator ablations' multipliers near 1e20 FLOPs ('about 1.17–1.19×')",
+                    pick(last(f, k) for k in ("dep_nci", "dep_nonorm", "dep_noinject")), paper, "App. B.1")
+             for which, pick, paper in (("smallest", min, 1.17), ("largest", max, 1.19))]
     if fig_id == "fig16a":
-        fit = results[0][1]
-        spread = max(abs(multiplier_at(fit, a, -1) - 1) for a in ("Vanilla GLR+WD", "Vanilla GLR+OM")
-                     if a in fit["arms"] and fit["arms"][a]["multipliers"])
-        rows.append(stated("largest change of the final multiplier from adding OM or WD scaling to GLR", spread, 0.03,
-                           "App. B.2", "the text gives a bound ('at most about 3 %'), not a value"))
-    return rows
+        spread = max(abs(last(f, k) - 1) for k in ("van_glr_wd", "van_glr_om"))
+        return [stated("largest change of the final multiplier from adding OM or WD scaling to GLR", spread, 0.03,
+                       "App. B.2", "the text gives a bound ('at most about 3 %'), not a value")]
+    return []
 
 
 def effective_depth_figure(plt, release):
@@ -511,20 +632,22 @@ def regimes_figures(plt, release):
 
 
 def figure3_checks(release, E_flops):
-    """Figure 3's caption numbers (Sec. 4.2) from ladders.json's main arms: the check that the readers and the
-    shared floor reproduce the main text."""
-    obj = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
-    main = {"van", "k1_glr", "k2", "k2_grow", "dep", "dep_grow", "deep_van", "deep_van_grow"}
-    data = series_data([r for r in release_ladder_rows("ladders.json", obj, False) if r[5].split(":")[-1].split("[")[0]
-                        in main])
-    fit = fit_ladders(data, "vanilla", FIT["c_ref"], E_known=E_flops)
-    m = lambda a, i: multiplier_at(fit, a, i)
+    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
+    floor reproduce the main text."""
+    fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
+                                                                      "k2", "k2_grow", "dep", "dep_grow"])]))
+    m = lambda k, i: float(fit["series"][k]["multipliers"][i])
+    sec = "Sec. 4.2, Fig. 3"
     checks = [stated("shared floor E (Vanilla FLOP ladder)", E_flops, 1.7064, "Fig. 3 (printed in the panel)"),
-              stated("Operator-1 multiplier, first budget", m("operator_1", 0), 1.12, "Sec. 4.2, Fig. 3"),
-              stated("Operator-1 multiplier, last budget", m("operator_1", -1), 1.25, "Sec. 4.2, Fig. 3"),
-              stated("Untied-Grow multiplier, last budget", m("untied_grow", -1), 1.55, "Sec. 4.2, Fig. 3")]
-    gammas = {a: r["gamma"] for a, r in fit["arms"].items()}
-    return gammas, checks
+              stated("Operator-1 multiplier, first budget", m("k1_glr", 0), 1.12, sec),
+              stated("Operator-1 multiplier, last budget", m("k1_glr", -1), 1.25, sec),
+              stated("Untied-Grow multiplier, first budget (1e18)", m("dep_grow", 0), 1.30, sec),
+              stated("Untied-Grow multiplier, last budget (1e20)", m("dep_grow", -1), 1.55, sec),
+              stated("Untied-2 multiplier, first budget", m("dep", 0), 1.19, sec),
+              stated("Untied-2 multiplier, last budget", m("dep", -1), 1.34, sec),
+              stated("growth's multiplier over Untied-2, first budget", m("dep_grow", 0) / m("dep", 0), 1.09, sec),
+              stated("growth's multiplier over Untied-2, last budget", m("dep_grow", -1) / m("dep", -1), 1.16, sec)]
+    return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks
 
 
 DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core_std")
@@ -688,12 +811,10 @@ def gallery(manifest):
             lines.append("")
         else:
             lines += ["The text states no number for this figure.", ""]
-        panels = {p: v for p, v in entry["numbers"].items() if isinstance(v, dict) and all(
-            isinstance(r, dict) and "final_multiplier" in r for r in v.values())} if key.startswith(("fig15", "fig16")) else {}
-        if panels:
-            lines += ["| panel | series | γ | last multiplier |", "|---|---|---:|---:|"]
-            lines += [f"| {p} | {style(a)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
-                      for p, per in panels.items() for a, r in per.items()]
+        if key in LADDER_FIGURES:
+            lines += ["| panel | series | exponent | last multiplier |", "|---|---|---:|---:|"]
+            lines += [f"| {p} | {look(k)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
+                      for p, per in entry["numbers"].items() for k, r in per["series"].items()]
             lines.append("")
         if "final_multiplier" in entry["numbers"]:
             lines += ["| metric | " + " | ".join(style(a)[0] for a in next(iter(entry["numbers"]["final_multiplier"].values())))
@@ -734,14 +855,13 @@ def cmd_paper(args):
     manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
     gammas, checks = figure3_checks(release, E_flops)
     manifest["figures"]["fig3 (from ladders.json)"] = dict(numbers=dict(gamma=gammas), stated=checks)
-    for fig_id, panels in LADDER_FIGURES.items():
-        results = [ladder_panel(release, p, E_flops) for p in panels]
-        xl = lambda p: "training time (s)" if p[4].get("time") else "training compute (FLOPs)"
-        figures[fig_id] = draw_ladders(plt, panels, results, xl)
-        numbers = {p[0]: {a: dict(gamma=r["gamma"], final_multiplier=r["final_multiplier"],
-                                  multipliers=[m["multiplier"] for m in r["multipliers"]])
-                          for a, r in fit["arms"].items()} for p, (_, fit) in zip(panels, results)}
-        manifest["figures"][fig_id] = dict(numbers=numbers, stated=ladder_checks(fig_id, results, E_flops))
+    for fig_id, columns in LADDER_FIGURES.items():
+        fits = [ladder_column(release, col) for col in columns]
+        figures[fig_id] = ladder_figure(plt, fig_id, columns, fits)
+        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
+            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
+            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
+        manifest["figures"][fig_id] = dict(numbers=numbers, stated=ladder_checks(fig_id, fits))
     for fig_id, (fig, numbers, checks) in [("fig06", effective_depth_figure(plt, release)),
                                            ("fig17", recurrence_figure(plt, release))] + \
             list(regimes_figures(plt, release).items()):
