@@ -14,8 +14,8 @@ import numpy as np
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
-from laws import (FIT, FitError, check_outputs, fit_free_e, fit_ladders, fit_shared_e, jsonable, matched_multipliers,
-                  note, pyplot, read_csv, save_figures, style)
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, matched_multipliers,
+                  note, pyplot, read_csv, save_figures)
 
 UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
@@ -229,15 +229,15 @@ def look(key, label=None, like=None):
     return label or key, "#3F4752", "o", "--", True  # a series the release does not name: grey, open
 
 
-def appendix_style(plt, size):
-    """The release's appendix fonts and axes (base, title, axis label, ticks, legend sizes)."""
+def appendix_rc(size):
+    """The release's appendix fonts and axes (base, title, axis label, ticks, legend sizes) for plt.rc_context."""
     base, title, label, ticks, legend = size
-    plt.rcParams.update({"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title,
+    return ({"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title,
                          "axes.titleweight": "bold", "axes.labelsize": label, "xtick.labelsize": ticks,
                          "ytick.labelsize": ticks, "legend.fontsize": legend, "axes.grid": True, "grid.color": GRID,
                          "grid.linewidth": 0.65, "grid.alpha": 0.65, "axes.axisbelow": True, "axes.edgecolor": MUTED,
                          "xtick.color": MUTED, "ytick.color": MUTED, "text.color": INK, "axes.labelcolor": INK,
-                         "legend.frameon": False, "pdf.fonttype": 42, "savefig.facecolor": "white"})
+                         "legend.frameon": False, "pdf.fonttype": 42})
 
 
 LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
@@ -327,10 +327,14 @@ def ladder_column(release, col):
 
 
 def ladder_figure(plt, fig_id, columns, fits):
+    with plt.rc_context(appendix_rc(LADDER_SIZE)):
+        return ladder_panels(plt, columns, fits)
+
+
+def ladder_panels(plt, columns, fits):
     """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
     its points) and the multipliers over the group's reference (line and markers; NaN leaves a gap). One column: the
     two panels side by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
-    appendix_style(plt, LADDER_SIZE)
     n = len(columns)
     width = 6.9 if n > 1 else 3.45
     side = 1.65 if n > 1 else width / 2 - 0.65
@@ -482,7 +486,7 @@ def effective_depth_figure(plt, release):
                          "'multi_epoch'")
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
     for arm, (x, y) in curves.items():
-        name, color = style(arm)
+        name, color = look(arm)[:2]
         left.plot(x, y, "o-", ms=3, color=color, label=name)
     left.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="KL effective depth", title="single-epoch ladders")
     left.legend(fontsize=7, frameon=False)
@@ -547,7 +551,7 @@ def recurrence_figure(plt, release):
         ax.set_yticks([t for t in (-0.1, -0.01, -0.005, 0, 0.005, 0.01, 0.1, 1) if lo <= t <= hi])
         ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FormatStrFormatter("%g"))
         ax.yaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
-        ax.set(xlabel="evaluation recurrence k", ylabel="L(k) − L(K_train)", title=style(arm)[0])
+        ax.set(xlabel="evaluation recurrence k", ylabel="L(k) − L(K_train)", title="Random recur." if series == "k2_grow_random" else look(series)[0])
         ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
         ax.legend(fontsize=6, frameon=False, ncols=2)
     fig.tight_layout()
@@ -694,18 +698,18 @@ def downstream_figures(plt, series):
     for (key, label, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
         multipliers[key] = {}
         for arm in series:
-            name, color = style(arm)
+            name, color, marker = look(arm)[:3]
             x, y = col(arm, "compute"), col(arm, key)
             if key == "filtered_core":
-                top.errorbar(x, y, yerr=col(arm, "filtered_core_std"), fmt="o-", ms=3, lw=1, capsize=2, color=color,
+                top.errorbar(x, y, yerr=col(arm, "filtered_core_std"), fmt=marker + "-", ms=3, lw=1, capsize=2, color=color,
                              label=name)
             else:
-                top.plot(x, y, "o-", ms=3, lw=1, color=color, label=name)
+                top.plot(x, y, marker + "-", ms=3, lw=1, color=color, label=name)
             m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
             multipliers[key][arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
             ok = np.isfinite(m)
             if ok.any():
-                bottom.plot(budgets[ok], m[ok], "o-", ms=3, lw=1, color=color, label=name)
+                bottom.plot(budgets[ok], m[ok], marker + "-", ms=3, lw=1, color=color, label=name)
         top.set(xscale="log", xlabel="training compute (FLOPs)", ylabel=label, title=label)
         if key == "loss":
             top.set_yscale("log")
@@ -720,9 +724,9 @@ def downstream_figures(plt, series):
     nll = np.concatenate([col(a, "answer_nll") for a in series])
     slope, intercept = np.polyfit(loss, nll, 1)
     for arm in series:
-        name, color = style(arm)
-        line.plot(col(arm, "loss"), col(arm, "answer_nll"), "o", ms=3, color=color, label=name)
-        resid.plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), "o", ms=3,
+        name, color, marker = look(arm)[:3]
+        line.plot(col(arm, "loss"), col(arm, "answer_nll"), marker, ms=3, color=color, label=name)
+        resid.plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), marker, ms=3,
                    color=color)
     xs = np.linspace(loss.min(), loss.max(), 20)
     line.plot(xs, intercept + slope * xs, "k--", lw=1, label=f"pooled: {slope:.3f} L {intercept:+.3f}")
@@ -742,9 +746,8 @@ def downstream_figures(plt, series):
 
 # what each figure shows, in the paper's words (shortened), for the gallery page
 CLAIMS = {
-    "fig3": ("Sec. 4.2, Figure 3", "Model growth and the boundary operator improve the scaling exponent; untying improves "
-             "only the constant. Untied-Grow's multiplier over Vanilla reaches 1.55x at 1e20 FLOPs. (`fit.py ladders` "
-             "draws this figure: figures/fig3_ladders.png.)"),
+    "fig03": ("Sec. 4.2, Figure 3", "Model growth and the boundary operator improve the scaling exponent; untying improves "
+             "only the constant. Untied-Grow's multiplier over Vanilla reaches 1.55x at 1e20 FLOPs."),
     "fig06": ("Sec. 6, Figure 6", "Growth and looping raise KL effective depth along the single-epoch ladders; in "
               "multi-epoch training scaling the loop count raises it faster than scaling depth (18 against 14 layers "
               "at the largest budget)."),
@@ -784,6 +787,41 @@ CLAIMS = {
     "fig24": ("App. D.4, Figure 24", "Both plain-Transformer controls stay above the tied boundary-operator frontier; "
               "the untied operator family is better only at the two smallest budgets."),
 }
+# every figure of the paper with data (Figure 1 is a drawing); those this command does not draw, and why
+CLAIMS.update({
+    "fig02": ("Sec. 3, Figure 2", "Single epoch: every variant improves the exponent over Vanilla. Multi-epoch (100M "
+              "tokens x 10): scaling the loop count beats scaling depth, about 2.2x compute at Operator-1 d18's loss."),
+    "fig04": ("Sec. 4.3, Figure 4", "On FineWeb-Edu the held-out 7.4B d26 Untied-Grow run lands near its forecast "
+              "(loss, CORE NLL, CORE accuracy); Untied-Grow needs about 1.8x less compute than Vanilla at its loss."),
+    "fig05": ("Sec. 5, Figure 5", "Under 100M tokens x 10 epochs the optimal loop count rises from about 1.4 to about "
+              "6.7 with compute; the preferred weight decay depends on depth."),
+    "fig07": ("App. A.2, Figure 7", "Allocation, recurrence, growth-target and growth-timing sweeps."),
+    "fig08": ("App. A.2, Figure 8", "With fresh data the optimal recurrence stays between 1.1 and 1.7 passes."),
+    "fig09": ("App. A.2, Figure 9", "At fixed anchor size the optimal recurrence grows with tokens per parameter."),
+    "fig10": ("App. A.2.3, Figure 10", "Growth timing: interior optima of the growth fraction."),
+    "fig11": ("App. A.4, Figure 11", "Chain tuning at d8."),
+    "fig12": ("App. A.4.2, Figure 12", "Iso-compute TPP bowls: optimal TPP about 5-6."),
+    "fig13": ("App. A.4.3, Figure 13", "Fixed growth fraction per arm."),
+    "fig14": ("App. A.4, Figure 14", "One-dimensional Vanilla sweeps and recipe slices across architectures."),
+    "fig18": ("App. C.1, Figure 18", "FineWeb and FineWeb-Edu ladders transfer; Untied Grow's advantage holds."),
+    "fig19c": ("App. C.3, Figure 19c", "Per-task residuals at matched validation loss."),
+    "fig20": ("App. C.4, Figure 20", "Taskwise sigmoid calibration of CORE accuracy on CORE NLL (FineWeb-Edu)."),
+    "fig23b": ("App. D.3, Figure 23b", "Hyperparameter sensitivity at depth 8, tied and untied."),
+})
+HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
+             "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
+             "fig19c": f"{LADDERS}/downstream.json"}
+NOT_DRAWN = {  # not drawn in this version, and why
+    "fig02": "the left panel is `fit.py ladders --out` (figures/fig2_left.png); the right panels (loop grid) are not "
+             "drawn yet",
+    "fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here",
+    "fig04": "not drawn yet (the FineWeb-Edu extrapolation figure): `fit.py ladders FILE --extrapolate` and `fit.py "
+             "downstream FILE` give its numbers",
+    "fig05": "not drawn yet: `fit.py loops loop_grid.csv` gives K* per budget and the gain",
+    **{f"fig{n:02d}": "not drawn yet (appendix_early/ data)" for n in range(7, 15)},
+    "fig18": "not drawn yet (per-corpus ladders)", "fig19c": "not drawn yet", "fig20": "not drawn yet",
+    "fig23b": "not drawn yet (hyperparameters.csv)",
+}
 GALLERY = "README.md"
 
 
@@ -796,11 +834,15 @@ def gallery(manifest):
              f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). Every fit shares the floor E = "
              f"{manifest['floor_E']:.4f}, fitted on Vanilla's FLOP ladder. The numbers in full: "
              f"[{MANIFEST}]({MANIFEST}).", ""]
-    for fig_id, entry in manifest["figures"].items():
-        key = fig_id.split()[0]
-        section, claim = CLAIMS.get(key, ("", ""))
+    for key in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
+        section, claim = CLAIMS[key]
         lines += [f"## {key}: {section}", "", f"> {claim}", ""]
-        if key != "fig3":
+        if key in manifest["skipped"]:
+            lines += [f"Not drawn here: {manifest['skipped'][key]}.", ""]
+        if key not in manifest["figures"]:
+            continue
+        entry = manifest["figures"][key]
+        if key not in manifest["skipped"]:
             lines += [f"![{key}]({key}.png)", ""]
         if entry["stated"]:
             lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"]
@@ -817,7 +859,7 @@ def gallery(manifest):
                       for p, per in entry["numbers"].items() for k, r in per["series"].items()]
             lines.append("")
         if "final_multiplier" in entry["numbers"]:
-            lines += ["| metric | " + " | ".join(style(a)[0] for a in next(iter(entry["numbers"]["final_multiplier"].values())))
+            lines += ["| metric | " + " | ".join(look(a)[0] for a in next(iter(entry["numbers"]["final_multiplier"].values())))
                       + " |", "|---|" + "---:|" * len(next(iter(entry["numbers"]["final_multiplier"].values())))]
             lines += [f"| last multiplier at matched {m.replace('_', ' ')} | "
                       + " | ".join("—" if v is None else f"{v:.3f}" for v in per.values()) + " |"
@@ -853,8 +895,12 @@ def cmd_paper(args):
     flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
     manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
+    missing = {f: name for f, name in HELD_BACK.items() if not os.path.isfile(os.path.join(release, name))}
+    manifest["skipped"] = {f: f"needs {missing[f]}, held back from the release copy (pass a folder that has it)"
+                           if f in missing else NOT_DRAWN[f] for f in sorted(set(missing) | set(NOT_DRAWN))
+                           if f in missing or f not in ids}
     gammas, checks = figure3_checks(release, E_flops)
-    manifest["figures"]["fig3 (from ladders.json)"] = dict(numbers=dict(gamma=gammas), stated=checks)
+    manifest["figures"]["fig03"] = dict(numbers=dict(gamma=gammas), stated=checks)
     for fig_id, columns in LADDER_FIGURES.items():
         fits = [ladder_column(release, col) for col in columns]
         figures[fig_id] = ladder_figure(plt, fig_id, columns, fits)
@@ -874,9 +920,11 @@ def cmd_paper(args):
     files = {f"{i}.{ext}": figures[i] for i in figures for ext in ("png", "pdf")}
     files[MANIFEST] = TextFile(json.dumps(jsonable(manifest), indent=1, allow_nan=False))
     files[GALLERY] = TextFile(gallery(jsonable(manifest)))
-    paths = save_figures(args.out, files, dpi=150)
+    paths = save_figures(args.out, files, dpi=300)
     for fig in figures.values():
         plt.close(fig)
+    for fig_id, why in manifest["skipped"].items():
+        print(f"skipped {fig_id}: {why}")
     rows = [(fid, r) for fid, entry in manifest["figures"].items() for r in entry["stated"]]
     for fid, r in rows:
         flag = "" if r["rel_diff"] is None or r["rel_diff"] <= TOLERANCE else f"  ({r['explanation']})"

@@ -1,10 +1,16 @@
 """A lint for the figures fit.py writes, on the matplotlib figures themselves (matplotlib's renderer extents):
 no two tick labels, annotations or legend entries overlap, every axis that shows tick labels has a label, every
-legend lists exactly the labelled lines that have data, at most 4 panels a row. `capture(monkeypatch, module)`
+legend lists exactly the labelled lines that have data, a legend entry is a display name (no raw key such as
+"k2_nci" or "operator_1"), and an entry naming an arm of the arms table shows the table's colour (and, in the
+appendix figures, its marker). `capture(monkeypatch, module)`
 collects the figures a command hands to save_figures; `problems(fig)` lists what is wrong with one."""
-import numpy as np
+import re
 
-MAX_PANELS_A_ROW = 4
+import numpy as np
+from matplotlib.colors import to_hex
+
+import arms
+
 SLACK = 1.0  # pixels two extents may share before they count as overlapping (neighbours touch at low dpi)
 
 
@@ -17,7 +23,8 @@ def capture(monkeypatch, module):
         for name, fig in figures.items():
             stem = name.rsplit(".", 1)[0]
             if hasattr(fig, "canvas") and stem not in found:
-                found[stem] = problems(fig)
+                number = re.match(r"fig(\d+)", stem)
+                found[stem] = problems(fig, appendix=bool(number) and int(number[1]) >= 7)
         return real(out_dir, figures, dpi=30)
     monkeypatch.setattr(module, "save_figures", lint_then_save)
     return found
@@ -52,16 +59,36 @@ def is_inset(ax, fig):
                and (p.width, p.height) != (q.width, q.height) for o in fig.axes)
 
 
-def problems(fig):
+NAMES = {name: arm for key, arm in arms.ARMS.items() for name in (arm.label, arm.label.replace("-Grow", " Grow"))}
+RAW_KEYS = set(arms.ARMS) | set(arms.RELEASE_SERIES)
+
+
+def legend_names(legend, appendix):
+    """A legend's entries: display names, and an arm's name drawn in its table colour (appendix: and marker)."""
+    out = []
+    for handle, text in zip(legend.legend_handles, legend.get_texts()):
+        words = re.sub(r"\$[^$]*\$", "", text.get_text())
+        if "_" in words or words.strip() in RAW_KEYS:
+            out.append(f"legend entry {text.get_text()!r} is a raw key, not a display name")
+        arm = NAMES.get(re.split(r" \(| ·", text.get_text())[0])
+        if arm is None or not hasattr(handle, "get_color"):
+            continue
+        if to_hex(handle.get_color()) != to_hex(arm.color):
+            out.append(f"legend entry {text.get_text()!r} is drawn in {to_hex(handle.get_color())}, the arms table "
+                       f"says {arm.color}")
+        if appendix and handle.get_marker() not in (arm.marker, "None", "", None):
+            out.append(f"legend entry {text.get_text()!r} has marker {handle.get_marker()!r}, the arms table says "
+                       f"{arm.marker!r}")
+    return out
+
+
+def problems(fig, appendix=False):
+    """What is wrong with one figure; appendix: a figure of the paper's appendices (per-arm markers)."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     out = []
-    main = [ax for ax in fig.axes if ax.get_visible() and ax.axison and not is_inset(ax, fig)]
-    rows = {}
-    for ax in main:
-        rows.setdefault(round(ax.get_position().y0, 2), set()).add(round(ax.get_position().x0, 2))
-    if max((len(r) for r in rows.values()), default=0) > MAX_PANELS_A_ROW:
-        out.append(f"{max(len(r) for r in rows.values())} panels in a row (at most {MAX_PANELS_A_ROW})")
+    for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]:
+        out += legend_names(legend, appendix)
     for ax in fig.axes:
         if not ax.get_visible() or not ax.axison:
             continue
