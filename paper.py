@@ -568,71 +568,296 @@ def recurrence_figure(plt, release):
     return fig, numbers, checks
 
 
+# ------------------------------------------------------------------------------------- loop grids (R4; Figs 2, 5, 21-24)
+BUDGETS = np.array(FIT["loop_budgets"])
+FINE_BUDGETS = np.sort(np.r_[BUDGETS, np.sqrt(BUDGETS[:-1] * BUDGETS[1:])])  # the base five and their midpoints
+DEPTH_MARKERS = {4: "X", 6: "o", 8: "s", 10: "^", 12: "D", 14: "P", 16: "v", 18: "<"}
+REGIME_INK, REGIME_MUTED = "#202020", "#666666"
+
+
+def scale(plt, cmap, lo, hi, n):
+    """n colours evenly spaced between lo and hi of a matplotlib colormap (the release's ordered scales)."""
+    return [plt.matplotlib.colors.to_hex(c) for c in plt.get_cmap(cmap)(np.linspace(lo, hi, n))]
+
+
+def grid_ladders(c, mask):
+    """{K: (compute, loss, depth)} of the cells in mask, each ladder in compute order."""
+    out = {}
+    for K in sorted(set(c["loops"][mask])):
+        m = mask & (c["loops"] == K)
+        o = np.argsort(c["compute"][m])
+        out[int(K)] = (c["compute"][m][o], c["loss"][m][o], c["depth"][m][o].astype(int))
+    return out
+
+
+def at_budget(ladders, C):
+    """R4: each ladder's loss at budget C, linear in compute between its bracketing models; ladders not spanning C
+    are left out. -> (Ks, losses)."""
+    Ks = [K for K, (x, _, _) in ladders.items() if x[0] <= C <= x[-1]]
+    return np.array(Ks, float), np.array([np.interp(C, *ladders[K][:2]) for K in Ks])
+
+
+def loop_optimum(Ks, losses):
+    """R4: quadratic of log loss on log K; the vertex K* (filled: curvature > 0 and K* strictly inside the measured
+    K), else the measured K with the lowest loss. -> (K*, loss there, filled, coefficients or None)."""
+    if len(Ks) >= 3:
+        coef = np.polyfit(np.log(Ks), np.log(losses), 2)
+        if coef[0] > 0 and Ks.min() < math.exp(-coef[1] / (2 * coef[0])) < Ks.max():
+            k = -coef[1] / (2 * coef[0])
+            return math.exp(k), math.exp(np.polyval(coef, k)), True, coef
+    i = int(np.argmin(losses))
+    return float(Ks[i]), float(losses[i]), False, (np.polyfit(np.log(Ks), np.log(losses), 2) if len(Ks) >= 3 else None)
+
+
+def loss_panel(ax, ladders, colours, budgets, budget_colours):
+    """Loss against compute: one line per K through its points (depth markers), dashed verticals at the budgets."""
+    for C, bc in zip(budgets, budget_colours):
+        ax.axvline(C, color=bc, ls=(0, (2, 3)), lw=1.4, alpha=0.72, zorder=0)
+    for K, (x, loss, depth) in ladders.items():
+        ax.plot(x, loss, color=colours[K], lw=1.6, label=f"K={K}")
+        for xi, li, d in zip(x, loss, depth):
+            ax.plot(xi, li, DEPTH_MARKERS.get(d, "o"), ms=5, color=colours[K], mec="white", mew=0.4)
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(0.38e18, 13e18)
+    ax.set_xticks([t * 1e18 for t in (0.5, 1, 2, 4, 8)], ["0.5", "1", "2", "4", "8"])
+    ax.xaxis.set_minor_formatter(plt_null())
+    ax.set_xlabel("Compute ($\\times10^{18}$ FLOPs)", loc="left")
+    ax.yaxis.set_major_formatter("{x:.2f}")
+    ax.margins(y=0.08)
+
+
+def plt_null():
+    import matplotlib.ticker as ticker
+    return ticker.NullFormatter()
+
+
+def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
+    """At each budget the R4 losses of the K ladders spanning it: quadratic in (log K, log L) with its optimum star
+    (filled inside, hollow at the best measured K otherwise), or (quadratic=False) straight lines. -> optima."""
+    out = []
+    for C, bc in zip(budgets, budget_colours):
+        Ks, losses = at_budget(ladders, C)
+        if not len(Ks):
+            continue
+        if not quadratic:
+            ax.plot(Ks, losses, "o-", ms=5, lw=1.6, color=bc)
+            out.append(dict(compute=C, loops=Ks.tolist(), loss=losses.tolist()))
+            continue
+        k, lk, filled, coef = loop_optimum(Ks, losses)
+        ax.plot(Ks, losses, "o", ms=4, color=bc)
+        if coef is not None:
+            ks = np.geomspace(Ks.min(), Ks.max(), 240)
+            ax.plot(ks, np.exp(np.polyval(coef, np.log(ks))), lw=1.4, color=bc)
+        ax.plot(k, lk, "*", ms=10, color=bc if filled else "white", mec="white" if filled else bc,
+                mew=0.6 if filled else 1.0, zorder=5)
+        out.append(dict(compute=C, best_loops=k, best_loss=lk, interior=filled))
+    all_K = sorted(ladders)
+    ax.set_xscale("log", base=2)
+    ax.set_xlim(0.86, max(all_K) * 1.12)
+    ax.set_xticks(all_K, [str(K) for K in all_K])
+    ax.xaxis.set_minor_formatter(plt_null())
+    ax.set_xlabel("Recurrence")
+    ax.yaxis.set_major_formatter("{x:.2f}")
+    return out
+
+
+def delta_panel(ax, ladders, depths, colours):
+    """L(K) - L(K=1) at every K measured at each depth."""
+    for d, colour in zip(depths, colours):
+        pts = dict(sorted((K, l) for K, (_, loss, dep) in ladders.items() for l, dd in zip(loss, dep) if dd == d))
+        if 1 in pts and len(pts) > 1:
+            ax.plot(list(pts), [l - pts[1] for l in pts.values()], marker=DEPTH_MARKERS[d], ms=4.8, lw=1.6,
+                    color=colour, label=f"d{d}")
+    ax.axhline(0, color=REGIME_MUTED, lw=0.8)
+    all_K = sorted(ladders)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(all_K, [str(K) for K in all_K])
+    ax.xaxis.set_minor_formatter(plt_null())
+    ax.set_xlabel("Recurrence")
+
+
+def read_regimes(release):
+    """The four regime CSVs (compute in FLOPs throughout)."""
+    base, cols = os.path.join(release, REGIMES), ["compute", "loss", "depth", "loops"]
+    read = lambda name, extra, numeric=(): read_csv(os.path.join(base, name), extra + cols,
+                                                    numeric=list(numeric) + cols, positive=["compute", "loss"])
+    wd = read("weight_decay.csv", ["weight_decay"], ["weight_decay"])
+    rg, ar = read("regimes.csv", ["regime"]), read("architectures.csv", ["architecture", "family"])
+    for c in (wd, rg, ar):
+        c["compute"] = flops_column(c)
+    hp = read_csv(os.path.join(base, "hyperparameters.csv"), ["family", "knob", "loops", "multiplier", "loss"],
+                  numeric=["loops", "multiplier", "loss"], positive=["multiplier", "loss"])
+    return wd, rg, ar, hp
+
+
+def k1_best_wd(wd):
+    """Per depth the weight decay with the lowest K=1 loss (ties: the smaller) -> {depth: wd}."""
+    out = {}
+    for d in sorted(set(wd["depth"][wd["loops"] == 1])):
+        m = (wd["loops"] == 1) & (wd["depth"] == d)
+        order = np.lexsort((wd["weight_decay"][m], wd["loss"][m]))
+        out[int(d)] = float(wd["weight_decay"][m][order[0]])
+    return out
+
+
+def tied_frontier(wd):
+    """Figure 24's tied boundary-operator frontier: lower convex hull in log compute of every WD-0.8 cell, without
+    K6 d4 (the line starts at K1 d6)."""
+    m = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))
+    return lower_hull(wd["compute"][m], wd["loss"][m], log=True)
+
+
+def lower_hull(x, y, log=False):
+    """R4 frontier: Pareto points (new loss minima in compute order), then their lower convex hull (in log compute
+    with log=True)."""
+    pts, best = [], np.inf
+    for xi, yi in sorted(zip(x, y)):
+        if yi < best:
+            pts.append((math.log(xi) if log else xi, yi))
+            best = yi
+    hull = []
+    for p in pts:
+        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) - \
+                (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) <= 0:
+            hull.pop()
+        hull.append(p)
+    h = np.array(hull)
+    return np.c_[np.exp(h[:, 0]) if log else h[:, 0], h[:, 1]]
+
+
+def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic=True, frontier=None):
+    """Figures 21, 22 and 24: per column (title, cells mask of a table) the loss-vs-compute panel, the optima at the
+    budgets and (rows = 3) the difference to K=1 at depths 6-14. -> (figure, optima per column)."""
+    n = len(columns)
+    fig, axes = plt.subplots(rows, n, figsize=(width, height * rows + 1.3), squeeze=False)
+    bcol = scale(plt, "inferno", 0.12, 0.82, len(budgets))
+    dcol = scale(plt, "viridis", 0.16, 0.78, 7 if quadratic else 5)
+    optima = {}
+    for j, (titles, c, mask) in enumerate(columns):
+        lad = grid_ladders(c, mask)
+        loss_panel(axes[0][j], lad, k_colours, budgets, bcol)
+        if frontier is not None:
+            axes[0][j].plot(frontier[:, 0], frontier[:, 1], ls=(0, (4, 2)), color=REGIME_INK, lw=1.8, zorder=6,
+                            label="Tied frontier")
+        optima[titles[0]] = optima_panel(axes[1][j], lad, budgets, bcol, quadratic)
+        if rows == 3:
+            delta_panel(axes[2][j], lad, (6, 8, 10, 12, 14), dcol[:5] if quadratic else dcol)
+        for i, t in enumerate(titles[:rows]):
+            axes[i][j].set_title(t)
+    for i, label in enumerate(("Loss", "Loss (Interpolated)", "$L(K)-L(K=1)$")[:rows]):
+        axes[i][0].set_ylabel(label)
+    if rows == 3:
+        lo, hi = min(ax.get_ylim()[0] for ax in axes[2]), max(ax.get_ylim()[1] for ax in axes[2])
+        for ax in axes[2]:
+            ax.set_ylim(lo, hi)
+        for ax in axes[2][1:]:
+            ax.tick_params(labelleft=False)
+        axes[2][0].legend(ncols=5, loc="lower left", bbox_to_anchor=(0, 1.12), fontsize=7)
+    handles = [plt.matplotlib.lines.Line2D([], [], color=k_colours[K], lw=1.6) for K in k_colours]
+    labels = [f"K={K}" for K in k_colours]
+    if frontier is not None:
+        handles.append(plt.matplotlib.lines.Line2D([], [], color=REGIME_INK, ls=(0, (4, 2)), lw=1.8))
+        labels.append("Tied frontier")
+    depth_keys = [plt.matplotlib.lines.Line2D([], [], ls="none", marker=m, color=REGIME_MUTED) for m in DEPTH_MARKERS.values()]
+    fig.legend(handles + depth_keys, labels + [f"d{d}" for d in DEPTH_MARKERS], loc="upper center",
+               ncols=math.ceil((len(handles) + len(depth_keys)) / (1 if n > 3 else 2)), fontsize=7.5, columnspacing=0.8)
+    total = height * rows + 1.3
+    fig.subplots_adjust(left=0.65 / width, right=0.99, bottom=0.55 / total, top=1 - (0.75 if n > 3 else 0.95) / total,
+                        wspace=0.3, hspace=0.75)
+    return fig, optima
+
+
 def regimes_figures(plt, release):
-    """Figures 21-24 from the regime CSVs: loss against compute per recurrence (21, 22, 24) and the weight-decay
-    sweeps per stored depth (23a) with the K=1 best weight decay."""
-    base = os.path.join(release, REGIMES)
-    wd = read_csv(os.path.join(base, "weight_decay.csv"), ["weight_decay", "loops", "depth", "compute", "loss"],
-                  numeric=["weight_decay", "loops", "depth", "compute", "loss"], positive=["compute", "loss"])
-    rg = read_csv(os.path.join(base, "regimes.csv"), ["regime", "compute", "loss", "depth", "loops"],
-                  numeric=["compute", "loss", "depth", "loops"], positive=["compute", "loss"])
-    ar = read_csv(os.path.join(base, "architectures.csv"), ["architecture", "family", "compute", "loss", "depth",
-                                                            "loops"], numeric=["compute", "loss", "depth", "loops"],
-                  positive=["compute", "loss"])
-    wd_x, rg_x, ar_x = flops_column(wd), flops_column(rg), flops_column(ar)
-    cmap = plt.get_cmap("plasma")
+    """Figures 21-24 from the regime CSVs (paper App. D)."""
+    wd, rg, ar, hp = read_regimes(release)
+    figures = {}
+    with plt.rc_context({**appendix_rc(APPENDIX_SIZE), "axes.edgecolor": "black", "text.color": REGIME_INK}):
+        magma7 = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
+        best = k1_best_wd(wd)
+        at_best = np.array([w == best.get(int(d)) for w, d in zip(wd["weight_decay"], wd["depth"])]) & \
+            np.isin(wd["depth"], list(best))
+        regime = np.array(rg["regime"])
+        cols21 = [(("Fresh data", "Fresh-data optima", "1B difference to K1"), rg, regime == "fresh"),
+                  (("250M × 4 epochs", "250M × 4 optima", "250M × 4 difference to K1"), rg, regime == "replay250m4"),
+                  (("100M × 10 epochs", "100M × 10 optima", "100M × 10 difference to K1"), rg, regime == "replay100m10"),
+                  (("100M × 10, K1-opt. WD", "K1-opt. WD optima", "K1-opt. WD difference to K1"), wd, at_best)]
+        fig, opt21 = regime_grid(plt, cols21, 3, 13.8, 2.05, magma7, FINE_BUDGETS)
+        figures["fig21"] = (fig, dict(k1_best_weight_decay=best, optima=opt21),
+                            [stated(f"best K=1 weight decay at d{d}", best[d], w, "App. D.3")
+                             for d, w in DATA_CONSTRAINED["tuned-wd"].weight_decay.items() if d in best])
+        wds = sorted(set(wd["weight_decay"]))
+        cols22 = [((f"WD = {w:g}", f"WD = {w:g} optima", f"WD = {w:g}: Δ to K1"), wd, wd["weight_decay"] == w) for w in wds]
+        fig, opt22 = regime_grid(plt, cols22, 3, 14.65, 2.0, magma7, BUDGETS, quadratic=False)
+        figures["fig22"] = (fig, dict(losses_at_budgets=opt22), [])
+        magma9 = dict(zip((1, 2, 3, 4, 6, 8, 12, 16, 20), scale(plt, "magma", 0.08, 0.82, 9)))
+        arch, fam = np.array(ar["architecture"]), np.array(ar["family"])
+        cols24 = [((f"{name} scaling", f"{name} optima"), ar, (arch == a) & (fam == f)) for name, a, f in (
+            ("Tied Vanilla", "vanilla", "tied"), ("Untied Vanilla", "vanilla", "untied"), ("Untied-2", "recurrent", "untied"))]
+        front = tied_frontier(wd)
+        fig, opt24 = regime_grid(plt, cols24, 2, 10.35, 2.0, magma9, BUDGETS, frontier=front)
+        figures["fig24"] = (fig, dict(optima=opt24, tied_frontier=front.tolist()), [])
+        figures["fig23"] = sensitivity_figure(plt, wd, hp, magma7)
+    return figures
 
-    all_ks = sorted(set(wd["loops"]) | set(rg["loops"]) | set(ar["loops"]))
-    k_colour = lambda K: cmap(all_ks.index(K) / len(all_ks))  # one colour per K in every panel
 
-    def per_loops(ax, x, loss, loops, mask, title):
-        for K in sorted(set(loops[mask])):
-            m = mask & (loops == K)
-            o = np.argsort(x[m])
-            ax.plot(x[m][o], loss[m][o], "o-", ms=3, color=k_colour(K), label=f"K={K:g}")
-        ax.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="validation loss", title=title)
-        log_axis(ax.xaxis, plt)
-        ax.legend(fontsize=6, frameon=False)
-
-    regimes = list(dict.fromkeys(rg["regime"]))
-    fig21, axes = panel_grid(plt, len(regimes), 4, 3.6)
-    for ax, name in zip(axes, regimes):
-        per_loops(ax, rg_x, rg["loss"], rg["loops"], np.array(rg["regime"]) == name, name)
-    fig21.tight_layout()
+def sensitivity_figure(plt, wd, hp, magma7):
+    """Figure 23: (a) loss against weight decay per K at depths 6-16 (log y, deep panels clipped at the lowest loss
+    + 0.2); (b) loss against each knob's multiple of its centre at depth 8, tied (k) and untied (u), K = 2, 4, 8."""
+    fig = plt.figure(figsize=(14.65, 9.95))
+    grid = fig.add_gridspec(3, 6, hspace=0.75, wspace=0.2, left=0.06, right=0.99, top=0.93, bottom=0.07)
     wds = sorted(set(wd["weight_decay"]))
-    fig22, axes = panel_grid(plt, len(wds), 3.6, 3.4)
-    for ax, w in zip(axes, wds):
-        per_loops(ax, wd_x, wd["loss"], wd["loops"], wd["weight_decay"] == w, f"weight decay {w:g}")
-    fig22.tight_layout()
-    depths = sorted(set(wd["depth"]))
-    fig23, axes = panel_grid(plt, len(depths), 3.4, 3.2)
-    best_wd = {}
-    for ax, dp in zip(axes, depths):
-        for K in sorted(set(wd["loops"])):
-            m = (wd["depth"] == dp) & (wd["loops"] == K)
-            if not m.any():
-                continue
-            o = np.argsort(wd["weight_decay"][m])
-            ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=3, color=k_colour(K), label=f"K={K:g}")
-        m1 = (wd["depth"] == dp) & (wd["loops"] == 1)
-        if m1.any():
-            best_wd[int(dp)] = float(wd["weight_decay"][m1][np.argmin(wd["loss"][m1])])
-        ax.set(xscale="log", xlabel="weight decay", ylabel="validation loss", title=f"d{dp:g}")
-        log_axis(ax.xaxis, plt, plain=True)
-        ax.legend(fontsize=6, frameon=False)
-    fig23.tight_layout()
-    groups = list(dict.fromkeys(zip(ar["architecture"], ar["family"])))
-    fig24, axes = panel_grid(plt, len(groups), 4, 3.6)
-    for ax, (a, f) in zip(axes, groups):
-        mask = (np.array(ar["architecture"]) == a) & (np.array(ar["family"]) == f)
-        per_loops(ax, ar_x, ar["loss"], ar["loops"], mask, f"{a}, {f}")
-    fig24.tight_layout()
-    paper_wd = DATA_CONSTRAINED["tuned-wd"].weight_decay  # App. D.3
-    checks = [stated(f"best K=1 weight decay at d{d}", best_wd[d], w, "App. D.3") for d, w in paper_wd.items()
-              if d in best_wd]
-    return {"fig21": (fig21, dict(regimes=regimes), []), "fig22": (fig22, dict(weight_decays=wds), []),
-            "fig23a": (fig23, dict(best_k1_weight_decay=best_wd), checks),
-            "fig24": (fig24, dict(groups=[list(g) for g in groups]), [])}
+    for j, d in enumerate((6, 8, 10, 12, 14, 16)):
+        ax = fig.add_subplot(grid[0, j])
+        low = wd["loss"][wd["depth"] == d].min()
+        for K, colour in magma7.items():
+            m = (wd["depth"] == d) & (wd["loops"] == K)
+            if m.any():
+                o = np.argsort(wd["weight_decay"][m])
+                ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=4.3, lw=1.6, color=colour, label=f"K={K}")
+        ax.set_yscale("log")
+        ax.margins(y=0.08)
+        if d >= 8:  # the top clipped at the lowest loss + 0.2: WD 0.05 at deep models leaves the panel
+            ax.set_ylim(low - 0.016, low + 0.2)
+        lo, hi = ax.get_ylim()
+        ax.set_yticks(np.geomspace(lo, hi, 4), [f"{t:.2f}" for t in np.geomspace(lo, hi, 4)])
+        ax.yaxis.set_minor_formatter(plt_null())
+        ax.set_xscale("log", base=2)
+        ax.set_xlim(0.04, 1.8)
+        ax.set_xticks(wds, ["" if w == 1.2 else f"{w:g}" for w in wds], rotation=45, ha="right")  # 1.2 would collide
+        ax.xaxis.set_minor_formatter(plt_null())
+        ax.set(title=f"Depth {d}", xlabel="Weight decay")
+        if j == 0:
+            ax.set_ylabel("Loss")
+            ax.legend(ncols=2, loc="upper right", fontsize=7)
+    family = np.array(hp["family"])
+    knob = np.array(hp["knob"])
+    optima = {}
+    for i, (fam, name) in enumerate((("k", "Tied"), ("u", "Untied"))):
+        first = None
+        for j, kn in enumerate(("glr", "wd", "om", "rm", "emb_alpha")):
+            ax = fig.add_subplot(grid[1 + i, j], sharey=first)
+            first = first or ax
+            for K, colour, marker in ((2, "#3d0f71", "o"), (4, "#a1307e", "s"), (8, "#f66e5c", "D")):
+                m = (family == fam) & (knob == kn) & (hp["loops"] == K)
+                if m.any():
+                    ax.plot(hp["multiplier"][m], hp["loss"][m], marker=marker, ms=5, lw=1.6, color=colour, label=f"K={K}")
+                    optima[f"{name} {kn} K={K}"] = float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
+            ax.axvline(1, color=REGIME_MUTED, ls=":", lw=0.8, alpha=0.85)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks([0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
+            ax.xaxis.set_minor_formatter(plt_null())
+            ax.yaxis.set_major_formatter("{x:.2f}")
+            ax.set(title=kn.upper(), xlabel="Multiple of center")
+            if j == 0:
+                ax.set_ylabel(f"{name}\nLoss")
+            else:
+                ax.tick_params(labelleft=False)
+            if i == 0 and j == 0:
+                ax.legend(loc="upper center", fontsize=7)
+    fig.text(0.045, 0.975, "(a) Weight-decay sensitivity · 100M tokens × 10 epochs", weight="bold", size=12)
+    fig.text(0.045, 0.66, "(b) Hyperparameter sensitivity · depth 8 · fixed tokens: tied 1.235B, untied 1.466B",
+             weight="bold", size=12)
+    return fig, dict(best_measured_multiplier=optima), []
 
 
 def figure3_checks(release, E_flops):
@@ -782,8 +1007,8 @@ CLAIMS = {
               "passes; with ten epochs higher recurrence postpones the upturn and the best recurrence rises with compute."),
     "fig22": ("App. D.2, Figure 22", "Weight decay moderates the preference for recurrence: low weight decay overfits "
               "more with model size and prefers more passes."),
-    "fig23a": ("App. D.3, Figure 23a", "The preferred weight decay shifts with stored depth but varies little across "
-               "tied recurrence."),
+    "fig23": ("App. D.3, Figure 23", "The preferred weight decay shifts with stored depth but varies little across "
+              "tied recurrence; at depth 8 the recipe knobs are flat near their centres for K = 2, 4, 8."),
     "fig24": ("App. D.4, Figure 24", "Both plain-Transformer controls stay above the tied boundary-operator frontier; "
               "the untied operator family is better only at the two smallest budgets."),
 }
@@ -806,7 +1031,6 @@ CLAIMS.update({
     "fig18": ("App. C.1, Figure 18", "FineWeb and FineWeb-Edu ladders transfer; Untied Grow's advantage holds."),
     "fig19c": ("App. C.3, Figure 19c", "Per-task residuals at matched validation loss."),
     "fig20": ("App. C.4, Figure 20", "Taskwise sigmoid calibration of CORE accuracy on CORE NLL (FineWeb-Edu)."),
-    "fig23b": ("App. D.3, Figure 23b", "Hyperparameter sensitivity at depth 8, tied and untied."),
 })
 HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
              "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
@@ -820,7 +1044,6 @@ NOT_DRAWN = {  # not drawn in this version, and why
     "fig05": "not drawn yet: `fit.py loops loop_grid.csv` gives K* per budget and the gain",
     **{f"fig{n:02d}": "not drawn yet (appendix_early/ data)" for n in range(7, 15)},
     "fig18": "not drawn yet (per-corpus ladders)", "fig19c": "not drawn yet", "fig20": "not drawn yet",
-    "fig23b": "not drawn yet (hyperparameters.csv)",
 }
 GALLERY = "README.md"
 
@@ -887,7 +1110,7 @@ def cmd_paper(args):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
     downstream = os.path.join(release, LADDERS, "downstream.json")
-    ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23a", "fig24"] + \
+    ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23", "fig24"] + \
         (["fig19a", "fig19b"] if os.path.isfile(downstream) else [])
     names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY]
     check_outputs(args.out, names)

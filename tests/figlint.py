@@ -82,6 +82,12 @@ def legend_names(legend, appendix):
     return out
 
 
+def row_label(ax, fig, name):
+    """A grid's shared label: another panel of the same row (y) or column (x) carries it."""
+    at = lambda a: round(a.get_position().y0 if name == "y" else a.get_position().x0, 2)
+    return any(at(o) == at(ax) and (o.get_ylabel() if name == "y" else o.get_xlabel()) for o in fig.axes)
+
+
 def problems(fig, appendix=False):
     """What is wrong with one figure; appendix: a figure of the paper's appendices (per-arm markers)."""
     fig.canvas.draw()
@@ -99,7 +105,7 @@ def problems(fig, appendix=False):
             ticks = axis._update_ticks()  # the ticks drawn: inside the view limits, major and minor
             labels = [t for tick in ticks for t in (tick.label1, tick.label2) if t.get_visible() and t.get_text()]
             out += [f"{where}: {name} ticks: {p}" for p in overlaps(labels, renderer)]
-            if labels and not axis.label.get_text() and not is_inset(ax, fig):
+            if labels and not axis.label.get_text() and not is_inset(ax, fig) and not row_label(ax, fig, name):
                 out.append(f"{where}: the {name} axis has tick labels and no label")
         out += [f"{where}: texts: {p}" for p in overlaps(ax.texts, renderer)]
         legend = ax.get_legend()

@@ -210,7 +210,7 @@ def test_paper_on_the_release(paper_run):
     every figure of the paper either written or listed as skipped with its reason, every stated number within 1 % or
     explained, and the gallery: per figure its statement, image (or why not) and numbers."""
     out, manifest, problems = paper_run
-    assert {"fig06", "fig15a", "fig16e", "fig17", "fig19a", "fig19b", "fig23a"} <= set(problems)
+    assert {"fig06", "fig15a", "fig16e", "fig17", "fig19a", "fig19b", "fig21", "fig23", "fig24"} <= set(problems)
     assert problems == {k: [] for k in problems}
     written = set(os.listdir(out))
     for fig_id in paper.CLAIMS:
