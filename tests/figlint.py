@@ -14,9 +14,9 @@ import arms
 SLACK = 1.0  # pixels two extents may share before they count as overlapping (neighbours touch at low dpi)
 
 
-def capture(monkeypatch, module):
-    """Patch module.save_figures to lint every figure it is given before writing it (at a low dpi: the lint needs the
-    figure, not a sharp file) -> {file stem: [problems]}, filled as the command runs."""
+def capture(monkeypatch, module, pdf=True):
+    """Patch module.save_figures to lint every figure it is given before writing it (at a low dpi, without the PDFs
+    with pdf=False: the lint needs the figure, not a sharp file) -> {file stem: [problems]}, filled as the command runs."""
     found, real = {}, module.save_figures
 
     def lint_then_save(out_dir, figures, dpi):
@@ -25,7 +25,7 @@ def capture(monkeypatch, module):
             if hasattr(fig, "canvas") and stem not in found:
                 number = re.match(r"fig(\d+)", stem)
                 found[stem] = problems(fig, appendix=bool(number) and int(number[1]) >= 7)
-        return real(out_dir, figures, dpi=30)
+        return real(out_dir, {n: f for n, f in figures.items() if pdf or not n.endswith(".pdf")}, dpi=30)
     monkeypatch.setattr(module, "save_figures", lint_then_save)
     return found
 

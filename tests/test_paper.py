@@ -200,7 +200,7 @@ def paper_run(tmp_path_factory):
     shutil.copytree(os.path.join(REPO, "reference", "release"), release)
     write(release / paper.LADDERS / "downstream.json", downstream_fixture(dip=0.075))
     with pytest.MonkeyPatch.context() as mp:
-        problems = figlint.capture(mp, paper)
+        problems = figlint.capture(mp, paper, pdf=False)
         assert fit.main(["paper", str(release), "--out", str(tmp / "out")]) == 0
     return tmp / "out", json.load(open(tmp / "out" / paper.MANIFEST)), problems
 
@@ -214,7 +214,7 @@ def test_paper_on_the_release(paper_run):
     assert problems == {k: [] for k in problems}
     written = set(os.listdir(out))
     for fig_id in paper.CLAIMS:
-        assert {f"{fig_id}.png", f"{fig_id}.pdf"} <= written or fig_id in manifest["skipped"], fig_id
+        assert f"{fig_id}.png" in written or fig_id in manifest["skipped"], fig_id
     assert "downstream" not in manifest["skipped"].get("fig19a", "")  # the fixture is read: drawn
     assert "fineweb_edu_ladders.json" in manifest["skipped"]["fig04"]  # held back: said so
     matched = manifest["figures"]["fig19a"]["numbers"]["multipliers_at_matched"]
