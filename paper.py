@@ -676,18 +676,37 @@ def delta_panel(ax, ladders, depths, colours):
     ax.set_xlabel("Recurrence")
 
 
+def csv_header(path):
+    try:
+        with open(path, newline="") as f:
+            return {h.strip() for h in next(csv.reader(f), [])}
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read ({e.strerror})")
+
+
+REGIME_TABLES = {"weight_decay.csv": ["weight_decay"], "regimes.csv": ["regime"],
+                 "architectures.csv": ["architecture", "family"]}
+
+
+def read_table(path):
+    """One of the release's regime CSVs, known by its header: weight_decay.csv, regimes.csv, architectures.csv
+    (compute -> FLOPs) or hyperparameters.csv -> (columns, its name)."""
+    header = csv_header(path)
+    if "knob" in header:
+        return read_csv(path, ["family", "knob", "loops", "multiplier", "loss"], numeric=["loops", "multiplier", "loss"],
+                        positive=["multiplier", "loss"]), "hyperparameters.csv"
+    name = "regimes.csv" if "regime" in header else "architectures.csv" if "architecture" in header else \
+        "weight_decay.csv"
+    cols = ["compute", "loss", "depth", "loops"]
+    c = read_csv(path, REGIME_TABLES[name] + cols, numeric=cols + (["weight_decay"] if name == "weight_decay.csv" else []),
+                 positive=["compute", "loss"])
+    c["compute"] = flops_column(c)
+    return c, name
+
+
 def read_regimes(release):
-    """The four regime CSVs (compute in FLOPs throughout)."""
-    base, cols = os.path.join(release, REGIMES), ["compute", "loss", "depth", "loops"]
-    read = lambda name, extra, numeric=(): read_csv(os.path.join(base, name), extra + cols,
-                                                    numeric=list(numeric) + cols, positive=["compute", "loss"])
-    wd = read("weight_decay.csv", ["weight_decay"], ["weight_decay"])
-    rg, ar = read("regimes.csv", ["regime"]), read("architectures.csv", ["architecture", "family"])
-    for c in (wd, rg, ar):
-        c["compute"] = flops_column(c)
-    hp = read_csv(os.path.join(base, "hyperparameters.csv"), ["family", "knob", "loops", "multiplier", "loss"],
-                  numeric=["loops", "multiplier", "loss"], positive=["multiplier", "loss"])
-    return wd, rg, ar, hp
+    """The four regime CSVs of the release -> weight_decay, regimes, architectures, hyperparameters."""
+    return [read_table(os.path.join(release, REGIMES, n))[0] for n in (*REGIME_TABLES, "hyperparameters.csv")]
 
 
 def k1_best_wd(wd):
@@ -860,6 +879,149 @@ def sensitivity_figure(plt, wd, hp, magma7):
     return fig, dict(best_measured_multiplier=optima), []
 
 
+FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: (8, 10, 12),
+               12: (8, 10, 12)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
+MAIN_SIZE = (14, 17, 16, 14, 12)
+
+
+def clip(front, cap):
+    """R4: the frontier's points up to and including the first at or beyond the cap."""
+    past = np.flatnonzero(front[:, 0] >= cap)
+    return front[:past[0] + 1] if len(past) else front
+
+
+def read_loop_grid(path):
+    """loop_grid.csv [depth, loops, weight_decay, compute_flops, val_loss] -> columns as the regime tables name them."""
+    cols = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
+    c = read_csv(path, cols, numeric=cols, positive=["depth", "loops", "compute_flops", "val_loss"],
+                 key=["depth", "loops", "weight_decay"])
+    return dict(c, compute=c["compute_flops"], loss=c["val_loss"])
+
+
+def loop_grid_figures(plt, c):
+    """Figure 2 (right: the loop grid at WD 0.8; Operator-1 at its best WD against scaling the loop count) and
+    Figure 5 (matched-compute cuts, marginal gain, scaling recipes, optimal WD) from the release's loop_grid.csv."""
+    magma = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
+    k1 = c["loops"] == 1
+    wd8 = np.isclose(c["weight_decay"], 0.8)
+    op1 = []  # per depth the K=1 cell with the lowest loss over every weight decay
+    for d in sorted(set(c["depth"][k1])):
+        m = k1 & (c["depth"] == d)
+        j = np.argmin(c["loss"][m])
+        op1.append((c["compute"][m][j], c["loss"][m][j], c["weight_decay"][m][j]))
+    op1 = np.array(op1)
+    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+        fig2, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 9), sharex=True)
+        sel = np.array([int(d) in FIG2_DEPTHS.get(int(K), ()) for d, K in zip(c["depth"], c["loops"])])
+        for K, (x, loss, _) in grid_ladders(c, sel & wd8).items():
+            top.plot(x, loss, "o-", color=magma[K], lw=2.2, ms=6.5, label=str(K))
+        top.set(title="Multi-Epoch", ylabel="Loss")
+        top.legend(title="Loop count", ncols=7, loc="upper right", fontsize=9, columnspacing=0.6, handlelength=1.2)
+        pool = sel & (c["compute"] >= op1[0, 0])
+        front = clip(lower_hull(c["compute"][pool & wd8], c["loss"][pool & wd8]), op1[-1, 0])
+        tuned = clip(lower_hull(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), op1[-1, 0])
+        loops_at = {(x, l): int(K) for x, l, K in zip(c["compute"], c["loss"], c["loops"])}
+        bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
+        bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
+                    label="Scale Loop Count, tuned WD")
+        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):
+            bottom.plot([x0, x1], [l0, l1], color=magma[loops_at[(x1, l1)]], lw=2.2, label=None if i else "Scale Loop Count")
+        for x, l in front:
+            bottom.plot(x, l, "o", color=magma[loops_at[(x, l)]], ms=6.5)
+        target = op1[-1, 1]
+        matched = float(np.interp(target, front[::-1, 1], front[::-1, 0]))  # linear in compute on the frontier
+        gain = op1[-1, 0] / matched
+        bottom.plot(matched, target, "x", color=REGIME_MUTED, ms=9)
+        bottom.annotate("", (op1[-1, 0], target), (matched, target), arrowprops=dict(arrowstyle="<->", color=REGIME_INK,
+                                                                                      lw=0.9))
+        bottom.annotate(f"{gain:.1f}× compute\nefficiency gain", (math.sqrt(matched * op1[-1, 0]), target),
+                        xytext=(0, 40), textcoords="offset points", ha="center", fontsize=11,
+                        bbox=dict(boxstyle="round", fc="white", ec="#CCCCCC"))
+        bottom.set(xlabel="Compute (FLOPs)", ylabel="Loss", xscale="log", xlim=(0.38e18, 12.5e18))
+        bottom.set_xticks([5e17, 1e18, 2e18, 5e18, 1e19], ["$5\\times10^{17}$", "$10^{18}$", "$2\\times10^{18}$",
+                                                           "$5\\times10^{18}$", "$10^{19}$"])
+        bottom.xaxis.set_minor_formatter(plt_null())
+        handles, labels = bottom.get_legend_handles_labels()
+        order = [labels.index(n) for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")]
+        bottom.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=10,
+                      handler_map={handles[order[1]]: SegmentsKey(list(magma.values()))})
+        fig2.tight_layout()
+    with plt.rc_context({**appendix_rc((10, 12, 11, 9, 8)), "axes.grid": False, "axes.edgecolor": "black"}):
+        fig5, axes = plt.subplots(1, 4, figsize=(13, 3.9))
+        six = np.isin(c["weight_decay"], (0.05, 0.2, 0.4, 0.8, 1.2, 1.6))
+        cuts = optima_panel(axes[0], grid_ladders(c, six & wd8), FINE_BUDGETS, scale(plt, "inferno", 0.12, 0.82, 9))
+        axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count")
+        delta_panel(axes[1], grid_ladders(c, six & wd8), (6, 8, 10, 12, 14), scale(plt, "viridis", 0.16, 0.78, 5))
+        axes[1].set(title="Marginal gain", ylabel="$L(K) - L(K{=}1)$", xlabel="Loop count")
+        axes[1].legend(title="Depth", ncols=2, fontsize=8, title_fontsize=8)
+        best_wd = {int(d): w for (x, l, w), d in zip(op1, sorted(set(c["depth"][k1])))}
+        tuned_cells = six & np.array([np.isclose(w, best_wd.get(int(d), -1)) for w, d in zip(c["weight_decay"],
+                                                                                              c["depth"])])
+        fixed = c["compute"][k1 & wd8]
+        rec = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]),
+               ("Operator-1 · tuned", (op1[:, 0], op1[:, 1])),
+               ("Scale loops · 0.8", clip(lower_hull(c["compute"][six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4))],
+                                                     c["loss"][six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4))],
+                                                     log=True), fixed.max()).T),
+               ("Scale loops · tuned", clip(lower_hull(c["compute"][tuned_cells], c["loss"][tuned_cells], log=True),
+                                            fixed.max()).T)]
+        for (label, (x, y)), colour in zip(rec, scale(plt, "magma", 0.12, 0.78, 4)):
+            axes[2].plot(x, y, "o-", color=colour, lw=2.2, ms=5, label=label)
+        axes[2].set(title="Scaling recipes", ylabel="Loss", xlabel="Compute (FLOPs)", xscale="log")
+        axes[2].legend(title="Strategy · WD", fontsize=8, title_fontsize=8)
+        heat_wd = optimal_wd_panel(plt, axes[3], c, six)
+        fig5.tight_layout()
+    numbers = dict(gain=gain, matched_compute=matched, operator_1_tuned=op1.tolist(), cuts=cuts, optimal_wd=heat_wd)
+    checks = [stated("compute-efficiency gain of scaling the loop count at Operator-1 d18's loss", gain, 2.2,
+                     "Sec. 5, Fig. 2", "the text rounds ('about 2.2x')")]
+    if len(cuts) == len(FINE_BUDGETS):
+        checks += [stated("optimal loop count at the smallest budget", cuts[0]["best_loops"], 1.4, "Sec. 5, Fig. 5",
+                          "the text rounds ('about 1.4')"),
+                   stated("optimal loop count at the largest budget", cuts[-1]["best_loops"], 6.7, "Sec. 5, Fig. 5",
+                          "the text rounds ('about 6.7')")]
+    return fig2, fig5, numbers, checks
+
+
+class SegmentsKey:
+    """A legend key drawn as a short line split into equal segments, one per colour (Figure 2's loop counts)."""
+    def __init__(self, colours):
+        self.colours = colours
+
+    def legend_artist(self, legend, handle, fontsize, box):
+        from matplotlib.collections import LineCollection
+        x0, y0, w, h = box.xdescent, box.ydescent, box.width, box.height
+        n = len(self.colours)
+        key = LineCollection([[(x0 + w * i / n, y0 + h / 2), (x0 + w * (i + 1) / n, y0 + h / 2)] for i in range(n)],
+                             colors=self.colours, lw=2.2, transform=box.get_transform())
+        box.add_artist(key)
+        return key
+
+
+def optimal_wd_panel(plt, ax, c, mask):
+    """Figure 5's heat map: per (K, depth) the weight decay with the lowest loss, in its cividis category colour."""
+    wds = (0.05, 0.2, 0.4, 0.8, 1.2, 1.6)
+    colours = scale(plt, "cividis", 0.08, 0.94, 6)
+    Ks, depths = (1, 2, 3, 4, 6, 8, 12), sorted(set(c["depth"][mask & (c["depth"] <= 14) & (c["depth"] >= 6)]))
+    out = {}
+    for i, K in enumerate(Ks):
+        for j, d in enumerate(depths):
+            m = mask & (c["loops"] == K) & (c["depth"] == d)
+            colour, text = "#ECEFF3", ""
+            if m.any():
+                w = float(c["weight_decay"][m][np.argmin(c["loss"][m])])
+                out[f"K{K} d{int(d)}"] = w
+                colour, text = colours[wds.index(w)], f"{w:g}"
+            ax.add_patch(plt.matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, color=colour))
+            ax.text(j, i, text, ha="center", va="center", size=7.5, color="white" if text in ("0.05", "0.2", "0.4") else "black")
+    ax.set(xlim=(-0.5, len(depths) - 0.5), ylim=(len(Ks) - 0.5, -0.5), title="Optimal WD", xlabel="Depth")
+    ax.set_xticks(range(len(depths)), [f"d{int(d)}" for d in depths])
+    ax.set_yticks(range(len(Ks)), ["Operator-1"] + [f"Loop-{K}" for K in Ks[1:]])
+    ax.set_ylabel("Loop count")
+    ax.tick_params(length=0)
+    ax.grid(False)
+    return out
+
+
 def figure3_checks(release, E_flops):
     """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
     floor reproduce the main text."""
@@ -1014,8 +1176,9 @@ CLAIMS = {
 }
 # every figure of the paper with data (Figure 1 is a drawing); those this command does not draw, and why
 CLAIMS.update({
-    "fig02": ("Sec. 3, Figure 2", "Single epoch: every variant improves the exponent over Vanilla. Multi-epoch (100M "
-              "tokens x 10): scaling the loop count beats scaling depth, about 2.2x compute at Operator-1 d18's loss."),
+    "fig02": ("Sec. 3, Figure 2", "Single epoch (left; `fit.py ladders --out` draws it): every variant improves the "
+              "exponent over Vanilla. Multi-epoch (right, 100M tokens x 10): scaling the loop count beats scaling "
+              "depth, about 2.2x compute at Operator-1 d18's loss."),
     "fig04": ("Sec. 4.3, Figure 4", "On FineWeb-Edu the held-out 7.4B d26 Untied-Grow run lands near its forecast "
               "(loss, CORE NLL, CORE accuracy); Untied-Grow needs about 1.8x less compute than Vanilla at its loss."),
     "fig05": ("Sec. 5, Figure 5", "Under 100M tokens x 10 epochs the optimal loop count rises from about 1.4 to about "
@@ -1036,12 +1199,9 @@ HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig
              "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
              "fig19c": f"{LADDERS}/downstream.json"}
 NOT_DRAWN = {  # not drawn in this version, and why
-    "fig02": "the left panel is `fit.py ladders --out` (figures/fig2_left.png); the right panels (loop grid) are not "
-             "drawn yet",
     "fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here",
     "fig04": "not drawn yet (the FineWeb-Edu extrapolation figure): `fit.py ladders FILE --extrapolate` and `fit.py "
              "downstream FILE` give its numbers",
-    "fig05": "not drawn yet: `fit.py loops loop_grid.csv` gives K* per budget and the gain",
     **{f"fig{n:02d}": "not drawn yet (appendix_early/ data)" for n in range(7, 15)},
     "fig18": "not drawn yet (per-corpus ladders)", "fig19c": "not drawn yet", "fig20": "not drawn yet",
 }
@@ -1110,8 +1270,10 @@ def cmd_paper(args):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
     downstream = os.path.join(release, LADDERS, "downstream.json")
+    grid = os.path.join(release, "loop_grid.csv")
     ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23", "fig24"] + \
-        (["fig19a", "fig19b"] if os.path.isfile(downstream) else [])
+        (["fig19a", "fig19b"] if os.path.isfile(downstream) else []) + \
+        (["fig02", "fig05"] if os.path.isfile(grid) else [])
     names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY]
     check_outputs(args.out, names)
     plt = pyplot()
@@ -1136,6 +1298,10 @@ def cmd_paper(args):
             list(regimes_figures(plt, release).items()):
         figures[fig_id] = fig
         manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
+    if os.path.isfile(grid):
+        figures["fig02"], figures["fig05"], numbers, checks = loop_grid_figures(plt, read_loop_grid(grid))
+        manifest["figures"]["fig02"] = dict(numbers=dict(gain=numbers["gain"]), stated=checks[:1])
+        manifest["figures"]["fig05"] = dict(numbers=numbers, stated=checks[1:])
     if os.path.isfile(downstream):
         figures["fig19a"], numbers_a, figures["fig19b"], numbers_b = downstream_figures(plt, downstream_series(downstream))
         manifest["figures"]["fig19a"] = dict(numbers=numbers_a, stated=[])

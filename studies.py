@@ -682,7 +682,38 @@ def loop_grid_from_runs(item):
                         LOOP_COLUMNS, origins)
 
 
+def regime_optima(args, header):
+    """The release's regime tables: the optimal loop count per budget (R4) of each regime (regimes.csv) or control
+    (architectures.csv: architecture, family), the rows of Figures 21 and 24; for hyperparameters.csv the best
+    measured multiple of each knob's centre per family and K (Figure 23b)."""
+    c, _ = paper.read_table(args.data)
+    if "knob" in header:
+        hp = c
+        out = {f"{f} {k} K={K:g}": float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
+               for f, k, K in dict.fromkeys(zip(hp["family"], hp["knob"], hp["loops"]))
+               for m in [(np.array(hp["family"]) == f) & (np.array(hp["knob"]) == k) & (hp["loops"] == K)]}
+        return emit(args, dict(best_multiplier=out), [f"{g}: best at {v:g}x the centre" for g, v in out.items()])
+    names = [" ".join(g) for g in zip(*[c[k] for k in (["regime"] if "regime" in header else ["architecture", "family"])])]
+    budgets = args.budgets or (paper.FINE_BUDGETS if "regime" in header else paper.BUDGETS)
+    out, lines = {}, []
+    for g in dict.fromkeys(names):
+        ladders = paper.grid_ladders(c, np.array(names) == g)
+        out[g] = []
+        for C in budgets:
+            Ks, losses = paper.at_budget(ladders, C)
+            if len(Ks):
+                k, loss, interior, _ = paper.loop_optimum(Ks, losses)
+                out[g].append(dict(compute=C, best_loops=k, best_loss=loss, interior=interior))
+        lines.append(f"{g}: " + ", ".join(f"C={o['compute']:.3g} K*={o['best_loops']:.2f}" + ("" if o["interior"]
+                                                                                             else " (measured)")
+                                          for o in out[g]))
+    emit(args, dict(optima=out), lines)
+
+
 def cmd_loops(args):
+    header = paper.csv_header(args.data) if args.data.endswith(".csv") else set()
+    if header & {"regime", "architecture", "knob"}:
+        return regime_optima(args, header)
     if not args.data.endswith(".csv"):
         c = loop_grid_from_runs(args.data)
     else:  # the release's weight_decay.csv (compute in EFLOP) or the project's columns
@@ -741,6 +772,11 @@ def cmd_loops(args):
         out["gain_fixed_wd"] = C_op / compute_at_loss_linear(env_wd, L_op)
         out["gain_all_wd"] = C_op / compute_at_loss_linear(env_all, L_op)
         out["frontier_fixed_wd"] = [dict(compute=x, loss=y) for x, y in env_wd if x <= C_op]
+    if args.out:
+        fig2, fig5, _, _ = paper.loop_grid_figures(pyplot(), dict(c, compute=c["compute_flops"], loss=c["val_loss"]))
+        written = save_figures(args.out, {f"{n}.{e}": f for n, f in (("fig02", fig2), ("fig05", fig5))
+                                          for e in ("png", "pdf")}, dpi=300)
+        note("wrote " + ", ".join(written))
     emit(args, out, [f"C={b['compute']:.3g}: K*={b['best_loops']:.2f} loss*={b['best_loss']:.4f}"
                      + (f" gap to K=1 {b['gap_to_k1']:.4f}" if "gap_to_k1" in b else "") for b in out["budgets"]]
          + ([f"Operator-1 (best WD per depth) last point {C_op:.3g} FLOPs, loss {L_op:.4f}: loop scaling at WD {args.wd} "

@@ -24,7 +24,8 @@ def capture(monkeypatch, module, pdf=True):
             stem = name.rsplit(".", 1)[0]
             if hasattr(fig, "canvas") and stem not in found:
                 number = re.match(r"fig(\d+)", stem)
-                found[stem] = problems(fig, appendix=bool(number) and int(number[1]) >= 7)
+                found[stem] = problems(fig, appendix=bool(number) and int(number[1]) >= 7,
+                                       arm_colours=stem not in LOOP_COUNT_FIGURES)
         return real(out_dir, {n: f for n, f in figures.items() if pdf or not n.endswith(".pdf")}, dpi=30)
     monkeypatch.setattr(module, "save_figures", lint_then_save)
     return found
@@ -63,7 +64,7 @@ NAMES = {name: arm for key, arm in arms.ARMS.items() for name in (arm.label, arm
 RAW_KEYS = set(arms.ARMS) | set(arms.RELEASE_SERIES)
 
 
-def legend_names(legend, appendix):
+def legend_names(legend, appendix, arm_colours=True):
     """A legend's entries: display names, and an arm's name drawn in its table colour (appendix: and marker)."""
     out = []
     for handle, text in zip(legend.legend_handles, legend.get_texts()):
@@ -71,7 +72,7 @@ def legend_names(legend, appendix):
         if "_" in words or words.strip() in RAW_KEYS:
             out.append(f"legend entry {text.get_text()!r} is a raw key, not a display name")
         arm = NAMES.get(re.split(r" \(| ·", text.get_text())[0])
-        if arm is None or not hasattr(handle, "get_color"):
+        if arm is None or not arm_colours or not hasattr(handle, "get_color"):
             continue
         if to_hex(handle.get_color()) != to_hex(arm.color):
             out.append(f"legend entry {text.get_text()!r} is drawn in {to_hex(handle.get_color())}, the arms table "
@@ -88,13 +89,17 @@ def row_label(ax, fig, name):
     return any(at(o) == at(ax) and (o.get_ylabel() if name == "y" else o.get_xlabel()) for o in fig.axes)
 
 
-def problems(fig, appendix=False):
-    """What is wrong with one figure; appendix: a figure of the paper's appendices (per-arm markers)."""
+LOOP_COUNT_FIGURES = ("fig02", "fig05")  # colour by loop count: their "Operator-1" is K=1's colour, not the arm's
+
+
+def problems(fig, appendix=False, arm_colours=True):
+    """What is wrong with one figure; appendix: a figure of the paper's appendices (per-arm markers); arm_colours:
+    legend entries naming an arm must show its table colour."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     out = []
     for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]:
-        out += legend_names(legend, appendix)
+        out += legend_names(legend, appendix, arm_colours)
     for ax in fig.axes:
         if not ax.get_visible() or not ax.axison:
             continue

@@ -199,6 +199,7 @@ def paper_run(tmp_path_factory):
     release = tmp / "release"
     shutil.copytree(os.path.join(REPO, "reference", "release"), release)
     write(release / paper.LADDERS / "downstream.json", downstream_fixture(dip=0.075))
+    loop_grid_fixture(release / "loop_grid.csv")
     with pytest.MonkeyPatch.context() as mp:
         problems = figlint.capture(mp, paper, pdf=False)
         assert fit.main(["paper", str(release), "--out", str(tmp / "out")]) == 0
@@ -210,7 +211,8 @@ def test_paper_on_the_release(paper_run):
     every figure of the paper either written or listed as skipped with its reason, every stated number within 1 % or
     explained, and the gallery: per figure its statement, image (or why not) and numbers."""
     out, manifest, problems = paper_run
-    assert {"fig06", "fig15a", "fig16e", "fig17", "fig19a", "fig19b", "fig21", "fig23", "fig24"} <= set(problems)
+    assert {"fig02", "fig05", "fig06", "fig15a", "fig16e", "fig17", "fig19a", "fig19b", "fig21", "fig23", "fig24"} \
+        <= set(problems)
     assert problems == {k: [] for k in problems}
     written = set(os.listdir(out))
     for fig_id in paper.CLAIMS:
@@ -355,3 +357,38 @@ def test_paper_treats_a_repeated_depth_as_ladders_does(tmp_path, capsys):
     data = paper.series_data(rows)
     assert "exactly; kept one" in capsys.readouterr().err
     assert all(np.array_equal(data["vanilla"][k], paper.series_data(once)["vanilla"][k]) for k in ("x", "loss"))
+
+
+def loop_grid_fixture(path):
+    """The release's loop_grid.csv layout (CRLF, compute in FLOPs) built from weight_decay.csv (the same grid in EFLOP),
+    with K=1 runs at WD 1.0 and 1.4 made up (0.002 above the WD-1.2 run) as the layout has them."""
+    rows = list(csv.DictReader(open(os.path.join(paper_release(), paper.REGIMES, "weight_decay.csv"))))
+    made_up = [dict(r, weight_decay=w, loss=float(r["loss"]) + 0.002) for r in rows if r["loops"] == "1"
+               and r["weight_decay"] == "1.2" for w in ("1.0", "1.4")]
+    with open(path, "w", newline="") as f:
+        f.write("depth,loops,weight_decay,compute_flops,val_loss\r\n")
+        for r in sorted(rows + made_up, key=lambda r: (int(r["depth"]), int(r["loops"]), float(r["weight_decay"]))):
+            f.write(f"{r['depth']},{r['loops']},{float(r['weight_decay']):g},{float(r['compute']) * 1e18:e},"
+                    f"{float(r['loss']):.6f}\r\n")
+
+
+def test_loop_grid_figures_and_optima_per_regime_and_control(paper_run, tmp_path, capsys):
+    """Figures 2 (right) and 5 from loop_grid.csv (here the WD grid of weight_decay.csv in its layout): the 2.2x gain
+    and K* rising from about 1.4 to 6.7 (Sec. 5); `fit.py loops` gives the same from the CSV and reads the regime
+    tables: the optimal loop count per budget of each regime (Figure 21) and control (Figure 24)."""
+    fig5 = paper_run[1]["figures"]["fig05"]["numbers"]
+    assert fig5["gain"] == pytest.approx(2.21, abs=0.01)
+    assert [round(c["best_loops"], 2) for c in fig5["cuts"]] == [1.43, 1.9, 2.31, 2.78, 3.31, 3.71, 4.44, 5.3, 6.69]
+    loop_grid_fixture(tmp_path / "loop_grid.csv")
+    got, _ = fit_json(capsys, "loops", tmp_path / "loop_grid.csv", "--out", tmp_path)
+    assert got["gain_fixed_wd"] == pytest.approx(fig5["gain"], rel=1e-9) and (tmp_path / "fig05.png").exists()
+    regimes = os.path.join(paper_release(), paper.REGIMES)
+    got, _ = fit_json(capsys, "loops", os.path.join(regimes, "regimes.csv"))
+    assert [round(o["best_loops"], 2) for o in got["optima"]["fresh"]] == [1.17, 1.42, 1.72, 1.70, 1.78, 1.91, 1.91,
+                                                                           2.02, 2.13]
+    got, _ = fit_json(capsys, "loops", os.path.join(regimes, "architectures.csv"))
+    tied = got["optima"]["vanilla tied"]
+    assert [o["interior"] for o in tied] == [False] + [True] * 4 and tied[0]["best_loops"] == 1.0
+    assert round(tied[-1]["best_loops"], 2) == 4.93
+    got, _ = fit_json(capsys, "loops", os.path.join(regimes, "hyperparameters.csv"))
+    assert got["best_multiplier"]["u glr K=8"] == 0.5  # Untied GLR K=8: 3.1248, 3.1060, 3.1388, ... (App. D.3)
