@@ -11,6 +11,7 @@ FLOP ladder and shared; multipliers interpolate in log compute without extrapola
 import csv, json, math, os
 
 import numpy as np
+from scipy import optimize
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
@@ -1022,6 +1023,101 @@ def optimal_wd_panel(plt, ax, c, mask):
     return out
 
 
+GPT3 = dict(zip(("2.7B", "6.7B", "13B", "175B"), FIT["gpt3_targets"]))  # CORE of the GPT-3 references
+
+
+def extrapolation_figure(plt, path):
+    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders of Vanilla and Untied-Grow extrapolated to the held-out d26 run:
+    validation loss (floor fitted on Vanilla, shared), CORE answer NLL (each arm its own floor) and CORE accuracy
+    from compute (App. C.4: per task a power law of task NLL in compute and a sigmoid of accuracy in NLL, the mean
+    of the task sigmoids scaled by the full/filtered ratio), with the GPT-3 references and their crossings."""
+    from fit import fit_sigmoid, fit_task_nll, sigmoid  # the App. C.4 downstream model (fit.py downstream)
+    obj = read_layout(path, "fineweb_edu")
+    tasks, records = edu_records(path, obj)
+    d26 = next(r for _, r, _, held in records if held)
+    arms = {a: sorted((r for b, r, _, held in records if b == a and not held), key=lambda r: r["compute_flops"])
+            for a in ("vanilla", "untied_grow")}
+    col = lambda a, k: np.array([r[k] for r in arms[a]], float)
+    x = {a: col(a, "compute_flops") / FIT["c_ref"] for a in arms}
+    A_v, g_v, E = fit_free_e(x["vanilla"], col("vanilla", "val_loss"))
+    ug = fit_shared_e(x["untied_grow"], col("untied_grow", "val_loss"), E)
+    loss_law = dict(vanilla=(A_v, g_v, E), untied_grow=(ug["A"], ug["gamma"], E))
+    nll_law = {a: fit_free_e(x[a], col(a, "core_nll")) for a in arms}
+    everything = [r for a in arms for r in arms[a]]
+    sig = {t: fit_sigmoid(np.array([r["task_nll"][t] for r in everything]),
+                          np.array([r["task_accuracy"][t] for r in everything])) for t in tasks}
+    f = np.array([np.mean([r["task_accuracy"][t] for t in tasks]) for r in everything])
+    F = np.array([r["core_accuracy"] for r in everything])
+    ratio = float(f @ F / (f @ f))
+    task_law = {a: {t: fit_task_nll(x[a], col(a, "task_nll") if False else np.array([r["task_nll"][t] for r in arms[a]]))
+                    for t in tasks} for a in arms}
+    law = lambda p, C: p[2] + p[0] * (C / FIT["c_ref"]) ** -p[1]  # (A, gamma, E)
+    core = lambda a, C: ratio * np.mean([sigmoid(l[0] + l[1] * (np.asarray(C) / FIT["c_ref"]) ** -l[2], *sig[t])
+                                         for t, l in task_law[a].items()], axis=0)
+    cross = {(a, n): 10 ** optimize.brentq(lambda lc: core(a, 10 ** lc) - v, 15, 40)
+             for a in arms for n, v in GPT3.items() if (core(a, 1e15) - v) * (core(a, 1e40) - v) < 0}
+    C26 = float(d26["compute_flops"])
+    cmin, cmax = min(float(x[a].min()) for a in arms) * FIT["c_ref"], max([C26, *cross.values()])
+    vanilla_at = lambda L: FIT["c_ref"] * ((L - E) / A_v) ** (-1 / g_v)  # Vanilla's compute reaching loss L
+    forecast = dict(loss=law(loss_law["untied_grow"], C26), core_nll=law(nll_law["untied_grow"], C26),
+                    core_accuracy=float(core("untied_grow", C26)))
+    gain = lambda C: vanilla_at(law(loss_law["untied_grow"], C)) / C
+    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+        fig, axes = plt.subplots(1, 3, figsize=(13, 4.5))
+        for ax, key, title, laws_ in ((axes[0], "val_loss", "Loss", loss_law), (axes[1], "core_nll", "CORE NLL", nll_law),
+                                      (axes[2], "core_accuracy", "CORE accuracy", None)):
+            for a in arms:
+                name, colour = ARMS[a].label, ARMS[a].color
+                for lo, hi, ls in ((cmin if laws_ is None else x[a][0] * FIT["c_ref"], x[a][-1] * FIT["c_ref"], "-"),
+                                   (x[a][-1] * FIT["c_ref"], cmax, "--")):
+                    cs = np.geomspace(lo, hi, 300)
+                    ax.plot(cs, core(a, cs) if laws_ is None else law(laws_[a], cs), ls, color=colour, lw=2.2)
+                ax.plot(x[a] * FIT["c_ref"], col(a, key), "o", color=colour, ms=6.5, label=name)
+            pred = forecast[key if key != "val_loss" else "loss"]
+            ax.plot([C26, C26], [pred, d26[key]], ":", color=ARMS["untied_grow"].color, alpha=0.8)
+            ax.errorbar(C26, d26[key], yerr=d26.get("core_accuracy_std") if laws_ is None else None, fmt="s", ms=8,
+                        mfc="white", mec=ARMS["untied_grow"].color, mew=1.8, ecolor=ARMS["untied_grow"].color, capsize=2,
+                        label=f"d26 ({d26.get('parameters', 0) / 1e9:.1f}B)" if laws_ is loss_law else None)
+            ax.set(xscale="log", xlim=(cmin / 1.35, cmax * 1.08), title=title, ylabel=title, xlabel="Compute (FLOPs)")
+        for n, v in GPT3.items():
+            axes[2].axhline(v, ls="--", color=INK, lw=0.75, alpha=0.65)
+            axes[2].text(0.02, v, n, transform=axes[2].get_yaxis_transform(), size=9, va="center",
+                         bbox=dict(fc="white", ec="none", pad=1))
+            if ("vanilla", n) in cross and ("untied_grow", n) in cross:
+                axes[2].text(0.35, v, f"{cross['vanilla', n] / cross['untied_grow', n]:.1f}×", size=9, va="center",
+                             transform=axes[2].get_yaxis_transform(), bbox=dict(fc="white", ec="none", pad=1))
+        for (a, n), C in cross.items():
+            axes[2].plot(C, GPT3[n], "*", ms=11, color=ARMS[a].color, mec="white", mew=0.5)
+        axes[2].set_ylim(0.045, max(0.427, float(np.max(col("untied_grow", "core_accuracy"))), d26["core_accuracy"]) + 0.04)
+        axes[0].legend(loc="lower left", fontsize=10)
+        inset = axes[0].inset_axes([0.5, 0.5, 0.47, 0.46])
+        for a in arms:
+            cs = np.geomspace(C26 / 2.2, C26 * 3.4, 100)
+            inset.plot(cs, law(loss_law[a], cs), "--", color=ARMS[a].color, lw=1.8)
+        inset.plot(C26, d26["val_loss"], "s", mfc="white", mec=ARMS["untied_grow"].color, mew=1.8)
+        inset.plot(C26, forecast["loss"], "x", color=ARMS["untied_grow"].color)
+        inset.annotate("", (C26, forecast["loss"]), (vanilla_at(forecast["loss"]), forecast["loss"]),
+                       arrowprops=dict(arrowstyle="<->", color=INK))
+        inset.text(0.96, 0.93, f"{gain(C26):.1f}× compute\nefficiency gain", transform=inset.transAxes, ha="right",
+                   va="top", size=9)
+        inset.set(xscale="log", xticks=[], yticks=[])
+        inset.minorticks_off()
+        axes[0].indicate_inset_zoom(inset, edgecolor=REGIME_MUTED)
+        fig.tight_layout()
+    numbers = dict(forecast=forecast, observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy",
+                                                                    "core_accuracy_std") if k in d26},
+                   E=E, gamma=dict(vanilla=g_v, untied_grow=ug["gamma"]), ratio=ratio, gain_at_d26=gain(C26),
+                   crossings={f"{a} {n}": C for (a, n), C in cross.items()})
+    sec = "Sec. 4.3, Fig. 4"
+    checks = [stated("observed d26 CORE (7.4B Untied-Grow)", d26["core_accuracy"], 0.3865, sec),
+              stated("forecast d26 CORE", forecast["core_accuracy"], 0.384, sec),
+              stated("d26 loss: observed - forecast", d26["val_loss"] - forecast["loss"], -0.03, sec),
+              stated("Untied-Grow's multiplier over Vanilla at the d26 compute", gain(C26), 1.8, sec),
+              stated("the multiplier at 1e20 FLOPs", gain(1e20), 1.6, sec),
+              stated("the multiplier at 1e25 FLOPs", gain(1e25), 2.7, sec)]
+    return fig, numbers, checks
+
+
 def figure3_checks(release, E_flops):
     """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
     floor reproduce the main text."""
@@ -1200,8 +1296,6 @@ HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig
              "fig19c": f"{LADDERS}/downstream.json"}
 NOT_DRAWN = {  # not drawn in this version, and why
     "fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here",
-    "fig04": "not drawn yet (the FineWeb-Edu extrapolation figure): `fit.py ladders FILE --extrapolate` and `fit.py "
-             "downstream FILE` give its numbers",
     **{f"fig{n:02d}": "not drawn yet (appendix_early/ data)" for n in range(7, 15)},
     "fig18": "not drawn yet (per-corpus ladders)", "fig19c": "not drawn yet", "fig20": "not drawn yet",
 }
@@ -1270,10 +1364,10 @@ def cmd_paper(args):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
     downstream = os.path.join(release, LADDERS, "downstream.json")
-    grid = os.path.join(release, "loop_grid.csv")
+    grid, edu = os.path.join(release, "loop_grid.csv"), os.path.join(release, "fineweb_edu_ladders.json")
     ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23", "fig24"] + \
         (["fig19a", "fig19b"] if os.path.isfile(downstream) else []) + \
-        (["fig02", "fig05"] if os.path.isfile(grid) else [])
+        (["fig02", "fig05"] if os.path.isfile(grid) else []) + (["fig04"] if os.path.isfile(edu) else [])
     names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY]
     check_outputs(args.out, names)
     plt = pyplot()
@@ -1298,6 +1392,9 @@ def cmd_paper(args):
             list(regimes_figures(plt, release).items()):
         figures[fig_id] = fig
         manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
+    if os.path.isfile(edu):
+        figures["fig04"], numbers, checks = extrapolation_figure(plt, edu)
+        manifest["figures"]["fig04"] = dict(numbers=numbers, stated=checks)
     if os.path.isfile(grid):
         figures["fig02"], figures["fig05"], numbers, checks = loop_grid_figures(plt, read_loop_grid(grid))
         manifest["figures"]["fig02"] = dict(numbers=dict(gain=numbers["gain"]), stated=checks[:1])
