@@ -1,12 +1,12 @@
-"""paper.py — the paper's figures from the authors' released measurements (arXiv 2609.19107 Sec. 6, App. B and D).
+"""paper.py — the paper's figures (arXiv 2609.19107) from the authors' released measurements, in the release's look.
 
-The release (reference/release/, its SOURCE.md says where it came from) stores ladders as JSON {series: [records]} with
-short series names (arms.RELEASE_SERIES maps them), compute in FLOPs or, in timing.json, training hours; the regime
-CSVs give compute in EFLOP or FLOPs. The readers here recognise each format by its content. `fit.py paper DIR --out
-OUT` regenerates every figure these files support and writes OUT/paper_manifest.json: per figure the numbers it rests
-on, the paper's stated number with its section, and the relative difference (an explanation where they differ > 1 %).
-Fits follow the release's conventions (its appendix_ladders/README.md): the loss floor is fitted once on Vanilla's
-FLOP ladder and shared; multipliers interpolate in log compute without extrapolation.
+`fit.py paper DIR --out OUT` reads DIR/release/ as the release lays out its plotting data (reference/release/, whose
+SOURCE.md says where it came from; loop_grid.csv, fineweb_edu_ladders.json and appendix_ladders/downstream.json are
+drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json (per figure its numbers and every
+number the text states beside ours) and the gallery OUT/README.md; figures it cannot draw are listed with the reason.
+The release's ladders are JSON {series: [records]} with short names (arms.RELEASE_SERIES), compute in FLOPs or (timing
+.json) hours; the regime CSVs in EFLOP or FLOPs. Rules: the floor E is the free-floor fit of the file's Vanilla,
+multipliers interpolate in log compute without extrapolation, loop grids interpolate linearly in compute (R4 below).
 """
 import csv, json, math, os
 
@@ -35,13 +35,6 @@ def read_json(path):
         raise UsageError(f"{path}: not JSON ({e})")
 
 
-def is_release_ladders(obj):
-    """A release ladder file: {series: [{compute, loss, depth, ...}, ...]}."""
-    return isinstance(obj, dict) and bool(obj) and all(
-        isinstance(v, list) and v and all(isinstance(r, dict) and {"compute", "loss", "depth"} <= set(r) for r in v)
-        for v in obj.values())
-
-
 # The release's JSON layouts, recognised by their content; a command names the ones it reads when it refuses a file.
 LAYOUTS = dict(
     ladders="the release's ladder series {series: [{compute, loss, depth}]} (appendix_ladders/*.json)",
@@ -56,7 +49,8 @@ def json_layout(obj):
     """-> "fineweb_edu", "downstream", "ladders" or None."""
     if isinstance(obj, dict) and isinstance(obj.get("arms"), dict) and "tasks" in obj:
         return "fineweb_edu"
-    if is_release_ladders(obj):
+    if isinstance(obj, dict) and obj and all(isinstance(v, list) and v and all(  # {series: [{compute, loss, depth}]}
+            isinstance(r, dict) and {"compute", "loss", "depth"} <= set(r) for r in v) for v in obj.values()):
         return "downstream" if all("metrics" in r for v in obj.values() for r in v) else "ladders"
     return None
 
@@ -127,20 +121,6 @@ def flops_column(c):
     """The regime CSVs' `compute`: EFLOP in weight_decay.csv and architectures.csv, FLOPs in regimes.csv -> FLOPs."""
     x = c["compute"]
     return x * 1e18 if x.max() < UNITS["eflop_max"] else x
-
-
-def release_loop_grid(path):
-    """The release's weight_decay.csv [weight_decay, loops, depth, compute (EFLOP), loss] as fit.py loops' columns, or
-    None when the CSV is not in the release's form."""
-    with open(path, newline="") as f:
-        header = {h.strip() for h in next(csv.reader(f), [])}
-    if not {"compute", "loss"} <= header or "compute_flops" in header:
-        return None
-    cols = ["depth", "loops", "weight_decay", "compute", "loss"]
-    c = read_csv(path, cols, numeric=cols, positive=["depth", "loops", "compute", "loss"], key=["depth", "loops",
-                                                                                              "weight_decay"])
-    c["compute_flops"], c["val_loss"] = flops_column(c), c.pop("loss")
-    return c
 
 
 def series_data(rows):
@@ -276,7 +256,6 @@ LADDER_FIGURES = {
                             "deep_width_adam": ("Adam", "adam")}, hollow={"deep_width", "deep_width_adam"},
                     groups=[("deep_width", ["deep_width", "deep_width_adam"]), ("van", ["van", "van_adam"])])],
 }
-WIDTH_ONLY = {"deep_width", "dep_width", "deep_width_adam"}
 
 
 def release_series(release, name):
@@ -289,16 +268,10 @@ def release_series(release, name):
     return {key[a]: dict(d, x=d["x"] / 3600.0 if hours else d["x"]) for a, d in data.items()}
 
 
-def through_anchor(x, loss, E, xa, La):
-    """Figure 16a's exponent: regression of ln(L - E) - ln(L_a - E) on ln(C / C_a) through the anchor (no intercept)."""
-    lx, y = np.log(x / xa), np.log(loss - E) - math.log(La - E)
-    return -float(lx @ y / (lx @ lx))
-
-
 def ladder_column(release, col):
     """Fit one column: E (R1 on the file's Vanilla), each series' exponent (R2, or through the shared anchor) and its
     multipliers (R3) over its group's reference. -> dict(E, unit, series {key: dict(x, loss, depth, gamma, A, budgets,
-    multipliers, group)}, anchor)."""
+    multipliers)}, anchor)."""
     data = release_series(release, col["file"])
     floor_data = release_series(release, "ladders") if col["file"] == "timing" else data
     E = fit_free_e(floor_data["van"]["x"] / FIT["c_ref"], floor_data["van"]["loss"])[2]
@@ -311,87 +284,84 @@ def ladder_column(release, col):
         for k in [k for _, keys in col["groups"] for k in keys]:
             d, keep = data[k], data[k]["depth"] > anchor
             data[k] = dict(x=np.r_[xa, d["x"][keep]], loss=np.r_[La, d["loss"][keep]], depth=np.r_[anchor, d["depth"][keep]])
-    for g, (ref, keys) in enumerate(col["groups"]):
+    for ref, keys in col["groups"]:
         r = data[ref]
         at = r["depth"] >= col.get("ref_depth", FIT["anchor_depth"])
         for k in keys:
             d = data[k]
-            if anchor:
-                gamma = through_anchor(d["x"][1:], d["loss"][1:], E, *out["anchor"])
-                A = (out["anchor"][1] - E) * (out["anchor"][0] / c_ref) ** gamma
+            if anchor:  # Figure 16a: regression of ln(L - E) - ln(L_a - E) on ln(C / C_a) through the anchor
+                lx, y = np.log(d["x"][1:] / xa), np.log(d["loss"][1:] - E) - math.log(La - E)
+                gamma = -float(lx @ y / (lx @ lx))
+                A = (La - E) * (xa / c_ref) ** gamma
             else:
                 law = fit_shared_e(d["x"] / c_ref, d["loss"], E)
                 gamma, A = law["gamma"], law["A"]
             m = matched_multipliers(r["x"][at], r["loss"][at], d["x"], d["loss"], k == ref)
-            out["series"][k] = dict(d, gamma=gamma, A=A, c_ref=c_ref, budgets=r["x"][at], multipliers=m, group=g)
+            out["series"][k] = dict(d, gamma=gamma, A=A, c_ref=c_ref, budgets=r["x"][at], multipliers=m)
     return out
 
 
 def ladder_figure(plt, fig_id, columns, fits):
-    with plt.rc_context(appendix_rc(LADDER_SIZE)):
-        return ladder_panels(plt, columns, fits)
-
-
-def ladder_panels(plt, columns, fits):
     """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
     its points) and the multipliers over the group's reference (line and markers; NaN leaves a gap). One column: the
     two panels side by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
-    n = len(columns)
-    width = 6.9 if n > 1 else 3.45
-    side = 1.65 if n > 1 else width / 2 - 0.65
-    rows = 2 if n > 1 else 1
-    per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
-    legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
-    band = 0.22 + 0.15 * legend_rows
-    height = 0.40 + rows * side + (rows - 1) * 0.27 + band + 0.05
-    fig = plt.figure(figsize=(width, height))
-    pitch = width / (2 if n == 1 else n)
-    box = lambda col, row: fig.add_axes([(0.59 + col * pitch) / width, (0.40 + row * (side + 0.27)) / height,
-                                         side / width, side / height])
-    for j, (col, fit) in enumerate(zip(columns, fits)):
-        loss_ax, mult_ax = (box(0, 0), box(1, 0)) if n == 1 else (box(j, 0), box(j, 1))
-        x_label = "Training time (h)" if fit["unit"] == "H" else "Compute (FLOPs)"
-        for k, s in fit["series"].items():
-            name, colour, marker, ls, hollow = series_look(col, k)
-            face = "white" if hollow else colour
-            xs = np.geomspace(s["x"].min(), s["x"].max(), 300)
-            loss_ax.plot(xs, s["A"] * (xs / s["c_ref"]) ** -s["gamma"], ls=ls, lw=1.1, color=colour)
-            own = slice(1, None) if fit["anchor"] else slice(None)
-            loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], marker, ms=4, mew=0.6, color=colour, mfc=face, ls="none")
-            ok = np.isfinite(s["multipliers"])
-            mult_ax.plot(s["budgets"], np.where(ok, s["multipliers"], np.nan), ls=ls, marker=marker, ms=4, mew=0.6,
-                         lw=1.1, color=colour, mfc=face)
-        if fit["anchor"]:
-            xa, La = fit["anchor"]
-            loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
-            mult_ax.plot([xa], [1.0], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
-        mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
-        loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss")
-        mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"])
-        if "ylim" in col:
-            mult_ax.set_ylim(*col["ylim"])
-            mult_ax.set_yticks(col["yticks"])
-        mult_ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
-        loss_ax.set_xlabel(x_label)
-        if n == 1:
-            mult_ax.set_xlabel(x_label)
-        else:
-            mult_ax.tick_params(labelbottom=False)
-            mult_ax.sharex(loss_ax)
-        plain_log_axis(loss_ax.yaxis, plt)
-        for ax in (loss_ax, mult_ax):
-            log_axis(ax.xaxis, plt)
-        handles, labels = legend_entries(col, fit)
-        centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
-        fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
-                   handlelength=2.0, columnspacing=0.8, borderaxespad=0.2)
-    return fig
+    with plt.rc_context(appendix_rc(LADDER_SIZE)):
+        n = len(columns)
+        width = 6.9 if n > 1 else 3.45
+        side = 1.65 if n > 1 else width / 2 - 0.65
+        rows = 2 if n > 1 else 1
+        per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
+        legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
+        band = 0.22 + 0.15 * legend_rows
+        height = 0.40 + rows * side + (rows - 1) * 0.27 + band + 0.05
+        fig = plt.figure(figsize=(width, height))
+        pitch = width / (2 if n == 1 else n)
+        box = lambda col, row: fig.add_axes([(0.59 + col * pitch) / width, (0.40 + row * (side + 0.27)) / height,
+                                             side / width, side / height])
+        for j, (col, fit) in enumerate(zip(columns, fits)):
+            loss_ax, mult_ax = (box(0, 0), box(1, 0)) if n == 1 else (box(j, 0), box(j, 1))
+            x_label = "Training time (h)" if fit["unit"] == "H" else "Compute (FLOPs)"
+            for k, s in fit["series"].items():
+                name, colour, marker, ls, hollow = series_look(col, k)
+                face = "white" if hollow else colour
+                xs = np.geomspace(s["x"].min(), s["x"].max(), 300)
+                loss_ax.plot(xs, s["A"] * (xs / s["c_ref"]) ** -s["gamma"], ls=ls, lw=1.1, color=colour)
+                own = slice(1, None) if fit["anchor"] else slice(None)
+                loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], marker, ms=4, mew=0.6, color=colour, mfc=face, ls="none")
+                ok = np.isfinite(s["multipliers"])
+                mult_ax.plot(s["budgets"], np.where(ok, s["multipliers"], np.nan), ls=ls, marker=marker, ms=4, mew=0.6,
+                             lw=1.1, color=colour, mfc=face)
+            if fit["anchor"]:
+                xa, La = fit["anchor"]
+                loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
+                mult_ax.plot([xa], [1.0], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
+            mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
+            loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss")
+            mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"])
+            if "ylim" in col:
+                mult_ax.set_ylim(*col["ylim"])
+                mult_ax.set_yticks(col["yticks"])
+            mult_ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
+            loss_ax.set_xlabel(x_label)
+            if n == 1:
+                mult_ax.set_xlabel(x_label)
+            else:
+                mult_ax.tick_params(labelbottom=False)
+                mult_ax.sharex(loss_ax)
+            plain_log_axis(loss_ax.yaxis, plt)
+            for ax in (loss_ax, mult_ax):
+                log_axis(ax.xaxis, plt)
+            handles, labels = legend_entries(col, fit)
+            centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
+            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
+                       handlelength=2.0, columnspacing=0.8, borderaxespad=0.2)
+        return fig
 
 
 def series_look(col, key):
     label, like = col.get("labels", {}).get(key, (None, None))
     name, colour, marker, ls, hollow = look(key, label, like)
-    return name, colour, marker, ls, hollow or key in col.get("hollow", ()) or key in WIDTH_ONLY
+    return name, colour, marker, ls, hollow or key in col.get("hollow", ())
 
 
 def legend_entries(col, fit):
@@ -475,97 +445,77 @@ def ladder_checks(fig_id, fits):
 
 
 def effective_depth_figure(plt, release):
+    """Figure 6: KL effective depth along the single-epoch ladders (7 arms) and in multi-epoch training."""
     obj = read_json(os.path.join(release, "effective_depth.json"))
     try:
-        ladders, multi = obj["ladders"], obj["multi_epoch"]
-        curves = {RELEASE_SERIES.get(s, s): (np.array([r["compute_flops"] for r in recs]),
-                                             np.array([r["effective_depth"] for r in recs])) for s, recs in ladders.items()}
-        mx = np.array(multi["compute_flops"])
-        multi_curves = {k: np.array(v) for k, v in multi.items() if k != "compute_flops"}
+        curves = {s: (np.array([r["compute_flops"] for r in recs]), np.array([r["effective_depth"] for r in recs]))
+                  for s, recs in obj["ladders"].items()}
+        mx, multi = np.array(obj["multi_epoch"]["compute_flops"]), obj["multi_epoch"]
     except (KeyError, TypeError) as e:
         raise UsageError(f"effective_depth.json: missing or malformed field {e}; the release's file has 'ladders' and "
                          "'multi_epoch'")
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for arm, (x, y) in curves.items():
-        name, color = look(arm)[:2]
-        left.plot(x, y, "o-", ms=3, color=color, label=name)
-    left.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="KL effective depth", title="single-epoch ladders")
-    left.legend(fontsize=7, frameon=False)
-    for k, y in multi_curves.items():
-        right.plot(mx, y, "o-", ms=3, label=k.replace("_", " "))
-    right.set(xscale="log", xlabel="training compute (FLOPs)", ylabel="KL effective depth", title="multi-epoch (10 epochs)")
-    right.legend(fontsize=7, frameon=False)
-    for ax in (left, right):
-        log_axis(ax.xaxis, plt)
-    fig.tight_layout()
-    last = lambda arm: float(curves[arm][1][np.argmax(curves[arm][0])])
-    checks = [stated("Untied-2 KL effective depth at the top budget", last("untied_2"), 24, "Sec. 6"),
-              stated("Deep Vanilla KL effective depth at the top budget", last("deep_vanilla"), 20, "Sec. 6")]
-    checks += [stated(f"multi-epoch KL effective depth at the largest budget, {k.replace('_', ' ')}",
-                      float(multi_curves[k][np.argmax(mx)]), v, "Sec. 6, Fig. 6 (right)", "the text rounds to whole "
-                      "layers ('reaching 18 against 14 layers')") for k, v in (("scale_loop_count", 18),
-                                                                              ("operator_1_tuned_wd", 14))
-               if k in multi_curves]
-    numbers = {arm: dict(compute=x.tolist(), effective_depth=y.tolist()) for arm, (x, y) in curves.items()}
-    return fig, numbers, checks
+    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+        fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.6))
+        for arm in ("vanilla", "deep_vanilla", "operator_1", "loop_2", "loop_grow", "untied_2", "untied_grow"):
+            left.plot(*curves[arm], "o-", lw=2.2, ms=6.5, color=ARMS[arm].color, label=ARMS[arm].label)
+        for k, label, colour in (("operator_1_tuned_wd", "Operator-1", "#0e0b2b"),
+                                 ("scale_loop_count", "Scale Loop Count", "#fea973")):
+            right.plot(mx, multi[k], "o-", lw=2.2, ms=6.5, color=colour, label=label)
+        for ax, title in ((left, "Single Epoch"), (right, "Multi-Epoch")):
+            ax.set(xscale="log", title=title, xlabel="Compute (FLOPs)", ylabel="$L_{\\mathrm{eff}}^{\\mathrm{KL}}$")
+            ax.legend(loc="upper left", fontsize=11)
+        right.set(xlim=(mx[0] / 1.25, mx[-1] * 1.25), xticks=[1e18, 5e18], xticklabels=["$10^{18}$", "$5\\times10^{18}$"])
+        right.tick_params(axis="x", which="minor", labelbottom=False)
+        fig.tight_layout()
+    top = lambda arm: float(curves[arm][1][-1])
+    checks = [stated(f"{ARMS[a].label} KL effective depth at the top budget", top(a), v, "Sec. 6")
+              for a, v in (("untied_2", 24), ("untied_grow", 36), ("deep_vanilla", 20))]
+    checks += [stated(f"multi-epoch KL effective depth at the largest budget, {label}", float(multi[k][-1]), v,
+                      "Sec. 6, Fig. 6 (right)", "the text rounds to whole layers ('reaching 18 against 14 layers')")
+               for k, label, v in (("scale_loop_count", "Scale Loop Count", 18), ("operator_1_tuned_wd", "Operator-1", 14))]
+    return fig, {a: dict(compute=x, effective_depth=y) for a, (x, y) in curves.items()}, checks
 
 
-def panel_grid(plt, n, width, height):
-    """n panels, at most 4 a row (readable at page width), spare cells hidden -> (figure, flat list of n axes)."""
-    rows = math.ceil(n / 4)
-    cols = math.ceil(n / rows)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
-    flat = [ax for row in axes for ax in row]
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat[:n]
+RECURRENCE_YLIM = dict(k2=(-0.005, 0.06), dep=(-0.1, 2.0), k2_grow=(-0.005, 0.05), k2_grow_random=(-0.002, 0.03),
+                       dep_grow=(-0.1, 2.3))  # Figure 17's fixed limits (Loop-2's k = 1 points fall outside)
 
 
 def recurrence_figure(plt, release):
-    """Figure 17: L(k) - L(K_train) per checkpoint."""
+    """Figure 17: L(k) - L(K_train) per checkpoint against the evaluation recurrence k, one panel per architecture."""
     obj = read_json(os.path.join(release, LADDERS, "recurrence.json"))
-    fig, axes = panel_grid(plt, len(obj), 3.6, 3.4)
-    numbers, at8 = {}, {}
-    cmap = plt.get_cmap("viridis")
-    for ax, (series, recs) in zip(axes, obj.items()):
-        arm = RELEASE_SERIES.get(series, series)
-        depths = [r["depth"] for r in recs]
-        for r in recs:
-            ce = {e["k"]: e["ce"] for e in r["exit_lens"]}
-            K = r["core_repetitions"]
-            if K not in ce:
-                raise UsageError(f"recurrence.json: {series} d{r['depth']} has no exit at its trained recurrence {K}")
-            ks = sorted(ce)
-            delta = [ce[k] - ce[K] for k in ks]
-            numbers.setdefault(arm, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=delta))
-            if 8 in ce:
-                at8.setdefault(arm, []).append(ce[8] - ce[K])
-            color = cmap(0.85 * (r["depth"] - min(depths)) / max(1, max(depths) - min(depths)))  # no pale yellow
-            ax.plot(ks, delta, "o-", ms=3, color=color, label=f"d{r['depth']}")
-            ax.plot([K], [0], "*", ms=9, color=color)
-        ax.axhline(0, color="gray", lw=0.5)
-        # symlog: linear within ±0.01, so the text's ~0.003 differences at k > K_train show beside the 0.46 at k = 1
-        ax.set_yscale("symlog", linthresh=0.01, linscale=2)
-        low = min(min(p["delta"]) for p in numbers[arm])
-        ax.set_ylim(bottom=min(-0.002, 1.5 * low))
-        lo, hi = ax.get_ylim()
-        ax.set_yticks([t for t in (-0.1, -0.01, -0.005, 0, 0.005, 0.01, 0.1, 1) if lo <= t <= hi])
-        ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FormatStrFormatter("%g"))
-        ax.yaxis.set_minor_locator(plt.matplotlib.ticker.NullLocator())
-        ax.set(xlabel="evaluation recurrence k", ylabel="L(k) − L(K_train)", title="Random recur." if series == "k2_grow_random" else look(series)[0])
-        ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
-        ax.legend(fontsize=6, frameon=False, ncols=2)
-    fig.tight_layout()
-    checks = []
-    if "Loop-Grow random K" in at8:
-        r = at8["Loop-Grow random K"]
-        checks += [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(r), -0.0003, "App. B.4",
-                          "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
-                   stated("random-K Loop-Grow, L(8) - L(4), largest", max(r), 0.0028, "App. B.4")]
-    if "loop_grow" in at8:
-        r = at8["loop_grow"]
-        checks += [stated("fixed Loop-Grow, L(8) - L(4), smallest", min(r), 0.008, "App. B.4"),
-                   stated("fixed Loop-Grow, L(8) - L(4), largest", max(r), 0.042, "App. B.4")]
+    depth_colour = dict(zip(range(6, 21, 2), scale(plt, "viridis", 0.16, 0.78, 8)))
+    numbers, at8, at5 = {}, {}, {}
+    with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
+        fig, axes = plt.subplots(1, len(obj), figsize=(8.4, 2.6))
+        for ax, (series, recs) in zip(axes, obj.items()):
+            for r in recs:
+                ce, K = {e["k"]: e["ce"] for e in r["exit_lens"]}, r["core_repetitions"]
+                if K not in ce:
+                    raise UsageError(f"recurrence.json: {series} d{r['depth']} has no exit at its trained recurrence {K}")
+                ks = sorted(ce)
+                numbers.setdefault(series, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=[ce[k] - ce[K] for k in ks]))
+                at8.setdefault(series, []).append(ce.get(8, math.nan) - ce[K])
+                at5.setdefault(series, []).append(min(ce, key=ce.get) == 5)
+                ax.plot(ks, [ce[k] - ce[K] for k in ks], "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]],
+                        label=f"d{r['depth']}")
+            ax.plot(K, 0, "*", ms=8, color=MUTED, mec="white", mew=0.4, label="$K_{\\mathrm{train}}$")
+            ax.axhline(0, color="#A5ABB3", ls=(0, (2, 2)), lw=0.6)
+            ax.set_ylim(*RECURRENCE_YLIM.get(series, ax.get_ylim()))
+            ax.set_title("Random recur." if series == "k2_grow_random" else look(series)[0])
+            ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
+        axes[0].set_ylabel("$L(k)-L(K_{\\mathrm{train}})$")
+        for ax in axes:
+            ax.set_xlabel("Eval. recurrence $k$", fontsize=8)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="upper center", ncols=len(labels), fontsize=7)
+        fig.tight_layout(rect=(0, 0, 1, 0.88))
+    sec = "App. B.4"
+    checks = [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(at8["k2_grow_random"]), -0.0003, sec,
+                     "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
+              stated("random-K Loop-Grow, L(8) - L(4), largest", max(at8["k2_grow_random"]), 0.0028, sec),
+              stated("fixed Loop-Grow, L(8) - L(4), smallest", min(at8["k2_grow"]), 0.008, sec),
+              stated("fixed Loop-Grow, L(8) - L(4), largest", max(at8["k2_grow"]), 0.042, sec),
+              stated("random-K checkpoints with their minimum at k = 5 (of 7)", sum(at5["k2_grow_random"]), 5, sec)]
     return fig, numbers, checks
 
 
@@ -579,6 +529,15 @@ REGIME_INK, REGIME_MUTED = "#202020", "#666666"
 def scale(plt, cmap, lo, hi, n):
     """n colours evenly spaced between lo and hi of a matplotlib colormap (the release's ordered scales)."""
     return [plt.matplotlib.colors.to_hex(c) for c in plt.get_cmap(cmap)(np.linspace(lo, hi, n))]
+
+
+def log2_axis(ax, ticks, labels=None, lim=None):
+    """A base-2 log x axis with ticks at `ticks` (labels: their %g), no minor labels."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, labels or [f"{t:g}" for t in ticks])
+    ax.tick_params(axis="x", which="minor", labelbottom=False)
+    if lim:
+        ax.set_xlim(*lim)
 
 
 def grid_ladders(c, mask):
@@ -618,18 +577,10 @@ def loss_panel(ax, ladders, colours, budgets, budget_colours):
         ax.plot(x, loss, color=colours[K], lw=1.6, label=f"K={K}")
         for xi, li, d in zip(x, loss, depth):
             ax.plot(xi, li, DEPTH_MARKERS.get(d, "o"), ms=5, color=colours[K], mec="white", mew=0.4)
-    ax.set_xscale("log", base=2)
-    ax.set_xlim(0.38e18, 13e18)
-    ax.set_xticks([t * 1e18 for t in (0.5, 1, 2, 4, 8)], ["0.5", "1", "2", "4", "8"])
-    ax.xaxis.set_minor_formatter(plt_null())
+    log2_axis(ax, [t * 1e18 for t in (0.5, 1, 2, 4, 8)], ["0.5", "1", "2", "4", "8"], (0.38e18, 13e18))
     ax.set_xlabel("Compute ($\\times10^{18}$ FLOPs)", loc="left")
     ax.yaxis.set_major_formatter("{x:.2f}")
     ax.margins(y=0.08)
-
-
-def plt_null():
-    import matplotlib.ticker as ticker
-    return ticker.NullFormatter()
 
 
 def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
@@ -652,11 +603,7 @@ def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
         ax.plot(k, lk, "*", ms=10, color=bc if filled else "white", mec="white" if filled else bc,
                 mew=0.6 if filled else 1.0, zorder=5)
         out.append(dict(compute=C, best_loops=k, best_loss=lk, interior=filled))
-    all_K = sorted(ladders)
-    ax.set_xscale("log", base=2)
-    ax.set_xlim(0.86, max(all_K) * 1.12)
-    ax.set_xticks(all_K, [str(K) for K in all_K])
-    ax.xaxis.set_minor_formatter(plt_null())
+    log2_axis(ax, sorted(ladders), lim=(0.86, max(ladders) * 1.12))
     ax.set_xlabel("Recurrence")
     ax.yaxis.set_major_formatter("{x:.2f}")
     return out
@@ -670,19 +617,17 @@ def delta_panel(ax, ladders, depths, colours):
             ax.plot(list(pts), [l - pts[1] for l in pts.values()], marker=DEPTH_MARKERS[d], ms=4.8, lw=1.6,
                     color=colour, label=f"d{d}")
     ax.axhline(0, color=REGIME_MUTED, lw=0.8)
-    all_K = sorted(ladders)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(all_K, [str(K) for K in all_K])
-    ax.xaxis.set_minor_formatter(plt_null())
+    log2_axis(ax, sorted(ladders))
     ax.set_xlabel("Recurrence")
 
 
 def csv_header(path):
+    """A CSV's column names (none if it cannot be read: its reader says why)."""
     try:
         with open(path, newline="") as f:
             return {h.strip() for h in next(csv.reader(f), [])}
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror})")
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return set()
 
 
 REGIME_TABLES = {"weight_decay.csv": ["weight_decay"], "regimes.csv": ["regime"],
@@ -773,14 +718,12 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
         for ax in axes[2][1:]:
             ax.tick_params(labelleft=False)
         axes[2][0].legend(ncols=5, loc="lower left", bbox_to_anchor=(0, 1.12), fontsize=7)
-    handles = [plt.matplotlib.lines.Line2D([], [], color=k_colours[K], lw=1.6) for K in k_colours]
-    labels = [f"K={K}" for K in k_colours]
-    if frontier is not None:
-        handles.append(plt.matplotlib.lines.Line2D([], [], color=REGIME_INK, ls=(0, (4, 2)), lw=1.8))
-        labels.append("Tied frontier")
-    depth_keys = [plt.matplotlib.lines.Line2D([], [], ls="none", marker=m, color=REGIME_MUTED) for m in DEPTH_MARKERS.values()]
-    fig.legend(handles + depth_keys, labels + [f"d{d}" for d in DEPTH_MARKERS], loc="upper center",
-               ncols=math.ceil((len(handles) + len(depth_keys)) / (1 if n > 3 else 2)), fontsize=7.5, columnspacing=0.8)
+    key = lambda label, **kw: (plt.matplotlib.lines.Line2D([], [], **kw), label)
+    keys = [key(f"K={K}", color=c, lw=1.6) for K, c in k_colours.items()] + \
+        ([key("Tied frontier", color=REGIME_INK, ls=(0, (4, 2)), lw=1.8)] if frontier is not None else []) + \
+        [key(f"d{d}", ls="none", marker=m, color=REGIME_MUTED) for d, m in DEPTH_MARKERS.items()]
+    fig.legend(*zip(*keys), loc="upper center", ncols=math.ceil(len(keys) / (1 if n > 3 else 2)), fontsize=7.5,
+               columnspacing=0.8)
     total = height * rows + 1.3
     fig.subplots_adjust(left=0.65 / width, right=0.99, bottom=0.55 / total, top=1 - (0.75 if n > 3 else 0.95) / total,
                         wspace=0.3, hspace=0.75)
@@ -840,18 +783,14 @@ def sensitivity_figure(plt, wd, hp, magma7):
             ax.set_ylim(low - 0.016, low + 0.2)
         lo, hi = ax.get_ylim()
         ax.set_yticks(np.geomspace(lo, hi, 4), [f"{t:.2f}" for t in np.geomspace(lo, hi, 4)])
-        ax.yaxis.set_minor_formatter(plt_null())
-        ax.set_xscale("log", base=2)
-        ax.set_xlim(0.04, 1.8)
-        ax.set_xticks(wds, ["" if w == 1.2 else f"{w:g}" for w in wds], rotation=45, ha="right")  # 1.2 would collide
-        ax.xaxis.set_minor_formatter(plt_null())
+        ax.tick_params(axis="y", which="minor", labelleft=False)
+        log2_axis(ax, wds, ["" if w == 1.2 else f"{w:g}" for w in wds], (0.04, 1.8))  # a 1.2 label would collide
+        ax.tick_params(axis="x", labelrotation=45)
         ax.set(title=f"Depth {d}", xlabel="Weight decay")
         if j == 0:
             ax.set_ylabel("Loss")
             ax.legend(ncols=2, loc="upper right", fontsize=7)
-    family = np.array(hp["family"])
-    knob = np.array(hp["knob"])
-    optima = {}
+    family, knob, optima = np.array(hp["family"]), np.array(hp["knob"]), {}
     for i, (fam, name) in enumerate((("k", "Tied"), ("u", "Untied"))):
         first = None
         for j, kn in enumerate(("glr", "wd", "om", "rm", "emb_alpha")):
@@ -863,9 +802,7 @@ def sensitivity_figure(plt, wd, hp, magma7):
                     ax.plot(hp["multiplier"][m], hp["loss"][m], marker=marker, ms=5, lw=1.6, color=colour, label=f"K={K}")
                     optima[f"{name} {kn} K={K}"] = float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
             ax.axvline(1, color=REGIME_MUTED, ls=":", lw=0.8, alpha=0.85)
-            ax.set_xscale("log", base=2)
-            ax.set_xticks([0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
-            ax.xaxis.set_minor_formatter(plt_null())
+            log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
             ax.yaxis.set_major_formatter("{x:.2f}")
             ax.set(title=kn.upper(), xlabel="Multiple of center")
             if j == 0:
@@ -941,7 +878,7 @@ def loop_grid_figures(plt, c):
         bottom.set(xlabel="Compute (FLOPs)", ylabel="Loss", xscale="log", xlim=(0.38e18, 12.5e18))
         bottom.set_xticks([5e17, 1e18, 2e18, 5e18, 1e19], ["$5\\times10^{17}$", "$10^{18}$", "$2\\times10^{18}$",
                                                            "$5\\times10^{18}$", "$10^{19}$"])
-        bottom.xaxis.set_minor_formatter(plt_null())
+        bottom.tick_params(axis="x", which="minor", labelbottom=False)
         handles, labels = bottom.get_legend_handles_labels()
         order = [labels.index(n) for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")]
         bottom.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=10,
@@ -958,14 +895,10 @@ def loop_grid_figures(plt, c):
         best_wd = {int(d): w for (x, l, w), d in zip(op1, sorted(set(c["depth"][k1])))}
         tuned_cells = six & np.array([np.isclose(w, best_wd.get(int(d), -1)) for w, d in zip(c["weight_decay"],
                                                                                               c["depth"])])
-        fixed = c["compute"][k1 & wd8]
-        rec = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]),
-               ("Operator-1 · tuned", (op1[:, 0], op1[:, 1])),
-               ("Scale loops · 0.8", clip(lower_hull(c["compute"][six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4))],
-                                                     c["loss"][six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4))],
-                                                     log=True), fixed.max()).T),
-               ("Scale loops · tuned", clip(lower_hull(c["compute"][tuned_cells], c["loss"][tuned_cells], log=True),
-                                            fixed.max()).T)]
+        log_front = lambda m: clip(lower_hull(c["compute"][m], c["loss"][m], log=True), c["compute"][k1 & wd8].max()).T
+        rec = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", (op1[:, 0], op1[:, 1])),
+               ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
+               ("Scale loops · tuned", log_front(tuned_cells))]
         for (label, (x, y)), colour in zip(rec, scale(plt, "magma", 0.12, 0.78, 4)):
             axes[2].plot(x, y, "o-", color=colour, lw=2.2, ms=5, label=label)
         axes[2].set(title="Scaling recipes", ylabel="Loss", xlabel="Compute (FLOPs)", xscale="log")
@@ -1014,10 +947,10 @@ def optimal_wd_panel(plt, ax, c, mask):
                 colour, text = colours[wds.index(w)], f"{w:g}"
             ax.add_patch(plt.matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, color=colour))
             ax.text(j, i, text, ha="center", va="center", size=7.5, color="white" if text in ("0.05", "0.2", "0.4") else "black")
-    ax.set(xlim=(-0.5, len(depths) - 0.5), ylim=(len(Ks) - 0.5, -0.5), title="Optimal WD", xlabel="Depth")
+    ax.set(xlim=(-0.5, len(depths) - 0.5), ylim=(len(Ks) - 0.5, -0.5), title="Optimal WD", xlabel="Depth",
+           ylabel="Loop count")
     ax.set_xticks(range(len(depths)), [f"d{int(d)}" for d in depths])
     ax.set_yticks(range(len(Ks)), ["Operator-1"] + [f"Loop-{K}" for K in Ks[1:]])
-    ax.set_ylabel("Loop count")
     ax.tick_params(length=0)
     ax.grid(False)
     return out
@@ -1183,11 +1116,8 @@ def downstream_figures(plt, series):
         for arm in series:
             name, color, marker = look(arm)[:3]
             x, y = col(arm, "compute"), col(arm, key)
-            if key == "filtered_core":
-                top.errorbar(x, y, yerr=col(arm, "filtered_core_std"), fmt=marker + "-", ms=3, lw=1, capsize=2, color=color,
-                             label=name)
-            else:
-                top.plot(x, y, marker + "-", ms=3, lw=1, color=color, label=name)
+            top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if key == "filtered_core" else None, fmt=marker + "-",
+                         ms=3, lw=1, capsize=2, color=color, label=name)
             m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
             multipliers[key][arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
             ok = np.isfinite(m)
@@ -1221,76 +1151,51 @@ def downstream_figures(plt, series):
         ax.invert_yaxis()
     line.legend(fontsize=6.5, frameon=False)
     fig_b.tight_layout()
-    final = {k: {a: (lambda v: v[-1] if v else None)([m for m in r["multiplier"] if np.isfinite(m)])
-                 for a, r in per.items()} for k, per in multipliers.items()}
-    return fig_a, dict(multipliers_at_matched=multipliers, final_multiplier=final), fig_b, \
+    return fig_a, dict(multipliers_at_matched=multipliers), fig_b, \
         dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
 
 
-# what each figure shows, in the paper's words (shortened), for the gallery page
-CLAIMS = {
-    "fig03": ("Sec. 4.2, Figure 3", "Model growth and the boundary operator improve the scaling exponent; untying improves "
-             "only the constant. Untied-Grow's multiplier over Vanilla reaches 1.55x at 1e20 FLOPs."),
-    "fig06": ("Sec. 6, Figure 6", "Growth and looping raise KL effective depth along the single-epoch ladders; in "
-              "multi-epoch training scaling the loop count raises it faster than scaling depth (18 against 14 layers "
-              "at the largest budget)."),
-    "fig15a": ("App. B.1, Figure 15a", "Untied-2 reaches about 1.34x Vanilla near 1e20 FLOPs; norm only, injection only "
-               "or no coda injection cut that to about 1.17x; Deep Vanilla, the same blocks without the operator, is a "
-               "flat 1.08x. Loop-2 with a fixed prelude and coda (2/C/3) falls below 1 at the largest budgets."),
-    "fig15b": ("App. B.1, Figure 15b", "Against recorded training time the growth variants keep increasing savings at "
-               "matched loss; Untied-Grow gives the largest."),
-    "fig15c": ("App. B.2, Figure 15c", "Constant base recipes favour the looped and grown models over Vanilla; in the "
-               "long run Loop-Grow is the best constant recipe."),
-    "fig16a": ("App. B.2, Figure 16a", "Adding output-multiplier or weight-decay scaling to GLR scaling changes Vanilla's "
-               "multiplier by at most about 3 %; the muP output-multiplier rule without GLR scaling loses efficiency "
-               "with scale."),
-    "fig16b": ("Sec. 4.1, App. B.2, Figure 16b", "Vanilla's recipe on Operator-1 costs 7.8e-3 loss at d8 and turns its "
-               "exponent improvement into a constant one."),
-    "fig16c": ("App. B.3, Figure 16c", "Deep Vanilla gives a modest gain over Vanilla; the deeper 1:64 ladders do not "
-               "consistently beat their default shapes, and Deeper Operator-1 loses Operator-1's rising advantage."),
-    "fig16d": ("App. B.4, Figure 16d", "Random recurrence (K uniform in 2..6 after growth, evaluated at K = 4) is "
-               "slightly worse than fixed Loop-Grow, the reference, at matched compute."),
-    "fig16e": ("App. B.3, Figure 16e", "At executed depth 11 (width-only), Untied-2 stays more efficient than Deep "
-               "Vanilla with a better constant, not exponent; each regime has its own Deep Vanilla reference."),
-    "fig16f": ("App. B.5, Figure 16f", "Muon improves on Adam by a constant under width-only scaling; under coupled "
-               "width/depth scaling its gain shrinks with scale."),
-    "fig17": ("App. B.4, Figure 17", "At k = 8 random-K Loop-Grow's loss relative to k = 4 changes by -0.0003 to "
-              "+0.0028, against +0.008 to +0.042 for fixed Loop-Grow."),
-    "fig19a": ("App. C.3, Figure 19a", "The looped and grown variants improve downstream compute efficiency, most "
-               "clearly on answer NLL and filtered CORE; full CORE is less smooth and its matched-score multipliers "
-               "fluctuate."),
-    "fig19b": ("App. C.3, Figure 19b", "One equal-weight line of CORE answer NLL against validation loss pools every "
-               "checkpoint; Untied-Grow generally lies below it."),
-    "fig21": ("App. D.1, Figure 21", "With fresh data or four epochs the preferred recurrence stays near one to two "
-              "passes; with ten epochs higher recurrence postpones the upturn and the best recurrence rises with compute."),
-    "fig22": ("App. D.2, Figure 22", "Weight decay moderates the preference for recurrence: low weight decay overfits "
-              "more with model size and prefers more passes."),
-    "fig23": ("App. D.3, Figure 23", "The preferred weight decay shifts with stored depth but varies little across "
-              "tied recurrence; at depth 8 the recipe knobs are flat near their centres for K = 2, 4, 8."),
-    "fig24": ("App. D.4, Figure 24", "Both plain-Transformer controls stay above the tied boundary-operator frontier; "
-              "the untied operator family is better only at the two smallest budgets."),
-}
-# every figure of the paper with data (Figure 1 is a drawing); those this command does not draw, and why
-CLAIMS.update({
-    "fig02": ("Sec. 3, Figure 2", "Single epoch (left; `fit.py ladders --out` draws it): every variant improves the "
-              "exponent over Vanilla. Multi-epoch (right, 100M tokens x 10): scaling the loop count beats scaling "
-              "depth, about 2.2x compute at Operator-1 d18's loss."),
-    "fig04": ("Sec. 4.3, Figure 4", "On FineWeb-Edu the held-out 7.4B d26 Untied-Grow run lands near its forecast "
-              "(loss, CORE NLL, CORE accuracy); Untied-Grow needs about 1.8x less compute than Vanilla at its loss."),
-    "fig05": ("Sec. 5, Figure 5", "Under 100M tokens x 10 epochs the optimal loop count rises from about 1.4 to about "
-              "6.7 with compute; the preferred weight decay depends on depth."),
+CLAIMS = {  # every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says
+    "fig02": ("Sec. 3, Figure 2", "Multi-epoch (100M tokens x 10): scaling the loop count beats scaling depth, about "
+              "2.2x compute at Operator-1 d18's loss. (The single-epoch left half: `fit.py ladders --out`.)"),
+    "fig03": ("Sec. 4.2, Figure 3", "Untied-Grow's multiplier over Vanilla widens from 1.30x at 1e18 FLOPs to 1.55x at "
+              "1e20; Untied-2's from 1.19x to 1.34x; growth over Untied-2 from 1.09x to 1.16x."),
+    "fig04": ("Sec. 4.3, Figure 4", "The 7.4B d26 run lands 0.03 below the forecast; 0.3865 CORE against a forecast of "
+              "0.384; 1.8x less compute than Vanilla at its budget, 1.6x at 1e20 and 2.7x at 1e25 FLOPs."),
+    "fig05": ("Sec. 5, Figure 5", "With 10 epochs the optimal loop count rises from about 1.4 to about 6.7 with compute."),
+    "fig06": ("Sec. 6, Figure 6", "Untied-Grow reaches a KL effective depth of 36 against 24 for Untied-2; multi-epoch, "
+              "scaling the loop count reaches 18 against 14 layers."),
     "fig07": ("App. A.2, Figure 7", "Allocation, recurrence, growth-target and growth-timing sweeps."),
-    "fig08": ("App. A.2, Figure 8", "With fresh data the optimal recurrence stays between 1.1 and 1.7 passes."),
-    "fig09": ("App. A.2, Figure 9", "At fixed anchor size the optimal recurrence grows with tokens per parameter."),
+    "fig08": ("App. A.2, Figure 8", "Recurrence in fixed-token (1B) ladders."),
+    "fig09": ("App. A.2, Figure 9", "Recurrence at fixed anchor size and compute."),
     "fig10": ("App. A.2.3, Figure 10", "Growth timing: interior optima of the growth fraction."),
     "fig11": ("App. A.4, Figure 11", "Chain tuning at d8."),
-    "fig12": ("App. A.4.2, Figure 12", "Iso-compute TPP bowls: optimal TPP about 5-6."),
+    "fig12": ("App. A.4.2, Figure 12", "Iso-compute TPP bowls."),
     "fig13": ("App. A.4.3, Figure 13", "Fixed growth fraction per arm."),
     "fig14": ("App. A.4, Figure 14", "One-dimensional Vanilla sweeps and recipe slices across architectures."),
-    "fig18": ("App. C.1, Figure 18", "FineWeb and FineWeb-Edu ladders transfer; Untied Grow's advantage holds."),
+    "fig15a": ("App. B.1, Figure 15a", "Untied-2 reaches roughly 1.34x Vanilla near 1e20 FLOPs; only normalization or "
+               "injection, or no coda injection, reduces it to about 1.17–1.19×; Deep Vanilla remains near 1.08x."),
+    "fig15b": ("App. B.1, Figure 15b", "The gains carry over to training time."),
+    "fig15c": ("App. B.2, Figure 15c", "Constant base recipes favour the looped and grown models over Vanilla."),
+    "fig16a": ("App. B.2, Figure 16a", "Adding OM or WD scaling to GLR scaling changes Vanilla's multiplier by at most "
+               "about 3 %."),
+    "fig16b": ("Sec. 4.1, Figure 16b", "Vanilla's recipe on Operator-1 costs 7.8e-3 loss at d8."),
+    "fig16c": ("App. B.3, Figure 16c", "The deeper 1:64 ladders do not consistently beat their default shapes."),
+    "fig16d": ("App. B.4, Figure 16d", "Random recurrence is slightly worse than fixed Loop-Grow at matched compute."),
+    "fig16e": ("App. B.3, Figure 16e", "At executed depth 11 Untied-2 keeps a better constant than Deep Vanilla."),
+    "fig16f": ("App. B.5, Figure 16f", "Muon improves on Adam; optimizer choice affects the constant and the exponent."),
+    "fig17": ("App. B.4, Figure 17", "At k = 8, loss relative to k = 4 changes by -0.0003 to +0.0028 (random), against "
+              "0.008–0.042 for fixed Loop Grow; five of seven random checkpoints have a shallow minimum at k = 5."),
+    "fig18": ("App. C.1, Figure 18", "Corpus transfer: FineWeb and FineWeb-Edu ladders."),
+    "fig19a": ("App. C.3, Figure 19a", "Downstream compute multipliers of the eight arms."),
+    "fig19b": ("App. C.3, Figure 19b", "CORE answer NLL against validation loss, one pooled line."),
     "fig19c": ("App. C.3, Figure 19c", "Per-task residuals at matched validation loss."),
     "fig20": ("App. C.4, Figure 20", "Taskwise sigmoid calibration of CORE accuracy on CORE NLL (FineWeb-Edu)."),
-})
+    "fig21": ("App. D.1, Figure 21", "With ten epochs the best recurrence rises with compute."),
+    "fig22": ("App. D.2, Figure 22", "Weight decay moderates the preference for recurrence."),
+    "fig23": ("App. D.3, Figure 23", "The preferred weight decay shifts with stored depth (0.4 at d6 to 1.6 at d16-18)."),
+    "fig24": ("App. D.4, Figure 24", "Both plain-Transformer controls stay above the tied boundary-operator frontier."),
+}
 HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
              "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
              "fig19c": f"{LADDERS}/downstream.json"}
@@ -1303,45 +1208,28 @@ GALLERY = "README.md"
 
 
 def gallery(manifest):
-    """The gallery page: per figure the paper's statement (section), the image, every number the text states beside
-    ours with the difference, and the figure's own fitted numbers (gamma and last multiplier per series)."""
+    """The gallery page: per figure of the paper what its text states (section), the image or why there is none, and
+    each number the text states beside ours with the difference."""
     lines = ["# The paper's figures from the authors' release", "",
              f"Written by `fit.py paper` from `{manifest['release']}`; rewritten on every run. Each figure: what the "
              "paper says it shows, the image, and each number the text states next to ours (difference relative to "
-             f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). Every fit shares the floor E = "
-             f"{manifest['floor_E']:.4f}, fitted on Vanilla's FLOP ladder. The numbers in full: "
+             f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). The numbers in full: "
              f"[{MANIFEST}]({MANIFEST}).", ""]
     for key in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
         section, claim = CLAIMS[key]
-        lines += [f"## {key}: {section}", "", f"> {claim}", ""]
-        if key in manifest["skipped"]:
-            lines += [f"Not drawn here: {manifest['skipped'][key]}.", ""]
-        if key not in manifest["figures"]:
-            continue
-        entry = manifest["figures"][key]
-        if key not in manifest["skipped"]:
-            lines += [f"![{key}]({key}.png)", ""]
-        if entry["stated"]:
+        lines += [f"## {key}: {section}", "", f"> {claim}", "",
+                  f"Not drawn here: {manifest['skipped'][key]}." if key in manifest["skipped"] else f"![{key}]({key}.png)",
+                  ""]
+        stated_rows = manifest["figures"].get(key, {}).get("stated", [])
+        if stated_rows:
             lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"]
-            for r in entry["stated"]:
-                diff = "—" if r["rel_diff"] is None else f"{100 * r['rel_diff']:.1f} %"
-                why = f" ({r['explanation']})" if "explanation" in r else ""
-                lines.append(f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {diff}{why} | {r['section']} |")
-            lines.append("")
-        else:
-            lines += ["The text states no number for this figure.", ""]
+            lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | " + ("—" if r["rel_diff"] is None else
+                      f"{100 * r['rel_diff']:.1f} %") + (f" ({r['explanation']})" if "explanation" in r else "")
+                      + f" | {r['section']} |" for r in stated_rows] + [""]
         if key in LADDER_FIGURES:
             lines += ["| panel | series | exponent | last multiplier |", "|---|---|---:|---:|"]
             lines += [f"| {p} | {look(k)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
-                      for p, per in entry["numbers"].items() for k, r in per["series"].items()]
-            lines.append("")
-        if "final_multiplier" in entry["numbers"]:
-            lines += ["| metric | " + " | ".join(look(a)[0] for a in next(iter(entry["numbers"]["final_multiplier"].values())))
-                      + " |", "|---|" + "---:|" * len(next(iter(entry["numbers"]["final_multiplier"].values())))]
-            lines += [f"| last multiplier at matched {m.replace('_', ' ')} | "
-                      + " | ".join("—" if v is None else f"{v:.3f}" for v in per.values()) + " |"
-                      for m, per in entry["numbers"]["final_multiplier"].items()]
-            lines.append("")
+                      for p, per in manifest["figures"][key]["numbers"].items() for k, r in per["series"].items()] + [""]
     return "\n".join(lines)
 
 
@@ -1363,21 +1251,17 @@ def cmd_paper(args):
     if not os.path.isfile(os.path.join(release, LADDERS, "ladders.json")):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
-    downstream = os.path.join(release, LADDERS, "downstream.json")
-    grid, edu = os.path.join(release, "loop_grid.csv"), os.path.join(release, "fineweb_edu_ladders.json")
-    ids = list(LADDER_FIGURES) + ["fig06", "fig17", "fig21", "fig22", "fig23", "fig24"] + \
-        (["fig19a", "fig19b"] if os.path.isfile(downstream) else []) + \
-        (["fig02", "fig05"] if os.path.isfile(grid) else []) + (["fig04"] if os.path.isfile(edu) else [])
-    names = [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY]
-    check_outputs(args.out, names)
+    held = {name: os.path.join(release, name) for name in set(HELD_BACK.values())}
+    present = {name for name, path in held.items() if os.path.isfile(path)}
+    ids = [*LADDER_FIGURES, "fig06", "fig17", "fig21", "fig22", "fig23", "fig24"] + [f for f, n in HELD_BACK.items()
+                                                                                  if n in present and f not in NOT_DRAWN]
+    check_outputs(args.out, [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY])
     plt = pyplot()
     flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
     manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
-    missing = {f: name for f, name in HELD_BACK.items() if not os.path.isfile(os.path.join(release, name))}
-    manifest["skipped"] = {f: f"needs {missing[f]}, held back from the release copy (pass a folder that has it)"
-                           if f in missing else NOT_DRAWN[f] for f in sorted(set(missing) | set(NOT_DRAWN))
-                           if f in missing or f not in ids}
+    manifest["skipped"] = {f: NOT_DRAWN[f] if f in NOT_DRAWN else f"needs {HELD_BACK[f]}, held back from the release "
+                           "copy (pass a folder that has it)" for f in sorted({*NOT_DRAWN, *HELD_BACK} - set(ids))}
     gammas, checks = figure3_checks(release, E_flops)
     manifest["figures"]["fig03"] = dict(numbers=dict(gamma=gammas), stated=checks)
     for fig_id, columns in LADDER_FIGURES.items():
@@ -1387,22 +1271,19 @@ def cmd_paper(args):
             gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
             for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
         manifest["figures"][fig_id] = dict(numbers=numbers, stated=ladder_checks(fig_id, fits))
-    for fig_id, (fig, numbers, checks) in [("fig06", effective_depth_figure(plt, release)),
-                                           ("fig17", recurrence_figure(plt, release))] + \
-            list(regimes_figures(plt, release).items()):
+    made = dict(fig06=effective_depth_figure(plt, release), fig17=recurrence_figure(plt, release),
+                **regimes_figures(plt, release))
+    if "fineweb_edu_ladders.json" in present:
+        made["fig04"] = extrapolation_figure(plt, held["fineweb_edu_ladders.json"])
+    if "loop_grid.csv" in present:
+        fig2, fig5, numbers, checks = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
+        made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks[:1]), fig05=(fig5, numbers, checks[1:]))
+    if HELD_BACK["fig19a"] in present:
+        fig_a, numbers_a, fig_b, numbers_b = downstream_figures(plt, downstream_series(held[HELD_BACK["fig19a"]]))
+        made.update(fig19a=(fig_a, numbers_a, []), fig19b=(fig_b, numbers_b, []))
+    for fig_id, (fig, numbers, checks) in made.items():
         figures[fig_id] = fig
         manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
-    if os.path.isfile(edu):
-        figures["fig04"], numbers, checks = extrapolation_figure(plt, edu)
-        manifest["figures"]["fig04"] = dict(numbers=numbers, stated=checks)
-    if os.path.isfile(grid):
-        figures["fig02"], figures["fig05"], numbers, checks = loop_grid_figures(plt, read_loop_grid(grid))
-        manifest["figures"]["fig02"] = dict(numbers=dict(gain=numbers["gain"]), stated=checks[:1])
-        manifest["figures"]["fig05"] = dict(numbers=numbers, stated=checks[1:])
-    if os.path.isfile(downstream):
-        figures["fig19a"], numbers_a, figures["fig19b"], numbers_b = downstream_figures(plt, downstream_series(downstream))
-        manifest["figures"]["fig19a"] = dict(numbers=numbers_a, stated=[])
-        manifest["figures"]["fig19b"] = dict(numbers=numbers_b, stated=[])
     files = {f"{i}.{ext}": figures[i] for i in figures for ext in ("png", "pdf")}
     files[MANIFEST] = TextFile(json.dumps(jsonable(manifest), indent=1, allow_nan=False))
     files[GALLERY] = TextFile(gallery(jsonable(manifest)))
@@ -1411,8 +1292,7 @@ def cmd_paper(args):
         plt.close(fig)
     for fig_id, why in manifest["skipped"].items():
         print(f"skipped {fig_id}: {why}")
-    rows = [(fid, r) for fid, entry in manifest["figures"].items() for r in entry["stated"]]
-    for fid, r in rows:
+    for fid, r in [(fid, r) for fid, entry in manifest["figures"].items() for r in entry["stated"]]:
         flag = "" if r["rel_diff"] is None or r["rel_diff"] <= TOLERANCE else f"  ({r['explanation']})"
         print(f"{fid:<24} {r['what']:<72} ours {r['ours']:.4g}  paper {r['paper']:.4g} ({r['section']})  "
               f"diff {100 * r['rel_diff']:.1f} %{flag}")

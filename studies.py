@@ -716,11 +716,12 @@ def cmd_loops(args):
         return regime_optima(args, header)
     if not args.data.endswith(".csv"):
         c = loop_grid_from_runs(args.data)
-    else:  # the release's weight_decay.csv (compute in EFLOP) or the project's columns
-        c = paper.release_loop_grid(args.data) if os.path.isfile(args.data) else None
-        if c is None:
-            c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
-                         positive=["depth", "loops", "compute_flops", "val_loss"], key=LOOP_KEY)
+    elif "compute" in header:  # the release's weight_decay.csv (compute in EFLOP)
+        c = paper.read_table(args.data)[0]
+        c["compute_flops"], c["val_loss"] = c["compute"], c["loss"]
+    else:
+        c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
+                     positive=["depth", "loops", "compute_flops", "val_loss"], key=LOOP_KEY)
     at_wd = np.isclose(c["weight_decay"], args.wd)
     if not at_wd.any():
         raise UsageError(f"{args.data}: no rows at weight decay {args.wd:g} (have "

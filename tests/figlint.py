@@ -77,7 +77,7 @@ def legend_names(legend, appendix, arm_colours=True):
         if to_hex(handle.get_color()) != to_hex(arm.color):
             out.append(f"legend entry {text.get_text()!r} is drawn in {to_hex(handle.get_color())}, the arms table "
                        f"says {arm.color}")
-        if appendix and handle.get_marker() not in (arm.marker, "None", "", None):
+        if appendix and handle.get_marker() not in (arm.marker, "None", "none", "", None):
             out.append(f"legend entry {text.get_text()!r} has marker {handle.get_marker()!r}, the arms table says "
                        f"{arm.marker!r}")
     return out
@@ -89,7 +89,7 @@ def row_label(ax, fig, name):
     return any(at(o) == at(ax) and (o.get_ylabel() if name == "y" else o.get_xlabel()) for o in fig.axes)
 
 
-LOOP_COUNT_FIGURES = ("fig02", "fig05")  # colour by loop count: their "Operator-1" is K=1's colour, not the arm's
+LOOP_COUNT_FIGURES = ("fig02", "fig05", "fig06")  # multi-epoch panels: "Operator-1" in K=1's colour, not the arm's
 
 
 def problems(fig, appendix=False, arm_colours=True):

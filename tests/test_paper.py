@@ -167,7 +167,6 @@ def test_downstream_reference_is_one_over_a_non_monotone_series(tmp_path):
     for metric, per_arm in numbers["multipliers_at_matched"].items():
         assert per_arm["vanilla"]["multiplier"] == [1.0] * 4, metric
         assert per_arm["vanilla"]["compute"] == [van[d]["compute"] for d in (8, 10, 12, 14)]
-        assert numbers["final_multiplier"][metric]["vanilla"] == 1.0
     loop2 = numbers["multipliers_at_matched"]["full_core"]["loop_2"]["multiplier"]
     assert loop2[1] > 2.0  # at the dip Loop-2 needs less compute than at the trend: a larger multiplier there
 
