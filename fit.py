@@ -843,7 +843,7 @@ def build_parser():
                            "(default %(default)s; the reported loop-scaling gain depends on it)")
             s.add_argument("--budgets", type=positive_float, nargs="+",
                            help="compute budgets (FLOPs); default: the release's five (above)")
-            s.add_argument("--out", help="draw Figures 2 (right) and 5 of a loop grid into this folder")
+            s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
     s = add("report", "report.md of a run or of a ladder (its runs, fit and figures)")
     s.add_argument("dir", help="a run folder, or a folder of runs (a ladder's RUNS_DIR)")
     s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=200, help="resamples for the fit's CIs "

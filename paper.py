@@ -16,7 +16,7 @@ from scipy import optimize
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
 from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, matched_multipliers,
-                  note, pyplot, read_csv, save_figures)
+                  note, pyplot, read_csv, robust_lsq, save_figures)
 
 UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
@@ -173,8 +173,7 @@ def floor_of(data, arm=FLOOR_ARM):
 
 # ----------------------------------------------------------------------------------------------------- the look
 # The release's appendix look (paper App. B-D): every arm in its arms-table colour and marker, an ablation in its
-# family's colour told apart by marker, dash and a hollow face. APPENDIX_NAME: the appendix spells two arms unhyphenated.
-APPENDIX_NAME = {"loop_grow": "Loop Grow", "untied_grow": "Untied Grow"}
+# family's colour told apart by marker, dash and a hollow face; the appendix spells the growth arms "Loop Grow".
 INK, MUTED, GRID = "#22252A", "#68707C", "#DDE1E7"
 #           release key: (label, family arm or colour, marker, line style, hollow)
 VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
@@ -206,7 +205,7 @@ def look(key, label=None, like=None):
         colour = ARMS[family].color if family in ARMS else family
         return label or name, colour, marker, ls, hollow
     if arm in ARMS:
-        return label or APPENDIX_NAME.get(arm, ARMS[arm].label), ARMS[arm].color, ARMS[arm].marker, "-", False
+        return label or ARMS[arm].label.replace("-Grow", " Grow"), ARMS[arm].color, ARMS[arm].marker, "-", False
     return label or key, "#3F4752", "o", "--", True  # a series the release does not name: grey, open
 
 
@@ -456,7 +455,7 @@ def effective_depth_figure(plt, release):
                          "'multi_epoch'")
     with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
         fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.6))
-        for arm in ("vanilla", "deep_vanilla", "operator_1", "loop_2", "loop_grow", "untied_2", "untied_grow"):
+        for arm in [a for a in ARMS if a in curves]:
             left.plot(*curves[arm], "o-", lw=2.2, ms=6.5, color=ARMS[arm].color, label=ARMS[arm].label)
         for k, label, colour in (("operator_1_tuned_wd", "Operator-1", "#0e0b2b"),
                                  ("scale_loop_count", "Scale Loop Count", "#fea973")):
@@ -706,7 +705,7 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
                             label="Tied frontier")
         optima[titles[0]] = optima_panel(axes[1][j], lad, budgets, bcol, quadratic)
         if rows == 3:
-            delta_panel(axes[2][j], lad, (6, 8, 10, 12, 14), dcol[:5] if quadratic else dcol)
+            delta_panel(axes[2][j], lad, range(6, 15, 2), dcol[:5] if quadratic else dcol)
         for i, t in enumerate(titles[:rows]):
             axes[i][j].set_title(t)
     for i, label in enumerate(("Loss", "Loss (Interpolated)", "$L(K)-L(K=1)$")[:rows]):
@@ -769,7 +768,7 @@ def sensitivity_figure(plt, wd, hp, magma7):
     fig = plt.figure(figsize=(14.65, 9.95))
     grid = fig.add_gridspec(3, 6, hspace=0.75, wspace=0.2, left=0.06, right=0.99, top=0.93, bottom=0.07)
     wds = sorted(set(wd["weight_decay"]))
-    for j, d in enumerate((6, 8, 10, 12, 14, 16)):
+    for j, d in enumerate(range(6, 17, 2)):
         ax = fig.add_subplot(grid[0, j])
         low = wd["loss"][wd["depth"] == d].min()
         for K, colour in magma7.items():
@@ -817,8 +816,8 @@ def sensitivity_figure(plt, wd, hp, magma7):
     return fig, dict(best_measured_multiplier=optima), []
 
 
-FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: (8, 10, 12),
-               12: (8, 10, 12)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
+FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: range(8, 13, 2),
+               12: range(8, 13, 2)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
 MAIN_SIZE = (14, 17, 16, 14, 12)
 
 
@@ -881,15 +880,14 @@ def loop_grid_figures(plt, c):
         bottom.tick_params(axis="x", which="minor", labelbottom=False)
         handles, labels = bottom.get_legend_handles_labels()
         order = [labels.index(n) for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")]
-        bottom.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=10,
-                      handler_map={handles[order[1]]: SegmentsKey(list(magma.values()))})
+        bottom.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=10)
         fig2.tight_layout()
     with plt.rc_context({**appendix_rc((10, 12, 11, 9, 8)), "axes.grid": False, "axes.edgecolor": "black"}):
         fig5, axes = plt.subplots(1, 4, figsize=(13, 3.9))
         six = np.isin(c["weight_decay"], (0.05, 0.2, 0.4, 0.8, 1.2, 1.6))
         cuts = optima_panel(axes[0], grid_ladders(c, six & wd8), FINE_BUDGETS, scale(plt, "inferno", 0.12, 0.82, 9))
         axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count")
-        delta_panel(axes[1], grid_ladders(c, six & wd8), (6, 8, 10, 12, 14), scale(plt, "viridis", 0.16, 0.78, 5))
+        delta_panel(axes[1], grid_ladders(c, six & wd8), range(6, 15, 2), scale(plt, "viridis", 0.16, 0.78, 5))
         axes[1].set(title="Marginal gain", ylabel="$L(K) - L(K{=}1)$", xlabel="Loop count")
         axes[1].legend(title="Depth", ncols=2, fontsize=8, title_fontsize=8)
         best_wd = {int(d): w for (x, l, w), d in zip(op1, sorted(set(c["depth"][k1])))}
@@ -914,21 +912,6 @@ def loop_grid_figures(plt, c):
                    stated("optimal loop count at the largest budget", cuts[-1]["best_loops"], 6.7, "Sec. 5, Fig. 5",
                           "the text rounds ('about 6.7')")]
     return fig2, fig5, numbers, checks
-
-
-class SegmentsKey:
-    """A legend key drawn as a short line split into equal segments, one per colour (Figure 2's loop counts)."""
-    def __init__(self, colours):
-        self.colours = colours
-
-    def legend_artist(self, legend, handle, fontsize, box):
-        from matplotlib.collections import LineCollection
-        x0, y0, w, h = box.xdescent, box.ydescent, box.width, box.height
-        n = len(self.colours)
-        key = LineCollection([[(x0 + w * i / n, y0 + h / 2), (x0 + w * (i + 1) / n, y0 + h / 2)] for i in range(n)],
-                             colors=self.colours, lw=2.2, transform=box.get_transform())
-        box.add_artist(key)
-        return key
 
 
 def optimal_wd_panel(plt, ax, c, mask):
@@ -956,6 +939,26 @@ def optimal_wd_panel(plt, ax, c, mask):
     return out
 
 
+def sigmoid(nll, s, b):
+    return 1 / (1 + np.exp(np.clip(s * nll - b, -700, 700)))
+
+
+def fit_sigmoid(nll, acc):
+    """App. C.4 (ii): accuracy = 1/(1 + exp(s NLL - b)), s in [0, 20], b in [-20, 20], Huber refined -> (s, b)."""
+    m = np.clip(acc.mean(), 0.001, 0.999)
+    return robust_lsq(lambda p: sigmoid(nll, *p) - acc, [1.0, math.log(m / (1 - m)) + np.median(nll)],
+                      ([0, -20], [20, 20]), FIT["sigmoid_min_scale"])
+
+
+def fit_task_nll(x, nll):
+    """App. C.4 (i): task NLL = E + A x^-alpha, five starts, the best plain fit Huber refined -> (E, A, alpha)."""
+    resid, bounds = lambda p: p[0] + p[1] * x ** -p[2] - nll, ([0, 0, 0.005], [nll.min() - 1e-8, 50, 2])
+    E0 = 0.5 * nll.min()
+    best = min((optimize.least_squares(resid, [E0, max(0.01, (nll.max() - E0) * x.min() ** a), a], bounds=bounds,
+                                       max_nfev=30000) for a in (0.05, 0.1, 0.2, 0.4, 0.8)), key=lambda r: r.cost)
+    return robust_lsq(resid, best.x, bounds, FIT["nll_min_scale"], max_nfev=30000)
+
+
 GPT3 = dict(zip(("2.7B", "6.7B", "13B", "175B"), FIT["gpt3_targets"]))  # CORE of the GPT-3 references
 
 
@@ -964,12 +967,11 @@ def extrapolation_figure(plt, path):
     validation loss (floor fitted on Vanilla, shared), CORE answer NLL (each arm its own floor) and CORE accuracy
     from compute (App. C.4: per task a power law of task NLL in compute and a sigmoid of accuracy in NLL, the mean
     of the task sigmoids scaled by the full/filtered ratio), with the GPT-3 references and their crossings."""
-    from fit import fit_sigmoid, fit_task_nll, sigmoid  # the App. C.4 downstream model (fit.py downstream)
     obj = read_layout(path, "fineweb_edu")
     tasks, records = edu_records(path, obj)
     d26 = next(r for _, r, _, held in records if held)
     arms = {a: sorted((r for b, r, _, held in records if b == a and not held), key=lambda r: r["compute_flops"])
-            for a in ("vanilla", "untied_grow")}
+            for a in dict.fromkeys(a for a, _, _, held in records if not held)}
     col = lambda a, k: np.array([r[k] for r in arms[a]], float)
     x = {a: col(a, "compute_flops") / FIT["c_ref"] for a in arms}
     A_v, g_v, E = fit_free_e(x["vanilla"], col("vanilla", "val_loss"))
@@ -1097,60 +1099,55 @@ def downstream_series(path):
     return out
 
 
-FIG19_METRICS = (("loss", "validation loss", False), ("full_core", "full CORE", True),
-                 ("answer_nll", "CORE answer NLL", False), ("filtered_core", "filtered CORE", True))
+FIG19_METRICS = (("loss", "Loss", False), ("full_core", "CORE accuracy", True), ("answer_nll", "CORE NLL", False),
+                 ("filtered_core", "Filtered tasks", True))
 
 
 def downstream_figures(plt, series):
     """Figure 19a: per metric (loss, full CORE, CORE answer NLL, filtered CORE ± its seed std) the curves against
-    compute and, below, the multipliers over Vanilla at matched metric (laws.matched_multipliers: at Vanilla's own
-    computes with depth >= the anchor depth, Vanilla exactly 1.0). Figure 19b: CORE answer NLL against validation loss
-    with one equal-weight line pooled over every checkpoint (top) and the residuals from it (bottom)."""
+    compute and, below, the multipliers over Vanilla at matched metric (at Vanilla's computes with depth >= 8; Vanilla
+    exactly 1). Figure 19b: CORE answer NLL against validation loss, one equal-weight line pooled over every
+    checkpoint (top), and the residuals from it (bottom); both axes reversed as the paper draws them."""
     col = lambda arm, k: np.array([r[k] for r in series[arm]])
     at = col(FLOOR_ARM, "depth") >= FIT["anchor_depth"]
-    budgets = col(FLOOR_ARM, "compute")[at]
-    fig_a, axes = plt.subplots(2, 4, figsize=(15, 7))
-    multipliers = {}
-    for (key, label, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
-        multipliers[key] = {}
+    budgets, multipliers = col(FLOOR_ARM, "compute")[at], {}
+    with plt.rc_context(appendix_rc(LADDER_SIZE)):
+        fig_a, axes = plt.subplots(2, 4, figsize=(6.9, 4.3), sharex=True)
+        for (key, title, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
+            for arm in series:
+                name, color, marker = look(arm)[:3]
+                x, y = col(arm, "compute"), col(arm, key)
+                top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if key == "filtered_core" else None,
+                             fmt=marker + "-", ms=3.5, lw=0.9, capsize=2.5, color=color, label=name)
+                m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
+                multipliers.setdefault(key, {})[arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
+                bottom.plot(budgets, m, marker + "-", ms=3.5, lw=0.9, color=color)
+            top.set(xscale="log", title=title, ylabel="CORE accuracy" if higher else title)
+            bottom.set(title=title, ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
+            bottom.axhline(1, color=GRID, lw=0.9, zorder=0)
+            bottom.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
+            bottom.tick_params(axis="x", which="minor", labelbottom=False)  # decades only: the panels are narrow
+        handles, labels = axes[0][0].get_legend_handles_labels()
+        fig_a.legend(handles, labels, loc="upper center", ncols=4, fontsize=6.5)
+        fig_a.tight_layout(rect=(0, 0, 1, 0.9))
+        fig_b, (line, resid) = plt.subplots(2, 1, figsize=(2.3, 4.6), sharex=True)
+        loss, nll = (np.concatenate([col(a, k) for a in series]) for k in ("loss", "answer_nll"))
+        slope, intercept = np.polyfit(loss, nll, 1)
         for arm in series:
             name, color, marker = look(arm)[:3]
-            x, y = col(arm, "compute"), col(arm, key)
-            top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if key == "filtered_core" else None, fmt=marker + "-",
-                         ms=3, lw=1, capsize=2, color=color, label=name)
-            m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
-            multipliers[key][arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
-            ok = np.isfinite(m)
-            if ok.any():
-                bottom.plot(budgets[ok], m[ok], marker + "-", ms=3, lw=1, color=color, label=name)
-        top.set(xscale="log", xlabel="training compute (FLOPs)", ylabel=label, title=label)
-        if key == "loss":
-            top.set_yscale("log")
-            plain_log_axis(top.yaxis, plt)
-        bottom.set(xscale="log", xlabel="Vanilla training compute (FLOPs)", ylabel=f"multiplier at matched {label}")
-        for ax in (top, bottom):
-            log_axis(ax.xaxis, plt)
-    axes[0][0].legend(fontsize=6.5, frameon=False)
-    fig_a.tight_layout()
-    fig_b, (line, resid) = plt.subplots(2, 1, figsize=(5.5, 7), sharex=True)
-    loss = np.concatenate([col(a, "loss") for a in series])
-    nll = np.concatenate([col(a, "answer_nll") for a in series])
-    slope, intercept = np.polyfit(loss, nll, 1)
-    for arm in series:
-        name, color, marker = look(arm)[:3]
-        line.plot(col(arm, "loss"), col(arm, "answer_nll"), marker, ms=3, color=color, label=name)
-        resid.plot(col(arm, "loss"), col(arm, "answer_nll") - (intercept + slope * col(arm, "loss")), marker, ms=3,
-                   color=color)
-    xs = np.linspace(loss.min(), loss.max(), 20)
-    line.plot(xs, intercept + slope * xs, "k--", lw=1, label=f"pooled: {slope:.3f} L {intercept:+.3f}")
-    resid.axhline(0, color="k", ls="--", lw=1)
-    line.set(ylabel="CORE answer NLL")
-    resid.set(xlabel="validation loss", ylabel="residual from the pooled line")
-    line.invert_xaxis()  # both axes reversed as the paper draws them (the x axis is shared: invert it once)
-    for ax in (line, resid):
-        ax.invert_yaxis()
-    line.legend(fontsize=6.5, frameon=False)
-    fig_b.tight_layout()
+            line.plot(col(arm, "loss"), col(arm, "answer_nll"), marker, ms=4, color=color, label=name)
+            resid.plot(col(arm, "loss"), col(arm, "answer_nll") - intercept - slope * col(arm, "loss"), marker, ms=4,
+                       color=color)
+        line.plot(loss[[loss.argmin(), loss.argmax()]], intercept + slope * loss[[loss.argmin(), loss.argmax()]], "--",
+                  color=MUTED, lw=0.9, label="Pooled linear fit")
+        resid.axhline(0, color=MUTED, ls="--", lw=0.9)
+        line.set(title="Major variants", ylabel="CORE NLL")
+        resid.set(title="Linear-fit residuals", xlabel="Validation loss", ylabel="NLL − linear prediction")
+        line.invert_xaxis()  # the x axis is shared: invert it once
+        for ax in (line, resid):
+            ax.invert_yaxis()
+        fig_b.legend(*line.get_legend_handles_labels(), loc="upper center", ncols=2, fontsize=5.5)
+        fig_b.tight_layout(rect=(0, 0, 1, 0.85))
     return fig_a, dict(multipliers_at_matched=multipliers), fig_b, \
         dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
 
