@@ -710,10 +710,11 @@ lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
             f"fitted and each row's compute must lie within {studies.COMPUTE_SLACK:g}x of 6 N D (attention and embedding FLOPs move it tens of "
             "percent; a unit slip is refused).",
     paper="""RELEASE: the folder holding the authors' release as reference/ does (release/appendix_ladders/*.json,
-release/appendix_regimes/*.csv, release/effective_depth.json; downstream.json in appendix_ladders if present).
-Writes Figures 6, 15a-c, 16a-f, 17, 19a-b (with downstream.json), 21, 22, 23a and 24 as PNG + PDF and
-paper_manifest.json: per figure the numbers it rests on and each number the paper states, with its section and the
-relative difference (an explanation where it exceeds 1 %). The floor is Vanilla's FLOP-ladder fit, shared.""",
+release/appendix_regimes/*.csv, release/effective_depth.json; and where present the files the release copy lacks:
+release/loop_grid.csv, release/fineweb_edu_ladders.json, release/appendix_ladders/downstream.json). Writes every paper
+figure those files support (2 right, 4, 5, 6, 15a-c, 16a-f, 17, 19a-b, 21-24) as PNG + PDF in the release's look,
+paper_manifest.json (per figure its numbers and each number the paper states beside ours) and the gallery README.md;
+the figures it cannot draw are listed with the reason.""",
     downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
                "checkpoint; nll:/acc: pairs define the tasks. Or the release's FineWeb-Edu ladders JSON {tasks, d26, "
                "arms: {arm: [{compute_flops, core_accuracy, task_nll, task_accuracy, ...}]}} (d26 is not fitted).",
@@ -722,7 +723,8 @@ relative difference (an explanation where it exceeds 1 %). The floor is Vanilla'
            "steps after growth (1 - the crossover fraction), in [0, 1].",
     lr="DATA.csv [params, value, val_loss (+ hparam)], several values per size.",
     loops="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as the "
-          "release's loop_grid.csv) or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "
+          "release's loop_grid.csv), the release's regimes.csv, architectures.csv (optimal K per regime / control) or "
+          "hyperparameters.csv, or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "
           "is fitted where >= 3 loop counts span it, and no budget fitted is an error.\nDefault budgets: the "
           "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + " FLOPs.",
     runs="""RUNS: train.py run folders (holding result.json, train.lock or trajectory.jsonl) or folders of them (a
