@@ -4,8 +4,9 @@ One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter
 (plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one
 GPU, or under torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every
 optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
-Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes). The micro-batch is measured,
-not modelled: on CUDA one forward and backward of the largest stage halves it until it fits (probe_micro_batch).
+Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes), every rank checked to run rank
+0's plan before the first step (agree_on_plan). The micro-batch is measured, not modelled: on CUDA one forward and
+backward of the largest stage halves it until it fits (probe_micro_batch).
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
@@ -474,6 +475,7 @@ def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
     run_dir = run_dir_of(args)
+    agree_on_plan(plan, run_dir, args)
     resume_from = resume_point(args, run_dir, rank)
     if resume_from:
         check_recorded_plan(run_dir, resume_from, plan)
@@ -512,6 +514,24 @@ def open_run(args, plan):
                    data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
                    data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
+
+
+def agree_on_plan(plan, run_dir, args):
+    """Every rank must run rank 0's frozen Plan in rank 0's run folder (resuming as it does, at its micro-batch) before
+    the first collective of training: a rank given another --seed or LR would train to the end unnoticed (and
+    result.json record rank 0's plan). A mismatch is one line on every rank (exit 2)."""
+    mine = dict(plan=plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
+                device_batch_size=args.device_batch_size)
+    every = gather(mine)
+    rank = next((r for r, theirs in enumerate(every) if theirs != every[0]), None)
+    if rank is not None:
+        what = next(key for key in mine if every[rank][key] != every[0][key])
+        ours, theirs = every[0][what], every[rank][what]
+        if isinstance(ours, dict):
+            what = next(key for key in ours if ours[key] != theirs.get(key))
+            ours, theirs = ours[what], theirs.get(what)
+        raise UsageError(f"rank {rank} would run another plan than rank 0 ({what}: {theirs} on rank {rank}, {ours} "
+                         "on rank 0): give every rank the same flags and environment")
 
 
 def recorded_pool(manifest, verified):
