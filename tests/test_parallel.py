@@ -194,16 +194,20 @@ def test_a_tied_core_is_gathered_once_however_many_passes(runs):
     assert runs["gathers", 4] == runs["gathers", 1] > 0
 
 
-def test_train_py_on_2_processes_in_cudas_dtypes_trains_through_growth(pool, tmp_path, free_port):
+def test_train_py_in_cudas_dtypes_grows_on_2_processes_and_resumes_on_1(pool, tmp_path, free_port):
+    """torchrun train.py --compute-dtype bfloat16 on 2 processes through the growth at step 3, stopped at step 4;
+    its sharded checkpoint (DCP) resumed on one process to the end, finite losses all along."""
     args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--compute-dtype", "bfloat16",
                 "--run-name", "r", steps=6)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-                           str(free_port), "train.py", *args], cwd=ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=600)
+                           str(free_port), "train.py", *args, "--stop-after", "4"], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert read_run(tmp_path, "r")[0]["world_size"] == 2
+    assert train.main(args + ["--resume"]) == 0
     result, trajectory = read_run(tmp_path, "r")
-    assert result["status"] == "complete" and result["world_size"] == 2 and len(result["growth_events"]) == 1
-    assert all(0 < t["loss"] < 6 for t in trajectory)
+    assert result["status"] == "complete" and result["world_size"] == 1 and len(result["growth_events"]) == 1
+    assert len(trajectory) == 6 and all(0 < t["loss"] < 6 for t in trajectory)
 
 
 def test_ranks_given_different_seeds_stop_with_one_line_each(pool, tmp_path, free_port):
