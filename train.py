@@ -437,8 +437,8 @@ def grow(model, optimizers, passes):
 
 
 def batch_sums(model, windows, passes, token_bytes, device):
-    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64). Each target's loss
-    comes from the model's chunked loss: no (tokens, vocab) fp32 logits (plan.evaluation_bytes counts the rest)."""
+    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64); each target's loss
+    from the model's own (GPT.loss)."""
     window = windows.to(device)
     targets = window[:, 1:]
     with autocast(model):
