@@ -24,7 +24,7 @@ from test_train import ROOT, read_run
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
                                                   reason="needs CUDA: run python -m pytest -m gpu -q on a GPU machine")]
-RUN = ["--arch", "untied_grow", "--depth", "4", "--preset", "cpu", "--steps", "40", "--crossover-fractions", "0.5",
+RUN = ["--arch", "untied_grow", "--depth", "4", "--preset", "cpu", "--steps", "200", "--crossover-fractions", "0.5",
        "--device", "cuda", "--log-every", "1"]  # compiled, bf16: CUDA's defaults
 
 
@@ -55,15 +55,16 @@ def run_of(runs, name):
 
 @pytest.fixture(scope="module")
 def gpu_run(pool, tmp_path_factory):
-    """Untied-Grow d4 on one GPU, compiled in bf16, through growth at step 20 of 40, saving every 10 steps; the same
-    run killed with SIGKILL after step 25 and resumed with --resume."""
+    """Untied-Grow d4 on one GPU, compiled in bf16, through growth at step 100 of 200, saving every 50 steps; the same
+    run killed with SIGKILL after step 120 and resumed with --resume."""
     runs = tmp_path_factory.mktemp("gpu")
-    args = RUN + ["--data-dir", pool, "--runs-dir", str(runs), "--save-every", "10"]
+    args = RUN + ["--data-dir", pool, "--runs-dir", str(runs), "--save-every", "50"]
     train_py(args + ["--run-name", "full"])
     proc = train_py(args + ["--run-name", "cut"], wait=False)
     trajectory = os.path.join(runs, "cut", "trajectory.jsonl")
-    while proc.poll() is None and (not os.path.exists(trajectory) or sum(1 for _ in open(trajectory)) < 25):
-        time.sleep(0.05)
+    while proc.poll() is None and (not os.path.exists(trajectory) or sum(1 for _ in open(trajectory)) < 120):
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)
     proc.communicate()
     resumed = train_py(args + ["--run-name", "cut", "--resume"])
@@ -75,8 +76,8 @@ def test_compiled_bf16_run_grows_saves_and_resumes_exactly_after_kill_9(gpu_run,
     full, t_full = read_run(runs, "full")
     cut, t_cut = read_run(runs, "cut")
     assert full["status"] == cut["status"] == "complete" and full["environment"]["compiled"]
-    assert [e["step"] for e in full["growth_events"]] == [20] and all(math.isfinite(t["loss"]) for t in t_full)
-    assert 20 <= resumed < 40 and len(t_cut) == 40  # killed after step 25, resumed from its last checkpoint
+    assert [e["step"] for e in full["growth_events"]] == [100] and all(math.isfinite(t["loss"]) for t in t_full)
+    assert 100 <= resumed < 200 and len(t_cut) == 200  # killed after step 120, resumed from its last checkpoint
     assert t_cut[resumed]["loss"] == t_full[resumed]["loss"]  # the first step resumed: same weights, state, batch
     show(capsys, f"one GPU, compiled bf16 through growth: final val loss {full['final_val_loss']:.4f}; killed, resumed "
                  f"from step {resumed}: {cut['final_val_loss']:.4f}; last MFU {full['last_train_mfu']}")
