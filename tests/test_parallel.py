@@ -51,8 +51,8 @@ class Tokens:
 
 
 def train_run(arch, dtype, world, rank, micro_batch=2, passes=None):
-    """STEPS steps of a tiny `arch` through train.start_training and train.train_step -> (training, losses, full
-    fp32 weights) (the weights gathered: a collective)."""
+    """STEPS steps of a tiny `arch` through train.start_training and train.train_step -> {losses, weights: full
+    fp32, gathered (a collective)}; with `passes`: the untrained Training, set to that many passes."""
     args = train.parse_args(["--arch", arch, "--depth", "2", "--preset", "cpu", "--width-per-depth", "16",
                              "--head-dim", "16", "--seq-len", "16", "--total-batch-tokens", str(WINDOWS * 16),
                              "--steps", str(STEPS), "--warmup-steps", "0", "--compute-dtype", dtype, "--dist-timeout",
@@ -182,6 +182,7 @@ def test_2_and_4_processes_train_through_growth_as_one(runs, arch, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("world, defect", [(w, d) for w, defects in DEFECTS.items() for d in defects])
 def test_the_comparison_catches_each_defect(runs, world, defect, dtype):
+    """Each defect (inject) ends the run outside the noise floor's tolerance, in fp32 and in CUDA's dtypes."""
     reference = runs["untied_grow", dtype, 1, 2]
     noise = distance(runs["untied_grow", dtype, 1, 4], reference)
     assert not agrees(runs["untied_grow", dtype, world, defect], reference, noise), \
