@@ -645,7 +645,7 @@ def start_training(run):
             print(f"resuming {run.run_dir} from step {state.step}")
     step_model = compile_model(model, plan) if use_compile(args, run.device) else model
     if run.master and use_compile(args, run.device):  # the first step can take minutes: say why it is slow
-        print("compiling: torch.compile compiles the blocks and the loss at the first step" + (
+        print("compiling: torch.compile compiles the blocks at the first step" + (
             " and again at each growth" if len(plan.pass_stages) > 1 else "") + " (minutes, more on a busy CPU; "
               "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
