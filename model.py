@@ -137,99 +137,11 @@ class ModelConfig:
 
 
 # ----------------------------------------------------------------------------------------------------------------------
-# The loss and the embedding's dtype (plan.py counts the bytes of both)
-
-LOSS_CHUNK_ROWS = 4096                 # rows of the (rows, vocab) fp32 logits alive at once in the chunked loss
-
+# The embedding's dtype
 
 def embedding_dtype(device):
     """The release keeps the embedding table, and so its AdamW moments, in bf16 on CUDA; fp32 elsewhere."""
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
-
-
-def matmul_dtype(x):
-    """The dtype the loss's matmuls run in: autocast's when it is on for x's device, else x's own."""
-    device = x.device.type
-    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else x.dtype
-
-
-def chunk_logits(x, weight, vocab_size, multiplier):
-    """The fp32 logits (x @ weight.T)[:, :vocab_size] * multiplier of one chunk of rows (x, weight in the matmul
-    dtype): the only (rows, vocab) tensors the chunked losses build."""
-    return (x @ weight.T)[:, :vocab_size].float().mul_(multiplier)
-
-
-def loss_chunk(x, weight, targets, vocab_size, multiplier, grad_scale=None):
-    """One chunk of the chunked losses: each row's cross-entropy (rows,) fp32 of logits = chunk_logits(x, weight, ...)
-    against targets (rows, 1), all >= 0, and with grad_scale (rows, 1) fp32 the gradient of sum(losses * grad_scale)
-    with respect to x @ weight.T, (softmax - onehot) * grad_scale * multiplier, as a (rows, vocab) tensor of x's dtype.
-    Everything after the logits matmul is elementwise: what GPT.compile_loss has Inductor fuse."""
-    logits = chunk_logits(x, weight, vocab_size, multiplier)
-    lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-    losses = (lse - logits.gather(1, targets))[:, 0]
-    if grad_scale is None:
-        return losses, None
-    grad = logits.sub_(lse).exp_().scatter_add_(1, targets, grad_scale.new_full(targets.shape, -1.0)) \
-        .mul_(grad_scale * multiplier)
-    if grad.dtype != x.dtype:  # cast into rows of the padded width: an odd vocabulary (50,257) as the leading
-        # dimension would keep cuBLAS off its aligned tensor-core kernels in both matmuls
-        grad = torch.empty(len(grad), weight.size(0), dtype=x.dtype, device=x.device)[:, :vocab_size].copy_(grad)
-    return losses, grad
-
-
-def token_losses(x, weight, targets, vocab_size, multiplier, chunk_rows, chunk=loss_chunk):
-    """Cross-entropy of every row of logits = chunk_logits(x, weight, ...) against targets (all >= 0), chunk_rows
-    rows at a time -> (rows,) fp32. Evaluation's loss: no gradient, one chunk's logits alive at a time. chunk:
-    loss_chunk or its compiled form."""
-    dtype = matmul_dtype(x)
-    with torch.autocast(x.device.type, enabled=False):
-        w = weight.to(dtype)  # each chunk's logits are freed on return, before the next chunk's are built
-        return torch.cat([chunk(x[start:start + chunk_rows].to(dtype), w, targets[start:start + chunk_rows, None],
-                                vocab_size, multiplier)[0] for start in range(0, x.size(0), chunk_rows)])
-
-
-class ChunkedCrossEntropy(torch.autograd.Function):
-    """Mean cross-entropy over targets != -1 of logits = (x @ weight.T)[:, :vocab].float() * multiplier, i.e.
-    F.cross_entropy(decode(h), targets, ignore_index=-1), without a (rows, vocab) fp32 tensor kept for backward:
-    rows are processed chunk_rows at a time (loss_chunk, or its compiled form `chunk`) and each chunk's gradients for
-    x and weight are formed right away, so backward only scales them. Same FLOPs as the unchunked path; the matmuls
-    run in autocast's dtype if it is on."""
-
-    @staticmethod
-    def forward(ctx, x, weight, targets, vocab_size, multiplier, chunk_rows, chunk=loss_chunk):
-        device, dtype = x.device.type, matmul_dtype(x)
-        need_x, need_w = ctx.needs_input_grad[:2]
-        valid = targets != -1
-        count = valid.sum()
-        safe_targets = targets.clamp(min=0)
-        with torch.autocast(device, enabled=False):
-            w = weight.to(dtype)
-            grad_x = torch.empty(x.shape, dtype=dtype, device=x.device) if need_x else None
-            grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=x.device) if need_w else None
-            total = torch.zeros((), dtype=torch.float32, device=x.device)
-            for start in range(0, x.size(0), chunk_rows):
-                rows = slice(start, start + chunk_rows)
-                xs, ok = x[rows].to(dtype), valid[rows, None]
-                # d(mean CE)/d(logits) = (softmax - onehot) / count on the rows that count, then through * multiplier
-                losses, grad = chunk(xs, w, safe_targets[rows, None], vocab_size, multiplier,
-                                     ok / count if need_x or need_w else None)
-                total += (losses * ok[:, 0]).sum()
-                if need_x:
-                    grad_x[rows] = grad @ w[:vocab_size]
-                if need_w:
-                    grad_w[:vocab_size] += grad.T @ xs
-                del grad  # before the next chunk's logits exist: one chunk alive at a time, as plan.py counts
-        ctx.save_for_backward(grad_x, grad_w)
-        ctx.dtypes = (x.dtype, weight.dtype)
-        return total / count
-
-    @staticmethod
-    def backward(ctx, grad_loss):
-        grad_x, grad_w = ctx.saved_tensors
-        x_dtype, w_dtype = ctx.dtypes
-        dx = None if grad_x is None else grad_x.to(x_dtype) * grad_loss
-        dw = None if grad_w is None else (grad_w * grad_loss).to(w_dtype)
-        return dx, dw, None, None, None, None, None
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -297,8 +209,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto"):
-        """The network on `device`, the embedding in embedding_dtype(device), its attention on the SDPA backends that
+    def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto", dtype=None):
+        """The network on `device`, the embedding in `dtype` (default embedding_dtype(device)), its attention on the SDPA backends that
         --attention-backend `attention` names (set_attention; a run option, not part of the config: checkpoints do not
         record it). It is built on the meta device and materialised tensor by tensor (init_weights), so the host holds
         about one tensor, not the model (7.4 B fp32 parameters at d26), and a seed gives the same weights on any
@@ -309,7 +221,7 @@ class GPT(nn.Module):
         self.cfg = cfg
         with torch.device("meta"):
             self.transformer = nn.ModuleDict(dict(
-                wte=nn.Embedding(cfg.padded_vocab, cfg.width, dtype=embedding_dtype(device)),
+                wte=nn.Embedding(cfg.padded_vocab, cfg.width, dtype=dtype or embedding_dtype(device)),
                 h=nn.ModuleList(Block(cfg) for _ in range(stored_blocks(cfg))),
             ))
             self.lm_head = nn.Linear(cfg.width, cfg.padded_vocab, bias=False)
@@ -324,7 +236,6 @@ class GPT(nn.Module):
         self.register_buffer("rope_sin", angles.sin().to(device), persistent=False)
         self.active_passes = cfg.passes_initial
         self.set_attention(attention)
-        self.loss_chunk = loss_chunk  # compile_loss compiles it
         if draw_weights and torch.device(device).type != "meta":
             self.init_weights()
 
@@ -405,12 +316,6 @@ class GPT(nn.Module):
         self.active_passes = new_passes
         return overwritten
 
-    def compile_loss(self):
-        """Let Inductor fuse the elementwise work of each loss chunk (loss_chunk: logsumexp, the target's logit, softmax
-        minus one-hot, the scaling and the cast), eager about 15 % of a d12 step's time. dynamic=False: one graph per
-        chunk shape and grad mode (a full chunk, a shorter last one; training's, evaluation's)."""
-        self.loss_chunk = torch.compile(loss_chunk, dynamic=False)
-
     def param_groups(self):
         """Every parameter in exactly one group; arms.PARAM_GROUPS gives each group its optimizer, LR and WD."""
         return dict(matrix=list(self.transformer.h.parameters()), embedding=[self.transformer.wte.weight],
@@ -428,14 +333,9 @@ class GPT(nn.Module):
         return (out, hidden) if return_hidden else out
 
     def loss(self, h, targets, reduction="mean"):
-        """F.cross_entropy(decode(h), targets, ignore_index=-1, reduction=reduction), computed in chunks of rows:
-        "mean" for training (ChunkedCrossEntropy), "none" for evaluation (token_losses: every target's loss, flat)."""
-        x, flat_targets = norm(h).flatten(0, 1), targets.reshape(-1)
-        if reduction == "none":
-            return token_losses(x, self.lm_head.weight, flat_targets, self.cfg.vocab_size, self.cfg.output_multiplier,
-                                LOSS_CHUNK_ROWS, self.loss_chunk)
-        return ChunkedCrossEntropy.apply(x, self.lm_head.weight, flat_targets, self.cfg.vocab_size,
-                                         self.cfg.output_multiplier, LOSS_CHUNK_ROWS, self.loss_chunk)
+        """Cross-entropy of decode(h)'s fp32 logits against targets (-1: no target): their mean for training, every
+        target's loss (flat) with reduction="none" for evaluation. A new loss term is one line here."""
+        return F.cross_entropy(self.decode(h).flatten(0, 1), targets.reshape(-1), ignore_index=-1, reduction=reduction)
 
     def residual_stream(self, idx, passes=None, positions=None, attn_mask=None, hidden=None):
         """The final residual stream (B, T, C) that decode() turns into logits. positions (B, T): rotary positions

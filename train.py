@@ -4,8 +4,9 @@ One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter
 (plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one
 GPU, or under torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every
 optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
-Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes). The micro-batch is measured,
-not modelled: on CUDA one forward and backward of the largest stage halves it until it fits (probe_micro_batch).
+Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes), every rank checked to run rank
+0's plan before the first step (agree_on_plan). The micro-batch is measured, not modelled: on CUDA one forward and
+backward of the largest stage halves it until it fits (probe_micro_batch).
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
@@ -69,6 +70,9 @@ def build_parser():
                           "own 10 can pass while the ranks of a large model start up)")
     device = p.add_argument_group("device")
     device.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    device.add_argument("--compute-dtype", choices=["bfloat16", "float32"], default=None,
+                        help="bf16 embedding, autocast and FSDP2 parameters, or fp32 (default: bfloat16 on CUDA, "
+                             "float32 on the CPU; bfloat16 on the CPU runs CUDA's dtypes there, docs/gpu.md)")
     device.add_argument("--device-batch-size", type=integer(1, 2 ** 30), default=None,
                         help="sequences per micro-batch (default: the preset's on CPU; on CUDA the arm's rule, "
                              "halved while the run's largest stage does not fit: docs/recipe.md)")
@@ -215,8 +219,8 @@ from arms import GPU_PEAK_FLOPS, PARAM_GROUPS
 from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
                         load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
                         save_checkpoint, write_result)
-from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, autocast, cli_main_distributed, clock, exit_process,
-                    memory_in_use, ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, cli_main_distributed, clock, exit_process, memory_in_use,
+                    ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
 from watch import Progress, check_tracker, open_tracker, write_run_report
 
@@ -324,23 +328,20 @@ def use_compile(args, device):
 
 
 def compile_model(model, plan, whole=False):
-    """Regional compilation: torch.compile on each Block in place and on the loss's chunks (GPT.compile_loss; the
-    embedding, the boundary operator and the chunk loop with its matmuls stay eager), so identical blocks share one
-    compiled code and every block's backward is its own autograd node: a block's parameters get their gradients, and
-    Muon's post-accumulate-grad hooks send them, while the blocks before it are still in backward. whole=True compiles
-    the whole model instead (bench.py --compile-time compares the two): one backward node then hands out every
-    gradient at its end, and each pass stage is a graph of its own. dynamic=False: the micro-batch is a constant of a
-    graph, so the blocks compile one graph per micro-batch of a pass stage and one for eval (plus one for a shorter
-    last eval batch), the loss's chunks one per chunk shape of each (a full chunk and a shorter last one).
-    -> the module train_step calls."""
+    """Regional compilation: torch.compile on each Block in place (the embedding, the boundary operator and the loss
+    stay eager), so identical blocks share one compiled code and every block's backward is its own autograd node: a
+    block's parameters get their gradients, and Muon's post-accumulate-grad hooks send them, while the blocks before
+    it are still in backward. whole=True compiles the whole model instead (bench.py --compile-time compares the two):
+    one backward node then hands out every gradient at its end, and each pass stage is a graph of its own.
+    dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one graph per micro-batch of a pass
+    stage and one for eval (plus one for a shorter last eval batch). -> the module train_step calls."""
     # Dynamo's recompile limit counts graphs per code object, and every model of a process (bench.py builds several)
-    # shares Block's and loss_chunk's: each compiled model adds its own graphs to it.
+    # shares Block's: each compiled model adds its own graphs to it.
     torch._dynamo.config.recompile_limit += 2 * (len(plan.pass_stages) + len(plan.random_passes) + 2)
     if whole:
         return torch.compile(model, dynamic=False)
     for block in model.transformer.h:
         block.compile(dynamic=False)
-    model.compile_loss()
     return model
 
 
@@ -363,14 +364,16 @@ def build_mesh(world, per_node, device, timeout_minutes):
 
 
 def shard_model(model, mesh):
-    """fully_shard every block, then the root (embedding, lm_head: GPT.loss reads lm_head's weight, gathered by the
-    root for the whole forward and backward), on `mesh`, in place; bf16 parameters in compute on CUDA, fp32
-    reductions. The boundary gates (0-dim, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
-    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mesh.device_type == "cuda" else None,
-                                  reduce_dtype=torch.float32)
-    for block in model.transformer.h:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
+    """FSDP2 on `mesh`, in place: parameters gathered in the compute dtype, gradients reduced in fp32. A block run
+    once per forward is a group of its own (gathered for its forward, again for its backward); the embedding too (a
+    group holds one dtype: it is bf16 in CUDA's dtypes). The root keeps lm_head and a tied core, which it gathers once
+    per micro-batch and holds through forward and backward: a block run K times as its own group would be gathered K
+    times each way. The boundary gates (0-dim, which FSDP2 cannot shard) stay replicated, their gradients averaged by
+    a hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
+    policy = MixedPrecisionPolicy(param_dtype=model.transformer.wte.weight.dtype, reduce_dtype=torch.float32)
+    looped = set(model.core_blocks(0)) if model.cfg.mode == "tied" else set()
+    for module in [block for block in model.transformer.h if block not in looped] + [model.transformer.wte]:
+        fully_shard(module, mesh=mesh, mp_policy=policy)
     fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=set(model.boundary_gates))
     for gate in model.boundary_gates:
         gate.register_post_accumulate_grad_hook(average_gradient)
@@ -380,6 +383,18 @@ def shard_model(model, mesh):
 def average_gradient(param):
     dist.all_reduce(param.grad)
     param.grad.div_(dist.get_world_size())
+
+
+def compute_dtype(args, device):
+    """The dtype of the embedding, of autocast's matmuls and of FSDP2's gathered parameters: bf16 on CUDA (the
+    release's), fp32 on the CPU; --compute-dtype bfloat16 runs CUDA's dtypes on the CPU (docs/gpu.md)."""
+    return getattr(torch, args.compute_dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+
+
+def autocast(model):
+    """bf16 autocast where the model computes in bf16 (its embedding's dtype, compute_dtype), none in fp32."""
+    dtype = model.transformer.wte.weight.dtype
+    return torch.autocast(model.lm_head.weight.device.type, dtype=dtype, enabled=dtype != torch.float32)
 
 
 def sync_micro_batch(model, last):
@@ -422,11 +437,11 @@ def grow(model, optimizers, passes):
 
 
 def batch_sums(model, windows, passes, token_bytes, device):
-    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64). Each target's loss
-    comes from the model's chunked loss: no (tokens, vocab) fp32 logits (plan.evaluation_bytes counts the rest)."""
+    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64); each target's loss
+    from the model's own (GPT.loss)."""
     window = windows.to(device)
     targets = window[:, 1:]
-    with autocast(device):
+    with autocast(model):
         ce = model(window[:, :-1], targets=targets, passes=passes, reduction="none").double()
     nbytes = token_bytes[targets.flatten()].double()
     return torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
@@ -460,6 +475,7 @@ def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
     run_dir = run_dir_of(args)
+    agree_on_plan(plan, run_dir, args)
     resume_from = resume_point(args, run_dir, rank)
     if resume_from:
         check_recorded_plan(run_dir, resume_from, plan)
@@ -498,6 +514,24 @@ def open_run(args, plan):
                    data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
                    data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
                    token_bytes=token_bytes, resume_from=resume_from)
+
+
+def agree_on_plan(plan, run_dir, args):
+    """Every rank must run rank 0's frozen Plan in rank 0's run folder (resuming as it does, at its micro-batch) before
+    the first collective of training: a rank given another --seed or LR would train to the end unnoticed (and
+    result.json record rank 0's plan). A mismatch is one line on every rank (exit 2)."""
+    mine = dict(plan=plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
+                device_batch_size=args.device_batch_size)
+    every = gather(mine)
+    rank = next((r for r, theirs in enumerate(every) if theirs != every[0]), None)
+    if rank is not None:
+        what = next(key for key in mine if every[rank][key] != every[0][key])
+        ours, theirs = every[0][what], every[rank][what]
+        if isinstance(ours, dict):
+            what = next(key for key in ours if ours[key] != theirs.get(key))
+            ours, theirs = ours[what], theirs.get(what)
+        raise UsageError(f"rank {rank} would run another plan than rank 0 ({what}: {theirs} on rank {rank}, {ours} "
+                         "on rank 0): give every rank the same flags and environment")
 
 
 def recorded_pool(manifest, verified):
@@ -558,7 +592,7 @@ def probe_micro_batch(run, model):
         tokens = torch.arange(batch * (plan.seq_len + 1), device=run.device).view(batch, -1)
         tokens = tokens % plan.model_config.vocab_size
         try:
-            with autocast(run.device):
+            with autocast(model):
                 loss = model(tokens[:, :-1], targets=tokens[:, 1:], passes=passes)
             loss.backward()
             break
@@ -595,7 +629,8 @@ def start_training(run):
     restored from run.resume_from when the run resumes, compiled when the run compiles (use_compile)."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend)
+    model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend,
+                          dtype=compute_dtype(args, run.device))
     model.set_passes(plan.pass_stages[0])
     if run.world > 1:
         shard_model(model, build_mesh(run.world, run.per_node, run.device, args.dist_timeout))
@@ -610,7 +645,7 @@ def start_training(run):
             print(f"resuming {run.run_dir} from step {state.step}")
     step_model = compile_model(model, plan) if use_compile(args, run.device) else model
     if run.master and use_compile(args, run.device):  # the first step can take minutes: say why it is slow
-        print("compiling: torch.compile compiles the blocks and the loss at the first step" + (
+        print("compiling: torch.compile compiles the blocks at the first step" + (
             " and again at each growth" if len(plan.pass_stages) > 1 else "") + " (minutes, more on a busy CPU; "
               "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
@@ -679,7 +714,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     for k, micro in enumerate(micros):
         sync_micro_batch(model, last=k == len(micros) - 1)
         micro = micro.to(run.device, non_blocking=True)
-        with autocast(run.device):
+        with autocast(model):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
         (loss / accumulation).backward()
         losses.append(loss.detach())

@@ -8,6 +8,11 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs CUDA (python -m pytest -m gpu -q on a GPU machine, docs/gpu.md); "
+                                       "skipped without it")
+
+
 @pytest.fixture
 def free_port():
     """A free TCP port on 127.0.0.1 for torch.distributed rendezvous."""
