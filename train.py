@@ -253,6 +253,7 @@ def ladder_dry_run(argv):
         try:
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
+            model_lib.check_arm(plan.model_config, run_args.optimizer)
             device = "cpu" if plan.preset == "cpu" and run_args.device != "cuda" else "cuda"
             batch = device_batch_size(plan, world, device, run_args.device_batch_size)
         except UsageError as e:
@@ -364,16 +365,18 @@ def build_mesh(world, per_node, device, timeout_minutes):
 
 def shard_model(model, mesh):
     """fully_shard every block, then the root (embedding, lm_head: GPT.loss reads lm_head's weight, gathered by the
-    root for the whole forward and backward), on `mesh`, in place; bf16 parameters in compute on CUDA, fp32
-    reductions. The boundary gates (0-dim, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
-    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
+    root for the whole forward and backward, and every other parameter), on `mesh`, in place; bf16 parameters in
+    compute on CUDA, fp32 reductions. 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their
+    gradients averaged by a hook (the earlier micro-batches' part is already the same everywhere: averaging it again
+    keeps it)."""
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mesh.device_type == "cuda" else None,
                                   reduce_dtype=torch.float32)
+    replicated = [p for p in model.parameters() if p.ndim == 0]
     for block in model.transformer.h:
-        fully_shard(block, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=set(model.boundary_gates))
-    for gate in model.boundary_gates:
-        gate.register_post_accumulate_grad_hook(average_gradient)
+        fully_shard(block, mesh=mesh, mp_policy=policy, ignored_params=set(replicated))
+    fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=set(replicated))
+    for p in replicated:
+        p.register_post_accumulate_grad_hook(average_gradient)
     return model
 
 
@@ -969,11 +972,14 @@ def parse_args(argv):
 
 def run_command(argv):
     args = parse_args(argv)
+    for depth in args.depths:  # bad flags and arms: before the run folder exists, and in the dry run alike
+        args.depth = depth
+        model_lib.check_arm(make_plan(args).model_config, args.optimizer)
+    args.depth = args.depths[0]
     if args.dry_run:
         return dry_run(args)
     handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        model_lib.check_build(make_plan(args).model_config)  # bad flags and arms: before the run folder exists
         with run_lock(args):
             return train(args)
     except Stopped as e:
