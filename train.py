@@ -417,7 +417,12 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
 
 
 def grow(model, optimizers, passes):
-    """Untied cores get the stacking copy and fresh optimizer state; a tied core keeps its state (paper Sec. 3)."""
+    """What GPT.grow writes (untied: the stacking copies) gets fresh optimizer state; a tied core keeps its state
+    (paper Sec. 3). Under FSDP2 every module is resharded first: growth writes the shards, and a module left gathered
+    (the root after an evaluation's forward) would run on its stale gathered copy."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
     overwritten = model.grow(passes)
     for opt in optimizers:
         muon.reset_state(opt, overwritten)

@@ -1,6 +1,6 @@
 """A test-only user arm, kept here so that growth of a new per-pass parameter stays covered whatever USER_ARMS holds:
-Mix-Grow, a learned d x d matrix M_r per injection point (h <- RMSNorm(h) + M_r e, M_r initialised to alpha * I: it
-starts as Untied-Grow's operator), on untied cores grown in stages 1 -> 2 -> 4. It is built the way
+Mix-Grow, a learned d x d matrix M_r per injection point, and the learned gate g_r (h <- RMSNorm(h) + g_r M_r e, M_r
+initialised to I and g_r to alpha: it starts as Untied-Grow's operator), on untied cores grown in stages 1 -> 2 -> 4. It is built the way
 docs/your_own_arm.md builds one: a row, a parameter list on the model, its init and its use in GPT.inject.
 
     python -m torch.distributed.run --nproc_per_node 2 tests/mix_arm.py train.py-flags [--next train.py-flags ...]
@@ -16,7 +16,8 @@ import arms  # noqa: E402
 import model  # noqa: E402
 
 NAME = "mix_grow"
-ARM = arms.derived("untied_grow", label="Mix-Grow", color="tab:olive", stages=(1, 2, 4), default_crossover=(0.3, 0.6))
+ARM = arms.derived("untied_grow", label="Mix-Grow", color="#8c6d31", stages=(1, 2, 4), default_crossover=(0.3, 0.6),
+                   boundary_gate=True)
 
 
 class MixGPT(model.GPT):
@@ -32,12 +33,12 @@ class MixGPT(model.GPT):
     def init_weights(self):
         super().init_weights()
         for m in getattr(self, "mix", ()):
-            m.copy_(torch.eye(self.cfg.width) * self.cfg.alpha)
+            m.copy_(torch.eye(self.cfg.width))
 
     def inject(self, h, e, r):
         if not len(self.mix):
             return super().inject(h, e, r)
-        return h + e @ self.mix[min(r, len(self.mix) - 1)].T
+        return super().inject(h, e @ self.mix[min(r, len(self.mix) - 1)].T, r)
 
 
 def register():
@@ -54,4 +55,7 @@ if __name__ == "__main__":  # each --next-separated run in turn, on the ranks to
     while argv and not code:
         here = argv.index("--next") if "--next" in argv else len(argv)
         code, argv = train.main(argv[:here]), argv[here + 1:]
+        # the next run's process group on a store of its own (torchrun's, reused, can hang the third)
+        os.environ.update(MASTER_PORT=str(int(os.environ.get("MASTER_PORT", 29500)) + 1),
+                          TORCHELASTIC_USE_AGENT_STORE="False")
     common.exit_process(code)

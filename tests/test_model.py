@@ -136,11 +136,10 @@ def test_cli_json_and_table():
 
 @pytest.mark.parametrize("args", [("--arch", "nope", "--depth", "8"), ("--arch", "loop_2", "--depth", "0"),
                                   ("--arch", "loop_2", "--depth", "6", "--prelude", "3", "--coda", "3")])
-def test_cli_errors_exit_2_with_one_line(args):
-    out = run_cli(*args, "--json")
-    assert out.returncode == 2 and out.stdout == ""
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("model.py: error:")
+def test_cli_errors_exit_2_with_one_line(args, capsys):
+    assert model.main([*args, "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith("model.py: error:")
 
 
 def model_flags(parser):
@@ -374,94 +373,6 @@ def test_positions_and_mask_pack_a_prefix_tree(arch):
     assert torch.allclose(packed_logits[8:], row_b[5:], atol=1e-5, rtol=1e-5)
     unmasked = net.decode(net.residual_stream(packed, positions=positions))[0].detach()  # causal: B sees A
     assert not torch.allclose(unmasked[8:], row_b[5:], atol=1e-3)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Growth
-
-def test_untied_growth_copies_and_matches_tied_four_passes():
-    cfg = tiny("untied_grow")
-    net = build(cfg)
-    idx = tokens(cfg)
-    before = {n: p.detach().clone() for n, p in net.named_parameters()}
-    out_k2 = net(idx)
-    with torch.no_grad():  # dormant cores do not take part before growth
-        for block in (*net.core_blocks(2), *net.core_blocks(3)):
-            for p in block.parameters():
-                p.add_(1.0)
-    assert torch.equal(net(idx), out_k2)
-    overwritten = net.grow(4)
-    assert net.active_passes == 4
-    new_ids = {id(p) for r in (2, 3) for b in net.core_blocks(r) for p in b.parameters()}
-    assert {id(p) for p in overwritten} == new_ids and len(overwritten) == len(new_ids)
-    for r in (2, 3):
-        for dst, src in zip(net.core_blocks(r), net.core_blocks(r - 2)):
-            assert all(torch.equal(a, b) for a, b in zip(dst.parameters(), src.parameters()))
-    grown_names = {n for n, p in net.named_parameters() if id(p) in new_ids}
-    assert all(torch.equal(p, before[n]) for n, p in net.named_parameters() if n not in grown_names)
-
-    # with equal weights the grown untied model equals the tied model at 4 passes
-    loop = build(tiny("loop_grow", alpha=cfg.alpha, residual_multiplier=cfg.residual_multiplier), seed=9)
-    for r in range(2):
-        for a, b in zip(net.core_blocks(r), loop.core_blocks(0)):
-            copy_block(a, b)
-    net.set_passes(2)
-    net.grow(4)
-    for a, b in zip(list(net.prelude_blocks()) + list(net.coda_blocks()), list(loop.prelude_blocks()) + list(loop.coda_blocks())):
-        copy_block(a, b)
-    net.transformer.wte.load_state_dict(loop.transformer.wte.state_dict())
-    net.lm_head.load_state_dict(loop.lm_head.state_dict())
-    assert loop.grow(4) == []
-    assert torch.allclose(net(idx), loop(idx), atol=1e-6, rtol=1e-6)
-
-
-def test_staged_growth_2_4_6():
-    cfg = tiny("untied_grow", passes=6)
-    assert (cfg.passes_initial, cfg.passes, len(GPT(cfg).transformer.h)) == (2, 6, cfg.n_prelude + 6 * cfg.n_core + cfg.n_coda)
-    net = build(cfg)
-    assert len(net.grow(4)) == 2 * cfg.n_core * 7
-    with torch.no_grad():  # make cores 3 and 4 distinct from 1 and 2 so the second copy's source is visible
-        for b in net.core_blocks(2):
-            b.attn.c_q.weight.add_(1.0)
-    assert len(net.grow(6)) == 2 * cfg.n_core * 7
-    for dst, src in ((4, 0), (5, 1)):
-        for a, b in zip(net.core_blocks(dst), net.core_blocks(src)):
-            assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
-    assert len(net(tokens(cfg), return_hidden=True)[1]) == executed_blocks(cfg, 6) + 1
-    with pytest.raises(ValueError):
-        net.grow(8)
-    loop = build(tiny("loop_grow", passes=6))
-    assert loop.grow(4) == [] and loop.grow(6) == [] and loop.active_passes == 6
-
-
-def test_deep_vanilla_grow_stacks_a_plain_stack():
-    cfg = tiny("deep_vanilla_grow", depth=4)          # p/c/q = 1/2/1 -> 1 + 2*2 + 1 = 6 blocks before growth
-    net = build(cfg)
-    idx = tokens(cfg)
-    h = net.transformer.h
-    p, c = cfg.n_prelude, cfg.n_core
-
-    def plain(order):
-        x = run_blocks(net, [h[i] for i in order], F.rms_norm(net.transformer.wte(idx), (cfg.width,)))
-        return net.decode(x)
-
-    core1, core2, coda = list(range(p, p + c)), list(range(p + c, p + 2 * c)), list(range(len(h) - cfg.n_coda, len(h)))
-    assert torch.allclose(net(idx), plain([*range(p), *core1, *core2, *coda]), atol=1e-5, rtol=1e-5)
-    assert executed_blocks(cfg, 2) == len(GPT(tiny("deep_vanilla", depth=4)).transformer.h)
-    net.grow(4)
-    # after growth: C1 C2 C1' C2' with C1' = C1, C2' = C2
-    assert torch.allclose(net(idx), plain([*range(p), *core1, *core2, *core1, *core2, *coda]), atol=1e-5, rtol=1e-5)
-
-
-def test_param_groups_cover_every_parameter_once():
-    net = GPT(tiny("untied_grow"))
-    groups = net.param_groups()
-    ids = [id(p) for g in groups.values() for p in g]
-    assert len(ids) == len(set(ids)) == len(list(net.parameters()))
-    assert groups["embedding"] == [net.transformer.wte.weight] and groups["unembedding"] == [net.lm_head.weight]
-    assert sum(p.numel() for p in groups["matrix"]) == model.stored_blocks(net.cfg) * model.params_per_block(net.cfg)
-    names = {n for n, _ in net.named_parameters()}
-    assert {"transformer.h.0.attn.c_q.weight", "transformer.h.0.mlp.c_gate.weight", "lm_head.weight"} <= names
 
 
 # ----------------------------------------------------------------------------------------------------------------------
