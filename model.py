@@ -538,13 +538,8 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         c = depth - p - q
         if p < 0 or q < 0 or c < 1:
             raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
-    final, initial = arm.passes, arm.passes if arm.passes_initial is None else arm.passes_initial
-    if arm.mode == "plain" and final != 1:
-        raise ValueError(f"{arch} is a plain stack: passes must be 1, got {final}")
-    if final < 1 or not 1 <= initial <= final:
-        raise ValueError(f"need 1 <= passes_initial <= passes, got passes_initial {initial} and passes {final}")
-    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}
-    knobs.update(passes_initial=initial, alpha=alpha, coda_inject=coda_inject, recurrence_norm=recurrence_norm,
+    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}  # ModelShape checks them
+    knobs.update(passes_initial=arm.passes if arm.passes_initial is None else arm.passes_initial, alpha=alpha, coda_inject=coda_inject, recurrence_norm=recurrence_norm,
                  boundary_gate=gate)  # what the boundary ablation and the default passes_initial make of the row
     return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
                        mlp_hidden=mlp_hidden, mlp_multiple=mlp_multiple, vocab_size=vocab_size,

@@ -365,10 +365,9 @@ def build_mesh(world, per_node, device, timeout_minutes):
 
 def shard_model(model, mesh):
     """fully_shard every block, then the root (embedding, lm_head: GPT.loss reads lm_head's weight, gathered by the
-    root for the whole forward and backward, and every other parameter), on `mesh`, in place; bf16 parameters in
-    compute on CUDA, fp32 reductions. 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their
-    gradients averaged by a hook (the earlier micro-batches' part is already the same everywhere: averaging it again
-    keeps it)."""
+    root for the whole forward and backward), on `mesh`, in place; bf16 parameters in compute on CUDA, fp32
+    reductions. 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
+    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if mesh.device_type == "cuda" else None,
                                   reduce_dtype=torch.float32)
     replicated = [p for p in model.parameters() if p.ndim == 0]
@@ -406,6 +405,9 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
     group = lambda name: dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
                               weight_decay=wd if PARAM_GROUPS[name][2] else 0.0)  # its recipe row's LR and decay
     adamw = torch.optim.AdamW([group(name) for name in adam], betas=betas, eps=eps, foreach=True)
+    for p in (p for name in adam for p in groups[name]):  # all state up front, as torch creates it at a first step:
+        adamw.state[p] = dict(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),  # a checkpoint holds the state of
+                              exp_avg_sq=torch.zeros_like(p))  # a parameter no step has reached yet (a later pass's)
     matrix_groups = [name for name in groups if name not in adam]
     if not matrix_groups:
         return [adamw]

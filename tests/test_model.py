@@ -5,8 +5,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 import weakref
 
 import pytest
@@ -114,24 +112,13 @@ def test_config_roundtrip_and_small_shapes():
 # ----------------------------------------------------------------------------------------------------------------------
 # CLI
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "model.py"), *args], capture_output=True, text=True,
-                          timeout=60)
-
-
-def test_cli_json_and_table():
-    out = run_cli("--arch", "untied_grow", "--depth", "8", "--json")
-    assert out.returncode == 0, out.stderr
-    info = json.loads(out.stdout)
-    assert info == describe(config_for("untied_grow", 8))
-    for key in ("arch", "depth", "width", "heads", "head_dim", "mlp_hidden", "prelude", "core", "coda", "passes_initial",
-                "passes_final", "stored_blocks", "executed_blocks_initial", "executed_blocks_final", "params_tpp",
-                "params_stored", "params_compute_active", "flops_per_token_initial", "flops_per_token_final"):
-        assert key in info
-    out = run_cli("--arch", "loop_2", "--depth", "2", "--width-per-depth", "128", "--vocab-size", "257",
-                  "--boundary", "norm_only", "--no-coda-inject")
-    assert out.returncode == 0, out.stderr
-    assert "params_stored" in out.stdout and "alpha                            0.0" in out.stdout
+def test_cli_json_and_table(capsys):
+    assert model.main(["--arch", "untied_grow", "--depth", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == describe(config_for("untied_grow", 8))
+    assert model.main(["--arch", "loop_2", "--depth", "2", "--width-per-depth", "128", "--vocab-size", "257",
+                       "--boundary", "norm_only", "--no-coda-inject"]) == 0
+    out = capsys.readouterr().out
+    assert "params_stored" in out and "alpha                            0.0" in out
 
 
 @pytest.mark.parametrize("args", [("--arch", "nope", "--depth", "8"), ("--arch", "loop_2", "--depth", "0"),
@@ -160,23 +147,6 @@ def test_both_clis_take_the_same_model_flags():
     cfg = model.config_from_args(from_model, arms.preset_from_args(from_model), 3, 257)
     assert cfg == train.make_plan(from_train).model_config
     assert (cfg.recurrence_norm, cfg.passes_initial, cfg.passes, cfg.mlp_multiple) == (False, 2, 6, 64)
-
-
-def test_a_new_knob_is_one_field_that_both_clis_take(monkeypatch):
-    import train
-    knobs = [("throwaway_model_knob", float, arms.knob("model", None, "an architecture knob", range="(0, 1]")),
-             ("throwaway_train_knob", int, arms.knob("train", None, "a recipe knob", range=(0, 9)))]
-    monkeypatch.setattr(arms, "Arm", dataclasses.make_dataclass("Arm", knobs, bases=(arms.Arm,), frozen=True,
-                                                                 kw_only=True))
-    argv = ["--arch", "loop_2", "--depth", "2", "--throwaway-model-knob", "0.5"]
-    assert arms.model_overrides(model.build_parser().parse_args(argv)) == {"throwaway_model_knob": 0.5}
-    args = train.parse_args(argv + ["--throwaway-train-knob", "7"])
-    assert arms.model_overrides(args) == {"throwaway_model_knob": 0.5}
-    assert arms.given_knobs(args, arms.Arm, "train") == {"throwaway_train_knob": 7}
-    with pytest.raises(arms.UsageError, match="unrecognized arguments: --throwaway-train-knob"):
-        model.build_parser().parse_args(argv + ["--throwaway-train-knob", "7"])
-    with pytest.raises(arms.UsageError, match=r"--throwaway-train-knob: must be a whole number in \[0, 9\]"):
-        train.parse_args(argv + ["--throwaway-train-knob", "10"])  # the range declared with the field
 
 
 # ----------------------------------------------------------------------------------------------------------------------
