@@ -442,8 +442,9 @@ def scripts_copy(tmp_path):
 # The table's own mistakes, and docs/your_own_arm.md's edits
 
 TABLE_MISTAKES = {
-    "a paper arm's name": (lambda: arms.check_user_arm_names({"vanilla": None}), "'vanilla' is a paper arm's name"),
-    "no folder name": (lambda: arms.check_user_arm_names({"../evil": None}),
+    "a paper arm's name": (lambda: arms.check_user_arms({"vanilla": arms.USER_ARMS["gated_1"]}),
+                           "'vanilla' is a paper arm's name"),
+    "no folder name": (lambda: arms.check_user_arms({"../evil": arms.USER_ARMS["gated_1"]}),
                        "the name '../evil' is not made of a-z, 0-9 and _ only"),
     "a misspelt field": (lambda: arms.derived("operator_1", label="M", color="k", alhpa=0.5),
                          "derived('operator_1', ...): Arm has no field 'alhpa'"),
