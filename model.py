@@ -128,7 +128,8 @@ class ModelShape:
 # Every "model" knob of arms.Arm (passes, passes_initial, alpha, boundary_gate, ...; docs/recipe.md) is a field of
 # ModelConfig under its own name, with the arm's value: a new knob is one Arm field, and the model reads cfg.NAME.
 ModelConfig = make_dataclass("ModelConfig", [(f.name, f.type, field(default=f.default))
-                                             for f in knob_fields(arms.Arm, "model")], bases=(ModelShape,), kw_only=True)
+                                             for f in knob_fields(arms.Arm, "model")],
+                             bases=(ModelShape,), kw_only=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -538,9 +539,10 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         c = depth - p - q
         if p < 0 or q < 0 or c < 1:
             raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
-    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}  # ModelShape checks them
-    knobs.update(passes_initial=arm.passes if arm.passes_initial is None else arm.passes_initial, alpha=alpha, coda_inject=coda_inject, recurrence_norm=recurrence_norm,
-                 boundary_gate=gate)  # what the boundary ablation and the default passes_initial make of the row
+    # every model knob of the row (ModelShape checks them), as the boundary ablation and passes_initial's default
+    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}
+    knobs.update(passes_initial=arm.passes if arm.passes_initial is None else arm.passes_initial, alpha=alpha,
+                 coda_inject=coda_inject, recurrence_norm=recurrence_norm, boundary_gate=gate)
     return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
                        mlp_hidden=mlp_hidden, mlp_multiple=mlp_multiple, vocab_size=vocab_size,
                        seq_len=sizes["seq_len"], mode=arm.mode, n_prelude=p, n_core=c, n_coda=q, **knobs)
