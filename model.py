@@ -12,7 +12,7 @@ import contextlib
 import json
 import math
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, make_dataclass, replace
 
 import arms
 from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
@@ -84,33 +84,22 @@ def attention_backend_run(fn):
     return "+".join(sorted({ATTENTION_OPS[e.name] for e in prof.events() if e.name in ATTENTION_OPS})) or "math"
 
 
-@dataclass
-class ModelConfig:
+@dataclass(kw_only=True)
+class ModelShape:
+    """What config_for derives from the depth, the preset and the arm's mode; ModelConfig adds the arm's knobs."""
     arch: str
     depth: int
     width: int
     n_head: int
     head_dim: int
     mlp_hidden: int
+    mlp_multiple: int
     vocab_size: int          # the REAL vocab (50257 for GPT-2, 257 for the byte tokenizer)
     seq_len: int
     mode: str                # 'plain' (stack) | 'tied' (one core, looped) | 'untied' (K cores)
     n_prelude: int
     n_core: int
     n_coda: int
-    passes: int              # final K
-    passes_initial: int      # K before growth (== passes when there is no growth)
-    alpha: float             # injection scale of the prelude output e at the boundary
-    recurrence_norm: bool    # RMSNorm the state after every core pass
-    coda_inject: bool        # also inject alpha*e after the last pass (before the coda)
-    residual_multiplier: float
-    output_multiplier: float
-    wte_init_std: float
-    uniform_init_scale: float
-    mlp_multiple: int = 256
-    # Fields added after the first release take a default, so that every earlier checkpoint still loads
-    # (tests/test_arms.py checks it).
-    boundary_gate: bool = False  # one learned scalar g per pass replaces alpha in its injection: h + g*e
 
     def __post_init__(self):
         problems = []
@@ -134,6 +123,13 @@ class ModelConfig:
     @property
     def padded_vocab(self):
         return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
+
+
+# Every "model" knob of arms.Arm (passes, passes_initial, alpha, boundary_gate, ...; docs/recipe.md) is a field of
+# ModelConfig under its own name, with the arm's value: a new knob is one Arm field, and the model reads cfg.NAME.
+ModelConfig = make_dataclass("ModelConfig", [(f.name, f.type, field(default=f.default))
+                                             for f in knob_fields(arms.Arm, "model")],
+                             bases=(ModelShape,), kw_only=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -294,32 +290,44 @@ class GPT(nn.Module):
         self.check_passes(k)
         self.active_passes = k
 
+    def per_pass(self):
+        """Every per-pass sequence, each a list whose entry r holds pass r's parameters: the untied cores (a tied core
+        serves every pass) and every nn.ParameterList / nn.ModuleList the model holds directly, whose entry r belongs
+        to the injection after pass r (the boundary gates, or a tensor of your own arm: docs/your_own_arm.md)."""
+        lists = [[list(m.parameters()) if isinstance(m, nn.Module) else [m] for m in seq]
+                 for seq in self.children() if isinstance(seq, (nn.ParameterList, nn.ModuleList))]
+        if self.cfg.mode == "untied":
+            lists.append([list(self.core_blocks(r).parameters()) for r in range(self.cfg.passes)])
+        return lists
+
     @torch.no_grad()
     def grow(self, new_passes):
-        """Raise the pass count. Untied: new core j <- copy of core (j mod old) (stacking: C1 C2 -> C1 C2 C1 C2),
-        its boundary gate with it; returns the overwritten parameters so the caller can reset their optimizer state.
-        Tied: returns [] (same weights, gates included)."""
+        """Raise the pass count. Untied (stacking, paper Sec. 3): entry j >= old of every per-pass sequence <- a copy
+        of entry j mod old (cores C1 C2 -> C1 C2 C1 C2, each injection's tensors with them); returns the parameters it
+        wrote, which the caller gives fresh optimizer state. Tied: every tensor is reused as it is; returns []."""
         old = self.active_passes
         self.check_passes(new_passes)
         if new_passes <= old:
             raise ValueError(f"grow needs more passes than the active {old}, got {new_passes}")
-        overwritten = []
-        if self.cfg.mode == "untied":
-            for j in range(old, new_passes):
-                for dst_block, src_block in zip(self.core_blocks(j), self.core_blocks(j % old)):
-                    for dst, src in zip(dst_block.parameters(), src_block.parameters()):
-                        dst.copy_(src)
-                        overwritten.append(dst)
-                if j < len(self.boundary_gates):
-                    self.boundary_gates[j].copy_(self.boundary_gates[j % old])
-                    overwritten.append(self.boundary_gates[j])
+        written = []
+        for seq in self.per_pass() if self.cfg.mode == "untied" else []:
+            for j in range(old, min(new_passes, len(seq))):
+                for dst, src in zip(seq[j], seq[j % old], strict=True):
+                    dst.copy_(src)
+                    written.append(dst)
         self.active_passes = new_passes
-        return overwritten
+        return written
 
     def param_groups(self):
-        """Every parameter in exactly one group; arms.PARAM_GROUPS gives each group its optimizer, LR and WD."""
-        return dict(matrix=list(self.transformer.h.parameters()), embedding=[self.transformer.wte.weight],
-                    unembedding=[self.lm_head.weight], scalar=list(self.boundary_gates))
+        """Every parameter in one group (arms.PARAM_GROUPS: its optimizer, LR and weight decay), from where it lives
+        and its shape: the embedding, the unembedding, every other matrix (Muon), every other tensor (scalars: gates,
+        scales). A new parameter joins its group without an edit here."""
+        groups = dict(matrix=[], embedding=[], unembedding=[], scalar=[])
+        for name, p in self.named_parameters():
+            group = "embedding" if name.startswith("transformer.wte.") else "unembedding" if \
+                name.startswith("lm_head.") else "matrix" if p.ndim == 2 else "scalar"
+            groups[group].append(p)
+        return groups
 
     def decode(self, h):
         """Final RMSNorm -> lm_head -> slice to the real vocab -> fp32 -> x output multiplier (also the logit lens)."""
@@ -370,9 +378,14 @@ class GPT(nn.Module):
             if cfg.recurrence_norm:
                 x = norm(x)
             if cfg.alpha != 0 and (r < K - 1 or cfg.coda_inject):
-                gates = self.boundary_gates
-                x = x + (gates[min(r, len(gates) - 1)] if len(gates) else cfg.alpha) * e
+                x = self.inject(x, e, r)
         return run(self.coda_blocks(), x)
+
+    def inject(self, h, e, r):
+        """The boundary operator's injection after pass r: h + alpha*e, or h + g_r*e with a learned gate per injection
+        point (passes beyond the trained ones reuse the last gate)."""
+        gates = self.boundary_gates
+        return h + (gates[min(r, len(gates) - 1)] if len(gates) else self.cfg.alpha) * e
 
 
 def split_depth(d):
@@ -426,50 +439,38 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         c = depth - p - q
         if p < 0 or q < 0 or c < 1:
             raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
-    final = arm.passes
-    initial = final if arm.passes_initial is None else arm.passes_initial  # growth arms keep their low K
-    if arm.mode == "plain" and final != 1:
-        raise ValueError(f"{arch} is a plain stack: passes must be 1, got {final}")
-    if final < 1 or not 1 <= initial <= final:
-        raise ValueError(f"need 1 <= passes_initial <= passes, got passes_initial {initial} and passes {final}")
-    cfg = ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
-                      mlp_hidden=mlp_hidden, vocab_size=vocab_size, seq_len=sizes["seq_len"], mode=arm.mode,
-                      n_prelude=p, n_core=c, n_coda=q, passes=final, passes_initial=initial, alpha=alpha,
-                      recurrence_norm=recurrence_norm, coda_inject=coda_inject,
-                      residual_multiplier=arm.residual_multiplier, output_multiplier=arm.output_multiplier,
-                      wte_init_std=arm.wte_init_std, uniform_init_scale=arm.uniform_init_scale,
-                      mlp_multiple=mlp_multiple, boundary_gate=gate)
-    asked = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}
-    asked.update(passes_initial=initial, alpha=alpha, coda_inject=coda_inject, recurrence_norm=recurrence_norm,
-                 boundary_gate=gate)  # what the boundary ablation and the default passes_initial make of the row
-    for name, value in asked.items():  # a model knob that does not reach the config would silently train the base
-        if not hasattr(cfg, name) or getattr(cfg, name) != value:
-            got = f"ModelConfig.{name} is {getattr(cfg, name)!r}" if hasattr(cfg, name) else \
-                f"ModelConfig has no field {name}"
-            raise ValueError(f"arm {arch}: its row asks {name}={value!r} but {got}: pass the knob through "
-                             "model.config_for into ModelConfig (docs/your_own_arm.md)")
-    return cfg
+    # every model knob of the row (ModelShape checks them), as the boundary ablation and passes_initial's default
+    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}
+    knobs.update(passes_initial=arm.passes if arm.passes_initial is None else arm.passes_initial, alpha=alpha,
+                 coda_inject=coda_inject, recurrence_norm=recurrence_norm, boundary_gate=gate)
+    return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
+                       mlp_hidden=mlp_hidden, mlp_multiple=mlp_multiple, vocab_size=vocab_size,
+                       seq_len=sizes["seq_len"], mode=arm.mode, n_prelude=p, n_core=c, n_coda=q, **knobs)
 
 
-def check_build(cfg):
-    """Refuse, naming the arm, a model whose parameters would not all train as their recipe says: a parameter in no
-    group of GPT.param_groups() (it would stay at its init) or in two, a group with no arms.PARAM_GROUPS row (no
-    optimizer, LR or weight decay). Built on the meta device: nothing is allocated."""
+def check_arm(cfg, optimizer="muon"):
+    """Every check the run makes on an arm's model, made by the run, its --dry-run and ladder.sh's before any folder
+    exists (built on the meta device: nothing is allocated). Refuses, naming the arm: a parameter in no group of
+    GPT.param_groups() or in two (it would stay at its init, or step twice), a group with no arms.PARAM_GROUPS row
+    (no optimizer, LR or weight decay), and a tensor that is not 2-D in a group Muon steps (it orthogonalizes
+    matrices; gates and scales go to the "scalar" group)."""
     net = GPT(cfg, device="meta")
-    groups, names = net.param_groups(), {id(p): name for name, p in net.named_parameters()}
-    unknown = [group for group in groups if group not in arms.PARAM_GROUPS]
-    if unknown:
-        raise UsageError(f"arm {cfg.arch}: model.param_groups() has the group {unknown[0]!r}, which has no row in "
-                         f"arms.PARAM_GROUPS ({', '.join(arms.PARAM_GROUPS)}); add its optimizer, LR and weight decay "
-                         "there (docs/your_own_arm.md)")
-    counts = {}
-    for p in (p for params in groups.values() for p in params):
-        counts[id(p)] = counts.get(id(p), 0) + 1
-    for problem, ids in (("in no group", [i for i in names if i not in counts]),
-                         ("in more than one group", [i for i, n in counts.items() if n > 1])):
-        if ids:
-            raise UsageError(f"arm {cfg.arch}: parameter {names.get(ids[0], '?')} is {problem} of "
-                             "model.param_groups(): each must be in exactly one (docs/your_own_arm.md)")
+    groups, names = net.param_groups(), {p: name for name, p in net.named_parameters()}
+    where = f"arm {cfg.arch}: model.param_groups()"
+    for group, params in groups.items():
+        if group not in arms.PARAM_GROUPS:
+            raise UsageError(f"{where} has the group {group!r}, which has no row in arms.PARAM_GROUPS "
+                             f"({', '.join(arms.PARAM_GROUPS)}); add its optimizer, LR and weight decay there")
+        muon = optimizer == "muon" and arms.PARAM_GROUPS[group][0] == "muon"
+        for p in params if muon else []:
+            if p.ndim != 2:
+                raise UsageError(f"{where} puts {names[p]} (shape {tuple(p.shape)}) in group {group!r}, which Muon "
+                                 "steps, and Muon takes 2-D matrices only: put it in group 'scalar' (AdamW)")
+    grouped = [id(p) for params in groups.values() for p in params]
+    for p, name in names.items():
+        if grouped.count(id(p)) != 1:
+            raise UsageError(f"{where} has parameter {name} in {'two groups' if id(p) in grouped else 'no group'}: "
+                             "each must be in exactly one (docs/your_own_arm.md)")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -562,7 +563,7 @@ def run(argv):
     if args.arch is None or args.depth is None:
         raise UsageError("--arch and --depth are required")
     cfg = config_from_args(args, arms.preset_from_args(args), args.depth, args.vocab_size)
-    check_build(cfg)
+    check_arm(cfg)
     info = describe(cfg)
     if args.json:
         print(json.dumps(info))

@@ -184,18 +184,16 @@ def apply_update(weight, update, lr, weight_decay):
 
 
 def reset_state(optimizer, params):
-    """Fresh optimizer state for params (all moments and step counts zeroed in place), e.g. the new cores after
-    untied growth. Works for Muon and torch.optim.AdamW: zero state is what a never-stepped parameter starts from.
-    Call it on every rank with the same params (Muon records on all ranks that their state is zero)."""
+    """Fresh optimizer state for those of params the optimizer holds (all moments and step counts zeroed in place),
+    e.g. what an untied growth copied. Works for Muon and torch.optim.AdamW: zero state is what a never-stepped
+    parameter starts from. Call it on every rank with the same params (Muon records on all ranks that their state is
+    zero)."""
     for p in params:
         state = optimizer.state.get(p, {})
         for key, value in state.items():
             state[key] = value.zero_() if torch.is_tensor(value) else 0
-    if isinstance(optimizer, Muon):
-        for p in params:
+        if isinstance(optimizer, Muon) and p in optimizer.index:
             optimizer.stepped[optimizer.index[p]] = False
-
-
 
 
 def assign_owners(shapes, world_size):

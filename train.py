@@ -257,6 +257,7 @@ def ladder_dry_run(argv):
         try:
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
+            model_lib.check_arm(plan.model_config, run_args.optimizer)
             device = "cpu" if plan.preset == "cpu" and run_args.device != "cuda" else "cuda"
             batch = device_batch_size(plan, world, device, run_args.device_batch_size)
         except UsageError as e:
@@ -368,15 +369,16 @@ def shard_model(model, mesh):
     once per forward is a group of its own (gathered for its forward, again for its backward); the embedding too (a
     group holds one dtype: it is bf16 in CUDA's dtypes). The root keeps lm_head and a tied core, which it gathers once
     per micro-batch and holds through forward and backward: a block run K times as its own group would be gathered K
-    times each way. The boundary gates (0-dim, which FSDP2 cannot shard) stay replicated, their gradients averaged by
-    a hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
+    times each way. 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
+    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
     policy = MixedPrecisionPolicy(param_dtype=model.transformer.wte.weight.dtype, reduce_dtype=torch.float32)
+    replicated = {p for p in model.parameters() if p.ndim == 0}
     looped = set(model.core_blocks(0)) if model.cfg.mode == "tied" else set()
     for module in [block for block in model.transformer.h if block not in looped] + [model.transformer.wte]:
-        fully_shard(module, mesh=mesh, mp_policy=policy)
-    fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=set(model.boundary_gates))
-    for gate in model.boundary_gates:
-        gate.register_post_accumulate_grad_hook(average_gradient)
+        fully_shard(module, mesh=mesh, mp_policy=policy, ignored_params=replicated)
+    fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=replicated)
+    for p in replicated:
+        p.register_post_accumulate_grad_hook(average_gradient)
     return model
 
 
@@ -418,6 +420,9 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
     group = lambda name: dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
                               weight_decay=wd if PARAM_GROUPS[name][2] else 0.0)  # its recipe row's LR and decay
     adamw = torch.optim.AdamW([group(name) for name in adam], betas=betas, eps=eps, foreach=True)
+    for p in (p for name in adam for p in groups[name]):  # all state up front, as torch creates it at a first step:
+        adamw.state[p] = dict(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),  # a checkpoint holds the state of
+                              exp_avg_sq=torch.zeros_like(p))  # a parameter no step has reached yet (a later pass's)
     matrix_groups = [name for name in groups if name not in adam]
     if not matrix_groups:
         return [adamw]
@@ -429,7 +434,12 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
 
 
 def grow(model, optimizers, passes):
-    """Untied cores get the stacking copy and fresh optimizer state; a tied core keeps its state (paper Sec. 3)."""
+    """What GPT.grow writes (untied: the stacking copies) gets fresh optimizer state; a tied core keeps its state
+    (paper Sec. 3). Under FSDP2 every module is resharded first: growth writes the shards, and a module left gathered
+    (the root after an evaluation's forward) would run on its stale gathered copy."""
+    for module in model.modules():
+        if isinstance(module, FSDPModule):
+            module.reshard()
     overwritten = model.grow(passes)
     for opt in optimizers:
         muon.reset_state(opt, overwritten)
@@ -1004,11 +1014,14 @@ def parse_args(argv):
 
 def run_command(argv):
     args = parse_args(argv)
+    for depth in args.depths:  # bad flags and arms: before the run folder exists, and in the dry run alike
+        args.depth = depth
+        model_lib.check_arm(make_plan(args).model_config, args.optimizer)
+    args.depth = args.depths[0]
     if args.dry_run:
         return dry_run(args)
     handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        model_lib.check_build(make_plan(args).model_config)  # bad flags and arms: before the run folder exists
         with run_lock(args):
             return train(args)
     except Stopped as e:

@@ -1,46 +1,60 @@
-"""Tests for arms.py: the paper's eight arms stay a fixed set, user arms live beside them, and invariants that every
-registered arm (paper or user) must keep, each parametrized over the table so that a new arm is checked by adding
-it: parameter counts and FLOPs against the real module, optimizer groups, loading checkpoints written before a field
-existed, and growth's promise. A broken invariant fails naming the arm and what broke."""
-import copy
-import dataclasses
-import json
+"""Tests for arms.py and the checks every arm meets: the paper's eight stay a fixed set, user arms live beside them,
+and invariants parametrised over every registered arm plus Mix-Grow (tests/mix_arm.py: a learned matrix per injection
+point, staged growth 1 -> 2 -> 4), so that a new arm is checked by adding it: parameter counts and FLOPs against the
+real module, optimizer groups, growth at every stage against the arm's own rule, the same refusals in the run and its
+dry runs, and 2 processes against one. A broken invariant fails naming the arm and what broke."""
+import io
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
 import types
 
 import pytest
 import torch
+import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import arms
 import checkpoint
+import common
+import mix_arm
 import model
-import plan as plan_lib
 import train
-from model import GPT, config_for
+from model import config_for
+from test_train import ROOT, read_run
+from test_train import tiny as tiny_run
 
 # vocab 256 is a multiple of model.VOCAB_MULTIPLE: the accounting counts the padded lm_head rows in all three loss
 # matmuls, while the chunked loss's two gradient matmuls use the real rows only
 SHAPE = dict(width_per_depth=32, head_dim=16, seq_len=16, vocab_size=256, mlp_multiple=64)
 DEPTH = 3
-# ModelConfig's fields in the first release: every field added since must have a default (earlier checkpoints lack it)
-FIRST_RELEASE_FIELDS = ("arch", "depth", "width", "n_head", "head_dim", "mlp_hidden", "vocab_size", "seq_len", "mode",
-                        "n_prelude", "n_core", "n_coda", "passes", "passes_initial", "alpha", "recurrence_norm",
-                        "coda_inject", "residual_multiplier", "output_multiplier", "wte_init_std", "uniform_init_scale",
-                        "mlp_multiple")
+EVERY_ARM = [*arms.ARMS, mix_arm.NAME]
+GROWING = [*arms.GROWTH_ARMS, mix_arm.NAME]
+
+
+@pytest.fixture
+def with_mix_grow(monkeypatch):
+    """Mix-Grow registered (arms.ARMS, model.GPT) for one test."""
+    monkeypatch.setitem(arms.ARMS, mix_arm.NAME, mix_arm.ARM)
+    monkeypatch.setattr(model, "GPT", mix_arm.MixGPT)
 
 
 def tiny(arch):
     return config_for(arch, DEPTH, **SHAPE)
 
 
-def stages(cfg):
-    return sorted({cfg.passes_initial, cfg.passes})
+def stages(arch):
+    cfg = tiny(arch)
+    return arms.ARMS[arch].stages or tuple(sorted({cfg.passes_initial, cfg.passes}))
 
 
 def random_model(cfg, seed=0, attention="auto"):
     """Every weight random (also the zero-initialised projections): no path is trivially zero."""
     torch.manual_seed(seed)
-    net = GPT(cfg, attention=attention)
+    net = model.GPT(cfg, attention=attention)
     with torch.no_grad():
         for p in net.parameters():
             p.normal_(0, 0.3)
@@ -59,7 +73,7 @@ def test_the_paper_arms_are_the_fixed_eight_and_user_arms_live_beside_them():
     assert set(arms.GROWTH_ARMS) == {name for name, arm in arms.ARMS.items() if arm.passes_initial is not None}
     assert all(arms.ARMS[a].default_crossover is not None for a in arms.GROWTH_ARMS)
     assert arms.FIGURE2_ARMS == ("vanilla", "operator_1", "loop_2", "untied_2", "loop_grow", "untied_grow")
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         arms.ARMS["vanilla"].tpp = 1
     # the ladders: `all` is the paper's 58 runs whatever USER_ARMS holds; `user` runs the user arms
     assert len(train.ladder_runs("all")) == 58
@@ -81,14 +95,14 @@ def test_every_arm_has_its_own_label_and_colour():
     assert len(set(labels)) == len(labels) and len(set(colours)) == len(colours), (labels, colours)
 
 
-@pytest.mark.parametrize("arch", list(arms.ARMS))
+@pytest.mark.parametrize("arch", list(arms.ARMS))  # Mix-Grow's matrices are in no count: its own edit
 def test_parameter_counts_are_the_modules_before_and_after_growth(arch):
     cfg = tiny(arch)
     net = random_model(cfg)
     stored = sum(p.numel() for p in net.parameters())
     assert model.params_stored(cfg) == stored, \
         f"{arch}: model.params_stored says {model.params_stored(cfg):,}, the module has {stored:,} parameters"
-    for k in stages(cfg):
+    for k in stages(arch):
         if k > net.active_passes:
             net.grow(k)
         net.zero_grad(set_to_none=True)
@@ -110,7 +124,7 @@ def test_flops_per_token_are_what_the_flop_counter_counts_at_every_pass_stage(ar
     net = random_model(cfg, attention="math")  # the model's own backend choice: math, whose matmuls are counted
     idx = batch(cfg)
     tokens = idx.numel()
-    for k in stages(cfg):
+    for k in stages(arch):
         with FlopCounterMode(display=False) as counter:
             net(idx, idx, passes=k).backward()
         counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
@@ -125,18 +139,18 @@ def test_flops_per_token_are_what_the_flop_counter_counts_at_every_pass_stage(ar
 
 
 def tiny_plan(arch, *flags):
-    argv = ["--arch", arch, "--depth", "2", "--preset", "cpu", "--steps", "4", *flags]
-    if arms.ARMS[arch].grows:
-        argv += ["--crossover-fractions", "0.5"]
-    return train.make_plan(train.parse_args(argv))
+    """A cpu-preset plan of `arch` at depth 2 with the arm's own growth fractions (one per growth)."""
+    return train.make_plan(train.parse_args(["--arch", arch, "--depth", "2", "--preset", "cpu", "--steps", "10",
+                                             *flags]))
 
 
 @pytest.mark.parametrize("optimizer", ["muon", "adamw"])
-@pytest.mark.parametrize("arch", list(arms.ARMS))
+@pytest.mark.parametrize("arch", EVERY_ARM)
+@pytest.mark.usefixtures("with_mix_grow")
 def test_every_parameter_is_in_exactly_one_optimizer_group_with_an_lr_and_wd_rule(arch, optimizer):
     plan = tiny_plan(arch, "--optimizer", optimizer)
-    model.check_build(plan.model_config)  # train.py's check: every parameter in one group, each group with a row
-    net = GPT(plan.model_config)
+    model.check_arm(plan.model_config, optimizer)  # the run's own check
+    net = model.GPT(plan.model_config)
     group_of = {id(p): name for name, params in net.param_groups().items() for p in params}
     seen = {}
     for opt in train.build_optimizers(net, plan):
@@ -149,7 +163,7 @@ def test_every_parameter_is_in_exactly_one_optimizer_group_with_an_lr_and_wd_rul
                 assert group["lr"] == plan.group_lr(name) > 0, f"{arch}: {name} trains at LR {group['lr']}"
                 assert group["weight_decay"] == (plan.weight_decay if decays else 0.0), \
                     f"{arch}: {name} decays by {group['weight_decay']}, arms.PARAM_GROUPS says {decays}"
-    assert len(seen) == len(group_of), f"{arch}: {len(group_of) - len(seen)} parameters in no optimizer"
+    assert len(seen) == len(list(net.parameters())), f"{arch}: {len(group_of) - len(seen)} parameters in no optimizer"
 
 
 def test_the_scalar_recipe_slot_scales_with_depth_and_defaults_to_the_embedding_lr():
@@ -159,93 +173,199 @@ def test_the_scalar_recipe_slot_scales_with_depth_and_defaults_to_the_embedding_
     assert given.group_lr("scalar") == pytest.approx(0.1 * given.embedding_lr / arms.ARMS["gated_1"].embedding_lr)
 
 
-# The Plan's fields in the first release it was recorded with (the corpus's oldest, 5f42fca: tests/data/README.md)
-PLAN_FIRST_RELEASE_FIELDS = (
-    "arch", "depth", "preset", "tokenizer", "optimizer", "tpp", "lr_exponent", "tokens_per_step", "seq_len", "steps",
-    "crossover_step", "crossover_steps", "crossover_fractions", "pass_stages", "random_passes", "train_tokens",
-    "train_token_limit", "epochs", "val_tokens", "matrix_lr", "embedding_lr", "unembedding_lr", "weight_decay",
-    "adam_betas", "adam_eps", "warmup_steps", "warmdown_ratio", "rewarm_steps", "data_constrained", "seed",
-    "model_config")
+# ----------------------------------------------------------------------------------------------------------------------
+# Growth: after every stage, the model and its optimizer state are what the arm's own rule makes of them
+
+def per_pass_keys(net):
+    """{state-dict key: (sequence, pass, rest)} of every per-pass tensor by the arm's declared layout: untied core
+    block i is pass (i - prelude) // core; entry r of a list the model holds directly (gates, Mix-Grow's matrices) is
+    the injection after pass r."""
+    cfg, lists = net.cfg, {n for n, m in net.named_children() if isinstance(m, (nn.ParameterList, nn.ModuleList))}
+    out = {}
+    for key in net.state_dict():
+        parts = key.split(".")
+        if parts[0] in lists:
+            out[key] = (parts[0], int(parts[1]), ".".join(parts[2:]))
+        elif cfg.mode == "untied" and parts[:2] == ["transformer", "h"] and \
+                0 <= int(parts[2]) - cfg.n_prelude < cfg.passes * cfg.n_core:
+            i = int(parts[2]) - cfg.n_prelude
+            out[key] = ("cores", i // cfg.n_core, f"{i % cfg.n_core}." + ".".join(parts[3:]))
+    return out
 
 
-@pytest.mark.parametrize("cls, first_release", [(model.ModelConfig, FIRST_RELEASE_FIELDS),
-                                                (plan_lib.Plan, PLAN_FIRST_RELEASE_FIELDS),
-                                                (checkpoint.RunState, ())])
-def test_every_persisted_field_added_after_the_first_release_has_a_default(cls, first_release):
-    """docs/reliability.md's rule: a field of a record train.py writes (model_config, plan, a checkpoint's RunState),
-    added after the first release, has a default (a value or a default_factory), and that default is what a record
-    written before it reads as: plain JSON, not dataclasses.MISSING (the 5f42fca runs' resume failed on exactly that)."""
-    defaults = checkpoint.field_defaults(cls)
-    late = [f.name for f in dataclasses.fields(cls) if f.name not in first_release]
-    undefaulted = [name for name in late if name not in defaults]
-    assert not undefaulted, f"{cls.__name__}.{undefaulted[0]} was added after the first release without a default: " \
-        "every earlier record would stop loading"
-    assert json.loads(json.dumps({name: defaults[name] for name in late})) == {name: defaults[name] for name in late}
+def check_growth(arch, net, plan):
+    """Grow net through every stage of `arch` with train.grow, each after random weights and a step of both
+    optimizers (no tensor equal to another by chance, no state zero): untied, every per-pass tensor of a new pass
+    is a copy of pass j mod old's with fresh optimizer state and every other tensor and state kept; tied, all kept."""
+    optimizers = train.build_optimizers(net, plan)
+    for k in plan.pass_stages[1:]:
+        torch.manual_seed(k)
+        with torch.no_grad():
+            for p in net.parameters():
+                p.normal_(0, 0.3)
+        net(batch(net.cfg), batch(net.cfg)).backward()
+        for opt in optimizers:
+            opt.step()
+        old, before = net.active_passes, {key: t.clone() for key, t in net.state_dict().items()}
+        states = {key: [t.clone() for t in opt.state[p].values() if torch.is_tensor(t)]
+                  for key, p in net.named_parameters() for opt in optimizers if p in opt.state}
+        train.grow(net, optimizers, k)
+        layout = per_pass_keys(net)
+        key_of = {where: key for key, where in layout.items()}
+        copied = {key: key_of[(seq, j % old, rest)] for key, (seq, j, rest) in layout.items()
+                  if net.cfg.mode == "untied" and old <= j < k}
+        for key, value in net.state_dict().items():
+            assert torch.equal(value, before[copied.get(key, key)]), f"{arch}: growth {old} -> {k} passes left " \
+                f"{key} not {'a copy of ' + copied[key] if key in copied else 'as it was'} (the arm's rule)"
+        for key, p in net.named_parameters():
+            now = [t for opt in optimizers if p in opt.state for t in opt.state[p].values() if torch.is_tensor(t)]
+            fresh = key in copied  # fresh: zero state (AdamW's of a never-stepped gate: none)
+            expected = [torch.zeros_like(a) for a in now] if fresh else states.get(key, [])
+            assert len(now) == len(expected) and all(map(torch.equal, now, expected)), \
+                f"{arch}: growth {old} -> {k} passes {'kept' if fresh else 'changed'} the optimizer state of {key}"
 
 
-@pytest.mark.parametrize("arch", list(arms.ARMS))
-def test_a_checkpoint_written_before_the_newer_fields_existed_still_loads(arch, tmp_path):
-    cfg = tiny(arch)
-    net = random_model(cfg)
-    earlier = {k: v for k, v in dataclasses.asdict(cfg).items() if k in FIRST_RELEASE_FIELDS}
-    path = tmp_path / "latest.pt"  # an earlier single-file checkpoint
-    torch.save(dict(model=net.state_dict(), model_config=earlier, passes=cfg.passes_initial, tokenizer="bytes",
-                    step=0), path)
-    if any(getattr(cfg, f.name) != f.default for f in dataclasses.fields(cfg) if f.name not in FIRST_RELEASE_FIELDS):
-        with pytest.raises(ValueError):  # a model the earlier code could not build (a gated one): refused, not guessed
-            checkpoint.load_checkpoint_model(str(path))
-        return
-    loaded, record = checkpoint.load_checkpoint_model(str(path))
-    assert loaded.cfg == cfg, f"{arch}: an earlier checkpoint loads as another model"
-    idx = batch(cfg)
-    assert torch.equal(loaded(idx), net.eval()(idx)), f"{arch}: an earlier checkpoint computes something else"
-
-
-@pytest.mark.parametrize("arch", list(arms.ARMS))
-def test_a_plan_recorded_before_the_newer_fields_existed_matches_its_command(arch):
+@pytest.mark.parametrize("arch", GROWING)
+@pytest.mark.usefixtures("with_mix_grow")
+def test_growth_at_every_stage_is_the_arms_own_rule(arch):
     plan = tiny_plan(arch)
-    recorded = plan.as_dict()
-    late = {f.name for f in dataclasses.fields(plan) if f.default is not dataclasses.MISSING} - {"total_flops"}
-    for name in late:
-        recorded.pop(name)
-    recorded["model_config"] = {k: v for k, v in recorded["model_config"].items() if k in FIRST_RELEASE_FIELDS}
-    if any(getattr(plan.model_config, k) != f.default for f in dataclasses.fields(model.ModelConfig)
-           if (k := f.name) not in FIRST_RELEASE_FIELDS):
-        with pytest.raises(arms.UsageError, match="another run"):
-            checkpoint.check_plan("result.json", recorded, plan)
-    else:
-        checkpoint.check_plan("result.json", recorded, plan)
+    assert len(plan.pass_stages) == len(stages(arch)) >= 2
+    check_growth(arch, random_model(plan.model_config), plan)
 
 
-@pytest.mark.parametrize("arch", arms.GROWTH_ARMS)
-def test_growth_keeps_the_recipes_promise(arch):
-    """Untied: the new cores (and their gates) start as stacked copies of the trained ones; tied: the same weights,
-    now looped more often."""
-    cfg = tiny(arch)
-    net = random_model(cfg)
-    idx = batch(cfg)
-    for k in stages(cfg)[1:]:
-        before = copy.deepcopy(net)
-        old = net.active_passes
-        net.grow(k)
-        expected = copy.deepcopy(before)
-        if cfg.mode == "untied":
-            with torch.no_grad():
-                for j in range(old, k):
-                    for dst, src in zip(expected.core_blocks(j).parameters(), expected.core_blocks(j % old).parameters()):
-                        dst.copy_(src)
-                    if j < len(expected.boundary_gates):
-                        expected.boundary_gates[j].copy_(expected.boundary_gates[j % old])
-        else:
-            assert all(torch.equal(a, b) for a, b in zip(net.state_dict().values(), before.state_dict().values())), \
-                f"{arch}: tied growth changed a weight"
-        assert torch.equal(net(idx), expected(idx, passes=k)), \
-            f"{arch}: the first forward after growth to {k} passes is not the recipe's promise"
+class Forgetful(mix_arm.MixGPT):
+    """Mix-Grow whose growth forgets its own matrices (it stacks the cores and gates only, as GPT.grow did before)."""
+
+    def per_pass(self):
+        return [seq for seq in super().per_pass() if seq[0][0] is not self.mix[0]]
+
+
+@pytest.mark.usefixtures("with_mix_grow")
+def test_the_growth_check_fails_an_arm_whose_growth_forgets_its_own_tensors(monkeypatch):
+    monkeypatch.setattr(model, "GPT", Forgetful)
+    plan = tiny_plan(mix_arm.NAME)
+    with pytest.raises(AssertionError, match=r"growth 1 -> 2 passes left mix\.1 not a copy of mix\.0"):
+        check_growth(mix_arm.NAME, random_model(plan.model_config), plan)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# What the run refuses, its dry runs refuse: model.check_arm, before any folder exists
+
+class LayerScale(mix_arm.MixGPT):
+    """A per-block scale (0-dim, in every Block), with the groups its author may write by hand."""
+    groups = None
+
+    def __init__(self, cfg, device="cpu", **options):
+        super().__init__(cfg, device, **options)
+        for block in self.transformer.h:
+            block.scale = nn.Parameter(torch.ones((), device=device))
+
+    def param_groups(self):
+        groups = super().param_groups()
+        scales = [b.scale for b in self.transformer.h]
+        if self.groups == "left out":
+            groups["scalar"] = [p for p in groups["scalar"] if not any(p is s for s in scales)]
+        elif self.groups == "in Muon's":
+            groups["scalar"] = []
+            groups["matrix"] += scales
+        return groups
+
+
+LAYER_SCALE_REFUSALS = {
+    "left out": "train.py: error: arm layer_scale: model.param_groups() has parameter transformer.h.0.scale in no "
+                "group: each must be in exactly one (docs/your_own_arm.md)",
+    "in Muon's": "train.py: error: arm layer_scale: model.param_groups() puts transformer.h.0.scale (shape ()) in "
+                 "group 'matrix', which Muon steps, and Muon takes 2-D matrices only: put it in group 'scalar' (AdamW)"}
+
+
+@pytest.mark.parametrize("groups", list(LAYER_SCALE_REFUSALS))
+@pytest.mark.usefixtures("with_mix_grow")
+def test_the_run_and_both_dry_runs_refuse_an_arm_alike(groups, monkeypatch, capsys, tmp_path):
+    """One line, exit 2, no run folder: from the run, its --dry-run and ladder.sh's dry run (which pipes `arms.py
+    ladder` into train.py --ladder-dry-run)."""
+    monkeypatch.setitem(arms.ARMS, "layer_scale", arms.derived("untied_grow", label="LS", color="k"))
+    monkeypatch.setattr(model, "GPT", type("Scaled", (LayerScale,), dict(groups=groups)))
+    argv = ["--arch", "layer_scale", "--depth", "2", "--preset", "cpu", "--runs-dir", str(tmp_path)]
+    for extra in ([], ["--dry-run"]):
+        assert train.main(argv + extra) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [LAYER_SCALE_REFUSALS[groups]]
+    monkeypatch.setattr(sys, "stdin", io.StringIO("layer_scale_d2 " + " ".join(argv) + "\n"))
+    assert train.main(["--ladder-dry-run"]) == 2
+    assert capsys.readouterr().err.strip() == LAYER_SCALE_REFUSALS[groups].replace("error: ", "error: layer_scale_d2: ")
+    assert not os.listdir(tmp_path)
+
+
+@pytest.mark.usefixtures("with_mix_grow")
+def test_a_new_parameter_joins_its_group_by_itself_and_a_vector_shows_in_the_trajectory(pool, tmp_path,
+                                                                                        monkeypatch):
+    """Without a hand-written group the per-block scale is a scalar (AdamW, no decay; before: Muon's, silently);
+    a vector's entries are logged as NAME.i."""
+    class Vector(mix_arm.MixGPT):
+        def __init__(self, cfg, device="cpu", **options):
+            super().__init__(cfg, device, **options)
+            self.block_scales = nn.Parameter(torch.ones(3, device=device))
+    monkeypatch.setattr(model, "GPT", LayerScale)
+    groups = model.GPT(tiny("vanilla")).param_groups()
+    assert [p.ndim for p in groups["scalar"]] == [0] * len(groups["scalar"]) and groups["scalar"]
+    assert all(p.ndim == 2 for p in groups["matrix"])
+    monkeypatch.setattr(model, "GPT", Vector)
+    assert train.main(tiny_run(pool, tmp_path, "vanilla", "--run-name", "r", steps=2)) == 0
+    assert set(read_run(tmp_path, "r")[1][-1]["scalars"]) == {"block_scales.0", "block_scales.1", "block_scales.2"}
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# Every growing arm on 2 gloo processes against one, and Mix-Grow killed (-9) and resumed
+
+LOSS_RTOL = 2e-5  # tests/test_parallel.py: FSDP2's per-rank averages flip a bf16 rounding of a Muon update now and then
+
+
+def torchrun(port, *runs):
+    """tests/mix_arm.py (train.py with Mix-Grow registered) on 2 gloo processes, the runs one after the other."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+            "--master_port", str(port), os.path.join("tests", "mix_arm.py")]
+    for run in runs:
+        argv += [*run, "--next"]
+    return subprocess.Popen(argv[:-1], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
+
+
+@pytest.mark.usefixtures("with_mix_grow")
+def test_every_growing_arm_on_2_processes_trains_as_one_and_resumes_exactly(pool, tmp_path):
+    args = {arch: tiny_run(pool, tmp_path, arch, "--save-every", "2", "--log-every", "1", steps=8, depth=1)
+            for arch in GROWING}
+    mix = args[mix_arm.NAME]
+    done = torchrun(common.free_port(), *[a + ["--run-name", f"{arch}_2"] for arch, a in args.items()])
+    cut = None
+    for arch, a in args.items():  # one process, in this one, meanwhile
+        assert train.main(a + ["--run-name", f"{arch}_1"]) == 0
+    out, err = done.communicate(timeout=600)
+    assert done.returncode == 0, err[-3000:]
+    for arch in args:
+        one, two = read_run(tmp_path, f"{arch}_1"), read_run(tmp_path, f"{arch}_2")
+        assert two[0]["world_size"] == 2 and two[0]["growth_events"] == one[0]["growth_events"], arch
+        assert len(one[0]["growth_events"]) == len(stages(arch)) - 1, arch
+        assert [t["loss"] for t in two[1]] == pytest.approx([t["loss"] for t in one[1]], rel=LOSS_RTOL), arch
+    cut = torchrun(common.free_port(), mix + ["--run-name", "cut"])
+    trajectory, deadline = tmp_path / "cut" / "trajectory.jsonl", time.time() + 300
+    while time.time() < deadline and cut.poll() is None and \
+            (not trajectory.exists() or len(trajectory.read_text().splitlines()) < 5):
+        time.sleep(0.02)
+    for pid in common.process_tree(cut.pid):  # torchrun and its workers
+        os.kill(pid, signal.SIGKILL)
+    cut.communicate()
+    checkpoint.recover_checkpoints(str(tmp_path / "cut" / "checkpoints"))
+    step = checkpoint.read_run_state(str(tmp_path / "cut" / "checkpoints" / "latest")).step
+    assert 2 <= step < 8, step
+    resumed = torchrun(common.free_port(), mix + ["--run-name", "cut", "--resume"])
+    assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-3000:]
+    full, again = read_run(tmp_path, f"{mix_arm.NAME}_2"), read_run(tmp_path, "cut")
+    assert again[0]["status"] == "complete" and [t["loss"] for t in again[1]] == [t["loss"] for t in full[1]]
+    assert again[0]["growth_events"] == full[0]["growth_events"]
 
 
 def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():
     cfg = tiny("gated_1")
-    fixed = dataclasses.replace(cfg, boundary_gate=False)
+    fixed = config_for("operator_1", DEPTH, **SHAPE)
     gated, plain = random_model(cfg), random_model(fixed)
     with torch.no_grad():
         for gate in gated.boundary_gates:
@@ -258,18 +378,14 @@ def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():
     with torch.no_grad():
         gated.boundary_gates[0].fill_(0.0)
     assert not torch.equal(gated(idx), plain(idx))
-    assert torch.equal(GPT(cfg).boundary_gates[0].detach(), torch.tensor(cfg.alpha))
+    assert torch.equal(model.GPT(cfg).boundary_gates[0].detach(), torch.tensor(cfg.alpha))
 
 
 def test_the_guides_registration_snippet_is_in_arms_py_and_registers_its_arms_alone(tmp_path):
     """docs/your_own_arm.md's ```python block is lines of arms.py's USER_ARMS (which may hold arms of your own
     besides); pasted into a throwaway copy of the scripts whose USER_ARMS is empty, it registers its arms alone:
     model.py and the ladder listing take them."""
-    import os
-    import re
     import shutil
-    import subprocess
-    import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     guide = open(os.path.join(root, "docs", "your_own_arm.md")).read()
     snippet = re.search(r"```python\n(.*?)```", guide, re.S).group(1)
@@ -297,15 +413,12 @@ def test_the_guides_registration_snippet_is_in_arms_py_and_registers_its_arms_al
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# A user arm's mistakes, refused where it runs: `python train.py ...` in a throwaway copy of the scripts with one edit
+# A copy of the scripts with one edit, run where a user runs them
 
 @pytest.fixture
 def scripts_copy(tmp_path):
     """edit(file, old, new) changes a copy of the scripts; run(*argv) runs one of them there -> (rc, stderr)."""
-    import os
     import shutil
-    import subprocess
-    import sys
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -319,107 +432,68 @@ def scripts_copy(tmp_path):
         assert old in text, f"{file} no longer holds {old!r}: update the test's edit"
         (tree / file).write_text(text.replace(old, new, 1))
 
-    def run(*argv):
+    def run(*argv, stdout=False):
         done = subprocess.run([sys.executable, *argv], cwd=tree, capture_output=True, text=True)
-        return done.returncode, done.stderr
+        return done.returncode, done.stdout + done.stderr if stdout else done.stderr
     return types.SimpleNamespace(edit=edit, run=run, tree=tree)
 
 
-USER_ARMS_LINE = "USER_ARMS = {\n"
-GROUPS_LINE = "unembedding=[self.lm_head.weight], scalar=list(self.boundary_gates))"
-USER_ARM_MISTAKES = {  # what the user got wrong -> (edits, --arch, the refusal's words)
-    "a parameter in no optimizer group": (
-        [("model.py", "        self.cfg = cfg\n", "        self.cfg = cfg\n        self.extra = nn.Parameter(torch.zeros(()))\n")],
-        "operator_1", "arm operator_1: parameter extra is in no group of model.param_groups()"),
-    "a group without a PARAM_GROUPS row": (
-        [("model.py", GROUPS_LINE, GROUPS_LINE[:-1] + ", gains=[])")],
-        "vanilla", "arm vanilla: model.param_groups() has the group 'gains', which has no row in arms.PARAM_GROUPS"),
-    "a knob config_for does not pass on": (
-        [("arms.py", "    output_multiplier: float = knob(", "    my_knob: bool = knob(\"model\", False, help=\"x\")\n"
-                                                               "    output_multiplier: float = knob("),
-         ("model.py", "    boundary_gate: bool = False", "    my_knob: bool = False\n    boundary_gate: bool = False"),
-         ("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "knobbed": derived("operator_1", label="K", color="k", '
-                                                      "my_knob=True),\n")],
-        "knobbed", "arm knobbed: its row asks my_knob=True but ModelConfig.my_knob is False"),
-    "a model knob ModelConfig lacks": (
-        [("arms.py", "    output_multiplier: float = knob(", "    my_knob: bool = knob(\"model\", False, help=\"x\")\n"
-                                                               "    output_multiplier: float = knob(")],
-        "vanilla", "arm vanilla: its row asks my_knob=False but ModelConfig has no field my_knob"),
-    "a user arm named like a paper arm": (
-        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "vanilla": derived("operator_1", label="V", color="k"),\n')],
-        "vanilla", "USER_ARMS: 'vanilla' is a paper arm's name"),
-    "a name that is no folder name": (
-        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "../evil": derived("operator_1", label="E", color="k"),\n')],
-        "vanilla", "USER_ARMS: the name '../evil' is not made of a-z, 0-9 and _ only"),
-    "a misspelt base arm": (
-        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("operater_1", label="M", color="k"),\n')],
-        "mine", "USER_ARMS: derived('operater_1', ...): no paper arm 'operater_1'"),
-    "a misspelt field": (
-        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("operator_1", label="M", color="k", '
-                                                      "alhpa=0.5),\n")],
-        "mine", "USER_ARMS: derived('operator_1', ...): Arm has no field 'alhpa'"),
-    "stages that do not increase": (
-        [("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("loop_grow", label="M", color="k", '
-                                                      "stages=(1, 4, 2)),\n")],
-        "mine", "stages must be a tuple of 2 or more increasing pass counts"),
+# ----------------------------------------------------------------------------------------------------------------------
+# The table's own mistakes, and docs/your_own_arm.md's edits
+
+TABLE_MISTAKES = {
+    "a paper arm's name": (lambda: arms.check_user_arms({"vanilla": arms.USER_ARMS["gated_1"]}),
+                           "'vanilla' is a paper arm's name"),
+    "no folder name": (lambda: arms.check_user_arms({"../evil": arms.USER_ARMS["gated_1"]}),
+                       "the name '../evil' is not made of a-z, 0-9 and _ only"),
+    "a misspelt field": (lambda: arms.derived("operator_1", label="M", color="k", alhpa=0.5),
+                         "derived('operator_1', ...): Arm has no field 'alhpa'"),
+    "stages that do not increase": (lambda: arms.derived("loop_grow", label="M", color="k", stages=(1, 4, 2)),
+                                    "stages must be a tuple of 2 or more increasing pass counts"),
 }
 
 
-@pytest.mark.parametrize("mistake", list(USER_ARM_MISTAKES))
-def test_a_user_arms_mistake_is_one_line_from_train_py_before_the_run_folder(scripts_copy, mistake):
-    """Each mistake a user following docs/your_own_arm.md can make is refused by `python train.py` itself (not only by
-    the tests): one line naming the arm, exit 2, and no run folder. Before: a constant parameter trained with rc 0,
-    a KeyError, the base arm trained silently, the paper's Vanilla replaced, a traceback at import."""
-    edits, arch, message = USER_ARM_MISTAKES[mistake]
-    for edit in edits:
-        scripts_copy.edit(*edit)
-    runs = scripts_copy.tree / "runs"
-    rc, err = scripts_copy.run("train.py", "--arch", arch, "--depth", "1", "--preset", "cpu", "--steps", "2",
-                               "--runs-dir", str(runs), "--data-dir", str(scripts_copy.tree / "pool"))
-    assert (rc, len(err.strip().splitlines())) == (2, 1) and message in err, err
-    assert not runs.exists()
+@pytest.mark.parametrize("mistake", list(TABLE_MISTAKES))
+def test_a_mistake_in_the_table_is_one_line(mistake, capsys):
+    make, words = TABLE_MISTAKES[mistake]
+    with pytest.raises(SystemExit) as stop:
+        make()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.strip().splitlines()) == 1 and words in err, err
 
 
-def test_a_staged_growth_is_a_user_arms_row(scripts_copy):
-    """stages=(1, 2, 4) with one fraction per growth: the plan grows 1 -> 2 -> 4 at those fractions; --passes on it is
-    refused (its stages come from --pass-stages), and a wrong count of fractions names the count its example has."""
-    scripts_copy.edit("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "loop_124": derived("loop_grow", label="L", '
-                      'color="k", stages=(1, 2, 4), default_crossover=(0.4, 0.8)),\n')
-    base = ("train.py", "--arch", "loop_124", "--depth", "2", "--preset", "cpu", "--steps", "10", "--dry-run")
-    rc, err = scripts_copy.run(*base, "--crossover-fractions", "0.5")
-    assert rc == 2 and "needs 2 increasing --crossover-fractions in (0, 1), e.g. --crossover-fractions 0.33 0.67" \
-        in err, err
-    rc, err = scripts_copy.run(*base, "--passes", "6")
-    assert rc == 2 and "loop_124 grows through the stages 1->2->4: change them with --pass-stages" in err, err
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, *base], cwd=scripts_copy.tree, capture_output=True, text=True, check=True)
-    planned = json.loads(out.stdout)
-    assert (planned["pass_stages"], planned["crossover_steps"]) == ([1, 2, 4], [4, 8])
+def test_a_staged_growth_is_a_row_whose_fractions_and_passes_are_checked(monkeypatch):
+    monkeypatch.setitem(arms.ARMS, "loop_124", arms.derived("loop_grow", label="L", color="k", stages=(1, 2, 4),
+                                                            default_crossover=(0.4, 0.8)))
+    plan = tiny_plan("loop_124")
+    assert (plan.pass_stages, plan.crossover_steps) == ((1, 2, 4), (4, 8)) or \
+        (list(plan.pass_stages), list(plan.crossover_steps)) == ([1, 2, 4], [4, 8])
+    with pytest.raises(arms.UsageError, match=r"needs 2 increasing --crossover-fractions in \(0, 1\), e.g. "
+                                              r"--crossover-fractions 0.33 0.67"):
+        tiny_plan("loop_124", "--crossover-fractions", "0.5")
+    with pytest.raises(arms.UsageError, match="loop_124 grows through the stages 1->2->4: change them with "
+                                              "--pass-stages"):
+        tiny_plan("loop_124", "--passes", "6")
 
 
-def test_a_vector_in_the_scalar_group_shows_in_the_trajectory(pool, tmp_path, monkeypatch):
-    """A per-block scale vector registered in param_groups()["scalar"] is logged entry by entry (scalars NAME.i), not
-    only the 0-dim gates."""
-    import os
-    from test_train import read_run, tiny
-    build, groups = GPT.__init__, GPT.param_groups
-
-    def with_scales(self, cfg, *args, **kwargs):
-        build(self, cfg, *args, **kwargs)
-        self.block_scales = torch.nn.Parameter(torch.ones(3, device=self.lm_head.weight.device))
-    monkeypatch.setattr(GPT, "__init__", with_scales)
-    monkeypatch.setattr(GPT, "param_groups", lambda self: dict(groups(self), scalar=[self.block_scales]))
-    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=2)) == 0
-    scalars = read_run(tmp_path, "r")[1][-1]["scalars"]
-    assert set(scalars) == {"block_scales.0", "block_scales.1", "block_scales.2"}, scalars
-    assert os.path.exists(tmp_path / "r" / "result.json")
+def test_a_new_model_knob_is_one_field_of_the_arm(scripts_copy):
+    """docs/your_own_arm.md's knob edit, done on a copy: one Arm field and a row that sets it; the model's config
+    holds the row's value, and both CLIs' flag overrides it."""
+    scripts_copy.edit("arms.py", "    output_multiplier: float = knob(",
+                      '    mix_scale: float = knob("model", 1.0, help="scale of the injected matrix", range="(0, inf)")'
+                      "\n    output_multiplier: float = knob(")
+    scripts_copy.edit("arms.py", "USER_ARMS = {\n", 'USER_ARMS = {\n    "mine": derived("untied_grow", label="Mine", '
+                      'color="k", mix_scale=0.5),\n')
+    rc, out = scripts_copy.run("-c", "import arms, model; p = model.build_parser(); print(model.config_for('mine', 2)"
+                               ".mix_scale, model.config_from_args(p.parse_args(['--arch', 'mine', '--depth', '2', "
+                               "'--mix-scale', '3']), arms.PRESETS['cpu'], 2, 257).mix_scale)", stdout=True)
+    assert (rc, out.split()) == (0, ["0.5", "3.0"]), out
 
 
 @pytest.mark.parametrize("argv", [("arms.py", "arms"), ("fit.py", "runs", "."), ("model.py", "--arch", "vanilla")])
 def test_a_misspelt_base_arm_is_one_line_in_every_script(scripts_copy, argv):
     """The table is checked when arms.py is imported, so every script (not only train.py) says it in one line."""
-    scripts_copy.edit("arms.py", USER_ARMS_LINE, USER_ARMS_LINE + '    "mine": derived("operater_1", label="M", '
+    scripts_copy.edit("arms.py", "USER_ARMS = {\n", "USER_ARMS = {\n" + '    "mine": derived("operater_1", label="M", '
                       'color="k"),\n')
     rc, err = scripts_copy.run(*argv)
     assert (rc, err.strip().splitlines()) == (2, [

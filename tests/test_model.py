@@ -5,8 +5,6 @@ import dataclasses
 import json
 import math
 import os
-import subprocess
-import sys
 import weakref
 
 import pytest
@@ -114,33 +112,21 @@ def test_config_roundtrip_and_small_shapes():
 # ----------------------------------------------------------------------------------------------------------------------
 # CLI
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, os.path.join(ROOT, "model.py"), *args], capture_output=True, text=True,
-                          timeout=60)
-
-
-def test_cli_json_and_table():
-    out = run_cli("--arch", "untied_grow", "--depth", "8", "--json")
-    assert out.returncode == 0, out.stderr
-    info = json.loads(out.stdout)
-    assert info == describe(config_for("untied_grow", 8))
-    for key in ("arch", "depth", "width", "heads", "head_dim", "mlp_hidden", "prelude", "core", "coda", "passes_initial",
-                "passes_final", "stored_blocks", "executed_blocks_initial", "executed_blocks_final", "params_tpp",
-                "params_stored", "params_compute_active", "flops_per_token_initial", "flops_per_token_final"):
-        assert key in info
-    out = run_cli("--arch", "loop_2", "--depth", "2", "--width-per-depth", "128", "--vocab-size", "257",
-                  "--boundary", "norm_only", "--no-coda-inject")
-    assert out.returncode == 0, out.stderr
-    assert "params_stored" in out.stdout and "alpha                            0.0" in out.stdout
+def test_cli_json_and_table(capsys):
+    assert model.main(["--arch", "untied_grow", "--depth", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == describe(config_for("untied_grow", 8))
+    assert model.main(["--arch", "loop_2", "--depth", "2", "--width-per-depth", "128", "--vocab-size", "257",
+                       "--boundary", "norm_only", "--no-coda-inject"]) == 0
+    out = capsys.readouterr().out
+    assert "params_stored" in out and "alpha                            0.0" in out
 
 
 @pytest.mark.parametrize("args", [("--arch", "nope", "--depth", "8"), ("--arch", "loop_2", "--depth", "0"),
                                   ("--arch", "loop_2", "--depth", "6", "--prelude", "3", "--coda", "3")])
-def test_cli_errors_exit_2_with_one_line(args):
-    out = run_cli(*args, "--json")
-    assert out.returncode == 2 and out.stdout == ""
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("model.py: error:")
+def test_cli_errors_exit_2_with_one_line(args, capsys):
+    assert model.main([*args, "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith("model.py: error:")
 
 
 def model_flags(parser):
@@ -161,23 +147,6 @@ def test_both_clis_take_the_same_model_flags():
     cfg = model.config_from_args(from_model, arms.preset_from_args(from_model), 3, 257)
     assert cfg == train.make_plan(from_train).model_config
     assert (cfg.recurrence_norm, cfg.passes_initial, cfg.passes, cfg.mlp_multiple) == (False, 2, 6, 64)
-
-
-def test_a_new_knob_is_one_field_that_both_clis_take(monkeypatch):
-    import train
-    knobs = [("throwaway_model_knob", float, arms.knob("model", None, "an architecture knob", range="(0, 1]")),
-             ("throwaway_train_knob", int, arms.knob("train", None, "a recipe knob", range=(0, 9)))]
-    monkeypatch.setattr(arms, "Arm", dataclasses.make_dataclass("Arm", knobs, bases=(arms.Arm,), frozen=True,
-                                                                 kw_only=True))
-    argv = ["--arch", "loop_2", "--depth", "2", "--throwaway-model-knob", "0.5"]
-    assert arms.model_overrides(model.build_parser().parse_args(argv)) == {"throwaway_model_knob": 0.5}
-    args = train.parse_args(argv + ["--throwaway-train-knob", "7"])
-    assert arms.model_overrides(args) == {"throwaway_model_knob": 0.5}
-    assert arms.given_knobs(args, arms.Arm, "train") == {"throwaway_train_knob": 7}
-    with pytest.raises(arms.UsageError, match="unrecognized arguments: --throwaway-train-knob"):
-        model.build_parser().parse_args(argv + ["--throwaway-train-knob", "7"])
-    with pytest.raises(arms.UsageError, match=r"--throwaway-train-knob: must be a whole number in \[0, 9\]"):
-        train.parse_args(argv + ["--throwaway-train-knob", "10"])  # the range declared with the field
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -307,22 +276,6 @@ def test_boundary_operator_is_what_each_pass_hands_on(boundary, coda_inject):
     assert torch.allclose(run_blocks(net, [coda], boundary_operator(second, last=True)), out, atol=1e-5)
 
 
-@pytest.mark.parametrize("boundary,coda_inject,multiple", [
-    ("full", True, 1 + 2 ** -0.5), ("full", False, 1.0), ("norm_only", True, 1.0),
-    ("inject_only", True, 1 + 2 * 2 ** -0.5), ("inject_only", False, 1 + 2 ** -0.5), ("none", True, 1.0)])
-def test_boundary_operator_on_identity_blocks_by_hand(boundary, coda_inject, multiple):
-    """At init every block's out-projections are zero, so every block is the identity and the final state is a
-    multiple of x = RMSNorm(embedding) = e, worked out by hand for Loop-2 (alpha = 1/sqrt 2, N(c x) = x for c > 0, up
-    to RMSNorm's eps against the small embedding's mean square):
-    full: x -> N(x) + a x = (1 + a) x -> N((1 + a) x) + a x = (1 + a) x, or N(.) = x without coda injection;
-    inject_only: x + a x + a x, or x + a x; norm_only and none: x."""
-    cfg = tiny("loop_2", boundary=boundary, coda_inject=coda_inject)
-    net = build(cfg, randomize=False)
-    idx = tokens(cfg)
-    x = F.rms_norm(net.transformer.wte(idx), (cfg.width,))
-    assert torch.allclose(net.residual_stream(idx), multiple * x, rtol=1e-3, atol=1e-6)
-
-
 def test_gradients_reach_every_pass():
     for arch in ("loop_2", "untied_grow"):
         cfg = tiny(arch)
@@ -374,94 +327,6 @@ def test_positions_and_mask_pack_a_prefix_tree(arch):
     assert torch.allclose(packed_logits[8:], row_b[5:], atol=1e-5, rtol=1e-5)
     unmasked = net.decode(net.residual_stream(packed, positions=positions))[0].detach()  # causal: B sees A
     assert not torch.allclose(unmasked[8:], row_b[5:], atol=1e-3)
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Growth
-
-def test_untied_growth_copies_and_matches_tied_four_passes():
-    cfg = tiny("untied_grow")
-    net = build(cfg)
-    idx = tokens(cfg)
-    before = {n: p.detach().clone() for n, p in net.named_parameters()}
-    out_k2 = net(idx)
-    with torch.no_grad():  # dormant cores do not take part before growth
-        for block in (*net.core_blocks(2), *net.core_blocks(3)):
-            for p in block.parameters():
-                p.add_(1.0)
-    assert torch.equal(net(idx), out_k2)
-    overwritten = net.grow(4)
-    assert net.active_passes == 4
-    new_ids = {id(p) for r in (2, 3) for b in net.core_blocks(r) for p in b.parameters()}
-    assert {id(p) for p in overwritten} == new_ids and len(overwritten) == len(new_ids)
-    for r in (2, 3):
-        for dst, src in zip(net.core_blocks(r), net.core_blocks(r - 2)):
-            assert all(torch.equal(a, b) for a, b in zip(dst.parameters(), src.parameters()))
-    grown_names = {n for n, p in net.named_parameters() if id(p) in new_ids}
-    assert all(torch.equal(p, before[n]) for n, p in net.named_parameters() if n not in grown_names)
-
-    # with equal weights the grown untied model equals the tied model at 4 passes
-    loop = build(tiny("loop_grow", alpha=cfg.alpha, residual_multiplier=cfg.residual_multiplier), seed=9)
-    for r in range(2):
-        for a, b in zip(net.core_blocks(r), loop.core_blocks(0)):
-            copy_block(a, b)
-    net.set_passes(2)
-    net.grow(4)
-    for a, b in zip(list(net.prelude_blocks()) + list(net.coda_blocks()), list(loop.prelude_blocks()) + list(loop.coda_blocks())):
-        copy_block(a, b)
-    net.transformer.wte.load_state_dict(loop.transformer.wte.state_dict())
-    net.lm_head.load_state_dict(loop.lm_head.state_dict())
-    assert loop.grow(4) == []
-    assert torch.allclose(net(idx), loop(idx), atol=1e-6, rtol=1e-6)
-
-
-def test_staged_growth_2_4_6():
-    cfg = tiny("untied_grow", passes=6)
-    assert (cfg.passes_initial, cfg.passes, len(GPT(cfg).transformer.h)) == (2, 6, cfg.n_prelude + 6 * cfg.n_core + cfg.n_coda)
-    net = build(cfg)
-    assert len(net.grow(4)) == 2 * cfg.n_core * 7
-    with torch.no_grad():  # make cores 3 and 4 distinct from 1 and 2 so the second copy's source is visible
-        for b in net.core_blocks(2):
-            b.attn.c_q.weight.add_(1.0)
-    assert len(net.grow(6)) == 2 * cfg.n_core * 7
-    for dst, src in ((4, 0), (5, 1)):
-        for a, b in zip(net.core_blocks(dst), net.core_blocks(src)):
-            assert all(torch.equal(x, y) for x, y in zip(a.parameters(), b.parameters()))
-    assert len(net(tokens(cfg), return_hidden=True)[1]) == executed_blocks(cfg, 6) + 1
-    with pytest.raises(ValueError):
-        net.grow(8)
-    loop = build(tiny("loop_grow", passes=6))
-    assert loop.grow(4) == [] and loop.grow(6) == [] and loop.active_passes == 6
-
-
-def test_deep_vanilla_grow_stacks_a_plain_stack():
-    cfg = tiny("deep_vanilla_grow", depth=4)          # p/c/q = 1/2/1 -> 1 + 2*2 + 1 = 6 blocks before growth
-    net = build(cfg)
-    idx = tokens(cfg)
-    h = net.transformer.h
-    p, c = cfg.n_prelude, cfg.n_core
-
-    def plain(order):
-        x = run_blocks(net, [h[i] for i in order], F.rms_norm(net.transformer.wte(idx), (cfg.width,)))
-        return net.decode(x)
-
-    core1, core2, coda = list(range(p, p + c)), list(range(p + c, p + 2 * c)), list(range(len(h) - cfg.n_coda, len(h)))
-    assert torch.allclose(net(idx), plain([*range(p), *core1, *core2, *coda]), atol=1e-5, rtol=1e-5)
-    assert executed_blocks(cfg, 2) == len(GPT(tiny("deep_vanilla", depth=4)).transformer.h)
-    net.grow(4)
-    # after growth: C1 C2 C1' C2' with C1' = C1, C2' = C2
-    assert torch.allclose(net(idx), plain([*range(p), *core1, *core2, *core1, *core2, *coda]), atol=1e-5, rtol=1e-5)
-
-
-def test_param_groups_cover_every_parameter_once():
-    net = GPT(tiny("untied_grow"))
-    groups = net.param_groups()
-    ids = [id(p) for g in groups.values() for p in g]
-    assert len(ids) == len(set(ids)) == len(list(net.parameters()))
-    assert groups["embedding"] == [net.transformer.wte.weight] and groups["unembedding"] == [net.lm_head.weight]
-    assert sum(p.numel() for p in groups["matrix"]) == model.stored_blocks(net.cfg) * model.params_per_block(net.cfg)
-    names = {n for n, _ in net.named_parameters()}
-    assert {"transformer.h.0.attn.c_q.weight", "transformer.h.0.mlp.c_gate.weight", "lm_head.weight"} <= names
 
 
 # ----------------------------------------------------------------------------------------------------------------------
