@@ -1,55 +1,36 @@
-"""fit.py — the paper's scaling-law fits, compute multipliers and figures, plus the Skaling L(N, D) law.
+"""fit.py — the paper's scaling-law fits, compute multipliers and figures, and the watching of train.py runs.
 
-Subcommands (column contracts in brackets, in full under `python fit.py SUBCOMMAND -h`; extra columns are ignored):
-  ladders INPUT...   L(C) = E + A (C/1e18)^-gamma per arm, E fitted on the reference arm and shared (arXiv 2609.19107
-                     Sec. 4.2), compute multipliers, bootstrap CIs, per-arm free-E check, forecasts and gains at
-                     --extrapolate C (Figure 4), Figure 3 + Figure 2 (left). Seed replicates are pooled: their spread is
-                     the run-to-run noise that weights the fits and feeds a parametric bootstrap.
-                     INPUT = CSV [arm, depth, compute_flops, val_loss (+ seed, training_seconds)] or train.py runs.
-  design PLAN        simulate planned ladders under assumed laws and noise: CI half-widths of gamma and delta-gamma,
-                     coverage and power of the intervals ladders prints, GPU-hours; compares designs.
-  surface DATA.csv   Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E  [N, D or compute, loss].
-  downstream DATA      CORE forecast (App. C.4)  [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered)],
-                     or the release's FineWeb-Edu ladders JSON.
-  tpp DATA.csv       quadratic vertex of log loss vs log TPP per budget (App. A.4.2)  [compute_flops, tpp, val_loss].
-  growth DATA.csv    quadratic in the post-growth fraction rho per (depth, budget) (A.2.3, A.4.3)  [depth, compute_flops,
-                     rho, val_loss].
-  lr DATA.csv        quadratic of log loss vs log value per size, then log optimum vs log N (A.4.4)  [params, value,
-                     val_loss (+ hparam: several hyperparameters at once)].
-  loops GRID.csv|RUNS  optimal loop count per budget and loop-vs-size frontiers (Fig 2 right, Fig 5)  [depth, loops,
-                     weight_decay, compute_flops, val_loss].
-  runs RUNS...       one row per train.py run: state (complete / running / stopped / failed, with the reason), step,
-                     last train and val loss, FLOPs done / planned, wall time, ETA.
-  curves RUNS...     training and validation loss against steps, tokens or FLOPs, one figure per ladder (preset),
-                     growth and warmdown marked; with --x flops --frontier FIT.json the fitted L(C) overlaid.
-
-  python fit.py ladders reference/fineweb_ladders.csv --out figures --bootstrap 1000
-  python fit.py surface grid.csv --form both --sparse-l
-Bad input: one line on stderr, exit 2. An arm/group that cannot be fitted is reported on one line and skipped.
---out never overwrites a file fit.py did not write: it records its outputs in OUT/fit_manifest.json.
+  python fit.py ladders reference/fineweb_ladders.csv --out figures --bootstrap 1000   # Figure 3, Figure 2 (left)
+  python fit.py ladders --runs-dir runs/demo                # train.py runs; reference arm: vanilla, or --reference-arm
+  python fit.py runs --runs-dir runs/demo                   # one row per run: state, step, losses, FLOPs, wall time, ETA
+  python fit.py curves --runs-dir runs/demo --x flops       # training and validation curves, one figure per ladder
+  python fit.py report --runs-dir runs/demo                 # report.md of every run and of the ladder (runs, fit, curves)
+  python fit.py downstream --runs-dir runs/demo             # CORE forecast from the runs' eval.json (or a CSV)
+  python fit.py design plan.jsonl --truth pilot.json --noise 0.002 --design d6-18 --design "d6-18 x3@top2"
+  python fit.py surface grid.csv --form both --sparse-l     # Chinchilla / Skaling L(N, D)
+  python fit.py tpp|growth|lr|loops DATA.csv                # the optimum of a swept recipe knob (App. A.2.3, A.4)
+`python fit.py SUBCOMMAND -h` gives each one's input columns. docs/fits.md explains the fits. A CSV or JSON handed in
+that cannot be read is one line on stderr and exit 2 before any work; an arm that cannot be fitted is reported and
+skipped. A subcommand is one cmd_NAME function plus its lines in build_parser.
 """
-import argparse, contextlib, io, json, math, os, time
+import argparse, contextlib, io, json, math, os, re, sys, time
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
-from scipy import optimize
 
 import paper
 import studies
-import watch
-from common import Parser, UsageError, cli_main, exit_process, write_text
-from arms import FIGURE2_ARMS
-from laws import (DEPTH_DERIVED, FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
-                  fit_ladders, fitted_multiplier, fnum, footing, forecast, jsonable, note, number, positive_float, pyplot,
-                  read_csv, read_result_json, robust_lsq, run_paths, save_figures, style, SEED_MAX)
+from common import Parser, UsageError, cli_main, clock, exit_process, write_text
+from arms import FIGURE2_ARMS, GPU_PEAK_FLOPS
+from laws import *  # noqa: F403: the fitting primitives, one namespace with the commands that use them
+from laws import FIT, FitError, fnum, jsonable, note, number, positive_float, pyplot, read_csv, style, SEED_MAX
 
 
-
+# ---------------------------------------------------------------------------------------------------- ladders
 def ladder_rows_from_runs(paths, use_time):
     """(arm, depth, x, loss, seed, origin, flags) of every complete train.py result.json, flags its plan's
-    schedule_notes (a warmup the run never finishes, ...); incomplete runs are skipped. The runs of one arm must share
-    their recipe and data pool (laws.check_one_recipe)."""
+    schedule_notes; incomplete runs are skipped. The runs of one arm must share their recipe and data pool."""
     rows, runs = [], {}
     key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
@@ -57,17 +38,11 @@ def ladder_rows_from_runs(paths, use_time):
         if r["status"] != "complete":
             note(f"skipping {path}: status {r['status']!r}, not complete")
             continue
-        try:
-            arm, depth, x, loss = r["arch"], r["depth"], float(r[key]), float(r["final_val_loss"])
-            assert isinstance(arm, str) and isinstance(depth, int) and depth > 0
-            assert math.isfinite(x) and x > 0 and math.isfinite(loss) and loss > 0
-        except (KeyError, TypeError, ValueError, AssertionError):
-            raise UsageError(f"{path}: a complete run needs arch, a whole depth, and finite {key} and "
-                             "final_val_loss > 0")
-        rows.append((arm, depth, x, loss, (r.get("plan") or {}).get("seed"), path, tuple(r.get("schedule_notes") or ())))
-        runs.setdefault(arm, []).append((path, r))
+        rows.append((r["arch"], r["depth"], float(r[key]), float(r["final_val_loss"]), (r.get("plan") or {}).get("seed"),
+                     path, tuple(r.get("schedule_notes") or ())))
+        runs.setdefault(r["arch"], []).append((path, r))
     for arm, group in runs.items():
-        check_one_recipe(group, DEPTH_DERIVED, f"{arm} runs")
+        check_one_recipe(group, f"{arm} runs")
     return rows
 
 
@@ -84,14 +59,33 @@ def ladder_rows_from_csv(path, use_time):
     return rows
 
 
+def ladder_rows_from_json(path, use_time, held):
+    """The authors' release JSON, read by its content: ladder series or downstream.json (paper.release_ladder_rows),
+    or the FineWeb-Edu ladders, whose held-out records (d26) are added to `held` as ARM:DEPTH."""
+    obj = paper.read_json(path)
+    layout = paper.json_layout(obj)
+    if layout in ("ladders", "downstream"):
+        return paper.release_ladder_rows(path, obj, use_time)
+    if layout != "fineweb_edu":
+        raise paper.layout_error(path, ("ladders", "downstream", "fineweb_edu"), "train.py runs (--runs-dir); ")
+    if use_time:
+        raise UsageError(f"{path}: the FineWeb-Edu ladders hold no training time; drop --time")
+    rows = []
+    for arm, r, origin, held_out in paper.edu_records(path, obj)[1]:
+        rows.append((arm, r["depth"], float(r["compute_flops"]), float(r["val_loss"]), None, origin))
+        if held_out:
+            held.append(f"{arm}:{r['depth']}")
+            note(f"{origin}: {arm} d{r['depth']} is the release's held-out run: not fitted, its forecast printed")
+    return rows
+
+
 def pool_replicates(rows, replicates, use_time):
-    """Group rows by (arm, depth). Rows with distinct seeds (seed column, or the plan's seed in result.json) are seed
-    replicates; rows with one seed (or none) are duplicates: dropped with a warning when they agree exactly, seed
-    replicates with --replicates, an error otherwise. -> {(arm, depth): (x, [losses], flags)}."""
-    groups = {}
+    """Group rows by (arm, depth). Rows with distinct seeds are seed replicates; rows with one seed (or none) are
+    duplicates: dropped with a warning when they agree exactly, replicates with --replicates, an error otherwise.
+    -> {(arm, depth): (x, [losses], flags)}."""
+    groups, points = {}, {}
     for row in rows:
         groups.setdefault(row[:2], []).append(row)
-    points = {}
     for (arm, depth), g in groups.items():
         kept = []
         for row in g:
@@ -112,51 +106,23 @@ def pool_replicates(rows, replicates, use_time):
     return points
 
 
-def ladder_rows_from_json(path, use_time, held):
-    """A JSON file read by its content: a train.py result.json (-> None: read with the runs), the release's ladder
-    series or downstream.json (paper.release_ladder_rows), or its FineWeb-Edu ladders, whose held-out records (d26)
-    are added to `held` as ARM:DEPTH; anything else is refused naming the layouts read."""
-    obj = paper.read_json(path)
-    layout = paper.json_layout(obj)
-    if layout in ("ladders", "downstream"):
-        return paper.release_ladder_rows(path, obj, use_time)
-    if layout == "fineweb_edu":
-        if use_time:
-            raise UsageError(f"{path}: the FineWeb-Edu ladders hold no training time; drop --time")
-        rows = []
-        for arm, r, origin, held_out in paper.edu_records(path, obj)[1]:
-            rows.append((arm, r["depth"], float(r["compute_flops"]), float(r["val_loss"]), None, origin))
-            if held_out:
-                held.append(f"{arm}:{r['depth']}")
-                note(f"{origin}: {arm} d{r['depth']} is the release's held-out run: not fitted, its forecast printed")
-        return rows
-    if isinstance(obj, dict) and "status" in obj:
-        return None
-    raise paper.layout_error(path, ("ladders", "downstream", "fineweb_edu"), "a train.py result.json [status, arch, "
-                             "depth, estimated_training_flops, final_val_loss]; ")
-
-
-def load_ladders(inputs, use_time, replicates=False, held=None, exclude_flagged=False):
-    """-> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (compute FLOPs, or training seconds with --time); loss
-    is the mean over a point's n seed replicates, reps their losses, flags the notes of its runs' plans (left out with
-    exclude_flagged). `held` (a list) receives the ARM:DEPTH of records the inputs mark as held out of every fit."""
+def load_ladders(inputs, runs_dirs, use_time, replicates=False, held=None, exclude_flagged=False):
+    """CSV/JSON files and train.py runs -> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (compute FLOPs, or
+    training seconds with --time); loss is the mean over a point's n seed replicates, reps their losses, flags the
+    notes of its runs' plans. `held` (a list) receives the ARM:DEPTH of records the inputs mark as held out."""
     rows, paths = [], []
     for item in inputs:
-        if item.endswith(".csv"):
+        if item.endswith(".json"):
+            rows += ladder_rows_from_json(item, use_time, [] if held is None else held)
+        else:
             rows += ladder_rows_from_csv(item, use_time)
-            continue
-        if item.endswith(".json") and os.path.isfile(item):
-            json_rows = ladder_rows_from_json(item, use_time, [] if held is None else held)
-            if json_rows is not None:
-                rows += json_rows
-                continue
-        found = run_paths(item)
-        if not found:
-            raise UsageError(f"{item}: no CSV, result.json or run directory found")
+    for item in runs_dirs:
+        if not (found := run_paths(item)):
+            raise UsageError(f"--runs-dir {item}: no train.py run (result.json) there")
         paths += found
     rows += ladder_rows_from_runs(paths, use_time)  # all together: runs of one arm from two folders are compared
     if not rows:
-        raise UsageError("no usable ladder points in the inputs")
+        raise UsageError("no ladder points: pass CSV files or --runs-dir")
     points = pool_replicates(rows, replicates, use_time)
     if exclude_flagged:
         for (arm, depth), (_, _, flags) in sorted(points.items()):
@@ -179,8 +145,7 @@ def pooled_noise(data):
     for d in data.values():
         for reps in d["reps"]:
             if len(reps) > 1:
-                lr = np.log(reps)
-                ss += ((lr - lr.mean()) ** 2).sum()
+                ss += ((np.log(reps) - np.log(reps).mean()) ** 2).sum()
                 dof += len(reps) - 1
     return (math.sqrt(ss / dof), int(dof)) if dof else (None, 0)
 
@@ -203,8 +168,143 @@ def hold_out(data, specs):
         keep = np.arange(len(d["x"])) != i
         data[arm] = dict(x=d["x"][keep], depth=d["depth"][keep], loss=d["loss"][keep], n=d["n"][keep],
                          reps=[r for j, r in enumerate(d["reps"]) if j != i],
-                         flags=[f for j, f in enumerate(d.get("flags") or [()] * len(keep)) if j != i])
+                         flags=[f for j, f in enumerate(d["flags"]) if j != i])
     return held
+
+
+def reference_arm(data, named):
+    """The stated rule: the arm named by --reference-arm, else Vanilla if the inputs hold it, else the only arm; more
+    arms and none named -> one line saying how to name one."""
+    if named:
+        if named not in data:
+            raise UsageError(f"--reference-arm {named} is not an arm of the inputs (arms: {', '.join(data)})")
+        return named
+    if paper.FLOOR_ARM in data or len(data) == 1:
+        return paper.FLOOR_ARM if paper.FLOOR_ARM in data else next(iter(data))
+    raise UsageError(f"no {paper.FLOOR_ARM} in the inputs: name the arm the others are compared with, e.g. "
+                     f"--reference-arm {next(iter(data))} (arms: {', '.join(data)})")
+
+
+def default_anchor(depths):
+    """Multipliers at the reference's budgets from d8 on (the paper), or from its second depth on a shorter ladder
+    (a cpu ladder's d1 is truncated by its warmup)."""
+    depths = sorted(set(int(d) for d in depths))
+    return FIT["anchor_depth"] if FIT["anchor_depth"] in depths or max(depths) > FIT["anchor_depth"] \
+        else depths[min(1, len(depths) - 1)]
+
+
+def ladder_floor(args, data, ref):
+    """The floor E: fitted on the reference arm's ladder (None: fit_ladders does it), except that with Vanilla among
+    the inputs (or --floor-from) and --time or another reference arm it is held at Vanilla's FLOP-ladder fit, as the
+    release does, unless --refit-floor."""
+    if args.shared_anchor:
+        note(f"shared d{args.shared_anchor} anchor: every arm's d{args.shared_anchor} loss set to "
+             f"{paper.share_anchor(data, args.shared_anchor):.6f}, the mean of the equivalent runs")
+    if args.refit_floor or not (args.time or args.floor_from or ref != paper.FLOOR_ARM):
+        return None
+    if not args.floor_from and paper.FLOOR_ARM not in data:
+        return None  # no Vanilla: the floor is the reference arm's own
+    E = paper.floor_of(load_ladders(args.floor_from or args.inputs, [] if args.floor_from else args.runs_dir, False,
+                                    args.replicates))
+    note(f"floor E = {E:.6f} from {paper.FLOOR_ARM}'s FLOP ladder, held fixed (--refit-floor fits it on {ref}'s "
+         f"{'time ' if args.time else ''}ladder instead)")
+    return E
+
+
+def forecast_at(c, data, fit, reference_arm, c_ref, xname):
+    """Every arm's forecast loss, gain and pi at compute c (--extrapolate), into fit["arms"]; a warning when c
+    lies far outside the measured points."""
+    ref_law, ref_free = fit["arms"][reference_arm], fit["reference_free"]
+    x_max = max(d["x"].max() for d in data.values())
+    x_min = min(d["x"].min() for d in data.values())
+    if c > FIT["extrapolate_warn"] * x_max:
+        note(f"warning: extrapolating to {c:.3g} {xname}, {c / x_max:.0f}x beyond "
+             f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
+    elif c < x_min / FIT["extrapolate_warn"]:
+        note(f"warning: extrapolating to {c:.3g} {xname}, {x_min / c:.0f}x below "
+             f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
+    for a, r in fit["arms"].items():
+        r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
+            ref_free, None if a == reference_arm else r, c / c_ref)
+        r["pi_at_extrapolate"] = float(fitted_multiplier(ref_law, r, c / c_ref))
+
+
+def cmd_ladders(args):
+    """Per arm L(C) = E + A (C/1e18)^-gamma with E fitted on the reference arm and shared (arXiv 2609.19107 Sec. 4.2),
+compute multipliers, bootstrap CIs, the per-arm free-E check, forecasts at --extrapolate C (Figure 4), and with --out
+Figure 3 + Figure 2 (left).
+INPUTS: CSV [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] or the authors' release
+JSON (ladder series, downstream.json, or the FineWeb-Edu ladders, whose d26 record is held out); --runs-dir: train.py
+runs (incomplete ones skipped). The runs of one arm must share the arm's recipe (its row of the arms table and the
+preset, what train.py's flags change) and data pool; what a depth derives is not compared.
+Reference arm: --reference-arm, else vanilla if present, else the only arm. Several rows for one (arm, depth) with
+distinct seeds are seed replicates: pooled, their spread is the run-to-run noise sigma (sd of ln val_loss of one run)
+that weights the fits and drives a parametric bootstrap; --noise SIGMA gives it without replicates."""
+    if args.out:
+        check_outputs(args.out)
+    marked = []
+    data = load_ladders(args.inputs, args.runs_dir, args.time, args.replicates, marked, args.exclude_flagged)
+    ref = reference_arm(data, args.reference_arm)
+    if args.figure2_arms and not args.out:
+        raise UsageError("--figure2-arms picks the arms of Figure 2, which only --out DIR draws; add --out")
+    if stray := [a for a in args.figure2_arms or () if a not in data]:
+        raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
+    named = args.holdout or []
+    held = hold_out(data, named + [spec for spec in dict.fromkeys(marked) if spec not in named])
+    xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
+    sigma, dof = pooled_noise(data)
+    source = "replicates" if sigma is not None else None
+    if args.noise is not None:
+        if sigma is not None:
+            note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
+        sigma, dof, source = args.noise, 0, "--noise"
+    E_known = ladder_floor(args, data, ref)
+    t0 = time.perf_counter()
+    fit = fit_ladders(data, ref, c_ref, args.anchor_depth or default_anchor(data[ref]["depth"]), sigma, E_known)
+    t_fit = time.perf_counter() - t0
+    for warning in fit["warnings"]:
+        note(warning)
+    fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
+                        replicated_points=int(sum((d["n"] > 1).sum() for d in data.values())))
+    n_boot = args.bootstrap if args.bootstrap is not None else (FIT["default_extrapolate_boot"] if args.extrapolate else 0)
+    t0 = time.perf_counter()
+    if n_boot > 0:
+        bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
+    t_boot = time.perf_counter() - t0
+    fit["footing"] = footing(fit, sigma)
+    ref_free = fit["reference_free"]
+    if args.extrapolate:
+        forecast_at(args.extrapolate, data, fit, ref, c_ref, xname)
+    for h in held:
+        law = fit["arms"].get(h["arm"])
+        h["forecast_loss"] = forecast(ref_free, None if h["arm"] == ref else law, h["compute"] / c_ref)[0] \
+            if law else np.nan
+        h["residual"] = h["loss"] - h["forecast_loss"]
+    paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
+    if args.json:
+        drop = ("free_gamma_E_cov", "floor_slope", "multipliers_all")
+        obj = dict(E=fit["E"], reference_arm=ref, C0=fit["C0"], x_unit=xname, c_ref=c_ref, reference_free=ref_free,
+                   noise=fit["noise"], noise_check=fit.get("noise_check"), errors=fit["errors"],
+                   arms={a: {k: v for k, v in r.items() if k not in drop} for a, r in fit["arms"].items()},
+                   **{k: fit[k] for k in ("E_ci", "E_se", "E_dof", "E_bound", "bootstrap", "footing") if k in fit})
+        obj.update(dict(extrapolate=args.extrapolate) if args.extrapolate else {}, **dict(held_out=held) if held else {})
+        print(json.dumps(jsonable(obj), allow_nan=False))
+        return
+    print(ladder_table(fit, xname))
+    print("\n" + "\n".join(fit["footing"] + noise_lines(fit)))
+    if args.extrapolate:
+        c = lambda r, k: (lambda v: f" [{fnum(v[0], '.4f')}, {fnum(v[1], '.4f')}]" if v else "")(r.get(f"{k}_ci"))
+        print(f"\nat C = {args.extrapolate:.6g} {xname}: forecast loss L_arm(C); gain C_{ref}(L_arm(C)) / C "
+              f"(Figure 4's definition); pi(C) = C / C_arm(L_{ref}(C)) (shared-E laws)")
+        for a, r in fit["arms"].items():
+            print(f"  {a:<18} loss {r['forecast_loss']:.4f}{c(r, 'forecast_loss')}  gain {r['gain_at_extrapolate']:.4f}"
+                  f"{c(r, 'gain_at_extrapolate')}  pi {r['pi_at_extrapolate']:.4f}{c(r, 'pi_at_extrapolate')}")
+    for h in held:
+        print(f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
+              f"{fnum(h['forecast_loss'])}, residual {fnum(h['residual'], '+.4f')}")
+    print(f"\nfit: {t_fit:.2f} s" + (f"; bootstrap {n_boot} resamples: {t_boot:.1f} s" if n_boot else ""))
+    for p in paths:
+        print(f"wrote {p}")
 
 
 def ladder_table(fit, xname):
@@ -285,6 +385,7 @@ def contradiction_lines(fit):
         lines.append(f"  {arm:<18} {r['gamma']:.4f} ± {fnum(q['gamma_se'])}{'':<3} "
                      f"{r['delta_gamma']:+.4f} ± {fnum(q['delta_gamma_se']):<8} {flag}")
     return lines
+
 
 
 LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
@@ -382,190 +483,338 @@ def footing_note(fit):
             + ", ".join(f"{a} {k}" for a, k in short.items()) + "); no ± or CI is known for these fits")
 
 
-def ladder_floor(args, data):
-    """The release's conventions: the shared --shared-anchor point, and the floor E held at vanilla's FLOP-ladder fit
-    for --time and any --reference-arm (None: fit_ladders fits it on the reference arm, as --refit-floor asks)."""
-    if args.shared_anchor:
-        note(f"shared d{args.shared_anchor} anchor: every arm's d{args.shared_anchor} loss set to "
-             f"{paper.share_anchor(data, args.shared_anchor):.6f}, the mean of the equivalent runs")
-    E_known = None
-    if args.reference_arm not in data:
-        raise UsageError(f"reference arm {args.reference_arm!r} not in the data (arms: {', '.join(data)})")
-    if not args.refit_floor and (args.time or args.floor_from or args.reference_arm != paper.FLOOR_ARM):
+# ---------------------------------------------------------------------------------------------------- watching runs
+def run_dirs(items):
+    """The run folders --runs-dir names: a folder holding a result.json, a train.lock or a trajectory.jsonl, else such
+    folders one level below it."""
+    is_run = lambda d: any(os.path.exists(os.path.join(d, f)) for f in ("result.json", "train.lock", "trajectory.jsonl"))
+    found = []
+    for item in items:
+        if not os.path.isdir(item):
+            raise UsageError(f"--runs-dir {item} is not a folder; pass a train.py run folder or a folder of them")
+        below = sorted(os.path.join(item, d) for d in os.listdir(item) if os.path.isdir(os.path.join(item, d)))
+        found += [item] if is_run(item) else [d for d in below if is_run(d)]
+    if not found:
+        raise UsageError(f"no train.py runs in {' '.join(items)} (no result.json, train.lock or trajectory.jsonl); "
+                         "pass run folders or their RUNS_DIR")
+    return found
+
+
+def lock_held(run_dir):
+    """Whether a process holds the run's lock (a train.py writing it now, on this host)."""
+    import fcntl
+    path = os.path.join(run_dir, "train.lock")
+    if not os.path.isfile(path):
+        return False
+    with open(path) as f:
         try:
-            E_known = paper.floor_of(load_ladders(args.floor_from or args.inputs, False, args.replicates))
-        except UsageError as e:
-            if args.floor_from:
-                raise
-            raise UsageError(f"the floor is {paper.FLOOR_ARM}'s FLOP-ladder fit and the inputs give none ({e}); pass "
-                             "--floor-from with FLOP ladders (the release's ladders.json for its timing.json) or "
-                             "--refit-floor")
-        axis = "time ladder" if args.time else "ladder"
-        note(f"floor E = {E_known:.6f} from {paper.FLOOR_ARM}'s FLOP ladder, held fixed (--refit-floor fits it on "
-             f"{args.reference_arm}'s {axis} instead)")
-    return E_known
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
 
 
-def check_figure2_arms(figure2_arms, out, data):
-    if figure2_arms and not out:
-        raise UsageError("--figure2-arms picks the arms of Figure 2, which only --out DIR draws; add --out")
-    stray = [a for a in figure2_arms or () if a not in data]
-    if stray:
-        raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
+def read_trajectory(run_dir):
+    """trajectory.jsonl's records (docs/trajectory.md); the torn last line of a live run is left out."""
+    path, records = os.path.join(run_dir, "trajectory.jsonl"), []
+    for line in open(path) if os.path.isfile(path) else ():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            pass
+    return records
 
 
-def forecast_at(c, data, fit, reference_arm, c_ref, xname):
-    """Every arm's forecast loss, gain and pi at compute c (--extrapolate), into fit["arms"]; a warning when c
-    lies far outside the measured points."""
-    ref_law, ref_free = fit["arms"][reference_arm], fit["reference_free"]
-    x_max = max(d["x"].max() for d in data.values())
-    x_min = min(d["x"].min() for d in data.values())
-    if c > FIT["extrapolate_warn"] * x_max:
-        note(f"warning: extrapolating to {c:.3g} {xname}, {c / x_max:.0f}x beyond "
-             f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
-    elif c < x_min / FIT["extrapolate_warn"]:
-        note(f"warning: extrapolating to {c:.3g} {xname}, {x_min / c:.0f}x below "
-             f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
-    for a, r in fit["arms"].items():
-        r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
-            ref_free, None if a == reference_arm else r, c / c_ref)
-        r["pi_at_extrapolate"] = float(fitted_multiplier(ref_law, r, c / c_ref))
+def read_result(run_dir, name="result.json"):
+    """RUN/name (result.json, core_eval.py's eval.json) as a dict, or None when there is none."""
+    path = os.path.join(run_dir, name)
+    return json.load(open(path)) if os.path.isfile(path) else None
 
 
-def cmd_ladders(args):
-    if args.out:
-        check_outputs(args.out, LADDER_FIGURES)
-    marked = []
-    data = load_ladders(args.inputs, args.time, args.replicates, marked, args.exclude_flagged)
-    check_figure2_arms(args.figure2_arms, args.out, data)
-    named = args.holdout or []
-    held = hold_out(data, named + [spec for spec in dict.fromkeys(marked) if spec not in named])
-    xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
-    sigma, dof = pooled_noise(data)
-    source = "replicates" if sigma is not None else None
-    if args.noise is not None:
-        if sigma is not None:
-            note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
-        sigma, dof, source = args.noise, 0, "--noise"
-    E_known = ladder_floor(args, data)
-    t0 = time.perf_counter()
-    fit = fit_ladders(data, args.reference_arm, c_ref, args.anchor_depth, sigma, E_known)
-    t_fit = time.perf_counter() - t0
-    for warning in fit["warnings"]:
-        note(warning)
-    fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
-                        replicated_points=int(sum((d["n"] > 1).sum() for d in data.values())))
-    n_boot = args.bootstrap if args.bootstrap is not None else (FIT["default_extrapolate_boot"] if args.extrapolate else 0)
-    t_boot = None
-    if n_boot > 0:
-        t0 = time.perf_counter()
-        bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
-        t_boot = time.perf_counter() - t0
-    fit["footing"] = footing(fit, sigma)
-    ref_free = fit["reference_free"]
-    if args.extrapolate:
-        forecast_at(args.extrapolate, data, fit, args.reference_arm, c_ref, xname)
-    for h in held:
-        law = fit["arms"].get(h["arm"])
-        h["forecast_loss"] = forecast(ref_free, None if h["arm"] == args.reference_arm else law, h["compute"] / c_ref)[0] \
-            if law else np.nan
-        h["residual"] = h["loss"] - h["forecast_loss"]
-    paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
+def run_row(run_dir):
+    """One row of the runs table, every column at one step: the step the run reached (a finished run's result.json,
+    a running one's last trajectory record), the train loss logged there, and the latest validation at or before it
+    with its step; the start's validation (step 0) only when there is no other, labelled so."""
+    result, records, held = read_result(run_dir) or {}, read_trajectory(run_dir), lock_held(run_dir)
+    plan, status = result.get("plan") or {}, result.get("status")
+    state, reason = {"complete": "complete", "stopped": "stopped", "interrupted": "stopped"}.get(status, "failed"), \
+        result.get("error")
+    if status in (None, "running"):
+        state = "running" if held else "failed"
+        reason = None if held else "no process holds its lock: the run died (killed?); ladder.sh or --resume " \
+            "continues it" if result or records else "no result.json and no process holds its lock"
+    elif held and state in ("stopped", "failed"):  # a resume that has not yet written "running"
+        state, reason = "resuming", f"resuming a {status} run"
+    step = records[-1]["step"] if records and state in ("running", "resuming") or "completed_steps" not in result \
+        else result["completed_steps"]
+    at = next((r for r in reversed(records) if r["step"] <= (step or 0)), {})
+    evals = [(e["step"], e["val_loss"]) for e in result.get("evals") or []] + \
+        [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
+    val_step, val_loss = max((e for e in evals if e[0] <= (step or 0)), default=(None, None))
+    return dict(run=os.path.basename(os.path.normpath(run_dir)), path=run_dir, arch=result.get("arch", plan.get("arch")),
+                depth=result.get("depth", plan.get("depth")), state=state, reason=reason, step=step,
+                steps=plan.get("steps"), train_loss=at.get("loss") if at.get("step") == step else None,
+                val_loss=val_loss, val_step=val_step,
+                flops=at.get("flops") if at.get("step") == step else result.get("estimated_training_flops"),
+                flops_planned=plan.get("total_flops"),
+                wall_seconds=at.get("wall_seconds", result.get("wall_seconds")),
+                eta_seconds=at.get("eta_seconds") if state == "running" else None)
+
+
+def val_text(row):
+    """The latest validation and its step: '2.3456 @50', the start's '5.5512 @0 (start)', or —."""
+    if row["val_loss"] is None:
+        return "—"
+    return f"{row['val_loss']:.4f} @{row['val_step']}" + (" (start)" if row["val_step"] == 0 else "")
+
+
+def hms(seconds):
+    return "—" if seconds is None else clock(seconds)
+
+
+def run_order(row):
+    """Runs in the arms table's order, then by depth and folder name."""
+    return arm_order(row["arch"] or ""), row["depth"] or 0, row["run"]
+
+
+def cmd_runs(args):
+    """One row per train.py run: its state (complete / running / stopped / failed, with the reason; running while a
+train.py holds its train.lock on this host), the step it reached, the train loss there, the latest validation and
+the step it was taken at, FLOPs done / planned, wall time and ETA."""
+    rows = sorted((run_row(d) for d in run_dirs(args.runs_dir)), key=run_order)
     if args.json:
-        keep = ("dof", "intervals_known", "gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "A", "logA_C0", "r2", "reduced_chi2", "multipliers", "final_multiplier",
-                "fitted_final_multiplier", "gamma_boot_se", "gamma_ci", "delta_gamma_ci", "final_multiplier_ci",
-                "fitted_final_multiplier_ci", "bootstrap_valid", "free_E", "free_gamma", "free_A", "free_gamma_se",
-                "free_E_se", "free_E_bound", "free_disagrees", "forecast_loss", "forecast_loss_ci", "gain_at_extrapolate",
-                "gain_at_extrapolate_ci", "pi_at_extrapolate", "pi_at_extrapolate_ci", "points")
-        obj = dict(E=fit["E"], reference_arm=fit["reference_arm"], C0=fit["C0"], x_unit=xname, c_ref=c_ref,
-                   reference_free=ref_free, noise=fit["noise"], noise_check=fit.get("noise_check"),
-                   arms={a: {k: r[k] for k in keep if k in r} for a, r in fit["arms"].items()}, errors=fit["errors"])
-        obj.update({k: fit[k] for k in ("E_ci", "E_se", "E_dof", "E_bound", "bootstrap", "footing") if k in fit})
-        if args.extrapolate:
-            obj["extrapolate"] = args.extrapolate
-        if held:
-            obj["held_out"] = held
-        print(json.dumps(jsonable(obj), allow_nan=False))
+        print(json.dumps(jsonable(dict(runs=rows)), indent=2))
         return
-    print(ladder_table(fit, xname))
-    print("\n" + "\n".join(fit["footing"] + noise_lines(fit)))
-    if args.extrapolate:
-        c = lambda r, k: (lambda v: f" [{fnum(v[0], '.4f')}, {fnum(v[1], '.4f')}]" if v else "")(r.get(f"{k}_ci"))
-        print(f"\nat C = {args.extrapolate:.6g} {xname}: forecast loss L_arm(C); gain C_{args.reference_arm}(L_arm(C)) / C "
-              f"(Figure 4's definition); pi(C) = C / C_arm(L_{args.reference_arm}(C)) (shared-E laws)")
-        for a, r in fit["arms"].items():
-            print(f"  {a:<18} loss {r['forecast_loss']:.4f}{c(r, 'forecast_loss')}  gain {r['gain_at_extrapolate']:.4f}"
-                  f"{c(r, 'gain_at_extrapolate')}  pi {r['pi_at_extrapolate']:.4f}{c(r, 'pi_at_extrapolate')}")
-    for h in held:
-        print(f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
-              f"{fnum(h['forecast_loss'])}, residual {fnum(h['residual'], '+.4f')}")
-    print(f"\nfit: {t_fit:.2f} s" + (f"; bootstrap {n_boot} resamples: {t_boot:.1f} s" if t_boot else ""))
-    for p in paths:
-        print(f"wrote {p}")
+    print(f"{'run':<24} {'state':<9} {'step':>13} {'train':>7} {'val @ step':>20} {'FLOPs done / planned':>21} "
+          f"{'wall time':>10} {'ETA (wall)':>10}")
+    for r in rows:
+        step = f"{r['step'] or 0}/{r['steps'] or '?'}"
+        print(f"{r['run']:<24} {r['state']:<9} {step:>13} {fnum(r['train_loss']):>7} "
+              f"{val_text(r):>20} {fnum(r['flops'], '.2e') + ' / ' + fnum(r['flops_planned'], '.2e'):>21} "
+              f"{hms(r['wall_seconds']):>10} {hms(r['eta_seconds']):>10}" + (f"  {r['reason']}" if r["reason"] else ""))
 
 
-# ---------------------------------------------------------------------------------------------------- report.md
+X_AXES = dict(steps=("step", "optimizer step", "linear"), tokens=("tokens", "training tokens", "log"),
+              flops=("flops", "training FLOPs (the plan's accounting)", "log"))
+SMOOTHING = 0.02  # the training loss drawn is its mean over a centred window of 2 % of the run's steps (>= 5)
+
+
+def curve_runs(items):
+    """[(row, records, result)] of every run with trajectory records, in run_order."""
+    runs = [(run_row(d), read_trajectory(d), read_result(d) or {}) for d in run_dirs(items)]
+    if not (runs := [r for r in runs if r[1]]):
+        raise UsageError(f"no run in {' '.join(items)} has trajectory records yet; curves need trajectory.jsonl")
+    return sorted(runs, key=lambda r: run_order(r[0]))
+
+
+def shade(colour, depth, depths):
+    """The arm's colour, lighter for shallower runs (the deepest full, the shallowest 75 % white)."""
+    from matplotlib.colors import to_rgb
+    rank, n = sorted(depths).index(depth), len(depths)
+    lift = 0.75 * (n - 1 - rank) / (n - 1) if n > 1 else 0.0
+    return tuple(c + (1 - c) * lift for c in to_rgb(colour))
+
+
+def smoothed(values):
+    """The centred moving mean (no lag, unlike an EMA on a falling loss), its window shrunk at the ends."""
+    k = max(2, round(SMOOTHING * len(values) / 2))
+    return [sum(values[max(0, i - k):i + k + 1]) / len(values[max(0, i - k):i + k + 1]) for i in range(len(values))]
+
+
+def frontier_laws(path):
+    """{arm: (E, A, gamma, c_ref, (lowest, highest fitted compute))} from a `fit.py ladders --json` output."""
+    try:
+        fit = json.load(open(path))
+        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"], (min(p["compute"] for p in law["points"]),
+                max(p["compute"] for p in law["points"]))) for arm, law in fit["arms"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        raise UsageError(f"--frontier {path} is not a `fit.py ladders --json` output (E, c_ref, arms.*.A/gamma/points);"
+                         " write one with python fit.py ladders --runs-dir RUNS --json > fit.json") from None
+
+
+def curves_figure(plt, runs, x_axis, frontier):
+    """Training loss (smoothed; the raw steps faint) and validation loss of every run against the x axis, one colour
+    per arm, depth by shade; a stopped or running run dashed; ▲ at growth, | at the warmdown's start; a fitted
+    frontier dashed over the range it was fitted on."""
+    from matplotlib.ticker import FormatStrFormatter
+    key, label, scale = X_AXES[x_axis]
+    fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
+    by_arm, seen = {}, {}
+    for row, _, _ in runs:
+        by_arm.setdefault(row["arch"], set()).add(row["depth"])
+        seen[(row["arch"], row["depth"])] = seen.get((row["arch"], row["depth"]), -1) + 1
+    drawn = {}
+    for row, records, result in runs:
+        arm, depth = row["arch"], row["depth"]
+        twin = drawn[(arm, depth)] = drawn.get((arm, depth), -1) + 1
+        colour = shade(style(arm)[1] if arm else "#777777", depth, by_arm[arm])
+        if not (points := [r for r in records if r.get(key) is not None]):
+            continue
+        name = f"{style(arm)[0] if arm else row['run']} d{depth}" + (f" ({row['run']})" if seen[(arm, depth)] else "") \
+            + ("" if row["state"] == "complete" else f" [{row['state']}]")
+        line = dict(color=colour, ls=("-", ":", "-.")[twin % 3] if row["state"] == "complete" else "--")
+        xs, ys = [r[key] for r in points], smoothed([r["loss"] for r in points])
+        ax_train.plot(xs, [r["loss"] for r in points], color=colour, lw=0.5, alpha=0.25)
+        ax_train.plot(xs, ys, lw=1.4, label=name, **line)
+        vals = [r for r in points if r.get("val_loss") is not None]
+        ax_val.plot([r[key] for r in vals], [r["val_loss"] for r in vals], marker="o", ms=3, lw=1, label=name, **line)
+        plan, at = result.get("plan") or {}, {r["step"]: (r, y) for r, y in zip(points, ys)}
+        for event in result.get("growth_events") or []:
+            if event["step"] in at:
+                grown, y = at[event["step"]]
+                for ax, y in ((ax_train, y), (ax_val, grown.get("val_loss_after_growth"))):
+                    if y is not None:
+                        ax.plot(grown[key], y, "^", color=colour, ms=8, mec="black", mew=0.6)
+        if start := at.get(round(plan.get("steps", 0) * (1 - plan.get("warmdown_ratio", 0)))) if plan.get(
+                "warmdown_ratio") else None:
+            ax_train.plot(start[0][key], start[1], "|", color=colour, ms=18, mew=2.5, mec="black")
+    for arm, (E, A, gamma, c_ref, (lo, hi)) in (frontier or {}).items():
+        if arm in by_arm:
+            grid = [lo * (hi / lo) ** (i / 50) for i in range(51)]
+            law = [E + A * (c / c_ref) ** -gamma for c in grid]
+            ax_val.plot(grid, law, "--", color=style(arm)[1], lw=1.2, label=f"{style(arm)[0]} frontier (fitted range)")
+            ax_val.plot([grid[0], grid[-1]], [law[0], law[-1]], "|", color=style(arm)[1], ms=12, mew=2)
+    for ax, title in ((ax_train, f"training loss (centred mean over {SMOOTHING:.0%} of each run's steps, >= 5; raw "
+                                 "faint)"), (ax_val, "validation loss")):
+        ax.set_xscale(scale)
+        if any(len(line.get_ydata()) for line in ax.lines):  # a run without a validation yet leaves its panel empty
+            ax.set_yscale("log")
+        ax.set(xlabel=label, ylabel=f"{title.split(' (')[0]} (nats per token)")
+        ax.yaxis.set_major_formatter(FormatStrFormatter("%.3g"))
+        ax.yaxis.set_minor_formatter(FormatStrFormatter("%.3g"))
+        ax.set_title(f"{title}\n▲ growth" + (", | warmdown start" if ax is ax_train else "")
+                     + "; dashed: stopped or running", fontsize=9)
+        ax.grid(alpha=0.3, which="both")
+    ax_val.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
+
+
+def draw_curves(runs, out, x_axis, frontier=None):
+    """curves_figure of each ladder (the runs' preset) into out/curves_LADDER_X.{png,pdf} -> the paths written."""
+    check_outputs(out)
+    plt, ladders, paths = pyplot(), {}, []
+    for run in runs:
+        ladders.setdefault((run[2].get("plan") or {}).get("preset") or "runs", []).append(run)
+    for ladder, members in ladders.items():
+        fig = curves_figure(plt, members, x_axis, frontier)
+        paths += save_figures(out, {f"curves_{ladder}_{x_axis}.{ext}": fig for ext in ("png", "pdf")}, dpi=120)
+        plt.close(fig)
+    return paths
+
+
+def cmd_curves(args):
+    """Training and validation loss of train.py runs against steps, tokens or FLOPs (docs/trajectory.md), one figure
+per ladder (the runs' preset), one colour per arm, depth by shade, growth and warmdown marked. --frontier FIT.json (a
+`fit.py ladders --json` output) overlays the fitted L(C) on a --x flops figure."""
+    if args.frontier and args.x != "flops":
+        raise UsageError("--frontier overlays L(C) on a FLOPs axis; add --x flops")
+    frontier = frontier_laws(args.frontier) if args.frontier else None
+    runs = curve_runs(args.runs_dir)
+    written = draw_curves(runs, args.out or os.path.join(args.runs_dir[0], "curves"), args.x, frontier)
+    if args.json:
+        print(json.dumps(dict(written=written, runs=[dict(run=r[0]["run"], state=r[0]["state"]) for r in runs])))
+        return
+    print("\n".join(f"wrote {p}" for p in written))
+    print(f"{len(runs)} runs: " + ", ".join(f"{r[0]['run']} ({r[0]['state']})" for r in runs))
+
+
+REPORT_PLAN = ("arch", "preset", "depth", "width", "n_layer", "params_tpp", "params_stored", "steps", "tokens_per_step",
+               "train_tokens", "total_flops", "pass_stages", "crossover_steps", "warmup_steps", "warmdown_ratio",
+               "rewarm_steps", "matrix_lr", "embedding_lr", "weight_decay", "optimizer", "seed")
+
+
+def markdown_table(header, rows):
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header)] + [f"| {' | '.join(map(str, r))} |" for r in rows]
+
+
+def run_report(run_dir, curves=None):
+    """report.md of one run: the plan's main fields and schedule notes, the environment, the curves (`curves`: the
+    figure beside report.md), every validation, CORE when core_eval.py wrote eval.json, and the timings."""
+    result, row = read_result(run_dir) or {}, run_row(run_dir)
+    plan = result.get("plan") or {}
+    num = lambda v: f"{v:.6g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
+    lines = [f"# {row['run']}", "", f"{row['arch']} d{row['depth']}, preset {plan.get('preset')}: **{row['state']}** "
+             f"at step {row['step']}/{row['steps']}" + (f" ({row['reason']})" if row["reason"] else "") + ".", "",
+             "## Plan", ""] + markdown_table(["field", "value"], [(f"`{k}`", num(plan[k])) for k in REPORT_PLAN
+                                                                   if k in plan])
+    lines += [""] + [f"- note: {n}" for n in result.get("schedule_notes") or []]
+    env = dict(result.get("environment") or {}, world_size=result.get("world_size"), data_dir=result.get("data_dir"))
+    lines += ["", "## Environment", ""] + markdown_table(["", ""], [(k, v) for k, v in env.items() if v is not None])
+    lines += ["", "## Curves", "", f"![training and validation loss]({curves})" if curves else
+              f"Drawn by `python fit.py report --runs-dir {run_dir}`."]
+    lines += ["", "## Validation", ""] + markdown_table(
+        ["step", "when", "passes", "val loss (nats/token)", "val bpb"],
+        [(e["step"], e.get("when", ""), e.get("passes", ""), f"{e['val_loss']:.4f}", fnum(e.get("val_bpb")))
+         for e in result.get("evals") or []])
+    core = read_result(run_dir, "eval.json")
+    lines += ["", "## CORE", "", f"CORE {core['core_metric']:.4f} ({core.get('checkpoint')})" if core else
+              f"Not evaluated (`python core_eval.py --checkpoint {os.path.join(run_dir, 'checkpoints', 'final')}`)."]
+    lines += ["", "## Timings", ""] + markdown_table(["", ""], [
+        ("training time (wall time less validations and checkpoints)", hms(result.get("total_training_time_seconds"))),
+        ("validation time", hms(result.get("eval_seconds"))), ("wall time (resumes added up)", hms(row["wall_seconds"])),
+        ("training tokens / s", fnum(result.get("tokens_per_second"), ",.0f")), ("FLOPs done", fnum(row["flops"], ".4g"))])
+    return "\n".join(lines) + "\n"
+
+
+def write_run_report(run_dir, curves=None):
+    """RUN/report.md (train.py at a run's end, fit.py report), replaced whole. -> its path."""
+    write_text(os.path.join(run_dir, "report.md"), run_report(run_dir, curves))
+    return os.path.join(run_dir, "report.md")
+
+
 def cmd_report(args):
-    """report.md of a run (DIR holds result.json: its own, with its curves) or of a ladder (DIR holds runs: every
-    run's, then DIR/report.md with the runs table, the ladder fit with bootstrap CIs and its figures in DIR/fit, the
-    curves in DIR/curves). The fit takes the arms with >= 3 complete depths."""
-    dirs, plt, written, table = watch.run_dirs([args.dir]), pyplot(), [], None
-    runs = []  # (row, records, result) of every run, as watch.curves_figure takes them
+    """report.md of a run (--runs-dir RUN: its own, with its curves) or of a ladder (--runs-dir RUNS_DIR: every run's,
+then RUNS_DIR/report.md with the runs table, the ladder fit of the arms with >= 3 complete depths with bootstrap CIs
+and its figures in RUNS_DIR/fit, and the curves in RUNS_DIR/curves). The fit's reference arm follows fit.py ladders'
+rule (--reference-arm, else vanilla, else the only arm)."""
+    runs_dir, plt, table = args.runs_dir[0], pyplot(), None
+    dirs, runs, written = run_dirs([runs_dir]), [], []
     for d in dirs:
-        runs.append((watch.run_row(d), watch.read_trajectory(d), watch.read_result(d) or {}))
+        runs.append((run_row(d), read_trajectory(d), read_result(d) or {}))
         if runs[-1][1]:
-            fig = watch.curves_figure(plt, runs[-1:], "steps", None)
+            fig = curves_figure(plt, runs[-1:], "steps", None)
             save_figures(d, {"curves.png": fig}, dpi=80)
             plt.close(fig)
-        written.append(watch.write_run_report(d, "curves.png" if runs[-1][1] else None))
-    if dirs == [args.dir]:
-        return report_done(args, written, table)
-    runs.sort(key=lambda run: watch.run_order(run[0]))
-    rows = [row for row, _, _ in runs]
-    lines = [f"# Ladder report: {args.dir}", "", "## Runs", ""] + watch.markdown_table(
-        ["run", "state", "step", "val loss", "FLOPs", "wall time", "report"],
-        [(r["run"], r["state"], f"{r['step'] or 0}/{r['steps'] or '?'}", fnum(r["val_loss"]), fnum(r["flops"], ".3e"),
-          watch.hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows])
-    complete = {}
-    for r in rows:
-        if r["state"] == "complete":
-            complete.setdefault(r["arch"], set()).add(r["depth"])
-    fitted = {a: sorted(d) for a, d in complete.items() if len(d) >= 3}
-    lines += ["", "## Fit", ""]
-    if fitted:
-        ref = "vanilla" if "vanilla" in fitted else min(fitted, key=arm_order)
-        depths = fitted[ref]
-        anchor = FIT["anchor_depth"] if FIT["anchor_depth"] in depths else depths[1]  # d1 of a cpu ladder: truncated
-        argv = ["ladders", *[r["path"] for r in rows if r["arch"] in fitted], "--reference-arm", ref,
-                "--anchor-depth", str(anchor), "--bootstrap", str(args.bootstrap), "--out", os.path.join(args.dir, "fit")]
-        text = io.StringIO()
-        try:  # the table as `fit.py ladders` prints it, beside the command that prints it
-            with contextlib.redirect_stdout(text):
+        written.append(write_run_report(d, "curves.png" if runs[-1][1] else None))
+    if dirs != [runs_dir]:
+        rows = [row for row, _, _ in sorted(runs, key=lambda run: run_order(run[0]))]
+        lines = [f"# Ladder report: {runs_dir}", "", "## Runs", ""] + markdown_table(
+            ["run", "state", "step", "val loss @ step", "FLOPs", "wall time", "report"],
+            [(r["run"], r["state"], f"{r['step'] or 0}/{r['steps'] or '?'}", val_text(r), fnum(r["flops"], ".3e"),
+              hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows])
+        complete = {}
+        for r in rows:
+            if r["state"] == "complete":
+                complete.setdefault(r["arch"], set()).add(r["depth"])
+        fitted = [a for a, d in complete.items() if len(d) >= 3]
+        argv = ["ladders", "--runs-dir", *[r["path"] for r in rows if r["arch"] in fitted], "--bootstrap",
+                str(args.bootstrap), "--out", os.path.join(runs_dir, "fit")] + \
+            (["--reference-arm", args.reference_arm] if args.reference_arm else [])
+        lines += ["", "## Fit", ""]
+        try:
+            if not fitted:
+                raise UsageError("no arm has 3 complete depths yet")
+            with contextlib.redirect_stdout(io.StringIO()) as text:  # the table as `fit.py ladders` prints it
                 cmd_ladders(build_parser().parse_args(argv))
             table = "\n".join(l for l in text.getvalue().splitlines() if not l.startswith("wrote "))
-            lines += [f"`python fit.py {' '.join(argv)}`", "", "```", table, "```", "",
-                      "![ladders](fit/fig3_ladders.png)"]
+            lines += [f"`python fit.py {' '.join(argv)}`", "", "```", table, "```", "", "![ladders](fit/fig3_ladders.png)"]
+            written.append(os.path.join(runs_dir, "fit"))
         except UsageError as e:  # the runs are what they are: the report says why they do not fit
             note(f"no fit: {e}")
             lines.append(f"No fit: {e}")
-    else:
-        lines.append("No fit: no arm has 3 complete depths yet.")
-    drawn = [run for run in runs if run[1]]
-    curves = watch.draw_curves(drawn, os.path.join(args.dir, "curves"), "steps") if drawn else []
-    lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(p)})" for p in curves if p.endswith(".png")]
-    path = os.path.join(args.dir, "report.md")
-    write_text(path, "\n".join(lines) + "\n")
-    report_done(args, written + [path], table)
-
-
-def report_done(args, written, table):
+        curves = draw_curves([run for run in runs if run[1]], os.path.join(runs_dir, "curves"), "steps") \
+            if any(run[1] for run in runs) else []
+        lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(p)})" for p in curves if p.endswith(".png")]
+        write_text(os.path.join(runs_dir, "report.md"), "\n".join(lines) + "\n")
+        written.append(os.path.join(runs_dir, "report.md"))
     if args.json:
         print(json.dumps(dict(written=written, fit_table=table)))
-        return
-    print("\n".join(([table] if table else []) + [f"wrote {p}" for p in written]))
+    else:
+        print("\n".join(([table] if table else []) + [f"wrote {p}" for p in written]))
 
 
-# ---------------------------------------------------------------------------------------------------- downstream (B.6)
+# ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
 def fit_task_nll(x, nll):
     """B.6.1: NLL = E + A x^-alpha, five starts, plain LSQ then Huber; -> (E, A, alpha)."""
     if len(x) < 3:
@@ -617,10 +866,36 @@ def downstream_columns_from_json(path):
     return {k: v if k in ("arm", "_line") else np.array(v) for k, v in c.items()}
 
 
+def downstream_columns_from_runs(runs_dirs):
+    """downstream's columns from train.py runs that core_eval.py evaluated: per run its arm and FLOPs (result.json),
+    core = eval.json's core_metric, nll:<task> / acc:<task> its answer NLL and centered accuracy per task."""
+    c = {"arm": [], "compute_flops": [], "core": [], "_line": []}
+    for d in run_dirs(runs_dirs):
+        result, ev = read_result(d) or {}, read_result(d, "eval.json")
+        if result.get("status") != "complete" or not ev:
+            continue
+        for k, v in [("arm", result["arch"]), ("compute_flops", result["estimated_training_flops"]), ("_line", d),
+                     ("core", ev["core_metric"])] + [(f"nll:{t}", v) for t, v in ev["losses"].items()] + \
+                [(f"acc:{t}", v) for t, v in ev["centered_results"].items()]:
+            c.setdefault(k, []).append(v)
+    if not c["arm"]:
+        raise UsageError(f"no complete run with an eval.json in {' '.join(runs_dirs)}: run core_eval.py on their "
+                         "checkpoints first")
+    return {k: v if k in ("arm", "_line") else np.array(v, dtype=float) for k, v in c.items()}
+
+
 def cmd_downstream(args):
-    from_json = args.data.endswith(".json")
-    c = downstream_columns_from_json(args.data) if from_json else \
-        read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
+    """CORE forecast (App. C.4): per task NLL = E + A C^-alpha per arm, centered accuracy = sigmoid of the NLL, CORE =
+r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
+core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu
+ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
+    if bool(args.data) == bool(args.runs_dir):
+        raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
+    args.data = args.data or " ".join(args.runs_dir)
+    from_json = args.data.endswith(".json") or args.runs_dir
+    c = downstream_columns_from_runs(args.runs_dir) if args.runs_dir else downstream_columns_from_json(args.data) \
+        if from_json else read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"],
+                                   positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
         other = ("acc:" if lone.startswith("nll:") else "nll:") + lone[4:]
@@ -628,9 +903,7 @@ def cmd_downstream(args):
                          "the other column or drop this one")
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
-    if args.reference_arm not in c["arm"]:
-        raise UsageError(f"reference arm {args.reference_arm!r} not in {args.data} (arms: "
-                         f"{', '.join(dict.fromkeys(c['arm']))}); pass --reference-arm")
+    args.reference_arm = reference_arm(dict.fromkeys(c["arm"]), args.reference_arm)
     if not from_json:
         c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
                      positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
@@ -674,69 +947,446 @@ def cmd_downstream(args):
               + "".join(f"; CORE@{C:.3g} = {v:.4f}" for C, v in o["core_at"].items()))
 
 
+# ---------------------------------------------------------------------------------------------------- design
+DESIGN_FIGURE = ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf")
+DESIGN_FORMS = "'d6-18' (depths 6..18), 'x3' (3 seeds everywhere), 'x3@top2' (at each arm's 2 largest depths), " \
+               "'x3@16,18' (at those depths), combined as 'd6-18 x3@top2'"
+MAX_SEEDS = 100  # seeds per planned point in a design spec
+
+
+def read_plan(path):
+    """Planned runs -> [(arm, depth, compute_flops, seeds, origin)] from a CSV [arm, depth, compute_flops (+ seeds)] or
+    train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin)."""
+    if path.endswith(".csv"):
+        c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops", "seeds"],
+                     positive=["depth", "compute_flops", "seeds"])
+        rows = [(a, d, x, c["seeds"][i] if "seeds" in c else 1, f"{path}:{line}")
+                for i, (a, d, x, line) in enumerate(zip(c["arm"], c["depth"], c["compute_flops"], c["_line"]))]
+    else:
+        try:
+            text = sys.stdin.read() if path == "-" else open(path).read()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}")
+        rows = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                rows.append((r["arch"], r["depth"], float(r["total_flops"]), 1, f"{path}:{i}"))
+                assert isinstance(r["arch"], str) and type(r["depth"]) is int
+            except (ValueError, KeyError, TypeError, AssertionError):
+                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, a whole depth, "
+                                 "total_flops per line); or pass a CSV [arm, depth, compute_flops]")
+    for arm, d, x, seeds, origin in rows:
+        if d != int(d) or d < 1 or seeds != int(seeds) or not 1 <= seeds <= MAX_SEEDS or not (math.isfinite(x) and x > 0):
+            raise UsageError(f"{origin}: depth must be a whole number >= 1, seeds a whole number in [1, {MAX_SEEDS}] "
+                             "and compute a finite number > 0")
+    if not rows:
+        raise UsageError(f"{path}: no planned runs")
+    return rows
+
+
+def plan_from_rows(rows):
+    """{(arm, depth): (compute_flops, seeds)}. A run planned twice (in one plan or across plans) is kept once with a
+    warning when both rows agree, and is an error naming both rows when they differ, as `fit.py ladders` treats
+    repeated results."""
+    plan, origin = {}, {}
+    for arm, d, x, seeds, where in rows:
+        key = (arm, int(d))
+        if key in plan:
+            if plan[key] != (x, int(seeds)):
+                raise UsageError(f"{where} and {origin[key]}: two different plans for {arm} d{int(d)}; remove one")
+            note(f"warning: {where} repeats {origin[key]} ({arm} d{int(d)}) exactly; kept one")
+            continue
+        plan[key], origin[key] = (x, int(seeds)), where
+    return plan
+
+
+def parse_design(spec, depths):
+    """A --design spec -> (lo, hi, seeds, where) with where None (every depth), ('top', K) or a set of depths; a token
+    that is not one of DESIGN_FORMS, or that names a depth no run plans, is refused quoting the token."""
+    lo = hi = seeds = where = None
+    for token in spec.split():
+        bad = lambda why: UsageError(f"--design {spec!r}: {token!r} {why}")
+        if m := re.fullmatch(r"d(\d+)-(\d+)", token):
+            if lo is not None:
+                raise bad("is a second depth range; give one")
+            lo, hi = int(m[1]), int(m[2])
+            if lo > hi:
+                raise bad(f"runs backwards; write d{hi}-{lo}")
+            for end in (lo, hi):
+                if end not in depths:
+                    raise bad(f"asks for depth {end}, but no planned run has depth {end}; add it to the plan (e.g. "
+                              f"train.py --dry-run --depth ... {end})")
+        elif m := re.fullmatch(r"x(\d+)(?:@top(\d+)|@(\d+(?:,\d+)*))?", token):
+            if seeds is not None:
+                raise bad("is a second seed count; give one")
+            seeds = int(m[1])
+            if not 1 <= seeds <= MAX_SEEDS:
+                raise bad(f"asks for {seeds} seeds; give 1 to {MAX_SEEDS}")
+            if m[2] is not None:
+                where = ("top", int(m[2]))
+                if where[1] < 1:
+                    raise bad("needs topK with K >= 1 (the K largest depths of each arm)")
+            elif m[3] is not None:
+                where = {int(v) for v in m[3].split(",")}
+                if missing := sorted(where - depths):
+                    raise bad(f"names depth {', '.join(map(str, missing))}, but no planned run has it")
+        else:
+            raise bad(f"is not a design token; use {DESIGN_FORMS}")
+    if isinstance(where, set) and lo is not None and (outside := sorted(d for d in where if not lo <= d <= hi)):
+        raise UsageError(f"--design {spec!r}: seeds at depth {', '.join(map(str, outside))} lie outside d{lo}-{hi}")
+    return lo, hi, seeds, where
+
+
+def apply_design(plan, spec):
+    """A design spec ('' = the plan as given) on the plan -> {arm: (x, n, depths)}: 'dLO-HI' keeps depths LO..HI of
+    every arm (clipped to what it plans), 'xS' gives S seeds to every point, 'xS@topK' to each arm's K largest depths,
+    'xS@16,18' to those."""
+    lo, hi, seeds, where = parse_design(spec, {d for _, d in plan})
+    out = {}
+    for arm in dict.fromkeys(a for a, _ in plan):
+        ds = sorted(d for a, d in plan if a == arm and (lo is None or lo <= d <= hi))
+        extra = set(ds) if where is None else set(ds[-where[1]:]) if isinstance(where, tuple) else where
+        n = [seeds if seeds and d in extra else plan[(arm, d)][1] for d in ds]
+        out[arm] = (np.array([plan[(arm, d)][0] for d in ds]), np.array(n), ds)
+    return out
+
+
+def true_laws(args, arms):
+    """{arm: (A, gamma)} and E from --truth PILOT.json (a `fit.py ladders --json` output) or --E/--gamma/--A."""
+    given = [f"--{k}" for k in ("E", "gamma", "A") if getattr(args, k) is not None]
+    if args.truth and given:
+        raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored; pass "
+                         "either --truth or --E, --gamma and --A")
+    if args.truth:
+        try:
+            with open(args.truth) as f:
+                pilot = json.load(f)
+            E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
+            assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
+        except OSError as e:
+            raise UsageError(f"cannot read {args.truth}: {e.strerror}")
+        except (ValueError, KeyError, TypeError, AttributeError, AssertionError):
+            raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma, "
+                             "all finite and > 0)")
+    elif None not in (args.E, args.gamma, args.A):
+        E, have = args.E, {args.reference_arm: (args.A, args.gamma)}
+    else:
+        raise UsageError("give the true curves: --truth PILOT.json (from fit.py ladders --json) or --E, --gamma and --A")
+    if args.reference_arm not in have:
+        raise UsageError(f"reference arm {args.reference_arm!r} has no law in the truth (arms: {', '.join(have)})")
+    named = dict(args.delta_gamma or [])  # ARM=DG, and "" for a bare DG: the arms without a law in the truth
+    unplanned = [a for a in named if a and a not in arms]
+    if unplanned:
+        raise UsageError(f"--delta-gamma {unplanned[0]}={named[unplanned[0]]:g} names an arm the plan does not run "
+                         f"(planned: {', '.join(arms)})")
+    if args.reference_arm in named:
+        raise UsageError(f"--delta-gamma {args.reference_arm}=... names the reference arm, whose gamma the others' "
+                         "are relative to; name the other arms")
+    lawless = [a for a in arms if a not in have and a not in named]
+    if "" in named and not lawless:
+        raise UsageError(f"--delta-gamma {named['']:g} applies to the planned arms without a law in the truth, and "
+                         "every planned arm has one; name the arm it should change: --delta-gamma ARM=DG")
+    laws = {}
+    for a in arms:
+        dg = named.get(a, named.get("") if a not in have else None)
+        if a not in have and dg is None:
+            raise UsageError(f"planned arm {a!r} has no law in the truth; pass --delta-gamma DG (or {a}=DG) to model "
+                             f"it as the reference arm with gamma + DG")
+        A = have.get(a, have[args.reference_arm])[0]
+        laws[a] = (A, have[a][1] if dg is None else have[args.reference_arm][1] + dg)
+        if laws[a][1] <= 0:
+            raise UsageError(f"--delta-gamma {dg:g} gives {a} a true gamma of {laws[a][1]:g}; it must stay > 0")
+    return E, laws
+
+
+def cmd_design(args):
+    """How many depths and seeds a ladder needs, before GPU-hours are spent: simulates the planned ladders under assumed
+true laws L = E + A (C/1e18)^-gamma and relative run-to-run noise (each run's ln L gets sigma z), fits each as `fit.py
+ladders --noise` does, and reports per design and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the
+E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints (with --bootstrap B
+its bootstrap's too), how often the free-E fit reads an advantage as a lower floor, and the plan's FLOPs and GPU-hours.
+PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops;
+optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
+    if args.out:
+        check_outputs(args.out, DESIGN_FIGURE)
+    plan = plan_from_rows([row for path in args.plan for row in read_plan(path)])
+    E, laws = true_laws(args, dict.fromkeys(a for a, _ in plan))
+    designs = {spec or "plan": apply_design(plan, spec) for spec in (args.design or [""])}
+    if args.reference_arm not in next(iter(designs.values())):
+        raise UsageError(f"reference arm {args.reference_arm!r} is not in the plan")
+    peak = args.peak_flops or GPU_PEAK_FLOPS[args.gpu.upper()]
+    results = []
+    for spec, arms in designs.items():
+        for a, (x, n, ds) in arms.items():
+            if len(ds) < 3:
+                raise UsageError(f"design {spec!r}: {a} has {len(ds)} planned depths; a fit needs >= 3")
+        points = {a: (x / FIT["c_ref"], n) for a, (x, n, _) in arms.items()}
+        draws = simulate(points, laws, E, args.reference_arm, args.noise, args.sims, np.random.default_rng(args.seed),
+                         args.fixed_E, args.bootstrap)
+        flops = float(sum((x * n).sum() for x, n, _ in arms.values()))
+        results.append(dict(design=spec, runs=int(sum(n.sum() for _, n, _ in arms.values())), flops=flops,
+                            gpu_hours=flops / (peak * args.mfu) / 3600,
+                            depths={a: dict(zip(map(int, ds), map(int, n))) for a, (_, n, ds) in arms.items()},
+                            arms=summarize(points, laws, E, args.reference_arm, args.noise, draws)))
+        results[-1]["warnings"] = convergence_warnings(results[-1]["arms"])
+        for w in results[-1]["warnings"]:
+            note(f"warning: design {spec!r}: {w}")
+    paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
+    out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
+               bootstrap=args.bootstrap, seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
+    if args.json:
+        print(json.dumps(jsonable(out), allow_nan=False))
+        return
+    print("\n".join(design_table(out)))
+    for p in paths:
+        print(f"wrote {p}")
+
+
+def design_table(out):
+    """cmd_design's text: per design, the spread of the estimates, then how the analyst's intervals do."""
+    ref, pct = out["reference_arm"], f"{FIT['ci']:.0f}%"
+    lines = [f"sigma = {out['noise']:g} relative (sd of ln L of one run); {out['sims']} simulated ladders per design "
+             f"(asked; every number below rests on the arm's converged fits, column 'fits': converged/asked); "
+             + ("E known" if out["fixed_E"] else f"E refitted on {ref} in every simulation")
+             + f"; GPU-hours at {out['mfu']:.0%} MFU of {out['peak_flops']:.3g} FLOP/s ({out['gpu']})"]
+    f = lambda v, key, fmt: format(v[key], fmt) if key in v else " " * len(format(0.0, fmt))
+    for r in out["designs"]:
+        lines += [f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours",
+                  f"  spread of the estimates ({pct} half-width) and the oracle's P(detect) (estimate beyond it):",
+                  f"  {'arm':<18} {'fits':>9} {'gamma':>7} {'±CI95':>8} {'se(E known)':>11} {'dgamma':>8} {'±CI95':>8} "
+                  f"{'P(detect)':>9}"]
+        fits = {a: f"{v['valid']}/{v['sims']}" for a, v in r["arms"].items()}
+        for a, v in r["arms"].items():
+            lines.append(f"  {a:<18} {fits[a]:>9} {v['gamma_true']:7.4f} {fnum(v['gamma_ci_halfwidth'], '8.4f'):>8} "
+                         f"{v['gamma_se_known_E']:11.5f} "
+                         f"{f(v, 'delta_gamma_true', '+8.4f')} {f(v, 'delta_gamma_ci_halfwidth', '8.4f')} "
+                         f"{f(v, 'detect_probability', '9.2f')}".rstrip())
+        boot = out["bootstrap"] > 0
+        lines += [f"  the analyst's {pct} intervals from one ladder, as fit.py ladders prints them: estimate ± "
+                  f"{stats.norm.ppf(0.5 + FIT['ci'] / 200):.2f} se" + (f" and the {out['bootstrap']}-resample "
+                                                                        "bootstrap" if boot else "")
+                  + "; lower floor: the arm's own free-E fit rejects the shared E for a lower one",
+                  f"  {'arm':<18} {'fits':>9} {'cover gamma':>11} {'(E fixed)':>9} {'cover dgamma':>12} {'power':>6}"
+                  + (f" {'boot: gamma':>11} {'dgamma':>7} {'power':>6}" if boot else "") + f" {'lower floor':>11}"]
+        for a, v in r["arms"].items():
+            lines.append((f"  {a:<18} {fits[a]:>9} {fnum(v['gamma_coverage'], '11.3f'):>11} "
+                          f"{fnum(v['gamma_coverage_given_E'], '9.3f'):>9} "
+                          f"{f(v, 'delta_gamma_coverage', '12.3f')} {f(v, 'power', '6.2f')}"
+                          + (f" {v['gamma_coverage_bootstrap']:11.3f} {f(v, 'delta_gamma_coverage_bootstrap', '7.3f')} "
+                             f"{f(v, 'power_bootstrap', '6.2f')}" if boot else "")
+                          + f" {f(v, 'lower_floor', '11.2f')}").rstrip())
+        lines += [f"  WARNING: {w}" for w in r["warnings"]]
+    return lines
+
+
+def convergence_warnings(arms):
+    """One line per arm whose simulated fits converged in fewer than FIT["design_min_converged"] of the ladders: its
+    numbers are over the converged ones only, which are not a random sample of the ladders (a noisy draw fails
+    more often), so its coverage and power can be far from what one real ladder gets."""
+    return [f"{a}: only {v['valid']} of {v['sims']} simulated fits converged (< {FIT['design_min_converged']:.0%}, "
+            f"FIT['design_min_converged']); its numbers rest on those {v['valid']} alone, which are not a random "
+            "sample of the ladders (the failed draws are not random): its coverage and power may not be one ladder's" for a, v in arms.items()
+            if v["valid"] < FIT["design_min_converged"] * v["sims"]]
+
+
+def design_figure(results, ref_arm, out_dir, gpu):
+    """Expected CI half-width of gamma and of gamma - gamma_ref against each design's GPU-hours."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    arms = list(results[0]["arms"])
+    for a in arms:
+        label, color = style(a)
+        for ax, key in zip(axes, ("gamma_ci_halfwidth", "delta_gamma_ci_halfwidth")):
+            if key in results[0]["arms"][a]:
+                pts = sorted((r["gpu_hours"], r["arms"][a][key]) for r in results)
+                ax.plot(*zip(*pts), "o-", color=color, label=label)
+        if a != ref_arm:
+            axes[1].axhline(abs(results[0]["arms"][a]["delta_gamma_true"]), color=color, ls=":", lw=1)
+    for r in results:
+        for ax, key in zip(axes, ("gamma_ci_halfwidth", "delta_gamma_ci_halfwidth")):
+            ys = [v[key] for v in r["arms"].values() if key in v]
+            ax.annotate(r["design"], (r["gpu_hours"], max(ys)), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    axes[0].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel="expected 95% CI half-width of γ")
+    axes[1].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel=f"expected 95% CI half-width of γ − γ_{ref_arm}",
+                title="dotted: each arm's true |Δγ|")
+    axes[0].legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    try:
+        return save_figures(out_dir, dict.fromkeys(DESIGN_FIGURE, fig), dpi=150)
+    finally:
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------------- surface
+COMPUTE_SLACK = 2.0  # measured FLOPs (attention, embeddings) stray tens of percent from 6 N D; a unit slip does not
+
+
+def cmd_surface(args):
+    """Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E fits of L(N, D) (Huber on ln L, L-BFGS-B
+from a grid of starts plus basin-hopping), cross-validated by regime (large N and/or D held out), compute-optimal N*(C),
+D*(C) on C = 6 N D, and the fit on the L-shaped subset. DATA.csv [N, D or compute (= 6 N D), loss], >= 7 rows; with
+both D and compute, D is fitted and compute must lie within 2x of 6 N D."""
+    c = read_csv(args.data, ["N", "loss"])
+    have = [k for k in ("D", "compute") if k in c]
+    if not have:
+        raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
+    c = read_csv(args.data, ["N", "loss", have[0]], numeric=["N", "loss", *have], positive=["N", "loss", *have],
+                 key=["N", have[0]])
+    N, L = c["N"], c["loss"]
+    D = c["D"] if "D" in c else c["compute"] / (6 * N)
+    if len(have) == 2:  # D is fitted; a compute column beside it must be the same runs' 6 N D, within COMPUTE_SLACK
+        ratio = c["compute"] / (6 * N * D)
+        if (bad := np.flatnonzero(np.abs(np.log(ratio)) > math.log(COMPUTE_SLACK))).size:
+            i = int(bad[0])
+            raise UsageError(f"{args.data}:{c['_line'][i]}: compute is {ratio[i]:.3g}x 6 N D; the fit uses D (C = 6 N "
+                             f"D) and a compute column must agree within {COMPUTE_SLACK:g}x: fix its unit or drop it")
+    dropped = []
+    if args.drop_highest:  # e.g. Hoffmann et al. drop the 5 highest-loss runs before fitting
+        order = np.argsort(-L, kind="stable")[:args.drop_highest]
+        dropped = [dict(line=c["_line"][i], N=N[i], D=D[i], loss=L[i]) for i in order]
+        keep = ~np.isin(np.arange(len(L)), order)
+        N, D, L = N[keep], D[keep], L[keep]
+    if len(L) < 7:
+        raise UsageError(f"{args.data}: need >= 7 rows to fit, have {len(L)}" + (" after --drop-highest" if dropped else ""))
+    forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
+    delta = {f: args.delta if args.delta is not None else FIT["surface_delta"][f] for f in forms}
+    regimes = split_regimes(N, D, args.holdout)
+    if args.folds > regimes["interpolation"].sum():
+        raise UsageError(f"--folds {args.folds}: {args.data} has {regimes['interpolation'].sum()} interpolation points "
+                         f"(--holdout {args.holdout:g}); pass --folds <= that or a smaller --holdout")
+    out = dict(delta=delta, dropped=dropped, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
+    C = 6 * N * D
+    budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))
+    folds = np.array_split(np.random.default_rng(args.seed).permutation(np.flatnonzero(regimes["interpolation"])),
+                           args.folds)
+    for form in forms:
+        p = fit_surface(N, D, L, form, delta[form], args.hops, args.seed)
+        r = dict(params=p, mape_all=mape(p, N, D, L), optimal=[compute_optimal(p, b) for b in budgets],
+                 ratio_exponent=(p["alpha"] - p["beta"]) / (p["alpha"] + p["beta"]))
+        cv = {k: [] for k in regimes}
+        for fold in folds:
+            train = regimes["interpolation"].copy()
+            train[fold] = False
+            pf = fit_surface(N[train], D[train], L[train], form, delta[form], args.hops, args.seed)
+            for k, m in regimes.items():
+                m = m.copy() if k != "interpolation" else np.isin(np.arange(len(L)), fold)
+                cv[k].append(mape(pf, N[m], D[m], L[m]))
+        r["cv_mape"] = {k: dict(mean=float(np.mean(v)), std=float(np.std(v))) for k, v in cv.items()}
+        if args.sparse_l:
+            sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
+            ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
+            r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]),
+                                 mape_far_rest=mape(ps, N[~sub & regimes["far"]], D[~sub & regimes["far"]],
+                                                    L[~sub & regimes["far"]]))
+        out["forms"][form] = r
+    if args.json:
+        print(json.dumps(jsonable(out), allow_nan=False))
+        return
+    print(f"regimes (largest {args.holdout:.0%} of distinct N / D held out): {out['regimes']}; "
+          f"{args.folds}-fold CV over the interpolation points"
+          + (f"; dropped the {len(dropped)} highest-loss rows (lines {', '.join(str(d['line']) for d in dropped)})" if dropped else ""))
+    for form, r in out["forms"].items():
+        p = r["params"]
+        print(f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} B={p['B']:.4g} beta={p['beta']:.4f} "
+              f"k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%")
+        print("  CV MAPE %: " + ", ".join(f"{k} {v['mean']:.3f}±{v['std']:.3f}" for k, v in r["cv_mape"].items()))
+        print(f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}")
+        for o in r["optimal"]:
+            print(f"  C={o['compute']:.3g}: N*={o['N']:.4g} D*={o['D']:.4g} D*/N*={o['ratio']:.2f} L*={o['loss']:.4f}")
+        if "sparse_l" in r:
+            s = r["sparse_l"]
+            print(f"  L-shaped subset ({s['n_fit']} points): MAPE rest {s['mape_rest']:.3f}%, far {fnum(s['mape_far_rest'], '.3f')}%")
+
+
+# ---------------------------------------------------------------------------------------------------- sweeps
+def grouped_vertices(keys, x, y, label):
+    """quad_vertex of each group of rows with one key -> {key: vertex}; label(key) names a group in the notes."""
+    out = {}
+    for key in dict.fromkeys(keys):
+        m = np.array([k == key for k in keys])
+        try:
+            out[key] = quad_vertex(x[m], y[m])
+            if not out[key][2]:
+                note(f"{label(key)}: vertex outside the swept range (extrapolated)")
+        except FitError as e:
+            note(f"{label(key)}: {e}; skipped")
+    return out
+
+
+def cmd_tpp(args):
+    """Quadratic vertex of log loss vs log tokens-per-parameter per budget (App. A.4.2). DATA.csv [compute_flops, tpp,
+val_loss], several tpp per budget."""
+    c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
+                 positive=["compute_flops", "tpp", "val_loss"], key=["compute_flops", "tpp"])
+    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), lambda C: f"budget {C:.4g}")
+    out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
+    if not v:
+        raise UsageError(f"{args.data}: no budget could be fitted")
+    tpps = np.array([b["tpp"] for b in out["budgets"]])
+    out["mean_tpp"] = float(tpps.mean())
+    if len(v) >= 3:  # scale-shift test: log TPP* = a + beta log C, two-sided p of beta = 0
+        reg = stats.linregress(np.log(list(v)), np.log(tpps))
+        out["scale_shift"] = dict(beta=reg.slope, beta_se=reg.stderr, p_value=reg.pvalue)
+    emit(args, out, [f"C={b['compute']:.4g}: TPP*={b['tpp']:.3f} loss*={b['loss']:.4f}" for b in out["budgets"]]
+         + [f"mean TPP* = {out['mean_tpp']:.3f}"] + ([f"scale shift beta = {out['scale_shift']['beta']:+.4f} ± "
+                                                    f"{out['scale_shift']['beta_se']:.4f} (p = {out['scale_shift']['p_value']:.3f})"]
+                                                   if "scale_shift" in out else []))
+
+
+def cmd_growth(args):
+    """Quadratic in the post-growth fraction rho per (depth, budget) (App. A.2.3, A.4.3). DATA.csv [depth,
+compute_flops, rho, val_loss], rho (the share of steps after growth) in [0, 1]."""
+    c = read_csv(args.data, ["depth", "compute_flops", "rho", "val_loss"], numeric=["depth", "compute_flops", "rho", "val_loss"],
+                 positive=["depth", "compute_flops", "val_loss"], fraction=["rho"],  # rho: the share of steps after growth
+                 key=["depth", "compute_flops", "rho"])
+    keys = [(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])]
+    v = grouped_vertices(keys, c["rho"], c["val_loss"], lambda k: f"d{k[0]} C={k[1]:.4g}")
+    if not v:
+        raise UsageError(f"{args.data}: no (depth, budget) group could be fitted")
+    out = dict(groups=[dict(depth=k[0], compute=k[1], rho=xv, loss=yv, inside=ins) for k, (xv, yv, ins) in v.items()])
+    out["mean_rho"] = float(np.mean([g["rho"] for g in out["groups"]]))
+    out["rho"] = round(out["mean_rho"], 1)  # A.4.3: average the fitted optima and round to one decimal
+    emit(args, out, [f"d{g['depth']} C={g['compute']:.4g}: rho*={g['rho']:.3f} loss*={g['loss']:.4f}" for g in out["groups"]]
+         + [f"mean rho* = {out['mean_rho']:.3f} -> rho = {out['rho']:.1f}"])
+
+
+def cmd_lr(args):
+    """Quadratic of log loss vs log value per size, then log optimum vs log N: a hyperparameter's drift exponent
+(App. A.4.4). DATA.csv [params, value, val_loss (+ hparam: several hyperparameters at once)]."""
+    c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"],
+                 positive=["params", "value", "val_loss"], key=["hparam", "params", "value"])
+    hp = c.get("hparam", ["lr"] * len(c["params"]))
+    out, lines = {}, []
+    for h in dict.fromkeys(hp):
+        m = np.array([x == h for x in hp])
+        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]),
+                              lambda n: f"{h} N={n:.4g}")
+        sizes = np.array(sorted(v))
+        if len(sizes) < 2:
+            note(f"{h}: fewer than 2 sizes with an optimum; no drift exponent")
+            continue
+        opt = np.array([v[s][0] for s in sizes])
+        reg = stats.linregress(np.log(sizes), opt)
+        out[h] = dict(optima=[dict(params=s, value=math.exp(o)) for s, o in zip(sizes, opt)], beta=reg.slope,
+                      beta_se=reg.stderr if len(sizes) > 2 else np.nan,
+                      anchor=dict(params=sizes[0], value=math.exp(reg.intercept + reg.slope * math.log(sizes[0]))))
+        lines.append(f"{h}: optimum ∝ N^{reg.slope:+.3f} ± {fnum(out[h]['beta_se'], '.3f')}; "
+                     + ", ".join(f"N={s:.3g}: {math.exp(o):.4g}" for s, o in zip(sizes, opt)))
+    if not out:
+        raise UsageError(f"{args.data}: no hyperparameter could be fitted")
+    emit(args, out, lines)
+
+
+def emit(args, out, lines):
+    print(json.dumps(jsonable(out), allow_nan=False) if args.json else "\n".join(lines))
+
+
 # ---------------------------------------------------------------------------------------------------- CLI
-CONTRACTS = dict(  # each subcommand's input, shown by `python fit.py SUBCOMMAND -h`
-    ladders="""INPUT: CSV files [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] and/or
-train.py runs: a result.json, a run dir holding one, a runs dir (*/result.json) or a glob. Runs that are not
-complete are skipped; the authors' release JSON is read as is, by its content: ladder series or downstream.json
-({series: [{compute, loss, depth}]}, short series names as in arms.RELEASE_SERIES, compute in FLOPs or training
-hours) and the FineWeb-Edu ladders ({tasks, d26: {record}, arms: {arm: [{depth, compute_flops, val_loss, ...}]}},
-whose d26 record is held out of every fit and forecast, as --holdout does); any other JSON is an error. Losses and computes must be finite and > 0, depths whole.
-The runs of one arm must share their data pool (data_manifest) and recipe: every plan field but the depth, what it
-derives (shapes, steps, tokens, the depth-scaled LRs, growth crossovers) and the seed; two that differ are an error
-naming both and the field (a run with another --lr-multiplier, --tpp or pool is another experiment).
-Several rows for one (arm, depth): distinct seeds (seed column, or the plan's seed in result.json) are seed
-replicates; exact copies are dropped with a warning; other duplicates are an error unless --replicates.
-Replicates are pooled: the point is their mean, and the spread of ln L within points gives a pooled relative noise
-sigma (with its degrees of freedom) that weights the fits and drives the bootstrap, which then re-draws that noise
-(parametric) instead of resampling points; --noise SIGMA supplies sigma without replicates. sigma is relative: the
-sd of ln(val_loss) of one run (0.002 = 0.2 %).
-Multiplier CIs from resampling points are biased low at the last budget (dropping points from a convex curve can
-only lower an interpolated multiplier); the parametric noise bootstrap and the fitted pi(C) do not have that bias.""",
-    design="""PLAN: planned computes, one or more of: train.py --dry-run JSON lines [arch, depth, total_flops] (e.g.
-`python train.py --arch vanilla --depth 6 8 10 12 14 16 18 20 22 --dry-run > plan.jsonl`, '-' reads stdin) or a CSV
-[arm, depth, compute_flops; optional seeds] (reference/fineweb_ladders.csv works). True curves: --truth PILOT.json
-(the output of `fit.py ladders ... --json`) or --E/--gamma/--A (every arm), with --delta-gamma ARM=DG setting
-ARM's true gamma to the reference's + DG (a bare DG: every planned arm without a law in the truth). Each --design SPEC selects from the plan: 'd6-18' (depths 6..18 of each
-arm, clipped to what it plans), 'x3@top2' (3 seeds at each arm's two largest depths), 'x3@16,18', 'x3' (everywhere),
-combined as 'd6-18 x3@top2'; without --design: the plan as given. Reports per design and arm the expected 95 % CI
-half-width of gamma and of gamma - gamma_ref (half the central 95 % range of the simulated estimates), the
-E-known analytic standard error, P(detect) = share of simulated estimates beyond that half-width, and the plan's
-FLOPs and GPU-hours. It also scores the intervals fit.py ladders would print from each simulated ladder (estimate
-± 1.96 se; with --bootstrap B the parametric bootstrap CI): coverage of the true gamma and delta-gamma, power (the
-delta-gamma interval excludes 0 on the true side), and how often the arm's own free-E fit reads its advantage as a
-lower floor. --out writes design_ci_vs_compute.{png,pdf}.""",
-    surface="DATA.csv [N, D or compute (= 6 N D), loss]; all finite and > 0; >= 7 rows. With both D and compute, D is "
-            f"fitted and each row's compute must lie within {studies.COMPUTE_SLACK:g}x of 6 N D (attention and embedding FLOPs move it tens of "
-            "percent; a unit slip is refused).",
-    paper="""RELEASE: the folder holding the authors' release as reference/ does (release/appendix_ladders/*.json,
-release/appendix_regimes/*.csv, release/effective_depth.json; and where present the files the release copy lacks:
-release/loop_grid.csv, release/fineweb_edu_ladders.json, release/appendix_ladders/downstream.json). Writes every paper
-figure those files support (2 right, 4, 5, 6, 15a-c, 16a-f, 17, 19a-b, 21-24) as PNG + PDF in the release's look,
-paper_manifest.json (per figure its numbers and each number the paper states beside ours) and the gallery README.md;
-the figures it cannot draw are listed with the reason.""",
-    downstream="DATA.csv [arm, compute_flops, core, nll:<task>..., acc:<task>... (centered accuracy)], one row per "
-               "checkpoint; nll:/acc: pairs define the tasks. Or the release's FineWeb-Edu ladders JSON {tasks, d26, "
-               "arms: {arm: [{compute_flops, core_accuracy, task_nll, task_accuracy, ...}]}} (d26 is not fitted).",
-    tpp="DATA.csv [compute_flops, tpp, val_loss], several tpp per budget.",
-    growth="DATA.csv [depth, compute_flops, rho, val_loss], several rho per (depth, budget); rho, the fraction of the "
-           "steps after growth (1 - the crossover fraction), in [0, 1].",
-    lr="DATA.csv [params, value, val_loss (+ hparam)], several values per size.",
-    loops="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as the "
-          "release's loop_grid.csv), the release's regimes.csv, architectures.csv (optimal K per regime / control) or "
-          "hyperparameters.csv, or train.py --data-constrained runs (a runs dir or a glob of result.json); a budget "
-          "is fitted where >= 3 loop counts span it, and no budget fitted is an error.\nDefault budgets: the "
-          "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + " FLOPs.",
-    runs="""RUNS: train.py run folders (holding result.json, train.lock or trajectory.jsonl) or folders of them (a
-RUNS_DIR). A run is running while a train.py holds its train.lock (on this host); a result.json saying "running" with
-no holder is a failed run (the process died: ladder.sh or --resume continues it).""",
-    report="""DIR: a run folder (writes DIR/report.md and DIR/curves.png) or a folder of runs (also each run's, then
-DIR/report.md with the runs table, `fit.py ladders` of the arms with >= 3 complete depths, reference arm vanilla if
-fitted, anchor depth 8 or the reference's second depth, into DIR/fit, and the curves into DIR/curves).""",
-    curves="""RUNS: as for runs; every run with trajectory.jsonl records is drawn (docs/trajectory.md), one colour per
-arm, depth by shade (lighter: shallower), one figure per ladder (the runs' preset). --frontier FIT.json: the output of
-`fit.py ladders RUNS --json`, drawn on the validation panel of a --x flops figure.""",
-)
+MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: beyond this a run takes days
+NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
 
 
 def arm_delta_gamma(text):
@@ -745,132 +1395,136 @@ def arm_delta_gamma(text):
     return arm, number(float, -1, 1, True, True)(value)
 
 
-MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: beyond this a run takes days
-NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
+def build_parser():
+    """One block per subcommand: its function (whose docstring is its -h) and its flags."""
+    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
 
+    def add(name, func, helptext):
+        s = sub.add_parser(name, help=helptext, description=func.__doc__,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        s.set_defaults(func=func)
+        s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        return s
+    runs_dir = lambda s, **kw: s.add_argument("--runs-dir", nargs="+", metavar="DIR", default=[], help="train.py run "
+                                              "folders or folders of them (ladder.sh's RUNS_DIR)", **kw)
 
-def ladders_flags(s):
-    s.add_argument("inputs", nargs="+", help="CSV files, result.json files, run dirs, runs dirs or globs")
-    s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--anchor-depth", type=number(int, 1), default=FIT["anchor_depth"],
-                   help="multipliers at the reference budgets with depth >= this; C0 = its compute (8; cpu preset: 3)")
-    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this directory (default: none, "
-                   "tables only)")
-    s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left), e.g. vanilla gated_1 "
-                   "(default: the paper's six that were fitted)")
+    s = add("ladders", cmd_ladders, "per-arm power laws, multipliers, forecasts, figures")
+    s.add_argument("inputs", nargs="*", metavar="CSV|JSON", help="ladder tables (see above)")
+    runs_dir(s)
+    s.add_argument("--reference-arm", help="the arm the others are compared with (default: vanilla, or the only arm)")
+    s.add_argument("--anchor-depth", type=number(int, 1), help="multipliers at the reference budgets with depth >= "
+                   "this; C0 = its compute (default 8, or the reference's second depth on a shorter ladder)")
+    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder")
+    s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the "
+                   "paper's six that were fitted)")
     s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
-                                                 f"{FIT['default_extrapolate_boot']} with --extrapolate)")
+                   f"{FIT['default_extrapolate_boot']} with --extrapolate)")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="bootstrap seed")
     s.add_argument("--time", action="store_true", help="use training time (seconds; the release's hours are "
-                                                       "converted) instead of FLOPs")
-    s.add_argument("--floor-from", nargs="+", metavar="INPUT", help="FLOP ladders to fit the shared floor on "
+                   "converted) instead of FLOPs")
+    s.add_argument("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on "
                    "(vanilla's), e.g. the release's ladders.json for its timing.json (default: the inputs)")
-    s.add_argument("--refit-floor", action="store_true", help="fit the floor on --reference-arm on the axis in use "
-                   "(default: vanilla's FLOP-ladder floor, kept for --time and any --reference-arm, as the release)")
+    s.add_argument("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use "
+                   "(default: vanilla's FLOP-ladder floor where vanilla is in the inputs, as the release)")
     s.add_argument("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="average the equivalent runs at "
                    "this depth into one anchor shared by every arm (Figure 16a: 8)")
-    s.add_argument("--extrapolate", type=positive_float, metavar="C",
-                   help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
-    s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and "
-                                                                      "report their forecast, e.g. untied_grow:18")
+    s.add_argument("--extrapolate", type=positive_float, metavar="C", help="per arm at compute C: forecast loss, gain "
+                   "C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
+    s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and report "
+                   "their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
     s.add_argument("--exclude-flagged", action="store_true", help="leave out the points whose run plans carry "
                    "schedule_notes (a warmup longer than the run: the cpu preset's d1), marked * in the table")
-    s.add_argument("--noise", type=NOISE, metavar="SIGMA",
-                   help="relative run-to-run noise (sd of ln val_loss of one run) when there are no replicates")
-
-
-def build_parser():
-    p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    add = lambda name, helptext: sub.add_parser(name, help=helptext, description=f"{helptext}.\n\n{CONTRACTS[name]}",
-                                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    ladders_flags(add("ladders", "per-arm power laws, multipliers, forecasts, figures"))
-    s = add("design", "simulate planned ladders: CI widths, detection power, GPU-hours")
-    s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
-                                                                     "run)")
+                   "run) when there are no replicates")
+
+    s = add("runs", cmd_runs, "a table of train.py runs and where each stands")
+    runs_dir(s, required=True)
+    s = add("curves", cmd_curves, "training and validation curves of train.py runs")
+    runs_dir(s, required=True)
+    s.add_argument("--out", help="folder for curves_PRESET_X.{png,pdf} (default: the first --runs-dir's curves/)")
+    s.add_argument("--x", choices=sorted(X_AXES), default="steps", help="the x axis (default: steps)")
+    s.add_argument("--frontier", metavar="FIT.json", help="overlay the fitted L(C) of `fit.py ladders --json` "
+                   "(needs --x flops)")
+    s = add("report", cmd_report, "report.md of a run or of a ladder (its runs, fit and figures)")
+    s.add_argument("--runs-dir", nargs=1, required=True, metavar="DIR", help="a run folder or a folder of runs")
+    s.add_argument("--reference-arm", help="the fit's reference arm (default: vanilla, or the only arm)")
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=200, help="resamples for the fit's CIs "
+                   "(default 200)")
+
+    s = add("downstream", cmd_downstream, "CORE forecast (App. C.4)")
+    s.add_argument("data", nargs="?", metavar="DATA", help="CSV or the release's FineWeb-Edu ladders JSON")
+    runs_dir(s)
+    s.add_argument("--reference-arm", help="default: vanilla, or the only arm")
+    s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
+                   help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
+    s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
+
+    s = add("design", cmd_design, "simulate planned ladders: CI widths, detection power, GPU-hours")
+    s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
+    s.add_argument("--noise", type=NOISE, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln "
+                   "val_loss of one run), e.g. the sigma fit.py ladders pools from seed replicates")
     s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
     s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
     s.add_argument("--gamma", type=positive_float)
     s.add_argument("--A", type=positive_float, help="true A at C = 1e18 FLOPs")
-    s.add_argument("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG",
-                   help="repeatable: ARM's true gamma = the reference's + DG; a bare DG: every planned arm without a law "
-                        "in the truth (with --E/--gamma/--A: every arm but the reference)")
-    s.add_argument("--design", action="append", metavar="SPEC", help="repeatable: 'd6-18', 'd6-22 x3@top2', ...")
+    s.add_argument("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="repeatable: ARM's "
+                   "true gamma = the reference's + DG; a bare DG: every planned arm without a law in the truth")
+    s.add_argument("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
     s.add_argument("--reference-arm", default="vanilla")
     s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
-    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=0, metavar="B",
-                   help="also score fit.py ladders' parametric bootstrap CI with B resamples per simulated ladder "
-                        "(B refits each: slow; default 0, the standard-error intervals only)")
-    s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 "
-                   "FLOP/s for GPU-hours (h100/h200 989e12, a100 312e12, b200 2250e12)")
+    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=0, metavar="B", help="also score fit.py "
+                   "ladders' parametric bootstrap CI with B resamples per simulated ladder (slow; default 0)")
+    s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 FLOP/s "
+                   "for GPU-hours")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
-    s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4,
-                   help="model FLOPs utilisation, in (0, 1] (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none, tables only)")
-    s = add("surface", "Chinchilla / Skaling L(N, D) fits")
+    s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder")
+
+    s = add("surface", cmd_surface, "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
     s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
     s.add_argument("--delta", type=positive_float, help="Huber delta on ln L (default per form: "
                    f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
     s.add_argument("--drop-highest", type=number(int, 0), default=0, metavar="N",
                    help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
-    s.add_argument("--hops", type=number(int, 0, MAX_RESAMPLES), default=100,
-                   help="basin-hopping iterations after the grid of starts")
-    s.add_argument("--folds", type=number(int, 2), default=5,
-                   help="CV folds over the interpolation points (2 .. their number)")
+    s.add_argument("--hops", type=number(int, 0, MAX_RESAMPLES), default=100, help="basin-hopping iterations")
+    s.add_argument("--folds", type=number(int, 2), default=5, help="CV folds over the interpolation points")
     s.add_argument("--holdout", type=number(float, 0, 1, True, True), default=0.25,
                    help="fraction in (0, 1) of distinct N (and D) values held out as 'large'")
     s.add_argument("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
     s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets for N*(C), D*(C)")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
-    s = add("downstream", "CORE forecast (App. C.4)")
-    s.add_argument("data")
-    s.add_argument("--reference-arm", default="vanilla")
-    s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
-                   help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
-    s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
-    s = add("paper", "every paper figure from the authors' released measurements, with a manifest")
-    s.add_argument("release", help="the release folder: reference/ (or reference/release/)")
+    for name, func, helptext in (("tpp", cmd_tpp, "optimal tokens per parameter"),
+                                 ("growth", cmd_growth, "optimal growth fraction"),
+                                 ("lr", cmd_lr, "hyperparameter drift exponent")):
+        add(name, func, helptext).add_argument("data")
+
+    s = add("paper", paper.cmd_paper, "every paper figure from the authors' released measurements, with a manifest")
+    s.add_argument("release", help="the release folder as reference/ holds it (release/appendix_ladders/*.json, "
+                   "release/appendix_regimes/*.csv, release/effective_depth.json, and where present loop_grid.csv, "
+                   "fineweb_edu_ladders.json, appendix_ladders/downstream.json); every figure those files support is "
+                   "written with paper_manifest.json and the gallery README.md, the others listed with the reason")
     s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery README.md (default: figures/paper)")
-    for name, helptext in (("tpp", "optimal tokens per parameter"), ("growth", "optimal growth fraction"),
-                           ("lr", "hyperparameter drift exponent"), ("loops", "optimal loop count and frontiers")):
-        s = add(name, helptext)
-        s.add_argument("data")
-        if name == "loops":
-            s.add_argument("--wd", type=number(float, 0), default=0.8, help="fixed weight decay of the loop curves "
-                           "(default %(default)s; the reported loop-scaling gain depends on it)")
-            s.add_argument("--budgets", type=positive_float, nargs="+",
-                           help="compute budgets (FLOPs); default: the release's five (above)")
-            s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
-    s = add("report", "report.md of a run or of a ladder (its runs, fit and figures)")
-    s.add_argument("dir", help="a run folder, or a folder of runs (a ladder's RUNS_DIR)")
-    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=200, help="resamples for the fit's CIs "
-                   "(default 200)")
-    s = add("runs", "a table of train.py runs and where each stands")
-    s.add_argument("runs", nargs="+", help="run folders or folders of them")
-    s = add("curves", "training and validation curves of train.py runs")
-    s.add_argument("runs", nargs="+", help="run folders or folders of them")
-    s.add_argument("--out", help="directory for curves_PRESET_X.{png,pdf} (default: the first RUNS folder's curves/)")
-    s.add_argument("--x", choices=sorted(watch.X_AXES), default="steps", help="the x axis (default: steps)")
-    s.add_argument("--frontier", metavar="FIT.json", help="overlay the fitted L(C) of `fit.py ladders --json` "
-                   "(needs --x flops)")
-    for s in sub.choices.values():
-        s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    s = add("loops", studies.cmd_loops, "optimal loop count and frontiers")
+    s.add_argument("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
+                   "attention, as the release's loop_grid.csv), the release's regimes.csv, architectures.csv (optimal K "
+                   "per regime / control) or hyperparameters.csv, or train.py --data-constrained runs (a runs dir or a "
+                   "glob of result.json)")
+    s.add_argument("--wd", type=number(float, 0), default=0.8, help="fixed weight decay of the loop curves "
+                   "(default %(default)s; the reported loop-scaling gain depends on it)")
+    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs); default: the "
+                   "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]))
+    s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
     return p
-
-
-COMMANDS = dict(ladders=cmd_ladders, paper=paper.cmd_paper, downstream=cmd_downstream, design=studies.cmd_design, surface=studies.cmd_surface,
-                tpp=studies.cmd_tpp, growth=studies.cmd_growth, lr=studies.cmd_lr, loops=studies.cmd_loops,
-                runs=watch.cmd_runs, curves=watch.cmd_curves, report=cmd_report)
 
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    COMMANDS[args.cmd](args)
+    args.func(args)
 
 
 def main(argv=None):

@@ -285,9 +285,8 @@ for r in "${runs[@]}"; do
     exec 8>&-  # the run is done: its lock goes (a worker that outlived torchrun still holds it)
 done
 # The ladder's report: every run's report.md, and RUNS_DIR/report.md with the runs, the fit of every arm with >= 3
-# complete depths (bootstrap CIs; figures in RUNS_DIR/fit) and the curves. `python fit.py report RUNS_DIR` rebuilds it.
+# complete depths (bootstrap CIs; figures in RUNS_DIR/fit) and the curves. `python fit.py report --runs-dir RUNS_DIR` rebuilds it.
 # Node 0 writes it (the runs folder is shared), once a run has a result.json.
 if [ "${NODE_RANK:-0}" = 0 ] && compgen -G "$runs_dir/*/result.json" >/dev/null; then
-    py fit.py report "$runs_dir" | { grep -v "^wrote .*/report.md$" || true; }
-    echo "report: $runs_dir/report.md (figures: $runs_dir/fit, $runs_dir/curves)"
+    py fit.py report --runs-dir "$runs_dir" | { grep -v "^wrote .*/report.md$" || true; }
 fi

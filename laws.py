@@ -1,17 +1,18 @@
-"""laws.py — the fitting primitives under fit.py and studies.py (torch-free, no matplotlib at import): the FIT
-constants, reading CSVs and train.py's result.json, --out manifests, L(C) = E + A (C/1e18)^-gamma fits (shared E from
-the reference arm, per-arm free E; arXiv 2609.19107 Sec. 4.2), compute multipliers, forecasts and the bootstrap.
+"""laws.py — the fitting primitives under fit.py (no matplotlib or scipy at import): the FIT constants, reading CSVs
+and train.py's result.json, the arm's recipe, L(C) = E + A (C/1e18)^-gamma fits (shared E from the reference arm, per-arm
+free E; arXiv 2609.19107 Sec. 4.2), compute multipliers, forecasts, the bootstrap, the design simulator, the
+Chinchilla/Skaling L(N, D) surface and the quadratic vertices of the recipe sweeps.
 
     from laws import FIT, read_csv, fit_free_e, fit_shared_e, fit_ladders, bootstrap_ladders
 Not a script: `python fit.py SUBCOMMAND` is the command line.
 """
 import argparse, csv, glob, json, math, os, sys, zlib
+from dataclasses import fields
 
 import numpy as np
-from scipy import optimize, stats
 
-from arms import ARMS, with_current_mode_names
-from common import RESULT_SCHEMA, UsageError, check_record, check_regular_file
+from arms import ARMS, Arm, Preset
+from common import UsageError
 
 FIT = dict(
     c_ref=1e18, time_ref=3600.0,        # power-law x = C / c_ref (FLOPs) or time / 1 h with --time
@@ -32,7 +33,6 @@ FIT = dict(
     # the release's five multi-epoch budgets (FLOPs without attention) at which the paper reads the loop grid
     loop_budgets=(0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18),
 )
-MANIFEST = "fit_manifest.json"  # in every --out directory: the files fit.py wrote there (and may overwrite)
 UNKNOWN_ARM_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
                        "#dbdb8d", "#9edae5")  # matplotlib's light tab20 shades: no arm of the table uses one
 
@@ -59,10 +59,10 @@ def note(msg):
 
 
 def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
-    """Columns of a CSV as lists (numeric ones as float arrays) and "_line", each row's line in the file. A missing
-    file or column, a column named twice, a non-numeric or non-finite value, a value <= 0 in a `positive` column or
-    outside [0, 1] in a `fraction` column -> UsageError (file:line).
-    `key`: the columns that name one measurement; rows repeating a key go through drop_repeats."""
+    """Columns of a CSV a person hands in as lists (numeric ones as float arrays) and "_line", each row's line. A
+    missing file or column, a column named twice, a non-numeric or non-finite value, a value <= 0 in a `positive`
+    column or outside [0, 1] in a `fraction` column -> UsageError (file:line). `key`: the columns that name one
+    measurement; rows repeating a key go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
             reader = csv.DictReader(f)
@@ -75,11 +75,9 @@ def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
         raise UsageError(f"cannot read {path}: {e.strerror}")
     except (UnicodeDecodeError, csv.Error) as e:
         raise UsageError(f"{path}: not a UTF-8 CSV file ({e})")
-    twice = next((c for i, c in enumerate(header) if c in header[:i]), None)
-    if twice is not None:  # DictReader would keep the last column of that name without a word
+    if (twice := next((c for i, c in enumerate(header) if c in header[:i]), None)) is not None:
         raise UsageError(f"{path}: column {twice} appears twice in the header; keep one")
-    missing = [c for c in required if c not in header]
-    if missing:
+    if missing := [c for c in required if c not in header]:
         raise UsageError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(required)})")
     cols = {c: [r[c] for r in rows] for c in header}
     for c in (c for c in numeric if c in cols):  # an optional numeric column may be absent
@@ -102,9 +100,8 @@ def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
 
 
 def drop_repeats(cols, key, compare, origins):
-    """`fit.py ladders`' rule for a measurement given twice: rows with equal `key` columns are kept once with a warning
-    when their `compare` columns agree as well, and are an error naming both rows when they differ.
-    -> cols (lists or arrays, one entry per origin) without the repeats."""
+    """A measurement given twice (rows with equal `key` columns) is kept once with a warning when its `compare`
+    columns agree, and is an error naming both rows when they differ."""
     first, keep = {}, []
     for i, origin in enumerate(origins):
         k = tuple(cols[c][i] for c in key)
@@ -120,50 +117,26 @@ def drop_repeats(cols, key, compare, origins):
     return {c: [v[i] for i in keep] if isinstance(v, list) else v[np.array(keep, dtype=int)] for c, v in cols.items()}
 
 
-def check_outputs(out_dir, names):
-    """Refuse, before any work, to write into a file path or over a file fit.py did not write (not in the manifest)."""
+def check_outputs(out_dir, names=()):
+    """--out must name a folder (made when missing); what fit.py writes there replaces its own earlier outputs."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise UsageError(f"--out {out_dir} is a file, not a directory; pass a directory")
-    manifest = os.path.join(out_dir, MANIFEST)
-    listed = []
-    if os.path.exists(manifest):
-        try:
-            with open(manifest) as f:
-                listed = json.load(f)["files"]
-            assert isinstance(listed, list) and all(isinstance(n, str) for n in listed)
-        except (OSError, ValueError, KeyError, TypeError, AssertionError):
-            raise UsageError(f"{manifest} is not a fit.py manifest; move it away or pass another --out")
-    for name in names:
-        if os.path.exists(os.path.join(out_dir, name)) and name not in listed:
-            raise UsageError(f"{os.path.join(out_dir, name)} exists and was not written by fit.py (not listed in "
-                             f"{manifest}); move it away or pass another --out")
-    return listed
+        raise UsageError(f"--out {out_dir} is a file, not a folder; pass a folder")
 
 
 def save_figures(out_dir, figures, dpi):
-    """Write {file name: matplotlib figure} into OUT (the format from each name's extension) and list the names in
-    OUT's manifest. Everything is first written to hidden temporary files beside the final names, then the manifest
-    and then the figures are renamed into place, so a failed write (a full disk) leaves neither a partial file nor a
-    changed manifest: it removes its temporary files and raises UsageError. -> the paths written."""
-    listed = check_outputs(out_dir, figures)
-    tmp = {name: os.path.join(out_dir, f".{name}.tmp{os.getpid()}") for name in [MANIFEST, *figures]}
-    created = not os.path.isdir(out_dir)
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-        for name, fig in figures.items():
-            fig.savefig(tmp[name], format=name.rsplit(".", 1)[1], dpi=dpi)
-        with open(tmp[MANIFEST], "w") as f:
-            f.write(json.dumps(dict(written_by="fit.py", files=sorted(set(listed) | set(figures))), indent=2) + "\n")
-    except OSError as e:
-        for path in tmp.values():
-            if os.path.exists(path):
-                os.remove(path)
-        if created and os.path.isdir(out_dir) and not os.listdir(out_dir):
-            os.rmdir(out_dir)
-        raise UsageError(f"cannot write into --out {out_dir}: {e.strerror or e}; free space there or pass another --out")
-    for name in tmp:  # the manifest first: a file in OUT is listed before it appears
-        os.replace(tmp[name], os.path.join(out_dir, name))
+    """Write {file name: matplotlib figure} into out_dir (the format from each name's extension) -> the paths."""
+    os.makedirs(out_dir, exist_ok=True)
+    for name, fig in figures.items():
+        fig.savefig(os.path.join(out_dir, name), format=name.rsplit(".", 1)[1], dpi=dpi)
     return [os.path.join(out_dir, name) for name in figures]
+
+
+def pyplot():
+    """matplotlib.pyplot for writing files (Agg, no display), loaded only when a figure is asked for."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 
 def fnum(x, fmt=".4f"):
@@ -180,10 +153,9 @@ def jsonable(obj):
     return obj.item() if isinstance(obj, np.generic) else obj
 
 
-
 def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
-    """argparse type: a whole (kind=int) or finite (kind=float) number in the declared range [lo, hi] (an end left
-    out with open_lo/open_hi, no end with None); anything else is refused with the range in the message."""
+    """argparse type: a whole (kind=int) or finite (kind=float) number in [lo, hi] (an end left out with
+    open_lo/open_hi, no end with None); anything else is refused with the range in the message."""
     end = lambda b: str(b) if kind is int else format(b, "g")
     what = "a whole number" if kind is int else "a finite number"
     if lo is not None and hi is not None:
@@ -207,17 +179,6 @@ positive_float = number(float, 0, open_lo=True)
 SEED_MAX = 2 ** 63 - 1  # numpy's generators take any seed >= 0; this keeps seeds within a signed 64-bit JSON integer
 
 
-def pyplot():
-    """matplotlib.pyplot for writing files (Agg, no display), loaded only when a figure is asked for."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    return plt
-
-
-RESULT_KEYS = "status, arch, depth, estimated_training_flops, final_val_loss"
-
-
 def run_paths(item):
     """The result.json files an input names: a run dir's own, a runs dir's */result.json, the file itself, or the
     matches of a glob. A path that exists is taken literally: '[12]' in a folder's name is not a character class."""
@@ -228,10 +189,8 @@ def run_paths(item):
 
 
 def read_result_json(path, table):
-    """A train.py result.json as a dict, checked against train.py's RESULT_SCHEMA; anything else -> UsageError saying
-    what is expected (`table`: the CSV form)."""
-    fix = f"pass train.py run dirs, or a table as CSV [{table}]"
-    check_regular_file(path, fix)
+    """A train.py result.json as a dict; a file that is no JSON object with a status -> UsageError saying what is
+    expected (`table`: the CSV form)."""
     try:
         with open(path) as f:
             r = json.load(f)
@@ -240,29 +199,19 @@ def read_result_json(path, table):
     except ValueError:
         r = None
     if not isinstance(r, dict) or "status" not in r:
-        raise UsageError(f"{path} is not a train.py result.json (needs {RESULT_KEYS}); {fix}")
-    check_record(path, r, RESULT_SCHEMA, "restore it or leave the run out")
-    return dict(r, plan=with_current_mode_names(r["plan"])) if "plan" in r else r
+        raise UsageError(f"{path} is not a train.py result.json; pass train.py run dirs, or a table as CSV [{table}]")
+    return r
 
 
-
-# A ladder's runs differ only in depth (and what depth derives: the model's shape and counts, steps and tokens, the
-# LRs scaled by N^-lr_exponent, a growth arm's per-depth crossover) and in the seed of a replicate; a loop grid also
-# in the loop count and the weight decay (fixed-wd or tuned-wd). Every other plan field and the data pool must agree.
-DEPTH_DERIVED = frozenset((
-    "depth", "n_layer", "width", "heads", "mlp_hidden", "prelude", "core", "coda", "stored_blocks",
-    "executed_blocks_initial", "executed_blocks_final", "params_per_block", "params_tpp", "params_stored",
-    "params_compute_active_initial", "params_compute_active", "matrix_flops_per_token_initial",
-    "matrix_flops_per_token_final", "flops_per_token_initial", "flops_per_token_final", "steps", "train_tokens",
-    "train_token_limit", "crossover_step", "crossover_steps", "crossover_fractions", "matrix_lr", "embedding_lr",
-    "unembedding_lr", "scalar_lr", "total_flops", "seed", "model_config.depth", "model_config.width", "model_config.n_head",
-    "model_config.mlp_hidden", "model_config.n_prelude", "model_config.n_core", "model_config.n_coda"))
-LOOP_GRID_VARIED = DEPTH_DERIVED - {"train_token_limit"} | {  # the grid's token budget is its recipe
-    "passes_initial", "passes_final", "pass_stages", "model_config.passes", "model_config.passes_initial",
-    "weight_decay", "data_constrained"}
-POOL_TIMES = ("data_manifest.created", "data_manifest.finished")  # when a pool was prepared is not what it holds
-POOL_CHECKS = ("data_manifest.splits.train.sha256_checked", "data_manifest.splits.val.sha256_checked")  # nor whether
-# a run's start checked the pool's hashes (train.py --no-verify skips it)
+# The recipe of a ladder: what the arms table's row and the preset set (every flag of train.py that changes one is a
+# field of Arm or Preset), the arm itself, and its data pool. Runs fitted as one ladder must agree on it; what a depth
+# derives (shapes, counts, steps, tokens, growth crossovers, whatever the model's describe() adds) is never compared.
+# The LRs are compared depth-free: train.py scales them by N(d)^-lr_exponent; the width by the depth.
+PER_DEPTH_FIELDS = {"label", "color", "figure2", "ladder_depths", "crossover", "default_crossover", "anchor_depth",
+                    "device_batch_size", "save_every", "log_every", "data_dir"}
+RECIPE = {f.name for cls in (Arm, Preset) for f in fields(cls)} - PER_DEPTH_FIELDS | {"arch", "optimizer"}
+LRS = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr")
+POOL_VARIES = ("created", "finished", "sha256_checked")  # when a pool was prepared and whether a start checked it
 
 
 def flat(d, prefix=""):
@@ -273,25 +222,23 @@ def flat(d, prefix=""):
     return out
 
 
-def recipe_of(r, varies):
-    """What runs fitted together must share, from a result.json: its plan's fields other than `varies`, the LRs and
-    width brought to a depth-free form, and its data pool (data_manifest, less its timestamps)."""
-    plan = r.get("plan") if isinstance(r.get("plan"), dict) else {}
-    out = {k: v for k, v in flat(plan).items() if k not in varies}
-    try:  # train.py scales the width by the depth and every LR by N(d)^-lr_exponent
+def recipe_of(r, varies=()):
+    """The recipe fields of a result.json's plan (less `varies`), its LRs and width brought to a depth-free form, and
+    its data pool (less when it was prepared)."""
+    plan = r.get("plan") or {}
+    out = {k: v for k, v in flat(plan).items()
+           if k.rsplit(".", 1)[-1] in RECIPE - set(LRS) - set(varies)}
+    if "depth" in plan and "width" in plan:
         out["width / depth"] = plan["width"] / plan["depth"]
-        for lr in ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr"):
-            if plan.get(lr) is not None:  # scalar_lr: None is the embedding LR
-                out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
-    except (KeyError, TypeError, ArithmeticError):  # a plan without them (an older or hand-made run)
-        pass
-    if isinstance(r.get("data_manifest"), dict):
-        out.update({k: v for k, v in flat(r["data_manifest"], "data_manifest.").items()
-                    if k not in POOL_TIMES + POOL_CHECKS})
+    for lr in LRS:
+        if plan.get(lr) is not None and "params_tpp" in plan:  # scalar_lr None: the embedding LR
+            out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
+    out.update({k: v for k, v in flat(r.get("data_manifest") or {}, "data_manifest.").items()
+                if k.rsplit(".", 1)[-1] not in POOL_VARIES})
     return out
 
 
-def check_one_recipe(runs, varies, what):
+def check_one_recipe(runs, what, varies=()):
     """runs: [(path, result.json dict)] fitted together. Two that differ in a recipe field or the data pool ->
     UsageError naming both and the field; a field one run does not record is not compared."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -302,13 +249,15 @@ def check_one_recipe(runs, varies, what):
         for k, v in recipe_of(r, varies).items():
             seen, w = first.setdefault(k, (path, v))
             if not same(v, w):
-                raise UsageError(f"{seen} and {path}: {what} with different {k} ({short(w)} vs {short(v)}); one fit "
-                                 "takes one recipe and one data pool: fit them separately")
+                raise UsageError(f"{seen} and {path}: {what} with different {k} ({short(w)} vs {short(v)}); a ladder "
+                                 "is one recipe on one data pool: pass only the runs of one (move the others to "
+                                 "another folder)")
 
 
 # ---------------------------------------------------------------------------------------------------- fits (Sec. 4.2)
 def robust_lsq(resid, x0, bounds, min_scale, **kw):
     """Plain bounded least_squares, then the Huber refit with f_scale = max(1.345 MAD / 0.6745, min_scale)."""
+    from scipy import optimize
     plain = optimize.least_squares(resid, x0, bounds=bounds, **kw)
     r = resid(plain.x)
     mad = np.median(np.abs(r - np.median(r)))
@@ -359,6 +308,7 @@ def fit_shared_e(x, loss, E, sd=None):
     """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is weighted
     least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2 (~1 when the
     noise explains the scatter around the law)."""
+    from scipy import stats
     if len(np.unique(x)) < 3:
         raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
     if loss.min() <= E:
@@ -520,6 +470,7 @@ def noise_check(fit):
     is proportional to sigma, so the intervals the residuals support are the given ones times the Birge ratio
     sqrt(chi2 / dof) (the standard rescaling, e.g. the PDG's scale factor): birge_ratio, and rescaled gamma_se,
     delta_gamma_se and free-E flags per arm. One number for all arms: the noise is one sigma for the whole ladder."""
+    from scipy import stats
     per_arm = {a: (r["reduced_chi2"], len(r["points"]) - 2) for a, r in fit["arms"].items() if len(r["points"]) > 2}
     dof = sum(k for _, k in per_arm.values())
     chi2 = sum(c * k for c, k in per_arm.values())
@@ -625,3 +576,195 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
                                                 includes_seed_noise=bool(noise)))
 
 
+# ---------------------------------------------------------------------------------------------------- design
+def analytic_gamma_se(x, n, E, A, gamma, sigma):
+    """Standard error of gamma from the weighted linear fit of ln(L - E) on ln x with E known, to first order in
+    sigma: var ln(L_i - E) = (sigma L_i / (L_i - E))^2 / n_i, x in c_ref units."""
+    L = E + A * x ** -gamma
+    w = n * ((L - E) / (sigma * L)) ** 2
+    lx = np.log(x)
+    return 1 / math.sqrt(w @ (lx - (w @ lx) / w.sum()) ** 2)
+
+
+DRAWS = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "lower_floor", "gamma_lo",
+         "gamma_hi", "delta_gamma_lo", "delta_gamma_hi")  # per arm and simulated ladder; *_lo/hi: bootstrap CIs
+
+
+def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False, bootstrap=0):
+    """What `fit.py ladders --noise SIGMA [--bootstrap B]` reports on each of `sims` simulated ladders -> {arm: {key:
+    (sims,) array}} for the keys in DRAWS (NaN where a fit fails). points: {arm: (x, n)} with x in c_ref units and n
+    seeds per point; laws: {arm: (A, gamma)}. Each simulated run has ln L = ln(E + A x^-gamma) + sigma z, a point is
+    the mean of its n runs, and the ladder goes through laws.fit_ladders (E refitted on ref_arm unless fixed_E) and,
+    with bootstrap > 0, laws.bootstrap_ladders' parametric bootstrap, exactly as fit.py ladders runs them.
+    lower_floor is 1 where the arm's own free-E fit rejects the shared floor in favour of a lower one (NaN with E
+    known: no free-E fits)."""
+    out = {a: {k: np.full(sims, np.nan) for k in DRAWS} for a in points}
+    for s in range(sims):
+        data = {}
+        for a, (x, n) in points.items():
+            A, g = laws[a]
+            z = rng.standard_normal((len(x), int(n.max())))
+            runs = (E + A * x ** -g)[:, None] * np.exp(sigma * z)
+            loss = np.array([runs[i, :k].mean() for i, k in enumerate(n)])
+            data[a] = dict(x=x, loss=loss, n=n, depth=np.arange(1, len(x) + 1))  # depth only picks multiplier budgets
+        try:
+            fit = fit_ladders(data, ref_arm, 1.0, 1, sigma, E if fixed_E else None)
+        except UsageError:  # the reference arm's free-E fit failed on this draw
+            continue
+        if bootstrap:
+            bootstrap_ladders(data, fit, bootstrap, int(rng.integers(2 ** 63)), noise=(sigma, 0))
+        for a, r in fit["arms"].items():
+            lower = np.nan if r.get("free_disagrees") is None else float(r["free_disagrees"] and r["free_E"] < fit["E"])
+            values = dict(r, lower_floor=lower, gamma_lo=r.get("gamma_ci", [np.nan])[0],
+                          gamma_hi=r.get("gamma_ci", [np.nan, np.nan])[1],
+                          delta_gamma_lo=r.get("delta_gamma_ci", [np.nan])[0],
+                          delta_gamma_hi=r.get("delta_gamma_ci", [np.nan, np.nan])[1])
+            for k in DRAWS:
+                out[a][k][s] = values[k]
+    return out
+
+
+def summarize(points, laws, E, ref_arm, sigma, draws):
+    """Per arm, over the simulated ladders: the spread of the estimates (the CI half-width an oracle would quote:
+    half the central 95 % range), the E-known analytic standard error, and how the analyst's 95 % intervals of one
+    ladder do: coverage (how often gamma +- z se, or the bootstrap CI, contains the true value), power (how often the
+    delta-gamma interval excludes 0 on the true side) and how often the arm's own free-E fit reads its difference as
+    a lower floor. detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
+    from scipy import stats
+    z = stats.norm.ppf(0.5 + FIT["ci"] / 200)
+    q = lambda v: (np.nanpercentile(v, 100 - (100 - FIT["ci"]) / 2) - np.nanpercentile(v, (100 - FIT["ci"]) / 2)) / 2
+    arms = {}
+    for a, (x, n) in points.items():
+        d, g_true = draws[a], laws[a][1]
+        ok = np.isfinite(d["gamma"])
+        share = lambda hit: float(np.mean(hit[ok])) if ok.any() else np.nan
+        booted = np.isfinite(d["gamma_lo"][ok]).any()
+        r = dict(gamma_true=g_true, gamma_ci_halfwidth=q(d["gamma"]), valid=int(ok.sum()), sims=len(ok),
+                 gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma),
+                 gamma_coverage=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se"]),
+                 gamma_coverage_given_E=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se_given_E"]))
+        if booted:
+            r["gamma_coverage_bootstrap"] = share((d["gamma_lo"] <= g_true) & (g_true <= d["gamma_hi"]))
+        if a != ref_arm:
+            true, dg, side = g_true - laws[ref_arm][1], d["delta_gamma"], 1 if g_true >= laws[ref_arm][1] else -1
+            h = q(dg)
+            r.update(delta_gamma_true=true, delta_gamma_ci_halfwidth=h, delta_gamma_mean=float(np.mean(dg[ok])),
+                     detect_probability=share(dg * side > h),
+                     delta_gamma_coverage=share(np.abs(dg - true) <= z * d["delta_gamma_se"]),
+                     power=share(dg * side - z * d["delta_gamma_se"] > 0),
+                     lower_floor=float(np.nanmean(d["lower_floor"])) if np.isfinite(d["lower_floor"]).any() else np.nan)
+            if booted:
+                lo, hi = d["delta_gamma_lo"], d["delta_gamma_hi"]
+                r.update(delta_gamma_coverage_bootstrap=share((lo <= true) & (true <= hi)),
+                         power_bootstrap=share(lo > 0 if side > 0 else hi < 0))
+        arms[a] = r
+    return arms
+
+
+# ---------------------------------------------------------------------------------------------------- surface
+# Surface-fit bounds (a = ln A, b = ln B, e = ln E): generous enough for N, D in raw counts, tight enough for L-BFGS-B.
+SURFACE_BOUNDS = dict(a=(-10, 50), b=(-10, 50), alpha=(0.01, 2.0), beta=(0.01, 2.0), e=(-10, 3), k=(0.05, 5.0))
+
+
+def surface_objective(theta, lnN, lnD, logL, delta, skaling):
+    """Huber(delta) of ln L_hat - ln L and its gradient; theta = (a, b, alpha, beta, e[, k]) with A, B, E in logs."""
+    a, b, al, be, e = theta[:5]
+    k = theta[5] if skaling else 1.0
+    u1, u2 = a - al * lnN, b - be * lnD
+    s = np.logaddexp(u1, u2)  # ln(A/N^alpha + B/D^beta)
+    pred = np.logaddexp(k * s, e)
+    p = np.exp(k * s - pred)  # share of the reducible term in L_hat
+    w1 = np.exp(u1 - s)
+    r = pred - logL
+    h = np.where(np.abs(r) <= delta, 0.5 * r ** 2, delta * (np.abs(r) - 0.5 * delta))
+    dr = np.clip(r, -delta, delta)
+    ds = dr * p * k
+    grad = [ds @ w1, ds @ (1 - w1), -(ds * w1) @ lnN, -(ds * (1 - w1)) @ lnD, dr @ (1 - p)]
+    if skaling:
+        grad.append((dr * p) @ s)
+    return h.sum() / delta ** 2, np.array(grad) / delta ** 2  # /delta^2: O(1) values so L-BFGS-B's tolerances bite
+
+
+def surface_predict(params, N, D):
+    return (params["A"] / N ** params["alpha"] + params["B"] / D ** params["beta"]) ** params.get("k", 1.0) + params["E"]
+
+
+def fit_surface(N, D, L, form, delta, hops, seed):
+    """L-BFGS-B from a grid of starts, then basin-hopping from the best start."""
+    from scipy import optimize
+    skaling = form == "skaling"
+    names = ["a", "b", "alpha", "beta", "e"] + (["k"] if skaling else [])
+    bounds = [SURFACE_BOUNDS[n] for n in names]
+    lnN, lnD, logL = np.log(N), np.log(D), np.log(L)
+    fun = lambda th: surface_objective(th, lnN, lnD, logL, delta, skaling)
+    local = dict(method="L-BFGS-B", jac=True, bounds=bounds)  # grid starts and hops: default tolerances
+    best = None
+    for al in (0.1, 0.3, 0.6):
+        for be in (0.1, 0.3, 0.6):
+            for E0 in (0.5 * L.min(), 0.9 * L.min()):
+                for k in ((0.5, 1.0) if skaling else (1.0,)):
+                    half = (np.median(L) - E0) ** (1 / k) / 2  # each inner term's share at the grid's median (N, D)
+                    x0 = [math.log(half) + al * np.median(lnN), math.log(half) + be * np.median(lnD), al, be,
+                          math.log(E0)] + ([k] if skaling else [])
+                    res = optimize.minimize(fun, np.clip(x0, *np.array(bounds).T), **local)
+                    if best is None or res.fun < best.fun:
+                        best = res
+    if hops:
+        res = optimize.basinhopping(fun, best.x, niter=hops, rng=np.random.default_rng(seed),
+                                    minimizer_kwargs=local)
+        best = res if res.fun < best.fun else best
+    best = optimize.minimize(fun, best.x, **local, options=dict(ftol=1e-15, gtol=1e-9, maxiter=10000))  # polish
+    th = dict(zip(names, best.x))
+    return dict(A=math.exp(th["a"]), B=math.exp(th["b"]), alpha=th["alpha"], beta=th["beta"], E=math.exp(th["e"]),
+                k=th.get("k", 1.0), objective=float(best.fun))
+
+
+def compute_optimal(p, C):
+    """Closed form on C = 6 N D (the outer power k does not move the minimum): N* = G (C/6)^(b/(a+b))."""
+    a, b = p["alpha"], p["beta"]
+    G = (a * p["A"] / (b * p["B"])) ** (1 / (a + b))
+    N = G * (C / 6) ** (b / (a + b))
+    D = C / 6 / N
+    return dict(compute=C, N=N, D=D, ratio=D / N, loss=float(surface_predict(p, N, D)))
+
+
+def mape(p, N, D, L):
+    return float(100 * np.mean(np.abs(surface_predict(p, N, D) - L) / L)) if len(L) else np.nan
+
+
+def split_regimes(N, D, frac):
+    """Regimes of the (N, D) grid: the largest ceil(frac * #distinct N) N values are 'large N', same for D.
+    interpolation = neither large (the only points ever fitted in CV), extrapolate_N = large N only,
+    extrapolate_D = large D only, far = both large."""
+    def large(v):
+        v = np.round(np.log(v), 9)  # D = C / 6N carries rounding noise
+        u = np.unique(v)
+        return v > u[-max(1, math.ceil(frac * len(u))) - 1] if len(u) > 1 else np.zeros(len(v), bool)
+    bn, bd = large(N), large(D)
+    return dict(interpolation=~bn & ~bd, extrapolate_N=bn & ~bd, extrapolate_D=~bn & bd, far=bn & bd)
+
+
+# ---------------------------------------------------------------------------------------------------- sweeps
+def quad_vertex(x, y):
+    """Vertex of a least-squares quadratic y(x) -> (x*, y*, inside the measured range?)."""
+    if len(np.unique(x)) < 3:
+        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
+    c2, c1, c0 = np.polyfit(x, y, 2)
+    if c2 <= 0:
+        raise FitError("no interior minimum (curvature <= 0)")
+    xv = -c1 / (2 * c2)
+    return xv, c0 - c1 ** 2 / (4 * c2), bool(x.min() <= xv <= x.max())
+
+
+def grouped_vertices(keys, x, y, label):
+    """quad_vertex of each group of rows with one key -> {key: vertex}; label(key) names a group in the notes."""
+    out = {}
+    for key in dict.fromkeys(keys):
+        m = np.array([k == key for k in keys])
+        try:
+            out[key] = quad_vertex(x[m], y[m])
+            if not out[key][2]:
+                note(f"{label(key)}: vertex outside the swept range (extrapolated)")
+        except FitError as e:
+            note(f"{label(key)}: {e}; skipped")
+    return out

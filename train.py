@@ -222,7 +222,7 @@ from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, che
 from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, cli_main_distributed, clock, exit_process, memory_in_use,
                     ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
-from watch import Progress, check_tracker, open_tracker, write_run_report
+from watch import Progress, check_tracker, open_tracker
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -975,7 +975,8 @@ def finish(run, state, progress):
     else:
         write_result(run, state, "stopped", progress.mfu, stopped_early=True)
         print(f"stopped after step {state.step} (--stop-after); continue with --resume")
-    write_run_report(run.run_dir)
+    import fit  # the reader of runs writes their report.md
+    fit.write_run_report(run.run_dir)
     if progress.tracker:
         progress.tracker.finish(run.result_path)
 
