@@ -545,8 +545,8 @@ def run_row(run_dir):
             "continues it" if result or records else "no result.json and no process holds its lock"
     elif held and state in ("stopped", "failed"):  # a resume that has not yet written "running"
         state, reason = "resuming", f"resuming a {status} run"
-    step = records[-1]["step"] if records and state in ("running", "resuming") or "completed_steps" not in result \
-        else result["completed_steps"]
+    finished = state not in ("running", "resuming") and "completed_steps" in result
+    step = result["completed_steps"] if finished else records[-1]["step"] if records else None
     at = next((r for r in reversed(records) if r["step"] <= (step or 0)), {})
     evals = [(e["step"], e["val_loss"]) for e in result.get("evals") or []] + \
         [(r["step"], r["val_loss"]) for r in records if r.get("val_loss") is not None]
@@ -817,6 +817,7 @@ rule (--reference-arm, else vanilla, else the only arm)."""
 # ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
 def fit_task_nll(x, nll):
     """B.6.1: NLL = E + A x^-alpha, five starts, plain LSQ then Huber; -> (E, A, alpha)."""
+    from scipy import optimize
     if len(x) < 3:
         raise FitError(f"fewer than 3 points ({len(x)})")
     resid = lambda p: p[0] + p[1] * x ** -p[2] - nll
@@ -889,6 +890,7 @@ def cmd_downstream(args):
 r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
 core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu
 ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
+    from scipy import optimize
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
     args.data = args.data or " ".join(args.runs_dir)
@@ -1147,6 +1149,7 @@ optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --
 
 def design_table(out):
     """cmd_design's text: per design, the spread of the estimates, then how the analyst's intervals do."""
+    from scipy import stats
     ref, pct = out["reference_arm"], f"{FIT['ci']:.0f}%"
     lines = [f"sigma = {out['noise']:g} relative (sd of ln L of one run); {out['sims']} simulated ladders per design "
              f"(asked; every number below rests on the arm's converged fits, column 'fits': converged/asked); "
@@ -1319,6 +1322,7 @@ def grouped_vertices(keys, x, y, label):
 def cmd_tpp(args):
     """Quadratic vertex of log loss vs log tokens-per-parameter per budget (App. A.4.2). DATA.csv [compute_flops, tpp,
 val_loss], several tpp per budget."""
+    from scipy import stats
     c = read_csv(args.data, ["compute_flops", "tpp", "val_loss"], numeric=["compute_flops", "tpp", "val_loss"],
                  positive=["compute_flops", "tpp", "val_loss"], key=["compute_flops", "tpp"])
     v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), lambda C: f"budget {C:.4g}")
@@ -1356,6 +1360,7 @@ compute_flops, rho, val_loss], rho (the share of steps after growth) in [0, 1]."
 def cmd_lr(args):
     """Quadratic of log loss vs log value per size, then log optimum vs log N: a hyperparameter's drift exponent
 (App. A.4.4). DATA.csv [params, value, val_loss (+ hparam: several hyperparameters at once)]."""
+    from scipy import stats
     c = read_csv(args.data, ["params", "value", "val_loss"], numeric=["params", "value", "val_loss"],
                  positive=["params", "value", "val_loss"], key=["hparam", "params", "value"])
     hp = c.get("hparam", ["lr"] * len(c["params"]))

@@ -1,4 +1,4 @@
-"""Tests for fit.py and its modules laws.py and studies.py: the paper's Figure 3 numbers reproduced from the release
+"""Tests for fit.py and laws.py: the paper's Figure 3 numbers reproduced from the release
 data, synthetic laws with known answers, the design simulator against closed forms, edge cases, CLI."""
 import csv
 import json
@@ -17,7 +17,6 @@ import core_eval
 import figlint
 import fit
 import laws
-import studies
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(REPO, "reference", "fineweb_ladders.csv")
@@ -213,13 +212,13 @@ def test_result_json_runs_and_time_axis(tmp_path, capsys):
     with open(runs / "vanilla_d22" / "result.json", "w") as f:
         json.dump(dict(status="running", arch="vanilla", depth=22), f)
     from_csv = run_json(capsys, "ladders", path)
-    res = run(capsys, "ladders", runs, "--json")
+    res = run(capsys, "ladders", "--runs-dir", runs, "--json")
     assert json.loads(res.out)["arms"] == from_csv["arms"] and "status 'running'" in res.err
     # a glob and a single run dir work too
-    glob_out = run_json(capsys, "ladders", str(runs / "*" / "result.json"))
+    glob_out = run_json(capsys, "ladders", "--runs-dir", str(runs / "*" / "result.json"))
     assert glob_out["arms"]["better"]["gamma"] == from_csv["arms"]["better"]["gamma"]
     # --time: the same laws on training seconds give the same exponents (time is proportional to FLOPs here)
-    t = run_json(capsys, "ladders", runs, "--time")
+    t = run_json(capsys, "ladders", "--runs-dir", runs, "--time")
     assert t["x_unit"] == "s" and t["arms"]["better"]["gamma"] == pytest.approx(0.12, abs=1e-4)
     csv_t, _ = synthetic_ladders(tmp_path, extra_col=True)
     assert run_json(capsys, "ladders", csv_t, "--time")["arms"]["better"]["multipliers"] == t["arms"]["better"]["multipliers"]
@@ -242,7 +241,8 @@ def test_cli_errors(tmp_path, capsys):
     bad = write_csv(tmp_path / "bad.csv", ["arm", "depth", "val_loss"], [["vanilla", 8, 3.0]])
     assert "missing column(s) compute_flops" in cli_error(capsys, "ladders", bad)
     path, _ = synthetic_ladders(tmp_path)
-    assert "reference arm 'nope'" in cli_error(capsys, "ladders", path, "--reference-arm", "nope")
+    assert "--reference-arm nope is not an arm of the inputs" in cli_error(capsys, "ladders", path, "--reference-arm",
+                                                                           "nope")
     assert "training_seconds" in cli_error(capsys, "ladders", path, "--time")
     cli_error(capsys, "ladders", tmp_path / "nothing_here")
     cli_error(capsys, "frobnicate")
@@ -251,6 +251,25 @@ def test_cli_errors(tmp_path, capsys):
     few = write_csv(tmp_path / "few.csv", ["arm", "depth", "compute_flops", "val_loss"],
                     [["vanilla", 8, 1e18, 3.0], ["vanilla", 10, 2e18, 2.9]])
     assert "reference arm vanilla: fewer than 3 points" in cli_error(capsys, "ladders", few)
+
+
+def test_a_ladder_without_vanilla_fits_by_the_stated_reference_rule(tmp_path, capsys):
+    """Vanilla if present, else --reference-arm, else the only arm; several arms and none named: one line naming the
+    flag. The floor and the anchor depth follow from that choice: no second flag (--refit-floor, --anchor-depth)."""
+    _, rows = synthetic_ladders(tmp_path)
+    renamed = [["loop_2" if a == "vanilla" else "mine", d // 2 - 2, C, L, C / 1e15] for a, d, C, L in rows
+               if d < 20]  # depths 1..7: the anchor depth follows from the ladder (its second depth), no flag
+    two = write_csv(tmp_path / "two.csv", ["arm", "depth", "compute_flops", "val_loss", "training_seconds"], renamed)
+    one = write_csv(tmp_path / "one.csv", ["arm", "depth", "compute_flops", "val_loss"],
+                    [r[:4] for r in renamed if r[0] == "loop_2"])
+    err = cli_error(capsys, "ladders", two)
+    assert "no vanilla in the inputs: name the arm the others are compared with, e.g. --reference-arm loop_2" in err
+    only = run_json(capsys, "ladders", one)
+    assert only["reference_arm"] == "loop_2" and only["arms"]["loop_2"]["gamma"] == pytest.approx(0.11, abs=1e-3)
+    assert only["C0"] == pytest.approx(renamed[1][2])
+    named = run_json(capsys, "ladders", two, "--reference-arm", "loop_2")
+    assert named["E"] == pytest.approx(only["E"]) and named["arms"]["mine"]["gamma"] == pytest.approx(0.12, abs=1e-3)
+    assert run_json(capsys, "ladders", two, "--reference-arm", "mine", "--time")["reference_arm"] == "mine"
 
 
 # ------------------------------------------------------------------------------------------------ surface
@@ -264,24 +283,24 @@ def surface_grid(k, noise, seed=0, A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.
 @pytest.mark.parametrize("form,k", [("chinchilla", 1.0), ("skaling", 0.5), ("skaling", 1.0)])
 def test_surface_recovers_parameters(form, k):
     N, D, L = surface_grid(k, noise=5e-4)
-    p = studies.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
+    p = laws.fit_surface(N, D, L, form, delta=1e-3, hops=5, seed=0)
     assert p["k"] == pytest.approx(k, abs=0.1)  # k = 1 data gives k ~ 1 under the Skaling form
     assert p["alpha"] == pytest.approx(0.4, abs=0.05) and p["beta"] == pytest.approx(0.3, abs=0.05)
     assert p["E"] == pytest.approx(1.5, abs=0.1)
-    assert studies.mape(p, N, D, L) < 0.1
+    assert laws.mape(p, N, D, L) < 0.1
 
 
 def test_compute_optimal_closed_form():
     p = dict(A=1000.0, alpha=0.4, B=2000.0, beta=0.3, E=1.5, k=0.5)
-    o = studies.compute_optimal(p, 1e21)
+    o = laws.compute_optimal(p, 1e21)
     Ns = np.geomspace(o["N"] / 3, o["N"] * 3, 2001)  # brute force along 6 N D = C
-    assert Ns[np.argmin(studies.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
+    assert Ns[np.argmin(laws.surface_predict(p, Ns, 1e21 / 6 / Ns))] == pytest.approx(o["N"], rel=2e-3)
     assert 6 * o["N"] * o["D"] == pytest.approx(1e21) and o["ratio"] == pytest.approx(o["D"] / o["N"])
 
 
 def test_regime_split_as_documented():
     N, D, _ = surface_grid(1.0, 0.0)  # 6 x 6 grid; frac 0.25 -> the largest ceil(1.5) = 2 N and 2 D values are 'large'
-    r = studies.split_regimes(N, D, 0.25)
+    r = laws.split_regimes(N, D, 0.25)
     assert {k: int(v.sum()) for k, v in r.items()} == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
     big_n, big_d = np.unique(N)[-2:], np.unique(D)[-2:]
     assert np.array_equal(r["far"], np.isin(N, big_n) & np.isin(D, big_d))
@@ -383,9 +402,9 @@ def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
 def test_loops_gain_exact():
     # a frontier that reaches every Operator-1 loss with 2.2x less compute
     op = [(1e18 * 2 ** i, 3.0 - 0.1 * i) for i in range(5)]
-    env = studies.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
-    assert op[-1][0] / studies.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
-    assert math.isnan(studies.compute_at_loss_linear(env, 2.0))
+    env = __import__('studies').lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
+    assert op[-1][0] / __import__('studies').compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
+    assert math.isnan(__import__('studies').compute_at_loss_linear(env, 2.0))
 
 
 # ------------------------------------------------------------------------------------------------ replicates and noise
@@ -493,7 +512,7 @@ def test_seed_runs_from_ladder_sh_names_pool(tmp_path, capsys):
         os.makedirs(tmp_path / "runs" / f"{arm}_d{d}_s{s}")
         json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
                        plan=dict(seed=s)), open(tmp_path / "runs" / f"{arm}_d{d}_s{s}" / "result.json", "w"))
-    from_runs, from_csv = run_json(capsys, "ladders", tmp_path / "runs"), run_json(capsys, "ladders", path)
+    from_runs, from_csv = run_json(capsys, "ladders", "--runs-dir", tmp_path / "runs"), run_json(capsys, "ladders", path)
     assert from_runs["noise"] == from_csv["noise"] and from_runs["arms"]["better"]["gamma"] == from_csv["arms"]["better"]["gamma"]
 
 
@@ -517,17 +536,14 @@ def test_bom_csv_and_row_errors_name_the_line(tmp_path, capsys):
     assert f"{path}:4: column val_loss is nan" in cli_error(capsys, "ladders", path)
 
 
-def test_out_manifest_allows_rerun_and_refuses_foreign_files(tmp_path, capsys):
+def test_out_is_rewritten_and_a_file_as_out_is_one_line(tmp_path, capsys):
     path, _ = synthetic_ladders(tmp_path)
     figs = tmp_path / "figs"
     run(capsys, "ladders", path, "--out", figs)
-    run(capsys, "ladders", path, "--out", figs)  # its own files: regenerated
-    assert sorted(json.load(open(figs / "fit_manifest.json"))["files"]) == sorted(fit.LADDER_FIGURES)
-    other = tmp_path / "other"
-    os.makedirs(other)
-    (other / "fig2_left.pdf").write_bytes(b"mine")
-    assert "not written by fit.py" in cli_error(capsys, "ladders", path, "--out", other)
-    assert (other / "fig2_left.pdf").read_bytes() == b"mine" and not (other / "fig3_ladders.png").exists()
+    run(capsys, "ladders", path, "--out", figs)  # a fit's outputs are replaced, as matplotlib does
+    assert sorted(os.listdir(figs)) == sorted(fit.LADDER_FIGURES)
+    (tmp_path / "file").write_text("x")
+    assert "is a file, not a folder" in cli_error(capsys, "ladders", path, "--out", tmp_path / "file")
 
 
 def test_subcommand_help_shows_contracts(capsys):
@@ -539,8 +555,9 @@ def test_subcommand_help_shows_contracts(capsys):
     assert len(laws.FIT["loop_budgets"]) == 5
 
 
-def test_fit_is_torch_free_and_loads_matplotlib_only_for_figures():
-    code = ("import sys, fit, laws, studies; assert fit.main(['ladders', sys.argv[1]]) == 0; "
+def test_fit_is_torch_free_and_loads_matplotlib_only_for_figures_and_scipy_only_for_fits():
+    code = ("import sys, fit, laws, studies; assert 'scipy' not in sys.modules; "
+            "assert fit.main(['ladders', sys.argv[1]]) == 0; "
             "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code, RELEASE], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("E = 1.706433 "), r.stderr
@@ -586,17 +603,17 @@ def test_simulated_spread_and_interval_coverage_match_the_known_variance_linear_
     n = np.array([1, 1, 1, 1, 1, 1, 3, 3])
     points = {"vanilla": (X, n)}
     sigma = 0.002
-    draws = studies.simulate(points, {"vanilla": LAWS["vanilla"]}, 1.7, "vanilla", sigma, 1500,
+    draws = laws.simulate(points, {"vanilla": LAWS["vanilla"]}, 1.7, "vanilla", sigma, 1500,
                              np.random.default_rng(0), fixed_E=True)
     gamma = draws["vanilla"]["gamma"]
-    se = studies.analytic_gamma_se(X, n, 1.7, *LAWS["vanilla"], sigma)
+    se = laws.analytic_gamma_se(X, n, 1.7, *LAWS["vanilla"], sigma)
     assert np.std(gamma) == pytest.approx(se, rel=0.07)
     assert np.mean(gamma) == pytest.approx(0.11, abs=3 * se / math.sqrt(1500) + 2e-5)
     assert draws["vanilla"]["gamma_se"] == pytest.approx(se, rel=0.01)  # the fit's own se is the closed form
-    summary = studies.summarize(points, {"vanilla": LAWS["vanilla"]}, 1.7, "vanilla", sigma, draws)["vanilla"]
+    summary = laws.summarize(points, {"vanilla": LAWS["vanilla"]}, 1.7, "vanilla", sigma, draws)["vanilla"]
     assert summary["gamma_coverage"] == pytest.approx(0.95, abs=0.03) and summary["valid"] == 1500
     # the same plan with 4 seeds everywhere halves the error (variance of a mean of 4)
-    assert studies.analytic_gamma_se(X, 4 * n, 1.7, *LAWS["vanilla"], sigma) == pytest.approx(se / 2)
+    assert laws.analytic_gamma_se(X, 4 * n, 1.7, *LAWS["vanilla"], sigma) == pytest.approx(se / 2)
 
 
 def test_refitted_floor_widens_gamma_more_than_delta_gamma_and_the_printed_se_carries_it():
@@ -604,9 +621,9 @@ def test_refitted_floor_widens_gamma_more_than_delta_gamma_and_the_printed_se_ca
     # fixed covers the true gamma far less than 95 %, the se carrying E's uncertainty (what fit.py ladders prints)
     # about 95 %, for gamma and for delta-gamma
     points = {a: (X, np.ones(8, int)) for a in LAWS}
-    known = studies.summarize(points, LAWS, 1.7, "vanilla", 0.002, studies.simulate(
+    known = laws.summarize(points, LAWS, 1.7, "vanilla", 0.002, laws.simulate(
         points, LAWS, 1.7, "vanilla", 0.002, 300, np.random.default_rng(3), fixed_E=True))
-    s = studies.summarize(points, LAWS, 1.7, "vanilla", 0.002, studies.simulate(
+    s = laws.summarize(points, LAWS, 1.7, "vanilla", 0.002, laws.simulate(
         points, LAWS, 1.7, "vanilla", 0.002, 300, np.random.default_rng(3)))
     assert s["better"]["gamma_ci_halfwidth"] > 2 * known["better"]["gamma_ci_halfwidth"]
     assert s["better"]["delta_gamma_ci_halfwidth"] < 0.5 * s["better"]["gamma_ci_halfwidth"]
@@ -620,7 +637,7 @@ def test_refitted_floor_widens_gamma_more_than_delta_gamma_and_the_printed_se_ca
 
 def test_detection_probability_tracks_the_effect():
     points = {a: (X, np.ones(8, int)) for a in LAWS}
-    sim = lambda truth: studies.summarize(points, truth, 1.7, "vanilla", 0.002, studies.simulate(
+    sim = lambda truth: laws.summarize(points, truth, 1.7, "vanilla", 0.002, laws.simulate(
         points, truth, 1.7, "vanilla", 0.002, 600, np.random.default_rng(2), fixed_E=True))["better"]
     null = sim({"vanilla": (1.6, 0.11), "better": (1.6, 0.11)})
     strong = sim(LAWS)
@@ -634,15 +651,15 @@ def test_detection_probability_tracks_the_effect():
 
 def test_design_specs_select_depths_and_seeds():
     plan = {(a, d): (1e18 * d, 1) for a in ("vanilla", "better") for d in range(6, 24, 2) if a == "vanilla" or d <= 18}
-    x, n, ds = studies.apply_design(plan, "d6-18 x3@top2")["vanilla"]
+    x, n, ds = fit.apply_design(plan, "d6-18 x3@top2")["vanilla"]
     assert ds == list(range(6, 20, 2)) and list(n) == [1] * 5 + [3, 3] and list(x) == [1e18 * d for d in ds]
-    top = studies.apply_design(plan, "d6-22 x3@top2")
+    top = fit.apply_design(plan, "d6-22 x3@top2")
     assert top["vanilla"][2][-1] == 22 and top["better"][2][-1] == 18 and list(top["better"][1][-2:]) == [3, 3]
-    assert list(studies.apply_design(plan, "x2@8,10")["better"][1][:3]) == [1, 2, 2]
+    assert list(fit.apply_design(plan, "x2@8,10")["better"][1][:3]) == [1, 2, 2]
     with pytest.raises(fit.UsageError, match="no planned run has depth 26"):
-        studies.apply_design(plan, "d6-26")
+        fit.apply_design(plan, "d6-26")
     with pytest.raises(fit.UsageError, match="use 'd6-18'"):
-        studies.apply_design(plan, "depths 6 to 18")
+        fit.apply_design(plan, "depths 6 to 18")
 
 
 def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
@@ -660,7 +677,7 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
     assert small["flops"] == pytest.approx(flops) and small["gpu_hours"] == pytest.approx(flops / (312e12 * 0.5) / 3600)
     assert big["arms"]["better"]["gamma_se_known_E"] < small["arms"]["better"]["gamma_se_known_E"]
     assert big["depths"]["better"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
-    for name in studies.DESIGN_FIGURE:
+    for name in fit.DESIGN_FIGURE:
         assert os.path.getsize(tmp_path / "figs" / name) > 1000
     # E/gamma/A flags instead of a pilot: every other arm is the reference + --delta-gamma
     fit.main(["design", str(tmp_path / "plan.jsonl"), "--E", "1.7", "--gamma", "0.11", "--A", "1.6",
@@ -672,9 +689,9 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
 
 def test_design_scores_the_analysts_bootstrap_interval():
     points = {a: (X, np.ones(8, int)) for a in LAWS}
-    draws = studies.simulate(points, LAWS, 1.7, "vanilla", 0.002, 20, np.random.default_rng(4), bootstrap=20)
+    draws = laws.simulate(points, LAWS, 1.7, "vanilla", 0.002, 20, np.random.default_rng(4), bootstrap=20)
     assert (draws["better"]["delta_gamma_lo"] < draws["better"]["delta_gamma_hi"]).all()
-    s = studies.summarize(points, LAWS, 1.7, "vanilla", 0.002, draws)["better"]
+    s = laws.summarize(points, LAWS, 1.7, "vanilla", 0.002, draws)["better"]
     for key in ("gamma_coverage_bootstrap", "delta_gamma_coverage_bootstrap", "power_bootstrap"):
         assert 0 <= s[key] <= 1
     assert s["delta_gamma_coverage_bootstrap"] >= 0.8  # 20 ladders: loose, the docs table has the measured values
@@ -696,9 +713,9 @@ def test_runs_in_a_folder_named_like_a_glob_are_read(tmp_path, capsys):
         os.makedirs(runs / f"{arm}_d{d:02d}")
         json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L),
                   open(runs / f"{arm}_d{d:02d}" / "result.json", "w"))
-    assert run_json(capsys, "ladders", runs)["arms"] == run_json(capsys, "ladders", path)["arms"]
+    assert run_json(capsys, "ladders", "--runs-dir", runs)["arms"] == run_json(capsys, "ladders", path)["arms"]
     one = [str(runs / f"{arm}_d{d:02d}" / "result.json") for arm, d, _, _ in rows]
-    assert run_json(capsys, "ladders", *one)["arms"] == run_json(capsys, "ladders", path)["arms"]
+    assert run_json(capsys, "ladders", "--runs-dir", *one)["arms"] == run_json(capsys, "ladders", path)["arms"]
 
 
 def test_every_planned_ladder_and_loop_grid_is_one_recipe():
@@ -711,15 +728,15 @@ def test_every_planned_ladder_and_loop_grid_is_one_recipe():
             runs = train.ladder_runs(arm, preset, seeds=[0, 1], replicate_depths=[3 if preset == "cpu" else 8])
             if arm == "untied_grow" and preset == "paper":
                 runs += train.ladder_runs(arm, "d26")
-            laws.check_one_recipe([(name, plan(argv)) for name, argv in runs], laws.DEPTH_DERIVED, arm)
+            laws.check_one_recipe([(name, plan(argv)) for name, argv in runs], arm)
     grid = train.ladder_runs("operator_1", "data-constrained")
-    laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], laws.LOOP_GRID_VARIED, "grid")
+    laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], "grid", __import__("studies").LOOP_GRID_VARIED)
     # and a run with another recipe is told apart at any depth
     for flags, field in ((["--lr-multiplier", "2"], "matrix_lr x params_tpp^lr_exponent"), (["--tpp", "9"], "tpp"),
                          (["--width-per-depth", "192"], "width / depth"), (["--recipe", "operator_1"], "adam_betas")):
         runs = [("a", plan(["--arch", "loop_2", "--depth", "6"])), ("b", plan(["--arch", "loop_2", "--depth", "8", *flags]))]
         with pytest.raises(fit.UsageError, match=f"a and b: loop_2 with different {re.escape(field)} "):
-            laws.check_one_recipe(runs, laws.DEPTH_DERIVED, "loop_2")
+            laws.check_one_recipe(runs, "loop_2")
 
 
 def test_runs_of_one_pool_prepared_twice_fit_together(tmp_path, capsys):
@@ -731,7 +748,7 @@ def test_runs_of_one_pool_prepared_twice_fit_together(tmp_path, capsys):
         json.dump(dict(status="complete", arch=arm, depth=d, estimated_training_flops=C, final_val_loss=L,
                        plan=dict(arch=arm, depth=d, tpp=5, seed=0), data_manifest=dict(pool, created=f"day {i}")),
                   open(tmp_path / "runs" / f"{arm}_d{d}" / "result.json", "w"))
-    assert run_json(capsys, "ladders", tmp_path / "runs")["arms"] == run_json(capsys, "ladders", path)["arms"]
+    assert run_json(capsys, "ladders", "--runs-dir", tmp_path / "runs")["arms"] == run_json(capsys, "ladders", path)["arms"]
 
 
 def test_surface_fits_D_beside_a_measured_compute_column_and_growth_takes_rho_at_its_ends(tmp_path, capsys):
@@ -769,14 +786,14 @@ def test_design_delta_gamma_changes_only_the_arms_it_names(tmp_path):
     truth.write_text(json.dumps(dict(E=1.7, arms=dict(vanilla=dict(A=1.6, gamma=0.11), other=dict(A=1.5, gamma=0.12)))))
     args = lambda *dg: argparse.Namespace(truth=str(truth), E=None, gamma=None, A=None, reference_arm="vanilla",
                                           delta_gamma=[fit.arm_delta_gamma(d) for d in dg])
-    _, laws_ = studies.true_laws(args("other=0.02"), ["vanilla", "other"])
+    _, laws_ = fit.true_laws(args("other=0.02"), ["vanilla", "other"])
     assert laws_ == {"vanilla": (1.6, 0.11), "other": (1.5, pytest.approx(0.13))}
-    _, laws_ = studies.true_laws(args("0.005"), ["vanilla", "other", "new"])
+    _, laws_ = fit.true_laws(args("0.005"), ["vanilla", "other", "new"])
     assert laws_["other"] == (1.5, 0.12) and laws_["new"] == (1.6, pytest.approx(0.115))
     with pytest.raises(fit.UsageError, match="every planned arm has one; name the arm"):
-        studies.true_laws(args("0.005"), ["vanilla", "other"])
+        fit.true_laws(args("0.005"), ["vanilla", "other"])
     with pytest.raises(fit.UsageError, match="names an arm the plan does not run"):
-        studies.true_laws(args("nope=0.01"), ["vanilla", "other"])
+        fit.true_laws(args("nope=0.01"), ["vanilla", "other"])
 
 
 def test_figure2_shows_the_arms_asked_for_in_their_own_colours(tmp_path, monkeypatch):
@@ -815,19 +832,19 @@ def test_a_fit_discloses_its_footing_dof_unknown_intervals_bounds_and_flagged_po
     three = [str(runs / f"{a}_d{d}") for a in laws_ for d in (1, 2, 3)]
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a numpy RuntimeWarning would fail the fit
-        out = run(capsys, "ladders", *three, "--anchor-depth", "2", "--bootstrap", 50, "--out", tmp_path / "f3").out
+        out = run(capsys, "ladders", "--runs-dir", *three, "--anchor-depth", "2", "--bootstrap", 50, "--out", tmp_path / "f3").out
     assert "E = " in out and "± unknown (free-E fit of vanilla: 3 points, 0 dof)" in out
     assert "WARNING: the floor E is fitted on vanilla's 3 points with 3 parameters: 0 residual degrees" in out
     assert "WARNING: vanilla, better: 3 points for A and gamma leave 1 residual degrees of freedom" in out
     assert not re.search(r"\[(-?[0-9.]+), \1\]", out), out  # no degenerate interval
     assert re.search(r"vanilla +3 \(1\*\) +1 +0\.\d{4} ± unknown", out) and "* flagged points" in out
-    got = run_json(capsys, "ladders", *three, "--anchor-depth", "2", "--bootstrap", 50)
+    got = run_json(capsys, "ladders", "--runs-dir", *three, "--anchor-depth", "2", "--bootstrap", 50)
     assert got["E_dof"] == 0 and got["E_se"] is None and got["arms"]["better"]["gamma_ci"] is None
     assert got["arms"]["better"]["dof"] == 1 and not got["arms"]["better"]["intervals_known"]
-    five = run(capsys, "ladders", runs, "--anchor-depth", "2", "--bootstrap", 50).out
+    five = run(capsys, "ladders", "--runs-dir", runs, "--anchor-depth", "2", "--bootstrap", 50).out
     assert "WARNING" not in five and re.search(r"E = [0-9.]+ ± [0-9.]+ \(free-E fit of vanilla: 5 points, 2 dof", five)
     assert re.search(r"better +5 \(1\*\) +3 +0\.\d{4} ± 0\.\d{4} \[", five)
-    kept = run(capsys, "ladders", runs, "--anchor-depth", "2", "--exclude-flagged", "--json")
+    kept = run(capsys, "ladders", "--runs-dir", runs, "--anchor-depth", "2", "--exclude-flagged", "--json")
     assert "--exclude-flagged: leaving out vanilla d1 (warmup_steps 40" in kept.err
     assert json.loads(kept.out)["arms"]["vanilla"]["dof"] == 2
     # the floor on its bound is named: a ladder that bends the wrong way puts E at 0
@@ -843,11 +860,11 @@ def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, c
     path, rows, runs = complete_runs(tmp_path, evals=lambda arm, d, C, L: [dict(step=10, when="end", passes=1,
                                                                              val_loss=L)],
                                      plan=lambda arm, d, C, L: dict(arch=arm, depth=d, steps=10))
-    out = run(capsys, "report", runs, "--bootstrap", 20).out
+    out = run(capsys, "report", "--runs-dir", runs, "--bootstrap", 20).out
     assert "gamma ± se [CI]" in out and out.strip().endswith(f"wrote {runs}/report.md")
     report = (runs / "report.md").read_text()
     assert report.startswith(f"# Ladder report: {runs}") and "## Runs" in report and "## Fit" in report
-    assert "--reference-arm vanilla --anchor-depth 8 --bootstrap 20" in report and "![ladders](fit/fig3_ladders.png)" \
+    assert "--bootstrap 20 --out" in report and "![ladders](fit/fig3_ladders.png)" \
         in report and (runs / "fit" / "fig3_ladders.png").exists()
     assert re.search(r"better +8 +6  0\.1200 ± 0\.\d{4} \[", report), report
     run_report = (runs / "better_d10" / "report.md").read_text()
