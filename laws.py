@@ -222,12 +222,12 @@ def flat(d, prefix=""):
     return out
 
 
-def recipe_of(r, varies=()):
-    """The recipe fields of a result.json's plan (less `varies`), its LRs and width brought to a depth-free form, and
-    its data pool (less when it was prepared)."""
+def recipe_of(r, varies=(), shared=()):
+    """The recipe fields of a result.json's plan (less `varies`, plus the plan fields `shared`), its LRs and width
+    brought to a depth-free form, and its data pool (less when it was prepared)."""
     plan = r.get("plan") or {}
     out = {k: v for k, v in flat(plan).items()
-           if k.rsplit(".", 1)[-1] in RECIPE - set(LRS) - set(varies)}
+           if k.rsplit(".", 1)[-1] in (RECIPE - set(LRS) - set(varies)) | set(shared)}
     if "depth" in plan and "width" in plan:
         out["width / depth"] = plan["width"] / plan["depth"]
     for lr in LRS:
@@ -238,7 +238,7 @@ def recipe_of(r, varies=()):
     return out
 
 
-def check_one_recipe(runs, what, varies=()):
+def check_one_recipe(runs, what, varies=(), shared=()):
     """runs: [(path, result.json dict)] fitted together. Two that differ in a recipe field or the data pool ->
     UsageError naming both and the field; a field one run does not record is not compared."""
     number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -246,7 +246,7 @@ def check_one_recipe(runs, what, varies=()):
     short = lambda v: (lambda t: t if len(t) <= 40 else t[:37] + "...")(json.dumps(v, default=str))
     first = {}
     for path, r in runs:
-        for k, v in recipe_of(r, varies).items():
+        for k, v in recipe_of(r, varies, shared).items():
             seen, w = first.setdefault(k, (path, v))
             if not same(v, w):
                 raise UsageError(f"{seen} and {path}: {what} with different {k} ({short(w)} vs {short(v)}); a ladder "

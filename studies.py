@@ -13,7 +13,8 @@ from laws import (FIT, FitError, check_one_recipe, drop_repeats, fnum, jsonable,
                   read_result_json, run_paths)
 import json
 
-LOOP_GRID_VARIED = ("passes", "passes_initial", "weight_decay")  # what the grid's runs vary beside the depth
+LOOP_GRID_VARIED = ("passes", "passes_initial", "weight_decay")  # what the grid's runs vary beside the depth;
+# its token budget (train_token_limit) is its recipe
 
 
 def lower_envelope(x, y):
@@ -66,7 +67,7 @@ def loop_grid_from_runs(item):
                                  "(bash ladder.sh operator_1 --preset data-constrained), fit.py ladders the others")
     if not rows:
         raise UsageError(f"{item}: no complete train.py runs (result.json) found")
-    check_one_recipe(runs, "loop-grid runs", LOOP_GRID_VARIED)
+    check_one_recipe(runs, "loop-grid runs", LOOP_GRID_VARIED, ("train_token_limit",))
     return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
                         LOOP_COLUMNS, origins)
 

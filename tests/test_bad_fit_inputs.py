@@ -1,8 +1,7 @@
-"""Bad input to fit.py: one line, exit 2, no traceback, nothing that existed changed (tests/refusals.py), and never
-a plausible-looking wrong number. The case table, then the hostile-input classes of docs/reliability.md for the
-fits: 1 (a full disk under --out), 2 (numeric flags out of range), 3 (design specs), 4 (duplicated and conflicting
-rows); then inputs that were ignored, impossible or misnamed (glob characters in paths, mixed recipes or pools,
-runs that are not a loop grid, a column named twice)."""
+"""Bad input handed to fit.py (CSV, JSON, flags): one line, exit 2, no traceback, nothing that existed changed
+(tests/refusals.py), and never a plausible-looking wrong number. The case table, then numeric flags out of range,
+design specs, duplicated and conflicting rows, and inputs that were ignored, impossible or misnamed (glob characters in
+paths, mixed recipes or pools, runs that are not a loop grid, a column named twice)."""
 import contextlib
 import importlib
 import io
@@ -13,7 +12,7 @@ import sys
 
 import pytest
 
-from refusals import ROOT, run_in_process, assert_refused, private_tmpfs_mounts
+from refusals import ROOT, run_in_process, assert_refused
 
 
 # ------------------------------------------------------------------------------------------------ fit.py
@@ -46,7 +45,9 @@ PLAN = "\n".join(json.dumps(dict(arch="vanilla", depth=d, total_flops=1e18 * d))
 PILOT = json.dumps(dict(E=1.7, arms=dict(vanilla=dict(A=1.6, gamma=0.11))))
 
 FIT_CASES = [
-    ("missing-input", {}, ["ladders", "{d}/nope"], "no CSV, result.json or run directory"),
+    ("missing-input", {}, ["ladders", "{d}/nope"], "cannot read"),
+    ("missing-runs", {}, ["ladders", "--runs-dir", "{d}/nope"], "no train.py run (result.json) there"),
+    ("no-input", {}, ["ladders"], "no ladder points: pass CSV files or --runs-dir"),
     ("missing-csv", {}, ["ladders", "{d}/nope.csv", "x.csv"], "cannot read"),
     ("missing-column", {"l.csv": "arm,depth,val_loss\nvanilla,8,3.0\n"}, ["ladders", "{d}/l.csv"], "missing column(s) compute_flops"),
     ("non-numeric-loss", {"l.csv": with_row(2, "vanilla,10,3e18,abc")}, ["ladders", "{d}/l.csv"], "l.csv:4: column val_loss is 'abc'"),
@@ -64,18 +65,9 @@ FIT_CASES = [
     ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap: must be a whole number in [0, 100000]"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
-    ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "reference arm 'nope'"),
-    ("out-is-a-file", dict(GOOD, out="x"), ["ladders", "{d}/l.csv", "--out", "{d}/out"], "is a file, not a directory"),
-    ("out-foreign-figure", dict(GOOD, **{"figs/fig3_ladders.png": "mine"}), ["ladders", "{d}/l.csv", "--out", "{d}/figs"],
-     "not written by fit.py"),
-    ("out-bad-manifest", dict(GOOD, **{"figs/fit_manifest.json": "[1, 2]"}), ["ladders", "{d}/l.csv", "--out", "{d}/figs"],
-     "is not a fit.py manifest"),
+    ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "--reference-arm nope is not an arm of the inputs"),
+    ("out-is-a-file", dict(GOOD, out="x"), ["ladders", "{d}/l.csv", "--out", "{d}/out"], "is a file, not a folder"),
     ("wrong-kind-json", {"edu.json": json.dumps(dict(tasks=[], arms={}))}, ["ladders", "{d}/edu.json"], "'arms' holds no ladder records"),
-    ("corrupt-result-json", {"runs/a/result.json": b"\x00\xff garbage"}, ["ladders", "{d}/runs"], "is not a train.py result.json"),
-    ("result-json-nan-loss", {"runs/a/result.json": result_json(final_val_loss=float("nan"))}, ["ladders", "{d}/runs"],
-     "final_val_loss > 0"),
-    ("result-json-fractional-depth", {"runs/a/result.json": result_json(depth=8.5)}, ["ladders", "{d}/runs"],
-     "field depth must be a whole number >= 1, got 8.5"),
     ("not-utf8-csv", {"l.csv": b"arm,depth\n\xff\xfe\x00bad\n"}, ["ladders", "{d}/l.csv"], "not a UTF-8 CSV"),
     ("unknown-subcommand", {}, ["frobnicate"], "invalid choice"),
     ("surface-negative-N", {"s.csv": "N,D,loss\n" + "".join(f"{-1 if i == 0 else 1e8 * (i + 1)},{1e9 * (i + 1)},3.0\n" for i in range(8))},
@@ -87,7 +79,7 @@ FIT_CASES = [
     ("loops-negative-budget", {"g.csv": "depth,loops,weight_decay,compute_flops,val_loss\n4,1,0.8,1e17,3\n"},
      ["loops", "{d}/g.csv", "--budgets=-1"], "--budgets: must be"),
     ("loops-wrong-kind-json", {"runs/a/result.json": "[]"}, ["loops", "{d}/runs"], "is not a train.py result.json"),
-    ("design-no-noise", {"p.jsonl": PLAN, "pilot.json": PILOT}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json"], "--noise SIGMA is required"),
+    ("design-no-noise", {"p.jsonl": PLAN, "pilot.json": PILOT}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json"], "the following arguments are required: --noise"),
     ("design-no-truth", {"p.jsonl": PLAN}, ["design", "{d}/p.jsonl", "--noise", "0.002"], "give the true curves"),
     ("design-bad-truth", {"p.jsonl": PLAN, "pilot.json": "{}"}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"],
      "is not a `fit.py ladders --json` output"),
@@ -117,75 +109,7 @@ def test_fit_bad_input_as_a_process(tmp_path):
 # ------------------------------------------------------------------------------------------------ train.py
 # {d}/pool is a fresh copy of the session's small stdlib pool, so the pool is part of what must stay byte-identical.
 
-# --- fit.py: the hostile-input classes ---
-# class 1 (disk full), class 2 (numeric flags out of range), class 3 (design specs), class 4 (duplicated and
-# conflicting rows). Each case runs fit.py in-process unless it needs its own filesystem.
-FIT_FULL_DISK_DRIVER = """
-import contextlib, io, json, os, sys
-sys.path.insert(0, os.getcwd())
-import fit
-mnt, csv = sys.argv[1], sys.argv[2]
-def run(out):
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        code = fit.main(["ladders", csv, "--out", out])
-    return code, err.getvalue()
-def listing(d):
-    return {n: open(os.path.join(d, n), "rb").read().hex() for n in sorted(os.listdir(d))} if os.path.isdir(d) else None
-first = run(os.path.join(mnt, "figs"))
-fs = os.statvfs(mnt)
-assert fs.f_blocks * fs.f_frsize <= 16 * 2 ** 20, f"{mnt} is not the small tmpfs this test fills"
-with open(os.path.join(mnt, "filler"), "wb", buffering=0) as f:  # fill the filesystem to the last byte
-    try:
-        while True:
-            f.write(b"\\0" * 4096)
-    except OSError:
-        pass
-before = listing(os.path.join(mnt, "figs"))
-again, fresh = run(os.path.join(mnt, "figs")), run(os.path.join(mnt, "new"))
-print(json.dumps(dict(first=first, again=again, fresh=fresh, same=listing(os.path.join(mnt, "figs")) == before,
-                      names=sorted(before), new=listing(os.path.join(mnt, "new")))))
-"""
-
-
-@pytest.mark.skipif(not private_tmpfs_mounts(), reason="needs root and unshare for a private tmpfs")
-def test_class1_fit_out_on_a_real_full_filesystem(tmp_path):
-    # a 1 MiB tmpfs in a private mount namespace: the first --out fits, then the disk is filled; rewriting the figures
-    # and writing into a fresh directory both stop with one line, leaving the earlier files and manifest as they were
-    (tmp_path / "l.csv").write_text(ladder_csv())
-    mnt = tmp_path / "mnt"
-    mnt.mkdir()
-    script = f'mount -t tmpfs -o size=1m tmpfs "{mnt}" && exec "{sys.executable}" -c "$0" "{mnt}" "{tmp_path}/l.csv"'
-    r = subprocess.run(["unshare", "-m", "sh", "-c", script, FIT_FULL_DISK_DRIVER], cwd=ROOT, capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, OPENBLAS_NUM_THREADS="1", MPLBACKEND="Agg"))
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
-    assert out["first"][0] == 0 and out["names"] == sorted(["fit_manifest.json", "fig3_ladders.png", "fig3_ladders.pdf",
-                                                            "fig2_left.png", "fig2_left.pdf"])
-    for code, err in (out["again"], out["fresh"]):
-        assert code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
-        assert err.startswith("fit.py: error: cannot write into --out") and "No space left on device" in err, err
-    assert out["same"] and out["new"] in (None, {}), "a partial file or manifest was left behind"
-
-
-def test_class1_fit_out_disk_full_inside_a_figure_write(tmp_path, monkeypatch):
-    # the same contract where no tmpfs can be mounted: ENOSPC raised after half of the second file is written
-    import errno
-    from matplotlib.figure import Figure
-    save, calls = Figure.savefig, []
-
-    def full_disk(self, path, **kw):
-        calls.append(path)
-        if len(calls) == 2:
-            open(path, "wb").write(b"half a figure")
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return save(self, path, **kw)
-    monkeypatch.setattr(Figure, "savefig", full_disk)
-    line = assert_refused("fit.py", ["ladders", "{d}/l.csv", "--out", "{d}/figs"], tmp_path,
-                          "No space left on device", GOOD, runner=run_in_process)
-    assert line.startswith("fit.py: error: cannot write into --out") and not os.path.exists(tmp_path / "figs")
-
-
+# --- fit.py: numeric flags out of range, design specs, duplicated and conflicting rows ---
 def surface_csv(rows=()):
     """A 4 x 4 (N, D) grid on a Chinchilla law, plus extra raw CSV rows."""
     grid = [f"{N:g},{D:g},{1.5 + 1000 / N ** 0.4 + 2000 / D ** 0.3:.6f}"
@@ -537,10 +461,23 @@ def test_fit_ladders_refuses_runs_of_one_arm_with_different_recipes_or_pools(tmp
     planned_runs(tmp_path / "runs", LADDER_RUNS)
     planned_runs(tmp_path / "more", {"vanilla_d5": LADDER_RUNS["vanilla_d1"][:3] + ["5", "--preset", "cpu", *extra]},
                  pool)
-    line = assert_refused("fit.py", ["ladders", "{d}/runs", "{d}/more", "--anchor-depth", "3"], tmp_path,
+    line = assert_refused("fit.py", ["ladders", "--runs-dir", "{d}/runs", "{d}/more"], tmp_path,
                           f"{tmp_path}/more/vanilla_d5/result.json: vanilla runs with different {field} (",
                           runner=run_in_process)
-    assert line.startswith(f"fit.py: error: {tmp_path}/runs/vanilla_d1/result.json and ") and "fit them separately" in line
+    assert line.startswith(f"fit.py: error: {tmp_path}/runs/vanilla_d1/result.json and ") and "pass only the runs of one" in line
+
+
+def test_fit_ladders_compares_the_recipe_not_what_a_depth_derives(tmp_path, capsys, monkeypatch):
+    # an arm whose model describe() gains a field that grows with depth (a user's own per-pass tensors) fits its
+    # ladder: only the arms table's and the preset's fields, the pool and the depth-free LRs must agree
+    import fit
+    import model
+    describe = model.describe
+    monkeypatch.setattr(model, "describe", lambda cfg: dict(describe(cfg), params_mix=cfg.depth * cfg.width ** 2))
+    planned_runs(tmp_path / "runs", dict(LADDER_RUNS, vanilla_d5=LADDER_RUNS["vanilla_d1"][:3] + ["5", "--preset", "cpu"]))
+    assert json.load(open(tmp_path / "runs" / "vanilla_d5" / "result.json"))["plan"]["params_mix"] > 0
+    assert fit.main(["ladders", "--runs-dir", str(tmp_path / "runs"), "--json"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["arms"]["vanilla"]["dof"] == 3
 
 
 def test_fit_loops_refuses_grid_runs_with_different_recipes(tmp_path):
@@ -574,7 +511,7 @@ IGNORED_CASES = [
     ("growth-rho-above-one", {"g.csv": GROWTH.replace(",0.8,", ",1.5,")}, ["growth", "{d}/g.csv"],
      "g.csv:5: column rho is 1.5; it is a fraction"),
     ("downstream-reference-arm-missing", {"c.csv": DOWNSTREAM}, ["downstream", "{d}/c.csv", "--reference-arm", "nosuch"],
-     "reference arm 'nosuch' not in {d}/c.csv (arms: vanilla, better)"),
+     "--reference-arm nosuch is not an arm of the inputs (arms: vanilla, better)"),
     ("downstream-nll-without-acc", {"c.csv": with_column(DOWNSTREAM, "nll:b", 2.0)}, ["downstream", "{d}/c.csv"],
      "c.csv: column nll:b has no acc:b"),
     ("downstream-acc-without-nll", {"c.csv": with_column(DOWNSTREAM, "acc:c", 0.1)}, ["downstream", "{d}/c.csv"],
