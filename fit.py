@@ -555,7 +555,7 @@ def run_row(run_dir):
                 depth=result.get("depth", plan.get("depth")), state=state, reason=reason, step=step,
                 steps=plan.get("steps"), train_loss=at.get("loss") if at.get("step") == step else None,
                 val_loss=val_loss, val_step=val_step,
-                flops=at.get("flops") if at.get("step") == step else result.get("estimated_training_flops"),
+                flops=result.get("estimated_training_flops") if finished else at.get("flops"),
                 flops_planned=plan.get("total_flops"),
                 wall_seconds=at.get("wall_seconds", result.get("wall_seconds")),
                 eta_seconds=at.get("eta_seconds") if state == "running" else None)
