@@ -52,17 +52,11 @@ FIT_CASES = [
     ("missing-column", {"l.csv": "arm,depth,val_loss\nvanilla,8,3.0\n"}, ["ladders", "{d}/l.csv"], "missing column(s) compute_flops"),
     ("non-numeric-loss", {"l.csv": with_row(2, "vanilla,10,3e18,abc")}, ["ladders", "{d}/l.csv"], "l.csv:4: column val_loss is 'abc'"),
     ("nan-loss-reference", {"l.csv": with_row(0, "vanilla,6,4e17,nan")}, ["ladders", "{d}/l.csv"], "l.csv:2: column val_loss is nan"),
-    ("inf-compute", {"l.csv": with_row(9, "better,8,inf,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:11: column compute_flops is inf"),
     ("negative-loss", {"l.csv": with_row(1, "vanilla,8,1e18,-3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: column val_loss is -3.0; need a finite number > 0"),
-    ("zero-compute", {"l.csv": with_row(1, "vanilla,8,0,3.0")}, ["ladders", "{d}/l.csv"], "column compute_flops is 0"),
     ("fractional-depth", {"l.csv": with_row(1, "vanilla,8.5,1e18,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: depth must be a whole number"),
     ("conflicting-duplicate", {"l.csv": ladder_csv(["vanilla,8,1.000000e+18,3.1"])}, ["ladders", "{d}/l.csv"], "two different results for vanilla d8"),
     ("replicates-different-compute", {"l.csv": ladder_csv(["vanilla,8,2e18,3.1"])}, ["ladders", "{d}/l.csv", "--replicates"], "different compute"),
     ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
-    ("extrapolate-negative", GOOD, ["ladders", "{d}/l.csv", "--extrapolate=-1e21"], "--extrapolate: must be"),
-    ("extrapolate-nan", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "nan"], "--extrapolate: must be"),
-    ("noise-zero", GOOD, ["ladders", "{d}/l.csv", "--noise", "0"], "--noise: must be a finite number in (0, 1)"),
-    ("bootstrap-negative", GOOD, ["ladders", "{d}/l.csv", "--bootstrap=-5"], "--bootstrap: must be a whole number in [0, 100000]"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
     ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "--reference-arm nope is not an arm of the inputs"),
@@ -124,43 +118,25 @@ LADDERS = ["ladders", "{d}/l.csv"]
 DESIGN = ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"]
 SEED_RANGE = "must be a whole number in [0, 9223372036854775807]"
 FIT_FLAG_RANGE_CASES = [
-    ("surface-folds-zero", [*SURFACE, "--folds", "0"], "--folds: must be a whole number >= 2, got '0'"),
     ("surface-folds-one", [*SURFACE, "--folds", "1"], "--folds: must be a whole number >= 2, got '1'"),
-    ("surface-folds-negative", [*SURFACE, "--folds=-2"], "--folds: must be a whole number >= 2, got '-2'"),
     ("surface-folds-more-than-points", [*SURFACE, "--folds", "100"], "--folds 100: {d}/s.csv has 9 interpolation points"),
-    ("surface-holdout-nan", [*SURFACE, "--holdout", "nan"], "--holdout: must be a finite number in (0, 1), got 'nan'"),
     ("surface-holdout-two", [*SURFACE, "--holdout", "2"], "--holdout: must be a finite number in (0, 1), got '2'"),
     ("surface-seed-negative", [*SURFACE, "--seed=-1"], f"--seed: {SEED_RANGE}, got '-1'"),
-    ("surface-hops-negative", [*SURFACE, "--hops=-3"], "--hops: must be a whole number in [0, 100000], got '-3'"),
-    ("surface-budgets-nan", [*SURFACE, "--budgets", "nan"], "--budgets: must be a finite number > 0, got 'nan'"),
-    ("surface-delta-inf", [*SURFACE, "--delta", "inf"], "--delta: must be a finite number > 0"),
-    ("surface-drop-highest-negative", [*SURFACE, "--drop-highest=-1"], "--drop-highest: must be a whole number >= 0"),
     ("ladders-anchor-depth-zero", [*LADDERS, "--anchor-depth", "0"], "--anchor-depth: must be a whole number >= 1"),
-    ("ladders-bootstrap-huge", [*LADDERS, "--bootstrap", "10000000"], "--bootstrap: must be a whole number in [0, 100000]"),
     ("ladders-bootstrap-fraction", [*LADDERS, "--bootstrap", "2.5"], "--bootstrap: must be a whole number"),
     ("ladders-seed-beyond-int64", [*LADDERS, "--seed", str(2 ** 64)], f"--seed: {SEED_RANGE}"),
     ("ladders-noise-above-one", [*LADDERS, "--noise", "1.5"], "--noise: must be a finite number in (0, 1), got '1.5'"),
-    ("ladders-noise-inf", [*LADDERS, "--noise", "inf"], "--noise: must be a finite number in (0, 1)"),
     ("design-mfu-zero", [*DESIGN, "--mfu", "0"], "--mfu: must be a finite number in (0, 1], got '0'"),
-    ("design-delta-gamma-beyond-one", [*DESIGN, "--delta-gamma", "5"], "--delta-gamma: must be a finite number in (-1, 1)"),
     ("design-delta-gamma-makes-gamma-negative", ["design", "{d}/p2.jsonl", "--truth", "{d}/pilot.json", "--noise",
                                                  "0.002", "--delta-gamma=-0.5"], "gives other a true gamma of -0.39"),
     ("design-sims-few", [*DESIGN, "--sims", "5"], "--sims: must be a whole number in [20, 100000], got '5'"),
-    ("design-sims-huge", [*DESIGN, "--sims", "100000000"], "--sims: must be a whole number in [20, 100000]"),
-    ("design-seed-negative", [*DESIGN, "--seed=-1"], f"--seed: {SEED_RANGE}"),
-    ("design-peak-flops-zero", [*DESIGN, "--peak-flops", "0"], "--peak-flops: must be a finite number > 0"),
-    ("design-noise-nan", [*DESIGN[:-1], "nan"], "--noise: must be a finite number in (0, 1)"),
     ("design-E-negative", ["design", "{d}/p.jsonl", "--E=-1", "--gamma", "0.1", "--A", "1", "--noise", "0.002"],
      "--E: must be a finite number > 0"),
-    ("design-gamma-inf", ["design", "{d}/p.jsonl", "--E", "1", "--gamma", "inf", "--A", "1", "--noise", "0.002"],
-     "--gamma: must be a finite number > 0"),
     ("design-truth-gamma-nan", ["design", "{d}/p.jsonl", "--truth", "{d}/nan.json", "--noise", "0.002"],
      "all finite and > 0"),
     ("downstream-target-above-one", ["downstream", "{d}/l.csv", "--targets", "1.5"],
      "--targets: must be a finite number in (0, 1), got '1.5'"),
-    ("downstream-at-zero", ["downstream", "{d}/l.csv", "--at", "0"], "--at: must be a finite number > 0"),
     ("loops-wd-negative", ["loops", "{d}/l.csv", "--wd=-1"], "--wd: must be a finite number >= 0, got '-1'"),
-    ("loops-wd-nan", ["loops", "{d}/l.csv", "--wd", "nan"], "--wd: must be a finite number >= 0, got 'nan'"),
 ]
 
 
@@ -215,17 +191,6 @@ def test_class3_fit_design_spec_refused(tmp_path, extra, message):
 def test_class3_fit_design_plan_lines_refused(tmp_path, line, message):
     assert_refused("fit.py", DESIGN, tmp_path, message, {"p.jsonl": PLAN + line + "\n", "pilot.json": PILOT},
                    runner=run_in_process)
-
-
-def test_class3_fit_design_specs_give_the_seeds_they_name(tmp_path, capsys):
-    import fit
-    (tmp_path / "p.jsonl").write_text(TWO_ARM_PLAN.replace('"other", "depth": 12', '"other", "depth": 14'))
-    (tmp_path / "pilot.json").write_text(PILOT)
-    assert fit.main([*(a.replace("{d}", str(tmp_path)) for a in DESIGN), "--delta-gamma", "0.004", "--sims", "20",
-                     "--design", "x3@top1", "--design", "d6-10 x2@8,10", "--json"]) == 0
-    top1, ranged = json.loads(capsys.readouterr().out)["designs"]
-    assert top1["depths"] == {"vanilla": {"6": 1, "8": 1, "10": 1, "12": 3}, "other": {"6": 1, "8": 1, "10": 1, "14": 3}}
-    assert ranged["depths"] == {"vanilla": {"6": 1, "8": 2, "10": 2}, "other": {"6": 1, "8": 2, "10": 2}}
 
 
 def loop_grid_csv(rows=(), best_wd=lambda depth: 0.8):
@@ -347,28 +312,6 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
     with pytest.raises(SystemExit):
         fit.main(["loops", "-h"])
     assert "default 0.8" in capsys.readouterr().out
-
-
-def test_class4_fit_design_plans_repeated_across_files(tmp_path):
-    line = json.dumps(dict(arch="vanilla", depth=8, total_flops=2e18))
-    files = {"p.jsonl": PLAN, "q.jsonl": line + "\n", "pilot.json": PILOT}
-    assert_refused("fit.py", ["design", "{d}/p.jsonl", "{d}/q.jsonl", *DESIGN[2:]], tmp_path, f"{tmp_path}/q.jsonl:1 and {tmp_path}/p.jsonl:2: two "
-                   "different plans for vanilla d8", files, runner=run_in_process)
-
-
-# --- fit.py: glob characters in paths, mixed recipes or pools, runs that are not a loop grid, duplicate columns,
-# ignored or impossible inputs, messages that misname the problem
-def ladder_runs(root, arm="vanilla", depths=range(6, 14, 2), **plan):
-    """Complete train.py runs of one arm under ROOT (one folder per depth) on an exact law; plan: plan fields to
-    change."""
-    for d in depths:
-        C = 1e18 * (d / 8) ** 4.5
-        os.makedirs(os.path.join(root, f"{arm}_d{d}"))
-        with open(os.path.join(root, f"{arm}_d{d}", "result.json"), "w") as f:
-            f.write(result_json(arch=arm, depth=d, estimated_training_flops=C, estimated_matrix_flops=0.9 * C,
-                                final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11,
-                                plan=dict(dict(seed=42, depth=d, passes_final=1, weight_decay=0.07,
-                                               data_constrained=None), **plan)))
 
 
 def loop_runs(root, **plan):
