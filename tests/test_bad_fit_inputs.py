@@ -314,6 +314,19 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
     assert "default 0.8" in capsys.readouterr().out
 
 
+def ladder_runs(root, arm="vanilla", depths=range(6, 14, 2), **plan):
+    """Complete train.py runs of one arm under ROOT (one folder per depth) on an exact law; plan: plan fields to
+    change."""
+    for d in depths:
+        C = 1e18 * (d / 8) ** 4.5
+        os.makedirs(os.path.join(root, f"{arm}_d{d}"))
+        with open(os.path.join(root, f"{arm}_d{d}", "result.json"), "w") as f:
+            f.write(result_json(arch=arm, depth=d, estimated_training_flops=C, estimated_matrix_flops=0.9 * C,
+                                final_val_loss=1.7 + 1.6 * (C / 1e18) ** -0.11,
+                                plan=dict(dict(seed=42, depth=d, passes_final=1, weight_decay=0.07,
+                                               data_constrained=None), **plan)))
+
+
 def loop_runs(root, **plan):
     """loop_grid_csv's grid as complete data-constrained train.py runs under ROOT; plan: plan fields to change."""
     for i, row in enumerate(loop_grid_csv().splitlines()[1:]):
@@ -330,7 +343,8 @@ def test_fit_glob_characters_in_a_run_folder_name_are_literal(tmp_path, command,
     # 'exp[12]' is a folder name, not the character class [12]: its sibling exp1 must not be read in its place
     runs(tmp_path / "g" / "exp1")
     os.makedirs(tmp_path / "g" / "exp[12]")
-    assert_refused("fit.py", [command, "{d}/g/exp[12]"], tmp_path, "exp[12]", runner=run_in_process)
+    argv = [command, "--runs-dir", "{d}/g/exp[12]"] if command == "ladders" else [command, "{d}/g/exp[12]"]
+    assert_refused("fit.py", argv, tmp_path, "exp[12]", runner=run_in_process)
 
 
 def with_column(text, name, value):
