@@ -337,6 +337,17 @@ def test_downstream_forecast(tmp_path, capsys):
         C = out["arms"][arm]["compute_for_target"]["0.3"]
         assert true_core(C, s) == pytest.approx(0.3, abs=1e-4)
         assert out["arms"][arm]["core_at"]["1e+21"] == pytest.approx(true_core(1e21, s), abs=1e-4)
+    # the same measurements as train.py runs that core_eval.py evaluated: result.json + eval.json, no CSV
+    for i, (arm, C, core, *rest) in enumerate(rows):
+        os.makedirs(tmp_path / "runs" / str(i))
+        json.dump(dict(status="complete", arch=arm, estimated_training_flops=C),
+                  open(tmp_path / "runs" / str(i) / "result.json", "w"))
+        json.dump(dict(core_metric=core, losses=dict(zip(tasks, rest[:3])), centered_results=dict(zip(tasks, rest[3:]))),
+                  open(tmp_path / "runs" / str(i) / "eval.json", "w"))
+    from_runs = run_json(capsys, "downstream", "--runs-dir", tmp_path / "runs", "--targets", 0.3, "--at", 1e21)
+    assert from_runs["ratio"] == pytest.approx(out["ratio"]) and set(from_runs["arms"]) == set(out["arms"])
+    for arm in arms:
+        assert from_runs["arms"][arm]["compute_for_target"] == pytest.approx(out["arms"][arm]["compute_for_target"])
 
 
 def test_tpp_growth_lr_vertices(tmp_path, capsys):
