@@ -289,4 +289,5 @@ done
 # Node 0 writes it (the runs folder is shared), once a run has a result.json.
 if [ "${NODE_RANK:-0}" = 0 ] && compgen -G "$runs_dir/*/result.json" >/dev/null; then
     py fit.py report --runs-dir "$runs_dir" | { grep -v "^wrote .*/report.md$" || true; }
+    echo "report: $runs_dir/report.md"
 fi
