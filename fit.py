@@ -23,8 +23,10 @@ import paper
 import studies
 from common import Parser, UsageError, cli_main, clock, exit_process, write_text
 from arms import FIGURE2_ARMS, GPU_PEAK_FLOPS
-from laws import *  # noqa: F403: the fitting primitives, one namespace with the commands that use them
-from laws import FIT, FitError, fnum, jsonable, note, number, positive_float, pyplot, read_csv, style, SEED_MAX
+from laws import (FIT, SEED_MAX, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
+                  compute_optimal, fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable, mape,
+                  note, number, positive_float, pyplot, quad_vertex, read_csv, read_result_json, robust_lsq, run_paths,
+                  save_figures, simulate, split_regimes, style, summarize)
 
 
 # ---------------------------------------------------------------------------------------------------- ladders
