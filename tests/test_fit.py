@@ -6,6 +6,7 @@ import math
 import re
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 
@@ -797,3 +798,7 @@ def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, c
     suggested = re.search(r"Not evaluated \(`python core_eval\.py (.*?)`\)", run_report).group(1)  # a command that runs
     assert core_eval.build_parser().parse_args(shlex.split(suggested)).checkpoint == os.path.join(
         runs, "better_d10", "checkpoints", "final")
+    for d in range(6, 22, 2):  # a ladder without vanilla fits too, no flag added (the reference: its only arm)
+        shutil.rmtree(runs / f"vanilla_d{d:02d}")
+    run(capsys, "report", "--runs-dir", runs, "--bootstrap", 0)
+    assert "(reference arm better, C0 = " in (runs / "report.md").read_text()
