@@ -1117,10 +1117,9 @@ optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --
     if args.out:
         check_outputs(args.out, DESIGN_FIGURE)
     plan = plan_from_rows([row for path in args.plan for row in read_plan(path)])
+    args.reference_arm = reference_arm(dict.fromkeys(a for a, _ in plan), args.reference_arm)
     E, laws = true_laws(args, dict.fromkeys(a for a, _ in plan))
     designs = {spec or "plan": apply_design(plan, spec) for spec in (args.design or [""])}
-    if args.reference_arm not in next(iter(designs.values())):
-        raise UsageError(f"reference arm {args.reference_arm!r} is not in the plan")
     peak = args.peak_flops or GPU_PEAK_FLOPS[args.gpu.upper()]
     results = []
     for spec, arms in designs.items():
@@ -1479,7 +1478,7 @@ def build_parser():
     s.add_argument("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="repeatable: ARM's "
                    "true gamma = the reference's + DG; a bare DG: every planned arm without a law in the truth")
     s.add_argument("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
-    s.add_argument("--reference-arm", default="vanilla")
+    s.add_argument("--reference-arm", help="default: vanilla, or the only planned arm")
     s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")
     s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
