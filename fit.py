@@ -69,7 +69,8 @@ def ladder_rows_from_json(path, use_time, held):
     if layout in ("ladders", "downstream"):
         return paper.release_ladder_rows(path, obj, use_time)
     if layout != "fineweb_edu":
-        raise paper.layout_error(path, ("ladders", "downstream", "fineweb_edu"), "train.py runs (--runs-dir); ")
+        raise paper.layout_error(path, ("ladders", "downstream", "fineweb_edu"), "a train.py result.json (pass its run "
+                                 "with --runs-dir); ")
     if use_time:
         raise UsageError(f"{path}: the FineWeb-Edu ladders hold no training time; drop --time")
     rows = []
@@ -206,8 +207,14 @@ def ladder_floor(args, data, ref):
         return None
     if not args.floor_from and paper.FLOOR_ARM not in data:
         return None  # no Vanilla: the floor is the reference arm's own
-    E = paper.floor_of(load_ladders(args.floor_from or args.inputs, [] if args.floor_from else args.runs_dir, False,
-                                    args.replicates))
+    try:
+        E = paper.floor_of(load_ladders(args.floor_from or args.inputs, [] if args.floor_from else args.runs_dir, False,
+                                        args.replicates))
+    except UsageError as e:
+        if args.floor_from:
+            raise
+        raise UsageError(f"the floor is {paper.FLOOR_ARM}'s FLOP-ladder fit and the inputs give none ({e}); pass "
+                         "--floor-from with FLOP ladders (the release's ladders.json for its timing.json) or --refit-floor")
     note(f"floor E = {E:.6f} from {paper.FLOOR_ARM}'s FLOP ladder, held fixed (--refit-floor fits it on {ref}'s "
          f"{'time ' if args.time else ''}ladder instead)")
     return E
@@ -1421,7 +1428,8 @@ def build_parser():
     s.add_argument("--reference-arm", help="the arm the others are compared with (default: vanilla, or the only arm)")
     s.add_argument("--anchor-depth", type=number(int, 1), help="multipliers at the reference budgets with depth >= "
                    "this; C0 = its compute (default 8, or the reference's second depth on a shorter ladder)")
-    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder")
+    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder (default: none, "
+                   "tables only)")
     s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the "
                    "paper's six that were fitted)")
     s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
@@ -1488,7 +1496,7 @@ def build_parser():
                    "for GPU-hours")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
     s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none, tables only)")
 
     s = add("surface", cmd_surface, "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
