@@ -536,7 +536,7 @@ def test_subcommand_help_shows_contracts(capsys):
 def test_fit_is_torch_free_and_loads_matplotlib_only_for_figures_and_scipy_only_for_fits():
     code = ("import sys, fit, laws, studies; assert 'scipy' not in sys.modules; "
             "assert fit.main(['ladders', sys.argv[1]]) == 0; "
-            "assert 'torch' not in sys.modules and 'matplotlib' not in sys.modules")
+            "assert 'torch' not in sys.modules and 'matplotlib.pyplot' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code, RELEASE], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("E = 1.706433 "), r.stderr
 
