@@ -3,14 +3,14 @@ loop-vs-size frontiers (Figure 2 right, Figure 5), from the release's loop_grid.
 
   python fit.py loops loop_grid.csv --wd 0.8
 """
-import math, os
+import math
 
 import numpy as np
 
 import paper
 from common import UsageError
-from laws import (FIT, FitError, check_one_recipe, drop_repeats, fnum, jsonable, note, quad_vertex, read_csv,
-                  read_result_json, run_paths)
+from laws import (FIT, FitError, check_one_recipe, drop_repeats, fnum, jsonable, note, pyplot, quad_vertex,
+                  read_csv, read_result_json, run_paths, save_figures)
 import json
 
 LOOP_GRID_VARIED = ("passes", "passes_initial", "weight_decay")  # what the grid's runs vary beside the depth;
