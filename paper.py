@@ -1072,19 +1072,13 @@ def figure3_checks(release, E_flops):
 
 
 CORPORA = {"fineweb": ("FineWeb", "#2ca02c", "v"), "fineweb_edu": ("FineWeb-Edu", "#1f77b4", "o")}
-CORPUS_ARMS = {"Vanilla": "vanilla", "Dep Grow": "untied_grow"}
 CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_loss", "CORE NLL", False),
                ("core_metric", "CORE Accuracy", True))
-
-
-def corpus_series(release, corpus):
-    """fineweb.json / fineweb_edu.json {"Vanilla" | "Dep Grow": [{compute, full_accuracy, filtered_accuracy, raw:
-    {val_loss, core_loss, core_metric, losses {task}, centered_results {task}}}]} -> {arm: records by compute}."""
-    path = os.path.join(release, LADDERS, f"{corpus}.json")
-    try:
-        return {CORPUS_ARMS[k]: sorted(v, key=lambda r: float(r["compute"])) for k, v in read_json(path).items()}
-    except (KeyError, TypeError, AttributeError) as e:
-        raise UsageError(f"{path}: needs {{'Vanilla', 'Dep Grow': [{{compute, raw: {{val_loss, ...}}}}]}} ({e})")
+FIG18A_STATED = [("fineweb", "vanilla", 0.1113), ("fineweb", "untied_grow", 0.1168), ("fineweb_edu", "vanilla", 0.1095),
+                 ("fineweb_edu", "untied_grow", 0.1146)]  # App. C.1's exponents; Figure 20's titles and printed RMSEs:
+FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wikidata", "COPA", "CoQA", "HellaSwag",
+                        "Hella ZS", "Jeopardy", "LAMBADA", "OpenBookQA", "PIQA", "SQuAD", "Winograd", "WinoGrande"),
+                       (.026, .019, .015, .026, .009, .006, .034, .006, .003, .004, .007, .011, .015, .014, .009, .047, .023)))
 
 
 def raw(records, key, task=None):
@@ -1092,118 +1086,111 @@ def raw(records, key, task=None):
 
 
 def corpus_figures(plt, release):
-    """Figure 18a (App. C.1): per corpus the Vanilla and Untied-Grow ladders (loss above Vanilla's free floor, CORE
-    NLL, CORE accuracy) and the Untied-Grow multiplier at each Vanilla record; Figure 20 (App. C.4): FineWeb-Edu's
-    per-task sigmoid of accuracy on task NLL and the full/filtered CORE ratio."""
-    series = {c: corpus_series(release, c) for c in CORPORA}
-    tasks = read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"]
-    numbers, checks = {}, []
+    """Figure 18a (App. C.1): per corpus (fineweb.json, fineweb_edu.json {"Vanilla" | "Dep Grow": [{compute, raw:
+    {val_loss, core_loss, core_metric, losses, centered_results}}]}) Vanilla and Untied-Grow: loss above Vanilla's
+    free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at each Vanilla record."""
+    series = {}
+    for corpus in CORPORA:
+        path = os.path.join(release, LADDERS, f"{corpus}.json")
+        try:
+            series[corpus] = {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted(v, key=lambda r: float(r["compute"]))
+                              for k, v in read_json(path).items()}
+        except (KeyError, TypeError, AttributeError) as e:
+            raise UsageError(f"{path}: needs {{'Vanilla', 'Dep Grow': [{{compute, raw: {{val_loss, ...}}}}]}} ({e})")
+    numbers, ticker = {c: {} for c in CORPORA}, plt.matplotlib.ticker
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(3, 3, figsize=(6.9, 7.0), sharex=True)
         for row, (key, ylabel, higher) in zip(axes, CORPUS_ROWS):
             for ax, (corpus, (cname, ccolour, cmarker)) in zip(row, CORPORA.items()):
-                van = series[corpus]["vanilla"]
-                x = {a: np.array([r["compute"] for r in recs]) for a, recs in series[corpus].items()}
-                E = fit_free_e(x["vanilla"] / FIT["c_ref"], raw(van, key))[2] if key == "val_loss" else 0
-                for i, (arm, recs) in enumerate(series[corpus].items()):
+                arms = series[corpus]
+                x = {a: np.array([r["compute"] for r in recs]) for a, recs in arms.items()}
+                E = fit_free_e(x["vanilla"] / FIT["c_ref"], raw(arms["vanilla"], key))[2] if key == "val_loss" else 0
+                for i, (arm, recs) in enumerate(arms.items()):
                     name, colour, marker = look(arm)[:3]
                     y = raw(recs, key) - E
                     ax.plot(x[arm], y, marker + ("" if E else "-"), ms=4, lw=1.1, color=colour, mec="white", mew=0.6)
-                    if E:
-                        slope, icpt = np.polyfit(np.log(x[arm] / FIT["c_ref"]), np.log(y), 1)
+                    if E:  # OLS of ln(L - E) on ln C over the arm's range; its slope printed as the release does
+                        slope, icpt = numbers[corpus][f"{arm} slope"] = np.polyfit(np.log(x[arm] / FIT["c_ref"]),
+                                                                                    np.log(y), 1)
                         cs = np.geomspace(x[arm][0], x[arm][-1], 200)
                         ax.plot(cs, np.exp(icpt) * (cs / FIT["c_ref"]) ** slope, color=colour, lw=1.1)
                         ax.text(0.97, 0.95 - 0.115 * i, f"{name}: {slope:.5f}", transform=ax.transAxes, ha="right",
                                 va="top", size=7, color=colour)
-                        numbers.setdefault(corpus, {})[f"{arm} slope"] = slope
-                m = matched_multipliers(x["vanilla"], raw(van, key), x["untied_grow"],
-                                        raw(series[corpus]["untied_grow"], key), False, higher)
-                numbers.setdefault(corpus, {})[f"{key} multipliers"] = m.tolist()
+                m = numbers[corpus][f"{key} multipliers"] = matched_multipliers(
+                    x["vanilla"], raw(arms["vanilla"], key), x["untied_grow"], raw(arms["untied_grow"], key), False, higher)
                 row[2].plot(x["vanilla"], m, cmarker + "-", ms=4, lw=1.1, color=ccolour, mec="white", mew=0.6)
                 ax.set(title=cname, ylabel=ylabel if corpus == "fineweb" else None)
                 if E:
-                    ax.set(yscale="log", ylim=(0.8, 2.45), yticks=(0.8, 1, 1.2, 1.5, 2, 2.4))
-                    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FormatStrFormatter("%g"))
-                    ax.yaxis.set_minor_formatter(plt.matplotlib.ticker.NullFormatter())
                     numbers[corpus]["E"] = E
+                    ax.set(yscale="log", ylim=(0.8, 2.45), yticks=(0.8, 1, 1.2, 1.5, 2, 2.4))
+                    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
+                    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
             row[1].sharey(row[0])
             row[2].axhline(1, color=MUTED, ls="--", lw=0.8)
-            row[2].yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
+            row[2].yaxis.set_major_formatter(ticker.FuncFormatter(times))
             row[2].set(title="Compute Multiplier", ylabel="Compute Multiplier")
         for ax, label in zip(axes[-1], ("Compute (FLOPs)", "Compute (FLOPs)", "Vanilla compute (FLOPs)")):
             ax.set(xscale="log", xlabel=label)
         keys = [plt.Line2D([], [], color=c, marker=m, ms=4, lw=1.1) for c, m in
-                [look(a)[1:3] for a in CORPUS_ARMS.values()] + [v[1:] for v in CORPORA.values()]]
+                [look(a)[1:3] for a in ("vanilla", "untied_grow")] + [v[1:] for v in CORPORA.values()]]
         fig.legend(keys, ["Vanilla", "Untied Grow", "FineWeb", "FineWeb-Edu"], loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
-        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"], tasks)
-    sec = "App. C.1, Fig. 18a"
-    checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, sec) for c, e in (("fineweb", 1.7064),
-                                                                                 ("fineweb_edu", 1.4492))]
-    checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"], s, "App. C.1") for c, a, s in (
-        ("fineweb", "vanilla", 0.1113), ("fineweb", "untied_grow", 0.1168), ("fineweb_edu", "vanilla", 0.1095),
-        ("fineweb_edu", "untied_grow", 0.1146))]
-    checks += [stated(f"FineWeb-Edu loss multiplier at Vanilla d{d}", m, p, sec) for d, m, p in zip(
-        range(8, 22, 2), numbers["fineweb_edu"]["val_loss multipliers"][1:], (1.280, 1.342, 1.390, 1.433, 1.489, 1.536,
-                                                                              1.530))]
-    return dict(fig18a=(fig, numbers, checks), fig20=(fig20, numbers20, calibration_checks(numbers20)))
-
-
-FIG20_TITLES = ("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wikidata", "COPA", "CoQA", "HellaSwag", "Hella ZS",
-                "Jeopardy", "LAMBADA", "OpenBookQA", "PIQA", "SQuAD", "Winograd", "WinoGrande")
-FIG20_RMSE = (.026, .019, .015, .026, .009, .006, .034, .006, .003, .004, .007, .011, .015, .014, .009, .047, .023)
+        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"],
+                                              read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"])
+    checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, "App. C.1, Fig. 18a") for c, e in (("fineweb", 1.7064),
+                                                                                                  ("fineweb_edu", 1.4492))]
+    checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"][0], s, "App. C.1") for c, a, s in FIG18A_STATED]
+    checks += [stated(f"FineWeb-Edu loss multiplier at Vanilla d{d}", m, p, "Fig. 18a") for d, m, p in zip(
+        range(8, 22, 2), numbers["fineweb_edu"]["val_loss multipliers"][1:], (1.280, 1.342, 1.390, 1.433, 1.489, 1.536, 1.530))]
+    checks20 = [stated("full/filtered CORE ratio r (FineWeb-Edu)", numbers20["ratio"], 0.86912, "App. C.4")] + [
+        stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers20["rmse"][t], 3), p, "Fig. 20")
+        for t, p in zip(numbers20["rmse"], FIG20_TASKS.values())]
+    return dict(fig18a=(fig, numbers, checks), fig20=(fig20, numbers20, checks20))
 
 
 def calibration_figure(plt, arms, tasks):
-    """Figure 20: per task the sigmoid of centred accuracy on task NLL fitted on both arms' records (solid over the
-    measured NLL, dashed beyond), its RMSE, and the full/filtered CORE ratio through the origin."""
-    every = [r for recs in arms.values() for r in recs]
+    """Figure 20 (App. C.4): per task the sigmoid of centred accuracy on task NLL fitted on both arms' records (solid
+    over the measured NLL, dashed beyond) with its RMSE, and the full/filtered CORE ratio r through the origin."""
+    every, numbers = [r for recs in arms.values() for r in recs], dict(rmse={})
     fig, axes = plt.subplots(4, 5, figsize=(6.9, 6.4), sharey=True)
-    numbers = dict(rmse={})
-    for ax, task, title in zip(axes.flat, tasks, FIG20_TITLES):
-        nll, acc = raw(every, "losses", task), raw(every, "centered_results", task)
-        s, b = fit_sigmoid(nll, acc)
-        numbers["rmse"][task] = float(np.sqrt(np.mean((sigmoid(nll, s, b) - acc) ** 2)))
-        lo, hi, span = nll.min(), nll.max(), np.ptp(nll)
-        mid = b / s if s > 0 else lo
-        for a, c, ls in ((max(0, min(lo - 0.75 * span, mid - 0.5 * span)), hi + 0.5 * span, "--"), (lo, hi, "-")):
-            grid = np.linspace(a, c, 200)
-            ax.plot(grid, sigmoid(grid, s, b), ls, color=INK, lw=0.9)
-        for arm, recs in arms.items():
-            ax.plot(raw(recs, "losses", task), raw(recs, "centered_results", task), look(arm)[2], color=look(arm)[1],
-                    ms=4, mec="white", mew=0.4)
-        ax.text(0.04, 0.95, f"RMSE {numbers['rmse'][task]:.3f}", transform=ax.transAxes, va="top", size=7, color=MUTED)
-        ax.set(title=title, ylim=(-0.08, 1.02), yticks=(0, 0.25, 0.5, 0.75, 1))
-        ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(4))
-        ax.invert_xaxis()
     f, F = (np.array([r[k] for r in every]) for k in ("filtered_accuracy", "full_accuracy"))
     r = numbers["ratio"] = float(f @ F / (f @ f))
     numbers["ratio_rmse"] = float(np.sqrt(np.mean((r * f - F) ** 2)))
-    ax = axes.flat[-1]
-    for a, c, ls in ((0, 1, "--"), (f.min(), f.max(), "-")):
-        ax.plot([a, c], [r * a, r * c], ls, color="#e377c2", lw=0.9)
-    for arm, recs in arms.items():
-        ax.plot([q["filtered_accuracy"] for q in recs], [q["full_accuracy"] for q in recs], look(arm)[2],
-                color="#e377c2", ms=4, mec="white", mew=0.4)
-    ax.text(0.04, 0.95, f"y = {r:.3f}x\nRMSE {numbers['ratio_rmse']:.3f}", transform=ax.transAxes, va="top", size=7,
-            color=MUTED)
+    for ax, task, title in zip([*axes.flat[:len(tasks)], axes.flat[-1]], [*tasks, "ratio"], [*FIG20_TASKS, "CORE ratio"]):
+        if task == "ratio":
+            fit, colour, lo, hi, wide = (lambda v: r * v), "#e377c2", f.min(), f.max(), (0, 1)
+            text = f"y = {r:.3f}x\nRMSE {numbers['ratio_rmse']:.3f}"
+        else:
+            x, y = raw(every, "losses", task), raw(every, "centered_results", task)
+            s, b = fit_sigmoid(x, y)
+            fit, colour = (lambda v, s=s, b=b: sigmoid(v, s, b)), INK
+            rmse = numbers["rmse"][task] = float(np.sqrt(np.mean((fit(x) - y) ** 2)))
+            lo, hi, span, text = x.min(), x.max(), np.ptp(x), f"RMSE {rmse:.3f}"
+            wide = (max(0, min(lo - 0.75 * span, (b / s if s > 0 else lo) - 0.5 * span)), hi + 0.5 * span)
+        for (a, c), ls in ((wide, "--"), ((lo, hi), "-")):
+            grid = np.linspace(a, c, 200)
+            ax.plot(grid, fit(grid), ls, color=colour, lw=0.9)
+        for arm, recs in arms.items():
+            xs, ys = ((raw(recs, "losses", task), raw(recs, "centered_results", task)) if task != "ratio" else
+                      ([q["filtered_accuracy"] for q in recs], [q["full_accuracy"] for q in recs]))
+            ax.plot(xs, ys, look(arm)[2], color="#e377c2" if task == "ratio" else look(arm)[1], ms=4, mec="white",
+                    mew=0.4)
+        ax.text(0.04, 0.95, text, transform=ax.transAxes, va="top", size=7, color=MUTED)
+        ax.set(ylim=(-0.08, 1.02), yticks=(0, 0.25, 0.5, 0.75, 1))
+        ax.set_title(title, color=colour if task == "ratio" else INK)
+        ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(4))
+        if task != "ratio":
+            ax.invert_xaxis()  # high NLL on the left: accuracy rises to the right
     ax.set(xlim=(-0.02, 1.02), xticks=(0, 0.5, 1), xlabel="Filtered CORE")
-    ax.set_title("CORE ratio", color="#e377c2")
-    for ax in axes.flat[len(tasks):-1]:
-        ax.set_visible(False)
+    for blank in axes.flat[len(tasks):-1]:
+        blank.set_visible(False)
     fig.supxlabel("CORE NLL", size=8)
     fig.supylabel("CORE accuracy", size=8)
     keys = [plt.Line2D([], [], ls="", marker=look(a)[2], color=look(a)[1]) for a in arms] + [
-        plt.Line2D([], [], color=INK), plt.Line2D([], [], color="#e377c2")]
+        plt.Line2D([], [], color=c) for c in (INK, "#e377c2")]
     fig.legend(keys, ["Vanilla", "Untied Grow", "Shared sigmoid", "Full/filtered ratio"], loc="upper center", ncols=4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig, numbers
-
-
-def calibration_checks(numbers):
-    sec = "App. C.4, Fig. 20"
-    return [stated("full/filtered CORE ratio r (FineWeb-Edu)", numbers["ratio"], 0.86912, "App. C.4")] + [
-        stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers["rmse"][t], 3), p, sec) for t, p in zip(numbers["rmse"], FIG20_RMSE)]
 
 
 DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core_std")
