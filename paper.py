@@ -1281,7 +1281,7 @@ def downstream_figures(plt, series):
     return fig_a, dict(multipliers_at_matched=multipliers, loss_laws=laws_), fig_b, \
         dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
 
-FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language understanding",
+FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
                  "Reading\ncomprehension")
 
 
@@ -1323,54 +1323,8 @@ def residual_figure(plt, series, meta):
         fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig, dict(tasks=tasks, mean_residuals=means)
 
-CLAIMS = {  # every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says
-    "fig02": ("Sec. 3, Figure 2", "Multi-epoch (100M tokens x 10): scaling the loop count beats scaling depth, about "
-              "2.2x compute at Operator-1 d18's loss. (The single-epoch left half: `fit.py ladders --out`.)"),
-    "fig03": ("Sec. 4.2, Figure 3", "Untied-Grow's multiplier over Vanilla widens from 1.30x at 1e18 FLOPs to 1.55x at "
-              "1e20; Untied-2's from 1.19x to 1.34x; growth over Untied-2 from 1.09x to 1.16x."),
-    "fig04": ("Sec. 4.3, Figure 4", "The 7.4B d26 run lands 0.03 below the forecast; 0.3865 CORE against a forecast of "
-              "0.384; 1.8x less compute than Vanilla at its budget, 1.6x at 1e20 and 2.7x at 1e25 FLOPs."),
-    "fig05": ("Sec. 5, Figure 5", "With 10 epochs the optimal loop count rises from about 1.4 to about 6.7 with compute."),
-    "fig06": ("Sec. 6, Figure 6", "Untied-Grow reaches a KL effective depth of 36 against 24 for Untied-2; multi-epoch, "
-              "scaling the loop count reaches 18 against 14 layers."),
-    "fig07": ("App. A.2, Figure 7", "Allocation, recurrence, growth-target and growth-timing sweeps."),
-    "fig08": ("App. A.2, Figure 8", "Recurrence in fixed-token (1B) ladders."),
-    "fig09": ("App. A.2, Figure 9", "Recurrence at fixed anchor size and compute."),
-    "fig10": ("App. A.2.3, Figure 10", "Growth timing: interior optima of the growth fraction."),
-    "fig11": ("App. A.4, Figure 11", "Chain tuning at d8."),
-    "fig12": ("App. A.4.2, Figure 12", "Iso-compute TPP bowls."),
-    "fig13": ("App. A.4.3, Figure 13", "Fixed growth fraction per arm."),
-    "fig14": ("App. A.4, Figure 14", "One-dimensional Vanilla sweeps and recipe slices across architectures."),
-    "fig15a": ("App. B.1, Figure 15a", "Untied-2 reaches roughly 1.34x Vanilla near 1e20 FLOPs; only normalization or "
-               "injection, or no coda injection, reduces it to about 1.17–1.19×; Deep Vanilla remains near 1.08x."),
-    "fig15b": ("App. B.1, Figure 15b", "The gains carry over to training time."),
-    "fig15c": ("App. B.2, Figure 15c", "Constant base recipes favour the looped and grown models over Vanilla."),
-    "fig16a": ("App. B.2, Figure 16a", "Adding OM or WD scaling to GLR scaling changes Vanilla's multiplier by at most "
-               "about 3 %."),
-    "fig16b": ("Sec. 4.1, Figure 16b", "Vanilla's recipe on Operator-1 costs 7.8e-3 loss at d8."),
-    "fig16c": ("App. B.3, Figure 16c", "The deeper 1:64 ladders do not consistently beat their default shapes."),
-    "fig16d": ("App. B.4, Figure 16d", "Random recurrence is slightly worse than fixed Loop-Grow at matched compute."),
-    "fig16e": ("App. B.3, Figure 16e", "At executed depth 11 Untied-2 keeps a better constant than Deep Vanilla."),
-    "fig16f": ("App. B.5, Figure 16f", "Muon improves on Adam; optimizer choice affects the constant and the exponent."),
-    "fig17": ("App. B.4, Figure 17", "At k = 8, loss relative to k = 4 changes by -0.0003 to +0.0028 (random), against "
-              "0.008–0.042 for fixed Loop Grow; five of seven random checkpoints have a shallow minimum at k = 5."),
-    "fig18a": ("App. C.1, Figure 18a", "On both datasets, Untied-Grow's loss-matched compute multiplier increases with scale. "
-               "Its fitted loss exponent exceeds Vanilla's by a similar amount: 0.1168 versus 0.1113 on FineWeb, and "
-               "0.1146 versus 0.1095 on FineWeb-Edu."),
-    "fig18b": ("App. C.1, Figure 18b", "The fitted CORE curves project that FineWeb requires about 1.5–1.6× as much "
-               "compute to reach the displayed GPT-3 reference scores."),
-    "fig19a": ("App. C.3, Figure 19a", "Downstream compute multipliers of the eight arms."),
-    "fig19b": ("App. C.3, Figure 19b", "CORE answer NLL against validation loss, one pooled line."),
-    "fig19c": ("App. C.3, Figure 19c", "Negative residuals indicate better answer prediction than the Vanilla trend. "
-               "Differences are uneven across tasks, with prominent gains on Dyck Languages and several "
-               "reading-comprehension tasks."),
-    "fig20": ("App. C.4, Figure 20", "For the FineWeb-Edu architecture comparison, calibration pools eight Vanilla and "
-              "seven Untied-Grow checkpoints, giving r=0.86912."),
-    "fig21": ("App. D.1, Figure 21", "With ten epochs the best recurrence rises with compute."),
-    "fig22": ("App. D.2, Figure 22", "Weight decay moderates the preference for recurrence."),
-    "fig23": ("App. D.3, Figure 23", "The preferred weight decay shifts with stored depth (0.4 at d6 to 1.6 at d16-18)."),
-    "fig24": ("App. D.4, Figure 24", "Both plain-Transformer controls stay above the tied boundary-operator frontier."),
-}
+# every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says (quoted)
+CLAIMS = read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "paper_text.json"))
 HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
              "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
              "fig19c": f"{LADDERS}/downstream.json"}
@@ -1391,7 +1345,7 @@ def gallery(manifest):
              f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). The numbers in full: "
              f"[{MANIFEST}]({MANIFEST}).", ""]
     for key in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
-        section, claim = CLAIMS[key]
+        section, claim = CLAIMS[key]["section"], CLAIMS[key]["text"]
         lines += [f"## {key}: {section}", "", f"> {claim}", "",
                   f"Not drawn here: {manifest['skipped'][key]}." if key in manifest["skipped"] else f"![{key}]({key}.png)",
                   ""]
@@ -1433,8 +1387,8 @@ def cmd_paper(args):
                          "reference/release/)")
     held = {name: os.path.join(release, name) for name in set(HELD_BACK.values())}
     present = {name for name, path in held.items() if os.path.isfile(path)}
-    ids = [*LADDER_FIGURES, "fig06", "fig17", "fig18a", "fig20", "fig21", "fig22", "fig23", "fig24"] + [f for f, n in HELD_BACK.items()
-                                                                                  if n in present and f not in NOT_DRAWN]
+    ids = [*LADDER_FIGURES, "fig06", "fig17", "fig18a", "fig20", "fig21", "fig22", "fig23", "fig24"] + [
+        f for f, n in HELD_BACK.items() if n in present and f not in NOT_DRAWN]
     check_outputs(args.out, [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY])
     plt = pyplot()
     flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")

@@ -4,6 +4,7 @@ legend lists exactly the labelled lines that have data, a legend entry is a disp
 "k2_nci" or "operator_1"), and an entry naming an arm of the arms table shows the table's colour (and, in the
 appendix figures, its marker). `capture(monkeypatch, module)`
 collects the figures a command hands to save_figures; `problems(fig)` lists what is wrong with one."""
+import math
 import re
 
 import numpy as np
@@ -33,11 +34,18 @@ def capture(monkeypatch, module, pdf=True):
 
 def overlaps(texts, renderer):
     """Pairs of texts (non-empty, visible) whose window extents overlap by more than SLACK pixels."""
-    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_visible() and t.get_text().strip()]
+    texts = [t for t in texts if t.get_visible() and t.get_text().strip()]
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts]
     bad = []
     for i, (a, p) in enumerate(boxes):
-        for b, q in boxes[i + 1:]:
-            if min(p.x1, q.x1) - max(p.x0, q.x0) > SLACK and min(p.y1, q.y1) - max(p.y0, q.y0) > SLACK:
+        for j, (b, q) in enumerate(boxes[i + 1:], i + 1):
+            angle = math.radians(texts[i].get_rotation())
+            if angle % (math.pi / 2) and texts[i].get_rotation() == texts[j].get_rotation():  # parallel slanted labels:
+                (x0, y0), (x1, y1) = (t.get_transform().transform(t.get_position()) for t in (texts[i], texts[j]))
+                gap = abs((y1 - y0) * math.cos(angle) - (x1 - x0) * math.sin(angle))  # apart across the baseline
+                if gap < renderer.points_to_pixels(texts[i].get_fontsize()) - SLACK:
+                    bad.append(f"{a!r} overlaps {b!r}")
+            elif min(p.x1, q.x1) - max(p.x0, q.x0) > SLACK and min(p.y1, q.y1) - max(p.y0, q.y0) > SLACK:
                 bad.append(f"{a!r} overlaps {b!r}")
     return bad
 
@@ -110,7 +118,8 @@ def problems(fig, appendix=False, arm_colours=True):
             ticks = axis._update_ticks()  # the ticks drawn: inside the view limits, major and minor
             labels = [t for tick in ticks for t in (tick.label1, tick.label2) if t.get_visible() and t.get_text()]
             out += [f"{where}: {name} ticks: {p}" for p in overlaps(labels, renderer)]
-            if labels and not axis.label.get_text() and not is_inset(ax, fig) and not row_label(ax, fig, name):
+            if labels and not axis.label.get_text() and not is_inset(ax, fig) and not row_label(ax, fig, name) \
+                    and not getattr(fig, f"_sup{name}label", None):  # one label for the whole figure
                 out.append(f"{where}: the {name} axis has tick labels and no label")
         out += [f"{where}: texts: {p}" for p in overlaps(ax.texts, renderer)]
         legend = ax.get_legend()
