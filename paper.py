@@ -983,8 +983,7 @@ def extrapolation_figure(plt, path):
     f = np.array([np.mean([r["task_accuracy"][t] for t in tasks]) for r in everything])
     F = np.array([r["core_accuracy"] for r in everything])
     ratio = float(f @ F / (f @ f))
-    task_law = {a: {t: fit_task_nll(x[a], col(a, "task_nll") if False else np.array([r["task_nll"][t] for r in arms[a]]))
-                    for t in tasks} for a in arms}
+    task_law = {a: {t: fit_task_nll(x[a], np.array([r["task_nll"][t] for r in arms[a]])) for t in tasks} for a in arms}
     law = lambda p, C: p[2] + p[0] * (C / FIT["c_ref"]) ** -p[1]  # (A, gamma, E)
     core = lambda a, C: ratio * np.mean([sigmoid(l[0] + l[1] * (np.asarray(C) / FIT["c_ref"]) ** -l[2], *sig[t])
                                          for t, l in task_law[a].items()], axis=0)
@@ -1337,8 +1336,7 @@ GALLERY = "README.md"
 
 
 def gallery(manifest):
-    """The gallery page: per figure of the paper what its text states (section), the image or why there is none, and
-    each number the text states beside ours with the difference."""
+    """The gallery page: per figure what the paper says, the image (or why not), each stated number beside ours."""
     lines = ["# The paper's figures from the authors' release", "",
              f"Written by `fit.py paper` from `{manifest['release']}`; rewritten on every run. Each figure: what the "
              "paper says it shows, the image, and each number the text states next to ours (difference relative to "
@@ -1363,19 +1361,16 @@ def gallery(manifest):
 
 
 DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layout; Figure 2's 'Scale Loop Count' key is one "
-               "colour (the release's has the 7 loop colours); Figure 19a's loss panel joins the points (the release "
-               "draws each arm's free-floor fit); Figures 7-14, 18, 19c and 20 are not drawn yet (listed above).")
+               "colour (the release's has the 7 loop colours); Figure 5's cuts panel has no compute legend; Figure 19a's "
+               "loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit without "
+               "brackets; Figures 7-14 and 18b are not drawn yet (listed above).")
 
 
-class TextFile:
-    """The manifest and the gallery, written by laws.save_figures beside the figures (atomically, and listed as
-    fit.py's)."""
-    def __init__(self, text):
-        self.text = text
-
+class TextFile(str):
+    """The manifest and the gallery, written by laws.save_figures beside the figures (atomically)."""
     def savefig(self, path, format, dpi):
         with open(path, "w") as f:
-            f.write(self.text)
+            f.write(self)
 
 
 def cmd_paper(args):
