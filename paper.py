@@ -82,13 +82,18 @@ def edu_records(path, obj):
     out += [(r.get("arm", EDU_HELD_OUT_ARM), r, f"{path}:{k}", True) for k, r in obj.items()
             if k not in ("tasks", "arms") and isinstance(r, dict)]
     for arm, r, origin, _ in out:
-        try:
-            x, loss, depth = float(r["compute_flops"]), float(r["val_loss"]), r["depth"]
-            assert isinstance(depth, int) and depth > 0 and math.isfinite(x) and x > 0 and math.isfinite(loss) \
-                and loss > 0
-        except (KeyError, TypeError, ValueError, AssertionError):
-            raise UsageError(f"{origin}: needs a whole depth > 0 and finite compute_flops, val_loss > 0")
+        point(r, "compute_flops", "val_loss", origin)
     return tasks, out
+
+
+def point(r, x, loss, origin):
+    """A ladder record's (x, loss, depth): a whole depth > 0, finite x > 0 and loss > 0, or one line saying so."""
+    try:
+        out = float(r[x]), float(r[loss]), r["depth"]
+        assert isinstance(out[2], int) and out[2] > 0 and all(math.isfinite(v) and v > 0 for v in out[:2])
+        return out
+    except (KeyError, TypeError, ValueError, AssertionError):
+        raise UsageError(f"{origin}: needs a whole depth > 0 and finite {x}, {loss} > 0")
 
 
 def release_ladder_rows(path, obj, use_time):
@@ -101,12 +106,7 @@ def release_ladder_rows(path, obj, use_time):
             raise UsageError(f"{path}: series {names[arm]!r} and {series!r} are both {arm}; keep one of them")
         names[arm] = series
         for i, r in enumerate(records):
-            try:
-                x, loss, depth = float(r["compute"]), float(r["loss"]), r["depth"]
-                assert isinstance(depth, int) and depth > 0 and math.isfinite(x) and x > 0 and math.isfinite(loss) \
-                    and loss > 0
-            except (TypeError, ValueError, AssertionError):
-                raise UsageError(f"{path}: {series}[{i}]: needs a whole depth > 0 and finite compute, loss > 0")
+            x, loss, depth = point(r, "compute", "loss", f"{path}: {series}[{i}]")
             rows.append((arm, depth, x, loss, None, f"{path}:{series}[{i}]"))
     hours = max(r[2] for r in rows) < UNITS["hours_max"]
     if hours != bool(use_time):
@@ -134,12 +134,9 @@ def series_data(rows):
             raise UsageError(f"{row[5]} and {first[5]}: two different results for {row[0]} d{row[1]}; remove one")
         if first is not row:
             note(f"warning: {row[5]} repeats {first[5]} ({row[0]} d{row[1]}) exactly; kept one")
-    rows = list(kept.values())
-    for arm in dict.fromkeys(r[0] for r in rows):
-        pts = sorted((r[2], r[1], r[3]) for r in rows if r[0] == arm)
-        data[arm] = dict(x=np.array([p[0] for p in pts]), depth=np.array([p[1] for p in pts]),
-                         loss=np.array([p[2] for p in pts]), n=np.ones(len(pts), int),
-                         reps=[np.array([p[2]]) for p in pts])
+    for arm in dict.fromkeys(r[0] for r in kept.values()):
+        x, depth, loss = map(np.array, zip(*sorted((r[2], r[1], r[3]) for r in kept.values() if r[0] == arm)))
+        data[arm] = dict(x=x, depth=depth, loss=loss, n=np.ones(len(x), int), reps=[np.array([v]) for v in loss])
     return data
 
 
