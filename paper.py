@@ -303,9 +303,7 @@ def ladder_figure(plt, fig_id, columns, fits):
     two panels side by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         n = len(columns)
-        width = 6.9 if n > 1 else 3.45
-        side = 1.65 if n > 1 else width / 2 - 0.65
-        rows = 2 if n > 1 else 1
+        width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
         per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
         legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
         band = 0.22 + 0.15 * legend_rows
@@ -335,13 +333,11 @@ def ladder_figure(plt, fig_id, columns, fits):
             loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss")
             mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"])
             if "ylim" in col:
-                mult_ax.set_ylim(*col["ylim"])
-                mult_ax.set_yticks(col["yticks"])
+                mult_ax.set(ylim=col["ylim"], yticks=col["yticks"])
             mult_ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
             loss_ax.set_xlabel(x_label)
-            if n == 1:
-                mult_ax.set_xlabel(x_label)
-            else:
+            mult_ax.set_xlabel(x_label if n == 1 else "")
+            if n > 1:
                 mult_ax.tick_params(labelbottom=False)
                 mult_ax.sharex(loss_ax)
             plain_log_axis(loss_ax.yaxis, plt)
@@ -1296,7 +1292,6 @@ def residual_figure(plt, series, meta):
                                                                 for r in recs if lo <= r["loss"] <= top]))
                                               for t in tasks] for arm, recs in series.items()}
     values = np.array([v for per in means.values() for v in per.values()])
-    pad = 0.08 * np.ptp(values)
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(2, 1, figsize=(6.9, 5.6), sharex=True, sharey=True)
         for ax, (span, per), title in zip(axes, means.items(), ("All ladder points", "Lower-loss points")):
@@ -1306,6 +1301,7 @@ def residual_figure(plt, series, meta):
             for b in x[1:][np.diff([group[t] for t in tasks]) > 0] - 0.9:
                 ax.axvline(b, color=MUTED, lw=0.7, alpha=0.4)
             ax.set_title(f"{title} · validation loss {span.replace('-', '–')}")
+        pad = 0.08 * np.ptp(values)
         axes[0].set_ylim(values.max() + pad, values.min() - pad)  # reversed: a lower NLL than Vanilla's line points up
         axes[1].set_xticks(x, [meta["labels"][t] for t in tasks], rotation=50, ha="right", rotation_mode="anchor")
         for i, (members, name) in enumerate(zip(meta["groups"].values(), FIG19C_GROUPS)):
