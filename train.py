@@ -60,7 +60,8 @@ def build_parser():
                           "(docs/trajectory.md)")
     run.add_argument("--wandb", default=None, metavar="PROJECT",
                      help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
-    run.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint (an error without one)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from the newest complete checkpoint (an error without one)")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
     run.add_argument("--no-verify", action="store_true",
