@@ -1,22 +1,8 @@
-"""What the scripts share: the one-line error path, atomic writes and file hashes, resumable downloads (the Hugging
-Face Hub's listing too), and the process setup of a run (torchrun process group, device, autocast, CPU allocator).
-Importable without torch (arms.py and fit.py are torch-free): the device functions import it when called.
-
-    from common import UsageError, Parser, cli_main, exit_process
-
-    def run(argv):                                   # returns an exit code (None = 0)
-        args = Parser(prog="x.py").parse_args(argv)  # bad flags raise UsageError, no usage block
-        ...
-
-    def main(argv=None):
-        return cli_main(run, "x.py", argv)           # UsageError -> "x.py: error: <one line>" on stderr, exit code 2
-
-    if __name__ == "__main__":
-        exit_process(main())
-
-A download streams into <dest>.part, resumes with an HTTP Range request after a cut connection (retrying with backoff),
-and appears under <dest> only once its size and sha256 (where known) match. The Hub endpoint comes from $HF_ENDPOINT
-(a mirror), its login from $HF_TOKEN.
+"""What the scripts share: the one-line error path and the flag types, atomic writes and file hashes, and the
+process setup of a run (torchrun process group, device, autocast, CPU allocator). SIGINT and SIGTERM are one
+exception, KeyboardInterrupt (Interrupted for SIGTERM).
+Importable without torch (arms.py and fit.py are torch-free): the device functions import it when called. A script's
+main is `cli_main(run, "x.py", argv)`: a UsageError (Parser's bad flags too) becomes "x.py: error: <one line>", exit 2.
 """
 import argparse
 import contextlib
@@ -27,11 +13,8 @@ import math
 import os
 import signal
 import socket
-import subprocess
 import sys
-import time
 
-import requests
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -60,7 +43,7 @@ def raise_interrupted(signum, frame):
 def cli_main(run, prog, argv=None):
     """Call run(argv) and return its exit code (None counts as 0); a UsageError becomes one line
     '<prog>: error: <message>' on stderr and exit code 2; Ctrl-C or SIGTERM one line and exit code 128 + n."""
-    previous = signal.signal(signal.SIGTERM, raise_interrupted)  # train.py and bench.py install their own inside
+    previous = signal.signal(signal.SIGTERM, raise_interrupted)  # train.py's loop defers it to its next logged step
     try:
         code = run(argv)
         sys.stdout.flush()  # a closed pipe (`... | head -1`) surfaces here, inside the handler below
@@ -187,25 +170,18 @@ def clock(seconds):
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
-def atomic_write(path, write):
-    """write(tmp_path) writes the file; it then replaces `path` in one step, so a reader never sees half of it. A write
-    that fails (a full disk) leaves `path` as it was and no temporary file behind."""
+def write_text(path, text):
+    """`path` holds `text`, written to a temporary name and renamed in one step: a reader never sees half of it, and a
+    write that fails (a full disk) leaves `path` as it was and no temporary file behind."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        write(tmp)
+        with open(tmp, "w") as f:
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
         raise
-
-
-def write_text(path, text):
-    """`path` holds `text`, replaced in one step (atomic_write)."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    atomic_write(path, write)
 
 
 def write_json(path, obj, allow_nan=True):
@@ -241,8 +217,7 @@ def nullable(r):
 
 
 ANY_NUMBER = rule("a number (nan allowed)", is_number)
-TEXT, FLAG = rule("text", lambda v: isinstance(v, str)), rule("true or false", lambda v: isinstance(v, bool))
-OBJECT, LIST = rule("an object", lambda v: isinstance(v, dict)), rule("a list", lambda v: isinstance(v, list))
+TEXT, OBJECT = rule("text", lambda v: isinstance(v, str)), rule("an object", lambda v: isinstance(v, dict))
 
 
 def each(r):
@@ -290,9 +265,8 @@ def check_record(path, value, schema, fix, error_class=UsageError):
     return value
 
 
-# The run records train.py writes and every reader reads back with these schemas: train.py on resume (checkpoint.py),
-# fit.py runs / curves (watch.py), fit.py ladders (laws.py). Fields of runs written before a field existed are
-# optional ("name?"); a documented field of the wrong type is refused (a string loss drew a curve of category codes).
+# The run records as fit.py's readers check them (watch.py's runs and curves, laws.py's ladders); train.py writes them
+# and reads back nothing but its own checkpoints.
 EVAL_RECORD = {"step": whole(0), "epoch?": whole(0), "val_loss": ANY_NUMBER, "val_bpb?": nullable(ANY_NUMBER),
                "passes?": whole(1), "when?": TEXT}
 RESULT_SCHEMA = {  # a run's result.json (train.write_result), as far as anything reads it
@@ -311,21 +285,6 @@ TRAJECTORY_LINE = {  # each line of trajectory.jsonl (docs/trajectory.md); more 
     "val_bpb_after_growth?": nullable(ANY_NUMBER), "passes_after_growth?": whole(1)}
 
 
-def claim_empty_folder(path, marker):
-    """Make the folder `path` (new or empty) this process's in one atomic step: the exclusive creation (O_EXCL) of
-    the file `marker` in it -> False when it is taken (a marker there already, or other content, or not a folder)."""
-    claim = os.path.join(path, marker)
-    try:
-        os.makedirs(path, exist_ok=True)
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-    except (FileExistsError, NotADirectoryError):
-        return False
-    if os.listdir(path) == [marker]:
-        return True
-    os.remove(claim)
-    return False
-
-
 def check_regular_file(path, fix):
     """Refuse a path that exists but is no regular file: open() of a FIFO waits forever for a writer."""
     if os.path.lexists(path) and not os.path.isfile(path):
@@ -338,117 +297,6 @@ def sha256_file(path):
         while chunk := f.read(16 << 20):
             h.update(chunk)
     return h.hexdigest()
-
-
-# ----------------------------------------------------------------------------------------------------------------------
-# Downloads: data.py's FineWeb shards, core_eval.py's CORE bundle
-
-HF_ENDPOINT = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
-# A cut connection loses less than one chunk of what was received.
-DOWNLOAD = dict(retries=8, backoff_s=2.0, max_backoff_s=60.0, timeout_s=60, chunk_bytes=1 << 16)
-
-
-class DownloadError(UsageError):
-    """A listing or download that failed or does not match; the message is one line that says what to do."""
-
-
-def hf_auth_headers():
-    """The Hub's login ($HF_TOKEN), if one is set."""
-    token = os.environ.get("HF_TOKEN")
-    return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def hf_list(repo, revision, path):
-    """Files directly under `path` of a dataset repo at `revision`: sorted [{path, size, sha256}]."""
-    url = f"{HF_ENDPOINT}/api/datasets/{repo}/tree/{revision}/{path}"
-    entries = []
-    while url:
-        try:
-            r = requests.get(url, headers=hf_auth_headers(), timeout=DOWNLOAD["timeout_s"])
-            r.raise_for_status()
-        except requests.RequestException as e:
-            raise DownloadError(f"cannot list {repo}@{revision}/{path}: {e}") from None
-        entries += r.json()
-        url = r.links.get("next", {}).get("url")  # the Hub paginates large folders with a Link header
-    files = [dict(path=e["path"], size=e.get("size"), sha256=(e.get("lfs") or {}).get("oid"))
-             for e in entries if e.get("type") == "file" and e["path"].endswith(".parquet")]
-    if not files:
-        raise DownloadError(f"no parquet files under {repo}@{revision}/{path}")
-    return sorted(files, key=lambda f: f["path"])
-
-
-def hf_url(repo, revision, path):
-    return f"{HF_ENDPOINT}/datasets/{repo}/resolve/{revision}/{path}"
-
-
-def _progress(name, done, total, start_bytes, t0):
-    rate = (done - start_bytes) / max(time.time() - t0, 1e-9)
-    eta = f"{(total - done) / rate:.0f}s" if total and rate > 0 else "?"
-    of = f"/{total / 1e6:.1f}" if total else ""
-    print(f"\r  {name}: {done / 1e6:.1f}{of} MB  {rate / 1e6:.1f} MB/s  ETA {eta}   ", end="", file=sys.stderr,
-          flush=True)
-
-
-def download(url, dest, expected_size=None, expected_sha256=None, headers=None):
-    """Stream `url` to dest + ".part", resuming with HTTP Range and retrying with backoff; the file appears
-    under `dest` only when its size (announced by the server and the listing) and sha256 (if known) match.
-    headers: extra request headers (the Hub's login)."""
-    part = dest + ".part"
-    name = os.path.basename(dest)
-    last_error = None
-    for attempt in range(DOWNLOAD["retries"]):
-        if attempt:
-            time.sleep(min(DOWNLOAD["backoff_s"] * 2 ** (attempt - 1), DOWNLOAD["max_backoff_s"]))
-        have = os.path.getsize(part) if os.path.exists(part) else 0
-        request_headers = dict(headers or {}, **({"Range": f"bytes={have}-"} if have else {}))
-        try:
-            with requests.get(url, headers=request_headers, stream=True, timeout=DOWNLOAD["timeout_s"]) as r:
-                if r.status_code == 416 and have:  # nothing left to send: the .part may already be whole
-                    total = r.headers.get("Content-Range", "*/*").rsplit("/", 1)[1]
-                    total = int(total) if total.isdigit() else None
-                elif r.status_code in (401, 403, 404):
-                    raise DownloadError(f"{url} answered HTTP {r.status_code}"
-                                    + ("; set HF_TOKEN if the dataset needs a login"
-                                       if headers is not None and r.status_code != 404 else ""))
-                else:
-                    r.raise_for_status()
-                    if r.status_code == 206:
-                        first, total = r.headers["Content-Range"].split(" ")[1].split("/")
-                        if int(first.split("-")[0]) != have:
-                            raise DownloadError(f"{url}: server resumed at the wrong offset ({first}, wanted {have})")
-                        total = int(total)
-                    else:  # a plain 200 restarts from byte 0
-                        have, total = 0, int(r.headers["Content-Length"]) if "Content-Length" in r.headers else None
-                    if expected_size is not None and total is not None and total != expected_size:
-                        raise DownloadError(f"size mismatch for {url}: server announces {total} bytes, the listing "
-                                        f"says {expected_size}; delete {part} and retry, or check the revision")
-                    t0, start, shown = time.time(), have, 0.0
-                    with open(part, "ab" if have else "wb") as f:
-                        for chunk in r.iter_content(DOWNLOAD["chunk_bytes"]):
-                            f.write(chunk)
-                            have += len(chunk)
-                            if time.time() - shown > 1.0 or have == total:
-                                _progress(name, have, total, start, t0)
-                                shown = time.time()
-                    print(file=sys.stderr)
-        except requests.RequestException as e:  # cut connections, timeouts, 5xx: resume on the next attempt
-            last_error = f"{type(e).__name__}: {e}"
-            continue
-        size = os.path.getsize(part)
-        want = expected_size if expected_size is not None else total
-        if want is not None and size < want:
-            last_error = f"got {size} of {want} bytes"
-            continue
-        if want is not None and size > want:
-            os.remove(part)
-            raise DownloadError(f"size mismatch for {url}: received {size} bytes, expected {want}")
-        if expected_sha256 and sha256_file(part) != expected_sha256:
-            os.remove(part)
-            raise DownloadError(f"sha256 mismatch for {url}; the partial file was removed, re-run to download again")
-        os.replace(part, dest)
-        return dest
-    raise DownloadError(f"download of {url} failed after {DOWNLOAD['retries']} attempts ({last_error}); "
-                    f"re-run to resume from {part}")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -541,96 +389,11 @@ def cli_main_distributed(run, prog, argv=None):
             dist.destroy_process_group()
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# Launches of torchrun from Python (bench.py --gpu-smoke): stopped with their workers on a signal, a hang recorded
-
-STOP_GRACE_SECONDS = 60  # a stopped torchrun's time to stop its workers (its own is 30 s) before SIGKILL
-
-
-def flight_recorder_env(prefix):
-    """NCCL's flight recorder for a launch: the last 2000 collectives of every rank kept, dumped on a timeout to
-    PREFIX<rank> (the variables under both names torch reads, TORCH_NCCL_* and TORCH_FR_*), and a failed collective
-    ends the process instead of hanging (TORCH_NCCL_ASYNC_ERROR_HANDLING=1); a user's own setting wins.
-    docs/gpu_acceptance.md, "A hang"; ladder.sh sets the same."""
-    wanted = dict(TORCH_NCCL_TRACE_BUFFER_SIZE="2000", TORCH_FR_BUFFER_SIZE="2000", TORCH_NCCL_DUMP_ON_TIMEOUT="1",
-                  TORCH_NCCL_DEBUG_INFO_TEMP_FILE=prefix, TORCH_FR_DUMP_TEMP_FILE=prefix,
-                  TORCH_NCCL_ASYNC_ERROR_HANDLING="1")
-    return {name: os.environ.get(name, value) for name, value in wanted.items()}
-
-
-class Stopped(BaseException):
-    """A SIGTERM or SIGINT to bench.py (timeout, scancel, Ctrl-C); not an Exception, so no section records it and
-    goes on."""
-
-    def __init__(self, signum):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def raise_stopped(signum, frame):
-    raise Stopped(signum)
-
-
-def process_tree(pid):
-    """pid and its descendants, from /proc (Linux; elsewhere pid alone): torchrun starts each worker in a session
-    of its own, so a process group does not reach them."""
-    children = {}
-    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                children.setdefault(int(f.read().rsplit(")", 1)[1].split()[1]), []).append(int(entry))
-        except (OSError, ValueError, IndexError):
-            continue
-    tree, todo = [], [pid]
-    while todo:
-        tree.append(todo.pop())
-        todo += children.get(tree[-1], [])
-    return tree
-
-
-def stop_launch(proc, signum=signal.SIGTERM, grace=STOP_GRACE_SECONDS):
-    """Stop a torchrun: `signum` to it (it passes a SIGTERM on to its workers and waits for them; train.py records
-    the stop and releases its run lock), then, past `grace` seconds, SIGKILL to it and every worker -> its exit code."""
-    tree = process_tree(proc.pid)
-    with contextlib.suppress(ProcessLookupError):
-        proc.send_signal(signum)
-    try:
-        return proc.wait(grace)
-    except subprocess.TimeoutExpired:
-        for pid in dict.fromkeys(process_tree(proc.pid) + tree):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return proc.wait()
-
-
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now (a launch's rendezvous)."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         return listener.getsockname()[1]
-
-
-def run_launches(commands, log, timeout, cwd):
-    """Start every (command, environment) at once, output into the open file `log`, and wait for all; past `timeout`
-    seconds, or on a SIGTERM or SIGINT (raised as Stopped once they are stopped), stop every one (stop_launch)
-    -> (their exit codes, whether the timeout stopped them)."""
-    handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
-    procs, start = [], time.perf_counter()
-    try:
-        procs = [subprocess.Popen(command, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True) for command, env in commands]
-        return [proc.wait(max(1.0, start + timeout - time.perf_counter())) for proc in procs], False
-    except subprocess.TimeoutExpired:
-        return [stop_launch(proc) for proc in procs], True
-    except Stopped:
-        for other in handlers:  # a second signal does not cut the wait short
-            signal.signal(other, signal.SIG_IGN)
-        for proc in procs:
-            stop_launch(proc, signal.SIGTERM)  # Ctrl-C too: torchrun stops its workers on SIGTERM
-        raise
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
 
 
 def autocast(device):

@@ -37,7 +37,7 @@ from_caller() {
 [ -z "${DATA_DIR:-}" ] || DATA_DIR=$(from_caller "$DATA_DIR")
 
 die() { echo "ladder.sh: error: $*" >&2; exit 2; }
-# Ctrl-C or SIGTERM: stop the run in flight (train.py records "interrupted" and keeps its last checkpoint), then one
+# Ctrl-C or SIGTERM: stop the run in flight (train.py saves a checkpoint and records "stopped"), then one
 # line and exit 128 + n. Python runs as a background job (py), so a Ctrl-C reaches this script alone.
 child="" current=""
 stopped() {

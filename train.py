@@ -13,11 +13,12 @@ backward of the largest stage halves it until it fits (probe_micro_batch).
     python train.py --arch operator_1 --depth 3 --preset cpu             # offline, byte-level stdlib corpus
     python train.py --arch operator_1 --depth 8 --passes 4 --data-constrained tuned-wd
 
-Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/{latest,final}/ (folders: model.pt
-holds the weights core_eval.py reads). --resume continues from checkpoints/latest; --resume-or-start also starts a
-run that has none yet. At start the pool's token files are checked against their sha256 in corpus.json (hashed once,
-then recorded in the pool's verified.json; --no-verify skips this).
-Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept).
+Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/step_N/ (DCP folders; the last
+step's is renamed checkpoints/final, what core_eval.py reads). --resume continues from the newest complete checkpoint;
+--resume-or-start also starts a run that has none yet. At start the pool's token files are checked against their
+sha256 in corpus.json (hashed once, then recorded in the pool's verified.json; --no-verify skips this).
+Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept), 130/143 stopped by
+SIGINT/SIGTERM (after a checkpoint at the next logged step; result.json says "stopped").
 """
 import argparse
 import os
@@ -59,7 +60,8 @@ def build_parser():
                           "(docs/trajectory.md)")
     run.add_argument("--wandb", default=None, metavar="PROJECT",
                      help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
-    run.add_argument("--resume", action="store_true", help="continue from checkpoints/latest (an error without one)")
+    run.add_argument("--resume", action="store_true",
+                     help="continue from the newest complete checkpoint (an error without one)")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
     run.add_argument("--no-verify", action="store_true",
@@ -199,15 +201,14 @@ import datetime
 import functools
 import json
 import math
-import shutil
 import signal
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 import numpy
 import torch
 import torch.distributed as dist
-import torch.distributed.checkpoint as dcp
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
@@ -216,13 +217,12 @@ import data
 import model as model_lib
 import muon
 from arms import GPU_PEAK_FLOPS, PARAM_GROUPS
-from checkpoint import (Run, RunState, check_recorded_plan, check_resumable, check_same_pool, failure_reason, gather,
-                        load_checkpoint, open_trajectory, read_run_state, resume_point, run_dir_of, run_lock,
-                        save_checkpoint, write_result)
-from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, cli_main_distributed, clock, exit_process, memory_in_use,
-                    ranks_per_node, setup_distributed, torchrun_ranks, uses_cuda)
+from checkpoint import (RunState, check_plan, check_same_pool, complete_checkpoints, load_checkpoint, read_meta,
+                        read_result, read_run_state, resume_point, run_dir_of, run_lock, save_checkpoint)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Interrupted, cli_main_distributed, clock, exit_process,
+                    memory_in_use, raise_interrupted, ranks_per_node, setup_distributed, uses_cuda,
+                    write_json, write_text)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
-from watch import Progress, check_tracker, open_tracker
 
 # ---------------------------------------------------------------------------------------------------------------
 # Dry run and compilation
@@ -486,9 +486,11 @@ def open_run(args, plan):
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
     run_dir = run_dir_of(args)
     agree_on_plan(plan, run_dir, args)
-    resume_from = resume_point(args, run_dir, rank)
-    if resume_from:
-        check_recorded_plan(run_dir, resume_from, plan)
+    resume_from = resume_point(args, run_dir)
+    if resume_from == "complete":
+        check_plan(run_dir, read_result(run_dir)["plan"], plan)
+    elif resume_from:
+        check_plan(resume_from, read_meta(resume_from)["plan"], plan)
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
@@ -497,8 +499,6 @@ def open_run(args, plan):
         if rank == 0:
             print(f"{run_dir} is already complete; nothing to do")
         return None
-    if resume_from:
-        check_resumable(resume_from, world)
     batch = device_batch_size(plan, world, device.type, args.device_batch_size)  # before any data work
     if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
         data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
@@ -623,6 +623,35 @@ def probe_micro_batch(run, model):
 
 
 @dataclass
+class Run:
+    """A run's fixed context: its plan, process, batches, output paths and data (train.new_run builds it)."""
+    plan: object                 # plan.Plan
+    rank: int
+    world: int
+    device: torch.device
+    loader: object               # data.TrainLoader (or bench.SyntheticLoader)
+    micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
+    per_node: int                # ranks per node: the mesh's shard dimension (train.build_mesh)
+    memory: dict                 # memory_report of the memory plan, for result.json
+    environment: dict
+    peak_flops: float            # of all ranks together, for MFU (None off CUDA)
+    args: object                 # the parsed command line
+    run_dir: str = ""            # the folder, data and validation windows ("" and None for bench.py's runs)
+    data_dir: str = ""
+    data_manifest: dict = field(default_factory=dict)
+    data_check: str = None       # "verified" or "skipped (--no-verify)": whether the pool's sha256 were checked
+    val: torch.Tensor = None
+    token_bytes: torch.Tensor = None
+    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
+
+    master = property(lambda self: self.rank == 0)
+    ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
+    final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
+    result_path = property(lambda self: os.path.join(self.run_dir, "result.json"))
+    trajectory_path = property(lambda self: os.path.join(self.run_dir, "trajectory.jsonl"))
+
+
+@dataclass
 class Training:
     """What a run trains: the model (sharded by FSDP2 on several processes), the module its steps call (the compiled
     model, or the model itself), the optimizers and the counters."""
@@ -649,7 +678,7 @@ def start_training(run):
     optimizers = build_optimizers(model, plan, args.polar_express_dtype)
     state = RunState()
     if run.resume_from:
-        state = load_checkpoint(run.resume_from, plan, model, optimizers, run.device)
+        state = load_checkpoint(run.resume_from, plan, model, optimizers)
         model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
@@ -808,72 +837,172 @@ def cadence_of(args, run):
                    steps_per_epoch=run.loader.steps_per_epoch)
 
 
-def fetch(progress, model, grad_norm):
-    """A logged step's one device->host transfer: the losses of the steps since the last one, the step's gradient
-    norm and the model's learned scalars (its "scalar" group: the boundary gates; a vector's entries as NAME.i) ->
-    the first step whose loss is not finite, or None."""
-    scalar_ids = {id(p) for p in model.param_groups()["scalar"]}
-    scalars = {name: p for name, p in model.named_parameters() if id(p) in scalar_ids}
-    keys = [name if p.ndim == 0 else f"{name}.{i}" for name, p in scalars.items() for i in range(p.numel())]
-    tensors = progress.losses() + ([grad_norm] if grad_norm is not None else []) + list(scalars.values())
-    values = torch.cat([t.detach().float().reshape(-1) for t in tensors]).tolist()
-    n = len(progress.pending)
-    norm = values[n] if grad_norm is not None else None
-    return progress.fetched(values[:n], norm, dict(zip(keys, values[n + (grad_norm is not None):])))
+def open_trajectory(run, step):
+    """trajectory.jsonl cut back to its first `step` lines (the checkpoint resumed from), open for appending (rank 0;
+    None elsewhere)."""
+    if not run.master:
+        return None
+    lines = open(run.trajectory_path).readlines() if os.path.exists(run.trajectory_path) else []
+    write_text(run.trajectory_path, "".join(lines[:step]))
+    return open(run.trajectory_path, "a")
 
 
-def save(run, model, optimizers, state, trajectory, mfu):
-    """Collective: checkpoints/latest (every rank writes its Muon shard), then result.json's progress."""
-    if run.master:
-        trajectory.flush()
-    save_checkpoint(run.latest, model, optimizers, state, run.plan, run.args, run.micro_batches)
-    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
+def write_result(run, state, status, mfu=None, **extra):
+    """result.json (replaced in one step): the run's plan, environment and progress; status running, complete,
+    stopped (with its reason) or failed (with its error); the final_* numbers only once it is complete."""
+    if not run.master:
+        return
+    evals, final = state.evals, status == "complete" and bool(state.evals)
+    write_json(run.result_path, dict(  # the keys fit.py and the tests read
+        status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(),
+        schedule_notes=schedule_notes(run.plan), world_size=run.world, device_batch_size=list(run.micro_batches),
+        memory=run.memory, gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]],
+        data_dir=run.data_dir, environment=run.environment, data_manifest=run.data_manifest, data_check=run.data_check,
+        completed_steps=state.step, evals=evals, growth_events=state.growth_events,
+        last_eval=evals[-1] if evals else None, final_val_loss=evals[-1]["val_loss"] if final else None,
+        best_val_loss=min((e["val_loss"] for e in evals), default=None) if final else None,
+        final_val_bpb=evals[-1]["val_bpb"] if final else None, estimated_training_flops=state.flops,
+        tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
+        total_training_time_seconds=state.train_seconds, wall_seconds=state.wall_seconds,
+        eval_seconds=state.eval_seconds, memory_measured=state.memory_measured,
+        tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
+        last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))
 
 
-@contextlib.contextmanager
-def stop_on_write_failure(run, state):
-    """A file of the run that cannot be written (a full disk, a read-only or vanished folder) stops the run with one
-    line: the unfinished checkpoint is removed, result.json says "failed" where it can still be written, and the last
-    good checkpoint is kept for --resume."""
-    try:
-        yield
-    except (OSError, dcp.api.CheckpointException) as e:  # DCP's CheckpointException is a BaseException
-        reason = failure_reason(e)
+class Progress:
+    """trajectory.jsonl, the progress line and wandb. Finished steps wait (their losses as device tensors) until a
+    logged step fetches them in one transfer; training seconds are the wall time between fetches less validations and
+    checkpoints (restart_clock), so the device's queue is timed, not the host's."""
+
+    def __init__(self, run, state, trajectory, cadence, tracker=None):
+        self.run, self.state, self.trajectory, self.cadence, self.tracker = run, state, trajectory, cadence, tracker
+        self.pending, self.records, self.mfu = [], [], None
+        self.mark = self.start = time.perf_counter()
+        self.wall_start, self.flops_start = self.start - state.wall_seconds, state.flops  # resumes add up
+
+    def add(self, record, loss):
+        """A finished step: its record (plain values) and its loss (a device tensor, fetched later)."""
+        self.pending.append((record, loss))
+
+    def fetch(self, model, grad_norm):
+        """A logged step's one device->host transfer: the losses of the steps since the last one, the step's gradient
+        norm and the model's learned scalars (its "scalar" group; a vector's entries as NAME.i) -> the first step
+        whose loss is not finite, or None."""
+        scalar_ids = {id(p) for p in model.param_groups()["scalar"]}
+        scalars = {name: p for name, p in model.named_parameters() if id(p) in scalar_ids}
+        keys = [name if p.ndim == 0 else f"{name}.{i}" for name, p in scalars.items() for i in range(p.numel())]
+        tensors = [loss for _, loss in self.pending] + [grad_norm] * (grad_norm is not None) + list(scalars.values())
+        values = torch.cat([t.detach().float().reshape(-1) for t in tensors]).tolist()
+        n, now = len(self.pending), time.perf_counter()
+        seconds, self.mark = (now - self.mark) / n, now
+        self.state.train_seconds += seconds * n
+        for (record, _), loss in zip(self.pending, values):
+            self.records.append(dict(record, loss=loss, tokens_per_second=self.run.plan.tokens_per_step / seconds))
+        self.records[-1].update(dict(grad_norm=values[n]) if grad_norm is not None else {},
+                                scalars=dict(zip(keys, values[n + (grad_norm is not None):])))
+        flops = sum(model_lib.flops_per_token(self.run.plan.model_config, r["passes"]) for r, _ in self.pending)
+        self.mfu = flops * self.run.plan.tokens_per_step / (seconds * n * self.run.peak_flops) \
+            if self.run.peak_flops else None
+        self.pending = []
+        return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
+
+    def restart_clock(self):
+        """After a validation or a checkpoint: their time is not training time."""
+        self.mark = time.perf_counter()
+
+    def eta(self):
+        """Wall seconds to the invocation's last step, measured: this invocation's wall time per FLOP so far (its
+        validations, checkpoints and compilation included) times the FLOPs of the steps ahead at their passes."""
+        plan, state, done = self.run.plan, self.state, self.state.flops - self.flops_start
+        bounds = [0, *plan.crossover_steps, plan.steps]
+        stop = self.cadence.stop
+        ahead = sum(model_lib.flops_per_token(plan.model_config, k) * max(0, min(b, stop) - max(a, state.step))
+                    for k, a, b in zip(plan.pass_stages, bounds, bounds[1:])) * plan.tokens_per_step
+        return (time.perf_counter() - self.start) / done * ahead if done else None
+
+    def write(self, printed=True):
+        """The fetched records into trajectory.jsonl and wandb; `printed`: also the progress line."""
+        run, state, last = self.run, self.state, self.records[-1]
+        state.wall_seconds = time.perf_counter() - self.wall_start
+        eta = self.eta()
+        last.update(wall_seconds=state.wall_seconds, train_seconds=state.train_seconds, eta_seconds=eta)
         if run.master:
-            shutil.rmtree(run.latest + ".tmp", ignore_errors=True)
-            with contextlib.suppress(OSError):
-                write_result(run, state, "failed", error=f"stopped at step {state.step}: {reason}")
-        kept = f"the last good checkpoint {run.latest} is kept" if os.path.isdir(run.latest) else "no checkpoint yet"
-        raise UsageError(f"cannot write into {run.run_dir} at step {state.step}: {reason}; {kept}. Free space (or fix "
-                         "the folder) and continue with --resume") from None
+            self.trajectory.writelines(json.dumps(r) + "\n" for r in self.records)
+            self.trajectory.flush()  # whole lines at every logged step: `fit.py runs` and `curves` see the run live
+            for r in self.records if self.tracker else []:
+                self.tracker.log(wandb_record(r), step=r["step"])
+            if printed:
+                print(f"step {state.step}/{run.plan.steps} | loss {last['loss']:.4f} | lrm {last['lr_multiplier']:.3f} "
+                      f"| passes {last['passes']} | {last['tokens_per_second']:,.0f} tok/s"
+                      + (f" | mfu {100 * self.mfu:.1f}%" if self.mfu else "")
+                      + (f" | eta {clock(eta)}" if eta is not None else ""), flush=True)
+        self.records = []
 
 
-class Stopped(BaseException):  # not an Exception: no `except Exception` on the way swallows it
-    """SIGINT or SIGTERM arrived (Ctrl-C, kill, scancel, torchrun stopping its workers)."""
-
-    def __init__(self, signum):
-        super().__init__(signum)
-        self.name, self.code, self.step, self.checkpoint = signal.Signals(signum).name, 128 + signum, None, False
-
-
-def raise_stopped(signum, frame):
-    for other in (signal.SIGINT, signal.SIGTERM):  # a second signal does not interrupt the bookkeeping below
-        signal.signal(other, signal.SIG_IGN)
-    raise Stopped(signum)
-
-
-@contextlib.contextmanager
-def record_a_stop(run, state):
-    """A signal during training: result.json says "interrupted" with the reason (a dead run must not look live; fit.py
-    reads only complete runs, ladder.sh resumes the others), and the last checkpoint is kept for --resume."""
+def open_wandb(args, run):
+    """--wandb PROJECT (or WANDB_PROJECT): one wandb run per train.py run (rank 0), named LADDER/RUN and grouped by its
+    ladder (the runs folder's name); the plan as config; a resumed run continues the same wandb run (its id is kept in
+    RUN/wandb_id). wandb's own errors (no login, a bad name) are its own."""
+    project = args.wandb or os.environ.get("WANDB_PROJECT")
+    if not project or not run.master:
+        return None
     try:
-        yield
-    except Stopped as e:
-        e.step, e.checkpoint = state.step, os.path.isdir(run.latest)
-        if run.master:
-            with contextlib.suppress(OSError):
-                write_result(run, state, "interrupted", error=f"stopped by {e.name} at step {state.step}")
-        raise
+        import wandb
+    except ImportError:
+        raise UsageError(f"--wandb {project} needs the wandb package: pip install wandb (or drop --wandb)") from None
+    id_path = os.path.join(run.run_dir, "wandb_id")
+    ladder = os.path.basename(os.path.dirname(os.path.abspath(run.run_dir)))
+    run_id = open(id_path).read().strip() if os.path.exists(id_path) else uuid.uuid4().hex[:8]
+    tracker = wandb.init(project=project, id=run_id, resume="allow", dir=run.run_dir, group=ladder,
+                         name=f"{ladder}/{os.path.basename(run.run_dir)}", config=run.plan.as_dict(),
+                         tags=[run.plan.arch, f"d{run.plan.depth}", run.plan.preset])
+    for metric, x in (("flops", None), ("tokens", None), ("train/*", "flops"), ("val/*", "flops")):
+        tracker.define_metric(metric, step_metric=x)
+    write_text(id_path, run_id + "\n")
+    return tracker
+
+
+def wandb_record(record):
+    """A trajectory record for wandb: flops and tokens (the x-axes) as they are, val_X as val/X (the after-growth
+    numbers under val/ too), the learned scalars as train/scalars/NAME, everything else as train/X."""
+    out = {f"train/scalars/{k}": v for k, v in record.get("scalars", {}).items()}
+    for k, v in record.items():
+        if k in ("flops", "tokens"):
+            out[k] = v
+        elif k.startswith("val_") or k.endswith("_after_growth"):
+            out["val/" + k.removeprefix("val_")] = v
+        elif k not in ("scalars", "step"):
+            out["train/" + k] = v
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def gather(obj):
+    """Every rank's obj, in rank order (a list of one on one process)."""
+    out = [obj] * (dist.get_world_size() if dist.is_initialized() else 1)
+    if dist.is_initialized():
+        dist.all_gather_object(out, obj)
+    return out
+
+
+STOP_SIGNALS = []  # the signals that asked this process to stop (request_stop)
+
+
+def request_stop(signum, frame):
+    """SIGINT or SIGTERM during training (Ctrl-C, kill, scancel, torchrun stopping its workers): the loop stops at its
+    next logged step, after a checkpoint. A second signal stops at once (the handlers cli_main installed)."""
+    STOP_SIGNALS.append(signal.Signals(signum))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, raise_interrupted)
+
+
+def stop_requested(run):
+    """Whether any rank was asked to stop; on several processes a collective at a logged step (its second wait for
+    the device), so that every rank stops at the same step."""
+    if run.world == 1:
+        return bool(STOP_SIGNALS)
+    asked = torch.tensor(float(bool(STOP_SIGNALS)), device=run.device)
+    dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+    return asked.item() > 0
 
 
 def train(args):
@@ -882,19 +1011,18 @@ def train(args):
     if run is None:
         return 0
     if run.resume_from == run.final:  # trained to the end; only result.json was not written
-        state = read_run_state(run.final)
-        if run.master:
-            with stop_on_write_failure(run, state):
-                write_result(run, state, "complete")
-            print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
+        write_result(run, read_run_state(run.final), "complete")
+        print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
         return 0
     training = start_training(run)
     model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
-    with record_a_stop(run, state), stop_on_write_failure(run, state):  # a stop inside DCP comes out of the inner
+    handlers = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+    STOP_SIGNALS.clear()
+    try:  # one way out for a stop or a failure: result.json says how the run ended
         trajectory = open_trajectory(run, state.step)
         write_result(run, state, "running")
         cadence = cadence_of(args, run)
-        progress = Progress(run, state, trajectory, cadence, open_tracker(args, run))
+        progress = Progress(run, state, trajectory, cadence, open_wandb(args, run))
         start_step = state.step
         if state.step == 0 and not state.evals:
             validate(run, step_model, state, plan.pass_stages[0], "start")
@@ -908,19 +1036,44 @@ def train(args):
             if not logged:
                 continue
             # the one place where a step's evals, growth, checkpoint and stop are decided
-            bad = fetch(progress, model, training.grad_norm)
+            bad = progress.fetch(model, training.grad_norm)
             if bad is not None:
                 return stop_non_finite(run, state, progress, bad)
             if cadence.validates(state.step):
                 watch_evals(run, training, progress, cadence, start_step)
-            if state.step == cadence.stop:  # before its checkpoint, which keeps it for the resumes
+            stopping = stop_requested(run)
+            if state.step == cadence.stop or stopping:  # before its checkpoint, which keeps it for the resumes
                 record_memory(run, state, start_step)
             progress.write(printed=True)
-            if cadence.saves(state.step):
+            if cadence.saves(state.step) or stopping:
                 save(run, model, optimizers, state, trajectory, progress.mfu)
-                progress.restart_clock(saved=True)
+                progress.restart_clock()
+            if stopping:
+                raise Interrupted() if signal.SIGTERM in STOP_SIGNALS else KeyboardInterrupt()
         finish(run, state, progress)
+    except KeyboardInterrupt as stop:  # SIGINT, or SIGTERM (Interrupted): the one stop path
+        reason = f"{'SIGTERM' if isinstance(stop, Interrupted) else 'SIGINT'} at step {state.step}"
+        with contextlib.suppress(OSError):
+            write_result(run, state, "stopped", reason=reason)
+        if run.master:
+            print(f"train.py: stopped ({reason}); continue with --resume", file=sys.stderr)
+        raise
+    except BaseException as e:
+        with contextlib.suppress(OSError):  # a full disk may refuse this too
+            write_result(run, state, "failed", error=f"{type(e).__name__} at step {state.step}: {e}")
+        raise
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     return 0
+
+
+def save(run, model, optimizers, state, trajectory, mfu):
+    """Collective: a checkpoint of this step (every rank writes its shards), then result.json's progress."""
+    if run.master:
+        trajectory.flush()
+    save_checkpoint(run.ckpt_dir, model, optimizers, state, run.plan, run.micro_batches)
+    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
 
 
 def watch_evals(run, training, progress, cadence, start_step):
@@ -934,7 +1087,6 @@ def watch_evals(run, training, progress, cadence, start_step):
     if when == "before growth":
         record_memory(run, state, start_step)
     if grow_if_due(run, training.model, training.optimizers, state):
-        progress.grew()
         ev = validate(run, training.step_model, state, stage_at(state.step, run.plan), "after growth")
         record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
                       passes_after_growth=ev["passes"])
@@ -958,8 +1110,8 @@ def stop_non_finite(run, state, progress, bad):
     progress.records = [r for r in progress.records if r["step"] <= bad]
     progress.write(printed=False)
     write_result(run, state, "failed", progress.mfu, error=f"non-finite loss at step {bad - 1}")
-    print(f"train.py: error: non-finite loss at step {bad - 1}; the last good checkpoint is {run.latest}",
-          file=sys.stderr)
+    kept = (complete_checkpoints(run.ckpt_dir) or ["none yet"])[-1]
+    print(f"train.py: error: non-finite loss at step {bad - 1}; the last good checkpoint is {kept}", file=sys.stderr)
     return 3
 
 
@@ -968,17 +1120,19 @@ def finish(run, state, progress):
         return
     progress.trajectory.close()
     if state.step == run.plan.steps:
-        os.replace(run.latest, run.final)
+        os.replace(complete_checkpoints(run.ckpt_dir)[-1], run.final)  # the step just saved
         write_result(run, state, "complete", progress.mfu)
         print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | {state.flops:.3e} FLOPs | train time "
               f"{clock(state.train_seconds)}, wall time {clock(state.wall_seconds)} | {run.run_dir}")
     else:
-        write_result(run, state, "stopped", progress.mfu, stopped_early=True)
+        write_result(run, state, "stopped", progress.mfu, reason=f"--stop-after {state.step}")
         print(f"stopped after step {state.step} (--stop-after); continue with --resume")
     import fit  # the reader of runs writes their report.md
     fit.write_run_report(run.run_dir)
     if progress.tracker:
-        progress.tracker.finish(run.result_path)
+        progress.tracker.summary.update({k: v for k, v in read_result(run.run_dir).items()
+                                         if isinstance(v, (int, float, str, bool))})
+        progress.tracker.finish()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1006,7 +1160,6 @@ def parse_args(argv):
     args.depths, args.depth = args.depth, args.depth[0]  # several only for --dry-run
     if len(args.depths) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
-    check_tracker(args, run_dir_of(args))
     if args.attention_backend not in arms.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
         raise UsageError(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash "
                          "(its CPU kernel) and math")
@@ -1021,20 +1174,8 @@ def run_command(argv):
     args.depth = args.depths[0]
     if args.dry_run:
         return dry_run(args)
-    handlers = {signum: signal.signal(signum, raise_stopped) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with run_lock(args):
-            return train(args)
-    except Stopped as e:
-        if torchrun_ranks()[0] == 0:
-            then = "--resume continues from the last checkpoint" if e.checkpoint else "run the same command again" + (
-                " (no checkpoint yet: it starts over)" if e.step is not None else "")
-            print(f"train.py: stopped by {e.name} {'before training' if e.step is None else f'at step {e.step}'}; "
-                  f"{then}", file=sys.stderr)
-        return e.code
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
+    with run_lock(args) or contextlib.nullcontext():
+        return train(args)
 
 
 def main(argv=None):

@@ -53,14 +53,22 @@ def pool_copy(pool, tmp_path):
     return tmp_path / "pool"
 
 
+def write_checkpoint(folder, net, tokenizer="bytes"):
+    """A weights-only checkpoint folder as train.py writes it, as far as checkpoint.load_checkpoint_model reads it:
+    meta.json's "weights" record and the model's tensors (DCP) -> the folder."""
+    import dataclasses
+    import json
+    import torch.distributed.checkpoint as dcp
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "meta.json"), "w") as f:
+        json.dump(dict(weights=dict(model_config=dataclasses.asdict(net.cfg), passes=net.active_passes,
+                                    tokenizer=tokenizer, step=0)), f)
+    dcp.save(dict(model=net.state_dict()), checkpoint_id=str(folder), no_dist=True)
+    return str(folder)
+
+
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
-    import dataclasses
-    import torch
     import model
     cfg = model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=257)
-    net = model.GPT(cfg)
-    path = tmp_path_factory.mktemp("ckpt") / "final.pt"
-    torch.save(dict(model_config=dataclasses.asdict(cfg), model=net.state_dict(), passes=1, tokenizer="bytes",
-                    step=0), path)
-    return str(path)
+    return write_checkpoint(tmp_path_factory.mktemp("run") / "checkpoints" / "final", model.GPT(cfg))

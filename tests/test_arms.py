@@ -350,17 +350,31 @@ def test_every_growing_arm_on_2_processes_trains_as_one_and_resumes_exactly(pool
     while time.time() < deadline and cut.poll() is None and \
             (not trajectory.exists() or len(trajectory.read_text().splitlines()) < 5):
         time.sleep(0.02)
-    for pid in common.process_tree(cut.pid):  # torchrun and its workers
+    for pid in process_tree(cut.pid):  # torchrun and its workers (each in a session of its own)
         os.kill(pid, signal.SIGKILL)
     cut.communicate()
-    checkpoint.recover_checkpoints(str(tmp_path / "cut" / "checkpoints"))
-    step = checkpoint.read_run_state(str(tmp_path / "cut" / "checkpoints" / "latest")).step
+    step = checkpoint.read_run_state(checkpoint.checkpoint_folder(str(tmp_path / "cut"))).step
     assert 2 <= step < 8, step
     resumed = torchrun(common.free_port(), mix + ["--run-name", "cut", "--resume"])
     assert resumed.wait(timeout=600) == 0, resumed.stderr.read()[-3000:]
     full, again = read_run(tmp_path, f"{mix_arm.NAME}_2"), read_run(tmp_path, "cut")
     assert again[0]["status"] == "complete" and [t["loss"] for t in again[1]] == [t["loss"] for t in full[1]]
     assert again[0]["growth_events"] == full[0]["growth_events"]
+
+
+def process_tree(pid):
+    """pid and its descendants, from /proc's parent links."""
+    parents = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(entry)] = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    tree = [pid]
+    for child, parent in sorted(parents.items()):
+        if parent in tree:
+            tree.append(child)
+    return tree
 
 
 def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():

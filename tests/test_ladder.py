@@ -126,11 +126,12 @@ def test_killed_run_is_resumed_by_the_next_invocation(pool, tmp_path):
             "--data-dir", pool]
     proc = subprocess.Popen(["bash", "ladder.sh", *argv], cwd=ROOT, env=dict(os.environ, **env),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    checkpoint = tmp_path / "operator_1_d2" / "checkpoints" / "latest" / "MANIFEST.json"
+    import checkpoint as checkpoint_lib
+    complete = lambda: checkpoint_lib.complete_checkpoints(str(tmp_path / "operator_1_d2" / "checkpoints"))
     deadline = time.time() + 120
-    while not checkpoint.exists() and time.time() < deadline:
+    while not complete() and time.time() < deadline:
         time.sleep(0.2)
-    assert checkpoint.exists(), "no checkpoint appeared"
+    assert complete(), "no checkpoint appeared"
     # a hard crash: SIGKILL the ladder and every process of this run (torchrun puts its workers in their own session)
     os.killpg(proc.pid, signal.SIGKILL)
     subprocess.run(["pkill", "-9", "-f", str(tmp_path)])
@@ -342,7 +343,7 @@ def stop_a_ladder(pool, tmp_path, signum, group, started):
 @pytest.mark.parametrize("signum, group", [(signal.SIGINT, True), (signal.SIGTERM, False)])
 def test_ctrl_c_or_sigterm_stops_a_training_ladder_with_one_line(pool, tmp_path, signum, group):
     """Ctrl-C printed train.py's one line followed by torchrun's 30-line traceback; now the ladder's own line, no
-    traceback, exit 128 + n, and the run is recorded as interrupted (the next invocation resumes it). On a Ctrl-C
+    traceback, exit 128 + n, and the run is recorded as stopped (the next invocation resumes it). On a Ctrl-C
     torchrun, in the terminal's process group, passes the SIGINT on to its workers, racing the SIGTERM ladder.sh
     stops it with: the record names whichever reached train.py first."""
     trajectory = tmp_path / "operator_1_d2" / "trajectory.jsonl"
@@ -352,8 +353,8 @@ def test_ctrl_c_or_sigterm_stops_a_training_ladder_with_one_line(pool, tmp_path,
     assert out.strip().splitlines()[-1] == (f"ladder.sh: stopped by {name} during run operator_1_d2 (log: {tmp_path}/"
                                             "operator_1_d2/train.log); run the same command again to continue")
     result = json.load(open(tmp_path / "operator_1_d2" / "result.json"))
-    recorded = ("stopped by SIGINT", "stopped by SIGTERM") if group else ("stopped by SIGTERM",)
-    assert result["status"] == "interrupted" and result["error"].startswith(recorded), result["error"]
+    recorded = ("SIGINT at step", "SIGTERM at step") if group else ("SIGTERM at step",)
+    assert result["status"] == "stopped" and result["reason"].startswith(recorded), result["reason"]
 
 
 def test_ctrl_c_while_ladder_sh_lists_its_runs_is_one_line(pool, tmp_path):

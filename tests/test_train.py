@@ -1,13 +1,15 @@
 """Tests for train.py: flags and bad input, --dry-run, and short CPU training runs (growth, resume, several gloo
 processes, compilation, checkpoints)."""
 import datetime
-import errno
+import glob
 import json
 import math
 import os
 import shutil
+import struct
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -114,7 +116,7 @@ def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
     assert trajectory[-1]["loss"] < trajectory[0]["loss"]
     assert result["estimated_training_flops"] == result["plan"]["total_flops"]
-    assert os.path.isdir(os.path.join(tmp_path, "r", "checkpoints", "final", "model"))
+    assert os.path.isfile(os.path.join(tmp_path, "r", "checkpoints", "final", ".metadata"))
 
 
 def test_adamw_ablation_trains(pool, tmp_path):
@@ -124,9 +126,9 @@ def test_adamw_ablation_trains(pool, tmp_path):
     assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
         muon_plan.matrix_lr / arms.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
     final = os.path.join(tmp_path, "a", "checkpoints", "final")
-    import checkpoint
-    keys = checkpoint.SafeMetadataReader(os.path.join(final, "optimizer")).read_metadata().state_dict_metadata
-    assert keys and all(k.startswith("adamw.") for k in keys)  # one AdamW for every group, no Muon
+    import torch.distributed.checkpoint as dcp
+    keys = [k for k in dcp.FileSystemReader(final).read_metadata().state_dict_metadata if k.startswith("optimizer.")]
+    assert keys and all(k.startswith("optimizer.adamw.") for k in keys)  # one AdamW for every group, no Muon
     assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
 
 
@@ -188,65 +190,6 @@ def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
     assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
 
-def test_runs_recorded_under_the_earlier_mode_names_resume_match_and_fit(pool, tmp_path):
-    """Runs written before the core modes were renamed record none/loop/dep in result.json and meta.json:
-    such a run still resumes (bit-exactly), a complete one still matches its command, fit.py reads it and core_eval
-    reports it under today's names."""
-    import checkpoint
-    import laws
-    earlier = lambda plan: dict(plan, mode="dep", model_config=dict(plan["model_config"], mode="dep"))
-
-    def rename_to_earlier(run_dir, folder):
-        for path in (os.path.join(folder, "meta.json"), os.path.join(run_dir, "result.json")):
-            record = json.load(open(path))
-            if "weights" in record:
-                record["weights"]["model_config"]["mode"] = "dep"
-            with open(path, "w") as f:
-                json.dump(dict(record, plan=earlier(record["plan"])), f)
-        os.remove(os.path.join(folder, "MANIFEST.json"))
-        checkpoint.write_manifest(folder)
-    base = tiny(pool, tmp_path, "untied_2", "--save-every", "4", steps=8)
-    assert train.main(base + ["--run-name", "full"]) == 0
-    assert train.main(base + ["--run-name", "cut", "--stop-after", "4"]) == 0
-    run_dir = os.path.join(tmp_path, "cut")
-    rename_to_earlier(run_dir, os.path.join(run_dir, "checkpoints", "latest"))
-    assert train.main(base + ["--run-name", "cut", "--resume"]) == 0
-    assert [t["loss"] for t in read_run(tmp_path, "cut")[1]] == [t["loss"] for t in read_run(tmp_path, "full")[1]]
-    final = os.path.join(run_dir, "checkpoints", "final")
-    rename_to_earlier(run_dir, final)
-    assert train.main(base + ["--run-name", "cut", "--resume"]) == 0  # complete: nothing to do, not another plan
-    assert laws.read_result_json(os.path.join(run_dir, "result.json"), "")["plan"]["model_config"]["mode"] == "untied"
-    assert checkpoint.load_checkpoint_model(final)[1]["model_config"]["mode"] == "untied"
-
-
-def test_disk_full_during_a_save_keeps_the_last_good_checkpoint(pool, tmp_path, monkeypatch, capsys):
-    """The step-4 save fails with ENOSPC inside the weights' write: one line, exit 2, result.json 'failed', the
-    step-2 checkpoint untouched and no half-written folder left; --resume then finishes the run."""
-    import checkpoint
-    real_save, calls = checkpoint.dcp.save, []
-
-    def full_disk(state, storage_writer, **kwargs):
-        if str(storage_writer.path).endswith(os.path.join("latest.tmp", "model")):
-            calls.append(storage_writer)
-            if len(calls) == 2:  # the second checkpoint's weights, half written
-                os.makedirs(storage_writer.path, exist_ok=True)
-                open(os.path.join(storage_writer.path, "__0_0.distcp"), "wb").write(b"x" * 100)
-                raise OSError(errno.ENOSPC, "No space left on device")
-        return real_save(state, storage_writer=storage_writer, **kwargs)
-    monkeypatch.setattr(checkpoint.dcp, "save", full_disk)
-    argv = tiny(pool, tmp_path, "vanilla", "--run-name", "full", "--save-every", "2", steps=6)
-    assert train.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "No space left on device" in err and "last good checkpoint" in err, err
-    run_dir = tmp_path / "full"
-    assert json.load(open(run_dir / "result.json"))["status"] == "failed"
-    assert checkpoint.read_run_state(str(run_dir / "checkpoints" / "latest")).step == 2
-    assert sorted(os.listdir(run_dir / "checkpoints")) == ["latest"]
-    monkeypatch.setattr(checkpoint.dcp, "save", real_save)
-    assert train.main(argv + ["--resume"]) == 0
-    assert [t["step"] for t in read_run(tmp_path, "full")[1]] == list(range(1, 7))
-
-
 def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     args = tiny(pool, tmp_path, "vanilla", "--run-name", "nan", "--save-every", "2", "--unembedding-lr", "1e30",
                 steps=12)
@@ -254,7 +197,7 @@ def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     assert r.returncode == 3, r.stderr
     assert "non-finite" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert json.load(open(os.path.join(tmp_path, "nan", "result.json")))["status"] == "failed"
-    latest = os.path.join(tmp_path, "nan", "checkpoints", "latest")
+    latest = os.path.join(tmp_path, "nan", "checkpoints", "step_000002")
     assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
     import checkpoint
     assert checkpoint.read_run_state(latest).step == 2
@@ -386,21 +329,6 @@ def torchrun(args, world, port, env):
     return r
 
 
-def test_recover_after_a_crash_between_the_renames(pool, tmp_path):
-    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", "--save-every", "2", "--stop-after", "4",
-                           steps=8)) == 0
-    ckpt = os.path.join(tmp_path, "r", "checkpoints")
-    shutil.copytree(os.path.join(ckpt, "latest"), os.path.join(ckpt, "latest.tmp"))  # the new copy, complete
-    os.replace(os.path.join(ckpt, "latest"), os.path.join(ckpt, "latest.old"))     # crash after the first rename
-    os.makedirs(os.path.join(ckpt, "final.tmp"))                                    # a dead writer's partial save
-    dead = os.path.join(tmp_path, "r", "checkpoints", "latest.pt.tmp999999999")
-    open(dead, "w").close()
-    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", "--resume", steps=8)) == 0
-    assert sorted(os.listdir(ckpt)) == ["final"]
-    result, trajectory = read_run(tmp_path, "r")
-    assert result["status"] == "complete" and [t["step"] for t in trajectory] == list(range(1, 9))
-
-
 def test_finished_training_is_finished_not_retrained(pool, tmp_path):
     args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
     assert train.main(args) == 0
@@ -409,12 +337,12 @@ def test_finished_training_is_finished_not_retrained(pool, tmp_path):
     with open(result_path, "w") as f:  # killed after checkpoints/final was in place, before result.json said so
         json.dump(dict(complete, status="running"), f)
     trajectory = open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read()
-    weights = open(os.path.join(tmp_path, "r", "checkpoints", "final", "model", "__0_0.distcp"), "rb").read()
+    weights = open(os.path.join(tmp_path, "r", "checkpoints", "final", "__0_0.distcp"), "rb").read()
     assert train.main(args + ["--resume"]) == 0
     finished = json.load(open(result_path))
     assert finished["status"] == "complete" and finished["evals"] == complete["evals"]
     assert open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read() == trajectory
-    assert open(os.path.join(tmp_path, "r", "checkpoints", "final", "model", "__0_0.distcp"), "rb").read() == weights
+    assert open(os.path.join(tmp_path, "r", "checkpoints", "final", "__0_0.distcp"), "rb").read() == weights
 
 
 def test_resume_or_start_starts_a_run_without_checkpoint(pool, tmp_path):
@@ -503,18 +431,6 @@ def test_schedule_notes_name_what_the_lr_schedule_cannot_do_in_a_tiny_run(capsys
                                                  "deep_vanilla_grow_d1", "loop_grow_d2")
             assert bool(plan_lib.schedule_notes(plan)) == noted, (name, plan_lib.schedule_notes(plan))
 
-
-
-def test_a_signal_inside_a_dcp_save_stays_a_signal(tmp_path):
-    """DCP runs its work under `except BaseException` and hands a rank's failure back inside a CheckpointException:
-    a SIGTERM during a save came out as "cannot write" (exit 2, result.json "failed") instead of the stop it is
-    (exit 143, "interrupted", resumable)."""
-    import torch.distributed.checkpoint as dcp
-    stopped = train.Stopped(15)
-    run = types.SimpleNamespace(master=False, latest=str(tmp_path / "latest"), run_dir=str(tmp_path))
-    with pytest.raises(train.Stopped) as caught, train.stop_on_write_failure(run, train.RunState(step=15)):
-        raise dcp.api.CheckpointException("save", {0: (stopped, None)})
-    assert caught.value is stopped
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -612,3 +528,84 @@ def test_only_logged_steps_wait_for_the_device(pool, tmp_path, monkeypatch):
     _, traj = read_run(tmp_path, "s")
     assert len(fetches) == len([r for r in traj if "wall_seconds" in r]) == 5  # steps 1, 3 (epoch), 5, 10, 12
     assert len(in_loop) == len(fetches), in_loop
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# wandb, offline
+
+def wandb_records(path):
+    """The protobuf records of a .wandb file (the LevelDB log format: 32 KiB blocks of chunks, each with a 7-byte
+    header crc32, length, type; FULL=1 and LAST=4 end a record), after its 7-byte ':W&B' file header."""
+    from wandb.proto import wandb_internal_pb2
+    data, pos, block, buffered = open(path, "rb").read(), 7, 32768, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if left < 7 or (kind == 0 and length == 0):
+            pos += left
+            continue
+        buffered += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(buffered)
+            buffered = b""
+            yield record
+
+
+def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_same_run(pool, tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="wandb is optional (pip install wandb): its offline test needs it")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    argv = tiny(pool, tmp_path, "gated_1", "--run-name", "w", "--log-every", "2", "--wandb", "ladder-test", steps=6)
+    assert train.main(argv + ["--stop-after", "3"]) == 0
+    run_id = (tmp_path / "w" / "wandb_id").read_text().strip()
+    assert train.main(argv + ["--resume"]) == 0
+    assert (tmp_path / "w" / "wandb_id").read_text().strip() == run_id
+    files = sorted(glob.glob(str(tmp_path / "w" / "wandb" / "offline-run-*" / f"run-{run_id}.wandb")),
+                   key=os.path.getmtime)
+    assert len(files) == 2  # two invocations, one wandb run
+    deadline = time.time() + 30  # wandb's service process writes the file out after finish() returns
+    while time.time() < deadline and len({r.history.step.num for path in files for r in wandb_records(path)
+                                          if r.WhichOneof("record_type") == "history"}) < 6:
+        time.sleep(0.5)
+    history, config, summary, runs, metrics = {}, {}, {}, [], {}
+    for path in files:
+        for record in wandb_records(path):
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+                history[items["_step"]] = items
+            elif kind == "run":
+                config.update({u.key: json.loads(u.value_json) for u in record.run.config.update})
+                runs.append((record.run.run_group, record.run.display_name, list(record.run.tags)))
+            elif kind == "metric":
+                metrics[record.metric.name or record.metric.glob_name] = record.metric.step_metric
+            elif kind == "summary":
+                summary.update({u.key or "/".join(u.nested_key): json.loads(u.value_json) for u in record.summary.update})
+    _, trajectory = read_run(tmp_path, "w")
+    assert sorted(history) == [r["step"] for r in trajectory] == list(range(1, 7))
+    ladder = os.path.basename(tmp_path)  # grouped by the ladder (the runs folder), named uniquely within and across
+    assert runs and all(run == (ladder, f"{ladder}/w", ["gated_1", "d2", "cpu"]) for run in runs), runs
+    assert metrics == {"flops": "", "tokens": "", "train/*": "flops", "val/*": "flops"}  # the declared x-axes
+    for r in trajectory:
+        h = history[r["step"]]
+        assert h["train/loss"] == r["loss"] and h["flops"] == r["flops"] and h["tokens"] == r["tokens"]
+        assert "loss" not in h and "train/step" not in h
+        if "scalars" in r:
+            assert h["train/scalars/boundary_gates.0"] == r["scalars"]["boundary_gates.0"]
+        if "val_loss" in r:
+            assert h["val/loss"] == r["val_loss"] and h["val/bpb"] == r["val_bpb"]
+    assert "val/loss" in history[6]
+    assert config["arch"] == "gated_1" and config["steps"] == 6
+    result = json.load(open(tmp_path / "w" / "result.json"))
+    assert summary["status"] == "complete" and summary["final_val_loss"] == result["final_val_loss"]
+
+
+def test_wandb_without_the_package_is_one_line(pool, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "x", "--wandb", "p", steps=2)) == 2
+    monkeypatch.setenv("WANDB_PROJECT", "p")
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "y", steps=2)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all("needs the wandb package: pip install wandb" in line for line in err), err
