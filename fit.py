@@ -9,9 +9,8 @@
   python fit.py design plan.jsonl --truth pilot.json --noise 0.002 --design d6-18 --design "d6-18 x3@top2"
   python fit.py surface grid.csv --form both --sparse-l     # Chinchilla / Skaling L(N, D)
   python fit.py tpp|growth|lr|loops DATA.csv                # the optimum of a swept recipe knob (App. A.2.3, A.4)
-`python fit.py SUBCOMMAND -h` gives each one's input columns. docs/fits.md explains the fits. A CSV or JSON handed in
-that cannot be read is one line on stderr and exit 2 before any work; an arm that cannot be fitted is reported and
-skipped. A subcommand is one cmd_NAME function plus its lines in build_parser.
+`python fit.py SUBCOMMAND -h` gives each one's input columns; docs/fits.md explains the fits. A subcommand is one
+cmd_NAME function (its docstring is its -h) plus its lines in build_parser.
 """
 import argparse, contextlib, io, json, math, os, re, sys, time
 
@@ -20,19 +19,17 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 
 import paper
-import studies
 from common import Parser, UsageError, cli_main, clock, exit_process, write_text
 from arms import FIGURE2_ARMS, GPU_PEAK_FLOPS
 from laws import (FIT, SEED_MAX, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs,
                   compute_optimal, fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable, mape,
-                  note, number, positive_float, pyplot, quad_vertex, read_csv, read_result_json, robust_lsq, run_paths,
-                  save_figures, simulate, split_regimes, style, summarize)
+                  note, number, positive_float, pyplot, quad_vertex, read_csv, read_result_json, run_paths,
+                  save_figures, simulate, style, summarize, drop_repeats)
 
 
 # ---------------------------------------------------------------------------------------------------- ladders
 def ladder_rows_from_runs(paths, use_time):
-    """(arm, depth, x, loss, seed, origin, flags) of every complete train.py result.json, flags its plan's
-    schedule_notes; incomplete runs are skipped. The runs of one arm must share their recipe and data pool."""
+    """(arm, depth, x, loss, seed, origin, flags) of every complete run; one arm's runs must share one recipe."""
     rows, runs = [], {}
     key = "total_training_time_seconds" if use_time else "estimated_training_flops"
     for path in paths:
@@ -62,8 +59,7 @@ def ladder_rows_from_csv(path, use_time):
 
 
 def ladder_rows_from_json(path, use_time, held):
-    """The authors' release JSON, read by its content: ladder series or downstream.json (paper.release_ladder_rows),
-    or the FineWeb-Edu ladders, whose held-out records (d26) are added to `held` as ARM:DEPTH."""
+    """The release's ladder JSON (paper.release_ladder_rows), or its FineWeb-Edu ladders, d26 added to `held`."""
     obj = paper.read_json(path)
     layout = paper.json_layout(obj)
     if layout in ("ladders", "downstream"):
@@ -83,8 +79,7 @@ def ladder_rows_from_json(path, use_time, held):
 
 
 def pool_replicates(rows, replicates, use_time):
-    """Group rows by (arm, depth). Rows with distinct seeds are seed replicates; rows with one seed (or none) are
-    duplicates: dropped with a warning when they agree exactly, replicates with --replicates, an error otherwise.
+    """Rows of one (arm, depth) with distinct seeds (or --replicates) are seed replicates; exact repeats are dropped.
     -> {(arm, depth): (x, [losses], flags)}."""
     groups, points = {}, {}
     for row in rows:
@@ -110,9 +105,8 @@ def pool_replicates(rows, replicates, use_time):
 
 
 def load_ladders(inputs, runs_dirs, use_time, replicates=False, held=None, exclude_flagged=False):
-    """CSV/JSON files and train.py runs -> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (compute FLOPs, or
-    training seconds with --time); loss is the mean over a point's n seed replicates, reps their losses, flags the
-    notes of its runs' plans. `held` (a list) receives the ARM:DEPTH of records the inputs mark as held out."""
+    """Inputs -> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (FLOPs, or seconds with --time); loss is
+    the mean of a point's n seed replicates reps."""
     rows, paths = [], []
     for item in inputs:
         if item.endswith(".json"):
@@ -142,8 +136,7 @@ def load_ladders(inputs, runs_dirs, use_time, replicates=False, held=None, exclu
 
 
 def pooled_noise(data):
-    """Relative run-to-run noise from seed replicates: sigma^2 = sum_i (n_i - 1) s_i^2 / sum_i (n_i - 1), s_i^2 the
-    sample variance of ln L over point i's replicates -> (sigma, dof); (None, 0) without replicates."""
+    """Relative run-to-run noise pooled over seed replicates: sigma^2 = sum (n_i - 1) var_i(ln L) / sum (n_i - 1)."""
     ss = dof = 0.0
     for d in data.values():
         for reps in d["reps"]:
@@ -176,8 +169,7 @@ def hold_out(data, specs):
 
 
 def reference_arm(data, named):
-    """The stated rule: the arm named by --reference-arm, else Vanilla if the inputs hold it, else the only arm; more
-    arms and none named -> one line saying how to name one."""
+    """--reference-arm, else Vanilla if present, else the only arm, else one line saying how to name one."""
     if named:
         if named not in data:
             raise UsageError(f"--reference-arm {named} is not an arm of the inputs (arms: {', '.join(data)})")
@@ -189,20 +181,15 @@ def reference_arm(data, named):
 
 
 def default_anchor(depths):
-    """Multipliers at the reference's budgets from d8 on (the paper), or from its second depth on a shorter ladder
-    (a cpu ladder's d1 is truncated by its warmup)."""
+    """Multipliers from d8 on (the paper), or from the second depth of a shorter ladder (cpu d1 is all warmup)."""
     depths = sorted(set(int(d) for d in depths))
     return FIT["anchor_depth"] if FIT["anchor_depth"] in depths or max(depths) > FIT["anchor_depth"] \
         else depths[min(1, len(depths) - 1)]
 
 
 def ladder_floor(args, data, ref):
-    """The floor E: fitted on the reference arm's ladder (None: fit_ladders does it), except that with Vanilla among
-    the inputs (or --floor-from) and --time or another reference arm it is held at Vanilla's FLOP-ladder fit, as the
-    release does, unless --refit-floor."""
-    if args.shared_anchor:
-        note(f"shared d{args.shared_anchor} anchor: every arm's d{args.shared_anchor} loss set to "
-             f"{paper.share_anchor(data, args.shared_anchor):.6f}, the mean of the equivalent runs")
+    """The floor E held fixed, or None (fitted on the reference arm): with --time or another reference arm, Vanilla's
+    FLOP-ladder floor (the inputs' or --floor-from's), as the release does, unless --refit-floor."""
     if args.refit_floor or not (args.time or args.floor_from or ref != paper.FLOOR_ARM):
         return None
     if not args.floor_from and paper.FLOOR_ARM not in data:
@@ -221,17 +208,12 @@ def ladder_floor(args, data, ref):
 
 
 def forecast_at(c, data, fit, reference_arm, c_ref, xname):
-    """Every arm's forecast loss, gain and pi at compute c (--extrapolate), into fit["arms"]; a warning when c
-    lies far outside the measured points."""
+    """Every arm's forecast loss, gain and pi at compute c (--extrapolate), into fit["arms"]."""
     ref_law, ref_free = fit["arms"][reference_arm], fit["reference_free"]
-    x_max = max(d["x"].max() for d in data.values())
-    x_min = min(d["x"].min() for d in data.values())
-    if c > FIT["extrapolate_warn"] * x_max:
-        note(f"warning: extrapolating to {c:.3g} {xname}, {c / x_max:.0f}x beyond "
-             f"the largest measured point ({x_max:.3g}); the CI assumes the power laws hold that far")
-    elif c < x_min / FIT["extrapolate_warn"]:
-        note(f"warning: extrapolating to {c:.3g} {xname}, {x_min / c:.0f}x below "
-             f"the smallest measured point ({x_min:.3g}); the CI assumes the power laws hold that far")
+    x = np.concatenate([d["x"] for d in data.values()])
+    if not x.min() / FIT["extrapolate_warn"] <= c <= FIT["extrapolate_warn"] * x.max():
+        note(f"warning: extrapolating to {c:.3g} {xname}, far outside the measured {x.min():.3g}..{x.max():.3g}; "
+             "the CI assumes the power laws hold that far")
     for a, r in fit["arms"].items():
         r["forecast_loss"], r["gain_at_extrapolate"] = forecast(
             ref_free, None if a == reference_arm else r, c / c_ref)
@@ -293,7 +275,7 @@ that weights the fits and drives a parametric bootstrap; --noise SIGMA gives it 
     if args.json:
         drop = ("free_gamma_E_cov", "floor_slope", "multipliers_all")
         obj = dict(E=fit["E"], reference_arm=ref, C0=fit["C0"], x_unit=xname, c_ref=c_ref, reference_free=ref_free,
-                   noise=fit["noise"], noise_check=fit.get("noise_check"), errors=fit["errors"],
+                   noise=fit["noise"], errors=fit["errors"],
                    arms={a: {k: v for k, v in r.items() if k not in drop} for a, r in fit["arms"].items()},
                    **{k: fit[k] for k in ("E_ci", "E_se", "E_dof", "E_bound", "bootstrap", "footing") if k in fit})
         obj.update(dict(extrapolate=args.extrapolate) if args.extrapolate else {}, **dict(held_out=held) if held else {})
@@ -317,8 +299,7 @@ that weights the fits and drives a parametric bootstrap; --noise SIGMA gives it 
 
 
 def ladder_table(fit, xname):
-    """The two ladder tables: per arm its points (* flagged), residual degrees of freedom, gamma ± se [CI], ...; a ±
-    or CI that laws.footing withheld reads "unknown"."""
+    """The two ladder tables; a ± or CI that laws.footing withheld reads "unknown"."""
     def ci(r, key, fmt):  # " [lo, hi]" when a bootstrap CI exists
         c = r.get(f"{key}_ci")
         return f" [{fnum(c[0], fmt)}, {fnum(c[1], fmt)}]" if c else ""
@@ -370,39 +351,14 @@ def noise_lines(fit):
         lines.append(f"CIs: {b['n']} " + ("parametric resamples re-drawing that noise (they include seed noise)"
                                          if b["includes_seed_noise"] else "resamples of points within each arm (they do "
                                          "not include run-to-run noise; seed replicates or --noise add it)"))
-    return lines + contradiction_lines(fit)
-
-
-def contradiction_lines(fit):
-    """When the residuals contradict the given noise (laws.noise_check): the chi^2, and the intervals the residuals
-    support (every ± times the Birge ratio) with the free-E flags at those intervals."""
-    c = fit.get("noise_check")
-    if not c or not c["contradicted"]:
-        return []
-    S, sigma = c["birge_ratio"], fit["noise"]["sigma"]
-    worst = ", ".join(f"{a} {v:.3g}" for a, v in sorted(c["per_arm_reduced_chi2"].items(), key=lambda t: -t[1])[:3])
-    lines = ["", f"WARNING: the residuals contradict the noise sigma = {sigma:.3g}: reduced chi^2 = {c['reduced_chi2']:.4g} "
-                 f"over {c['dof']} dof (p = {c['p']:.2g}; contradicted when p < {c['p_threshold']:g}, here reduced "
-                 f"chi^2 > {c['chi2_red_threshold']:.3g}); largest per arm: {worst}",
-             f"  the ± above and the DISAGREES flags rest on that sigma. From the residuals (Birge ratio: every ± times "
-             f"sqrt(reduced chi^2) = {S:.4g}, i.e. sigma ~ {sigma * S:.3g}; --noise {sigma * S:.3g} refits at it"
-             + (", and its bootstrap re-draws that noise" if fit.get("bootstrap") else "") + "):",
-             f"  {'arm':<18} {'gamma ± se':<18} {'gamma - ref ± se':<20} free-E flag"]
-    for arm, r in fit["arms"].items():
-        q = c["rescaled"][arm]
-        flag = "—" if q["free_disagrees"] is None else "DISAGREES" if q["free_disagrees"] else "agrees"
-        lines.append(f"  {arm:<18} {r['gamma']:.4f} ± {fnum(q['gamma_se'])}{'':<3} "
-                     f"{r['delta_gamma']:+.4f} ± {fnum(q['delta_gamma_se']):<8} {flag}")
     return lines
-
 
 
 LADDER_FIGURES = ("fig3_ladders.png", "fig3_ladders.pdf", "fig2_left.png", "fig2_left.pdf")
 
 
 def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
-    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left) of
-    figure2_arms (default: the arms table's FIGURE2_ARMS that were fitted, else every arm)."""
+    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left)."""
     plt = pyplot()
     plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
     E, c_ref = fit["E"], fit["c_ref"]
@@ -494,8 +450,7 @@ def footing_note(fit):
 
 # ---------------------------------------------------------------------------------------------------- watching runs
 def run_dirs(items):
-    """The run folders --runs-dir names: a folder holding a result.json, a train.lock or a trajectory.jsonl, else such
-    folders one level below it."""
+    """The run folders --runs-dir names: itself if it is one, else the runs one level below."""
     is_run = lambda d: any(os.path.exists(os.path.join(d, f)) for f in ("result.json", "train.lock", "trajectory.jsonl"))
     found = []
     for item in items:
@@ -541,9 +496,7 @@ def read_result(run_dir, name="result.json"):
 
 
 def run_row(run_dir):
-    """One row of the runs table, every column at one step: the step the run reached (a finished run's result.json,
-    a running one's last trajectory record), the train loss logged there, and the latest validation at or before it
-    with its step; the start's validation (step 0) only when there is no other, labelled so."""
+    """One row of the runs table, every column at the step the run reached, with the latest validation before it."""
     result, records, held = read_result(run_dir) or {}, read_trajectory(run_dir), lock_held(run_dir)
     plan, status = result.get("plan") or {}, result.get("status")
     state, reason = {"complete": "complete", "stopped": "stopped", "interrupted": "stopped"}.get(status, "failed"), \
@@ -642,9 +595,7 @@ def frontier_laws(path):
 
 
 def curves_figure(plt, runs, x_axis, frontier):
-    """Training loss (smoothed; the raw steps faint) and validation loss of every run against the x axis, one colour
-    per arm, depth by shade; a stopped or running run dashed; ▲ at growth, | at the warmdown's start; a fitted
-    frontier dashed over the range it was fitted on."""
+    """Training (smoothed) and validation loss of every run; ▲ at growth, | at the warmdown's start."""
     from matplotlib.ticker import FormatStrFormatter
     key, label, scale = X_AXES[x_axis]
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
@@ -738,8 +689,7 @@ def markdown_table(header, rows):
 
 
 def run_report(run_dir, curves=None):
-    """report.md of one run: the plan's main fields and schedule notes, the environment, the curves (`curves`: the
-    figure beside report.md), every validation, CORE when core_eval.py wrote eval.json, and the timings."""
+    """report.md of one run: plan, environment, curves, validations, CORE (eval.json) and timings."""
     result, row = read_result(run_dir) or {}, run_row(run_dir)
     plan = result.get("plan") or {}
     num = lambda v: f"{v:.6g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
@@ -824,61 +774,8 @@ rule (--reference-arm, else vanilla, else the only arm)."""
 
 
 # ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
-def fit_task_nll(x, nll):
-    """B.6.1: NLL = E + A x^-alpha, five starts, plain LSQ then Huber; -> (E, A, alpha)."""
-    from scipy import optimize
-    if len(x) < 3:
-        raise FitError(f"fewer than 3 points ({len(x)})")
-    resid = lambda p: p[0] + p[1] * x ** -p[2] - nll
-    bounds = ([0, 0, 0.005], [nll.min() - 1e-8, 50, 2])
-    best, E0 = None, 0.5 * nll.min()
-    for a0 in (0.05, 0.1, 0.2, 0.4, 0.8):
-        res = optimize.least_squares(resid, [E0, max(0.01, (nll.max() - E0) * x.min() ** a0), a0], bounds=bounds,
-                                     max_nfev=30000)
-        best = res if best is None or res.cost < best.cost else best
-    return robust_lsq(resid, best.x, bounds, FIT["nll_min_scale"], max_nfev=30000)
-
-
-def sigmoid(nll, a, b):
-    return 1 / (1 + np.exp(np.clip(a * nll - b, -700, 700)))
-
-
-def fit_sigmoid(nll, acc):
-    m = np.clip(acc.mean(), 0.001, 0.999)
-    x0 = [1.0, math.log(m / (1 - m)) + np.median(nll)]
-    return robust_lsq(lambda p: sigmoid(nll, *p) - acc, x0, ([0, -20], [20, 20]), FIT["sigmoid_min_scale"])
-
-
-def downstream_columns_from_json(path):
-    """The release's FineWeb-Edu ladders as downstream's CSV columns: one row per ladder record (the held-out d26
-    run left out), core = core_accuracy, nll:<task> / acc:<task> from task_nll / task_accuracy over `tasks`."""
-    obj = paper.read_json(path)
-    if paper.json_layout(obj) != "fineweb_edu":
-        raise paper.layout_error(path, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
-                                 "acc:<task>...] or ")
-    tasks, records = paper.edu_records(path, obj)
-    c = {"arm": [], "compute_flops": [], "core": [], "_line": []}
-    for arm, r, origin, held_out in records:
-        if held_out:
-            continue
-        try:
-            row = {"core": float(r["core_accuracy"]), **{f"nll:{t}": float(r["task_nll"][t]) for t in tasks},
-                   **{f"acc:{t}": float(r["task_accuracy"][t]) for t in tasks}}
-            assert all(map(math.isfinite, row.values())) and all(row[f"nll:{t}"] > 0 for t in tasks)
-        except (KeyError, TypeError, ValueError, AssertionError):
-            raise UsageError(f"{origin}: needs a finite core_accuracy, and task_nll (> 0) and task_accuracy (centered) "
-                             f"for every task in 'tasks'")
-        c["arm"].append(arm)
-        c["compute_flops"].append(float(r["compute_flops"]))
-        c["_line"].append(origin)
-        for k, v in row.items():
-            c.setdefault(k, []).append(v)
-    return {k: v if k in ("arm", "_line") else np.array(v) for k, v in c.items()}
-
-
 def downstream_columns_from_runs(runs_dirs):
-    """downstream's columns from train.py runs that core_eval.py evaluated: per run its arm and FLOPs (result.json),
-    core = eval.json's core_metric, nll:<task> / acc:<task> its answer NLL and centered accuracy per task."""
+    """downstream's columns from the complete runs that core_eval.py evaluated (result.json + eval.json)."""
     c = {"arm": [], "compute_flops": [], "core": [], "_line": []}
     for d in run_dirs(runs_dirs):
         result, ev = read_result(d) or {}, read_result(d, "eval.json")
@@ -897,16 +794,14 @@ def downstream_columns_from_runs(runs_dirs):
 def cmd_downstream(args):
     """CORE forecast (App. C.4): per task NLL = E + A C^-alpha per arm, centered accuracy = sigmoid of the NLL, CORE =
 r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
-core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu
-ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
+core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint; or --runs-dir: train.py runs with
+core_eval.py's eval.json."""
     from scipy import optimize
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
+    c = downstream_columns_from_runs(args.runs_dir) if args.runs_dir else \
+        read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
     args.data = args.data or " ".join(args.runs_dir)
-    from_json = args.data.endswith(".json") or args.runs_dir
-    c = downstream_columns_from_runs(args.runs_dir) if args.runs_dir else downstream_columns_from_json(args.data) \
-        if from_json else read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"],
-                                   positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
         other = ("acc:" if lone.startswith("nll:") else "nll:") + lone[4:]
@@ -915,12 +810,13 @@ ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's 
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
     args.reference_arm = reference_arm(dict.fromkeys(c["arm"]), args.reference_arm)
-    if not from_json:
+    if not args.runs_dir:
         c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
                      positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
     filtered = np.mean([c[f"acc:{t}"] for t in tasks], axis=0)
-    sig = {t: fit_sigmoid(c[f"nll:{t}"], c[f"acc:{t}"]) for t in tasks}
+    sigmoid = paper.sigmoid
+    sig = {t: paper.fit_sigmoid(c[f"nll:{t}"], c[f"acc:{t}"]) for t in tasks}
     r = float(filtered @ c["core"] / (filtered @ filtered))
     res = r * filtered - c["core"]
     out = dict(tasks=tasks, ratio=r, ratio_rmse=float(np.sqrt(np.mean(res ** 2))),
@@ -930,11 +826,10 @@ ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's 
                          for t, s in sig.items()}, arms={})
     for a in dict.fromkeys(c["arm"]):
         m = arm == a
-        try:
-            laws = {t: fit_task_nll(x[m], c[f"nll:{t}"][m]) for t in tasks}
-        except FitError as e:
-            note(f"arm {a}: {e}; skipped")
+        if m.sum() < 3:
+            note(f"arm {a}: fewer than 3 points ({m.sum()}); skipped")
             continue
+        laws = {t: paper.fit_task_nll(x[m], c[f"nll:{t}"][m]) for t in tasks}
         core = lambda lc: r * np.mean([sigmoid(laws[t][0] + laws[t][1] * (10 ** lc / FIT["c_ref"]) ** -laws[t][2], *sig[t])
                                        for t in tasks])
         need = {}
@@ -966,8 +861,7 @@ MAX_SEEDS = 100  # seeds per planned point in a design spec
 
 
 def read_plan(path):
-    """Planned runs -> [(arm, depth, compute_flops, seeds, origin)] from a CSV [arm, depth, compute_flops (+ seeds)] or
-    train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin)."""
+    """Planned runs -> [(arm, depth, compute_flops, seeds, origin)]."""
     if path.endswith(".csv"):
         c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops", "seeds"],
                      positive=["depth", "compute_flops", "seeds"])
@@ -999,9 +893,7 @@ def read_plan(path):
 
 
 def plan_from_rows(rows):
-    """{(arm, depth): (compute_flops, seeds)}. A run planned twice (in one plan or across plans) is kept once with a
-    warning when both rows agree, and is an error naming both rows when they differ, as `fit.py ladders` treats
-    repeated results."""
+    """{(arm, depth): (compute_flops, seeds)}; a run planned twice is kept once if both agree, else refused."""
     plan, origin = {}, {}
     for arm, d, x, seeds, where in rows:
         key = (arm, int(d))
@@ -1015,8 +907,7 @@ def plan_from_rows(rows):
 
 
 def parse_design(spec, depths):
-    """A --design spec -> (lo, hi, seeds, where) with where None (every depth), ('top', K) or a set of depths; a token
-    that is not one of DESIGN_FORMS, or that names a depth no run plans, is refused quoting the token."""
+    """A --design spec -> (lo, hi, seeds, where): where None (every depth), ('top', K) or a set of depths."""
     lo = hi = seeds = where = None
     for token in spec.split():
         bad = lambda why: UsageError(f"--design {spec!r}: {token!r} {why}")
@@ -1052,9 +943,7 @@ def parse_design(spec, depths):
 
 
 def apply_design(plan, spec):
-    """A design spec ('' = the plan as given) on the plan -> {arm: (x, n, depths)}: 'dLO-HI' keeps depths LO..HI of
-    every arm (clipped to what it plans), 'xS' gives S seeds to every point, 'xS@topK' to each arm's K largest depths,
-    'xS@16,18' to those."""
+    """A design spec ('' = the plan as given) applied to the plan -> {arm: (x, seeds, depths)}."""
     lo, hi, seeds, where = parse_design(spec, {d for _, d in plan})
     out = {}
     for arm in dict.fromkeys(a for a, _ in plan):
@@ -1117,8 +1006,7 @@ def cmd_design(args):
     """How many depths and seeds a ladder needs, before GPU-hours are spent: simulates the planned ladders under assumed
 true laws L = E + A (C/1e18)^-gamma and relative run-to-run noise (each run's ln L gets sigma z), fits each as `fit.py
 ladders --noise` does, and reports per design and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the
-E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints (with --bootstrap B
-its bootstrap's too), how often the free-E fit reads an advantage as a lower floor, and the plan's FLOPs and GPU-hours.
+E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints, how often the free-E fit reads an advantage as a lower floor, and the plan's FLOPs and GPU-hours.
 PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops;
 optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
     if args.out:
@@ -1135,7 +1023,7 @@ optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --
                 raise UsageError(f"design {spec!r}: {a} has {len(ds)} planned depths; a fit needs >= 3")
         points = {a: (x / FIT["c_ref"], n) for a, (x, n, _) in arms.items()}
         draws = simulate(points, laws, E, args.reference_arm, args.noise, args.sims, np.random.default_rng(args.seed),
-                         args.fixed_E, args.bootstrap)
+                         args.fixed_E)
         flops = float(sum((x * n).sum() for x, n, _ in arms.values()))
         results.append(dict(design=spec, runs=int(sum(n.sum() for _, n, _ in arms.values())), flops=flops,
                             gpu_hours=flops / (peak * args.mfu) / 3600,
@@ -1146,7 +1034,7 @@ optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --
             note(f"warning: design {spec!r}: {w}")
     paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
     out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
-               bootstrap=args.bootstrap, seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
+               seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
     if args.json:
         print(json.dumps(jsonable(out), allow_nan=False))
         return
@@ -1175,31 +1063,24 @@ def design_table(out):
                          f"{v['gamma_se_known_E']:11.5f} "
                          f"{f(v, 'delta_gamma_true', '+8.4f')} {f(v, 'delta_gamma_ci_halfwidth', '8.4f')} "
                          f"{f(v, 'detect_probability', '9.2f')}".rstrip())
-        boot = out["bootstrap"] > 0
         lines += [f"  the analyst's {pct} intervals from one ladder, as fit.py ladders prints them: estimate ± "
-                  f"{stats.norm.ppf(0.5 + FIT['ci'] / 200):.2f} se" + (f" and the {out['bootstrap']}-resample "
-                                                                        "bootstrap" if boot else "")
+                  f"{stats.norm.ppf(0.5 + FIT['ci'] / 200):.2f} se"
                   + "; lower floor: the arm's own free-E fit rejects the shared E for a lower one",
                   f"  {'arm':<18} {'fits':>9} {'cover gamma':>11} {'(E fixed)':>9} {'cover dgamma':>12} {'power':>6}"
-                  + (f" {'boot: gamma':>11} {'dgamma':>7} {'power':>6}" if boot else "") + f" {'lower floor':>11}"]
+                  + f" {'lower floor':>11}"]
         for a, v in r["arms"].items():
             lines.append((f"  {a:<18} {fits[a]:>9} {fnum(v['gamma_coverage'], '11.3f'):>11} "
                           f"{fnum(v['gamma_coverage_given_E'], '9.3f'):>9} "
                           f"{f(v, 'delta_gamma_coverage', '12.3f')} {f(v, 'power', '6.2f')}"
-                          + (f" {v['gamma_coverage_bootstrap']:11.3f} {f(v, 'delta_gamma_coverage_bootstrap', '7.3f')} "
-                             f"{f(v, 'power_bootstrap', '6.2f')}" if boot else "")
                           + f" {f(v, 'lower_floor', '11.2f')}").rstrip())
         lines += [f"  WARNING: {w}" for w in r["warnings"]]
     return lines
 
 
 def convergence_warnings(arms):
-    """One line per arm whose simulated fits converged in fewer than FIT["design_min_converged"] of the ladders: its
-    numbers are over the converged ones only, which are not a random sample of the ladders (a noisy draw fails
-    more often), so its coverage and power can be far from what one real ladder gets."""
+    """Arms whose simulated fits mostly failed: their numbers rest on the converged (not random) draws alone."""
     return [f"{a}: only {v['valid']} of {v['sims']} simulated fits converged (< {FIT['design_min_converged']:.0%}, "
-            f"FIT['design_min_converged']); its numbers rest on those {v['valid']} alone, which are not a random "
-            "sample of the ladders (the failed draws are not random): its coverage and power may not be one ladder's" for a, v in arms.items()
+            f"FIT['design_min_converged']); its coverage and power rest on those alone" for a, v in arms.items()
             if v["valid"] < FIT["design_min_converged"] * v["sims"]]
 
 
@@ -1237,8 +1118,8 @@ COMPUTE_SLACK = 2.0  # measured FLOPs (attention, embeddings) stray tens of perc
 
 def cmd_surface(args):
     """Chinchilla L = E + A/N^a + B/D^b and Skaling L = (A/N^a + B/D^b)^k + E fits of L(N, D) (Huber on ln L, L-BFGS-B
-from a grid of starts plus basin-hopping), cross-validated by regime (large N and/or D held out), compute-optimal N*(C),
-D*(C) on C = 6 N D, and the fit on the L-shaped subset. DATA.csv [N, D or compute (= 6 N D), loss], >= 7 rows; with
+from a grid of starts plus basin-hopping), compute-optimal N*(C), D*(C) on C = 6 N D, and with --sparse-l the fit on
+the L-shaped subset (smallest N or smallest D) scored on the rest. DATA.csv [N, D or compute (= 6 N D), loss], >= 7 rows; with
 both D and compute, D is fitted and compute must lie within 2x of 6 N D."""
     c = read_csv(args.data, ["N", "loss"])
     have = [k for k in ("D", "compute") if k in c]
@@ -1264,52 +1145,32 @@ both D and compute, D is fitted and compute must lie within 2x of 6 N D."""
         raise UsageError(f"{args.data}: need >= 7 rows to fit, have {len(L)}" + (" after --drop-highest" if dropped else ""))
     forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
     delta = {f: args.delta if args.delta is not None else FIT["surface_delta"][f] for f in forms}
-    regimes = split_regimes(N, D, args.holdout)
-    if args.folds > regimes["interpolation"].sum():
-        raise UsageError(f"--folds {args.folds}: {args.data} has {regimes['interpolation'].sum()} interpolation points "
-                         f"(--holdout {args.holdout:g}); pass --folds <= that or a smaller --holdout")
-    out = dict(delta=delta, dropped=dropped, regimes={k: int(v.sum()) for k, v in regimes.items()}, forms={})
+    out = dict(delta=delta, dropped=dropped, forms={})
     C = 6 * N * D
     budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))
-    folds = np.array_split(np.random.default_rng(args.seed).permutation(np.flatnonzero(regimes["interpolation"])),
-                           args.folds)
     for form in forms:
         p = fit_surface(N, D, L, form, delta[form], args.hops, args.seed)
         r = dict(params=p, mape_all=mape(p, N, D, L), optimal=[compute_optimal(p, b) for b in budgets],
                  ratio_exponent=(p["alpha"] - p["beta"]) / (p["alpha"] + p["beta"]))
-        cv = {k: [] for k in regimes}
-        for fold in folds:
-            train = regimes["interpolation"].copy()
-            train[fold] = False
-            pf = fit_surface(N[train], D[train], L[train], form, delta[form], args.hops, args.seed)
-            for k, m in regimes.items():
-                m = m.copy() if k != "interpolation" else np.isin(np.arange(len(L)), fold)
-                cv[k].append(mape(pf, N[m], D[m], L[m]))
-        r["cv_mape"] = {k: dict(mean=float(np.mean(v)), std=float(np.std(v))) for k, v in cv.items()}
         if args.sparse_l:
             sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
             ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
-            r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]),
-                                 mape_far_rest=mape(ps, N[~sub & regimes["far"]], D[~sub & regimes["far"]],
-                                                    L[~sub & regimes["far"]]))
+            r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]))
         out["forms"][form] = r
     if args.json:
         print(json.dumps(jsonable(out), allow_nan=False))
         return
-    print(f"regimes (largest {args.holdout:.0%} of distinct N / D held out): {out['regimes']}; "
-          f"{args.folds}-fold CV over the interpolation points"
-          + (f"; dropped the {len(dropped)} highest-loss rows (lines {', '.join(str(d['line']) for d in dropped)})" if dropped else ""))
+    print(f"{len(L)} points" + (f"; dropped the {len(dropped)} highest-loss rows (lines {', '.join(str(d['line']) for d in dropped)})" if dropped else ""))
     for form, r in out["forms"].items():
         p = r["params"]
         print(f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} B={p['B']:.4g} beta={p['beta']:.4f} "
               f"k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%")
-        print("  CV MAPE %: " + ", ".join(f"{k} {v['mean']:.3f}±{v['std']:.3f}" for k, v in r["cv_mape"].items()))
         print(f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}")
         for o in r["optimal"]:
             print(f"  C={o['compute']:.3g}: N*={o['N']:.4g} D*={o['D']:.4g} D*/N*={o['ratio']:.2f} L*={o['loss']:.4f}")
         if "sparse_l" in r:
             s = r["sparse_l"]
-            print(f"  L-shaped subset ({s['n_fit']} points): MAPE rest {s['mape_rest']:.3f}%, far {fnum(s['mape_far_rest'], '.3f')}%")
+            print(f"  L-shaped subset ({s['n_fit']} points): MAPE on the rest {s['mape_rest']:.3f}%")
 
 
 # ---------------------------------------------------------------------------------------------------- sweeps
@@ -1397,6 +1258,169 @@ def emit(args, out, lines):
     print(json.dumps(jsonable(out), allow_nan=False) if args.json else "\n".join(lines))
 
 
+# ---------------------------------------------------------------------------------------------------- loops (Figures 2 right, 5)
+LOOP_GRID_VARIED = ("passes", "passes_initial", "weight_decay")  # what the grid's runs vary beside the depth;
+# its token budget (train_token_limit) is its recipe
+
+
+def lower_envelope(x, y):
+    """Lower convex envelope of the Pareto front (less compute, lower loss) in linear (compute, loss) space."""
+    pts, best = [], np.inf
+    for xi, yi in sorted(zip(x, y)):
+        if yi < best:
+            pts.append((xi, yi))
+            best = yi
+    hull = []
+    for p in pts:
+        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) - \
+                (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) <= 0:
+            hull.pop()
+        hull.append(p)
+    return np.array(hull)
+
+
+def compute_at_loss_linear(env, target):
+    """Compute where the (decreasing) envelope reaches `target`, linear in compute; NaN outside it."""
+    if not len(env) or target < env[-1, 1] or target > env[0, 1]:
+        return np.nan
+    return float(np.interp(target, env[::-1, 1], env[::-1, 0]))
+
+
+LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute_flops", "val_loss"]
+LOOP_KEY = ["depth", "loops", "weight_decay"]  # one run of the grid
+
+
+def loop_grid_from_runs(item):
+    """The loop-grid columns from train.py runs (a runs dir or a glob of result.json), compute without attention
+    as in the paper's loop_grid.csv."""
+    paths = run_paths(item)
+    rows, origins, runs = [], [], []
+    for path in paths:
+        r = read_result_json(path, ", ".join(LOOP_COLUMNS))
+        if r["status"] == "complete" and "estimated_matrix_flops" in r:
+            runs.append((path, r))
+            try:
+                p = r["plan"]
+                rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
+                                                     r["estimated_matrix_flops"], r["final_val_loss"])))
+                origins.append(path)
+            except (KeyError, TypeError, ValueError):
+                raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
+                                 "estimated_matrix_flops and final_val_loss")
+            if not p.get("data_constrained"):
+                raise UsageError(f"{path} is not a loop-grid run (its plan's data_constrained is "
+                                 f"{p.get('data_constrained')!r}); fit.py loops reads train.py --data-constrained runs "
+                                 "(bash ladder.sh operator_1 --preset data-constrained), fit.py ladders the others")
+    if not rows:
+        raise UsageError(f"{item}: no complete train.py runs (result.json) found")
+    check_one_recipe(runs, "loop-grid runs", LOOP_GRID_VARIED, ("train_token_limit",))
+    return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))}, LOOP_KEY,
+                        LOOP_COLUMNS, origins)
+
+
+def regime_optima(args, header):
+    """The release's regime tables: the optimal loop count per budget (R4) of each regime (regimes.csv) or control
+    (architectures.csv: architecture, family), the rows of Figures 21 and 24; for hyperparameters.csv the best
+    measured multiple of each knob's centre per family and K (Figure 23b)."""
+    c, _ = paper.read_table(args.data)
+    if "knob" in header:
+        hp = c
+        out = {f"{f} {k} K={K:g}": float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
+               for f, k, K in dict.fromkeys(zip(hp["family"], hp["knob"], hp["loops"]))
+               for m in [(np.array(hp["family"]) == f) & (np.array(hp["knob"]) == k) & (hp["loops"] == K)]}
+        return emit(args, dict(best_multiplier=out), [f"{g}: best at {v:g}x the centre" for g, v in out.items()])
+    names = [" ".join(g) for g in zip(*[c[k] for k in (["regime"] if "regime" in header else ["architecture", "family"])])]
+    budgets = args.budgets or (paper.FINE_BUDGETS if "regime" in header else paper.BUDGETS)
+    out, lines = {}, []
+    for g in dict.fromkeys(names):
+        ladders = paper.grid_ladders(c, np.array(names) == g)
+        out[g] = []
+        for C in budgets:
+            Ks, losses = paper.at_budget(ladders, C)
+            if len(Ks):
+                k, loss, interior, _ = paper.loop_optimum(Ks, losses)
+                out[g].append(dict(compute=C, best_loops=k, best_loss=loss, interior=interior))
+        lines.append(f"{g}: " + ", ".join(f"C={o['compute']:.3g} K*={o['best_loops']:.2f}" + ("" if o["interior"]
+                                                                                             else " (measured)")
+                                          for o in out[g]))
+    emit(args, dict(optima=out), lines)
+
+
+def cmd_loops(args):
+    header = paper.csv_header(args.data) if args.data.endswith(".csv") else set()
+    if header & {"regime", "architecture", "knob"}:
+        return regime_optima(args, header)
+    if not args.data.endswith(".csv"):
+        c = loop_grid_from_runs(args.data)
+    elif "compute" in header:  # the release's weight_decay.csv (compute in EFLOP)
+        c = paper.read_table(args.data)[0]
+        c["compute_flops"], c["val_loss"] = c["compute"], c["loss"]
+    else:
+        c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
+                     positive=["depth", "loops", "compute_flops", "val_loss"], key=LOOP_KEY)
+    at_wd = np.isclose(c["weight_decay"], args.wd)
+    if not at_wd.any():
+        raise UsageError(f"{args.data}: no rows at weight decay {args.wd:g} (have "
+                         f"{', '.join(f'{w:g}' for w in sorted(set(c['weight_decay'])))}); pass one of them as --wd")
+    curves = {}
+    for K in sorted(set(c["loops"][at_wd])):
+        m = at_wd & (c["loops"] == K)
+        o = np.argsort(c["compute_flops"][m])
+        curves[K] = (c["compute_flops"][m][o], c["val_loss"][m][o])
+    budgets = args.budgets or list(FIT["loop_budgets"])
+    out, skipped = dict(weight_decay=args.wd, budgets=[]), []
+    for C in budgets:  # loss of each K at C, linear in compute between neighbouring depths, no extrapolation
+        Ks = [K for K, (x, _) in curves.items() if x[0] <= C <= x[-1]]
+        losses = np.array([np.interp(C, *curves[K]) for K in Ks])
+        try:
+            xv, yv, inside = quad_vertex(np.log(Ks), np.log(losses))
+            row = dict(compute=C, best_loops=math.exp(xv), best_loss=math.exp(yv), inside=inside)
+        except FitError as e:
+            skipped.append(f"budget {C:.3g}: {e} ({len(Ks)} loop counts cover it); skipped")
+            continue
+        if 1 in Ks:
+            row["gap_to_k1"] = float(losses[Ks.index(1)] - row["best_loss"])
+        out["budgets"].append(row)
+    if not out["budgets"]:
+        raise UsageError(f"{args.data}: no budget could be fitted at weight decay {args.wd:g}: each needs >= 3 loop "
+                         f"counts whose runs span it (loop counts: {', '.join(f'{K:g}' for K in curves)}; budgets: "
+                         f"{', '.join(f'{C:.3g}' for C in budgets)}); pass --budgets inside the grid")
+    for line in skipped:
+        note(line)
+    k1 = c["loops"] == 1
+    op1 = []  # Operator-1 at the best weight decay per depth
+    for d in sorted(set(c["depth"][k1])):
+        m = k1 & (c["depth"] == d)
+        i = np.argmin(c["val_loss"][m])
+        wds = c["weight_decay"][m]
+        edge = len(set(wds)) > 1 and wds[i] in (wds.min(), wds.max())
+        op1.append((c["compute_flops"][m][i], c["val_loss"][m][i], d, wds[i], edge,
+                    f"d{d:g} (WD {wds[i]:g} of {wds.min():g}..{wds.max():g})"))
+    op1.sort()
+    if edges := [where for *_, edge, where in op1 if edge]:
+        note(f"warning: Operator-1's best weight decay is at the edge of the swept grid at {', '.join(edges)}: the "
+             "tuned optimum may lie beyond the grid, which would change the gains below")
+    env_wd = lower_envelope(c["compute_flops"][at_wd], c["val_loss"][at_wd])
+    env_all = lower_envelope(c["compute_flops"], c["val_loss"])
+    if op1:
+        C_op, L_op = op1[-1][:2]
+        out["operator_1_tuned"] = [dict(compute=x, loss=y, depth=d, weight_decay=wd, wd_at_grid_edge=edge)
+                                   for x, y, d, wd, edge, _ in op1]
+        out["gain_fixed_wd"] = C_op / compute_at_loss_linear(env_wd, L_op)
+        out["gain_all_wd"] = C_op / compute_at_loss_linear(env_all, L_op)
+        out["frontier_fixed_wd"] = [dict(compute=x, loss=y) for x, y in env_wd if x <= C_op]
+    if args.out:
+        fig2, fig5, _, _ = paper.loop_grid_figures(pyplot(), dict(c, compute=c["compute_flops"], loss=c["val_loss"]))
+        written = save_figures(args.out, {f"{n}.{e}": f for n, f in (("fig02", fig2), ("fig05", fig5))
+                                          for e in ("png", "pdf")}, dpi=300)
+        note("wrote " + ", ".join(written))
+    emit(args, out, [f"C={b['compute']:.3g}: K*={b['best_loops']:.2f} loss*={b['best_loss']:.4f}"
+                     + (f" gap to K=1 {b['gap_to_k1']:.4f}" if "gap_to_k1" in b else "") for b in out["budgets"]]
+         + ([f"Operator-1 (best WD per depth) last point {C_op:.3g} FLOPs, loss {L_op:.4f}: loop scaling at WD {args.wd} "
+             f"needs {fnum(out['gain_fixed_wd'], '.2f')}x less compute (all-WD frontier {fnum(out['gain_all_wd'], '.2f')}x)"]
+            if op1 else []))
+
+
 # ---------------------------------------------------------------------------------------------------- CLI
 MAX_RESAMPLES = 100_000  # bootstrap resamples, simulated ladders, basin hops: beyond this a run takes days
 NOISE = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
@@ -1409,7 +1433,6 @@ def arm_delta_gamma(text):
 
 
 def build_parser():
-    """One block per subcommand: its function (whose docstring is its -h) and its flags."""
     p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
 
@@ -1421,35 +1444,34 @@ def build_parser():
         return s
     runs_dir = lambda s, **kw: s.add_argument("--runs-dir", nargs="+", metavar="DIR", default=[], help="train.py run "
                                               "folders or folders of them (ladder.sh's RUNS_DIR)", **kw)
+    reference = lambda s: s.add_argument("--reference-arm", help="the arm the others are compared with (default: "
+                                         "vanilla, or the only arm)")
+    resamples = number(int, 0, MAX_RESAMPLES)
+    seed = number(int, 0, SEED_MAX)
 
     s = add("ladders", cmd_ladders, "per-arm power laws, multipliers, forecasts, figures")
     s.add_argument("inputs", nargs="*", metavar="CSV|JSON", help="ladder tables (see above)")
     runs_dir(s)
-    s.add_argument("--reference-arm", help="the arm the others are compared with (default: vanilla, or the only arm)")
-    s.add_argument("--anchor-depth", type=number(int, 1), help="multipliers at the reference budgets with depth >= "
-                   "this; C0 = its compute (default 8, or the reference's second depth on a shorter ladder)")
-    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder (default: none, "
-                   "tables only)")
+    reference(s)
+    s.add_argument("--anchor-depth", type=number(int, 1), help="multipliers at the reference budgets from this depth "
+                   "on; C0 = its compute (default 8, or the second depth of a shorter ladder)")
+    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder")
     s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the "
                    "paper's six that were fitted)")
-    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), help=f"resamples for CIs (default 0, or "
+    s.add_argument("--bootstrap", type=resamples, help=f"resamples for CIs (default 0, "
                    f"{FIT['default_extrapolate_boot']} with --extrapolate)")
-    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0, help="bootstrap seed")
-    s.add_argument("--time", action="store_true", help="use training time (seconds; the release's hours are "
-                   "converted) instead of FLOPs")
+    s.add_argument("--seed", type=seed, default=0, help="bootstrap seed")
+    s.add_argument("--time", action="store_true", help="training time (s) instead of FLOPs on the x axis")
     s.add_argument("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on "
-                   "(vanilla's), e.g. the release's ladders.json for its timing.json (default: the inputs)")
-    s.add_argument("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use "
-                   "(default: vanilla's FLOP-ladder floor where vanilla is in the inputs, as the release)")
-    s.add_argument("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="average the equivalent runs at "
-                   "this depth into one anchor shared by every arm (Figure 16a: 8)")
+                   "(vanilla's), e.g. the release's ladders.json for its timing.json")
+    s.add_argument("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use")
     s.add_argument("--extrapolate", type=positive_float, metavar="C", help="per arm at compute C: forecast loss, gain "
                    "C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
-    s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of every fit and report "
+    s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of the fit and print "
                    "their forecast, e.g. untied_grow:18")
     s.add_argument("--replicates", action="store_true", help="rows repeating an (arm, depth) are seed replicates")
-    s.add_argument("--exclude-flagged", action="store_true", help="leave out the points whose run plans carry "
-                   "schedule_notes (a warmup longer than the run: the cpu preset's d1), marked * in the table")
+    s.add_argument("--exclude-flagged", action="store_true", help="leave out the points whose plans carry "
+                   "schedule_notes (marked * in the table)")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
                    "run) when there are no replicates")
 
@@ -1463,14 +1485,13 @@ def build_parser():
                    "(needs --x flops)")
     s = add("report", cmd_report, "report.md of a run or of a ladder (its runs, fit and figures)")
     s.add_argument("--runs-dir", nargs=1, required=True, metavar="DIR", help="a run folder or a folder of runs")
-    s.add_argument("--reference-arm", help="the fit's reference arm (default: vanilla, or the only arm)")
-    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=200, help="resamples for the fit's CIs "
-                   "(default 200)")
+    reference(s)
+    s.add_argument("--bootstrap", type=resamples, default=200, help="resamples for the fit's CIs (default 200)")
 
     s = add("downstream", cmd_downstream, "CORE forecast (App. C.4)")
-    s.add_argument("data", nargs="?", metavar="DATA", help="CSV or the release's FineWeb-Edu ladders JSON")
+    s.add_argument("data", nargs="?", metavar="DATA.csv", help="one row per checkpoint (see above)")
     runs_dir(s)
-    s.add_argument("--reference-arm", help="default: vanilla, or the only arm")
+    reference(s)
     s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
                    help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
     s.add_argument("--at", type=positive_float, nargs="*", default=[], help="compute budgets to forecast CORE at")
@@ -1478,7 +1499,7 @@ def build_parser():
     s = add("design", cmd_design, "simulate planned ladders: CI widths, detection power, GPU-hours")
     s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
     s.add_argument("--noise", type=NOISE, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln "
-                   "val_loss of one run), e.g. the sigma fit.py ladders pools from seed replicates")
+                   "val_loss of one run), e.g. what fit.py ladders pools from seed replicates")
     s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
     s.add_argument("--E", type=positive_float, help="true floor (with --gamma, --A: every arm's curve)")
     s.add_argument("--gamma", type=positive_float)
@@ -1486,17 +1507,15 @@ def build_parser():
     s.add_argument("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="repeatable: ARM's "
                    "true gamma = the reference's + DG; a bare DG: every planned arm without a law in the truth")
     s.add_argument("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
-    s.add_argument("--reference-arm", help="default: vanilla, or the only planned arm")
+    reference(s)
     s.add_argument("--sims", type=number(int, 20, MAX_RESAMPLES), default=400, help="simulated ladders per design")
-    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
+    s.add_argument("--seed", type=seed, default=0)
     s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
-    s.add_argument("--bootstrap", type=number(int, 0, MAX_RESAMPLES), default=0, metavar="B", help="also score fit.py "
-                   "ladders' parametric bootstrap CI with B resamples per simulated ladder (slow; default 0)")
-    s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak dense bf16 FLOP/s "
-                   "for GPU-hours")
+    s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak bf16 FLOP/s for "
+                   "GPU-hours")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
     s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none, tables only)")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder")
 
     s = add("surface", cmd_surface, "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
@@ -1505,34 +1524,28 @@ def build_parser():
                    f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
     s.add_argument("--drop-highest", type=number(int, 0), default=0, metavar="N",
                    help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
-    s.add_argument("--hops", type=number(int, 0, MAX_RESAMPLES), default=100, help="basin-hopping iterations")
-    s.add_argument("--folds", type=number(int, 2), default=5, help="CV folds over the interpolation points")
-    s.add_argument("--holdout", type=number(float, 0, 1, True, True), default=0.25,
-                   help="fraction in (0, 1) of distinct N (and D) values held out as 'large'")
+    s.add_argument("--hops", type=resamples, default=100, help="basin-hopping iterations")
     s.add_argument("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
     s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets for N*(C), D*(C)")
-    s.add_argument("--seed", type=number(int, 0, SEED_MAX), default=0)
+    s.add_argument("--seed", type=seed, default=0)
     for name, func, helptext in (("tpp", cmd_tpp, "optimal tokens per parameter"),
                                  ("growth", cmd_growth, "optimal growth fraction"),
                                  ("lr", cmd_lr, "hyperparameter drift exponent")):
         add(name, func, helptext).add_argument("data")
 
     s = add("paper", paper.cmd_paper, "every paper figure from the authors' released measurements, with a manifest")
-    s.add_argument("release", help="the release folder as reference/ holds it (release/appendix_ladders/*.json, "
-                   "release/appendix_regimes/*.csv, release/effective_depth.json, and where present loop_grid.csv, "
-                   "fineweb_edu_ladders.json, appendix_ladders/downstream.json); every figure those files support is "
+    s.add_argument("release", help="the release folder as reference/ holds it; every figure its files support is "
                    "written with paper_manifest.json and the gallery README.md, the others listed with the reason")
-    s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery README.md (default: figures/paper)")
-    s = add("loops", studies.cmd_loops, "optimal loop count and frontiers")
+    s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery (default: figures/paper)")
+    s = add("loops", cmd_loops, "optimal loop count and frontiers")
     s.add_argument("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
-                   "attention, as the release's loop_grid.csv), the release's regimes.csv, architectures.csv (optimal K "
-                   "per regime / control) or hyperparameters.csv, or train.py --data-constrained runs (a runs dir or a "
-                   "glob of result.json)")
-    s.add_argument("--wd", type=number(float, 0), default=0.8, help="fixed weight decay of the loop curves "
-                   "(default %(default)s; the reported loop-scaling gain depends on it)")
-    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs); default: the "
-                   "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]))
-    s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
+                   "attention, as the release's loop_grid.csv), the release's regimes.csv, architectures.csv or "
+                   "hyperparameters.csv, or train.py --data-constrained runs (a runs dir or a glob of result.json)")
+    s.add_argument("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default "
+                   "%(default)s)")
+    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs; default: the release's "
+                   "five)")
+    s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder")
     return p
 
 

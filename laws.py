@@ -1,11 +1,6 @@
-"""laws.py — the fitting primitives under fit.py (no matplotlib or scipy at import): the FIT constants, reading CSVs
-and train.py's result.json, the arm's recipe, L(C) = E + A (C/1e18)^-gamma fits (shared E from the reference arm, per-arm
-free E; arXiv 2609.19107 Sec. 4.2), compute multipliers, forecasts, the bootstrap, the design simulator, the
-Chinchilla/Skaling L(N, D) surface and the quadratic vertices of the recipe sweeps.
-
-    from laws import FIT, read_csv, fit_free_e, fit_shared_e, fit_ladders, bootstrap_ladders
-Not a script: `python fit.py SUBCOMMAND` is the command line.
-"""
+"""laws.py — the math under fit.py: L(C) = E + A (C/1e18)^-gamma ladder fits (E from the reference arm's free-E fit,
+shared by every arm; arXiv 2609.19107 Sec. 4.2), compute multipliers, forecasts, the bootstrap, the design simulator,
+the Chinchilla/Skaling L(N, D) surface, and the CSV / result.json readers. `python fit.py` is the command line."""
 import argparse, csv, glob, json, math, os, sys, zlib
 from dataclasses import fields
 
@@ -20,7 +15,6 @@ FIT = dict(
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
     anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
-    chi2_p=1e-3,                        # the residuals contradict a given noise when the pooled chi^2 has p < 0.001
     design_min_converged=0.8,           # fit.py design warns when fewer than 80% of an arm's simulated fits converge
     extrapolate_warn=10.0,              # warn when --extrapolate C is 10x beyond the measured computes (either way)
     min_dof=2,                          # residual degrees of freedom below which a fit's ± and CIs are not printed
@@ -59,10 +53,8 @@ def note(msg):
 
 
 def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
-    """Columns of a CSV a person hands in as lists (numeric ones as float arrays) and "_line", each row's line. A
-    missing file or column, a column named twice, a non-numeric or non-finite value, a value <= 0 in a `positive`
-    column or outside [0, 1] in a `fraction` column -> UsageError (file:line). `key`: the columns that name one
-    measurement; rows repeating a key go through drop_repeats."""
+    """A CSV a person hands in -> {column: list, or float array if numeric; "_line": each row's line}; anything wrong
+    is one UsageError naming file:line. Rows repeating the `key` columns go through drop_repeats."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
             reader = csv.DictReader(f)
@@ -154,8 +146,7 @@ def jsonable(obj):
 
 
 def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
-    """argparse type: a whole (kind=int) or finite (kind=float) number in [lo, hi] (an end left out with
-    open_lo/open_hi, no end with None); anything else is refused with the range in the message."""
+    """argparse type: a whole (int) or finite (float) number in [lo, hi] (open ends with open_lo/open_hi)."""
     end = lambda b: str(b) if kind is int else format(b, "g")
     what = "a whole number" if kind is int else "a finite number"
     if lo is not None and hi is not None:
@@ -180,8 +171,7 @@ SEED_MAX = 2 ** 63 - 1  # numpy's generators take any seed >= 0; this keeps seed
 
 
 def run_paths(item):
-    """The result.json files an input names: a run dir's own, a runs dir's */result.json, the file itself, or the
-    matches of a glob. A path that exists is taken literally: '[12]' in a folder's name is not a character class."""
+    """The result.json files an input names: a run dir's own, a runs dir's */result.json, the file, or a glob's."""
     if os.path.isdir(item):
         own = os.path.join(item, "result.json")
         return [own] if os.path.exists(own) else sorted(glob.glob(os.path.join(glob.escape(item), "*", "result.json")))
@@ -189,8 +179,7 @@ def run_paths(item):
 
 
 def read_result_json(path, table):
-    """A train.py result.json as a dict; a file that is no JSON object with a status -> UsageError saying what is
-    expected (`table`: the CSV form)."""
+    """A train.py result.json as a dict; a file that is none -> UsageError naming the CSV form `table`."""
     try:
         with open(path) as f:
             r = json.load(f)
@@ -306,8 +295,7 @@ def free_e_check(x, loss, E_shared, sd=None):
 
 def fit_shared_e(x, loss, E, sd=None):
     """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is weighted
-    least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2 (~1 when the
-    noise explains the scatter around the law)."""
+    least squares with var ln(L - E) = (sd / (L - E))^2 and gamma_se from that known noise."""
     from scipy import stats
     if len(np.unique(x)) < 3:
         raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
@@ -323,7 +311,7 @@ def fit_shared_e(x, loss, E, sd=None):
     icpt, slope = cov @ (X.T @ (w * y))
     res = y - icpt - slope * lx
     return dict(gamma=-slope, A=math.exp(icpt), gamma_se=math.sqrt(cov[1, 1]),
-                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())), reduced_chi2=float(w @ res ** 2 / (len(x) - 2)))
+                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())))
 
 
 def compute_at_loss(x, loss, target):
@@ -339,11 +327,8 @@ def compute_at_loss(x, loss, target):
 
 
 def matched_multipliers(ref_x, ref_values, x, values, is_reference, higher_better=False):
-    """The compute multiplier at each reference budget ref_x (the reference's points at depth >= the anchor depth):
-    budget / the smallest compute at which the arm's measured series reaches the reference's measured value there
-    (compute_at_loss; for a higher-is-better metric improving is increasing). The reference arm is exactly 1.0 at
-    every budget by definition: its own series may dip between depths, and the smallest compute reaching its score
-    at a later budget would then read as a multiplier below 1 over itself. -> array, NaN where no bracket."""
+    """The compute multiplier at each reference budget: budget / the smallest compute at which the arm's measured
+    series reaches the reference's value there (NaN where none does). The reference arm is 1.0 by definition."""
     if is_reference:
         return np.ones(len(ref_x))
     sign = -1.0 if higher_better else 1.0
@@ -371,10 +356,8 @@ def point_sd(d, sigma):
 
 def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None, E_known=None):
     """The paper's ladder fit (Sec. 4.2): E from the reference arm's free-E fit (or E_known), every arm's shared-E
-    law, its multipliers over the reference and its own free-E check; then the standard errors of gamma and
-    delta-gamma with E's uncertainty carried through (floor_uncertainty). With E_known there is no floor to question:
-    no free-E fits. Problems with single arms are listed in "warnings" (the arm is skipped or a number is missing)
-    for the caller to report."""
+    law, its multipliers and its own free-E check, then gamma's se with E's uncertainty carried (floor_uncertainty).
+    An arm that cannot be fitted is skipped and named in "warnings"."""
     if ref_arm not in data:
         raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
     r = data[ref_arm]
@@ -422,8 +405,6 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     floor_uncertainty(out, data, sigma, known=E_known is not None)
     if E_known is None:  # the floor: the reference arm's free-E fit, three parameters
         out.update(E_se=ref.get("free_E_se", math.nan), E_dof=len(r["x"]) - 3, E_bound=bound_of(E, r["loss"]))
-    if sigma is not None:
-        out["noise_check"] = noise_check(out)
     return out
 
 
@@ -434,11 +415,8 @@ def bound_of(E, loss):
 
 
 def footing(fit, sigma):
-    """What a ladder fit's intervals stand on -> warning lines. Without a given noise the standard errors come from
-    the residuals, and a law with fewer than FIT["min_dof"] residual degrees of freedom (points - 2 per arm's shared-E
-    law; points - 3 for the reference arm's free-E fit, which fixes the floor every arm shares) has no residual spread
-    to estimate them from, and resampling so few points gives a degenerate interval: such an arm's ± and CIs are
-    withheld (set to None; all of them when the floor's fit is short). A floor on a bound of its fit is named."""
+    """What a fit's intervals stand on -> warning lines. Without a given noise the se come from the residuals: a law
+    with fewer than FIT["min_dof"] residual dof has none to estimate them from, so its ± and CIs are withheld (None)."""
     lines, need = [], FIT["min_dof"]
     E_short = sigma is None and fit.get("E_dof") is not None and fit["E_dof"] < need
     if E_short:
@@ -462,28 +440,6 @@ def footing(fit, sigma):
         lines.append(f"note: the floor E = {fit['E']:.6f} sits on its bound ({fit['E_bound']}) of "
                      f"{fit['reference_arm']}'s free-E fit: the data do not pin a floor, and E's ± is not an interval")
     return lines
-
-
-def noise_check(fit):
-    """Whether the shared-E fits' residuals agree with the given noise: the pooled chi^2 = sum over arms of
-    reduced_chi2 (n - 2) and its p-value; contradicted when p < FIT["chi2_p"]. Every standard error of a weighted fit
-    is proportional to sigma, so the intervals the residuals support are the given ones times the Birge ratio
-    sqrt(chi2 / dof) (the standard rescaling, e.g. the PDG's scale factor): birge_ratio, and rescaled gamma_se,
-    delta_gamma_se and free-E flags per arm. One number for all arms: the noise is one sigma for the whole ladder."""
-    from scipy import stats
-    per_arm = {a: (r["reduced_chi2"], len(r["points"]) - 2) for a, r in fit["arms"].items() if len(r["points"]) > 2}
-    dof = sum(k for _, k in per_arm.values())
-    chi2 = sum(c * k for c, k in per_arm.values())
-    if not dof:
-        return dict(dof=0, contradicted=False)
-    p = float(stats.chi2.sf(chi2, dof))
-    S = math.sqrt(chi2 / dof)
-    rescaled = {a: dict(gamma_se=r["gamma_se"] * S, delta_gamma_se=r["delta_gamma_se"] * S,
-                        free_disagrees=bool(abs(r["free_E"] - fit["E"]) > FIT["disagree_se"] * r["free_E_se"] * S)
-                        if r.get("free_disagrees") is not None else None) for a, r in fit["arms"].items()}
-    return dict(chi2=chi2, dof=dof, reduced_chi2=chi2 / dof, p=p, p_threshold=FIT["chi2_p"],
-                chi2_red_threshold=float(stats.chi2.isf(FIT["chi2_p"], dof) / dof), contradicted=p < FIT["chi2_p"],
-                birge_ratio=S, per_arm_reduced_chi2={a: c for a, (c, _) in per_arm.items()}, rescaled=rescaled)
 
 
 def floor_uncertainty(fit, data, sigma, known):
@@ -586,18 +542,13 @@ def analytic_gamma_se(x, n, E, A, gamma, sigma):
     return 1 / math.sqrt(w @ (lx - (w @ lx) / w.sum()) ** 2)
 
 
-DRAWS = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "lower_floor", "gamma_lo",
-         "gamma_hi", "delta_gamma_lo", "delta_gamma_hi")  # per arm and simulated ladder; *_lo/hi: bootstrap CIs
+DRAWS = ("gamma", "gamma_se", "gamma_se_given_E", "delta_gamma", "delta_gamma_se", "lower_floor")  # per arm, ladder
 
 
-def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False, bootstrap=0):
-    """What `fit.py ladders --noise SIGMA [--bootstrap B]` reports on each of `sims` simulated ladders -> {arm: {key:
-    (sims,) array}} for the keys in DRAWS (NaN where a fit fails). points: {arm: (x, n)} with x in c_ref units and n
-    seeds per point; laws: {arm: (A, gamma)}. Each simulated run has ln L = ln(E + A x^-gamma) + sigma z, a point is
-    the mean of its n runs, and the ladder goes through laws.fit_ladders (E refitted on ref_arm unless fixed_E) and,
-    with bootstrap > 0, laws.bootstrap_ladders' parametric bootstrap, exactly as fit.py ladders runs them.
-    lower_floor is 1 where the arm's own free-E fit rejects the shared floor in favour of a lower one (NaN with E
-    known: no free-E fits)."""
+def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False):
+    """What `fit.py ladders --noise SIGMA` reports on `sims` simulated ladders -> {arm: {key in DRAWS: (sims,) array}}.
+    points: {arm: (x in c_ref units, seeds per point)}; laws: {arm: (A, gamma)}. Each run has ln L = ln(E + A x^-gamma)
+    + sigma z, a point is the mean of its runs. lower_floor: the arm's free-E fit rejects the shared E for a lower one."""
     out = {a: {k: np.full(sims, np.nan) for k in DRAWS} for a in points}
     for s in range(sims):
         data = {}
@@ -611,14 +562,9 @@ def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False, bootstra
             fit = fit_ladders(data, ref_arm, 1.0, 1, sigma, E if fixed_E else None)
         except UsageError:  # the reference arm's free-E fit failed on this draw
             continue
-        if bootstrap:
-            bootstrap_ladders(data, fit, bootstrap, int(rng.integers(2 ** 63)), noise=(sigma, 0))
         for a, r in fit["arms"].items():
             lower = np.nan if r.get("free_disagrees") is None else float(r["free_disagrees"] and r["free_E"] < fit["E"])
-            values = dict(r, lower_floor=lower, gamma_lo=r.get("gamma_ci", [np.nan])[0],
-                          gamma_hi=r.get("gamma_ci", [np.nan, np.nan])[1],
-                          delta_gamma_lo=r.get("delta_gamma_ci", [np.nan])[0],
-                          delta_gamma_hi=r.get("delta_gamma_ci", [np.nan, np.nan])[1])
+            values = dict(r, lower_floor=lower)
             for k in DRAWS:
                 out[a][k][s] = values[k]
     return out
@@ -627,7 +573,7 @@ def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False, bootstra
 def summarize(points, laws, E, ref_arm, sigma, draws):
     """Per arm, over the simulated ladders: the spread of the estimates (the CI half-width an oracle would quote:
     half the central 95 % range), the E-known analytic standard error, and how the analyst's 95 % intervals of one
-    ladder do: coverage (how often gamma +- z se, or the bootstrap CI, contains the true value), power (how often the
+    ladder do: coverage (how often gamma +- z se contains the true value), power (how often the
     delta-gamma interval excludes 0 on the true side) and how often the arm's own free-E fit reads its difference as
     a lower floor. detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
     from scipy import stats
@@ -638,13 +584,10 @@ def summarize(points, laws, E, ref_arm, sigma, draws):
         d, g_true = draws[a], laws[a][1]
         ok = np.isfinite(d["gamma"])
         share = lambda hit: float(np.mean(hit[ok])) if ok.any() else np.nan
-        booted = np.isfinite(d["gamma_lo"][ok]).any()
         r = dict(gamma_true=g_true, gamma_ci_halfwidth=q(d["gamma"]), valid=int(ok.sum()), sims=len(ok),
                  gamma_se_known_E=analytic_gamma_se(x, n, E, *laws[a], sigma),
                  gamma_coverage=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se"]),
                  gamma_coverage_given_E=share(np.abs(d["gamma"] - g_true) <= z * d["gamma_se_given_E"]))
-        if booted:
-            r["gamma_coverage_bootstrap"] = share((d["gamma_lo"] <= g_true) & (g_true <= d["gamma_hi"]))
         if a != ref_arm:
             true, dg, side = g_true - laws[ref_arm][1], d["delta_gamma"], 1 if g_true >= laws[ref_arm][1] else -1
             h = q(dg)
@@ -653,10 +596,6 @@ def summarize(points, laws, E, ref_arm, sigma, draws):
                      delta_gamma_coverage=share(np.abs(dg - true) <= z * d["delta_gamma_se"]),
                      power=share(dg * side - z * d["delta_gamma_se"] > 0),
                      lower_floor=float(np.nanmean(d["lower_floor"])) if np.isfinite(d["lower_floor"]).any() else np.nan)
-            if booted:
-                lo, hi = d["delta_gamma_lo"], d["delta_gamma_hi"]
-                r.update(delta_gamma_coverage_bootstrap=share((lo <= true) & (true <= hi)),
-                         power_bootstrap=share(lo > 0 if side > 0 else hi < 0))
         arms[a] = r
     return arms
 
@@ -732,18 +671,6 @@ def mape(p, N, D, L):
     return float(100 * np.mean(np.abs(surface_predict(p, N, D) - L) / L)) if len(L) else np.nan
 
 
-def split_regimes(N, D, frac):
-    """Regimes of the (N, D) grid: the largest ceil(frac * #distinct N) N values are 'large N', same for D.
-    interpolation = neither large (the only points ever fitted in CV), extrapolate_N = large N only,
-    extrapolate_D = large D only, far = both large."""
-    def large(v):
-        v = np.round(np.log(v), 9)  # D = C / 6N carries rounding noise
-        u = np.unique(v)
-        return v > u[-max(1, math.ceil(frac * len(u))) - 1] if len(u) > 1 else np.zeros(len(v), bool)
-    bn, bd = large(N), large(D)
-    return dict(interpolation=~bn & ~bd, extrapolate_N=bn & ~bd, extrapolate_D=~bn & bd, far=bn & bd)
-
-
 # ---------------------------------------------------------------------------------------------------- sweeps
 def quad_vertex(x, y):
     """Vertex of a least-squares quadratic y(x) -> (x*, y*, inside the measured range?)."""
@@ -754,17 +681,3 @@ def quad_vertex(x, y):
         raise FitError("no interior minimum (curvature <= 0)")
     xv = -c1 / (2 * c2)
     return xv, c0 - c1 ** 2 / (4 * c2), bool(x.min() <= xv <= x.max())
-
-
-def grouped_vertices(keys, x, y, label):
-    """quad_vertex of each group of rows with one key -> {key: vertex}; label(key) names a group in the notes."""
-    out = {}
-    for key in dict.fromkeys(keys):
-        m = np.array([k == key for k in keys])
-        try:
-            out[key] = quad_vertex(x[m], y[m])
-            if not out[key][2]:
-                note(f"{label(key)}: vertex outside the swept range (extrapolated)")
-        except FitError as e:
-            note(f"{label(key)}: {e}; skipped")
-    return out

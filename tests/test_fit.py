@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 import core_eval
+import train
 import figlint
 import fit
 import laws
+from test_train import read_run, tiny
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RELEASE = os.path.join(REPO, "reference", "fineweb_ladders.csv")
@@ -292,24 +294,13 @@ def test_compute_optimal_closed_form():
     assert 6 * o["N"] * o["D"] == pytest.approx(1e21) and o["ratio"] == pytest.approx(o["D"] / o["N"])
 
 
-def test_regime_split_as_documented():
-    N, D, _ = surface_grid(1.0, 0.0)  # 6 x 6 grid; frac 0.25 -> the largest ceil(1.5) = 2 N and 2 D values are 'large'
-    r = laws.split_regimes(N, D, 0.25)
-    assert {k: int(v.sum()) for k, v in r.items()} == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
-    big_n, big_d = np.unique(N)[-2:], np.unique(D)[-2:]
-    assert np.array_equal(r["far"], np.isin(N, big_n) & np.isin(D, big_d))
-    assert np.array_equal(r["extrapolate_N"], np.isin(N, big_n) & ~np.isin(D, big_d))
-    assert sum(r.values()).max() == 1  # a partition
-
-
 def test_surface_cli(tmp_path, capsys):
     N, D, L = surface_grid(0.5, 5e-4)
     path = write_csv(tmp_path / "grid.csv", ["N", "compute", "loss"], zip(N, 6 * N * D, L))
-    out = run_json(capsys, "surface", path, "--form", "both", "--hops", 0, "--folds", 2, "--sparse-l", "--budgets", 1e21)
-    assert out["regimes"] == dict(interpolation=16, extrapolate_N=8, extrapolate_D=8, far=4)
+    out = run_json(capsys, "surface", path, "--form", "both", "--hops", 0, "--sparse-l", "--budgets", 1e21)
     sk, ch = out["forms"]["skaling"], out["forms"]["chinchilla"]
     assert sk["params"]["k"] == pytest.approx(0.5, abs=0.1)
-    assert sk["cv_mape"]["far"]["mean"] < ch["cv_mape"]["far"]["mean"]  # the coupled form extrapolates better here
+    assert sk["mape_all"] < ch["mape_all"]  # the coupled truth: Chinchilla's form cannot follow it
     assert sk["sparse_l"]["n_fit"] == 11 and sk["sparse_l"]["mape_rest"] < 3.0
     assert sk["optimal"][0]["compute"] == 1e21
 
@@ -407,9 +398,9 @@ def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
 def test_loops_gain_exact():
     # a frontier that reaches every Operator-1 loss with 2.2x less compute
     op = [(1e18 * 2 ** i, 3.0 - 0.1 * i) for i in range(5)]
-    env = __import__('studies').lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
-    assert op[-1][0] / __import__('studies').compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
-    assert math.isnan(__import__('studies').compute_at_loss_linear(env, 2.0))
+    env = fit.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
+    assert op[-1][0] / fit.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
+    assert math.isnan(fit.compute_at_loss_linear(env, 2.0))
 
 
 # ------------------------------------------------------------------------------------------------ replicates and noise
@@ -496,7 +487,7 @@ def test_noise_flag_without_replicates_and_points_bootstrap_label(tmp_path, caps
     assert "do not include run-to-run noise" in plain and "none given" in plain
     out = run_json(capsys, "ladders", path, "--bootstrap", 20, "--noise", 0.001)
     assert out["noise"] == dict(sigma=0.001, dof=0, source="--noise", scale=out["noise"]["scale"], replicated_points=0)
-    assert out["bootstrap"]["includes_seed_noise"] and "reduced_chi2" in out["arms"]["better"]
+    assert out["bootstrap"]["includes_seed_noise"]
 
 
 def test_seed_runs_from_ladder_sh_names_pool(tmp_path, capsys):
@@ -534,7 +525,7 @@ def test_subcommand_help_shows_contracts(capsys):
 
 
 def test_fit_is_torch_free_and_loads_matplotlib_only_for_figures():
-    code = ("import sys, fit, laws, studies; assert fit.main(['ladders', sys.argv[1]]) == 0; "
+    code = ("import sys, fit, laws; assert fit.main(['ladders', sys.argv[1]]) == 0; "
             "assert 'torch' not in sys.modules and 'matplotlib.pyplot' not in sys.modules")
     r = subprocess.run([sys.executable, "-c", code, RELEASE], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.startswith("E = 1.706433 "), r.stderr
@@ -551,7 +542,7 @@ def test_surface_drop_highest_and_delta_per_form(tmp_path, capsys):
     N, D, L = surface_grid(0.5, 5e-4)
     L[[3, 10]] *= 1.5  # two outliers, the highest losses
     path = write_csv(tmp_path / "grid.csv", ["N", "D", "loss"], zip(N, D, L))
-    out = run_json(capsys, "surface", path, "--form", "skaling", "--hops", 0, "--folds", 2, "--drop-highest", 2)
+    out = run_json(capsys, "surface", path, "--form", "skaling", "--hops", 0, "--drop-highest", 2)
     assert sorted(d["line"] for d in out["dropped"]) == [5, 12] and out["delta"] == dict(skaling=0.05)
     assert out["forms"]["skaling"]["mape_all"] < 0.2
 
@@ -645,20 +636,10 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
         assert os.path.getsize(tmp_path / "figs" / name) > 1000
     # E/gamma/A flags instead of a pilot: every other arm is the reference + --delta-gamma
     fit.main(["design", str(tmp_path / "plan.jsonl"), "--E", "1.7", "--gamma", "0.11", "--A", "1.6",
-              "--delta-gamma", "0.004", "--noise", "0.002", "--sims", "20", "--bootstrap", "5"])
+              "--delta-gamma", "0.004", "--noise", "0.002", "--sims", "20"])
     text = capsys.readouterr().out
     assert "better" in text and "+0.0040" in text and "GPU-hours" in text
-    assert "the analyst's 95% intervals" in text and "5-resample bootstrap" in text and "lower floor" in text
-
-
-def test_design_scores_the_analysts_bootstrap_interval():
-    points = {a: (X, np.ones(8, int)) for a in LAWS}
-    draws = laws.simulate(points, LAWS, 1.7, "vanilla", 0.002, 20, np.random.default_rng(4), bootstrap=20)
-    assert (draws["better"]["delta_gamma_lo"] < draws["better"]["delta_gamma_hi"]).all()
-    s = laws.summarize(points, LAWS, 1.7, "vanilla", 0.002, draws)["better"]
-    for key in ("gamma_coverage_bootstrap", "delta_gamma_coverage_bootstrap", "power_bootstrap"):
-        assert 0 <= s[key] <= 1
-    assert s["delta_gamma_coverage_bootstrap"] >= 0.8  # 20 ladders: loose, the docs table has the measured values
+    assert "the analyst's 95% intervals" in text and "lower floor" in text
 
 
 def test_release_pilot_designs_run(capsys):
@@ -681,7 +662,7 @@ def test_every_planned_ladder_and_loop_grid_is_one_recipe():
                 runs += train.ladder_runs(arm, "d26")
             laws.check_one_recipe([(name, plan(argv)) for name, argv in runs], arm)
     grid = train.ladder_runs("operator_1", "data-constrained")
-    laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], "grid", __import__("studies").LOOP_GRID_VARIED)
+    laws.check_one_recipe([(name, plan(argv)) for name, argv in grid], "grid", fit.LOOP_GRID_VARIED)
     # and a run with another recipe is told apart at any depth
     for flags, field in ((["--lr-multiplier", "2"], "matrix_lr x params_tpp^lr_exponent"), (["--tpp", "9"], "tpp"),
                          (["--width-per-depth", "192"], "width / depth"), (["--recipe", "operator_1"], "adam_betas")):
@@ -801,3 +782,171 @@ def test_report_of_a_ladder_fits_its_runs_and_links_each_runs_report(tmp_path, c
         shutil.rmtree(runs / f"vanilla_d{d:02d}")
     run(capsys, "report", "--runs-dir", runs, "--bootstrap", 0)
     assert "(reference arm better, C0 = " in (runs / "report.md").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ runs, curves
+@pytest.fixture(scope="module")
+def ladder(pool, tmp_path_factory):
+    """A small ladder: Vanilla d2 and Untied-Grow d2 complete (the latter grown at step 4), Vanilla d3 stopped."""
+    runs = tmp_path_factory.mktemp("runs")
+    assert train.main(tiny(pool, runs, "vanilla", "--run-name", "vanilla_d2", steps=8)) == 0
+    assert train.main(tiny(pool, runs, "untied_grow", "--run-name", "untied_grow_d2", "--crossover-fractions", "0.5",
+                           steps=8)) == 0
+    assert train.main(tiny(pool, runs, "vanilla", "--run-name", "vanilla_d3", "--stop-after", "3", steps=8,
+                           depth=3)) == 0
+    return runs
+
+
+def edit_result(run_dir, **changes):
+    path = os.path.join(run_dir, "result.json")
+    result = json.load(open(path))
+    result.update(changes)
+    json.dump(result, open(path, "w"))
+
+
+def table(argv, capsys):
+    assert fit.main(argv) == 0
+    return capsys.readouterr().out
+
+
+def hold_lock(path):
+    """A process holding the exclusive flock on path, as a train.py writing its run does; returns once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)", str(path)],
+                              stdout=subprocess.PIPE, text=True)
+    if holder.stdout.readline().strip() != "held":
+        holder.kill()
+        raise AssertionError(f"no process could hold {path}")
+    return holder
+
+
+def test_runs_table_names_each_runs_state(ladder, tmp_path, capsys):
+    """Complete, running (a process holds train.lock), stopped, failed with its error, failed because the process
+    died (result.json says running, nobody holds the lock), and a run written before the documented fields."""
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    for name in ("running_d3", "died_d3", "nan_d3"):
+        shutil.copytree(runs / "vanilla_d3", runs / name)
+    edit_result(runs / "running_d3", status="running")
+    edit_result(runs / "died_d3", status="running")
+    edit_result(runs / "nan_d3", status="failed", error="non-finite loss at step 3")
+    shutil.copytree(runs / "vanilla_d2", runs / "old_d2")
+    with open(runs / "old_d2" / "trajectory.jsonl", "w") as f:  # the fields of runs written before this change
+        for r in read_run(runs, "vanilla_d2")[1]:
+            f.write(json.dumps({k: r[k] for k in ("step", "loss", "lr_multiplier", "passes", "tokens_per_second",
+                                                  "epoch")}) + "\n")
+    holder = hold_lock(runs / "running_d3" / "train.lock")
+    try:
+        rows = {r["run"]: r for r in json.loads(table(["runs", "--runs-dir", str(runs), "--json"], capsys))["runs"]}
+        text = table(["runs", "--runs-dir", str(runs)], capsys)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert {name: r["state"] for name, r in rows.items()} == dict(
+        vanilla_d2="complete", untied_grow_d2="complete", old_d2="complete", vanilla_d3="stopped",
+        running_d3="running", died_d3="failed", nan_d3="failed")
+    assert "died" in rows["died_d3"]["reason"] and rows["nan_d3"]["reason"] == "non-finite loss at step 3"
+    assert (rows["vanilla_d3"]["step"], rows["vanilla_d3"]["steps"]) == (3, 8)
+    for name in ("vanilla_d2", "untied_grow_d2", "old_d2"):
+        r = rows[name]
+        assert (r["step"], r["steps"], r["eta_seconds"]) == (8, 8, None) and r["flops"] == r["flops_planned"] > 0
+        assert r["val_loss"] == json.load(open(runs / name / "result.json"))["final_val_loss"] and r["wall_seconds"] > 0
+    assert rows["vanilla_d3"]["flops"] < rows["vanilla_d3"]["flops_planned"]
+    assert rows["running_d3"]["eta_seconds"] is not None and rows["vanilla_d3"]["eta_seconds"] is None
+    lines = text.strip().splitlines()
+    assert len(lines) == 1 + len(rows) and lines[0].split()[:3] == ["run", "state", "step"]
+    assert any(line.startswith("running_d3") and " running " in line and " 3/8 " in line for line in lines)
+    # every column of a row at one step: the stopped run at its step 3 shows the latest validation at or before it,
+    # here the start's, labelled so (it read as divergence: 5.5 beside step 3); a complete run its last validation
+    assert (rows["vanilla_d3"]["val_step"], rows["vanilla_d2"]["val_step"]) == (0, 8)
+    assert any(line.startswith("vanilla_d3 ") and " 3/8 " in line and " @0 (start) " in line for line in lines)
+
+
+def test_runs_refuses_a_folder_without_runs(tmp_path, capsys):
+    assert fit.main(["runs", "--runs-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no train.py runs" in err[0]
+
+
+def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_path, capsys):
+    out = tmp_path / "curves"
+    assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["curves_cpu_steps.pdf", "curves_cpu_steps.png"]
+    assert os.path.getsize(out / "curves_cpu_steps.png") > 10_000
+    plt = laws.pyplot()
+    runs = fit.curve_runs([str(ladder)])
+    assert [r[0]["run"] for r in runs] == ["vanilla_d2", "vanilla_d3", "untied_grow_d2"]  # the arms table's order
+    fig = fit.curves_figure(plt, runs, "steps", None)
+    train_ax, val_ax = fig.axes
+    markers = lambda ax, m: [line for line in ax.lines if line.get_marker() == m]
+    assert len(markers(train_ax, "^")) == len(markers(val_ax, "^")) == 1  # Untied-Grow's growth, on both panels
+    grown = markers(train_ax, "^")[0]
+    assert list(grown.get_xdata()) == [json.load(open(ladder / "untied_grow_d2" / "result.json"))["growth_events"][0]
+                                       ["step"]]
+    warmdown = round(8 * (1 - json.load(open(ladder / "vanilla_d2" / "result.json"))["plan"]["warmdown_ratio"]))
+    assert [list(m.get_xdata()) for m in markers(train_ax, "|")] == [[warmdown], [warmdown]]  # not the stopped d3
+    lines = {line.get_label(): line for line in train_ax.lines if not line.get_label().startswith("_")}
+    assert sorted(lines) == ["Untied-Grow d2", "Vanilla d2", "Vanilla d3 [stopped]"]
+    assert len({line.get_color() for line in lines.values()}) == 3  # one hue per arm, depth by shade
+    assert lines["Vanilla d3 [stopped]"].get_linestyle() == "--" and lines["Vanilla d2"].get_linestyle() == "-"
+    fig.canvas.draw()
+    for ax in (train_ax, val_ax):  # units on the y axis, plain numbers on its log ticks (no 6×10^0)
+        assert ax.get_ylabel().endswith("(nats per token)")
+        ticks = [t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels()]
+        assert ticks and not any("times" in t or "×" in t or "^" in t for t in ticks), ticks
+    assert "centred mean over 2% of each run's steps" in train_ax.get_title()
+    raw = [r["loss"] for r in read_run(ladder, "vanilla_d2")[1]]
+    assert list(lines["Vanilla d2"].get_ydata()) == pytest.approx(fit.smoothed(raw)) != raw
+    fit_json = tmp_path / "fit.json"
+    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1, points=[
+        dict(compute=2e6), dict(compute=3e6)])))))
+    fig = fit.curves_figure(plt, runs, "flops", fit.frontier_laws(str(fit_json)))
+    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier (fitted range)"]
+    assert len(frontier) == 1 and frontier[0].get_linestyle() == "--"
+    assert (min(frontier[0].get_xdata()), max(frontier[0].get_xdata())) == pytest.approx((2e6, 3e6))
+    twins = [(row, records, result) for row, records, result in runs[:1]] * 2  # two runs of one arm and depth
+    twins[1] = (dict(twins[1][0], run="vanilla_d2_again"), *twins[1][1:])
+    labels = [line.get_label() for line in fit.curves_figure(plt, twins, "steps", None).axes[0].lines]
+    assert "Vanilla d2 (vanilla_d2)" in labels and "Vanilla d2 (vanilla_d2_again)" in labels
+    assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(out), "--x", "flops", "--frontier", str(fit_json)]) == 0
+    assert (out / "curves_cpu_flops.png").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--frontier", "fit.json"], "add --x flops"),
+    (["--x", "flops", "--frontier", "missing.json"], "is not a `fit.py ladders --json` output"),
+])
+def test_curves_refuse_bad_input_in_one_line(ladder, tmp_path, capsys, argv, message):
+    assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+
+
+def test_a_stopped_run_whose_lock_is_held_reads_resuming(ladder, tmp_path, capsys):
+    runs = tmp_path / "runs"
+    shutil.copytree(ladder, runs)
+    holder = hold_lock(runs / "vanilla_d3" / "train.lock")
+    try:
+        rows = {r["run"]: r for r in json.loads(table(["runs", "--runs-dir", str(runs), "--json"], capsys))["runs"]}
+    finally:
+        holder.kill()
+        holder.wait()
+    assert (rows["vanilla_d3"]["state"], rows["vanilla_d3"]["reason"]) == ("resuming", "resuming a stopped run")
+
+
+def test_runs_table_shows_a_running_run_at_its_current_step(pool, tmp_path, capsys, monkeypatch):
+    """trajectory.jsonl is written through at every logged step, not only at checkpoints: `fit.py runs` during the
+    run (here from inside its step-4 write, no checkpoint before the end) shows it running at step 4."""
+    seen, write = [], train.Progress.write
+
+    def write_then_look(self, printed=True):
+        write(self, printed)
+        if self.state.step == 4:
+            capsys.readouterr()
+            assert fit.main(["runs", "--runs-dir", str(tmp_path), "--json"]) == 0
+            seen.append(json.loads(capsys.readouterr().out)["runs"][0])
+    monkeypatch.setattr(train.Progress, "write", write_then_look)
+    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "live", "--log-every", "2", "--save-every", "0",
+                           "--eval-every", "0", steps=8)) == 0
+    assert [(r["state"], r["step"], r["steps"]) for r in seen] == [("running", 4, 8)]
+    assert seen[0]["train_loss"] is not None and seen[0]["eta_seconds"] is not None
