@@ -1455,7 +1455,7 @@ def build_parser():
     reference(s)
     s.add_argument("--anchor-depth", type=number(int, 1), help="multipliers at the reference budgets from this depth "
                    "on; C0 = its compute (default 8, or the second depth of a shorter ladder)")
-    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder")
+    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder (default: none)")
     s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the "
                    "paper's six that were fitted)")
     s.add_argument("--bootstrap", type=resamples, help=f"resamples for CIs (default 0, "
@@ -1515,7 +1515,7 @@ def build_parser():
                    "GPU-hours")
     s.add_argument("--peak-flops", type=positive_float, help="overrides --gpu's peak")
     s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder")
+    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none)")
 
     s = add("surface", cmd_surface, "Chinchilla / Skaling L(N, D) fits")
     s.add_argument("data")
@@ -1545,7 +1545,7 @@ def build_parser():
                    "%(default)s)")
     s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs; default: the release's "
                    "five)")
-    s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder")
+    s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
     return p
 
 

@@ -295,7 +295,8 @@ def free_e_check(x, loss, E_shared, sd=None):
 
 def fit_shared_e(x, loss, E, sd=None):
     """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is weighted
-    least squares with var ln(L - E) = (sd / (L - E))^2 and gamma_se from that known noise."""
+    least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2 (~1 when
+    the noise explains the scatter around the law)."""
     from scipy import stats
     if len(np.unique(x)) < 3:
         raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
@@ -311,7 +312,7 @@ def fit_shared_e(x, loss, E, sd=None):
     icpt, slope = cov @ (X.T @ (w * y))
     res = y - icpt - slope * lx
     return dict(gamma=-slope, A=math.exp(icpt), gamma_se=math.sqrt(cov[1, 1]),
-                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())))
+                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())), reduced_chi2=float(w @ res ** 2 / (len(x) - 2)))
 
 
 def compute_at_loss(x, loss, target):

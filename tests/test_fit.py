@@ -487,7 +487,7 @@ def test_noise_flag_without_replicates_and_points_bootstrap_label(tmp_path, caps
     assert "do not include run-to-run noise" in plain and "none given" in plain
     out = run_json(capsys, "ladders", path, "--bootstrap", 20, "--noise", 0.001)
     assert out["noise"] == dict(sigma=0.001, dof=0, source="--noise", scale=out["noise"]["scale"], replicated_points=0)
-    assert out["bootstrap"]["includes_seed_noise"]
+    assert out["bootstrap"]["includes_seed_noise"] and "reduced_chi2" in out["arms"]["better"]
 
 
 def test_seed_runs_from_ladder_sh_names_pool(tmp_path, capsys):
