@@ -955,48 +955,38 @@ def apply_design(plan, spec):
 
 
 def true_laws(args, arms):
-    """{arm: (A, gamma)} and E from --truth PILOT.json (a `fit.py ladders --json` output) or --E/--gamma/--A."""
+    """{arm: (A, gamma)} and E: the pilot's (--truth) or --E/--gamma/--A; --delta-gamma [ARM=]DG sets an arm's true
+    gamma to the reference's + DG (a bare DG: every planned arm the truth has no law for)."""
     given = [f"--{k}" for k in ("E", "gamma", "A") if getattr(args, k) is not None]
     if args.truth and given:
         raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored; pass "
                          "either --truth or --E, --gamma and --A")
     if args.truth:
         try:
-            with open(args.truth) as f:
-                pilot = json.load(f)
+            pilot = json.load(open(args.truth))
             E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
             assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
-        except OSError as e:
-            raise UsageError(f"cannot read {args.truth}: {e.strerror}")
-        except (ValueError, KeyError, TypeError, AttributeError, AssertionError):
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
             raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma, "
                              "all finite and > 0)")
-    elif None not in (args.E, args.gamma, args.A):
+    elif len(given) == 3:
         E, have = args.E, {args.reference_arm: (args.A, args.gamma)}
     else:
         raise UsageError("give the true curves: --truth PILOT.json (from fit.py ladders --json) or --E, --gamma and --A")
-    if args.reference_arm not in have:
-        raise UsageError(f"reference arm {args.reference_arm!r} has no law in the truth (arms: {', '.join(have)})")
-    named = dict(args.delta_gamma or [])  # ARM=DG, and "" for a bare DG: the arms without a law in the truth
-    unplanned = [a for a in named if a and a not in arms]
-    if unplanned:
-        raise UsageError(f"--delta-gamma {unplanned[0]}={named[unplanned[0]]:g} names an arm the plan does not run "
-                         f"(planned: {', '.join(arms)})")
-    if args.reference_arm in named:
-        raise UsageError(f"--delta-gamma {args.reference_arm}=... names the reference arm, whose gamma the others' "
-                         "are relative to; name the other arms")
-    lawless = [a for a in arms if a not in have and a not in named]
-    if "" in named and not lawless:
-        raise UsageError(f"--delta-gamma {named['']:g} applies to the planned arms without a law in the truth, and "
-                         "every planned arm has one; name the arm it should change: --delta-gamma ARM=DG")
+    ref = have.get(args.reference_arm)
+    named = dict(args.delta_gamma or [])  # ARM=DG, and "" for a bare DG
+    if ref is None or any(a and a not in arms or a == args.reference_arm for a in named) or \
+            "" in named and all(a in have for a in arms):
+        raise UsageError(f"--delta-gamma [ARM=]DG changes a planned arm ({', '.join(arms)}) other than the reference "
+                         f"{args.reference_arm}, whose law the truth must give; a bare DG the arms the truth has no "
+                         f"law for (it has: {', '.join(have)})")
     laws = {}
     for a in arms:
         dg = named.get(a, named.get("") if a not in have else None)
-        if a not in have and dg is None:
+        if dg is None and a not in have:
             raise UsageError(f"planned arm {a!r} has no law in the truth; pass --delta-gamma DG (or {a}=DG) to model "
                              f"it as the reference arm with gamma + DG")
-        A = have.get(a, have[args.reference_arm])[0]
-        laws[a] = (A, have[a][1] if dg is None else have[args.reference_arm][1] + dg)
+        laws[a] = (have.get(a, ref)[0], have[a][1] if dg is None else ref[1] + dg)
         if laws[a][1] <= 0:
             raise UsageError(f"--delta-gamma {dg:g} gives {a} a true gamma of {laws[a][1]:g}; it must stay > 0")
     return E, laws
@@ -1318,43 +1308,12 @@ def loop_grid_from_runs(item):
                         LOOP_COLUMNS, origins)
 
 
-def regime_optima(args, header):
-    """The release's regime tables: the optimal loop count per budget (R4) of each regime (regimes.csv) or control
-    (architectures.csv: architecture, family), the rows of Figures 21 and 24; for hyperparameters.csv the best
-    measured multiple of each knob's centre per family and K (Figure 23b)."""
-    c, _ = paper.read_table(args.data)
-    if "knob" in header:
-        hp = c
-        out = {f"{f} {k} K={K:g}": float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
-               for f, k, K in dict.fromkeys(zip(hp["family"], hp["knob"], hp["loops"]))
-               for m in [(np.array(hp["family"]) == f) & (np.array(hp["knob"]) == k) & (hp["loops"] == K)]}
-        return emit(args, dict(best_multiplier=out), [f"{g}: best at {v:g}x the centre" for g, v in out.items()])
-    names = [" ".join(g) for g in zip(*[c[k] for k in (["regime"] if "regime" in header else ["architecture", "family"])])]
-    budgets = args.budgets or (paper.FINE_BUDGETS if "regime" in header else paper.BUDGETS)
-    out, lines = {}, []
-    for g in dict.fromkeys(names):
-        ladders = paper.grid_ladders(c, np.array(names) == g)
-        out[g] = []
-        for C in budgets:
-            Ks, losses = paper.at_budget(ladders, C)
-            if len(Ks):
-                k, loss, interior, _ = paper.loop_optimum(Ks, losses)
-                out[g].append(dict(compute=C, best_loops=k, best_loss=loss, interior=interior))
-        lines.append(f"{g}: " + ", ".join(f"C={o['compute']:.3g} K*={o['best_loops']:.2f}" + ("" if o["interior"]
-                                                                                             else " (measured)")
-                                          for o in out[g]))
-    emit(args, dict(optima=out), lines)
-
-
 def cmd_loops(args):
-    header = paper.csv_header(args.data) if args.data.endswith(".csv") else set()
-    if header & {"regime", "architecture", "knob"}:
-        return regime_optima(args, header)
+    """The loop grid (Figures 2 right, 5): at weight decay --wd, the loss of each loop count K at each budget
+(interpolated between depths), the optimal K* from a quadratic in log K, and the compute Operator-1 (K = 1, its
+weight decay tuned per depth) needs over the loop frontier."""
     if not args.data.endswith(".csv"):
         c = loop_grid_from_runs(args.data)
-    elif "compute" in header:  # the release's weight_decay.csv (compute in EFLOP)
-        c = paper.read_table(args.data)[0]
-        c["compute_flops"], c["val_loss"] = c["compute"], c["loss"]
     else:
         c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
                      positive=["depth", "loops", "compute_flops", "val_loss"], key=LOOP_KEY)
@@ -1539,8 +1498,8 @@ def build_parser():
     s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery (default: figures/paper)")
     s = add("loops", cmd_loops, "optimal loop count and frontiers")
     s.add_argument("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
-                   "attention, as the release's loop_grid.csv), the release's regimes.csv, architectures.csv or "
-                   "hyperparameters.csv, or train.py --data-constrained runs (a runs dir or a glob of result.json)")
+                   "attention, as the release's loop_grid.csv), or train.py --data-constrained runs (a runs dir or a "
+                   "glob of result.json)")
     s.add_argument("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default "
                    "%(default)s)")
     s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs; default: the release's "
