@@ -190,6 +190,9 @@ def default_anchor(depths):
 def ladder_floor(args, data, ref):
     """The floor E held fixed, or None (fitted on the reference arm): with --time or another reference arm, Vanilla's
     FLOP-ladder floor (the inputs' or --floor-from's), as the release does, unless --refit-floor."""
+    if args.shared_anchor:
+        note(f"shared d{args.shared_anchor} anchor: every arm's d{args.shared_anchor} loss set to "
+             f"{paper.share_anchor(data, args.shared_anchor):.6f}, the mean of the equivalent runs")
     if args.refit_floor or not (args.time or args.floor_from or ref != paper.FLOOR_ARM):
         return None
     if not args.floor_from and paper.FLOOR_ARM not in data:
@@ -774,6 +777,33 @@ rule (--reference-arm, else vanilla, else the only arm)."""
 
 
 # ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
+def downstream_columns_from_json(path):
+    """The release's FineWeb-Edu ladders as downstream's CSV columns: one row per ladder record (the held-out d26
+    run left out), core = core_accuracy, nll:<task> / acc:<task> from task_nll / task_accuracy over `tasks`."""
+    obj = paper.read_json(path)
+    if paper.json_layout(obj) != "fineweb_edu":
+        raise paper.layout_error(path, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
+                                 "acc:<task>...] or ")
+    tasks, records = paper.edu_records(path, obj)
+    c = {"arm": [], "compute_flops": [], "core": [], "_line": []}
+    for arm, r, origin, held_out in records:
+        if held_out:
+            continue
+        try:
+            row = {"core": float(r["core_accuracy"]), **{f"nll:{t}": float(r["task_nll"][t]) for t in tasks},
+                   **{f"acc:{t}": float(r["task_accuracy"][t]) for t in tasks}}
+            assert all(map(math.isfinite, row.values())) and all(row[f"nll:{t}"] > 0 for t in tasks)
+        except (KeyError, TypeError, ValueError, AssertionError):
+            raise UsageError(f"{origin}: needs a finite core_accuracy, and task_nll (> 0) and task_accuracy (centered) "
+                             f"for every task in 'tasks'")
+        c["arm"].append(arm)
+        c["compute_flops"].append(float(r["compute_flops"]))
+        c["_line"].append(origin)
+        for k, v in row.items():
+            c.setdefault(k, []).append(v)
+    return {k: v if k in ("arm", "_line") else np.array(v) for k, v in c.items()}
+
+
 def downstream_columns_from_runs(runs_dirs):
     """downstream's columns from the complete runs that core_eval.py evaluated (result.json + eval.json)."""
     c = {"arm": [], "compute_flops": [], "core": [], "_line": []}
@@ -794,14 +824,16 @@ def downstream_columns_from_runs(runs_dirs):
 def cmd_downstream(args):
     """CORE forecast (App. C.4): per task NLL = E + A C^-alpha per arm, centered accuracy = sigmoid of the NLL, CORE =
 r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
-core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint; or --runs-dir: train.py runs with
-core_eval.py's eval.json."""
+core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu
+ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
     from scipy import optimize
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
-    c = downstream_columns_from_runs(args.runs_dir) if args.runs_dir else \
-        read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"], positive=["compute_flops"])
     args.data = args.data or " ".join(args.runs_dir)
+    from_json = args.data.endswith(".json") or args.runs_dir
+    c = downstream_columns_from_runs(args.runs_dir) if args.runs_dir else downstream_columns_from_json(args.data) \
+        if from_json else read_csv(args.data, ["arm", "compute_flops", "core"], numeric=["compute_flops", "core"],
+                                   positive=["compute_flops"])
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
         other = ("acc:" if lone.startswith("nll:") else "nll:") + lone[4:]
@@ -810,7 +842,7 @@ core_eval.py's eval.json."""
     if not tasks:
         raise UsageError(f"{args.data}: no task columns (need nll:<task> and acc:<task> pairs)")
     args.reference_arm = reference_arm(dict.fromkeys(c["arm"]), args.reference_arm)
-    if not args.runs_dir:
+    if not from_json:
         c = read_csv(args.data, [], numeric=[f"{p}:{t}" for t in tasks for p in ("nll", "acc")] + ["compute_flops", "core"],
                      positive=["compute_flops"] + [f"nll:{t}" for t in tasks], key=["arm", "compute_flops"])
     arm, x = np.array(c["arm"]), c["compute_flops"] / FIT["c_ref"]
@@ -1289,14 +1321,10 @@ def loop_grid_from_runs(item):
         r = read_result_json(path, ", ".join(LOOP_COLUMNS))
         if r["status"] == "complete" and "estimated_matrix_flops" in r:
             runs.append((path, r))
-            try:
-                p = r["plan"]
-                rows.append(tuple(float(v) for v in (p["depth"], p["passes_final"], p["weight_decay"],
-                                                     r["estimated_matrix_flops"], r["final_val_loss"])))
-                origins.append(path)
-            except (KeyError, TypeError, ValueError):
-                raise UsageError(f"{path}: a complete run needs plan.depth, plan.passes_final, plan.weight_decay, "
-                                 "estimated_matrix_flops and final_val_loss")
+            p = r["plan"]
+            rows.append((p["depth"], p["passes_final"], p["weight_decay"], r["estimated_matrix_flops"],
+                         r["final_val_loss"]))
+            origins.append(path)
             if not p.get("data_constrained"):
                 raise UsageError(f"{path} is not a loop-grid run (its plan's data_constrained is "
                                  f"{p.get('data_constrained')!r}); fit.py loops reads train.py --data-constrained runs "
@@ -1308,12 +1336,46 @@ def loop_grid_from_runs(item):
                         LOOP_COLUMNS, origins)
 
 
+def regime_optima(args, header):
+    """The release's regime tables: the optimal loop count per budget (R4) of each regime (regimes.csv) or control
+    (architectures.csv: architecture, family), the rows of Figures 21 and 24; for hyperparameters.csv the best
+    measured multiple of each knob's centre per family and K (Figure 23b)."""
+    c, _ = paper.read_table(args.data)
+    if "knob" in header:
+        hp = c
+        out = {f"{f} {k} K={K:g}": float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
+               for f, k, K in dict.fromkeys(zip(hp["family"], hp["knob"], hp["loops"]))
+               for m in [(np.array(hp["family"]) == f) & (np.array(hp["knob"]) == k) & (hp["loops"] == K)]}
+        return emit(args, dict(best_multiplier=out), [f"{g}: best at {v:g}x the centre" for g, v in out.items()])
+    names = [" ".join(g) for g in zip(*[c[k] for k in (["regime"] if "regime" in header else ["architecture", "family"])])]
+    budgets = args.budgets or (paper.FINE_BUDGETS if "regime" in header else paper.BUDGETS)
+    out, lines = {}, []
+    for g in dict.fromkeys(names):
+        ladders = paper.grid_ladders(c, np.array(names) == g)
+        out[g] = []
+        for C in budgets:
+            Ks, losses = paper.at_budget(ladders, C)
+            if len(Ks):
+                k, loss, interior, _ = paper.loop_optimum(Ks, losses)
+                out[g].append(dict(compute=C, best_loops=k, best_loss=loss, interior=interior))
+        lines.append(f"{g}: " + ", ".join(f"C={o['compute']:.3g} K*={o['best_loops']:.2f}" + ("" if o["interior"]
+                                                                                             else " (measured)")
+                                          for o in out[g]))
+    emit(args, dict(optima=out), lines)
+
+
 def cmd_loops(args):
     """The loop grid (Figures 2 right, 5): at weight decay --wd, the loss of each loop count K at each budget
 (interpolated between depths), the optimal K* from a quadratic in log K, and the compute Operator-1 (K = 1, its
 weight decay tuned per depth) needs over the loop frontier."""
+    header = paper.csv_header(args.data) if args.data.endswith(".csv") else set()
+    if header & {"regime", "architecture", "knob"}:
+        return regime_optima(args, header)
     if not args.data.endswith(".csv"):
         c = loop_grid_from_runs(args.data)
+    elif "compute" in header:  # the release's weight_decay.csv (compute in EFLOP)
+        c = paper.read_table(args.data)[0]
+        c["compute_flops"], c["val_loss"] = c["compute"], c["loss"]
     else:
         c = read_csv(args.data, LOOP_COLUMNS, numeric=LOOP_COLUMNS,
                      positive=["depth", "loops", "compute_flops", "val_loss"], key=LOOP_KEY)
@@ -1424,6 +1486,8 @@ def build_parser():
     s.add_argument("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on "
                    "(vanilla's), e.g. the release's ladders.json for its timing.json")
     s.add_argument("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use")
+    s.add_argument("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="average the equivalent runs at "
+                   "this depth into one anchor shared by every arm (Figure 16a: 8)")
     s.add_argument("--extrapolate", type=positive_float, metavar="C", help="per arm at compute C: forecast loss, gain "
                    "C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
     s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of the fit and print "
@@ -1448,7 +1512,7 @@ def build_parser():
     s.add_argument("--bootstrap", type=resamples, default=200, help="resamples for the fit's CIs (default 200)")
 
     s = add("downstream", cmd_downstream, "CORE forecast (App. C.4)")
-    s.add_argument("data", nargs="?", metavar="DATA.csv", help="one row per checkpoint (see above)")
+    s.add_argument("data", nargs="?", metavar="DATA", help="CSV or the release's FineWeb-Edu ladders JSON")
     runs_dir(s)
     reference(s)
     s.add_argument("--targets", type=number(float, 0, 1, True, True), nargs="+", default=list(FIT["gpt3_targets"]),
@@ -1498,12 +1562,13 @@ def build_parser():
     s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery (default: figures/paper)")
     s = add("loops", cmd_loops, "optimal loop count and frontiers")
     s.add_argument("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
-                   "attention, as the release's loop_grid.csv), or train.py --data-constrained runs (a runs dir or a "
-                   "glob of result.json)")
+                   "attention, as the release's loop_grid.csv), the release's regimes.csv, architectures.csv (optimal K "
+                   "per regime / control) or hyperparameters.csv, or train.py --data-constrained runs (a runs dir or "
+                   "a glob of result.json)")
     s.add_argument("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default "
                    "%(default)s)")
-    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs; default: the release's "
-                   "five)")
+    s.add_argument("--budgets", type=positive_float, nargs="+", help="compute budgets (FLOPs); default: the "
+                   "release's five, " + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]))
     s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
     return p
 
