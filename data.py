@@ -5,8 +5,8 @@
     python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
     python data.py verify data/stdlib          # check a pool's token files against their sha256
 
-A pool folder holds per split ("train", "val") `<split>.bin` (uint16 tokens; every document is [BOS] + tokens) and
-`<split>.docs.bin` (int64 offset of each document's BOS), and `corpus.json` (settings, counts, sha256, status).
+A pool folder holds per split ("train", "val") `<split>.bin` (uint16 tokens; every document is [BOS] + tokens),
+`<split>.docs.bin` (int64 offset of each document's BOS) and `corpus.json` (settings, counts, sha256, status).
 prepare appends source after source and records its progress in corpus.json, so the same command resumes an
 interrupted prepare. Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (huggingface_hub; $HF_ENDPOINT,
 $HF_TOKEN); "stdlib", this Python's standard-library .py files; "files", local .txt / .jsonl ("text" field) /
@@ -31,7 +31,7 @@ CORPORA = {
     "files": dict(val_every=50, val_tokens=None, train_tokens=None),
 }
 BATCH_DOCS = 4096                  # documents tokenised per round of the worker pool
-CHECKPOINT_EVERY_S = 10.0          # min seconds between progress records in corpus.json (remote shards: every one)
+CHECKPOINT_EVERY_S = 10.0          # min seconds between progress records in corpus.json (Hub shards: after each)
 SIGNATURE_TOKENS = 64              # FineWeb de-dup: SHA-1 of the first <= 64 body tokens, uint32 LE
 EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + epoch*1,000,003 + stage*101
 SPLITS = ("train", "val")
@@ -72,27 +72,22 @@ from huggingface_hub import HfApi, hf_hub_download
 
 def get_tokenizer(name):
     """tiktoken Encoding: "gpt2" (downloads its vocab on first use) or "bytes" (offline, 256 bytes + BOS)."""
-    if name == "gpt2":
-        try:
-            return tiktoken.get_encoding("gpt2")
-        except Exception as e:  # tiktoken fetches the vocab over the network; any failure means "not available"
-            raise DataError(f"cannot load tiktoken's gpt2 vocabulary ({type(e).__name__}); it is downloaded on "
-                            f"first use, so run once with internet access or use --tokenizer bytes") from None
     if name == "bytes":
         # No merges, so every UTF-8 byte is its own token; the pattern only cuts text into pieces and matches
         # every character (tiktoken drops unmatched text), so encoding is lossless.
         return tiktoken.Encoding(name="bytes", pat_str=r"(?s:.{1,4096})",
                                  mergeable_ranks={bytes([i]): i for i in range(256)},
                                  special_tokens={"<|endoftext|>": 256})
-    raise DataError(f"unknown tokenizer {name!r}; choose gpt2 or bytes")
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception as e:  # tiktoken fetches the vocab over the network; any failure means "not available"
+        raise DataError(f"cannot load tiktoken's {name} vocabulary ({type(e).__name__}); it is downloaded on first "
+                        f"use, so run once with internet access or use --tokenizer bytes") from None
 
 
 def token_byte_lengths(enc):
     """Bytes of each token id (0 for BOS/<|endoftext|>), for bits-per-byte."""
     return np.array([0 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)])
-
-
-_worker_enc = None
 
 
 def _init_worker(tokenizer):
@@ -104,7 +99,6 @@ def _init_worker(tokenizer):
 
 
 def _encode_docs(texts):
-    """Worker: [BOS] + encode_ordinary(text) for each text, as uint16 arrays."""
     return [np.array([_worker_enc.eot_token] + _worker_enc.encode_ordinary(t), dtype=np.uint16) for t in texts]
 
 
@@ -117,56 +111,49 @@ def corpus_settings(corpus, files_glob=None):
     if (corpus == "files") != bool(files_glob):
         raise DataError("--files GLOB is required with --corpus files and only allowed there "
                         "(e.g. --files 'texts/**/*.jsonl')")
-    if corpus in ("fineweb", "fineweb-edu"):
-        return dict(corpus=corpus, repo=CORPORA[corpus]["repo"], revision=CORPORA[corpus]["revision"])
     if corpus == "stdlib":
         return dict(corpus=corpus, root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0])
-    return dict(corpus=corpus, files=files_glob)
+    if corpus == "files":
+        return dict(corpus=corpus, files=files_glob)
+    return dict(corpus=corpus, repo=CORPORA[corpus]["repo"], revision=CORPORA[corpus]["revision"])
 
 
-def hub():
-    """huggingface_hub's arguments: $HF_ENDPOINT and $HF_TOKEN, read at each call (tests use a local server)."""
-    return dict(endpoint=os.environ.get("HF_ENDPOINT", "https://huggingface.co"), token=os.environ.get("HF_TOKEN"))
-
-
-def hub_parquet_files(repo, revision, folder):
-    """Parquet files directly under `folder` of a dataset repo at a pinned revision, sorted by path."""
-    try:
-        entries = HfApi(**hub()).list_repo_tree(repo, path_in_repo=folder, revision=revision, repo_type="dataset")
-        files = sorted((e for e in entries if e.path.endswith(".parquet")), key=lambda e: e.path)
-    except Exception as e:  # huggingface_hub's HTTP and connection errors: no network, a wrong endpoint or login
-        raise DataError(f"cannot list {repo}@{revision}/{folder} ({type(e).__name__}: {str(e).splitlines()[0]}); "
-                        "check the network, $HF_ENDPOINT and $HF_TOKEN") from None
-    if not files:
-        raise DataError(f"no parquet files under {repo}@{revision}/{folder}")
-    return [dict(name=e.path, size=e.size, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
+def _hub_error(what, e, fix):  # huggingface_hub's HTTP and connection errors: no network, a wrong endpoint or login
+    return DataError(f"cannot {what} ({type(e).__name__}: {str(e).splitlines()[0]}); {fix}")
 
 
 def list_sources(corpus, files_glob=None):
     """Ordered list of sources: dicts with name, split and either path (local) or size and sha256 (a Hub file)."""
     recipe = CORPORA[corpus]
     if corpus in ("fineweb", "fineweb-edu"):
-        train = hub_parquet_files(recipe["repo"], recipe["revision"], recipe["train_dir"])
-        if recipe["val_dir"]:
-            val = hub_parquet_files(recipe["repo"], recipe["revision"], recipe["val_dir"])
-        else:
-            val, train = train[:1], train[1:]
+        def listing(folder):  # parquet files directly under folder at the pinned revision, sorted by path
+            try:
+                entries = HfApi(endpoint=os.environ.get("HF_ENDPOINT")).list_repo_tree(
+                    recipe["repo"], path_in_repo=folder, revision=recipe["revision"], repo_type="dataset")
+                files = sorted((e for e in entries if e.path.endswith(".parquet")), key=lambda e: e.path)
+            except Exception as e:
+                raise _hub_error(f"list {recipe['repo']}@{recipe['revision']}/{folder}", e,
+                                 "check the network, $HF_ENDPOINT and $HF_TOKEN") from None
+            if not files:
+                raise DataError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
+            return [dict(name=e.path, size=e.size, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
+        train = listing(recipe["train_dir"])
+        val, train = (listing(recipe["val_dir"]), train) if recipe["val_dir"] else (train[:1], train[1:])
         return [dict(f, split=split) for split, group in (("val", val), ("train", train)) for f in group]
     if corpus == "stdlib":
-        root = sysconfig.get_paths()["stdlib"]
-        names = []
+        root, names = sysconfig.get_paths()["stdlib"], []
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = [d for d in dirnames if d not in ("site-packages", "dist-packages", "__pycache__")]
             names += [os.path.relpath(os.path.join(dirpath, f), root) for f in filenames if f.endswith(".py")]
         return [dict(name=n, path=os.path.join(root, n),
                      split="val" if _hash_mod(n, recipe["val_every"]) == 0 else "train") for n in sorted(names)]
-    paths = sorted(p for p in glob.glob(files_glob, recursive=True) if os.path.isfile(p))
+    paths = sorted(os.path.abspath(p) for p in glob.glob(files_glob, recursive=True) if os.path.isfile(p))
     bad = [p for p in paths if not p.endswith((".txt", ".jsonl", ".parquet"))]
     if bad:
         raise DataError(f"unsupported file {bad[0]}; --files must match only .txt, .jsonl or .parquet files")
     if not paths:
         raise DataError(f"--files {files_glob!r} matches no files")
-    return [dict(name=os.path.abspath(p), path=os.path.abspath(p), split="by-doc") for p in paths]
+    return [dict(name=p, path=p, split="by-doc") for p in paths]
 
 
 def fetch(source, corpus, workdir):
@@ -175,10 +162,9 @@ def fetch(source, corpus, workdir):
     print(f"downloading {source['name']}", file=sys.stderr)
     try:
         path = hf_hub_download(recipe["repo"], source["name"], repo_type="dataset", revision=recipe["revision"],
-                               local_dir=workdir, **hub())
-    except Exception as e:  # huggingface_hub's HTTP and connection errors
-        raise DataError(f"cannot download {source['name']} ({type(e).__name__}: {str(e).splitlines()[0]}); re-run "
-                        "the same command to resume") from None
+                               local_dir=workdir, endpoint=os.environ.get("HF_ENDPOINT"))
+    except Exception as e:
+        raise _hub_error(f"download {source['name']}", e, "re-run the same command to resume") from None
     if source["sha256"] and sha256_file(path) != source["sha256"]:
         os.remove(path)
         raise DataError(f"{source['name']} does not match its sha256 in the Hub's listing; re-run to download again")
@@ -186,8 +172,7 @@ def fetch(source, corpus, workdir):
 
 
 def read_texts(path):
-    """Documents of a local file, in file order: .txt/.py = one document, .jsonl = "text" field per line,
-    .parquet = "text" column."""
+    """Documents of a file: .txt/.py one document, .jsonl the "text" field of each line, .parquet the "text" column."""
     if path.endswith(".parquet"):
         try:
             for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=1024):
@@ -197,15 +182,14 @@ def read_texts(path):
     elif path.endswith(".jsonl"):
         with open(path, "rb") as f:  # binary: lines end at \n only, so line numbers are the editor's
             for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    text = json.loads(line.decode("utf-8"))["text"]
-                except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-                    text = None
-                if not isinstance(text, str):
-                    raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string")
-                yield text
+                if line.strip():
+                    try:
+                        text = json.loads(line.decode("utf-8"))["text"]
+                    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
+                        text = None
+                    if not isinstance(text, str):
+                        raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string")
+                    yield text
     else:
         try:
             with open(path, encoding="utf-8") as f:
@@ -214,9 +198,6 @@ def read_texts(path):
             if not path.endswith(".py"):
                 raise DataError(f"{path} is not UTF-8 text") from None
 
-
-# Pool writing: documents are appended to <split>.bin / <split>.docs.bin; corpus.json records the counts after the
-# last recorded source, and a resumed prepare truncates the files back to them.
 
 def _paths(out, split):
     return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
@@ -227,24 +208,22 @@ def _signature(tokens):
 
 
 class PoolWriter:
-    """Appends documents to both splits within their token budgets, with (FineWeb) train de-dup against val."""
+    """Appends documents to both splits within their token budgets; FineWeb's train split drops documents that start
+    like a val document (de-dup). corpus.json records the counts after the last recorded source, and a resumed
+    prepare truncates the files back to them."""
 
     def __init__(self, out, manifest):
         self.out, self.manifest, self.budget = out, manifest, manifest["budgets"]
         self.count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
         self.docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
-        self.files = {}
+        self.files, self.val_signatures = {}, None
         for s in SPLITS:
             for path, size in zip(_paths(out, s), (2 * self.count[s], 8 * self.docs[s])):
                 f = self.files[path] = open(path, "r+b" if os.path.exists(path) else "w+b")
                 f.truncate(size)  # drop anything written after the last record
                 f.seek(size)
-        self.val_signatures = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exception):  # also when interrupted: a resume truncates what came after the last record
+    def close(self):
         for f in self.files.values():
             f.close()
 
@@ -257,8 +236,9 @@ class PoolWriter:
         if split == "train" and self.manifest["dedup"]:
             if self.val_signatures is None:  # val sources come first, so val is complete here
                 self.flush()
-                pool = Pool(*_open_arrays(self.out, "val", self.count["val"], self.docs["val"]), {}, "val")
-                self.val_signatures = {_signature(pool.document(i)) for i in range(len(pool.doc_starts))}
+                tokens_path, docs_path = _paths(self.out, "val")
+                val, starts = np.fromfile(tokens_path, np.uint16), np.fromfile(docs_path, np.int64)
+                self.val_signatures = {_signature(val[a:b]) for a, b in zip(starts, [*starts[1:], len(val)])}
             if _signature(tokens) in self.val_signatures:
                 self.manifest["dedup_skipped_docs"] += 1
                 return
@@ -274,32 +254,22 @@ class PoolWriter:
         for f in self.files.values():
             f.flush()
 
-    def record(self, sources_done):
+    def record(self, sources_done, complete=False):
         self.flush()
         for s in SPLITS:
             self.manifest["splits"][s].update(token_count=self.count[s], doc_count=self.docs[s])
-        self.manifest["sources_done"] = sources_done
-        write_json(os.path.join(self.out, "corpus.json"), self.manifest)
-
-    def finish(self):
-        self.record(len(self.manifest["sources"]))
-        for f in self.files.values():
-            os.fsync(f.fileno())
-        for s in SPLITS:
-            self.manifest["splits"][s]["sha256"] = sha256_file(_paths(self.out, s)[0])
-        self.manifest["status"] = "complete"
+            if complete:
+                os.fsync(self.files[_paths(self.out, s)[0]].fileno())
+                self.manifest["splits"][s]["sha256"] = sha256_file(_paths(self.out, s)[0])
+        self.manifest.update(sources_done=sources_done, status="complete" if complete else "running")
         write_json(os.path.join(self.out, "corpus.json"), self.manifest)
 
 
 def _read_manifest(data_dir):
     path = os.path.join(data_dir, "corpus.json")
-    if not os.path.exists(path):
-        return None
-    try:
+    if os.path.exists(path):
         with open(path) as f:
             return json.load(f)
-    except (OSError, ValueError) as e:
-        raise DataError(f"{path} is unreadable ({e}); delete the pool and prepare it again") from None
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
@@ -335,26 +305,6 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
                             "resumes)") from None
 
 
-def _documents(sources, first, writer, corpus, workdir):
-    """(source index, split, text) in pool order; after each source (k, None, None); "flush" before a download, so
-    that the writer is up to date when deciding whether a shard is needed at all."""
-    val_every = CORPORA[corpus].get("val_every", 1)
-    for k in range(first, len(sources)):
-        src = sources[k]
-        splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
-        if "path" not in src:
-            yield "flush"
-        if any(writer.wants(s) for s in splits):
-            for text in read_texts(src["path"] if "path" in src else fetch(src, corpus, workdir)):
-                split = src["split"] if src["split"] != "by-doc" else \
-                    "val" if _hash_mod(text, val_every) == 0 else "train"
-                if writer.wants(split):
-                    yield k, split, text
-                elif not any(writer.wants(s) for s in splits):
-                    break
-        yield k, None, None
-
-
 def _write_pool(corpus, out, settings, old, workers):
     sources = list_sources(corpus, settings.get("files"))
     names = [s["name"] for s in sources]
@@ -365,15 +315,16 @@ def _write_pool(corpus, out, settings, old, workers):
         manifest = dict(status="running", **settings, dtype="uint16", sources=names, sources_done=0,
                         dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0) for s in SPLITS})
         write_json(os.path.join(out, "corpus.json"), manifest)  # first: a folder with pool files has a corpus.json
-    writer = PoolWriter(out, manifest)
-    workdir = os.path.join(out, "downloads")
+    writer, workdir, val_every = PoolWriter(out, manifest), os.path.join(out, "downloads"), CORPORA[corpus].get(
+        "val_every", 1)
     t0 = last_record = time.time()
-    pending, pending_chars, n_groups = [], dict(train=0, val=0), 4 * workers
+    pending, chars, n_groups = [], 0, 4 * workers   # (source index, split, text); split None marks the end of a source
 
     def write_pending():
-        nonlocal last_record
+        """Tokenise the pending texts on the workers (strided groups: balanced), append them in order, record."""
+        nonlocal last_record, chars
         texts = [text for _, split, text in pending if split]
-        groups = processes.map(_encode_docs, [texts[g::n_groups] for g in range(n_groups)])  # strided: balanced
+        groups = processes.map(_encode_docs, [texts[g::n_groups] for g in range(n_groups)])
         docs = (groups[i % n_groups][i // n_groups] for i in range(len(texts)))
         for k, split, _ in pending:
             if split:
@@ -381,29 +332,47 @@ def _write_pool(corpus, out, settings, old, workers):
             elif "path" not in sources[k] or time.time() - last_record > CHECKPOINT_EVERY_S:
                 writer.record(k + 1)  # source k is complete in the files
                 last_record = time.time()
-                if "path" not in sources[k] and os.path.exists(os.path.join(workdir, sources[k]["name"])):
-                    os.remove(os.path.join(workdir, sources[k]["name"]))  # a consumed download
         pending.clear()
-        pending_chars.update(train=0, val=0)
+        chars = 0
 
-    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes, \
-            writer:
-        for item in _documents(sources, manifest["sources_done"], writer, corpus, workdir):
-            if item != "flush":
-                pending.append(item)
-                pending_chars[item[1] or "train"] += len(item[2] or "")
-            # early, where the pending text may fill a split's budget: little text is tokenised only to be dropped
-            if item == "flush" or len(pending) >= BATCH_DOCS or any(writer.wants(s) and writer.budget[s] is not None
-                                                                    and pending_chars[s] >= writer.budget[s] -
-                                                                    writer.count[s] for s in SPLITS):
-                write_pending()
+    def room():  # tokens left in the smallest wanted budget; pending text that may fill it is tokenised early
+        return min([writer.budget[s] - writer.count[s] for s in SPLITS if writer.wants(s) and writer.budget[s]],
+                   default=float("inf"))
+
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes:
+        try:
+            for k in range(manifest["sources_done"], len(sources)):
+                src = sources[k]
+                splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
+                if "path" not in src:
+                    write_pending()  # the writer is up to date before deciding whether a shard is needed at all
                 if not any(writer.wants(s) for s in SPLITS):
                     break
-        write_pending()
-        if writer.count["train"] + writer.count["val"] == writer.docs["train"] + writer.docs["val"]:  # BOS only
-            raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
-                            "non-empty .txt/.jsonl/.parquet files")
-        writer.finish()
+                texts = ()
+                if any(writer.wants(s) for s in splits):
+                    texts = read_texts(src["path"] if "path" in src else fetch(src, corpus, workdir))
+                for text in texts:
+                    split = src["split"] if src["split"] != "by-doc" else \
+                        "val" if _hash_mod(text, val_every) == 0 else "train"
+                    if not any(writer.wants(s) for s in splits):
+                        break
+                    if writer.wants(split):
+                        pending.append((k, split, text))
+                        chars += len(text)
+                    if len(pending) >= BATCH_DOCS or chars >= room():
+                        write_pending()
+                pending.append((k, None, None))
+                if "path" not in src or len(pending) >= BATCH_DOCS:
+                    write_pending()
+                    if "path" not in src and os.path.exists(os.path.join(workdir, src["name"])):
+                        os.remove(os.path.join(workdir, src["name"]))  # a consumed download
+            write_pending()
+            if writer.count["train"] + writer.count["val"] == writer.docs["train"] + writer.docs["val"]:  # BOS only
+                raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
+                                "non-empty .txt/.jsonl/.parquet files")
+            writer.record(len(sources), complete=True)
+        finally:
+            writer.close()
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"{out}: {corpus} complete: train {writer.count['train']:,} tokens / {writer.docs['train']:,} docs, "
           f"val {writer.count['val']:,} tokens / {writer.docs['val']:,} docs, {manifest['dedup_skipped_docs']} "
@@ -418,17 +387,6 @@ class Pool:
     manifest: dict
     split: str
 
-    def document(self, i):
-        end = self.doc_starts[i + 1] if i + 1 < len(self.doc_starts) else len(self.tokens)
-        return self.tokens[self.doc_starts[i]:end]
-
-
-def _open_arrays(data_dir, split, token_count, doc_count):
-    def mm(path, dtype, n):
-        return np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype)
-    tokens_path, docs_path = _paths(data_dir, split)
-    return mm(tokens_path, np.uint16, token_count), mm(docs_path, np.int64, doc_count)
-
 
 def load_pool(data_dir, split, verify_hash=False):
     """Memory-map one split of a complete pool; a missing, unfinished or corrupt pool is a DataError."""
@@ -438,23 +396,24 @@ def load_pool(data_dir, split, verify_hash=False):
     if manifest.get("status") != "complete":
         raise DataError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
     info, fix = manifest["splits"][split], f"the pool is corrupt, delete {data_dir} and prepare it again"
-    for path, size in zip(_paths(data_dir, split), (2 * info["token_count"], 8 * info["doc_count"])):
-        if not os.path.exists(path) or os.path.getsize(path) != size:
+    arrays = []
+    for path, dtype, n in zip(_paths(data_dir, split), (np.uint16, np.int64), (info["token_count"], info["doc_count"])):
+        if not os.path.exists(path) or os.path.getsize(path) != n * np.dtype(dtype).itemsize:
             raise DataError(f"{path} does not have the size corpus.json records; {fix}")
+        arrays.append(np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype))
     if verify_hash and sha256_file(_paths(data_dir, split)[0]) != info["sha256"]:
         raise DataError(f"{_paths(data_dir, split)[0]} does not match its sha256 in corpus.json; {fix}")
-    return Pool(*_open_arrays(data_dir, split, info["token_count"], info["doc_count"]), manifest, split)
+    return Pool(*arrays, manifest, split)
 
 
 def check_pool_hashes(data_dir):
     """Raise DataError unless every split's token file matches its sha256 in corpus.json. A file is hashed once:
     <pool>/verified.json records the size, mtime and ctime of each file that matched (any write changes ctime), and
     a file whose record still holds is not hashed again."""
-    path, verified = os.path.join(data_dir, "verified.json"), {}
+    path, verified, records = os.path.join(data_dir, "verified.json"), {}, {}
     if os.path.isfile(path):  # a regular file only: open() of a FIFO would wait for a writer
         with open(path) as f:
             verified = json.load(f)
-    records = {}
     for split in SPLITS:
         pool = load_pool(data_dir, split)
         stat = os.stat(_paths(data_dir, split)[0])
@@ -497,23 +456,19 @@ def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
 
 
 def _permutation(n, seed):
-    g = torch.Generator()
-    g.manual_seed(seed % (2 ** 63 - 1))
-    return torch.randperm(n, generator=g).numpy()
+    return torch.randperm(n, generator=torch.Generator().manual_seed(seed % (2 ** 63 - 1))).numpy()
 
 
 class TrainLoader:
     """Global batches of `batch_seqs` windows of seq_len + 1 tokens; batch(step, rank, world_size) is a pure
-    function of (seed, step), so every world size and micro-batch split sees the same data at every step."""
+    function of (seed, step), so every world size and micro-batch split sees the same data at every step.
+    Each epoch shuffles the documents into one stream, cuts it into windows and shuffles the windows."""
 
     def __init__(self, pool, seq_len, batch_seqs, token_limit=None, seed=42):
-        self.pool, self.seq_len, self.batch_seqs, self.seed = pool, seq_len, batch_seqs, seed
-        self.window = seq_len + 1
+        self.pool, self.seq_len, self.batch_seqs, self.seed, self.window = pool, seq_len, batch_seqs, seed, seq_len + 1
         n = len(pool.tokens) if token_limit is None else min(int(token_limit), len(pool.tokens))
-        starts = np.asarray(pool.doc_starts[:np.searchsorted(pool.doc_starts, n)], dtype=np.int64)
-        self.doc_starts = starts
-        self.doc_lengths = np.diff(np.append(starts, n))  # the prefix's last document may be truncated
-        self.tokens_used = n
+        self.doc_starts = np.asarray(pool.doc_starts[:np.searchsorted(pool.doc_starts, n)], dtype=np.int64)
+        self.doc_lengths = np.diff(np.append(self.doc_starts, n))  # the prefix's last document may be truncated
         self.n_windows = n // self.window
         self.steps_per_epoch = self.n_windows // batch_seqs
         if self.steps_per_epoch == 0:
@@ -522,40 +477,31 @@ class TrainLoader:
         self.tokens_per_epoch = self.steps_per_epoch * batch_seqs * seq_len
         self._epoch = None
 
-    def _order(self, epoch):
-        """Each epoch: shuffle the documents into one stream, cut it into windows, shuffle the windows."""
-        if self._epoch != epoch:
-            base = self.seed + epoch * EPOCH_SEED_STRIDE
-            doc_order = _permutation(len(self.doc_starts), base + 0 * STAGE_SEED_STRIDE)
-            stream_starts = np.concatenate(([0], np.cumsum(self.doc_lengths[doc_order])))
-            kept = self.steps_per_epoch * self.batch_seqs
-            window_order = _permutation(self.n_windows, base + 1 * STAGE_SEED_STRIDE)[:kept]
-            self._epoch, self._cache = epoch, (doc_order, stream_starts, window_order)
-        return self._cache
-
     def batch(self, step, rank=0, world_size=1):
         """(epoch, LongTensor[batch_seqs // world_size, seq_len + 1]): rank's contiguous slice of step's batch."""
         if self.batch_seqs % world_size:
             raise ValueError(f"batch_seqs {self.batch_seqs} is not divisible by world_size {world_size}")
         epoch = step // self.steps_per_epoch + 1
-        doc_order, stream_starts, window_order = self._order(epoch)
+        if self._epoch != epoch:  # this epoch's document order, stream offsets and window order
+            base = self.seed + epoch * EPOCH_SEED_STRIDE
+            doc_order = _permutation(len(self.doc_starts), base + 0 * STAGE_SEED_STRIDE)
+            stream_starts = np.concatenate(([0], np.cumsum(self.doc_lengths[doc_order])))
+            window_order = _permutation(self.n_windows, base + 1 * STAGE_SEED_STRIDE)
+            self._epoch, self._order = epoch, (doc_order, stream_starts, window_order)
+        doc_order, stream_starts, window_order = self._order
         per_rank = self.batch_seqs // world_size
-        base = (step % self.steps_per_epoch) * self.batch_seqs
-        windows = window_order[base + rank * per_rank:base + (rank + 1) * per_rank]
+        first = (step % self.steps_per_epoch) * self.batch_seqs + rank * per_rank
         out = np.empty((per_rank, self.window), dtype=np.int64)
         # Gather each window from the documents it spans in the shuffled stream, never building that stream.
-        for row, w in enumerate(windows):
+        for row, w in enumerate(window_order[first:first + per_rank]):
             lo, hi = int(w) * self.window, (int(w) + 1) * self.window
-            d = int(np.searchsorted(stream_starts, lo, side="right")) - 1
-            pos = lo
+            d, pos = int(np.searchsorted(stream_starts, lo, side="right")) - 1, lo
             while pos < hi:
-                doc = doc_order[d]
-                offset = pos - stream_starts[d]
+                doc, offset = doc_order[d], pos - stream_starts[d]
                 take = min(hi - pos, self.doc_lengths[doc] - offset)
                 src = self.doc_starts[doc] + offset
                 out[row, pos - lo:pos - lo + take] = self.pool.tokens[src:src + take]
-                pos += take
-                d += 1
+                pos, d = pos + take, d + 1
         return epoch, torch.from_numpy(out)
 
 
