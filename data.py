@@ -203,68 +203,6 @@ def _paths(out, split):
     return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
 
 
-def _signature(tokens):
-    return hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
-
-
-class PoolWriter:
-    """Appends documents to both splits within their token budgets; FineWeb's train split drops documents that start
-    like a val document (de-dup). corpus.json records the counts after the last recorded source, and a resumed
-    prepare truncates the files back to them."""
-
-    def __init__(self, out, manifest):
-        self.out, self.manifest, self.budget = out, manifest, manifest["budgets"]
-        self.count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
-        self.docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
-        self.files, self.val_signatures = {}, None
-        for s in SPLITS:
-            for path, size in zip(_paths(out, s), (2 * self.count[s], 8 * self.docs[s])):
-                f = self.files[path] = open(path, "r+b" if os.path.exists(path) else "w+b")
-                f.truncate(size)  # drop anything written after the last record
-                f.seek(size)
-
-    def close(self):
-        for f in self.files.values():
-            f.close()
-
-    def wants(self, split):
-        return self.budget[split] is None or self.count[split] < self.budget[split]
-
-    def add(self, split, tokens):
-        if not self.wants(split):
-            return
-        if split == "train" and self.manifest["dedup"]:
-            if self.val_signatures is None:  # val sources come first, so val is complete here
-                self.flush()
-                tokens_path, docs_path = _paths(self.out, "val")
-                val, starts = np.fromfile(tokens_path, np.uint16), np.fromfile(docs_path, np.int64)
-                self.val_signatures = {_signature(val[a:b]) for a, b in zip(starts, [*starts[1:], len(val)])}
-            if _signature(tokens) in self.val_signatures:
-                self.manifest["dedup_skipped_docs"] += 1
-                return
-        if self.budget[split] is not None:
-            tokens = tokens[:self.budget[split] - self.count[split]]  # the last document is truncated
-        tokens_path, docs_path = _paths(self.out, split)
-        self.files[tokens_path].write(tokens.tobytes())
-        self.files[docs_path].write(np.int64(self.count[split]).tobytes())
-        self.count[split] += len(tokens)
-        self.docs[split] += 1
-
-    def flush(self):
-        for f in self.files.values():
-            f.flush()
-
-    def record(self, sources_done, complete=False):
-        self.flush()
-        for s in SPLITS:
-            self.manifest["splits"][s].update(token_count=self.count[s], doc_count=self.docs[s])
-            if complete:
-                os.fsync(self.files[_paths(self.out, s)[0]].fileno())
-                self.manifest["splits"][s]["sha256"] = sha256_file(_paths(self.out, s)[0])
-        self.manifest.update(sources_done=sources_done, status="complete" if complete else "running")
-        write_json(os.path.join(self.out, "corpus.json"), self.manifest)
-
-
 def _read_manifest(data_dir):
     path = os.path.join(data_dir, "corpus.json")
     if os.path.exists(path):
@@ -306,6 +244,9 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
 
 
 def _write_pool(corpus, out, settings, old, workers):
+    """Append source after source to both splits within their token budgets. corpus.json records the counts after
+    the last recorded source, and a resumed prepare truncates the files back to them. FineWeb's train split drops a
+    document whose first 64 body tokens are a val document's (de-dup)."""
     sources = list_sources(corpus, settings.get("files"))
     names = [s["name"] for s in sources]
     if old is not None and old.get("sources") == names:
@@ -315,29 +256,61 @@ def _write_pool(corpus, out, settings, old, workers):
         manifest = dict(status="running", **settings, dtype="uint16", sources=names, sources_done=0,
                         dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0) for s in SPLITS})
         write_json(os.path.join(out, "corpus.json"), manifest)  # first: a folder with pool files has a corpus.json
-    writer, workdir, val_every = PoolWriter(out, manifest), os.path.join(out, "downloads"), CORPORA[corpus].get(
-        "val_every", 1)
+    budget, workdir, val_every = manifest["budgets"], os.path.join(out, "downloads"), CORPORA[corpus].get("val_every")
+    count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
+    docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
+    files, val_signatures = {}, None
+    for s in SPLITS:
+        for path, size in zip(_paths(out, s), (2 * count[s], 8 * docs[s])):
+            f = files[path] = open(path, "r+b" if os.path.exists(path) else "w+b")
+            f.truncate(size)  # drop anything written after the last record
+            f.seek(size)
+    signature = lambda tokens: hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
+    wants = lambda split: budget[split] is None or count[split] < budget[split]
     t0 = last_record = time.time()
-    pending, chars, n_groups = [], 0, 4 * workers   # (source index, split, text); split None marks the end of a source
+    pending, chars, n = [], 0, 4 * workers   # (split, text) not yet tokenised
+
+    def add(split, tokens):
+        nonlocal val_signatures
+        if not wants(split):
+            return
+        if split == "train" and manifest["dedup"]:
+            if val_signatures is None:  # val sources come first, so val is complete here
+                for f in files.values():
+                    f.flush()
+                val, starts = (np.fromfile(p, dtype) for p, dtype in zip(_paths(out, "val"), (np.uint16, np.int64)))
+                val_signatures = {signature(val[a:b]) for a, b in zip(starts, [*starts[1:], len(val)])}
+            if signature(tokens) in val_signatures:
+                manifest["dedup_skipped_docs"] += 1
+                return
+        if budget[split] is not None:
+            tokens = tokens[:budget[split] - count[split]]  # the last document is truncated
+        tokens_path, docs_path = _paths(out, split)
+        files[tokens_path].write(tokens.tobytes())
+        files[docs_path].write(np.int64(count[split]).tobytes())
+        count[split] += len(tokens)
+        docs[split] += 1
 
     def write_pending():
-        """Tokenise the pending texts on the workers (strided groups: balanced), append them in order, record."""
-        nonlocal last_record, chars
-        texts = [text for _, split, text in pending if split]
-        groups = processes.map(_encode_docs, [texts[g::n_groups] for g in range(n_groups)])
-        docs = (groups[i % n_groups][i // n_groups] for i in range(len(texts)))
-        for k, split, _ in pending:
-            if split:
-                writer.add(split, next(docs))
-            elif "path" not in sources[k] or time.time() - last_record > CHECKPOINT_EVERY_S:
-                writer.record(k + 1)  # source k is complete in the files
-                last_record = time.time()
+        """Tokenise the pending texts on the workers (strided groups: balanced) and append them in order."""
+        nonlocal chars
+        groups = processes.map(_encode_docs, [[text for _, text in pending[g::n]] for g in range(n)])
+        for i, (split, _) in enumerate(pending):
+            add(split, groups[i % n][i // n])
         pending.clear()
         chars = 0
 
-    def room():  # tokens left in the smallest wanted budget; pending text that may fill it is tokenised early
-        return min([writer.budget[s] - writer.count[s] for s in SPLITS if writer.wants(s) and writer.budget[s]],
-                   default=float("inf"))
+    def record(sources_done, complete=False):
+        for f in files.values():
+            f.flush()
+            if complete:
+                os.fsync(f.fileno())
+        for s in SPLITS:
+            manifest["splits"][s].update(token_count=count[s], doc_count=docs[s])
+            if complete:
+                manifest["splits"][s]["sha256"] = sha256_file(_paths(out, s)[0])
+        manifest.update(sources_done=sources_done, status="complete" if complete else "running")
+        write_json(os.path.join(out, "corpus.json"), manifest)
 
     with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes:
         try:
@@ -345,38 +318,41 @@ def _write_pool(corpus, out, settings, old, workers):
                 src = sources[k]
                 splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
                 if "path" not in src:
-                    write_pending()  # the writer is up to date before deciding whether a shard is needed at all
-                if not any(writer.wants(s) for s in SPLITS):
+                    write_pending()  # the counts are up to date before deciding whether a shard is needed at all
+                if not any(map(wants, SPLITS)):
                     break
-                texts = ()
-                if any(writer.wants(s) for s in splits):
-                    texts = read_texts(src["path"] if "path" in src else fetch(src, corpus, workdir))
+                texts = read_texts(src["path"] if "path" in src else fetch(src, corpus, workdir)) \
+                    if any(map(wants, splits)) else ()
                 for text in texts:
+                    if not any(map(wants, splits)):
+                        break
                     split = src["split"] if src["split"] != "by-doc" else \
                         "val" if _hash_mod(text, val_every) == 0 else "train"
-                    if not any(writer.wants(s) for s in splits):
-                        break
-                    if writer.wants(split):
-                        pending.append((k, split, text))
+                    if wants(split):
+                        pending.append((split, text))
                         chars += len(text)
-                    if len(pending) >= BATCH_DOCS or chars >= room():
+                    # early where the pending text may fill a budget: little text is tokenised only to be dropped
+                    if len(pending) >= BATCH_DOCS or chars >= min(
+                            [budget[s] - count[s] for s in SPLITS if wants(s) and budget[s]], default=float("inf")):
                         write_pending()
-                pending.append((k, None, None))
-                if "path" not in src or len(pending) >= BATCH_DOCS:
+                if "path" not in src or time.time() - last_record > CHECKPOINT_EVERY_S:
                     write_pending()
+                    record(k + 1)  # source k is complete in the files
+                    last_record = time.time()
                     if "path" not in src and os.path.exists(os.path.join(workdir, src["name"])):
                         os.remove(os.path.join(workdir, src["name"]))  # a consumed download
             write_pending()
-            if writer.count["train"] + writer.count["val"] == writer.docs["train"] + writer.docs["val"]:  # BOS only
+            if sum(count.values()) == sum(docs.values()):  # BOS only
                 raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
                                 "non-empty .txt/.jsonl/.parquet files")
-            writer.record(len(sources), complete=True)
+            record(len(sources), complete=True)
         finally:
-            writer.close()
+            for f in files.values():
+                f.close()
     shutil.rmtree(workdir, ignore_errors=True)
-    print(f"{out}: {corpus} complete: train {writer.count['train']:,} tokens / {writer.docs['train']:,} docs, "
-          f"val {writer.count['val']:,} tokens / {writer.docs['val']:,} docs, {manifest['dedup_skipped_docs']} "
-          f"duplicates skipped; {time.time() - t0:.1f}s", file=sys.stderr)
+    print(f"{out}: {corpus} complete: train {count['train']:,} tokens / {docs['train']:,} docs, val "
+          f"{count['val']:,} tokens / {docs['val']:,} docs, {manifest['dedup_skipped_docs']} duplicates skipped; "
+          f"{time.time() - t0:.1f}s", file=sys.stderr)
     return manifest
 
 
