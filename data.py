@@ -6,16 +6,14 @@
     python data.py verify data/stdlib          # check a pool's token files against their sha256
 
 A pool folder holds per split ("train", "val") `<split>.bin` (uint16 tokens; every document is [BOS] + tokens),
-`<split>.docs.bin` (int64 offset of each document's BOS) and `corpus.json` (settings, counts, sha256, status).
-prepare appends source after source and records its progress in corpus.json, so the same command resumes an
-interrupted prepare. Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions (huggingface_hub; $HF_ENDPOINT,
-$HF_TOKEN); "stdlib", this Python's standard-library .py files; "files", local .txt / .jsonl ("text" field) /
-.parquet ("text" column). Validation is a sha1 hash bucket (1 in 50) of the file names (stdlib) or texts (files).
+`<split>.docs.bin` (int64 offset of each document's BOS) and `corpus.json` (settings, counts, sha256, progress: the
+same command resumes an interrupted prepare). Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions
+(huggingface_hub; $HF_ENDPOINT, $HF_TOKEN); "stdlib", this Python's standard-library .py files; "files", local .txt /
+.jsonl ("text" field) / .parquet ("text" column). Validation is a sha1 hash bucket (1 in 50) of the file names (stdlib) or texts (files).
 TrainLoader reproduces the release's packing: what step s sees depends only on (seed, s), never on the world size or
 micro-batch size, so resuming (on any number of processes) is just continuing at the step.
 """
-import errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
-from dataclasses import dataclass
+import collections, errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
 
 from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
 
@@ -46,8 +44,7 @@ def build_parser():
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
     p.add_argument("--corpus", required=True, choices=CORPORA)
-    p.add_argument("--out", default=None, help="pool directory (default: data/CORPUS, the folder train.py's presets "
-                   "read: data/fineweb for paper, data/stdlib for cpu)")
+    p.add_argument("--out", help="pool directory (default: data/CORPUS, where train.py's presets read)")
     p.add_argument("--train-tokens", type=integer(1, 2 ** 48), help="train budget in tokens (default: corpus recipe)")
     p.add_argument("--val-tokens", type=integer(1, 2 ** 40), help="val budget in tokens (default: corpus recipe)")
     p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"), help="gpt2 (default) | bytes (offline)")
@@ -98,28 +95,12 @@ def _init_worker(tokenizer):
     _worker_enc = get_tokenizer(tokenizer)
 
 
-def _encode_docs(texts):
-    return [np.array([_worker_enc.eot_token] + _worker_enc.encode_ordinary(t), dtype=np.uint16) for t in texts]
+def _encode(text):
+    return np.array([_worker_enc.eot_token] + _worker_enc.encode_ordinary(text), dtype=np.uint16)
 
 
 def _hash_mod(key, every):
     return int.from_bytes(hashlib.sha1(key.encode("utf-8", "surrogatepass")).digest()[:8], "big") % every
-
-
-def corpus_settings(corpus, files_glob=None):
-    """What identifies a pool's content besides tokenizer and budgets (compared when re-running prepare)."""
-    if (corpus == "files") != bool(files_glob):
-        raise DataError("--files GLOB is required with --corpus files and only allowed there "
-                        "(e.g. --files 'texts/**/*.jsonl')")
-    if corpus == "stdlib":
-        return dict(corpus=corpus, root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0])
-    if corpus == "files":
-        return dict(corpus=corpus, files=files_glob)
-    return dict(corpus=corpus, repo=CORPORA[corpus]["repo"], revision=CORPORA[corpus]["revision"])
-
-
-def _hub_error(what, e, fix):  # huggingface_hub's HTTP and connection errors: no network, a wrong endpoint or login
-    return DataError(f"cannot {what} ({type(e).__name__}: {str(e).splitlines()[0]}); {fix}")
 
 
 def list_sources(corpus, files_glob=None):
@@ -131,9 +112,9 @@ def list_sources(corpus, files_glob=None):
                 entries = HfApi(endpoint=os.environ.get("HF_ENDPOINT")).list_repo_tree(
                     recipe["repo"], path_in_repo=folder, revision=recipe["revision"], repo_type="dataset")
                 files = sorted((e for e in entries if e.path.endswith(".parquet")), key=lambda e: e.path)
-            except Exception as e:
-                raise _hub_error(f"list {recipe['repo']}@{recipe['revision']}/{folder}", e,
-                                 "check the network, $HF_ENDPOINT and $HF_TOKEN") from None
+            except Exception as e:  # huggingface_hub's HTTP and connection errors: no network, endpoint or login
+                raise DataError(f"cannot list {recipe['repo']}@{recipe['revision']}/{folder} ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0]}); check the network, $HF_ENDPOINT and $HF_TOKEN") from None
             if not files:
                 raise DataError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
             return [dict(name=e.path, size=e.size, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
@@ -163,8 +144,9 @@ def fetch(source, corpus, workdir):
     try:
         path = hf_hub_download(recipe["repo"], source["name"], repo_type="dataset", revision=recipe["revision"],
                                local_dir=workdir, endpoint=os.environ.get("HF_ENDPOINT"))
-    except Exception as e:
-        raise _hub_error(f"download {source['name']}", e, "re-run the same command to resume") from None
+    except Exception as e:  # huggingface_hub's HTTP and connection errors
+        raise DataError(f"cannot download {source['name']} ({type(e).__name__}: {str(e).splitlines()[0]}); re-run "
+                        "the same command to resume") from None
     if source["sha256"] and sha256_file(path) != source["sha256"]:
         os.remove(path)
         raise DataError(f"{source['name']} does not match its sha256 in the Hub's listing; re-run to download again")
@@ -213,9 +195,14 @@ def _read_manifest(data_dir):
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
     """Build or resume the pool in `out`; nothing to do where it is complete with these settings. A pool is created
     only where nothing else is, and never overwritten by other settings. Returns its manifest."""
-    recipe, identity = CORPORA[corpus], corpus_settings(corpus, files_glob)
-    enc = get_tokenizer(tokenizer)  # fail early (e.g. gpt2 offline) before anything is downloaded
-    settings = dict(identity, tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token, dedup=recipe.get(
+    if (corpus == "files") != bool(files_glob):
+        raise DataError("--files GLOB is required with --corpus files and only allowed there "
+                        "(e.g. --files 'texts/**/*.jsonl')")
+    recipe, enc = CORPORA[corpus], get_tokenizer(tokenizer)  # fail early (gpt2 offline) before anything downloads
+    # what identifies the pool (compared when re-running prepare)
+    identity = dict(stdlib=dict(root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0]),
+                    files=dict(files=files_glob)).get(corpus, dict(repo=recipe.get("repo"), revision=recipe.get("revision")))
+    settings = dict(corpus=corpus, **identity, tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token, dedup=recipe.get(
         "dedup", False), budgets=dict(train=train_tokens or recipe["train_tokens"], val=val_tokens or recipe["val_tokens"]))
     try:
         os.makedirs(out, exist_ok=True)
@@ -268,7 +255,7 @@ def _write_pool(corpus, out, settings, old, workers):
     signature = lambda tokens: hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
     wants = lambda split: budget[split] is None or count[split] < budget[split]
     t0 = last_record = time.time()
-    pending, chars, n = [], 0, 4 * workers   # (split, text) not yet tokenised
+    pending, chars = [], 0   # (split, text) not yet tokenised
 
     def add(split, tokens):
         nonlocal val_signatures
@@ -291,12 +278,11 @@ def _write_pool(corpus, out, settings, old, workers):
         count[split] += len(tokens)
         docs[split] += 1
 
-    def write_pending():
-        """Tokenise the pending texts on the workers (strided groups: balanced) and append them in order."""
+    def write_pending():  # tokenise the pending texts on the workers, append them in order
         nonlocal chars
-        groups = processes.map(_encode_docs, [[text for _, text in pending[g::n]] for g in range(n)])
-        for i, (split, _) in enumerate(pending):
-            add(split, groups[i % n][i // n])
+        texts = [text for _, text in pending]
+        for (split, _), tokens in zip(pending, processes.map(_encode, texts, -(-len(texts) // (4 * workers)) or 1)):
+            add(split, tokens)
         pending.clear()
         chars = 0
 
@@ -356,12 +342,8 @@ def _write_pool(corpus, out, settings, old, workers):
     return manifest
 
 
-@dataclass
-class Pool:
-    tokens: np.ndarray       # uint16, memory-mapped
-    doc_starts: np.ndarray   # int64 offset of each document's BOS, first = 0
-    manifest: dict
-    split: str
+# tokens: uint16, memory-mapped; doc_starts: int64 offset of each document's BOS (the first is 0)
+Pool = collections.namedtuple("Pool", "tokens doc_starts manifest split")
 
 
 def load_pool(data_dir, split, verify_hash=False):
@@ -371,15 +353,13 @@ def load_pool(data_dir, split, verify_hash=False):
         raise DataError(f"no pool in {data_dir} (no corpus.json); run: python data.py prepare --out {data_dir} ...")
     if manifest.get("status") != "complete":
         raise DataError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
-    info, fix = manifest["splits"][split], f"the pool is corrupt, delete {data_dir} and prepare it again"
-    arrays = []
-    for path, dtype, n in zip(_paths(data_dir, split), (np.uint16, np.int64), (info["token_count"], info["doc_count"])):
-        if not os.path.exists(path) or os.path.getsize(path) != n * np.dtype(dtype).itemsize:
-            raise DataError(f"{path} does not have the size corpus.json records; {fix}")
-        arrays.append(np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype=dtype))
-    if verify_hash and sha256_file(_paths(data_dir, split)[0]) != info["sha256"]:
-        raise DataError(f"{_paths(data_dir, split)[0]} does not match its sha256 in corpus.json; {fix}")
-    return Pool(*arrays, manifest, split)
+    info, (tokens_path, docs_path) = manifest["splits"][split], _paths(data_dir, split)
+    if verify_hash and sha256_file(tokens_path) != info["sha256"]:
+        raise DataError(f"{tokens_path} does not match its sha256 in corpus.json; the pool is corrupt, delete "
+                        f"{data_dir} and prepare it again")
+    mm = lambda path, dtype, n: np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype)
+    return Pool(mm(tokens_path, np.uint16, info["token_count"]), mm(docs_path, np.int64, info["doc_count"]), manifest,
+                split)
 
 
 def check_pool_hashes(data_dir):
@@ -403,8 +383,7 @@ def check_pool_hashes(data_dir):
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
     """Prepare `data_dir` where nothing is, or finish an interrupted prepare of this same pool (train.py --preset cpu
     does this for its default folder); a complete pool is used as it is, any other content is refused by prepare."""
-    manifest = _read_manifest(data_dir) if os.path.isdir(data_dir) else None
-    if manifest is None or manifest.get("status") != "complete":
+    if (_read_manifest(data_dir) or {}).get("status") != "complete":
         prepare(corpus, data_dir, tokenizer=tokenizer)
     return data_dir
 
@@ -431,10 +410,6 @@ def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
                         f"(python data.py verify {data_dir})")
 
 
-def _permutation(n, seed):
-    return torch.randperm(n, generator=torch.Generator().manual_seed(seed % (2 ** 63 - 1))).numpy()
-
-
 class TrainLoader:
     """Global batches of `batch_seqs` windows of seq_len + 1 tokens; batch(step, rank, world_size) is a pure
     function of (seed, step), so every world size and micro-batch split sees the same data at every step.
@@ -459,10 +434,10 @@ class TrainLoader:
             raise ValueError(f"batch_seqs {self.batch_seqs} is not divisible by world_size {world_size}")
         epoch = step // self.steps_per_epoch + 1
         if self._epoch != epoch:  # this epoch's document order, stream offsets and window order
-            base = self.seed + epoch * EPOCH_SEED_STRIDE
-            doc_order = _permutation(len(self.doc_starts), base + 0 * STAGE_SEED_STRIDE)
+            seed = lambda stage: (self.seed + epoch * EPOCH_SEED_STRIDE + stage * STAGE_SEED_STRIDE) % (2 ** 63 - 1)
+            doc_order = torch.randperm(len(self.doc_starts), generator=torch.Generator().manual_seed(seed(0))).numpy()
             stream_starts = np.concatenate(([0], np.cumsum(self.doc_lengths[doc_order])))
-            window_order = _permutation(self.n_windows, base + 1 * STAGE_SEED_STRIDE)
+            window_order = torch.randperm(self.n_windows, generator=torch.Generator().manual_seed(seed(1))).numpy()
             self._epoch, self._order = epoch, (doc_order, stream_starts, window_order)
         doc_order, stream_starts, window_order = self._order
         per_rank = self.batch_seqs // world_size
@@ -499,10 +474,8 @@ def run(argv):
             print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
         return
     out = args.out or os.path.join("data", args.corpus)
-    existing = _read_manifest(out) if args.if_missing and os.path.isdir(out) else None
-    if existing and existing.get("status") == "complete":
-        print(f"{out}: a complete {existing.get('corpus')} pool exists; nothing to do", file=sys.stderr)
-        return
+    if args.if_missing and (_read_manifest(out) or {}).get("status") == "complete":
+        return print(f"{out}: a complete pool exists; nothing to do", file=sys.stderr)
     prepare(args.corpus, out, args.tokenizer, args.train_tokens, args.val_tokens, args.files, args.workers)
 
 
