@@ -29,14 +29,12 @@ EVAL = dict(
     shuffle_seed=1337,          # example-order shuffle, every task
     seeds=[0, 1, 2],            # few-shot seeds (additive offsets to the example index)
     rows_per_forward=64,        # --batch-size default: sequences per forward
-    # cap on padded tokens per forward, by device type: it bounds activation memory on GPU; on CPU small forwards
-    # stay in cache (at seq_len 128: 16 x 128 tokens per forward ran 1.3x faster than 64 x 128)
+    # padded tokens per forward: bounds activation memory on GPU; on CPU small forwards stay in cache
     tokens_per_forward=dict(cuda=16384, cpu=2048),
     examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
     lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
     kl_threshold=2.0,           # nats (paper Fig. 6)
 )
-SCORING = ("one_at_a_time", "batched")  # score_examples paths; the results are the same
 CORE_TASKS = [  # the 22 CORE tasks in core.yaml order
     "hellaswag_zeroshot", "jeopardy", "bigbench_qa_wikidata", "arc_easy", "arc_challenge", "copa", "commonsense_qa",
     "piqa", "openbook_qa", "lambada_openai", "hellaswag", "winograd", "winogrande", "bigbench_dyck_languages",
@@ -56,21 +54,18 @@ def build_parser():
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"], help="few-shot seed(s)")
-    p.add_argument("--max-per-task", type=integer(1, 10 ** 9), default=None,
-                   help="keep the first N shuffled examples of each task (default: all)")
-    p.add_argument("--passes", type=integer(1, MAX_PASSES), default=None,
-                   help="evaluate at K passes (default: the checkpoint's)")
+    p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")
+    p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
     p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"],
                    help="sequences per forward")
-    p.add_argument("--scoring", choices=SCORING, default="batched",
+    p.add_argument("--scoring", choices=("one_at_a_time", "batched"), default="batched",
                    help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
                         "forward (the same scores, faster)")
-    p.add_argument("--out", default=None, help="output JSON (default: <run folder>/eval.json, or\n"
-                   "eval_passesK.json with --passes); an existing file is replaced only by an evaluation of\n"
-                   "the same checkpoint")
+    p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes);\n"
+                   "an existing file is replaced only by an evaluation of the same checkpoint")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
-    p.add_argument("--data-dir", default=None, help="token pool with a val split (for --effective-depth)")
+    p.add_argument("--data-dir", help="token pool with a val split (for --effective-depth)")
     p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=EVAL["lens_tokens"])
     p.add_argument("--kl-threshold", type=number("(0, inf)"), default=EVAL["kl_threshold"], help="nats")
     return p
@@ -92,41 +87,32 @@ from checkpoint import load_checkpoint_model
 # The bundle: downloaded, checked and installed once; its tasks read from core.yaml, eval_meta_data.csv and each
 # task's JSONL, every row checked against its task type before any task runs (a bad row is one line naming file:line)
 
-TASK_TYPES = ("multiple_choice", "schema", "language_modeling")
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
-                   language_modeling=("context", "continuation"))
-
-
-def download_bundle(url, bundle_dir):
-    """Download the zip, extract it (zipfile keeps members inside the target), check the content fingerprint, and
-    only then rename it into place."""
-    parent = os.path.dirname(os.path.abspath(bundle_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=parent)
-    try:
-        zip_path = os.path.join(tmp, "eval_bundle.zip")
-        try:
-            print(f"downloading {url}", file=sys.stderr)
-            urllib.request.urlretrieve(url, zip_path)
-            with zipfile.ZipFile(zip_path) as zf:
-                zf.extractall(os.path.join(tmp, "x"))
-        except (OSError, zipfile.BadZipFile) as e:
-            raise UsageError(f"could not download and unzip the CORE bundle from {url} ({e}); pass --bundle-dir with "
-                             "an extracted bundle to run offline") from None
-        extracted = os.path.join(tmp, "x", "eval_bundle")
-        if not os.path.isdir(extracted) or bundle_fingerprint(extracted) != EVAL["bundle_fingerprint"]:
-            raise UsageError(f"the zip from {url} is not the CORE bundle (no eval_bundle/ folder, or its content "
-                             "fingerprint differs from the paper's); pass --bundle-dir with an extracted bundle")
-        os.replace(extracted, bundle_dir)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+                   language_modeling=("context", "continuation"))  # the task types and the fields of their rows
 
 
 def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
-    """Use bundle_dir if it exists, else download it on rank 0 while the other ranks wait (torchrun stops them if
-    rank 0 fails)."""
+    """Use bundle_dir if it exists, else (rank 0, the others wait) download the zip, extract it (zipfile keeps
+    members inside the target), check the content fingerprint, and only then rename it into place."""
     if rank == 0 and not os.path.exists(bundle_dir):
-        download_bundle(url, bundle_dir)
+        parent = os.path.dirname(os.path.abspath(bundle_dir))
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=parent)
+        try:
+            print(f"downloading {url}", file=sys.stderr)
+            urllib.request.urlretrieve(url, os.path.join(tmp, "eval_bundle.zip"))
+            with zipfile.ZipFile(os.path.join(tmp, "eval_bundle.zip")) as zf:
+                zf.extractall(tmp)
+            extracted = os.path.join(tmp, "eval_bundle")
+            if not os.path.isdir(extracted) or bundle_fingerprint(extracted) != EVAL["bundle_fingerprint"]:
+                raise UsageError(f"the zip from {url} is not the CORE bundle (no eval_bundle/ folder, or its content "
+                                 "fingerprint differs from the paper's); pass --bundle-dir with an extracted bundle")
+            os.replace(extracted, bundle_dir)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise UsageError(f"could not download and unzip the CORE bundle from {url} ({e}); pass --bundle-dir with "
+                             "an extracted bundle to run offline") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     if world_size > 1:
         dist.barrier()
     return bundle_dir
@@ -139,8 +125,7 @@ def bundle_fingerprint(bundle_dir):
         dirnames.sort()
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
-            outer.update(os.path.relpath(path, bundle_dir).replace(os.sep, "/").encode("utf-8"))
-            outer.update(sha256_file(path).encode("ascii"))
+            outer.update(os.path.relpath(path, bundle_dir).replace(os.sep, "/").encode() + sha256_file(path).encode())
     return outer.hexdigest()
 
 
@@ -167,15 +152,16 @@ def load_tasks(bundle_dir):
                    if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
         if missing:
             raise UsageError(f"{where} has no {', '.join(missing)}")
-        label, delimiter, shots = spec["label"], spec.get("continuation_delimiter") or " ", spec["num_fewshot"]
+        label, delimiter, shots, task_type = (spec["label"], spec.get("continuation_delimiter") or " ",
+                                              spec["num_fewshot"], spec["icl_task_type"])
         for key, value in dict(label=label, dataset_uri=spec["dataset_uri"], continuation_delimiter=delimiter).items():
             if not isinstance(value, str):
                 raise UsageError(f"{where}: {key} must be text, got {value!r}")
         if any(t["label"] == label for t in tasks):  # a copy counts once in the scores, but made 23 tasks of 22
             raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (again in entry {index}); keep one")
-        if spec["icl_task_type"] not in TASK_TYPES:
-            raise UsageError(f"task {label}: unknown icl_task_type {spec['icl_task_type']!r} "
-                             f"(expected one of {', '.join(TASK_TYPES)})")
+        if task_type not in ITEM_FIELDS:
+            raise UsageError(f"task {label}: unknown icl_task_type {task_type!r} (expected one of "
+                             f"{', '.join(ITEM_FIELDS)})")
         if not isinstance(shots, list) or not isinstance(shots[0], int) or shots[0] < 0:
             raise UsageError(f"task {label}: num_fewshot in {bundle_dir}/core.yaml must be a list like [10]")
         rows = baselines.get(label, [])
@@ -188,10 +174,9 @@ def load_tasks(bundle_dir):
         if not 0 <= baseline < 100:  # the centered score divides by 100 - baseline; nan and inf fail too
             raise UsageError(f"{meta}:{rows[0][0]}: task {label}: 'Random baseline' {rows[0][1]!r} is not a "
                              "percentage in [0, 100)")
-        items = read_task_items(label, spec["icl_task_type"], os.path.join(bundle_dir, "eval_data",
-                                                                           spec["dataset_uri"]))
-        tasks.append(dict(label=label, type=spec["icl_task_type"], shots=shots[0], delimiter=delimiter,
-                          baseline=baseline, items=items))
+        items = read_task_items(label, task_type, os.path.join(bundle_dir, "eval_data", spec["dataset_uri"]))
+        tasks.append(dict(label=label, type=task_type, shots=shots[0], delimiter=delimiter, baseline=baseline,
+                          items=items))
     return tasks
 
 
@@ -202,7 +187,7 @@ def read_task_items(label, task_type, path):
             lines = f.read().split(b"\n")
     except OSError as e:
         raise UsageError(f"task {label}: cannot read {path} ({e.strerror})") from None
-    items = []
+    items, fields = [], ITEM_FIELDS[task_type]
     for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue
@@ -211,17 +196,16 @@ def read_task_items(label, task_type, path):
             item = json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, ValueError):
             raise UsageError(f"{where}: not a JSON object") from None
-        if not isinstance(item, dict) or any(k not in item for k in ITEM_FIELDS[task_type]):
-            raise UsageError(f"{where}: a {task_type} row needs {' and '.join(ITEM_FIELDS[task_type])}")
+        if not isinstance(item, dict) or any(k not in item for k in fields):
+            raise UsageError(f"{where}: a {task_type} row needs {' and '.join(fields)}")
         options = item.get("choices" if task_type == "multiple_choice" else "context_options")
-        texts = [item[k] for k in ITEM_FIELDS[task_type] if k not in ("choices", "context_options")]
+        texts = [item[k] for k in fields if k not in ("choices", "context_options")]
         if not all(isinstance(t, str) for t in texts + (options if isinstance(options, list) else [])):
-            raise UsageError(f"{where}: {', '.join(ITEM_FIELDS[task_type])} must be text")
-        if task_type != "language_modeling":
-            gold = item.get("gold")
-            if not isinstance(options, list) or not options or not isinstance(gold, int) or isinstance(gold, bool) \
-                    or not 0 <= gold < len(options):
-                raise UsageError(f"{where}: gold {gold!r} is not an index into its answer options")
+            raise UsageError(f"{where}: {', '.join(fields)} must be text")
+        gold = item.get("gold")
+        if task_type != "language_modeling" and (not isinstance(options, list) or type(gold) is not int
+                                                 or not 0 <= gold < len(options)):
+            raise UsageError(f"{where}: gold {gold!r} is not an index into its answer options")
         items.append(item)
     if not items:
         raise UsageError(f"task {label}: {path} is empty")
@@ -239,10 +223,8 @@ def shuffled_items(items, max_per_task):
 
 
 def fewshot_indices(n, idx, shots, seed):
-    if shots == 0:
-        return []
     pool = [i for i in range(n) if i != idx]
-    return random.Random(seed + idx).sample(pool, min(shots, len(pool)))
+    return random.Random(seed + idx).sample(pool, min(shots, len(pool))) if shots else []
 
 
 def render(task_type, item, examples, delimiter):
@@ -262,39 +244,33 @@ def render(task_type, item, examples, delimiter):
     return [prefix.strip(), prefix + item["continuation"]], None
 
 
-def common_prefix_len(seqs):
-    """Length of the longest common prefix of token lists."""
-    return len(os.path.commonprefix(seqs))
-
-
 def build_example(task_type, item, prompts, answer, encode, max_len):
     """Tokenize (BOS first), find scoring regions, left-crop to max_len.
 
-    Returns dict(rows=[token lists], regions=[(start, end)] per row, gold_row, gold_region (start, end) or None,
-    label=gold index). A region [s, e) is scored by the losses at positions [s-1, e-1)."""
+    Returns dict(rows=[token lists], regions=[(start, end)] per row, gold_row, gold_region (start, end), label=gold
+    index, clipped). A region [s, e) is scored by the losses at positions [s-1, e-1)."""
+    prefix_len = lambda seqs: len(os.path.commonprefix(seqs))
     if task_type == "language_modeling":
         without, with_ = encode(prompts[0]), encode(prompts[1])
         if with_[:len(without)] != without or len(without) >= len(with_):
             raise UsageError(f"LM item {item.get('context', '')[:40]!r}: the context tokens are not a prefix of the "
                              "context+continuation tokens (tokenizer merges across the delimiter)")
-        rows, regions, gold_row, label = [with_], [(len(without), len(with_))], 0, 0
+        rows, regions, label = [with_], [(len(without), len(with_))], 0
         gold_region = regions[0]
     else:
-        rows = [encode(p) for p in prompts]
-        if task_type == "multiple_choice":
-            start = common_prefix_len(rows)
-            regions = [(start, len(r)) for r in rows]
-        else:
-            suffix = common_prefix_len([r[::-1] for r in rows])
+        rows, label = [encode(p) for p in prompts], item["gold"]
+        if task_type == "multiple_choice":  # the candidates differ after their common prefix
+            regions = [(prefix_len(rows), len(r)) for r in rows]
+        else:  # schema: the options differ before their common suffix
+            suffix = prefix_len([r[::-1] for r in rows])
             regions = [(len(r) - suffix, len(r)) for r in rows]
-        label = gold_row = item["gold"]
-        gold_prompt = prompts[gold_row]
+        gold_prompt = prompts[label]
         if not answer or not gold_prompt.endswith(answer):
             raise UsageError(f"item {gold_prompt[-40:]!r}: the gold prompt does not end with its gold answer")
-        gold_start = common_prefix_len([rows[gold_row], encode(gold_prompt[:-len(answer)])])
-        if gold_start >= len(rows[gold_row]):
+        gold_start = prefix_len([rows[label], encode(gold_prompt[:-len(answer)])])
+        if gold_start >= len(rows[label]):
             raise UsageError(f"item {gold_prompt[-40:]!r}: empty gold-answer region")
-        gold_region = (gold_start, len(rows[gold_row]))
+        gold_region = (gold_start, len(rows[label]))
     clipped = False
     for i, row in enumerate(rows):
         crop = max(0, len(row) - max_len)
@@ -303,11 +279,11 @@ def build_example(task_type, item, prompts, answer, encode, max_len):
             # longer than the context (only seen with the bytes tokenizer and a short seq_len) is instead scored on
             # its last max_len - 1 tokens, and the example is counted in the output's clipped_examples.
             rows[i] = row[crop:]
-            clipped |= regions[i][0] - crop < 1 or (i == gold_row and gold_region[0] - crop < 1)
+            clipped |= regions[i][0] - crop < 1 or (i == label and gold_region[0] - crop < 1)
             regions[i] = (max(1, regions[i][0] - crop), regions[i][1] - crop)
-            if i == gold_row:
+            if i == label:
                 gold_region = (max(1, gold_region[0] - crop), gold_region[1] - crop)
-    return dict(rows=rows, regions=regions, gold_row=gold_row, gold_region=gold_region, label=label, clipped=clipped)
+    return dict(rows=rows, regions=regions, gold_row=label, gold_region=gold_region, label=label, clipped=clipped)
 
 
 def task_examples(task, items, seed, indices, encode, max_len):
@@ -323,51 +299,37 @@ def task_examples(task, items, seed, indices, encode, max_len):
 # ------------------------------------------------------------------------------------------------------------------
 # Forward passes and per-example scores (paper App. C.2)
 
-def forward_groups(examples, rows_per_forward, tokens_per_forward, one_at_a_time):
-    """Batches of (example, row): one example's rows per forward (the reference path), or every row, longest first,
-    packed up to rows_per_forward rows and tokens_per_forward padded tokens per forward."""
-    if one_at_a_time:
-        return [[(e, r) for r in range(len(ex["rows"]))] for e, ex in enumerate(examples)]
-    length = lambda er: len(examples[er[0]]["rows"][er[1]])
-    groups = []
-    for er in sorted(((e, r) for e, ex in enumerate(examples) for r in range(len(ex["rows"]))), key=length,
-                     reverse=True):  # a group's first row sets its padded length
-        if not groups or len(groups[-1]) >= rows_per_forward or \
-                (len(groups[-1]) + 1) * length(groups[-1][0]) > tokens_per_forward:
-            groups.append([])
-        groups[-1].append(er)
-    return groups
-
-
-def scored_positions(examples):
-    """Segments to sum losses over: per (example, row) its scoring region, per example its gold-answer region.
-    -> {(e, r): [(segment, row position j, target token)]}: the loss at j scores token j + 1."""
-    wanted, segment = {}, 0
-    for e, ex in enumerate(examples):
-        spans = [(r, ex["regions"][r]) for r in range(len(ex["rows"]))] + [(ex["gold_row"], ex["gold_region"])]
-        for r, (s, t) in spans:
-            row = ex["rows"][r]
-            wanted.setdefault((e, r), []).extend((segment, j, row[j + 1]) for j in range(s - 1, t - 1))
-            segment += 1
-    return wanted, segment
-
-
 @torch.no_grad()
 def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="batched"):
     """-> per example its scores: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and
     answer_bytes (nats over, and UTF-8 bytes of, the answer's byte-carrying tokens), clipped (0/1).
 
-    scoring (SCORING): "one_at_a_time" is the reference path, the rows of one example per forward; "batched" packs
-    rows of many examples per forward, sorted by length. Both decode logits only where a loss is scored."""
-    wanted, n_segments = scored_positions(examples)
-    sums = torch.zeros(5, n_segments, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
+    scoring: "one_at_a_time" is the reference path, the rows of one example per forward; "batched" packs rows of many
+    examples per forward, longest first, up to rows_per_forward rows and tokens_per_forward padded tokens. Both decode
+    logits only where a loss is scored."""
+    wanted, segment = {}, 0  # (example, row) -> [(segment, position j, target)]: the loss at j scores token j + 1
+    for e, ex in enumerate(examples):  # segments: each row's scoring region, then the example's gold-answer region
+        for r, (s, t) in [*enumerate(ex["regions"]), (ex["gold_row"], ex["gold_region"])]:
+            wanted.setdefault((e, r), []).extend((segment, j, ex["rows"][r][j + 1]) for j in range(s - 1, t - 1))
+            segment += 1
+    length = lambda er: len(examples[er[0]]["rows"][er[1]])
     tokens_per_forward = EVAL["tokens_per_forward"]["cuda" if device.type == "cuda" else "cpu"]
-    for group in forward_groups(examples, rows_per_forward, tokens_per_forward, scoring == "one_at_a_time"):
-        T = max(len(examples[e]["rows"][r]) for e, r in group)
+    if scoring == "one_at_a_time":
+        groups = [[(e, r) for r in range(len(ex["rows"]))] for e, ex in enumerate(examples)]
+    else:
+        groups = []
+        for er in sorted(wanted, key=length, reverse=True):  # a group's first row sets its padded length
+            if not groups or len(groups[-1]) >= rows_per_forward or \
+                    (len(groups[-1]) + 1) * length(groups[-1][0]) > tokens_per_forward:
+                groups.append([])
+            groups[-1].append(er)
+    sums = torch.zeros(5, segment, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
+    for group in groups:
+        T = max(map(length, group))
         x = torch.full((len(group), T), bos, dtype=torch.long)
         flat, targets, segments = [], [], []
         for i, (e, r) in enumerate(group):
-            x[i, :len(examples[e]["rows"][r])] = torch.tensor(examples[e]["rows"][r])
+            x[i, :length((e, r))] = torch.tensor(examples[e]["rows"][r])
             for segment, j, target in wanted[e, r]:
                 flat.append(i * T + j)
                 targets.append(target)
@@ -384,11 +346,10 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
     results, segment = [], 0
     for ex in examples:
         n_rows = len(ex["rows"])
-        region_loss = sums[0, segment:segment + n_rows] / sums[1, segment:segment + n_rows]
         if n_rows == 1:  # LM: correct only if every continuation token is the argmax
             correct = bool(sums[2, segment] == sums[1, segment])
         else:  # MC / schema: lowest mean loss over the candidate's region wins, ties -> first index
-            candidates = region_loss.tolist()
+            candidates = (sums[0, segment:segment + n_rows] / sums[1, segment:segment + n_rows]).tolist()
             correct = min(range(n_rows), key=candidates.__getitem__) == ex["label"]
         gold = segment + n_rows
         results.append(dict(correct=float(correct), answer_nll=(sums[0, gold] / sums[1, gold]).item(),
@@ -404,9 +365,8 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
 
     Examples are strided over ranks and gathered; zero-shot tasks run once (first seed) and are reused per seed.
     Each rank tokenizes and scores its examples in chunks, so memory stays bounded on the 10k-item tasks."""
-    bos = enc.eot_token
     byte_lengths = torch.as_tensor(data.token_byte_lengths(enc), dtype=torch.long)
-    encode = lambda text: [bos] + enc.encode_ordinary(text)
+    encode = lambda text: [enc.eot_token] + enc.encode_ordinary(text)
     scores, counts, clipped = {}, {}, {}
     for task in tasks:
         t0, label = time.time(), task["label"]
@@ -419,7 +379,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             results = []
             for c in range(0, len(mine), chunk):
                 examples = task_examples(task, items, seed, mine[c:c + chunk], encode, max_len)
-                results += score_examples(net, examples, bos, byte_lengths, device, rows_per_forward, scoring)
+                results += score_examples(net, examples, enc.eot_token, byte_lengths, device, rows_per_forward, scoring)
                 if show_progress and rank == 0:
                     print(f"\r{label:<34} {s * len(mine) + len(results)}/{len(run_seeds) * len(mine)} examples "
                           f"(rank 0)  {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
@@ -430,8 +390,8 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             per_seed[seed] = results
         if show_progress and rank == 0:
             print(file=sys.stderr)
-        scores[label] = {seed: {name: metric(per_seed[seed if seed in per_seed else seeds[0]])
-                                for name, metric in METRICS.items()} for seed in seeds}
+        scores[label] = {seed: {name: metric(per_seed.get(seed, per_seed[seeds[0]])) for name, metric in METRICS.items()}
+                         for seed in seeds}
         clipped[label] = int(sum(r["clipped"] for results in per_seed.values() for r in results))
     return scores, counts, clipped
 
@@ -454,10 +414,6 @@ METRICS = dict(
 )
 
 
-def finite_or_none(x):
-    return x if math.isfinite(x) else None
-
-
 def aggregate(scores, baselines, seeds, verified=False):
     """scores {label: {seed: {metric: value}}}, baselines {label: percent} -> the metric part of eval.json.
     verified: the tasks are the 22 CORE tasks of a bundle whose fingerprint was checked (only then CORE-22)."""
@@ -465,14 +421,15 @@ def aggregate(scores, baselines, seeds, verified=False):
     bad = [label for label in labels if not all(math.isfinite(scores[label][s]["losses"]) for s in seeds)]
     if bad:
         raise UsageError(f"non-finite answer NLL for task(s) {', '.join(bad)}; the model produced NaN/inf logits")
+    finite = lambda x: x if math.isfinite(x) else None
+    centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
     out, per_seed = {}, {str(s): {} for s in seeds}
     for name in METRICS:
         values = {label: [scores[label][s][name] for s in seeds] for label in labels}
-        out[name] = {label: finite_or_none(mean(v)) for label, v in values.items()}
-        out[f"{name}_std"] = {label: finite_or_none(float(np.std(v))) for label, v in values.items()}
+        out[name] = {label: finite(mean(v)) for label, v in values.items()}
+        out[f"{name}_std"] = {label: finite(float(np.std(v))) for label, v in values.items()}
         for i, s in enumerate(seeds):
-            per_seed[str(s)][name] = {label: finite_or_none(v[i]) for label, v in values.items()}
-    centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
+            per_seed[str(s)][name] = {label: finite(v[i]) for label, v in values.items()}
     out["centered_results"] = {label: centered(label, out["results"][label]) for label in labels}
     for s in seeds:
         per_seed[str(s)]["centered_results"] = {label: centered(label, scores[label][s]["results"]) for label in labels}
@@ -532,11 +489,11 @@ def load_model(checkpoint, device, passes=None):
         raise UsageError(f"--checkpoint {checkpoint}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
                          "(a train.py run folder, its checkpoints folder or a step folder)") from None
     net.to(device).eval().set_attention("default")
-    if passes is not None:
-        try:
+    try:
+        if passes is not None:
             net.set_passes(passes)
-        except (ValueError, AssertionError) as e:
-            raise UsageError(f"--passes {passes} is not possible for this checkpoint ({e})") from None
+    except (ValueError, AssertionError) as e:
+        raise UsageError(f"--passes {passes} is not possible for this checkpoint ({e})") from None
     return net, record
 
 
@@ -550,33 +507,6 @@ def default_out(checkpoint, passes):
     return os.path.join(path, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
 
-def check_out_path(out_path, checkpoint):
-    """--out is written into an existing folder, and replaces only an evaluation of the same checkpoint: another
-    checkpoint's results, or a file that is not core_eval's, are never overwritten."""
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
-        raise UsageError(f"--out {out_path}: not a file name in an existing folder")
-    if os.path.exists(out_path):
-        try:
-            with open(out_path) as f:
-                previous = json.load(f).get("checkpoint")
-        except (OSError, ValueError, AttributeError):
-            previous = None
-        if previous != os.path.abspath(checkpoint):
-            raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
-                             "--out (or move that file)")
-
-
-def lens_windows(args, max_len, vocab_size):
-    """The --effective-depth validation windows, loaded (and checked) before the CORE evaluation starts."""
-    try:
-        pool = data.load_pool(args.data_dir, "val")
-        windows = data.val_windows(pool, max_len, args.lens_tokens)
-        data.check_token_range(args.data_dir, pool, vocab_size, windows.numel())
-    except data.DataError as e:
-        raise UsageError(f"--effective-depth: {e}") from None
-    return windows
-
-
 def run_eval(args, rank, world_size, device):
     t0 = time.time()
     net, record = load_model(args.checkpoint, device, args.passes)
@@ -585,14 +515,19 @@ def run_eval(args, rank, world_size, device):
         raise UsageError(f"checkpoint {args.checkpoint} has a vocabulary of {net.cfg.vocab_size} token ids but its "
                          f"tokenizer {record.get('tokenizer')!r} has {enc.n_vocab}")
     bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
-    tasks = load_tasks(bundle_dir)
-    fingerprint = bundle_fingerprint(bundle_dir)
+    tasks, fingerprint = load_tasks(bundle_dir), bundle_fingerprint(bundle_dir)
     verified = sorted(t["label"] for t in tasks) == sorted(CORE_TASKS)  # labels are unique (load_tasks)
     if verified and fingerprint != EVAL["bundle_fingerprint"]:
         raise UsageError(f"bundle {bundle_dir} has content fingerprint {fingerprint}, not the paper's "
                          f"{EVAL['bundle_fingerprint']}; re-download it (delete the folder) or remove extra files")
     max_len = net.cfg.seq_len
-    windows = lens_windows(args, max_len, net.cfg.vocab_size) if args.effective_depth else None
+    if args.effective_depth:  # the validation windows, loaded (and checked) before the CORE evaluation starts
+        try:
+            pool = data.load_pool(args.data_dir, "val")
+            windows = data.val_windows(pool, max_len, args.lens_tokens)
+            data.check_token_range(args.data_dir, pool, net.cfg.vocab_size, windows.numel())
+        except data.DataError as e:
+            raise UsageError(f"--effective-depth: {e}") from None
     scores, counts, clipped = evaluate_tasks(net, enc, tasks, args.seed, args.max_per_task, max_len, device,
                                              args.batch_size, args.scoring, rank=rank, world_size=world_size)
     out = aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, args.seed, verified)
@@ -619,8 +554,19 @@ def run(argv):
     if not os.path.isdir(args.checkpoint):
         raise UsageError(f"--checkpoint {args.checkpoint} is no folder: pass a train.py run folder, its checkpoints "
                          "folder or one step folder")
+    # --out goes into an existing folder and replaces only an evaluation of the same checkpoint
     out_path = args.out or default_out(args.checkpoint, args.passes)
-    check_out_path(out_path, args.checkpoint)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
+        raise UsageError(f"--out {out_path}: not a file name in an existing folder")
+    if os.path.exists(out_path):
+        try:
+            with open(out_path) as f:
+                previous = json.load(f).get("checkpoint")
+        except (OSError, ValueError, AttributeError):
+            previous = None
+        if previous != os.path.abspath(args.checkpoint):
+            raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
+                             "--out (or move that file)")
     rank, world_size, device = setup_distributed()
     out = run_eval(args, rank, world_size, device)
     if rank != 0:
@@ -633,8 +579,7 @@ def run(argv):
             json.dump(out, f)
         raise UsageError(f"cannot write {out_path}: {e.strerror}; the results are saved in {saved}") from None
     if args.json:
-        print(json.dumps(out, indent=2))
-        return
+        return print(json.dumps(out, indent=2))
     filtered = out["core_metric_filtered"]
     print(f"{out['core_metric_label']}: core_metric {out['core_metric']:.4f} ± {out['core_metric_std']:.4f}  core_loss "
           f"{out['core_loss']:.4f}  core_metric_filtered {'n/a' if filtered is None else f'{filtered:.4f}'}  "
