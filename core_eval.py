@@ -3,10 +3,8 @@ core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE ac
 17-task filtered score, few-shot seeds 0 1 2 (mean and population std), and the logit-lens KL effective depth.
 
 Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE").
-Examples are shuffled with Random(1337), few-shot examples are drawn with Random(seed + index) excluding the item
-itself, prompts get BOS prepended and are left-cropped to the model context; MC/schema pick the candidate with the
-lowest mean token loss over its scoring region, LM items are correct only if every continuation token is the argmax;
-answer NLL is the mean token loss over the full gold answer. Many examples run per forward (--scoring).
+MC/schema pick the candidate with the lowest mean token loss over its scoring region, LM items are correct only if
+every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
 
     python core_eval.py --checkpoint runs/X                                          # full suite -> runs/X/eval.json
     python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seed 0
@@ -18,6 +16,7 @@ and installed only if its content matches the paper's fingerprint. A new metric 
 """
 
 import argparse, csv, hashlib, json, math, os, random, shutil, sys, tempfile, time, urllib.request, zipfile
+from statistics import fmean
 
 from arms import MAX_PASSES, SEEDS
 from common import (Parser, UsageError, answer_help, autocast, cli_main_distributed, exit_process, integer, number,
@@ -49,15 +48,13 @@ DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".
 
 def build_parser():
     p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--checkpoint", required=True, help="a train.py run folder, its checkpoints folder or one step "
-                   "folder")
+    p.add_argument("--checkpoint", required=True, help="a train.py run folder, its checkpoints folder or a step folder")
     p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"], help="few-shot seed(s)")
     p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
-    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"],
-                   help="sequences per forward")
+    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"], help="rows per forward")
     p.add_argument("--scoring", choices=("one_at_a_time", "batched"), default="batched",
                    help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
                         "forward (the same scores, faster)")
@@ -83,10 +80,7 @@ import yaml
 import data
 from checkpoint import load_checkpoint_model
 
-# ------------------------------------------------------------------------------------------------------------------
-# The bundle: downloaded, checked and installed once; its tasks read from core.yaml, eval_meta_data.csv and each
-# task's JSONL, every row checked against its task type before any task runs (a bad row is one line naming file:line)
-
+# --- The CORE bundle: every row of every task is checked before any task runs (a bad row is one line: file:line)
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
                    language_modeling=("context", "continuation"))  # the task types and the fields of their rows
 
@@ -95,9 +89,8 @@ def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
     """Use bundle_dir if it exists, else (rank 0, the others wait) download the zip, extract it (zipfile keeps
     members inside the target), check the content fingerprint, and only then rename it into place."""
     if rank == 0 and not os.path.exists(bundle_dir):
-        parent = os.path.dirname(os.path.abspath(bundle_dir))
-        os.makedirs(parent, exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=parent)
+        os.makedirs(os.path.dirname(os.path.abspath(bundle_dir)), exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=os.path.dirname(os.path.abspath(bundle_dir)))
         try:
             print(f"downloading {url}", file=sys.stderr)
             urllib.request.urlretrieve(url, os.path.join(tmp, "eval_bundle.zip"))
@@ -152,8 +145,8 @@ def load_tasks(bundle_dir):
                    if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
         if missing:
             raise UsageError(f"{where} has no {', '.join(missing)}")
-        label, delimiter, shots, task_type = (spec["label"], spec.get("continuation_delimiter") or " ",
-                                              spec["num_fewshot"], spec["icl_task_type"])
+        label, shots, task_type = spec["label"], spec["num_fewshot"], spec["icl_task_type"]
+        delimiter = spec.get("continuation_delimiter") or " "
         for key, value in dict(label=label, dataset_uri=spec["dataset_uri"], continuation_delimiter=delimiter).items():
             if not isinstance(value, str):
                 raise UsageError(f"{where}: {key} must be text, got {value!r}")
@@ -167,16 +160,13 @@ def load_tasks(bundle_dir):
         rows = baselines.get(label, [])
         if len(rows) != 1:
             raise UsageError(f"task {label}: {meta} must have one 'Random baseline' row for it, not {len(rows)}")
-        try:
-            baseline = float(rows[0][1])
-        except (TypeError, ValueError):  # a cell that is missing or not a number
-            baseline = math.nan
-        if not 0 <= baseline < 100:  # the centered score divides by 100 - baseline; nan and inf fail too
+        cell = str(rows[0][1]).strip()  # a missing cell reads None
+        baseline = float(cell) if cell.replace(".", "", 1).isdecimal() else math.nan
+        if not 0 <= baseline < 100:  # the centered score divides by 100 - baseline
             raise UsageError(f"{meta}:{rows[0][0]}: task {label}: 'Random baseline' {rows[0][1]!r} is not a "
                              "percentage in [0, 100)")
-        items = read_task_items(label, task_type, os.path.join(bundle_dir, "eval_data", spec["dataset_uri"]))
         tasks.append(dict(label=label, type=task_type, shots=shots[0], delimiter=delimiter, baseline=baseline,
-                          items=items))
+                          items=read_task_items(label, task_type, f"{bundle_dir}/eval_data/{spec['dataset_uri']}")))
     return tasks
 
 
@@ -198,11 +188,9 @@ def read_task_items(label, task_type, path):
             raise UsageError(f"{where}: not a JSON object") from None
         if not isinstance(item, dict) or any(k not in item for k in fields):
             raise UsageError(f"{where}: a {task_type} row needs {' and '.join(fields)}")
-        options = item.get("choices" if task_type == "multiple_choice" else "context_options")
-        texts = [item[k] for k in fields if k not in ("choices", "context_options")]
-        if not all(isinstance(t, str) for t in texts + (options if isinstance(options, list) else [])):
+        if not all(isinstance(t, str) for v in map(item.get, fields) for t in (v if isinstance(v, list) else [v])):
             raise UsageError(f"{where}: {', '.join(fields)} must be text")
-        gold = item.get("gold")
+        options, gold = item.get("choices", item.get("context_options")), item.get("gold")
         if task_type != "language_modeling" and (not isinstance(options, list) or type(gold) is not int
                                                  or not 0 <= gold < len(options)):
             raise UsageError(f"{where}: gold {gold!r} is not an index into its answer options")
@@ -212,9 +200,7 @@ def read_task_items(label, task_type, path):
     return items
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Few-shot sampling, prompt rendering, scoring regions (paper App. C.2)
-
+# --- Few-shot sampling, prompt rendering, scoring regions (paper App. C.2)
 def shuffled_items(items, max_per_task):
     """Copy, shuffle with Random(1337), keep the first max_per_task (None: all)."""
     items = list(items)
@@ -247,8 +233,8 @@ def render(task_type, item, examples, delimiter):
 def build_example(task_type, item, prompts, answer, encode, max_len):
     """Tokenize (BOS first), find scoring regions, left-crop to max_len.
 
-    Returns dict(rows=[token lists], regions=[(start, end)] per row, gold_row, gold_region (start, end), label=gold
-    index, clipped). A region [s, e) is scored by the losses at positions [s-1, e-1)."""
+    Returns dict(rows=[token lists], regions=[(start, end)] per row, gold_row (the gold index), gold_region (start,
+    end), clipped). A region [s, e) is scored by the losses at positions [s-1, e-1)."""
     prefix_len = lambda seqs: len(os.path.commonprefix(seqs))
     if task_type == "language_modeling":
         without, with_ = encode(prompts[0]), encode(prompts[1])
@@ -271,19 +257,14 @@ def build_example(task_type, item, prompts, answer, encode, max_len):
         if gold_start >= len(rows[label]):
             raise UsageError(f"item {gold_prompt[-40:]!r}: empty gold-answer region")
         gold_region = (gold_start, len(rows[label]))
-    clipped = False
-    for i, row in enumerate(rows):
-        crop = max(0, len(row) - max_len)
-        if crop:
-            # Deviation: the official evaluator asserts that the scored region survives the crop. A continuation
-            # longer than the context (only seen with the bytes tokenizer and a short seq_len) is instead scored on
-            # its last max_len - 1 tokens, and the example is counted in the output's clipped_examples.
-            rows[i] = row[crop:]
-            clipped |= regions[i][0] - crop < 1 or (i == label and gold_region[0] - crop < 1)
-            regions[i] = (max(1, regions[i][0] - crop), regions[i][1] - crop)
-            if i == label:
-                gold_region = (max(1, gold_region[0] - crop), gold_region[1] - crop)
-    return dict(rows=rows, regions=regions, gold_row=label, gold_region=gold_region, label=label, clipped=clipped)
+    # Left-crop. Deviation: the official evaluator asserts that the scored region survives the crop. A continuation
+    # longer than the context (only seen with the bytes tokenizer and a short seq_len) is instead scored on its last
+    # max_len - 1 tokens, and the example is counted in the output's clipped_examples.
+    crops = [max(0, len(row) - max_len) for row in rows]
+    crop = lambda r, region: (max(1, region[0] - crops[r]), region[1] - crops[r])
+    clipped = any(start - crops[r] < 1 for r, (start, _) in [*enumerate(regions), (label, gold_region)])
+    return dict(rows=[row[c:] for row, c in zip(rows, crops)], regions=[crop(r, g) for r, g in enumerate(regions)],
+                gold_row=label, gold_region=crop(label, gold_region), clipped=clipped)
 
 
 def task_examples(task, items, seed, indices, encode, max_len):
@@ -296,9 +277,7 @@ def task_examples(task, items, seed, indices, encode, max_len):
     return built
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Forward passes and per-example scores (paper App. C.2)
-
+# --- Forward passes and per-example scores (paper App. C.2)
 @torch.no_grad()
 def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="batched"):
     """-> per example its scores: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and
@@ -350,7 +329,7 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
             correct = bool(sums[2, segment] == sums[1, segment])
         else:  # MC / schema: lowest mean loss over the candidate's region wins, ties -> first index
             candidates = (sums[0, segment:segment + n_rows] / sums[1, segment:segment + n_rows]).tolist()
-            correct = min(range(n_rows), key=candidates.__getitem__) == ex["label"]
+            correct = min(range(n_rows), key=candidates.__getitem__) == ex["gold_row"]
         gold = segment + n_rows
         results.append(dict(correct=float(correct), answer_nll=(sums[0, gold] / sums[1, gold]).item(),
                             answer_nats=sums[3, gold].item(), answer_bytes=sums[4, gold].item(),
@@ -360,7 +339,7 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
 
 
 def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="batched",
-                   rank=0, world_size=1, show_progress=True):
+                   rank=0, world_size=1):
     """-> ({label: {seed: {metric: value}}} (METRICS), {label: n_examples}, {label: clipped evaluations}).
 
     Examples are strided over ranks and gathered; zero-shot tasks run once (first seed) and are reused per seed.
@@ -380,7 +359,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             for c in range(0, len(mine), chunk):
                 examples = task_examples(task, items, seed, mine[c:c + chunk], encode, max_len)
                 results += score_examples(net, examples, enc.eot_token, byte_lengths, device, rows_per_forward, scoring)
-                if show_progress and rank == 0:
+                if rank == 0:  # progress
                     print(f"\r{label:<34} {s * len(mine) + len(results)}/{len(run_seeds) * len(mine)} examples "
                           f"(rank 0)  {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
             if world_size > 1:  # rank r scored examples r, r + world_size, ...
@@ -388,7 +367,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
                 dist.all_gather_object(gathered, results)
                 results = [gathered[i % world_size][i // world_size] for i in range(len(items))]
             per_seed[seed] = results
-        if show_progress and rank == 0:
+        if rank == 0:
             print(file=sys.stderr)
         scores[label] = {seed: {name: metric(per_seed.get(seed, per_seed[seeds[0]])) for name, metric in METRICS.items()}
                          for seed in seeds}
@@ -396,20 +375,14 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
     return scores, counts, clipped
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Metrics and aggregation (paper App. C.2: centered accuracy, the 17-task filter, seeds)
-
-def mean(values):
-    return float(np.mean(list(values)))
-
-
+# --- Metrics and aggregation (paper App. C.2: centered accuracy, the 17-task filter, seeds)
 # Per-task metrics: eval.json key -> function of one (task, seed)'s per-example scores (score_examples' dicts). A new
 # metric is one entry; eval.json then has it per task (mean over seeds), as KEY_std (population std over seeds) and
 # in per_seed. Non-finite values are written as null.
 METRICS = dict(
-    results=lambda scores: mean(s["correct"] for s in scores),   # accuracy
-    losses=lambda scores: mean(s["answer_nll"] for s in scores),  # answer NLL, nats per token
-    bpbs=lambda scores: mean(s["answer_nats"] / (math.log(2) * s["answer_bytes"]) if s["answer_bytes"] else math.nan
+    results=lambda scores: fmean(s["correct"] for s in scores),   # accuracy
+    losses=lambda scores: fmean(s["answer_nll"] for s in scores),  # answer NLL, nats per token
+    bpbs=lambda scores: fmean(s["answer_nats"] / (math.log(2) * s["answer_bytes"]) if s["answer_bytes"] else math.nan
                              for s in scores),                  # answer bits per byte (null where an answer has none)
 )
 
@@ -426,33 +399,31 @@ def aggregate(scores, baselines, seeds, verified=False):
     out, per_seed = {}, {str(s): {} for s in seeds}
     for name in METRICS:
         values = {label: [scores[label][s][name] for s in seeds] for label in labels}
-        out[name] = {label: finite(mean(v)) for label, v in values.items()}
+        out[name] = {label: finite(fmean(v)) for label, v in values.items()}
         out[f"{name}_std"] = {label: finite(float(np.std(v))) for label, v in values.items()}
         for i, s in enumerate(seeds):
             per_seed[str(s)][name] = {label: finite(v[i]) for label, v in values.items()}
     out["centered_results"] = {label: centered(label, out["results"][label]) for label in labels}
-    for s in seeds:
+    for s in seeds:  # (accuracy - baseline) / (1 - baseline): 0 at chance, 1 when every answer is right
         per_seed[str(s)]["centered_results"] = {label: centered(label, scores[label][s]["results"]) for label in labels}
-    metric_per_seed = {str(s): mean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
+    metric_per_seed = {str(s): fmean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
     complete = verified and sorted(labels) == sorted(CORE_TASKS)
     bpbs = [v for v in out["bpbs"].values() if v is not None]
     return dict(
         out, per_seed=per_seed, seeds=list(seeds),
-        core_metric=mean(out["centered_results"].values()),
+        core_metric=fmean(out["centered_results"].values()),
         core_metric_label="CORE-22" if complete else f"CORE-partial ({len(labels)} tasks, not comparable to CORE-22)",
         core_metric_std=float(np.std(list(metric_per_seed.values()))), core_metric_per_seed=metric_per_seed,
-        core_metric_filtered=mean(out["centered_results"][t] for t in FILTERED_TASKS) if complete else None,
+        core_metric_filtered=fmean(out["centered_results"][t] for t in FILTERED_TASKS) if complete else None,
         filtered_tasks=FILTERED_TASKS,
-        core_loss=mean(out["losses"].values()),
-        core_loss_per_seed={str(s): mean(per_seed[str(s)]["losses"].values()) for s in seeds},
-        core_bpb=mean(bpbs) if bpbs else None,
+        core_loss=fmean(out["losses"].values()),
+        core_loss_per_seed={str(s): fmean(per_seed[str(s)]["losses"].values()) for s in seeds},
+        core_bpb=fmean(bpbs) if bpbs else None,
         complete_suite=complete, missing_tasks=[t for t in CORE_TASKS if t not in labels],
     )
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# KL effective depth (paper Sec. 6): logit lens after every executed block
-
+# --- KL effective depth (paper Sec. 6): logit lens after every executed block
 @torch.no_grad()
 def kl_effective_depth(net, windows, threshold, device):
     """-> (first block after the KL peak with KL(final || lens) <= threshold, per-block KL averaged over tokens)."""
@@ -477,9 +448,7 @@ def effective_depth(curve, threshold):
     return next((b + 1 for b in range(peak + 1, len(curve)) if curve[b] <= threshold), len(curve))
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Model loading, CLI
-
+# --- Model loading, CLI
 def load_model(checkpoint, device, passes=None):
     """The weights of a train.py checkpoint (never optimizer state) on `device`, at `passes` (default: its own);
     attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: arms.ATTENTION_BACKENDS)."""
@@ -490,8 +459,7 @@ def load_model(checkpoint, device, passes=None):
                          "(a train.py run folder, its checkpoints folder or a step folder)") from None
     net.to(device).eval().set_attention("default")
     try:
-        if passes is not None:
-            net.set_passes(passes)
+        net.set_passes(passes or net.active_passes)
     except (ValueError, AssertionError) as e:
         raise UsageError(f"--passes {passes} is not possible for this checkpoint ({e})") from None
     return net, record
@@ -558,15 +526,16 @@ def run(argv):
     out_path = args.out or default_out(args.checkpoint, args.passes)
     if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
         raise UsageError(f"--out {out_path}: not a file name in an existing folder")
-    if os.path.exists(out_path):
-        try:
-            with open(out_path) as f:
-                previous = json.load(f).get("checkpoint")
-        except (OSError, ValueError, AttributeError):
-            previous = None
-        if previous != os.path.abspath(args.checkpoint):
-            raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
-                             "--out (or move that file)")
+    try:
+        with open(out_path) as f:
+            previous = json.load(f).get("checkpoint")
+    except FileNotFoundError:
+        previous = os.path.abspath(args.checkpoint)
+    except (OSError, ValueError, AttributeError):  # not JSON, or not an object
+        previous = None
+    if previous != os.path.abspath(args.checkpoint):
+        raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
+                         "--out (or move that file)")
     rank, world_size, device = setup_distributed()
     out = run_eval(args, rank, world_size, device)
     if rank != 0:

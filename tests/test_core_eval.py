@@ -292,7 +292,7 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
         return real(task, items, seed, *args)
     monkeypatch.setattr(core_eval, "task_examples", recording)
     ref, counts, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU,
-                                              scoring="one_at_a_time", show_progress=False)
+                                              scoring="one_at_a_time")
     assert calls.count(("schema_zeroshot", 0)) == 1 and ("schema_zeroshot", 1) not in calls
     assert [c for c in calls if c[0] == "lm_fewshot"] == [("lm_fewshot", s) for s in (0, 1, 2)]
     for label in ("schema_zeroshot", "mc_zeroshot"):
@@ -300,7 +300,7 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
     assert counts == {"mc_fewshot": 9, "schema_zeroshot": 6, "lm_fewshot": 8, "mc_zeroshot": 5}
     monkeypatch.setitem(core_eval.EVAL, "examples_per_chunk", 4)  # several chunks per task
     fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
-                                          scoring="batched", show_progress=False)
+                                          scoring="batched")
     for label in ref:
         for seed in (0, 1, 2):
             assert fast[label][seed]["results"] == ref[label][seed]["results"]  # accuracy: identical
@@ -382,7 +382,7 @@ def test_a_new_metric_is_one_entry_of_METRICS(tiny, monkeypatch):
     """A metric added to METRICS reaches eval.json's tables (per task, per seed, std) with no other edit."""
     monkeypatch.setitem(core_eval.METRICS, "answer_nats", lambda scores: sum(s["answer_nats"] for s in scores))
     tasks = core_eval.load_tasks(tiny["bundle"])[:2]
-    scores, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1], 4, 128, CPU, show_progress=False)
+    scores, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1], 4, 128, CPU)
     out = core_eval.aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, [0, 1])
     assert set(out["answer_nats"]) == {"mc_fewshot", "schema_zeroshot"} and out["answer_nats"]["mc_fewshot"] > 0
     assert out["answer_nats_std"]["schema_zeroshot"] == 0.0  # zero-shot: the same under every seed
