@@ -1,5 +1,4 @@
-"""
-core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
+"""core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
 17-task filtered score, few-shot seeds 0 1 2 (mean and population std), and the logit-lens KL effective depth.
 
 Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE").
@@ -7,7 +6,7 @@ MC/schema pick the candidate with the lowest mean token loss over its scoring re
 every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
 
     python core_eval.py --checkpoint runs/X                                          # full suite -> runs/X/eval.json
-    python core_eval.py --checkpoint CKPT --bundle-dir ../shared/eval_bundle_partial --max-per-task 100 --seed 0
+    python core_eval.py --checkpoint CKPT --bundle-dir my/eval_bundle --max-per-task 100 --seed 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
 
@@ -28,36 +27,31 @@ EVAL = dict(
     shuffle_seed=1337,          # example-order shuffle, every task
     seeds=[0, 1, 2],            # few-shot seeds (additive offsets to the example index)
     rows_per_forward=64,        # --batch-size default: sequences per forward
-    # padded tokens per forward: bounds activation memory on GPU; on CPU small forwards stay in cache
-    tokens_per_forward=dict(cuda=16384, cpu=2048),
+    tokens_per_forward=dict(cuda=16384, cpu=2048),  # padded: bounds GPU memory; small CPU forwards stay in cache
     examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
     lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
     kl_threshold=2.0,           # nats (paper Fig. 6)
 )
-CORE_TASKS = [  # the 22 CORE tasks in core.yaml order
-    "hellaswag_zeroshot", "jeopardy", "bigbench_qa_wikidata", "arc_easy", "arc_challenge", "copa", "commonsense_qa",
-    "piqa", "openbook_qa", "lambada_openai", "hellaswag", "winograd", "winogrande", "bigbench_dyck_languages",
-    "agi_eval_lsat_ar", "bigbench_cs_algorithms", "bigbench_operators", "bigbench_repeat_copy_logic", "squad", "coqa",
-    "boolq", "bigbench_language_identification",
-]
-FILTER_EXCLUDED = {"bigbench_cs_algorithms", "bigbench_language_identification", "bigbench_repeat_copy_logic",
-                   "boolq", "commonsense_qa"}
-FILTERED_TASKS = sorted(set(CORE_TASKS) - FILTER_EXCLUDED)  # the frozen Vanilla-only 17-task subset
-DEFAULT_BUNDLE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache", "eval_bundle")
+CORE_TASKS = """hellaswag_zeroshot jeopardy bigbench_qa_wikidata arc_easy arc_challenge copa commonsense_qa piqa
+    openbook_qa lambada_openai hellaswag winograd winogrande bigbench_dyck_languages agi_eval_lsat_ar
+    bigbench_cs_algorithms bigbench_operators bigbench_repeat_copy_logic squad coqa boolq
+    bigbench_language_identification""".split()  # the 22 CORE tasks in core.yaml order
+FILTERED_TASKS = sorted(set(CORE_TASKS) - {"bigbench_cs_algorithms", "bigbench_language_identification",  # the frozen
+                                           "bigbench_repeat_copy_logic", "boolq", "commonsense_qa"})  # 17-task subset
 
 
 def build_parser():
     p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="a train.py run folder, its checkpoints folder or a step folder")
-    p.add_argument("--bundle-dir", default=DEFAULT_BUNDLE_DIR, help="extracted CORE bundle (downloaded if absent)")
+    p.add_argument("--bundle-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache",
+                   "eval_bundle"), help="extracted CORE bundle (downloaded here if absent)")
     p.add_argument("--bundle-url", default=EVAL["bundle_url"])
     p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"], help="few-shot seed(s)")
     p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
     p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"], help="rows per forward")
-    p.add_argument("--scoring", choices=("one_at_a_time", "batched"), default="batched",
-                   help="one_at_a_time: one example per forward (the reference path); batched: many examples per\n"
-                        "forward (the same scores, faster)")
+    p.add_argument("--scoring", choices=("one_at_a_time", "batched"), default="batched", help="one_at_a_time: one "
+                   "example per forward (the reference path); batched: many (the same scores, faster)")
     p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes);\n"
                    "an existing file is replaced only by an evaluation of the same checkpoint")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
@@ -81,8 +75,8 @@ import data
 from checkpoint import load_checkpoint_model
 
 # --- The CORE bundle: every row of every task is checked before any task runs (a bad row is one line: file:line)
-ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),
-                   language_modeling=("context", "continuation"))  # the task types and the fields of their rows
+ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),  # task type ->
+                   language_modeling=("context", "continuation"))  # the fields of its rows
 
 
 def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
@@ -231,10 +225,9 @@ def render(task_type, item, examples, delimiter):
 
 
 def build_example(task_type, item, prompts, answer, encode, max_len):
-    """Tokenize (BOS first), find scoring regions, left-crop to max_len.
-
-    Returns dict(rows=[token lists], regions=[(start, end)] per row, gold_row (the gold index), gold_region (start,
-    end), clipped). A region [s, e) is scored by the losses at positions [s-1, e-1)."""
+    """Tokenize (BOS first), find scoring regions, left-crop to max_len. Returns dict(rows=[token lists],
+    regions=[(start, end)] per row, gold_row (the gold index), gold_region (start, end), clipped). A region [s, e) is
+    scored by the losses at positions [s-1, e-1)."""
     prefix_len = lambda seqs: len(os.path.commonprefix(seqs))
     if task_type == "language_modeling":
         without, with_ = encode(prompts[0]), encode(prompts[1])
@@ -280,12 +273,10 @@ def task_examples(task, items, seed, indices, encode, max_len):
 # --- Forward passes and per-example scores (paper App. C.2)
 @torch.no_grad()
 def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="batched"):
-    """-> per example its scores: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and
-    answer_bytes (nats over, and UTF-8 bytes of, the answer's byte-carrying tokens), clipped (0/1).
-
-    scoring: "one_at_a_time" is the reference path, the rows of one example per forward; "batched" packs rows of many
-    examples per forward, longest first, up to rows_per_forward rows and tokens_per_forward padded tokens. Both decode
-    logits only where a loss is scored."""
+    """-> per example: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and answer_bytes
+    (nats over, and UTF-8 bytes of, its byte-carrying tokens), clipped (0/1). "one_at_a_time" (the reference path) runs
+    one example's rows per forward; "batched" packs rows of many examples, longest first, up to rows_per_forward rows
+    and tokens_per_forward padded tokens. Both decode logits only where a loss is scored."""
     wanted, segment = {}, 0  # (example, row) -> [(segment, position j, target)]: the loss at j scores token j + 1
     for e, ex in enumerate(examples):  # segments: each row's scoring region, then the example's gold-answer region
         for r, (s, t) in [*enumerate(ex["regions"]), (ex["gold_row"], ex["gold_region"])]:
@@ -340,10 +331,9 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
 
 def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="batched",
                    rank=0, world_size=1):
-    """-> ({label: {seed: {metric: value}}} (METRICS), {label: n_examples}, {label: clipped evaluations}).
-
-    Examples are strided over ranks and gathered; zero-shot tasks run once (first seed) and are reused per seed.
-    Each rank tokenizes and scores its examples in chunks, so memory stays bounded on the 10k-item tasks."""
+    """-> ({label: {seed: {metric: value}}} (METRICS), {label: n_examples}, {label: clipped evaluations}). Examples are
+    strided over ranks and gathered; zero-shot tasks run once (first seed) and are reused per seed. Each rank
+    tokenizes and scores its examples in chunks, so memory stays bounded on the 10k-item tasks."""
     byte_lengths = torch.as_tensor(data.token_byte_lengths(enc), dtype=torch.long)
     encode = lambda text: [enc.eot_token] + enc.encode_ordinary(text)
     scores, counts, clipped = {}, {}, {}
@@ -369,8 +359,8 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             per_seed[seed] = results
         if rank == 0:
             print(file=sys.stderr)
-        scores[label] = {seed: {name: metric(per_seed.get(seed, per_seed[seeds[0]])) for name, metric in METRICS.items()}
-                         for seed in seeds}
+        scores[label] = {seed: {name: metric(per_seed.get(seed, per_seed[seeds[0]]))
+                                for name, metric in METRICS.items()} for seed in seeds}
         clipped[label] = int(sum(r["clipped"] for results in per_seed.values() for r in results))
     return scores, counts, clipped
 
@@ -431,13 +421,10 @@ def kl_effective_depth(net, windows, threshold, device):
     for window in windows:
         with autocast(device):
             logits, hidden = net(window[:-1].unsqueeze(0).to(device), return_hidden=True)
-        final = F.log_softmax(logits.float(), dim=-1)
-        kl = []
-        for h in hidden[1:]:  # the logit lens: the final norm and unembedding applied after each executed block
-            with autocast(device):
-                lens = F.log_softmax(net.decode(h).float(), dim=-1)
-            kl.append(F.kl_div(lens, final, log_target=True, reduction="sum").double())
-        sums = sums + torch.stack(kl)
+            final = F.log_softmax(logits.float(), dim=-1)
+            # the logit lens: the final norm and unembedding applied after each executed block
+            sums = sums + torch.stack([F.kl_div(F.log_softmax(net.decode(h).float(), dim=-1), final, log_target=True,
+                                                reduction="sum").double() for h in hidden[1:]])
     curve = (sums / windows[:, :-1].numel()).tolist()
     return effective_depth(curve, threshold), curve
 
@@ -475,8 +462,30 @@ def default_out(checkpoint, passes):
     return os.path.join(path, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
 
-def run_eval(args, rank, world_size, device):
-    t0 = time.time()
+def run(argv):
+    args = build_parser().parse_args(argv)
+    if len(set(args.seed)) < len(args.seed):  # a repeated seed would count twice in the mean over seeds
+        raise UsageError(f"--seed names a seed twice ({' '.join(map(str, args.seed))}); give each once")
+    if args.effective_depth and not args.data_dir:
+        raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
+    if not os.path.isdir(args.checkpoint):
+        raise UsageError(f"--checkpoint {args.checkpoint} is no folder: pass a train.py run folder, its checkpoints "
+                         "folder or one step folder")
+    # --out goes into an existing folder and replaces only an evaluation of the same checkpoint
+    out_path = args.out or default_out(args.checkpoint, args.passes)
+    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
+        raise UsageError(f"--out {out_path}: not a file name in an existing folder")
+    try:
+        with open(out_path) as f:
+            previous = json.load(f).get("checkpoint")
+    except FileNotFoundError:
+        previous = os.path.abspath(args.checkpoint)
+    except (OSError, ValueError, AttributeError):  # not JSON, or not an object
+        previous = None
+    if previous != os.path.abspath(args.checkpoint):
+        raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
+                         "--out (or move that file)")
+    (rank, world_size, device), t0 = setup_distributed(), time.time()
     net, record = load_model(args.checkpoint, device, args.passes)
     enc = data.get_tokenizer(record.get("tokenizer", "gpt2"))
     if net.cfg.vocab_size != enc.n_vocab:  # else an IndexError inside the first forward, or scores over wrong ids
@@ -510,34 +519,6 @@ def run_eval(args, rank, world_size, device):
         out.update(kl_effective_depth=depth, kl_per_block=curve, kl_threshold=args.kl_threshold,
                    lens_tokens=len(windows) * max_len, data_dir=os.path.abspath(args.data_dir))
     out["elapsed_seconds"] = time.time() - t0
-    return out
-
-
-def run(argv):
-    args = build_parser().parse_args(argv)
-    if len(set(args.seed)) < len(args.seed):  # a repeated seed would count twice in the mean over seeds
-        raise UsageError(f"--seed names a seed twice ({' '.join(map(str, args.seed))}); give each once")
-    if args.effective_depth and not args.data_dir:
-        raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
-    if not os.path.isdir(args.checkpoint):
-        raise UsageError(f"--checkpoint {args.checkpoint} is no folder: pass a train.py run folder, its checkpoints "
-                         "folder or one step folder")
-    # --out goes into an existing folder and replaces only an evaluation of the same checkpoint
-    out_path = args.out or default_out(args.checkpoint, args.passes)
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
-        raise UsageError(f"--out {out_path}: not a file name in an existing folder")
-    try:
-        with open(out_path) as f:
-            previous = json.load(f).get("checkpoint")
-    except FileNotFoundError:
-        previous = os.path.abspath(args.checkpoint)
-    except (OSError, ValueError, AttributeError):  # not JSON, or not an object
-        previous = None
-    if previous != os.path.abspath(args.checkpoint):
-        raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
-                         "--out (or move that file)")
-    rank, world_size, device = setup_distributed()
-    out = run_eval(args, rank, world_size, device)
     if rank != 0:
         return
     try:

@@ -9,7 +9,8 @@ A pool folder holds per split ("train", "val") `<split>.bin` (uint16 tokens; eve
 `<split>.docs.bin` (int64 offset of each document's BOS) and `corpus.json` (settings, counts, sha256, progress: the
 same command resumes an interrupted prepare). Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions
 (huggingface_hub; $HF_ENDPOINT, $HF_TOKEN); "stdlib", this Python's standard-library .py files; "files", local .txt /
-.jsonl ("text" field) / .parquet ("text" column). Validation is a sha1 hash bucket (1 in 50) of the file names (stdlib) or texts (files).
+.jsonl ("text" field) / .parquet ("text" column). Validation is a sha1 hash bucket (1 in 50) of the file names
+(stdlib) or texts (files).
 TrainLoader reproduces the release's packing: what step s sees depends only on (seed, s), never on the world size or
 micro-batch size, so resuming (on any number of processes) is just continuing at the step.
 """
@@ -199,11 +200,11 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         raise DataError("--files GLOB is required with --corpus files and only allowed there "
                         "(e.g. --files 'texts/**/*.jsonl')")
     recipe, enc = CORPORA[corpus], get_tokenizer(tokenizer)  # fail early (gpt2 offline) before anything downloads
-    # what identifies the pool (compared when re-running prepare)
-    identity = dict(stdlib=dict(root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0]),
-                    files=dict(files=files_glob)).get(corpus, dict(repo=recipe.get("repo"), revision=recipe.get("revision")))
-    settings = dict(corpus=corpus, **identity, tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token, dedup=recipe.get(
-        "dedup", False), budgets=dict(train=train_tokens or recipe["train_tokens"], val=val_tokens or recipe["val_tokens"]))
+    identity = {"stdlib": dict(root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0]),
+                "files": dict(files=files_glob)}.get(corpus) or dict(repo=recipe["repo"], revision=recipe["revision"])
+    settings = dict(corpus=corpus, **identity, tokenizer=tokenizer, vocab_size=enc.n_vocab, bos_id=enc.eot_token,
+                    dedup=recipe.get("dedup", False), budgets=dict(train=train_tokens or recipe["train_tokens"],
+                                                                   val=val_tokens or recipe["val_tokens"]))
     try:
         os.makedirs(out, exist_ok=True)
         lock = open(os.path.join(out, "prepare.lock"), "a")
