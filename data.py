@@ -194,8 +194,9 @@ def _read_manifest(data_dir):
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
-    """Build or resume the pool in `out`; nothing to do where it is complete with these settings. A pool is created
-    only where nothing else is, and never overwritten by other settings. Returns its manifest."""
+    """Build or resume the pool in `out`: source after source, both splits within their token budgets. A pool is
+    created only where nothing else is and never overwritten by other settings; corpus.json records the counts after
+    the last recorded source, and a resumed prepare truncates the files back to them. Returns the manifest."""
     if (corpus == "files") != bool(files_glob):
         raise DataError("--files GLOB is required with --corpus files and only allowed there "
                         "(e.g. --files 'texts/**/*.jsonl')")
@@ -222,28 +223,26 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         if old is not None and old.get("status") == "complete":
             print(f"{out}: pool already complete", file=sys.stderr)
             return old
+        sources = list_sources(corpus, files_glob)
+        if old is not None and old.get("sources") == [s["name"] for s in sources]:
+            print(f"{out}: resuming an interrupted prepare at source {old['sources_done'] + 1}", file=sys.stderr)
+            manifest = old
+        else:  # corpus.json first: a folder with pool files has one
+            manifest = dict(status="running", **settings, dtype="uint16", sources=[s["name"] for s in sources],
+                            sources_done=0, dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0)
+                                                                          for s in SPLITS})
+            write_json(os.path.join(out, "corpus.json"), manifest)
         try:
-            return _write_pool(corpus, out, settings, old, workers or os.cpu_count() or 1)
+            _write_pool(corpus, out, manifest, sources, workers or os.cpu_count() or 1)
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EDQUOT):
                 raise
             raise DataError(f"cannot write the pool {out}: {e.strerror}; free space and re-run the same command (it "
                             "resumes)") from None
+    return manifest
 
 
-def _write_pool(corpus, out, settings, old, workers):
-    """Append source after source to both splits within their token budgets. corpus.json records the counts after
-    the last recorded source, and a resumed prepare truncates the files back to them. FineWeb's train split drops a
-    document whose first 64 body tokens are a val document's (de-dup)."""
-    sources = list_sources(corpus, settings.get("files"))
-    names = [s["name"] for s in sources]
-    if old is not None and old.get("sources") == names:
-        print(f"{out}: resuming an interrupted prepare at source {old['sources_done'] + 1}", file=sys.stderr)
-        manifest = old
-    else:
-        manifest = dict(status="running", **settings, dtype="uint16", sources=names, sources_done=0,
-                        dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0) for s in SPLITS})
-        write_json(os.path.join(out, "corpus.json"), manifest)  # first: a folder with pool files has a corpus.json
+def _write_pool(corpus, out, manifest, sources, workers):
     budget, workdir, val_every = manifest["budgets"], os.path.join(out, "downloads"), CORPORA[corpus].get("val_every")
     count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
     docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
@@ -253,6 +252,7 @@ def _write_pool(corpus, out, settings, old, workers):
             f = files[path] = open(path, "r+b" if os.path.exists(path) else "w+b")
             f.truncate(size)  # drop anything written after the last record
             f.seek(size)
+    # FineWeb de-dup: a train document whose first 64 body tokens are a val document's is dropped
     signature = lambda tokens: hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
     wants = lambda split: budget[split] is None or count[split] < budget[split]
     t0 = last_record = time.time()
@@ -260,8 +260,6 @@ def _write_pool(corpus, out, settings, old, workers):
 
     def add(split, tokens):
         nonlocal val_signatures
-        if not wants(split):
-            return
         if split == "train" and manifest["dedup"]:
             if val_signatures is None:  # val sources come first, so val is complete here
                 for f in files.values():
@@ -271,19 +269,17 @@ def _write_pool(corpus, out, settings, old, workers):
             if signature(tokens) in val_signatures:
                 manifest["dedup_skipped_docs"] += 1
                 return
-        if budget[split] is not None:
-            tokens = tokens[:budget[split] - count[split]]  # the last document is truncated
-        tokens_path, docs_path = _paths(out, split)
-        files[tokens_path].write(tokens.tobytes())
-        files[docs_path].write(np.int64(count[split]).tobytes())
-        count[split] += len(tokens)
-        docs[split] += 1
+        tokens = tokens if budget[split] is None else tokens[:budget[split] - count[split]]  # the last is truncated
+        files[_paths(out, split)[0]].write(tokens.tobytes())
+        files[_paths(out, split)[1]].write(np.int64(count[split]).tobytes())
+        count[split], docs[split] = count[split] + len(tokens), docs[split] + 1
 
     def write_pending():  # tokenise the pending texts on the workers, append them in order
         nonlocal chars
         texts = [text for _, text in pending]
         for (split, _), tokens in zip(pending, processes.map(_encode, texts, -(-len(texts) // (4 * workers)) or 1)):
-            add(split, tokens)
+            if wants(split):
+                add(split, tokens)
         pending.clear()
         chars = 0
 
@@ -299,7 +295,7 @@ def _write_pool(corpus, out, settings, old, workers):
         manifest.update(sources_done=sources_done, status="complete" if complete else "running")
         write_json(os.path.join(out, "corpus.json"), manifest)
 
-    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (settings["tokenizer"],)) as processes:
+    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (manifest["tokenizer"],)) as processes:
         try:
             for k in range(manifest["sources_done"], len(sources)):
                 src = sources[k]
@@ -340,7 +336,6 @@ def _write_pool(corpus, out, settings, old, workers):
     print(f"{out}: {corpus} complete: train {count['train']:,} tokens / {docs['train']:,} docs, val "
           f"{count['val']:,} tokens / {docs['val']:,} docs, {manifest['dedup_skipped_docs']} duplicates skipped; "
           f"{time.time() - t0:.1f}s", file=sys.stderr)
-    return manifest
 
 
 # tokens: uint16, memory-mapped; doc_starts: int64 offset of each document's BOS (the first is 0)
