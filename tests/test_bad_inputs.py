@@ -17,6 +17,8 @@ import time
 import pytest
 import torch
 
+import core_eval
+
 from refusals import ROOT, run_in_process, assert_refused, TINY, RUN, PREP, bundle_files, EVAL
 
 
@@ -149,7 +151,17 @@ DATA_CASES = [
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
       "--out", "{d}/out"], "a.jsonl:2: not a UTF-8 JSON object"),
     ("negative-budget", {}, [*PREP, "--train-tokens=-5", "--out", "{d}/p"], "--train-tokens: must be a whole number"),
+    ("train-tokens-zero", {}, [*PREP, "--train-tokens", "0", "--out", "{d}/p"], "--train-tokens: must be a whole"),
     ("verify-missing-pool", {}, ["verify", "{d}/nothing"], "no pool in"),
+    ("unknown-corpus", {}, ["prepare", "--corpus", "wikipedia", "--out", "{d}/x"], "invalid choice"),
+    ("no-corpus", {}, ["prepare", "--out", "{d}/x"], "--corpus"),
+    ("unknown-tokenizer", {}, [*PREP[:3], "--tokenizer", "wordpiece", "--out", "{d}/x"], "invalid choice"),
+    ("files-match-nothing", {}, ["prepare", "--corpus", "files", "--files", "{d}/no/*", *PREP[3:5], "--out", "{d}/x"],
+     "matches no files"),
+    ("files-without-glob", {}, ["prepare", "--corpus", "files", "--out", "{d}/x"], "--files GLOB is required"),
+    ("files-unsupported-type", {"in/a.csv": "a,b"}, ["prepare", "--corpus", "files", "--files", "{d}/in/*",
+                                                     "--tokenizer", "bytes", "--out", "{d}/x"], "unsupported file"),
+    ("out-under-a-file", {"a_file": "x"}, [*PREP, "--out", "{d}/a_file/pool"], "cannot write to --out"),
 ]
 
 
@@ -163,7 +175,6 @@ def test_data_bad_input(tmp_path, files, argv, message):
 def checkpoint(tmp_path_factory, monkeypatch):
     """A folder that core_eval's load_checkpoint_model reads as a tiny random model (checkpoint.py has its own
     tests)."""
-    import core_eval
     import model
     net = model.GPT(model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=257))
     path = tmp_path_factory.mktemp("run")
@@ -171,8 +182,42 @@ def checkpoint(tmp_path_factory, monkeypatch):
     return str(path)
 
 
+def bundle_with(labels=("t",), meta=None, **spec):
+    """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
+    import yaml
+    files = bundle_files()
+    entries = [dict(dict(label=label, dataset_uri="t.jsonl", num_fewshot=[0], icl_task_type="multiple_choice"), **spec)
+               for label in labels]
+    files["b/core.yaml"] = yaml.safe_dump(dict(icl_tasks=entries))
+    files["b/eval_meta_data.csv"] = meta or "Eval Task,Random baseline\n" + "".join(f"{l},50\n" for l in set(labels))
+    return files
+
+
 GOOD_ROW = json.dumps(dict(query="q", choices=["x", "y"], gold=0))
-CORE_EVAL_CASES = [
+CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any example runs
+    ("core-yaml-names-a-task-twice", bundle_with(["t", "u", "t"]), EVAL, "task t: named twice in"),
+    ("core-yaml-names-a-task-twice-entry", bundle_with(["t", "u", "t"]), EVAL, "core.yaml (again in entry 3)"),
+    ("core-22-plus-a-duplicate", bundle_with([*core_eval.CORE_TASKS, "arc_easy"]), EVAL,  # was a verified CORE-22
+     "task arc_easy: named twice in"),
+    ("core-22-not-the-papers-content", bundle_with(core_eval.CORE_TASKS), EVAL, "not the paper's"),
+    ("meta-names-a-task-twice", bundle_with(meta="Eval Task,Random baseline\nt,50\nt,25\n"), EVAL,
+     "must have one 'Random baseline' row for it, not 2"),
+    ("baseline-100", bundle_with(meta="Eval Task,Random baseline\nt,100\n"), EVAL, "task t: 'Random baseline' '100'"),
+    ("baseline-nan", bundle_with(meta="Eval Task,Random baseline\nt,nan\n"), EVAL, "'Random baseline' 'nan' is not"),
+    ("baseline-negative", bundle_with(meta="Eval Task,Random baseline\nt,-5\n"), EVAL, "'Random baseline' '-5' is"),
+    ("baseline-not-a-number", bundle_with(meta="Eval Task,Random baseline\nt,abc\n"), EVAL,
+     "eval_meta_data.csv:2: task t"),
+    ("baseline-cell-missing", bundle_with(meta="Eval Task,Random baseline\nt\n"), EVAL, "eval_meta_data.csv:2: task t"),
+    ("delimiter-not-text", bundle_with(continuation_delimiter=5), EVAL, "continuation_delimiter must be text"),
+    ("dataset-uri-not-text", bundle_with(dataset_uri=["t.jsonl"]), EVAL, "dataset_uri must be text"),
+    ("label-a-list-in-entry-2", bundle_with(["t", ["u"]], meta="Eval Task,Random baseline\nt,50\n"), EVAL,
+     "icl_tasks entry 2 of"),  # the message named common.number (an argparse helper) where the index belonged
+    ("max-per-task-zero", bundle_files(), [*EVAL, "--max-per-task", "0"],
+     "argument --max-per-task: must be a whole number in [1, 1000000000], got '0'"),
+    ("max-per-task-negative", bundle_files(), [*EVAL, "--max-per-task=-5"], "argument --max-per-task: must be"),
+    ("kl-threshold-negative", bundle_files(), [*EVAL, "--kl-threshold=-1"],
+     "argument --kl-threshold: must be a finite number in (0, inf)"),
+    ("seed-twice", bundle_files(), [*EVAL, "--seed", "0", "0"], "--seed names a seed twice"),
     ("core-yaml-without-dataset-uri", bundle_files(spec=dict(label="t", num_fewshot=[0], icl_task_type="schema")),
      EVAL, "icl_tasks entry 1 of"),
     ("gold-out-of-range", bundle_files([GOOD_ROW, json.dumps(dict(query="q", choices=["x", "y"], gold=7))]), EVAL,
@@ -203,9 +248,11 @@ CORE_EVAL_CASES = [
 
 
 @pytest.mark.parametrize("files, argv, message", [c[1:] for c in CORE_EVAL_CASES], ids=[c[0] for c in CORE_EVAL_CASES])
-def test_core_eval_bad_input(tmp_path, checkpoint, files, argv, message):
+def test_core_eval_bad_input(tmp_path, checkpoint, files, argv, message, monkeypatch):
+    monkeypatch.setattr(core_eval, "evaluate_tasks", lambda *a, **k: pytest.fail("the examples ran"))
     argv = [a.replace("{ckpt}", checkpoint) for a in argv]
     assert_refused("core_eval.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
+    assert any(f.startswith("eval.json") for f in files) or not os.path.exists(tmp_path / "eval.json")
 
 
 # ------------------------------------------------------------------------------------------------ ladder.sh
@@ -261,8 +308,6 @@ CLASS2_CASES = [  # (id, script, environment, argv, message)
     ("ladder-dry-run-no-gpus", "train.py", {}, ["--ladder-dry-run", "--gpus-per-node", "0"],
      "argument --gpus-per-node: must be a whole number in [1, 1024]"),
     ("model-depth-100000", "model.py", {}, ["--arch", "vanilla", "--depth", "100000"], "argument --depth: must be"),
-    ("data-train-tokens-zero", "data.py", {}, [*PREP[:-4], "--train-tokens", "0", "--val-tokens", "1000", "--out",
-                                               "{d}/p"], "argument --train-tokens: must be a whole number in [1,"),
 ]
 
 
@@ -275,26 +320,8 @@ def test_class2_numbers_and_environment_values(tmp_path, pool_copy, monkeypatch,
     assert not os.path.exists(tmp_path / "runs" / "r") and not os.path.exists(tmp_path / "p")
 
 
-CLASS2_CORE_EVAL_CASES = [  # (id, flags added to a valid evaluation of a one-task bundle, message)
-    ("max-per-task-zero", ["--max-per-task", "0"],
-     "argument --max-per-task: must be a whole number in [1, 1000000000], got '0'"),
-    ("max-per-task-negative", ["--max-per-task=-5"], "argument --max-per-task: must be"),
-    ("kl-threshold-negative", ["--kl-threshold=-1"], "argument --kl-threshold: must be a finite number in (0, inf)"),
-    ("seed-twice", ["--seed", "0", "0"], "--seed names a seed twice"),
-]
-
-
-@pytest.mark.parametrize("flags, message", [c[1:] for c in CLASS2_CORE_EVAL_CASES],
-                         ids=[c[0] for c in CLASS2_CORE_EVAL_CASES])
-def test_class2_core_eval_numbers(tmp_path, checkpoint, flags, message):
-    argv = [a.replace("{ckpt}", checkpoint) for a in EVAL] + flags
-    assert_refused("core_eval.py", argv, tmp_path, message, bundle_files(), runner=run_in_process)
-    assert not os.path.exists(tmp_path / "eval.json")
-
-
 def test_class2_ranges_accept_their_bounds_and_all(capsys):
     """The declared ranges are not tighter than the values they name: the largest seed trains (here: plans)."""
-    import core_eval
     import train
     assert train.main([*DRY, "--seed", str(2 ** 63 - 1), "--adam-betas", "0", "0.999", "--warmdown-ratio", "1"]) == 0
     assert json.loads(capsys.readouterr().out)["seed"] == 2 ** 63 - 1
@@ -405,56 +432,6 @@ def test_class5_signal_stops_the_ladder_with_its_code(tmp_path, signum, code):
             proc.wait()
         with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):  # a torchrun left behind
             os.kill(int((tmp_path / "started").read_text()), signal.SIGKILL)
-
-
-# --- core_eval and bench: duplicate tasks, baselines, settings of an earlier eval.json, flags bench.py ignores
-def bundle_with(labels=("t",), meta=None, **spec):
-    """bundle_files with one core.yaml entry per label (all reading t.jsonl) and the given eval_meta_data.csv."""
-    import yaml
-    files = bundle_files()
-    entries = [dict(dict(label=label, dataset_uri="t.jsonl", num_fewshot=[0], icl_task_type="multiple_choice"), **spec)
-               for label in labels]
-    files["b/core.yaml"] = yaml.safe_dump(dict(icl_tasks=entries))
-    files["b/eval_meta_data.csv"] = meta or "Eval Task,Random baseline\n" + "".join(f"{l},50\n" for l in set(labels))
-    return files
-
-
-CORE_EVAL_LATE_CASES = [
-    ("core-yaml-names-a-task-twice", bundle_with(["t", "u", "t"]), "task t: named twice in"),
-    ("meta-names-a-task-twice", bundle_with(meta="Eval Task,Random baseline\nt,50\nt,25\n"),
-     "must have one 'Random baseline' row for it, not 2"),
-    ("baseline-100", bundle_with(meta="Eval Task,Random baseline\nt,100\n"), "task t: 'Random baseline' '100' is not"),
-    ("baseline-nan", bundle_with(meta="Eval Task,Random baseline\nt,nan\n"), "'Random baseline' 'nan' is not"),
-    ("baseline-negative", bundle_with(meta="Eval Task,Random baseline\nt,-5\n"), "'Random baseline' '-5' is not"),
-    ("baseline-not-a-number", bundle_with(meta="Eval Task,Random baseline\nt,abc\n"), "eval_meta_data.csv:2: task t"),
-    ("baseline-cell-missing", bundle_with(meta="Eval Task,Random baseline\nt\n"), "eval_meta_data.csv:2: task t"),
-    ("delimiter-not-text", bundle_with(continuation_delimiter=5), "continuation_delimiter must be text"),
-    ("dataset-uri-not-text", bundle_with(dataset_uri=["t.jsonl"]), "dataset_uri must be text"),
-    ("label-a-list", bundle_with([["t"]], meta="Eval Task,Random baseline\nt,50\n"), "label must be text"),
-]
-
-
-@pytest.mark.parametrize("files, message", [c[1:] for c in CORE_EVAL_LATE_CASES],
-                         ids=[c[0] for c in CORE_EVAL_LATE_CASES])
-def test_core_eval_bundle_refused_before_the_model_runs(tmp_path, checkpoint, files, message, monkeypatch):
-    import core_eval
-    monkeypatch.setattr(core_eval, "evaluate_tasks", lambda *a, **k: pytest.fail("the examples ran"))
-    assert_refused("core_eval.py", [a.replace("{ckpt}", checkpoint) for a in EVAL], tmp_path, message, files,
-                   runner=run_in_process)
-
-
-def test_core_eval_duplicate_entry_does_not_pass_the_fingerprint(tmp_path, checkpoint):
-    """The 22 CORE labels plus a second arc_easy: 23 entries skipped the fingerprint check and were reported as a
-    verified CORE-22 suite."""
-    import core_eval
-    argv = [a.replace("{ckpt}", checkpoint) for a in EVAL]
-    assert_refused("core_eval.py", argv, tmp_path, "task arc_easy: named twice in",
-                   bundle_with([*core_eval.CORE_TASKS, "arc_easy"]), runner=run_in_process)
-    # the 22 labels, but not the paper's content: refused, never reported as CORE-22
-    assert_refused("core_eval.py", argv, tmp_path / "22", "not the paper's", bundle_with(core_eval.CORE_TASKS),
-                   runner=run_in_process)
-
-
 
 
 # --- train.py: knobs that do not apply to the arm, resume and complete runs against the plan and pool, torchrun

@@ -1,18 +1,7 @@
 """Tests for core_eval.py (scoring and its bundle on disk): tiny bundles written here (all three task types, both
 delimiters), a tiny random model standing in for a train.py checkpoint (checkpoint.py is tested on its own)."""
 
-import copy
-import functools
-import hashlib
-import http.server
-import json
-import os
-import shutil
-import random
-import subprocess
-import sys
-import threading
-import zipfile
+import copy, functools, hashlib, http.server, json, os, random, subprocess, sys, threading, zipfile
 
 import numpy as np
 import pytest
@@ -20,9 +9,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 
-import core_eval
-import data
-import model
+import core_eval, data, model
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENC = data.get_tokenizer("bytes")
@@ -34,16 +21,12 @@ def encode(text):
     return [BOS] + ENC.encode_ordinary(text)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Fixtures: tiny bundles and a tiny random checkpoint
+# --- Fixtures: tiny bundles and a tiny random checkpoint
 
 def mc_items(n, rng):
-    items = []
-    for i in range(n):
-        a, b = rng.randrange(10), rng.randrange(10)
-        choices = [str(a + b), str(a + b + 1), str(a * b + 2), "none"]
-        items.append(dict(query=f"Question: {a}+{b}?", choices=choices, gold=i % 4))
-    return items
+    ab = [(rng.randrange(10), rng.randrange(10)) for _ in range(n)]
+    return [dict(query=f"Question: {a}+{b}?", choices=[str(a + b), str(a + b + 1), str(a * b + 2), "none"], gold=i % 4)
+            for i, (a, b) in enumerate(ab)]
 
 
 def schema_items(n, rng):
@@ -134,8 +117,7 @@ def run_main(argv, capsys):
     return code, capsys.readouterr().err
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Rendering, sampling, regions
+# --- Rendering, sampling, regions
 
 def test_prompt_strings_zero_and_few_shot():
     ex = [dict(query="Q: 1+1?", choices=["2", "3"], gold=0), dict(query="Q: 2+1?", choices=["4", "3"], gold=1)]
@@ -164,11 +146,9 @@ def test_prompt_strings_zero_and_few_shot():
 
 def test_fewshot_sampling_reproducible_and_excludes_item():
     n, shots = 12, 5
-    for seed in (0, 1, 2):
-        for idx in range(n):
-            draw = core_eval.fewshot_indices(n, idx, shots, seed)
-            assert draw == core_eval.fewshot_indices(n, idx, shots, seed)
-            assert idx not in draw and len(set(draw)) == shots
+    for seed, idx in ((s, i) for s in (0, 1, 2) for i in range(n)):
+        draw = core_eval.fewshot_indices(n, idx, shots, seed)
+        assert draw == core_eval.fewshot_indices(n, idx, shots, seed) and idx not in draw and len(set(draw)) == shots
     # CPython's Random(seed + idx).sample over the pool without idx, in draw order
     assert core_eval.fewshot_indices(6, 2, 3, 1) == random.Random(3).sample([0, 1, 3, 4, 5], 3)
     assert core_eval.fewshot_indices(4, 0, 10, 0) == random.Random(0).sample([1, 2, 3], 3)  # min(k, n - 1)
@@ -178,8 +158,7 @@ def test_fewshot_sampling_reproducible_and_excludes_item():
 
 
 def test_shuffle_and_subsample():
-    items = list(range(50))
-    expected = list(range(50))
+    items, expected = list(range(50)), list(range(50))
     random.Random(1337).shuffle(expected)
     assert core_eval.shuffled_items(items, None) == expected and items == list(range(50))
     assert core_eval.shuffled_items(items, 7) == expected[:7]
@@ -280,8 +259,7 @@ def test_answer_nll_equals_manual_cross_entropy(tiny):
     assert correct == float(np.argmin(candidate_losses) == 1)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Evaluation loop
+# --- Evaluation loop
 
 def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
     tasks = core_eval.load_tasks(tiny["bundle"])
@@ -358,25 +336,7 @@ def test_effective_depth_rule_and_logit_lens():
     assert depth == core_eval.effective_depth(curve, 2.0)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Bundle: fingerprint, download, zip-slip
-
-def test_fingerprint(tmp_path):
-    files = {"zz.txt": b"top", "core.yaml": b"icl_tasks: []\n", "eval_data/b/x.jsonl": b"{}\n",
-             "eval_data/a.jsonl": b"1"}
-    for rel, content in files.items():
-        os.makedirs(os.path.dirname(tmp_path / rel), exist_ok=True)
-        (tmp_path / rel).write_bytes(content)
-    outer = hashlib.sha256()
-    for rel in ("core.yaml", "zz.txt", "eval_data/a.jsonl", "eval_data/b/x.jsonl"):  # root files first, then sub-dirs
-        outer.update(rel.encode() + hashlib.sha256(files[rel]).hexdigest().encode())
-    assert core_eval.bundle_fingerprint(tmp_path) == outer.hexdigest()
-    (tmp_path / ".DS_Store").write_bytes(b"")
-    assert core_eval.bundle_fingerprint(tmp_path) != outer.hexdigest()
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# CLI: end to end, errors, passes, effective depth
+# --- METRICS
 
 def test_a_new_metric_is_one_entry_of_METRICS(tiny, monkeypatch):
     """A metric added to METRICS reaches eval.json's tables (per task, per seed, std) with no other edit."""
@@ -389,8 +349,7 @@ def test_a_new_metric_is_one_entry_of_METRICS(tiny, monkeypatch):
     assert out["per_seed"]["1"]["answer_nats"]["mc_fewshot"] == scores["mc_fewshot"][1]["answer_nats"]
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Bundle: fingerprint, download (a local HTTP server), one-line errors
+# --- Bundle: fingerprint, download (a local HTTP server), one-line errors
 
 def test_fingerprint(tmp_path):
     files = {"zz.txt": b"top", "core.yaml": b"icl_tasks: []\n", "eval_data/b/x.jsonl": b"{}\n",
@@ -420,25 +379,20 @@ def http_dir(tmp_path):
 
 def test_download_installs_only_the_papers_bundle(tmp_path, http_dir, tiny, monkeypatch):
     served, url = http_dir
-    with zipfile.ZipFile(served / "bundle.zip", "w") as zf:
-        for dirpath, _, names in os.walk(tiny["bundle"]):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                zf.write(path, "eval_bundle/" + os.path.relpath(path, tiny["bundle"]))
-        zf.writestr("eval_bundle/../../evil.txt", "zipfile keeps members inside the target")
+    for zip_name, extra in (("clean.zip", None), ("bundle.zip", "eval_bundle/../../evil.txt")):
+        with zipfile.ZipFile(served / zip_name, "w") as zf:
+            for dirpath, _, names in os.walk(tiny["bundle"]):
+                for name in names:
+                    zf.write(os.path.join(dirpath, name), "eval_bundle/" + os.path.relpath(os.path.join(dirpath, name),
+                                                                                           tiny["bundle"]))
+            if extra:
+                zf.writestr(extra, "zipfile keeps members inside the target")
     target = tmp_path / "cache" / "eval_bundle"
     with pytest.raises(core_eval.UsageError, match="fingerprint differs"):  # not the paper's content: not installed
         core_eval.ensure_bundle(str(target), f"{url}/bundle.zip")
     assert os.listdir(tmp_path / "cache") == [] and not os.path.exists(tmp_path / "evil.txt")
-    with zipfile.ZipFile(served / "bundle.zip", "a") as zf:
-        pass
     expected = core_eval.bundle_fingerprint(tiny["bundle"])
     monkeypatch.setitem(core_eval.EVAL, "bundle_fingerprint", expected)  # this zip's content is "the paper's"
-    with zipfile.ZipFile(served / "clean.zip", "w") as zf:
-        for dirpath, _, names in os.walk(tiny["bundle"]):
-            for name in names:
-                path = os.path.join(dirpath, name)
-                zf.write(path, "eval_bundle/" + os.path.relpath(path, tiny["bundle"]))
     core_eval.ensure_bundle(str(target), f"{url}/clean.zip")
     assert core_eval.bundle_fingerprint(target) == expected and os.listdir(tmp_path / "cache") == ["eval_bundle"]
     assert [t["label"] for t in core_eval.load_tasks(str(target))] == [t[0] for t in TINY_TASKS]
@@ -446,24 +400,7 @@ def test_download_installs_only_the_papers_bundle(tmp_path, http_dir, tiny, monk
         core_eval.ensure_bundle(str(tmp_path / "missing" / "eval_bundle"), f"{url}/nothing.zip")
 
 
-def test_core_yaml_errors_name_the_entry_index(tmp_path):
-    """Two messages formatted common.number (an argparse helper) where the entry's index belonged."""
-    root = write_bundle(tmp_path / "b")
-    config = yaml.safe_load(open(os.path.join(root, "core.yaml")))
-    config["icl_tasks"][1]["label"] = 5
-    yaml.safe_dump(config, open(os.path.join(root, "core.yaml"), "w"))
-    with pytest.raises(core_eval.UsageError, match=r"icl_tasks entry 2 of .*label must be text") as e:
-        core_eval.load_tasks(root)
-    assert "function" not in str(e.value)
-    config["icl_tasks"][1] = dict(config["icl_tasks"][0])
-    yaml.safe_dump(config, open(os.path.join(root, "core.yaml"), "w"))
-    with pytest.raises(core_eval.UsageError, match=r"named twice .*again in entry 2\)") as e:
-        core_eval.load_tasks(root)
-    assert "function" not in str(e.value)
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# CLI: end to end, errors, --out, passes, effective depth
+# --- CLI: end to end, errors, --out, passes, effective depth
 
 def test_gpt2_checkpoint_offline_is_one_line(tmp_path, tiny, capsys, monkeypatch):
     import tiktoken

@@ -1,14 +1,6 @@
 """Tests for data.py: pool preparation (FineWeb split and de-dup and FineWeb-Edu against a local HTTP server that
 answers as the Hugging Face Hub does, stdlib, local files, resume), the loader's world-size invariance, CLI errors."""
-import hashlib
-import io
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
-import time
+import hashlib, io, json, os, signal, subprocess, sys, threading, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
@@ -20,8 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-import arms
-import data
+import arms, data
 
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -114,8 +105,7 @@ def main_error(capsys, args, *words):
     one_line_error(subprocess.CompletedProcess(args, code, "", capsys.readouterr().err), *words)
 
 
-# ------------------------------------------------------------------------------------------------------------
-# FineWeb / FineWeb-Edu preparation against the fake hub
+# --- FineWeb / FineWeb-Edu preparation against the fake hub
 
 def test_prepare_fake_fineweb_splits_and_dedups(hub, tmp_path):
     rng = np.random.default_rng(0)
@@ -175,8 +165,7 @@ def test_a_hub_file_that_does_not_match_its_listed_sha256_is_one_line(hub, tmp_p
                "no parquet files under")
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Offline corpora, tokenizer, resume
+# --- Offline corpora, tokenizer, resume
 
 def test_bytes_tokenizer_is_lossless_and_counts_bytes():
     enc = data.get_tokenizer("bytes")
@@ -208,15 +197,6 @@ def test_prepare_stdlib_small_budget(tmp_path, capsys):
     assert "nothing to do" in capsys.readouterr().err
     assert data.load_pool(out, "train").manifest["splits"]["train"]["sha256"] == train.manifest["splits"]["train"][
         "sha256"]
-
-
-def test_prepare_without_out_writes_where_the_preset_reads(tmp_path, monkeypatch):
-    """--out defaults to data/CORPUS: the folder train.py's cpu preset reads its pool from."""
-    monkeypatch.chdir(tmp_path)
-    assert data.main(["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--train-tokens", "20000",
-                      "--val-tokens", "1000"]) == 0
-    assert arms.PRESETS["cpu"].data_dir == os.path.join("data", "stdlib")
-    assert len(data.load_pool(arms.PRESETS["cpu"].data_dir, "train").tokens) == 20_000
 
 
 def make_local_files(root):
@@ -277,19 +257,21 @@ def test_interrupted_prepare_resumes_to_the_same_pool(tmp_path, monkeypatch):
                 == json.load(open(tmp_path / "clean" / "corpus.json"))["splits"][split]["sha256"])
 
 
-def test_ensure_pool_prepares_once(tmp_path, monkeypatch):
+def test_ensure_pool_prepares_once_where_the_preset_reads(tmp_path, monkeypatch):
+    """ensure_pool prepares the cpu preset's folder once; prepare's --out defaults to that folder (data/CORPUS)."""
+    monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(data.CORPORA["stdlib"], "train_tokens", 30_000)
     monkeypatch.setitem(data.CORPORA["stdlib"], "val_tokens", 5_000)
-    out = str(tmp_path / "auto")
+    out = arms.PRESETS["cpu"].data_dir
     data.ensure_pool(out)
     stamp = os.path.getmtime(os.path.join(out, "train.bin"))
     data.ensure_pool(out)
-    assert os.path.getmtime(os.path.join(out, "train.bin")) == stamp
+    assert data.main(["prepare", "--corpus", "stdlib", "--tokenizer", "bytes"]) == 0  # the same pool: complete
+    assert os.path.getmtime(os.path.join(out, "train.bin")) == stamp and out == os.path.join("data", "stdlib")
     assert len(data.load_pool(out, "val").tokens) == 5_000
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Loader
+# --- Loader
 
 def synthetic_pool(n_docs=150, seed=0):
     rng = np.random.default_rng(seed)
@@ -314,17 +296,19 @@ def reference_epoch(pool, seq_len, batch, epoch, token_limit=None, seed=42):
     return torch.from_numpy(windows[order.numpy()].astype(np.int64))
 
 
-def test_loader_matches_the_release_packing_and_reshuffles_each_epoch():
+def test_loader_matches_the_release_packing_and_resumes_at_any_step():
     pool = synthetic_pool()
     loader = data.TrainLoader(pool, seq_len=16, batch_seqs=8, token_limit=len(pool.tokens) - 100)
     steps = loader.steps_per_epoch
     assert steps == (len(pool.tokens) - 100) // 17 // 8 and loader.tokens_per_epoch == steps * 8 * 16
-    for epoch in (1, 2):
+    for epoch in (2, 1):  # epoch 2 first: a fresh loader (a resumed run) starts anywhere
         expected = reference_epoch(pool, 16, 8, epoch, token_limit=len(pool.tokens) - 100)
         got = [loader.batch((epoch - 1) * steps + s) for s in range(steps)]
         assert all(e == epoch for e, _ in got)
         assert torch.equal(torch.cat([b for _, b in got]), expected)
     assert not torch.equal(loader.batch(0)[1], loader.batch(steps)[1])   # epoch 2 packs differently
+    assert not torch.equal(data.TrainLoader(pool, 16, 8, len(pool.tokens) - 100, seed=43).batch(0)[1],
+                           loader.batch(0)[1])
 
 
 def test_loader_is_independent_of_world_size_and_micro_batch():
@@ -340,16 +324,6 @@ def test_loader_is_independent_of_world_size_and_micro_batch():
                 assert torch.equal(torch.cat(parts), full)
     with pytest.raises(ValueError):
         loader.batch(0, 0, 3)
-
-
-def test_loader_resume_and_determinism():
-    pool = synthetic_pool()
-    a = data.TrainLoader(pool, seq_len=16, batch_seqs=4)
-    stream = [a.batch(s)[1] for s in range(2 * a.steps_per_epoch + 2)]
-    b = data.TrainLoader(pool, seq_len=16, batch_seqs=4)  # a fresh process resuming at a later step
-    for s in (2 * a.steps_per_epoch + 1, a.steps_per_epoch - 1, 3):
-        assert torch.equal(b.batch(s)[1], stream[s])
-    assert not torch.equal(data.TrainLoader(pool, seq_len=16, batch_seqs=4, seed=43).batch(0)[1], stream[0])
 
 
 def test_loader_release_numbers_for_the_data_constrained_pool():
@@ -372,45 +346,22 @@ def test_val_windows_in_file_order_with_exact_token_count():
         data.val_windows(pool, 64, len(pool.tokens))
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Bad input -> one line, exit 2
+# --- Verify (bad input: tests/test_bad_inputs.py)
 
-def test_bad_inputs_give_one_line_errors(tmp_path, capsys):
-    main_error(capsys, ["prepare", "--corpus", "wikipedia", "--out", str(tmp_path / "x")], "invalid choice")
-    main_error(capsys, ["prepare", "--out", str(tmp_path / "x")], "--corpus")
-    main_error(capsys, ["prepare", "--corpus", "files", "--files", str(tmp_path / "none" / "*.txt"), "--tokenizer",
-                        "bytes", "--out", str(tmp_path / "x")], "matches no files")
-    main_error(capsys, ["prepare", "--corpus", "files", "--out", str(tmp_path / "x")], "--files GLOB is required")
-    main_error(capsys, ["prepare", "--corpus", "stdlib", "--tokenizer", "wordpiece", "--out", str(tmp_path / "x")],
-               "invalid choice")
-    (tmp_path / "a_file").write_text("not a directory")
-    main_error(capsys, ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes",
-                        "--out", str(tmp_path / "a_file" / "pool")], "cannot write")
-    main_error(capsys, ["verify", str(tmp_path / "nothing_here")], "no pool")
-
-
-def test_corrupt_pools_are_rejected(tmp_path, capsys):
+def test_verify_finds_a_flipped_token(tmp_path, capsys):
     make_local_files(tmp_path / "in")
     out = str(tmp_path / "pool")
     assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
                       "bytes", "--out", out]) == 0
-    with pytest.raises(data.DataError, match="no pool"):
-        data.load_pool(str(tmp_path / "missing"), "train")
-    with open(os.path.join(out, "train.bin"), "r+b") as f:   # same size, one flipped token
+    assert data.main(["verify", out]) == 0 and "train: " in capsys.readouterr().out
+    with open(os.path.join(out, "train.bin"), "r+b") as f:   # one flipped token
         f.seek(10)
         f.write(b"\xff\xff")
-    data.load_pool(out, "train")                                # sizes still agree ...
-    with pytest.raises(data.DataError, match="sha256"):
-        data.load_pool(out, "train", verify_hash=True)          # ... the hash does not
-    main_error(capsys, ["verify", out], "sha256")
-    with open(os.path.join(out, "train.bin"), "ab") as f:
-        f.write(b"\x00\x00")
-    with pytest.raises(data.DataError, match="corrupt"):
-        data.load_pool(out, "train")
+    data.load_pool(out, "train")                             # memory-mapped as it is ...
+    main_error(capsys, ["verify", out], "train.bin does not match its sha256")  # ... the hash tells
 
 
-# ------------------------------------------------------------------------------------------------------------
-# Opening a pool under torchrun: the token-range check reads the pool once in all, not once per rank
+# --- Opening a pool under torchrun: the token-range check reads the pool once in all, not once per rank
 
 class CountingTokens:
     """A pool's tokens that count how many ids were read."""
