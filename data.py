@@ -5,14 +5,13 @@
     python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
     python data.py verify data/stdlib          # check a pool's token files against their sha256
 
-A pool folder holds per split ("train", "val") `<split>.bin` (uint16 tokens; every document is [BOS] + tokens),
-`<split>.docs.bin` (int64 offset of each document's BOS) and `corpus.json` (settings, counts, sha256, progress: the
-same command resumes an interrupted prepare). Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions
-(huggingface_hub; $HF_ENDPOINT, $HF_TOKEN); "stdlib", this Python's standard-library .py files; "files", local .txt /
-.jsonl ("text" field) / .parquet ("text" column). Validation is a sha1 hash bucket (1 in 50) of the file names
-(stdlib) or texts (files).
-TrainLoader reproduces the release's packing: what step s sees depends only on (seed, s), never on the world size or
-micro-batch size, so resuming (on any number of processes) is just continuing at the step.
+A pool folder holds per split `<split>.bin` (uint16 tokens; each document is [BOS] + tokens), `<split>.docs.bin`
+(int64 offset of each BOS) and `corpus.json` (settings, counts, sha256, progress: the same command resumes).
+Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions ($HF_ENDPOINT, $HF_TOKEN); "stdlib", this Python's
+standard-library .py files; "files", local .txt / .jsonl / .parquet ("text"). Validation: a sha1 hash bucket (1 in 50)
+of the file names (stdlib) or texts (files). TrainLoader reproduces the release's packing: what step s sees depends
+only on (seed, s), never on the world size or micro-batch size, so a resume on any number of processes continues at
+the step.
 """
 import collections, errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
 
@@ -52,8 +51,7 @@ def build_parser():
     p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
     p.add_argument("--workers", type=integer(1, 1024), help="tokeniser processes (default: all CPUs)")
     p.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a complete pool")
-    v = sub.add_parser("verify", help="check a pool's token files against their sha256")
-    v.add_argument("out", help="pool directory")
+    sub.add_parser("verify", help="check a pool's token files against their sha256").add_argument("out", help="pool")
     return parser
 
 
@@ -71,8 +69,7 @@ from huggingface_hub import HfApi, hf_hub_download
 def get_tokenizer(name):
     """tiktoken Encoding: "gpt2" (downloads its vocab on first use) or "bytes" (offline, 256 bytes + BOS)."""
     if name == "bytes":
-        # No merges, so every UTF-8 byte is its own token; the pattern only cuts text into pieces and matches
-        # every character (tiktoken drops unmatched text), so encoding is lossless.
+        # No merges: every UTF-8 byte is a token; the pattern matches every character (lossless), in pieces
         return tiktoken.Encoding(name="bytes", pat_str=r"(?s:.{1,4096})",
                                  mergeable_ranks={bytes([i]): i for i in range(256)},
                                  special_tokens={"<|endoftext|>": 256})
@@ -416,8 +413,7 @@ class TrainLoader:
         n = len(pool.tokens) if token_limit is None else min(int(token_limit), len(pool.tokens))
         self.doc_starts = np.asarray(pool.doc_starts[:np.searchsorted(pool.doc_starts, n)], dtype=np.int64)
         self.doc_lengths = np.diff(np.append(self.doc_starts, n))  # the prefix's last document may be truncated
-        self.n_windows = n // self.window
-        self.steps_per_epoch = self.n_windows // batch_seqs
+        self.n_windows, self.steps_per_epoch = n // self.window, n // self.window // batch_seqs
         if self.steps_per_epoch == 0:
             raise DataError(f"{n:,} tokens make {self.n_windows} windows of {self.window}, fewer than one batch of "
                             f"{batch_seqs}; use a larger pool or token limit, or a smaller batch")
