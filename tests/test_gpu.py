@@ -86,7 +86,7 @@ def test_compiled_bf16_run_grows_saves_and_resumes_exactly_after_kill_9(gpu_run,
 def test_core_scores_on_pytorchs_default_attention(gpu_run, tmp_path, capsys):
     bundle = write_bundle(tmp_path / "bundle")
     final = os.path.join(gpu_run[0], "full", "checkpoints", "final")
-    assert core_eval.main(["--checkpoint", final, "--bundle-dir", bundle, "--seeds", "0", "--out",
+    assert core_eval.main(["--checkpoint", final, "--bundle-dir", bundle, "--seed", "0", "--out",
                            str(tmp_path / "eval.json")]) == 0
     scores = json.loads((tmp_path / "eval.json").read_text())
     assert all(math.isfinite(v) for v in scores["losses"].values()) and 0 <= min(scores["results"].values())
