@@ -27,7 +27,6 @@ import muon
 from common import UsageError, write_json
 from model import GPT, ModelConfig
 
-# DCP warns on every single-process save/load that it "assumes" one process: that is what one process means here
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 KEEP = 2  # complete checkpoints kept: the newest and the one before it (in case the newest turns out bad)
@@ -146,11 +145,11 @@ def load_checkpoint(folder, plan, model, optimizers):
             groups = get_optimizer_state_dict(model, opt)["param_groups"]
             set_optimizer_state_dict(model, opt, dict(state=tensors["optimizer"]["adamw"], param_groups=groups))
     torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
-    return read_run_state(folder)
+    return read_run_state(folder, meta)
 
 
-def read_run_state(folder):
-    meta = read_meta(folder)
+def read_run_state(folder, meta=None):
+    meta = meta or read_meta(folder)
     return RunState(**{f.name: meta[f.name] for f in fields(RunState)})
 
 
@@ -175,7 +174,6 @@ LADDER_FILES = ("train.lock", "train.log", "ladder.lock")  # what a new run's fo
 
 
 def read_result(run_dir):
-    """result.json as a dict (None when there is none yet)."""
     path = os.path.join(run_dir, "result.json")
     if not os.path.exists(path):
         return None

@@ -1,22 +1,18 @@
 """train.py — train one arm of the paper at one depth with that arm's compute-optimal recipe.
 
 One dial: `--arch A --depth d` derives width, heads, split, tokens per parameter, steps, LRs and the growth step
-(plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). Runs on one CPU, one
-GPU, or under torchrun (NCCL on CUDA, gloo on CPU, multi-node through the standard torchrun environment). Every
-optimizer step sees the same tokens whatever the world size, so a run can be resumed on a different number of GPUs.
-Several processes train the model sharded by FSDP2 (shard_model: HSDP across nodes), every rank checked to run rank
-0's plan before the first step (agree_on_plan). The micro-batch is measured, not modelled: on CUDA one forward and
-backward of the largest stage halves it until it fits (probe_micro_batch).
+(plan.make_plan) from the arm's row of arms.ARMS (arXiv 2609.19107, App. A; docs/recipe.md). One CPU, one GPU, or
+torchrun (FSDP2 on NCCL or gloo; HSDP across nodes). Every optimizer step sees the same tokens whatever the world size,
+so a run resumes on any number of GPUs. On CUDA the micro-batch is measured: one forward and backward of the largest
+stage, halved until it fits.
 
     python train.py --arch untied_grow --depth 8 --dry-run               # the plan as one JSON object
     torchrun --nproc_per_node 8 train.py --arch vanilla --depth 12       # a paper ladder run on FineWeb
     python train.py --arch operator_1 --depth 3 --preset cpu             # offline, byte-level stdlib corpus
     python train.py --arch operator_1 --depth 8 --passes 4 --data-constrained tuned-wd
 
-Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, checkpoints/step_N/ (DCP folders; the last
-step's is renamed checkpoints/final, what core_eval.py reads). --resume continues from the newest complete checkpoint;
---resume-or-start also starts a run that has none yet. At start the pool's token files are checked against their
-sha256 in corpus.json (hashed once, then recorded in the pool's verified.json; --no-verify skips this).
+Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, report.md, checkpoints/step_N/ (DCP folders; the
+last is renamed checkpoints/final, what core_eval.py reads). --resume continues from the newest complete checkpoint.
 Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept), 130/143 stopped by
 SIGINT/SIGTERM (after a checkpoint at the next logged step; result.json says "stopped").
 """
@@ -39,8 +35,7 @@ def build_parser():
     p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
                    help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default="paper", help="paper or cpu")
-    p.add_argument("--dry-run", action="store_true",
-                   help="print the plan as one JSON object per depth (with a GPU-hour estimate) and exit")
+    p.add_argument("--dry-run", action="store_true", help="print the plan (JSON, with GPU-hours) per depth and exit")
     run = p.add_argument_group("the run")  # bench.py refuses these
     run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
     run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
@@ -55,21 +50,15 @@ def build_parser():
     run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
                      help="print (and fetch the losses from the device) every N steps (default: the preset's)")
     run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
-                     help="validate every N steps (0: never periodically; always at the start, the end, each epoch "
-                          f"and around a growth); default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute "
-                          "(docs/trajectory.md)")
-    run.add_argument("--wandb", default=None, metavar="PROJECT",
-                     help="also log to this wandb project (env WANDB_PROJECT; needs pip install wandb; rank 0 only)")
-    run.add_argument("--resume", action="store_true",
-                     help="continue from the newest complete checkpoint (an error without one)")
+                     help="validate every N steps (0: only at the start, the end, each epoch and around a growth); "
+                          f"default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute")
+    run.add_argument("--wandb", default=None, metavar="PROJECT", help="also log to wandb (env WANDB_PROJECT)")
+    run.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     run.add_argument("--resume-or-start", action="store_true",
                      help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
-    run.add_argument("--no-verify", action="store_true",
-                     help="skip the check of the pool's sha256 against corpus.json at start (hashed once, then "
-                          "recorded in the pool's verified.json)")
+    run.add_argument("--no-verify", action="store_true", help="skip the pool's sha256 check against corpus.json")
     run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
-                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES}; NCCL's "
-                          "own 10 can pass while the ranks of a large model start up)")
+                     help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES})")
     device = p.add_argument_group("device")
     device.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     device.add_argument("--compute-dtype", choices=["bfloat16", "float32"], default=None,
@@ -77,17 +66,16 @@ def build_parser():
                              "float32 on the CPU; bfloat16 on the CPU runs CUDA's dtypes there, docs/gpu.md)")
     device.add_argument("--device-batch-size", type=integer(1, 2 ** 30), default=None,
                         help="sequences per micro-batch (default: the preset's on CPU; on CUDA the arm's rule, "
-                             "halved while the run's largest stage does not fit: docs/recipe.md)")
+                             "halved while the largest stage does not fit)")
     device.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the model (default: on CUDA; CPU stays eager)")
+                        help="torch.compile the blocks (default: on CUDA)")
     device.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
-                        help="SDPA's backends (auto: cudnn first where the sequence length is a multiple of 128, "
-                             "else PyTorch's own choice, as default); one name forces it (a shape it cannot run is "
-                             "torch's error). CPU: auto, default, flash or math")
+                        help="SDPA's backends (auto: cudnn where the sequence length is a multiple of 128, else "
+                             "PyTorch's choice); CPU: auto, default, flash or math")
     device.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
                         help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
     device.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
-                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak, GPU_PEAK_FLOPS)")
+                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
     rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
@@ -113,41 +101,34 @@ LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
 
 def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
     """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
-    eight), "user" (USER_ARMS) or "demo" (DEMO_ARMS at the cpu preset); depths replace the preset's; seeds: one run
-    NAME_sS with --seed S per seed, at replicate_depths only (when given) and the first seed elsewhere."""
+    eight), "user" or "demo"; depths replace the preset's; seeds: one run NAME_sS per seed, at replicate_depths only
+    (when given) and the first seed elsewhere."""
     preset = preset or ("cpu" if target == "demo" else "paper")
-    if preset not in LADDER_PRESETS:
-        raise UsageError(f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})")
-    if replicate_depths and not seeds:
-        raise UsageError('--replicate-depths needs --seed, e.g. --seed 0 1 2')
     groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
-    if target not in (*ARMS, *groups):
-        raise UsageError(f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})")
-    if target == "demo" and preset != "cpu":  # ladder.sh demo's rule too: it asks this function
-        raise UsageError(f"the demo runs the cpu preset, not --preset {preset}; drop --preset (other presets: bash "
-                         "ladder.sh ARCH|all --preset P)")
     archs = groups.get(target, [target])
-    if not archs:
-        raise UsageError("there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)")
-    if preset == "d26" and archs != ["untied_grow"]:
-        raise UsageError("the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26")
-    if preset == "d26" and depths and list(depths) != [26]:  # it would have run d26 and said nothing
-        raise UsageError(f"the d26 preset is the one run at depth 26, not --depth {' '.join(map(str, depths))}; "
-                         "drop --depth, or run other depths with --preset paper")
-    if preset == "data-constrained" and archs != ["operator_1"]:
-        raise UsageError("the data-constrained grid uses Operator-1's recipe: bash ladder.sh operator_1 --preset "
-                         "data-constrained")
-    # every run names its train.py preset, even paper (train.py's default): ladder.sh refuses flags after -- that
-    # would override what a run's arguments set
+    for bad, message in (
+            (preset not in LADDER_PRESETS, f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})"),
+            (replicate_depths and not seeds, "--replicate-depths needs --seed, e.g. --seed 0 1 2"),
+            (target not in (*ARMS, *groups),
+             f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})"),
+            (target == "demo" and preset != "cpu", f"the demo runs the cpu preset, not --preset {preset}; drop "
+             "--preset (other presets: bash ladder.sh ARCH|all --preset P)"),
+            (not archs, "there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)"),
+            (preset == "d26" and archs != ["untied_grow"],
+             "the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26"),
+            (preset == "d26" and depths and list(depths) != [26], "the d26 preset is the one run at depth 26, not "
+             f"--depth {' '.join(map(str, depths or []))}; drop --depth, or run other depths with --preset paper"),
+            (preset == "data-constrained" and archs != ["operator_1"], "the data-constrained grid uses Operator-1's "
+             "recipe: bash ladder.sh operator_1 --preset data-constrained")):
+        if bad:
+            raise UsageError(message)
+    # every run names its train.py preset: ladder.sh refuses flags after -- that would override a run's arguments
     preset_args = ["--preset", "cpu" if preset == "cpu" else "paper"]
     runs = []  # (name, depth, arguments)
     for arch in archs:
-        if preset == "paper":
+        if preset in ("paper", "cpu"):
             runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
-                     for d in depths or ARMS[arch].ladder_depths]
-        elif preset == "cpu":
-            runs += [(f"{arch}_d{d}", d, ["--arch", arch, "--depth", str(d), *preset_args])
-                     for d in depths or CPU_LADDER_DEPTHS]
+                     for d in depths or (ARMS[arch].ladder_depths if preset == "paper" else CPU_LADDER_DEPTHS)]
         elif preset == "d26":
             runs.append(("untied_grow_d26", 26, ["--arch", "untied_grow", "--depth", "26", *preset_args]))
         else:
@@ -193,7 +174,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--ladder"]:  # torch-free: ladd
 
 
 if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
-    answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
+    answer_help(build_parser)  # before torch loads
 
 import contextlib
 import csv
@@ -224,12 +205,8 @@ from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Interrupted, cli_main_dis
                     write_json, write_text)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
 
-# ---------------------------------------------------------------------------------------------------------------
-# Dry run and compilation
-
 def dry_run(args):
-    """One JSON line per --depth: the plan, its micro-batch on a GPU (the arm's rule: a CUDA run may halve it) and a
-    GPU-hour estimate (gpu_hours_estimate)."""
+    """One JSON line per --depth: the plan, its micro-batch on a GPU (a CUDA run may halve it) and GPU-hours."""
     for depth in args.depths:
         args.depth = depth
         plan = make_plan(args)
@@ -242,9 +219,7 @@ def dry_run(args):
 
 def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
-    run of ladder.sh. RUNS: one line per run, its name then its train.py arguments (what `python train.py --ladder`
-    prints); every run gets the flags after --. Prints each run's micro-batch, FLOPs and GPU-hours, then the ladder's:
-    at the MFU the release measured at the run's width (gpu_hours_estimate), or at --mfu F."""
+    run of ladder.sh; RUNS is what `python train.py --ladder` prints. Each run's micro-batch, FLOPs and GPU-hours."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
@@ -276,15 +251,13 @@ def ladder_dry_run(argv):
           f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
 
 
-# GPU-hours: a run's FLOPs at the MFU the release measured at its width (measured, not modelled; a run prints its own)
-
 RELEASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
 
 
 @functools.cache
 def release_mfu_by_width():
-    """{width: the mean MFU of the release's timed runs at that width}: each run's FLOPs (fineweb_ladders.csv) over
-    the peak of the 8 H100s it trained on for its hours (release/appendix_ladders/timing.json, Fig. 15b)."""
+    """{width: mean MFU of the release's timed runs}: FLOPs (fineweb_ladders.csv) over 8 H100s' peak for the hours
+    each run took (release/appendix_ladders/timing.json, Fig. 15b). Measured, not modelled."""
     flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
              for row in csv.DictReader(open(os.path.join(RELEASE, "fineweb_ladders.csv")))}
     by_width = {}
@@ -296,27 +269,26 @@ def release_mfu_by_width():
 
 
 def mfu_at(width, table):
-    """MFU at `width`: linear between the nearest widths of `table` ({width: MFU}), the nearest beyond its ends."""
+    """MFU at `width`: linear between the nearest widths of `table`, the nearest beyond its ends."""
     return float(numpy.interp(width, sorted(table), [table[w] for w in sorted(table)]))
 
 
 @functools.cache
 def leave_one_width_out_error():
-    """The largest miss of mfu_at on a width the release timed, predicted from the other widths (MFU points)."""
+    """The largest miss of mfu_at on a width the release timed, predicted from the other widths."""
     table = release_mfu_by_width()
     return max(abs(mfu_at(w, {k: v for k, v in table.items() if k != w}) - table[w]) for w in table)
 
 
 def gpu_hours_estimate(plan, mfu=None):
-    """H100-hours of the plan's FLOPs at `mfu`, by default mfu_at the plan's width: an estimate, printed with how far
-    that rule misses a width it has not seen."""
+    """H100-hours of the plan's FLOPs at `mfu` (default: mfu_at its width), with that rule's leave-one-out miss."""
     mfu = mfu or mfu_at(plan.model_config.width, release_mfu_by_width())
     return dict(gpu_hours=round(plan.total_flops / (GPU_PEAK_FLOPS["H100"] * mfu) / 3600, 2),
                 mfu=round(mfu, 4), leave_one_width_out_error=round(leave_one_width_out_error(), 4))
 
 
 def gpu_peak_flops(device, given=None):
-    """--peak-flops, else the dense bf16 peak of the detected GPU (GPU_PEAK_FLOPS); None off CUDA or when unknown."""
+    """--peak-flops, else the detected GPU's dense bf16 peak; None off CUDA or when unknown."""
     if device.type != "cuda" or given:
         return given if device.type == "cuda" else None
     name = torch.cuda.get_device_name(device)
@@ -324,20 +296,14 @@ def gpu_peak_flops(device, given=None):
 
 
 def use_compile(args, device):
-    """torch.compile by default on CUDA; --no-compile opts out; CPU stays eager unless --compile."""
     return args.compile if args.compile is not None else device.type == "cuda"
 
 
 def compile_model(model, plan, whole=False):
-    """Regional compilation: torch.compile on each Block in place (the embedding, the boundary operator and the loss
-    stay eager), so identical blocks share one compiled code and every block's backward is its own autograd node: a
-    block's parameters get their gradients, and Muon's post-accumulate-grad hooks send them, while the blocks before
-    it are still in backward. whole=True compiles the whole model instead (bench.py --compile-time compares the two):
-    one backward node then hands out every gradient at its end, and each pass stage is a graph of its own.
-    dynamic=False: the micro-batch is a constant of a graph, so the blocks compile one graph per micro-batch of a pass
-    stage and one for eval (plus one for a shorter last eval batch). -> the module train_step calls."""
-    # Dynamo's recompile limit counts graphs per code object, and every model of a process (bench.py builds several)
-    # shares Block's: each compiled model adds its own graphs to it.
+    """Regional compilation: torch.compile on each Block (embedding, boundary operator and loss stay eager), so
+    identical blocks share compiled code and each block's backward is its own autograd node: Muon's grad hooks send a
+    block's gradients while earlier blocks are still in backward. whole=True compiles the model (bench.py compares).
+    dynamic=False: one graph per micro-batch size of a pass stage, and one for eval."""
     torch._dynamo.config.recompile_limit += 2 * (len(plan.pass_stages) + len(plan.random_passes) + 2)
     if whole:
         return torch.compile(model, dynamic=False)
@@ -347,13 +313,11 @@ def compile_model(model, plan, whole=False):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The distributed layout, applied to the model from outside (as torchtitan does): FSDP2 on a DeviceMesh. One node: a
-# 1-D mesh of its ranks; several: HSDP, (replicate = nodes, shard = ranks per node): parameters, gradients and
-# optimizer state sharded inside a node, replicated across nodes. One process trains the plain model.
+# The distributed layout (as torchtitan does it): FSDP2 on a DeviceMesh. One node: a 1-D mesh; several: HSDP,
+# (replicate = nodes, shard = ranks per node). One process trains the plain model.
 
 def build_mesh(world, per_node, device, timeout_minutes):
-    """The run's DeviceMesh: 1-D ("shard") on one node, ("replicate", "shard") = (nodes, per_node) on several; every
-    group it uses has the run's --dist-timeout (new_group's own default would be NCCL's 10 minutes)."""
+    """1-D ("shard") on one node, ("replicate", "shard") = (nodes, per_node) on several; groups with --dist-timeout."""
     timeout = datetime.timedelta(minutes=timeout_minutes)
     if per_node == world:
         return DeviceMesh.from_group(dist.group.WORLD, device.type, mesh_dim_names=("shard",))
@@ -387,46 +351,46 @@ def average_gradient(param):
     param.grad.div_(dist.get_world_size())
 
 
-def compute_dtype(args, device):
-    """The dtype of the embedding, of autocast's matmuls and of FSDP2's gathered parameters: bf16 on CUDA (the
-    release's), fp32 on the CPU; --compute-dtype bfloat16 runs CUDA's dtypes on the CPU (docs/gpu.md)."""
-    return getattr(torch, args.compute_dtype or ("bfloat16" if device.type == "cuda" else "float32"))
+def sync_micro_batch(model, last):
+    """HSDP: the all-reduce across nodes on the step's last micro-batch only (the reduce-scatter runs on each)."""
+    if isinstance(model, FSDPModule):
+        model.set_requires_all_reduce(last)
 
 
 def autocast(model):
-    """bf16 autocast where the model computes in bf16 (its embedding's dtype, compute_dtype), none in fp32."""
+    """bf16 autocast where the model computes in bf16 (its embedding's dtype), none in fp32."""
     dtype = model.transformer.wte.weight.dtype
     return torch.autocast(model.lm_head.weight.device.type, dtype=dtype, enabled=dtype != torch.float32)
 
 
-def sync_micro_batch(model, last):
-    """Before a micro-batch's backward: under HSDP the all-reduce across nodes runs on the step's last micro-batch
-    only (the reduce-scatter inside the node runs on every one, freeing the unsharded gradients)."""
-    if isinstance(model, FSDPModule):
-        model.set_requires_all_reduce(last)
+def gather(obj):
+    """Every rank's obj, in rank order (a list of one on one process)."""
+    out = [obj] * (dist.get_world_size() if dist.is_initialized() else 1)
+    if dist.is_initialized():
+        dist.all_gather_object(out, obj)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Optimizers, growth, evaluation
 
 def build_optimizers(model, plan, polar_express_dtype="auto"):
-    """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the groups whose
-    optimizer is muon, AdamW for the others (--optimizer adamw: AdamW for all, Muon's groups last). Muon's checkpoint
-    names are the parameters' names in the model, whatever matrices an arm puts in those groups."""
+    """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the muon groups, AdamW
+    for the others (--optimizer adamw: AdamW for all). Muon's checkpoint keys are the parameters' names."""
     groups = {name: params for name, params in model.param_groups().items() if params}
     betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
                   key=lambda name: PARAM_GROUPS[name][0] == "muon")
     group = lambda name: dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
-                              weight_decay=wd if PARAM_GROUPS[name][2] else 0.0)  # its recipe row's LR and decay
+                              weight_decay=wd if PARAM_GROUPS[name][2] else 0.0)  # noqa: E731
     adamw = torch.optim.AdamW([group(name) for name in adam], betas=betas, eps=eps, foreach=True)
-    for p in (p for name in adam for p in groups[name]):  # all state up front, as torch creates it at a first step:
-        adamw.state[p] = dict(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),  # a checkpoint holds the state of
-                              exp_avg_sq=torch.zeros_like(p))  # a parameter no step has reached yet (a later pass's)
+    for p in (p for name in adam for p in groups[name]):  # all state up front, so that a checkpoint holds the state
+        adamw.state[p] = dict(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),  # of a parameter no step has
+                              exp_avg_sq=torch.zeros_like(p))  # reached yet (a later pass's)
     matrix_groups = [name for name in groups if name not in adam]
     if not matrix_groups:
         return [adamw]
-    names = {p: name for name, p in model.named_parameters()}  # checkpoint keys
+    names = {p: name for name, p in model.named_parameters()}
     matrix = muon.Muon([group(name) for name in matrix_groups], lr=plan.matrix_lr, weight_decay=wd,
                        polar_express_dtype=polar_express_dtype,
                        param_names=[names[p] for name in matrix_groups for p in groups[name]])
@@ -436,7 +400,7 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
 def grow(model, optimizers, passes):
     """What GPT.grow writes (untied: the stacking copies) gets fresh optimizer state; a tied core keeps its state
     (paper Sec. 3). Under FSDP2 every module is resharded first: growth writes the shards, and a module left gathered
-    (the root after an evaluation's forward) would run on its stale gathered copy."""
+    would run on its stale copy."""
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
@@ -446,30 +410,22 @@ def grow(model, optimizers, passes):
     return overwritten
 
 
-def batch_sums(model, windows, passes, token_bytes, device):
-    """CE, targets, CE over byte-bearing targets and bytes of one validation batch (float64); each target's loss
-    from the model's own (GPT.loss)."""
-    window = windows.to(device)
-    targets = window[:, 1:]
-    with autocast(model):
-        ce = model(window[:, :-1], targets=targets, passes=passes, reduction="none").double()
-    nbytes = token_bytes[targets.flatten()].double()
-    return torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
-                        (ce * (nbytes > 0)).sum(), nbytes.sum()])
-
-
 @torch.no_grad()
 def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device):
-    """Validation loss in nats per target token (and bits per byte), batches of batch_size windows dealt round-robin
-    over the ranks. Every rank runs as many forwards (a sharded model's all-gathers are collectives): a rank short of
-    a batch runs the first one again and drops its sums."""
+    """Validation loss in nats per target token and bits per byte, batches dealt round-robin over the ranks. Every
+    rank runs as many forwards (a sharded forward is collective): a rank short of a batch reruns one, drops its sums."""
     model.eval()
     starts = list(range(0, len(val), batch_size))
     sums = torch.zeros(4, dtype=torch.float64, device=device)  # CE, targets, CE over byte-bearing targets, bytes
     for k in range(rank, -(-len(starts) // world) * world, world):
-        batch = batch_sums(model, val[starts[k % len(starts)]:][:batch_size], passes, token_bytes, device)
+        window = val[starts[k % len(starts)]:][:batch_size].to(device)
+        targets = window[:, 1:]
+        with autocast(model):
+            ce = model(window[:, :-1], targets=targets, passes=passes, reduction="none").double()
+        nbytes = token_bytes[targets.flatten()].double()
         if k < len(starts):
-            sums += batch
+            sums += torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
+                                 (ce * (nbytes > 0)).sum(), nbytes.sum()])
     if world > 1:
         dist.all_reduce(sums)
     model.train()
@@ -478,8 +434,7 @@ def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Training
-
+# A run: its processes, folder and data
 
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
@@ -487,10 +442,9 @@ def open_run(args, plan):
     run_dir = run_dir_of(args)
     agree_on_plan(plan, run_dir, args)
     resume_from = resume_point(args, run_dir)
-    if resume_from == "complete":
-        check_plan(run_dir, read_result(run_dir)["plan"], plan)
-    elif resume_from:
-        check_plan(resume_from, read_meta(resume_from)["plan"], plan)
+    if resume_from:
+        check_plan(run_dir, read_result(run_dir)["plan"], plan) if resume_from == "complete" else \
+            check_plan(resume_from, read_meta(resume_from)["plan"], plan)
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
@@ -513,23 +467,28 @@ def open_run(args, plan):
     vocab = plan.model_config.vocab_size  # the token ids this run reads are < vocab (a flipped byte is caught here)
     data.check_token_range(data_dir, train_pool, vocab, plan.train_token_limit)
     data.check_token_range(data_dir, val_pool, vocab, (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
-    if not args.no_verify:
-        verify_pool(data_dir)
-    batch_seqs = plan.tokens_per_step // plan.seq_len
-    loader = data.TrainLoader(train_pool, plan.seq_len, batch_seqs, token_limit=plan.train_token_limit,
-                              seed=plan.seed)
-    val = data.val_windows(val_pool, plan.seq_len, plan.val_tokens)
+    error = None  # the token files against their sha256 in corpus.json: local rank 0 hashes (a pool copy per node)
+    if not args.no_verify and int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        try:
+            data.check_pool_hashes(data_dir)
+        except data.DataError as e:
+            error = f"{e} (--no-verify skips this check)"
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
+    pool = {k: v for k, v in train_pool.manifest.items() if k != "sources"}  # result.json's record of the pool
+    pool["splits"] = {name: dict(info, sha256_checked=not args.no_verify) for name, info in pool["splits"].items()}
+    loader = data.TrainLoader(train_pool, plan.seq_len, plan.tokens_per_step // plan.seq_len,
+                              token_limit=plan.train_token_limit, seed=plan.seed)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)
     return new_run(args, plan, batch, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
-                   data_manifest=recorded_pool(train_pool.manifest, not args.no_verify),
-                   data_check="skipped (--no-verify)" if args.no_verify else "verified", val=val,
-                   token_bytes=token_bytes, resume_from=resume_from)
+                   data_manifest=pool, val=data.val_windows(val_pool, plan.seq_len, plan.val_tokens),
+                   resume_from=resume_from, token_bytes=token_bytes)
 
 
 def agree_on_plan(plan, run_dir, args):
-    """Every rank must run rank 0's frozen Plan in rank 0's run folder (resuming as it does, at its micro-batch) before
-    the first collective of training: a rank given another --seed or LR would train to the end unnoticed (and
-    result.json record rank 0's plan). A mismatch is one line on every rank (exit 2)."""
+    """Every rank must run rank 0's frozen Plan in rank 0's run folder (resuming as it does, at its micro-batch): a
+    rank given another --seed or LR would train to the end unnoticed. A mismatch is one line on every rank (exit 2)."""
     mine = dict(plan=plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
                 device_batch_size=args.device_batch_size)
     every = gather(mine)
@@ -544,33 +503,9 @@ def agree_on_plan(plan, run_dir, args):
                          "on rank 0): give every rank the same flags and environment")
 
 
-def recorded_pool(manifest, verified):
-    """The pool as result.json records it: corpus.json without its source list, each split's sha256 marked as checked
-    against the token files at this start (verify_pool) or only copied from corpus.json (--no-verify)."""
-    pool = {k: v for k, v in manifest.items() if k != "sources"}
-    pool["splits"] = {name: dict(info, sha256_checked=verified) for name, info in pool["splits"].items()}
-    return pool
-
-
-def verify_pool(data_dir):
-    """The pool's token files against their sha256 in corpus.json (data.check_pool_hashes: hashed once, then
-    recorded in the pool), before a step trains on them: one process per node hashes (the node's local rank 0: the
-    pool may be a copy per node) and every rank gets the verdict."""
-    error = None
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        try:
-            data.check_pool_hashes(data_dir)
-        except data.DataError as e:
-            error = f"{e} (--no-verify skips this check)"
-    errors = [e for e in gather(error) if e]
-    if errors:
-        raise UsageError(errors[0])
-
-
 def new_run(args, plan, batch, rank, world, device, loader, **where):
-    """The Run of `plan` in this process, reading batches from `loader` in micro-batches of `batch` sequences (on CUDA
-    start_training may halve it: probe_micro_batch). where: its folder and data (run_dir, data_dir, data_manifest,
-    val, token_bytes, resume_from); bench.py's runs on synthetic tokens have none."""
+    """The Run of `plan` in this process, in micro-batches of `batch` sequences. where: its folder and data;
+    bench.py's runs on synthetic tokens have none."""
     environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                        device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                        compiled=use_compile(args, device), attention_backend=args.attention_backend)
@@ -582,18 +517,17 @@ def new_run(args, plan, batch, rank, world, device, loader, **where):
 
 
 def memory_record(plan, batch, world, probe_peak_bytes=None):
-    """result.json's "memory": the micro-batch and gradient accumulation of each pass stage, and on CUDA the peak
-    bytes (torch.cuda.max_memory_allocated, the largest over the ranks) of probe_micro_batch's forward and backward."""
+    """result.json's "memory": each pass stage's micro-batch and accumulation, and on CUDA the probe's peak bytes."""
     accumulation = plan.tokens_per_step // plan.seq_len // world // batch
     return dict(stages=[dict(passes=k, micro_batch=batch, accumulation=accumulation) for k in plan.pass_stages],
                 probe_peak_bytes=probe_peak_bytes)
 
 
 def probe_micro_batch(run, model):
-    """On CUDA, before the first step: one forward and backward of the run's largest stage (after growth, for a
-    growing arm) at the run's micro-batch, on fixed tokens (the data order is untouched), halved while it raises
-    torch.OutOfMemoryError (--device-batch-size: never halved). The smallest over the ranks is the run's: the global
-    batch stays, the accumulation grows. Its micro-batch and peak memory go into run.memory and the log."""
+    """On CUDA, before the first step: one forward and backward of the largest stage (after growth, for a growing arm)
+    on fixed tokens (the data order is untouched), the micro-batch halved while it raises torch.OutOfMemoryError
+    (--device-batch-size: never halved). The smallest over the ranks wins: the global batch stays, accumulation
+    grows."""
     plan, batch = run.plan, run.micro_batches[0]
     rank_seqs = plan.tokens_per_step // plan.seq_len // run.world
     passes = max(plan.pass_stages + plan.random_passes)
@@ -624,22 +558,21 @@ def probe_micro_batch(run, model):
 
 @dataclass
 class Run:
-    """A run's fixed context: its plan, process, batches, output paths and data (train.new_run builds it)."""
+    """A run's fixed context (new_run builds it)."""
     plan: object                 # plan.Plan
     rank: int
     world: int
     device: torch.device
     loader: object               # data.TrainLoader (or bench.SyntheticLoader)
-    micro_batches: tuple         # sequences per micro-batch in each pass stage (the memory plan's)
-    per_node: int                # ranks per node: the mesh's shard dimension (train.build_mesh)
-    memory: dict                 # memory_report of the memory plan, for result.json
+    micro_batches: tuple         # sequences per micro-batch in each pass stage
+    per_node: int                # ranks per node: the mesh's shard dimension
+    memory: dict                 # memory_record, for result.json
     environment: dict
     peak_flops: float            # of all ranks together, for MFU (None off CUDA)
     args: object                 # the parsed command line
-    run_dir: str = ""            # the folder, data and validation windows ("" and None for bench.py's runs)
+    run_dir: str = ""            # "" and None below for bench.py's runs
     data_dir: str = ""
     data_manifest: dict = field(default_factory=dict)
-    data_check: str = None       # "verified" or "skipped (--no-verify)": whether the pool's sha256 were checked
     val: torch.Tensor = None
     token_bytes: torch.Tensor = None
     resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
@@ -647,14 +580,11 @@ class Run:
     master = property(lambda self: self.rank == 0)
     ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
     final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
-    result_path = property(lambda self: os.path.join(self.run_dir, "result.json"))
-    trajectory_path = property(lambda self: os.path.join(self.run_dir, "trajectory.jsonl"))
 
 
 @dataclass
 class Training:
-    """What a run trains: the model (sharded by FSDP2 on several processes), the module its steps call (the compiled
-    model, or the model itself), the optimizers and the counters."""
+    """The model (FSDP2-sharded on several processes), the module steps call (compiled or not), optimizers, counters."""
     run: Run
     model: model_lib.GPT
     step_model: torch.nn.Module
@@ -664,12 +594,11 @@ class Training:
 
 
 def start_training(run):
-    """The model at the plan's seed (sharded on several processes: shard_model) with its optimizers and counters,
-    restored from run.resume_from when the run resumes, compiled when the run compiles (use_compile)."""
+    """The model at the plan's seed, sharded, probed, with its optimizers; restored from run.resume_from; compiled."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
-    model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend,
-                          dtype=compute_dtype(args, run.device))
+    dtype = getattr(torch, args.compute_dtype or ("bfloat16" if run.device.type == "cuda" else "float32"))
+    model = model_lib.GPT(plan.model_config, device=run.device, attention=args.attention_backend, dtype=dtype)
     model.set_passes(plan.pass_stages[0])
     if run.world > 1:
         shard_model(model, build_mesh(run.world, run.per_node, run.device, args.dist_timeout))
@@ -692,20 +621,13 @@ def start_training(run):
     return Training(run, model, step_model, optimizers, state)
 
 
-def eval_passes(run, state):
-    """The passes a validation after state.step steps runs at: the stage the last step trained at (step 0: the
-    first), the plan's final passes at the end."""
-    plan = run.plan
-    return plan.passes_final if state.step == plan.steps else stage_at(max(state.step - 1, 0), plan)
-
-
 def validate(run, model, state, passes, when):
     """One validation, recorded in state.evals (result.json) with its passes and why it ran (`when`)."""
     t0 = time.perf_counter()
     loss, bpb = evaluate(model, run.val, passes, run.micro_batches[-1], run.token_bytes, run.rank, run.world,
                          run.device)
     state.eval_seconds += time.perf_counter() - t0
-    epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained, as trajectory.jsonl says
+    epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained
     state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb, passes=passes, when=when))
     if run.master:
         print(f"step {state.step}/{run.plan.steps} | val loss {loss:.4f}" + (f" | val bpb {bpb:.4f}" if bpb else "")
@@ -714,9 +636,8 @@ def validate(run, model, state, passes, when):
 
 
 def grow_if_due(run, model, optimizers, state):
-    """At a crossover step, grow to the next stage (before that step's forward) and record the event -> whether it
-    grew. Once per crossover: train.py grows right after the step before it (so that the validations around the growth
-    and the checkpoint at that step see it), bench.py at the start of the step."""
+    """At a crossover step, grow once and record it -> whether it grew (train.py: after the step before; bench.py: in
+    train_step)."""
     if state.step in run.plan.crossover_steps and all(e["step"] != state.step for e in state.growth_events):
         before, target = model.active_passes, stage_at(state.step, run.plan)
         overwritten = grow(model, optimizers, target)
@@ -727,11 +648,9 @@ def grow_if_due(run, model, optimizers, state):
 
 
 def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False):
-    """One optimizer step at state.step: growth if due, passes, LR and momentum, the accumulated micro-batches,
-    update. -> (mean loss over ranks as a 0-dim device tensor: nothing here waits for the device, passes, epoch, LR
-    multiplier). optimizer_timer: a context manager around the optimizers' steps (bench.py times them with it).
-    measure: also put the step's gradient norm in training.grad_norm (a device tensor; a collective). On several
-    processes FSDP2 averages the gradients over the ranks as backward goes (sync_micro_batch)."""
+    """One optimizer step: growth if due, passes, LR and momentum, the accumulated micro-batches, update. -> (mean
+    loss over ranks as a device tensor: nothing here waits for the device, passes, epoch, LR multiplier).
+    optimizer_timer: around the optimizers' steps (bench.py). measure: also the gradient norm (a collective)."""
     run, model, optimizers, state = training.run, training.model, training.optimizers, training.state
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
@@ -743,49 +662,34 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
             group["lr"] = group["base_lr"] * lrm
             if isinstance(opt, muon.Muon):
                 group["momentum"] = muon.muon_momentum(step)
-    micro_batch = run.micro_batches[stage_index(step, plan)]  # the memory plan's, changing at growth
+    micro_batch = run.micro_batches[stage_index(step, plan)]
     epoch, windows = run.loader.batch(step, run.rank, run.world)
-    if run.device.type == "cuda":  # from page-locked memory the copies below are asynchronous (pageable: synchronous)
+    if run.device.type == "cuda":  # from page-locked memory the copies below are asynchronous
         windows = windows.pin_memory()
-    accumulation = len(windows) // micro_batch
-    losses = []
     micros = windows.split(micro_batch)
+    step_loss = torch.zeros((), device=run.device)
     for k, micro in enumerate(micros):
         sync_micro_batch(model, last=k == len(micros) - 1)
         micro = micro.to(run.device, non_blocking=True)
         with autocast(model):
             loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
-        (loss / accumulation).backward()
-        losses.append(loss.detach())
-    if measure:
-        training.grad_norm = grad_norm(model)
+        (loss / len(micros)).backward()
+        step_loss += loss.detach() / len(micros)
+    if measure:  # the L2 norm of the rank-averaged gradient the optimizers step on (nothing is clipped)
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        training.grad_norm = muon.full(torch.nn.utils.get_total_norm(grads)).float()
     with optimizer_timer:
         for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
             opt.step()
     training.step_model.zero_grad(set_to_none=True)
-    return step_loss(run, losses, accumulation), passes, epoch, lrm
-
-
-def grad_norm(model):
-    """The L2 norm of the rank-averaged gradient the optimizers step on (nothing is clipped), as a device tensor."""
-    grads = [p.grad for p in model.parameters() if p.grad is not None]
-    return muon.full(torch.nn.utils.get_total_norm(grads)).float()
-
-
-def step_loss(run, losses, accumulation):
-    """The step's mean training loss over every rank's micro-batches."""
-    batch_loss = torch.zeros((), device=run.device)
-    for loss in losses:
-        batch_loss += loss / accumulation
     if run.world > 1:
-        dist.all_reduce(batch_loss)
-        batch_loss /= run.world
-    return batch_loss
+        dist.all_reduce(step_loss)
+        step_loss /= run.world
+    return step_loss, passes, epoch, lrm
 
 
 def count_step(run, state, passes, seconds=None):
-    """Advance the counters by one finished step; with its seconds (bench.py) -> its model FLOPs utilization (None
-    off CUDA). train.py times steps between logged ones instead (Progress)."""
+    """Advance the counters by one step; with its seconds (bench.py) -> its MFU (None off CUDA)."""
     cfg, tokens = run.plan.model_config, run.plan.tokens_per_step
     flops_per_token = model_lib.flops_per_token(cfg, passes)
     state.step += 1
@@ -798,66 +702,20 @@ def count_step(run, state, passes, seconds=None):
     return flops_per_token * (tokens / seconds) / run.peak_flops if run.peak_flops else None
 
 
-@dataclass
-class Cadence:
-    """After step s has trained: whether it validates, checkpoints and logs. Only a logged step waits for the
-    device: it fetches the losses of the steps since the last one in one transfer (tests/test_train.py counts)."""
-    plan: object
-    stop: int
-    log_every: int
-    eval_every: int              # 0: no periodic validation (still at the start, the end, epochs and growth)
-    save_every: int
-    steps_per_epoch: int
-
-    def validates(self, s):
-        return (s == self.plan.steps or s % self.steps_per_epoch == 0 or s in self.plan.crossover_steps
-                or bool(self.eval_every) and s % self.eval_every == 0)
-
-    def saves(self, s):
-        return s == self.plan.steps or s == self.stop or bool(self.save_every) and s % self.save_every == 0
-
-    def logs(self, s):  # the step after a growth too: its own interval holds the recompilation, not the EMA's
-        return (s == 1 or s % self.log_every == 0 or s - 1 in self.plan.crossover_steps or self.validates(s)
-                or self.saves(s))
-
-
-def default_eval_every(plan, given=None):
-    """Steps between periodic validations that cost at most EVAL_COMPUTE_SHARE of the training compute: a validation
-    is a forward over val_tokens, a third of a training step's FLOPs per token, so it costs val_tokens /
-    (3 tokens_per_step) steps (paper preset: 6.3, so every 317 steps; cpu preset: 10.7, every 534); `given`: --eval-every."""
-    return given if given is not None else math.ceil(plan.val_tokens / (3 * EVAL_COMPUTE_SHARE * plan.tokens_per_step))
-
-
-def cadence_of(args, run):
-    plan, preset = run.plan, PRESETS[run.plan.preset]
-    return Cadence(plan, stop=min(plan.steps, args.stop_after) if args.stop_after else plan.steps,
-                   log_every=args.log_every or preset.log_every,
-                   eval_every=default_eval_every(plan, args.eval_every),
-                   save_every=preset.save_every if args.save_every is None else args.save_every,
-                   steps_per_epoch=run.loader.steps_per_epoch)
-
-
-def open_trajectory(run, step):
-    """trajectory.jsonl cut back to its first `step` lines (the checkpoint resumed from), open for appending (rank 0;
-    None elsewhere)."""
-    if not run.master:
-        return None
-    lines = open(run.trajectory_path).readlines() if os.path.exists(run.trajectory_path) else []
-    write_text(run.trajectory_path, "".join(lines[:step]))
-    return open(run.trajectory_path, "a")
-
+# ---------------------------------------------------------------------------------------------------------------
+# The loop's records: result.json, trajectory.jsonl, the progress line, wandb
 
 def write_result(run, state, status, mfu=None, **extra):
-    """result.json (replaced in one step): the run's plan, environment and progress; status running, complete,
-    stopped (with its reason) or failed (with its error); the final_* numbers only once it is complete."""
+    """result.json (replaced in one step): status running, complete, stopped (with its reason) or failed (with its
+    error); the final_* numbers only once it is complete."""
     if not run.master:
         return
     evals, final = state.evals, status == "complete" and bool(state.evals)
-    write_json(run.result_path, dict(  # the keys fit.py and the tests read
+    write_json(os.path.join(run.run_dir, "result.json"), dict(
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(),
         schedule_notes=schedule_notes(run.plan), world_size=run.world, device_batch_size=list(run.micro_batches),
         memory=run.memory, gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]],
-        data_dir=run.data_dir, environment=run.environment, data_manifest=run.data_manifest, data_check=run.data_check,
+        data_dir=run.data_dir, environment=run.environment, data_manifest=run.data_manifest,
         completed_steps=state.step, evals=evals, growth_events=state.growth_events,
         last_eval=evals[-1] if evals else None, final_val_loss=evals[-1]["val_loss"] if final else None,
         best_val_loss=min((e["val_loss"] for e in evals), default=None) if final else None,
@@ -870,24 +728,21 @@ def write_result(run, state, status, mfu=None, **extra):
 
 
 class Progress:
-    """trajectory.jsonl, the progress line and wandb. Finished steps wait (their losses as device tensors) until a
-    logged step fetches them in one transfer; training seconds are the wall time between fetches less validations and
-    checkpoints (restart_clock), so the device's queue is timed, not the host's."""
+    """trajectory.jsonl, the progress line and wandb. Steps' losses wait on the device until a logged step fetches
+    them in one transfer; training seconds run from `mark` (reset after validations and checkpoints) to a fetch."""
 
-    def __init__(self, run, state, trajectory, cadence, tracker=None):
-        self.run, self.state, self.trajectory, self.cadence, self.tracker = run, state, trajectory, cadence, tracker
+    def __init__(self, run, state, trajectory, stop, tracker=None):
+        self.run, self.state, self.trajectory, self.stop, self.tracker = run, state, trajectory, stop, tracker
         self.pending, self.records, self.mfu = [], [], None
         self.mark = self.start = time.perf_counter()
         self.wall_start, self.flops_start = self.start - state.wall_seconds, state.flops  # resumes add up
 
     def add(self, record, loss):
-        """A finished step: its record (plain values) and its loss (a device tensor, fetched later)."""
         self.pending.append((record, loss))
 
     def fetch(self, model, grad_norm):
-        """A logged step's one device->host transfer: the losses of the steps since the last one, the step's gradient
-        norm and the model's learned scalars (its "scalar" group; a vector's entries as NAME.i) -> the first step
-        whose loss is not finite, or None."""
+        """One device->host transfer: the pending losses, the gradient norm and the model's learned scalars (its
+        "scalar" group; a vector's entries as NAME.i) -> the first step whose loss is not finite, or None."""
         scalar_ids = {id(p) for p in model.param_groups()["scalar"]}
         scalars = {name: p for name, p in model.named_parameters() if id(p) in scalar_ids}
         keys = [name if p.ndim == 0 else f"{name}.{i}" for name, p in scalars.items() for i in range(p.numel())]
@@ -906,16 +761,11 @@ class Progress:
         self.pending = []
         return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
 
-    def restart_clock(self):
-        """After a validation or a checkpoint: their time is not training time."""
-        self.mark = time.perf_counter()
-
     def eta(self):
-        """Wall seconds to the invocation's last step, measured: this invocation's wall time per FLOP so far (its
-        validations, checkpoints and compilation included) times the FLOPs of the steps ahead at their passes."""
+        """Wall seconds to the invocation's last step: this invocation's wall time per FLOP so far (validations,
+        checkpoints and compilation included) times the FLOPs of the steps ahead at their passes."""
         plan, state, done = self.run.plan, self.state, self.state.flops - self.flops_start
-        bounds = [0, *plan.crossover_steps, plan.steps]
-        stop = self.cadence.stop
+        bounds, stop = [0, *plan.crossover_steps, plan.steps], self.stop
         ahead = sum(model_lib.flops_per_token(plan.model_config, k) * max(0, min(b, stop) - max(a, state.step))
                     for k, a, b in zip(plan.pass_stages, bounds, bounds[1:])) * plan.tokens_per_step
         return (time.perf_counter() - self.start) / done * ahead if done else None
@@ -940,9 +790,8 @@ class Progress:
 
 
 def open_wandb(args, run):
-    """--wandb PROJECT (or WANDB_PROJECT): one wandb run per train.py run (rank 0), named LADDER/RUN and grouped by its
-    ladder (the runs folder's name); the plan as config; a resumed run continues the same wandb run (its id is kept in
-    RUN/wandb_id). wandb's own errors (no login, a bad name) are its own."""
+    """--wandb PROJECT (or WANDB_PROJECT), rank 0: one wandb run per run, named LADDER/RUN and grouped by its ladder
+    (the runs folder's name), the plan as config; a resume continues it (its id in RUN/wandb_id)."""
     project = args.wandb or os.environ.get("WANDB_PROJECT")
     if not project or not run.master:
         return None
@@ -963,8 +812,8 @@ def open_wandb(args, run):
 
 
 def wandb_record(record):
-    """A trajectory record for wandb: flops and tokens (the x-axes) as they are, val_X as val/X (the after-growth
-    numbers under val/ too), the learned scalars as train/scalars/NAME, everything else as train/X."""
+    """flops and tokens (the x-axes) as they are, val_X and the after-growth numbers as val/X, the learned scalars as
+    train/scalars/NAME, everything else as train/X."""
     out = {f"train/scalars/{k}": v for k, v in record.get("scalars", {}).items()}
     for k, v in record.items():
         if k in ("flops", "tokens"):
@@ -976,33 +825,28 @@ def wandb_record(record):
     return {k: v for k, v in out.items() if v is not None}
 
 
-def gather(obj):
-    """Every rank's obj, in rank order (a list of one on one process)."""
-    out = [obj] * (dist.get_world_size() if dist.is_initialized() else 1)
-    if dist.is_initialized():
-        dist.all_gather_object(out, obj)
-    return out
+def record_memory(run, state, start_step):
+    """Every rank's peak memory over the pass stage in force (since this invocation's start or the last growth),
+    before a growth and at an invocation's last step (a collective): state.memory_measured."""
+    stage = len(state.growth_events)
+    state.memory_measured.append(dict(
+        stage=stage, passes=run.plan.pass_stages[stage], micro_batch=run.micro_batches[stage], world_size=run.world,
+        steps=[max([start_step] + [e["step"] for e in state.growth_events]), state.step],
+        ranks=gather(memory_in_use(run.device))))
 
 
-STOP_SIGNALS = []  # the signals that asked this process to stop (request_stop)
+# ---------------------------------------------------------------------------------------------------------------
+# The training loop
+
+STOP_SIGNALS = []  # the signals that asked this process to stop
 
 
 def request_stop(signum, frame):
-    """SIGINT or SIGTERM during training (Ctrl-C, kill, scancel, torchrun stopping its workers): the loop stops at its
-    next logged step, after a checkpoint. A second signal stops at once (the handlers cli_main installed)."""
+    """SIGINT or SIGTERM during training: the loop stops at its next logged step, after a checkpoint. A second
+    signal stops at once (cli_main's handlers)."""
     STOP_SIGNALS.append(signal.Signals(signum))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, raise_interrupted)
-
-
-def stop_requested(run):
-    """Whether any rank was asked to stop; on several processes a collective at a logged step (its second wait for
-    the device), so that every rank stops at the same step."""
-    if run.world == 1:
-        return bool(STOP_SIGNALS)
-    asked = torch.tensor(float(bool(STOP_SIGNALS)), device=run.device)
-    dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-    return asked.item() > 0
 
 
 def train(args):
@@ -1018,36 +862,76 @@ def train(args):
     model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
     handlers = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     STOP_SIGNALS.clear()
+    # the cadence: validations at most EVAL_COMPUTE_SHARE of the training compute by default (a validation is a
+    # forward over val_tokens, a third of a training step's FLOPs per token), and at the start, the end, each epoch
+    # and around a growth; only a logged step waits for the device (it fetches the losses since the last one)
+    preset, epoch_steps = PRESETS[plan.preset], run.loader.steps_per_epoch
+    stop = min(plan.steps, args.stop_after or plan.steps)
+    log_every, save_every = args.log_every or preset.log_every, args.save_every
+    eval_every = math.ceil(plan.val_tokens / (3 * EVAL_COMPUTE_SHARE * plan.tokens_per_step)) \
+        if args.eval_every is None else args.eval_every
+    save_every = preset.save_every if save_every is None else save_every
+    validates = lambda s: (s == plan.steps or s % epoch_steps == 0 or s in plan.crossover_steps  # noqa: E731
+                           or bool(eval_every) and s % eval_every == 0)
+    saves = lambda s: s == plan.steps or s == stop or bool(save_every) and s % save_every == 0  # noqa: E731
     try:  # one way out for a stop or a failure: result.json says how the run ended
-        trajectory = open_trajectory(run, state.step)
+        trajectory, path = None, os.path.join(run.run_dir, "trajectory.jsonl")
+        if run.master:  # cut back to the checkpoint resumed from, then appended to
+            write_text(path, "".join(open(path).readlines()[:state.step] if os.path.exists(path) else []))
+            trajectory = open(path, "a")
         write_result(run, state, "running")
-        cadence = cadence_of(args, run)
-        progress = Progress(run, state, trajectory, cadence, open_wandb(args, run))
+        progress = Progress(run, state, trajectory, stop, open_wandb(args, run))
         start_step = state.step
         if state.step == 0 and not state.evals:
             validate(run, step_model, state, plan.pass_stages[0], "start")
-            progress.restart_clock()
-        while state.step < cadence.stop:
-            logged = cadence.logs(state.step + 1)
+            progress.mark = time.perf_counter()
+        while state.step < stop:
+            s = state.step + 1  # the step after a growth logs too: its own interval holds the recompilation
+            logged = s == 1 or s % log_every == 0 or s - 1 in plan.crossover_steps or validates(s) or saves(s)
             loss, passes, epoch, lrm = train_step(training, measure=logged)
             count_step(run, state, passes)
-            progress.add(dict(step=state.step, tokens=state.tokens, flops=state.flops, lr_multiplier=lrm,
-                              passes=passes, stage=stage_index(state.step - 1, plan), epoch=epoch), loss)
+            progress.add(dict(step=s, tokens=state.tokens, flops=state.flops, lr_multiplier=lrm, passes=passes,
+                              stage=stage_index(s - 1, plan), epoch=epoch), loss)
             if not logged:
                 continue
             # the one place where a step's evals, growth, checkpoint and stop are decided
             bad = progress.fetch(model, training.grad_norm)
-            if bad is not None:
-                return stop_non_finite(run, state, progress, bad)
-            if cadence.validates(state.step):
-                watch_evals(run, training, progress, cadence, start_step)
-            stopping = stop_requested(run)
-            if state.step == cadence.stop or stopping:  # before its checkpoint, which keeps it for the resumes
+            if bad is not None:  # the last good checkpoint (saved only after its steps were found finite) stays
+                progress.records = [r for r in progress.records if r["step"] <= bad]
+                progress.write(printed=False)
+                write_result(run, state, "failed", progress.mfu, error=f"non-finite loss at step {bad - 1}")
+                kept = (complete_checkpoints(run.ckpt_dir) or ["none yet"])[-1]
+                print(f"train.py: error: non-finite loss at step {bad - 1}; the last good checkpoint is {kept}",
+                      file=sys.stderr)
+                return 3
+            if validates(s):  # periodic, epoch, end; around a growth: before it, grow, after it
+                record = progress.records[-1]
+                when = ("end" if s == plan.steps else "before growth" if s in plan.crossover_steps
+                        else "epoch" if s % epoch_steps == 0 else "periodic")
+                ev = validate(run, step_model, state, plan.passes_final if s == plan.steps else stage_at(s - 1, plan),
+                              when)
+                record.update(val_loss=ev["val_loss"], val_bpb=ev["val_bpb"], val_passes=ev["passes"])
+                if when == "before growth":
+                    record_memory(run, state, start_step)
+                if grow_if_due(run, model, optimizers, state):
+                    ev = validate(run, step_model, state, stage_at(s, plan), "after growth")
+                    record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
+                                  passes_after_growth=ev["passes"])
+                progress.mark = time.perf_counter()
+            stopping = bool(STOP_SIGNALS)
+            if run.world > 1:  # every rank stops at the same step
+                asked = torch.tensor(float(stopping), device=run.device)
+                dist.all_reduce(asked, op=dist.ReduceOp.MAX)
+                stopping = asked.item() > 0
+            if s == stop or stopping:  # before its checkpoint, which keeps it for the resumes
                 record_memory(run, state, start_step)
             progress.write(printed=True)
-            if cadence.saves(state.step) or stopping:
-                save(run, model, optimizers, state, trajectory, progress.mfu)
-                progress.restart_clock()
+            if saves(s) or stopping:
+                if run.master:
+                    trajectory.flush()
+                save_checkpoint(run.ckpt_dir, model, optimizers, state, plan, run.micro_batches)
+                write_result(run, state, "running", progress.mfu)
+                progress.mark = time.perf_counter()
             if stopping:
                 raise Interrupted() if signal.SIGTERM in STOP_SIGNALS else KeyboardInterrupt()
         finish(run, state, progress)
@@ -1066,53 +950,6 @@ def train(args):
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     return 0
-
-
-def save(run, model, optimizers, state, trajectory, mfu):
-    """Collective: a checkpoint of this step (every rank writes its shards), then result.json's progress."""
-    if run.master:
-        trajectory.flush()
-    save_checkpoint(run.ckpt_dir, model, optimizers, state, run.plan, run.micro_batches)
-    write_result(run, state, "running", mfu)  # progress so far, for whoever watches the run
-
-
-def watch_evals(run, training, progress, cadence, start_step):
-    """The validations after a step (periodic, epoch, end; around a growth: before it, grow, after it), their numbers
-    added to the step's trajectory record."""
-    state, record = training.state, progress.records[-1]
-    when = ("end" if state.step == run.plan.steps else "before growth" if state.step in run.plan.crossover_steps
-            else "epoch" if state.step % cadence.steps_per_epoch == 0 else "periodic")
-    ev = validate(run, training.step_model, state, eval_passes(run, state), when)
-    record.update(val_loss=ev["val_loss"], val_bpb=ev["val_bpb"], val_passes=ev["passes"])
-    if when == "before growth":
-        record_memory(run, state, start_step)
-    if grow_if_due(run, training.model, training.optimizers, state):
-        ev = validate(run, training.step_model, state, stage_at(state.step, run.plan), "after growth")
-        record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
-                      passes_after_growth=ev["passes"])
-    progress.restart_clock()
-
-
-def record_memory(run, state, start_step):
-    """Every rank's memory over the pass stage in force (from this invocation's start or the last growth, whichever
-    came later, to now: before a growth and at an invocation's last step; a collective): state.memory_measured, which
-    result.json and the checkpoints keep."""
-    stage = len(state.growth_events)
-    state.memory_measured.append(dict(
-        stage=stage, passes=run.plan.pass_stages[stage], micro_batch=run.micro_batches[stage], world_size=run.world,
-        steps=[max([start_step] + [e["step"] for e in state.growth_events]), state.step],
-        ranks=gather(memory_in_use(run.device))))
-
-
-def stop_non_finite(run, state, progress, bad):
-    """A step's loss was not finite: the records up to it go into trajectory.jsonl, result.json says failed; the
-    last good checkpoint (saved only after a fetch found its steps finite) stays for --resume. -> exit code 3."""
-    progress.records = [r for r in progress.records if r["step"] <= bad]
-    progress.write(printed=False)
-    write_result(run, state, "failed", progress.mfu, error=f"non-finite loss at step {bad - 1}")
-    kept = (complete_checkpoints(run.ckpt_dir) or ["none yet"])[-1]
-    print(f"train.py: error: non-finite loss at step {bad - 1}; the last good checkpoint is {kept}", file=sys.stderr)
-    return 3
 
 
 def finish(run, state, progress):
@@ -1136,19 +973,6 @@ def finish(run, state, progress):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Refusals before any long work: every numeric flag has its range where it is parsed (common.integer, common.number);
-# here what a range cannot say (the run folder's checks: checkpoint.py; the pool's: open_run)
-
-def check_flags(args):
-    if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
-        raise UsageError(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for "
-                         "the parent folder")
-    for flag, values in (("--depth", args.depth), ("--random-passes", args.random_passes)):
-        if values and len(set(values)) < len(values):
-            raise UsageError(f"{flag} names a value twice ({' '.join(map(str, values))}); give each once")
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # Command line (its flags: build_parser, at the top)
 
 def parse_args(argv):
@@ -1156,13 +980,17 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.arch is None or args.depth is None:
         p.error("--arch and --depth are required")
-    check_flags(args)
+    if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
+        p.error(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for the parent")
+    for flag, values in (("--depth", args.depth), ("--random-passes", args.random_passes)):
+        if values and len(set(values)) < len(values):
+            p.error(f"{flag} names a value twice ({' '.join(map(str, values))}); give each once")
     args.depths, args.depth = args.depth, args.depth[0]  # several only for --dry-run
     if len(args.depths) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
     if args.attention_backend not in arms.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
-        raise UsageError(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash "
-                         "(its CPU kernel) and math")
+        p.error(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash (its CPU "
+                "kernel) and math")
     return args
 
 

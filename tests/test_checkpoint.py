@@ -22,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def tiny(pool, runs, name, *extra):
     """A 16-step growth run (crossover at step 8), logged every step, a checkpoint every 4 steps."""
-    return ["--arch", "untied_grow", "--depth", "2", "--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16",
+    return ["--arch", "untied_grow", "--depth", "2", "--preset", "cpu", "--width-per-depth", "4", "--head-dim", "4",
             "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
             "--runs-dir", str(runs), "--run-name", name, "--steps", "16", "--warmup-steps", "0",
             "--crossover-fractions", "0.5", "--save-every", "4", "--log-every", "1", *extra]

@@ -10,7 +10,6 @@ import struct
 import subprocess
 import sys
 import time
-import types
 
 import pytest
 import torch
@@ -37,6 +36,10 @@ def test_dry_run_cli_prints_one_json_object():
                 "params_tpp", "flops_per_token_final"):
         assert key in plan, key
     assert (plan["steps"], plan["crossover_step"]) == (2563, 2101)
+    r = subprocess.run([sys.executable, "train.py", "--arch", "vanilla", "--depth", "0", "--dry-run"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["train.py: error: argument --depth: must be a "
+                                                                   "whole number in [1, 1024], got '0'"], r.stderr
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -62,39 +65,26 @@ def test_bad_input_is_one_line_exit_2(argv, message, capsys):
 
 
 def test_dist_timeout_reaches_the_process_group(monkeypatch):
-    """--dist-timeout (minutes; default 30, not NCCL's 10: ranks skewed by start-up must not time out) goes from the
-    flag through open_run and setup_distributed to init_process_group."""
+    """--dist-timeout (minutes; default 30, not NCCL's 10: ranks skewed by start-up must not time out)."""
     assert train.parse_args(["--arch", "vanilla", "--depth", "2"]).dist_timeout == 30
     calls = []
-
-    def stop_at_setup(*args):
-        calls.append(args)
-        raise StopIteration
-    monkeypatch.setattr(train, "setup_distributed", stop_at_setup)
+    monkeypatch.setattr(train, "setup_distributed", lambda *args: calls.append(args) or 1 / 0)
     args = train.parse_args(["--arch", "vanilla", "--depth", "2", "--dist-timeout", "45"])
-    with pytest.raises(StopIteration):
+    with pytest.raises(ZeroDivisionError):
         train.open_run(args, train.make_plan(args))
-    assert calls == [("auto", 45)]
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **kw: calls.append(kw))
-    torchrun_env = dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    for name, value in torchrun_env.items():
+    for name, value in dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT="29500").items():
         monkeypatch.setenv(name, value)
     assert common.setup_distributed("cpu", 45) == (0, 2, torch.device("cpu"))
-    assert calls[-1]["timeout"] == datetime.timedelta(minutes=45)
-
-
-def test_bad_input_in_a_real_process_is_one_line_exit_2():
-    r = subprocess.run([sys.executable, "train.py", "--arch", "vanilla", "--depth", "0", "--dry-run"], cwd=ROOT,
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip().splitlines() == ["train.py: error: argument --depth: must be a "
-                                                                   "whole number in [1, 1024], got '0'"], r.stderr
+    assert calls == [("auto", 45), dict(device_id=None, timeout=datetime.timedelta(minutes=45))]
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # Short CPU runs on a small offline pool (byte tokenizer, tiny shapes).
 
 def tiny(pool, runs, arch, *extra, steps=12, depth=2):
-    return ["--arch", arch, "--depth", str(depth), "--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16",
+    return ["--arch", arch, "--depth", str(depth), "--preset", "cpu", "--width-per-depth", "4", "--head-dim", "4",
             "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
             "--runs-dir", str(runs), "--steps", str(steps), "--warmup-steps", "0", *extra]
 
@@ -119,75 +109,19 @@ def test_every_arm_trains_and_loss_drops(pool, tmp_path, arch):
     assert os.path.isfile(os.path.join(tmp_path, "r", "checkpoints", "final", ".metadata"))
 
 
-def test_adamw_ablation_trains(pool, tmp_path):
-    assert train.main(tiny(pool, tmp_path, "operator_1", "--run-name", "a", "--optimizer", "adamw")) == 0
-    result, _ = read_run(tmp_path, "a")
-    muon_plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "operator_1")))
-    assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
-        muon_plan.matrix_lr / arms.ARMS["operator_1"].matrix_lr)  # same depth scaling, AdamW's base LR
-    final = os.path.join(tmp_path, "a", "checkpoints", "final")
-    import torch.distributed.checkpoint as dcp
-    keys = [k for k in dcp.FileSystemReader(final).read_metadata().state_dict_metadata if k.startswith("optimizer.")]
-    assert keys and all(k.startswith("optimizer.adamw.") for k in keys)  # one AdamW for every group, no Muon
-    assert result["final_val_loss"] < result["evals"][0]["val_loss"] - 0.3
-
-
-def test_growth_run_switches_at_crossover(pool, tmp_path):
-    assert train.main(tiny(pool, tmp_path, "untied_grow", "--run-name", "g", "--crossover-fractions", "0.5",
-                           steps=16)) == 0
-    result, trajectory = read_run(tmp_path, "g")
-    c = result["plan"]["crossover_step"]
-    assert c == 8 and result["growth_events"][0]["step"] == c
-    assert [t["passes"] for t in trajectory] == [2] * c + [4] * (16 - c)
-    assert trajectory[c]["lr_multiplier"] == 0.0 and trajectory[c + 1]["lr_multiplier"] > 0
-
-
-def test_grow_copies_cores_and_resets_their_optimizer_state():
-    cfg = model.config_for("untied_grow", 3, width_per_depth=16, head_dim=16, seq_len=16, vocab_size=257,
-                               mlp_multiple=16)
-    torch.manual_seed(0)
-    net = model.GPT(cfg)
-    plan = types.SimpleNamespace(adam_betas=(0.8, 0.99), adam_eps=1e-8, weight_decay=0.1, optimizer="muon",
-                                 matrix_lr=0.02, embedding_lr=0.01, unembedding_lr=0.01, scalar_lr=None)
-    plan.group_lr = lambda group: plan_lib.Plan.group_lr(plan, group)
-    optimizers = train.build_optimizers(net, plan)
-    x = torch.randint(0, 257, (4, 17))
-    for _ in range(3):
-        net(x[:, :-1], targets=x[:, 1:]).backward()
-        for opt in optimizers:
-            opt.step()
-        net.zero_grad()
-    overwritten = train.grow(net, optimizers, 4)
-    c, p = cfg.n_core, cfg.n_prelude
-    for j in range(c):
-        for src, dst in ((p + j, p + 2 * c + j), (p + c + j, p + 3 * c + j)):
-            for a, b in zip(net.transformer.h[src].parameters(), net.transformer.h[dst].parameters()):
-                assert torch.equal(a, b)
-    muon_opt = optimizers[0]
-    assert len(overwritten) == 2 * c * 7
-    for q in overwritten:
-        assert all(not torch.is_tensor(v) or not v.any() for v in muon_opt.state[q].values())
-    kept = list(net.transformer.h[p].parameters())[0]
-    assert muon_opt.state[kept]["momentum_buffer"].any()
-
-
-@pytest.mark.parametrize("arch, stop", [("loop_grow", 7), ("untied_grow", 6)])  # 6: resume exactly at the growth step
-def test_resume_after_stop_is_bit_exact(pool, tmp_path, arch, stop):
-    base = tiny(pool, tmp_path, arch, "--crossover-fractions", "0.5", "--save-every", "4", steps=12)
+def test_resume_after_stop_is_bit_exact_and_a_tied_core_keeps_its_optimizer_state_through_growth(pool, tmp_path):
+    """Loop-Grow stopped after its growth (step 6) and resumed: the same losses, validations and weights as an
+    uninterrupted run. (Untied-Grow, resumed exactly at its growth step: tests/test_checkpoint.py.)"""
+    base = tiny(pool, tmp_path, "loop_grow", "--crossover-fractions", "0.5", "--save-every", "4", steps=12)
     assert train.main(base + ["--run-name", "full"]) == 0
-    assert train.main(base + ["--run-name", "cut", "--stop-after", str(stop)]) == 0
-    assert json.load(open(os.path.join(tmp_path, "cut", "result.json")))["status"] == "stopped"
-    assert train.main(base + ["--run-name", "cut"]) == 2  # refuses to overwrite without --resume
+    assert train.main(base + ["--run-name", "cut", "--stop-after", "7"]) == 0
     assert train.main(base + ["--run-name", "cut", "--resume"]) == 0
-    full, full_traj = read_run(tmp_path, "full")
-    cut, cut_traj = read_run(tmp_path, "cut")
+    (full, full_traj), (cut, cut_traj) = read_run(tmp_path, "full"), read_run(tmp_path, "cut")
     assert [t["loss"] for t in cut_traj] == [t["loss"] for t in full_traj]
-    assert cut["final_val_loss"] == full["final_val_loss"]
+    assert cut["evals"] == full["evals"] and full["growth_events"][0]["step"] == 6
     import checkpoint
-    a, b = (checkpoint.load_checkpoint_model(os.path.join(tmp_path, name, "checkpoints", "final"))[0].state_dict()
-            for name in ("full", "cut"))
+    a, b = (checkpoint.load_checkpoint_model(os.path.join(tmp_path, name))[0].state_dict() for name in ("full", "cut"))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    assert cut["growth_events"] == full["growth_events"] and full["growth_events"][0]["step"] == 6
 
 
 def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
@@ -264,58 +198,6 @@ def test_compiled_equals_eager(compiled_and_eager):
     assert compiled["final_val_loss"] == pytest.approx(eager["final_val_loss"], rel=1e-5)
 
 
-def backward_order(step_model, net, idx):
-    """One forward and backward of `step_model` (net or its compiled form) -> the events in the order backward reached
-    them: ("grad", i) when a parameter of block i has its gradient (under FSDP2 the block's reduce-scatter can then
-    start) and "block 0 starts" when an autograd node that produces block 0's gradients begins."""
-    events, blocks = [], list(net.transformer.h)
-    hooks = [p.register_post_accumulate_grad_hook(lambda p, i=i: events.append(("grad", i)))
-             for i, block in enumerate(blocks) for p in block.parameters()]
-    loss = step_model(idx[:, :-1], targets=idx[:, 1:])
-    first = {p.data_ptr() for p in blocks[0].parameters()}
-    seen, todo = set(), [loss.grad_fn]
-    while todo:
-        node = todo.pop()
-        if node is None or node in seen:
-            continue
-        seen.add(node)
-        children = [child for child, _ in node.next_functions]
-        if any(getattr(child, "variable", None) is not None and child.variable.data_ptr() in first
-               for child in children):
-            hooks.append(node.register_prehook(lambda grads: events.append("block 0 starts")))
-        todo += children
-    loss.backward()
-    for hook in hooks:
-        hook.remove()
-    return loss.detach(), events
-
-
-def test_compiled_blocks_hand_over_their_gradients_as_backward_passes_them(pool, tmp_path, monkeypatch):
-    """Under train.compile_model (aot_eager) every parameter of the last block has its gradient before the backward of
-    the first block starts, before and after growth, and the losses equal eager's to 1e-5."""
-    plan = plan_for(*tiny(pool, tmp_path, "untied_grow", depth=3))
-    torch.manual_seed(0)
-    eager = model.GPT(plan.model_config)
-    compiled = model.GPT(plan.model_config)
-    compiled.load_state_dict(eager.state_dict())
-    real_compile = torch.compile
-    monkeypatch.setattr(torch, "compile", lambda fn, **kw: real_compile(fn, **dict(kw, backend="aot_eager")))
-    torch._dynamo.reset()
-    step_model = train.compile_model(compiled, plan)
-    idx = torch.randint(0, 257, (4, 33), generator=torch.Generator().manual_seed(0))
-    last = len(compiled.transformer.h) - 1
-    for passes in (2, 4):
-        if passes == 4:
-            eager.grow(4)
-            compiled.grow(4)
-        eager_loss, _ = backward_order(eager, eager, idx)
-        loss, events = backward_order(step_model, compiled, idx)
-        assert loss.item() == pytest.approx(eager_loss.item(), rel=1e-5)
-        start = events.index("block 0 starts")
-        assert events[:start].count(("grad", last)) == 7  # the last block's 7 matrices, all before block 0 runs
-    torch._dynamo.reset()
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # Checkpoints: sharded save, resume across world sizes, recovery, no copies, refusals
 
@@ -329,13 +211,24 @@ def torchrun(args, world, port, env):
     return r
 
 
-def test_finished_training_is_finished_not_retrained(pool, tmp_path):
+def test_resume_or_start_a_moved_pool_and_a_finished_run_not_retrained(pool, tmp_path):
+    """Killed before its first checkpoint: --resume refuses, --resume-or-start starts. The pool's identity is its
+    token hashes, not its path: a moved copy resumes. Killed after checkpoints/final, before result.json said so:
+    --resume writes result.json from final and trains nothing. Evals record the epoch of the last step trained."""
+    moved = str(tmp_path / "moved_pool")
+    shutil.copytree(pool, moved)
     args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
-    assert train.main(args) == 0
+    os.makedirs(os.path.join(tmp_path, "r"))
     result_path = os.path.join(tmp_path, "r", "result.json")
-    complete = json.load(open(result_path))
-    with open(result_path, "w") as f:  # killed after checkpoints/final was in place, before result.json said so
-        json.dump(dict(complete, status="running"), f)
+    json.dump(dict(status="running"), open(result_path, "w"))
+    assert train.main(args + ["--resume"]) == 2
+    assert train.main(args + ["--resume-or-start", "--stop-after", "2"]) == 0
+    assert train.main([moved if a == pool else a for a in args] + ["--resume"]) == 0
+    complete, trajectory = read_run(tmp_path, "r")
+    assert complete["status"] == "complete" and complete["data_dir"] == moved and len(trajectory) == 4
+    epoch_at = {0: 1, **{t["step"]: t["epoch"] for t in trajectory}}  # evals: 0, the epoch's end at 3, the end
+    assert [e["epoch"] for e in complete["evals"]] == [epoch_at[e["step"]] for e in complete["evals"]] == [1, 1, 2]
+    json.dump(dict(complete, status="running"), open(result_path, "w"))
     trajectory = open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read()
     weights = open(os.path.join(tmp_path, "r", "checkpoints", "final", "__0_0.distcp"), "rb").read()
     assert train.main(args + ["--resume"]) == 0
@@ -343,17 +236,7 @@ def test_finished_training_is_finished_not_retrained(pool, tmp_path):
     assert finished["status"] == "complete" and finished["evals"] == complete["evals"]
     assert open(os.path.join(tmp_path, "r", "trajectory.jsonl")).read() == trajectory
     assert open(os.path.join(tmp_path, "r", "checkpoints", "final", "__0_0.distcp"), "rb").read() == weights
-
-
-def test_resume_or_start_starts_a_run_without_checkpoint(pool, tmp_path):
-    args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
-    os.makedirs(os.path.join(tmp_path, "r"))
-    with open(os.path.join(tmp_path, "r", "result.json"), "w") as f:  # killed before its first checkpoint
-        json.dump(dict(status="running"), f)
-    assert train.main(args + ["--resume"]) == 2
-    assert train.main(args + ["--resume-or-start"]) == 0
-    result, trajectory = read_run(tmp_path, "r")
-    assert result["status"] == "complete" and len(trajectory) == 4
+    assert train.main(args + ["--resume-or-start"]) == 0  # complete: nothing to do
 
 
 def test_adamw_ablation_two_processes_equals_one(pool, tmp_path, free_port):
@@ -363,53 +246,16 @@ def test_adamw_ablation_two_processes_equals_one(pool, tmp_path, free_port):
                 "--device-batch-size", "2", steps=8)
     torchrun(args + ["--run-name", "one"], 1, free_port, env)
     torchrun(args + ["--run-name", "two"], 2, free_port, env)
-    (_, one), (_, two) = read_run(tmp_path, "one"), read_run(tmp_path, "two")
+    (result, one), (_, two) = read_run(tmp_path, "one"), read_run(tmp_path, "two")
     assert [t["loss"] for t in two] == pytest.approx([t["loss"] for t in one], rel=1e-5)
     assert two[-1]["loss"] < two[0]["loss"]
-
-
-def test_adamw_uses_foreach_kernels_with_the_for_loop_numerics_bit_for_bit():
-    """build_optimizers asks torch for the multi-tensor AdamW (CUDA's default, not CPU's); it must not change a bit."""
-    plan = plan_for("--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--optimizer", "adamw")
-    weights = {}
-    for foreach in (True, False):
-        torch.manual_seed(0)
-        net = model.GPT(plan.model_config)
-        opt, = train.build_optimizers(net, plan)
-        assert opt.defaults["foreach"] is True
-        if not foreach:
-            for group in opt.param_groups:
-                group["foreach"] = False
-        generator = torch.Generator().manual_seed(1)
-        for _ in range(3):
-            for p in net.parameters():
-                p.grad = torch.randn(p.shape, generator=generator)
-            opt.step()
-        weights[foreach] = [p.detach().clone() for p in net.parameters()]
-    assert all(torch.equal(a, b) for a, b in zip(weights[True], weights[False]))
-
-
-def test_resume_on_the_same_pool_moved_elsewhere_continues(pool, tmp_path):
-    """The pool's identity is its token hashes, not its path: a moved copy resumes, and finds a complete run complete."""
-    moved = str(tmp_path / "moved_pool")
-    shutil.copytree(pool, moved)
-    args = tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)
-    assert train.main(args + ["--stop-after", "2"]) == 0
-    moved_args = [moved if a == pool else a for a in args]
-    assert train.main(moved_args + ["--resume"]) == 0
-    result, _ = read_run(tmp_path, "r")
-    assert result["status"] == "complete" and result["data_dir"] == moved
-    assert train.main(args + ["--resume-or-start"]) == 0
-
-
-def test_evals_record_the_epoch_trajectory_jsonl_records(pool, tmp_path):
-    """An eval after step s recorded the epoch of step s + 1 (the final eval of a one-epoch run said epoch 2, its
-    trajectory 1); now the epoch of the last step trained, as trajectory.jsonl (step 0: epoch 1)."""
-    assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "r", steps=4)) == 0
-    result, trajectory = read_run(tmp_path, "r")
-    epoch_at = {0: 1, **{t["step"]: t["epoch"] for t in trajectory}}
-    assert len(result["evals"]) == 3  # step 0, the epoch boundary at step 3 (the loader's epoch here), the end
-    assert [e["epoch"] for e in result["evals"]] == [epoch_at[e["step"]] for e in result["evals"]] == [1, 1, 2]
+    muon_plan = train.make_plan(train.parse_args(tiny(pool, tmp_path, "untied_grow")))
+    assert result["plan"]["matrix_lr"] / arms.ADAMW_MATRIX_LR == pytest.approx(
+        muon_plan.matrix_lr / arms.ARMS["untied_grow"].matrix_lr)  # same depth scaling, AdamW's base LR
+    import torch.distributed.checkpoint as dcp
+    final = os.path.join(tmp_path, "two", "checkpoints", "final")
+    keys = [k for k in dcp.FileSystemReader(final).read_metadata().state_dict_metadata if k.startswith("optimizer.")]
+    assert keys and all(k.startswith("optimizer.adamw.") for k in keys)  # one AdamW for every group, no Muon
 
 
 def test_schedule_notes_name_what_the_lr_schedule_cannot_do_in_a_tiny_run(capsys):
@@ -466,7 +312,8 @@ def test_eval_every_trajectory_has_the_documented_fields_and_resumes_bit_exact(p
         assert EVERY_RECORD <= set(record), record
         flops += model.flops_per_token(cfg, record["passes"]) * 256
         assert record["tokens"] == 256 * record["step"] and record["flops"] == flops
-        assert record["stage"] == (0 if record["step"] <= 6 else 1)
+        assert (record["stage"], record["passes"]) == ((0, 2) if record["step"] <= 6 else (1, 4))
+    assert traj[6]["lr_multiplier"] == 0.0 < traj[7]["lr_multiplier"]  # the re-warm after growth
     logged = [r for r in traj if "wall_seconds" in r]
     assert [r["step"] for r in logged] == sorted({1, 2, 4, 6, 7, 8, 10, 12, *epochs})
     assert all(LOGGED_RECORD <= set(r) and r["grad_norm"] > 0 for r in logged)
@@ -522,7 +369,7 @@ def test_only_logged_steps_wait_for_the_device(pool, tmp_path, monkeypatch):
                 "--save-every", "0", steps=12)
     assert train.main(argv) == 0
     in_loop = [(name, stack) for name, stack in calls if "train" in stack and "finish" not in stack
-               and "validate" not in stack and "save" not in stack and "start_training" not in stack]
+               and "validate" not in stack and "save_checkpoint" not in stack and "start_training" not in stack]
     assert not [c for c in in_loop if "train_step" in c[1]], in_loop
     fetches = [c for c in in_loop if "fetch" in c[1]]
     _, traj = read_run(tmp_path, "s")
