@@ -215,7 +215,8 @@ def wait_for(condition, timeout=120):
 
 def start(runs_dir, pool):
     """The ladder as a terminal's foreground job: in its own session, so its process group is the test's to signal."""
-    return subprocess.Popen(["bash", "ladder.sh", *tiny_ladder(pool)], cwd=ROOT, env=dict(os.environ, RUNS_DIR=str(runs_dir)),
+    return subprocess.Popen(["bash", "ladder.sh", *tiny_ladder(pool)], cwd=ROOT,
+                            env=dict(os.environ, RUNS_DIR=str(runs_dir)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
