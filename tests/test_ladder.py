@@ -133,15 +133,20 @@ def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
 
 def test_slurm_allocation_starts_one_ladder_per_node_with_its_rank_and_master(tmp_path):
     """Inside an sbatch allocation ladder.sh starts itself once per node through srun; each copy takes its rank from
-    SLURM_NODEID and node 0's host (scontrol) as MASTER_ADDR."""
+    SLURM_NODEID and node 0's host (scontrol) as MASTER_ADDR. Started from another directory, every copy resolves
+    relative paths from there (srun ran `bash $0` after the cd, which failed on every node)."""
     log = tmp_path / "calls.log"
     path = fake_bin(tmp_path,
                     scontrol=f'echo "scontrol $*" >> {log}\nprintf "gpu-a17\\ngpu-a18\\n"',
                     srun=f'echo "srun $*" >> {log}\nwhile [ "$1" != bash ]; do shift; done\n'
                          'for node in 0 1; do SLURM_STEP_ID=0 SLURM_NODEID=$node "$@" || exit 1; done',
                     torchrun=f'echo "torchrun $*" >> {log}\necho "done: fake run"')
-    env = dict(SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_NNODES="2", PATH=path, RUNS_DIR=str(tmp_path / "runs"))
-    r = ladder("untied_grow", "--preset", "d26", env=env)
+    (tmp_path / "repo").symlink_to(ROOT)
+    env = dict(os.environ, SLURM_JOB_NODELIST="gpu-a[17-18]", SLURM_NNODES="2", PATH=path, RUNS_DIR="runs",
+               DATA_DIR="pool")
+    env.pop("SLURM_STEP_ID", None)
+    r = subprocess.run(["bash", "repo/ladder.sh", "untied_grow", "--preset", "d26"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     calls = log.read_text().splitlines()
     assert calls[0].startswith("srun --nodes 2 --ntasks-per-node 1 bash ") and calls[0].endswith(
@@ -151,6 +156,8 @@ def test_slurm_allocation_starts_one_ladder_per_node_with_its_rank_and_master(tm
     assert len(launches) == 2
     for node, call in enumerate(launches):
         assert f"--nnodes 2 --node_rank {node} --master_addr gpu-a17" in call and "--depth 26" in call
+        assert f"--data-dir {tmp_path}/pool --run-name untied_grow_d26 --runs-dir {tmp_path}/runs" in call
+    assert (tmp_path / "runs" / "untied_grow_d26" / "train.log").exists()
 
 
 FAKE_TORCHRUN = """# a torchrun that records its flight-recorder environment and its pid, then waits to be stopped
