@@ -112,20 +112,15 @@ def test_ladder_listing_comes_from_the_arms_table(monkeypatch, capsys):
 
 def test_dry_run_summary_reads_the_runs_on_stdin(monkeypatch, capsys):
     """train.py --ladder-dry-run plans every run it reads (the flags after -- go to each): one line per run with its
-    micro-batch, FLOPs and GPU-hours, then the ladder's total; a run that does not plan is one line naming it."""
+    FLOPs and GPU-hours, then the ladder's total; a run that does not plan is one line naming it."""
     monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\nb --arch loop_2 --depth 8\n"))
-    assert train.main(["--ladder-dry-run", "--gpus-per-node", "4", "--", "--tpp", "10"]) == 0
+    assert train.main(["--ladder-dry-run", "--gpus-per-node", "4", "--mfu", "0.5", "--", "--tpp", "10"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines[:2]] == ["run a", "run b"]
-    plans = [train.make_plan(train.parse_args(argv)) for argv in (
-        ["--arch", "vanilla", "--depth", "6", "--tpp", "10"], ["--arch", "loop_2", "--depth", "8", "--tpp", "10"])]
+    plans = [train.make_plan(train.parse_args([*run.split(), "--tpp", "10"]))
+             for run in ("--arch vanilla --depth 6", "--arch loop_2 --depth 8")]
+    assert [line.split(":")[0] for line in lines[:2]] == ["run a", "run b"] and "GPU-hours at 50.0% MFU" in lines[0]
     assert lines[2].startswith(f"2 runs | {sum(p.total_flops for p in plans):.3e} FLOPs |")
-    hours = [float(re.search(r"~([0-9.,]+) GPU-hours at", line).group(1)) for line in lines[:2]]
-    assert hours == pytest.approx([train.gpu_hours_estimate(p)["gpu_hours"] for p in plans], abs=0.051)
     assert "4 GPUs/node x 1 nodes" in lines[2]
-    monkeypatch.setattr("sys.stdin", io.StringIO("a --arch vanilla --depth 6\n"))
-    assert train.main(["--ladder-dry-run", "--mfu", "0.5"]) == 0
-    assert "at 50% MFU)" in capsys.readouterr().out
     monkeypatch.setattr("sys.stdin", io.StringIO("odd --arch vanilla --depth 6\n"))
     assert train.main(["--ladder-dry-run", "--", "--device-batch-size", "3"]) == 2
     assert "odd: --device-batch-size 3 does not divide the 32 sequences per rank" in capsys.readouterr().err
@@ -164,10 +159,8 @@ FAKE_TORCHRUN = """# a torchrun that records its flight-recorder environment and
 env | grep -E '^TORCH_(NCCL|FR)_' | sort > "$FAKE_DIR/env.txt"
 echo $$ > "$FAKE_DIR/pid"
 echo "step 1/10 | loss 5.5"
-stop() {  # as the real one: its workers stopped, then its SignalException's traceback on stderr
-    kill $! 2>/dev/null; echo stopped > "$FAKE_DIR/stopped"; echo "train.py: stopped by SIGTERM at step 1" >&2
-    printf 'Traceback (most recent call last):\n  File "torchrun", line 8, in <module>\n    sys.exit(main())\n' >&2
-    echo "torch.distributed.elastic.multiprocessing.api.SignalException: Process $$ got signal: 15" >&2; exit 1
+stop() {  # as the real one: its workers stopped, then exit 1
+    kill $! 2>/dev/null; echo stopped > "$FAKE_DIR/stopped"; echo "train.py: stopped by SIGTERM at step 1" >&2; exit 1
 }
 trap stop TERM
 sleep 120 & wait $!"""
@@ -187,8 +180,7 @@ def test_sigterm_stops_the_ladders_torchrun_which_had_the_flight_recorder_set(tm
     assert proc.wait(timeout=60) == 143
     assert (tmp_path / "stopped").exists() and not os.path.exists(f"/proc/{child}")
     log = (tmp_path / "runs" / "vanilla_d1" / "train.log").read_text().splitlines()
-    assert log == ["step 1/10 | loss 5.5", "train.py: stopped by SIGTERM at step 1",
-                   "torchrun: stopped by signal 15 (its SignalException traceback left out)"], log
+    assert log == ["step 1/10 | loss 5.5", "train.py: stopped by SIGTERM at step 1"], log
     recorded = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines())
     trace = str(tmp_path / "runs" / "vanilla_d1" / "nccl_trace_rank_")
     expected = dict(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=trace, TORCH_NCCL_ASYNC_ERROR_HANDLING="1",
