@@ -67,7 +67,7 @@ def test_data_constrained_and_d26_dry_runs():
     assert len(runs) == 2 * (5 + 7 + 7 + 7 + 6 + 3 + 1)
     assert sum("--data-constrained tuned-wd" in line for line in runs) == len(runs) // 2
     assert any("--depth 12 --passes 12" in line for line in runs)
-    r = ladder("untied_grow", "--preset", "d26", "--dry-run",
+    r = ladder("untied_grow", "--preset", "d26", "--depth", "26", "--dry-run",  # its own depth: accepted
                env=dict(MASTER_ADDR="10.0.0.1", NODE_RANK="1", DATA_DIR="/data/my corpus"))
     assert r.returncode == 0, r.stderr
     (line,) = launched(r.stdout)
@@ -82,12 +82,14 @@ def test_help_seed_replicates_and_demo_dry_runs(tmp_path):
     r = ladder("-h")
     assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
     r = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", "3", "--seed", "0", "1", "2",
-               "--replicate-depths", "2", "3", "--dry-run")
+               "--replicate-depths", "2", "3", "--dry-run", "--", "--tpp", "3", "--no-verify")
     assert r.returncode == 0, r.stderr
+    assert all(line.endswith(" --tpp 3 --no-verify") for line in launched(r.stdout))  # flags the ladder does not set
     names = [re.search(r"--run-name (\S+)", line).group(1) + " " + re.search(r"--seed (\d+)", line).group(1)
              for line in launched(r.stdout)]
     assert names == ["vanilla_d1_s0 0"] + [f"vanilla_d{d}_s{s} {s}" for d in (2, 3) for s in range(3)]
-    r = ladder("demo", "--depth", "1", "2", "--dry-run", env=dict(RUNS_DIR=str(tmp_path), DATA_DIR=str(tmp_path / "d")))
+    r = ladder("demo", "--preset", "cpu", "--depth", "1", "2", "--dry-run",  # its own preset: accepted
+               env=dict(RUNS_DIR=str(tmp_path), DATA_DIR=str(tmp_path / "d")))
     assert r.returncode == 0, r.stderr
     names = [re.search(r"--run-name (\S+) ", line).group(1) for line in launched(r.stdout)]
     assert names == [f"{arch}_d{d}" for arch in arms.DEMO_ARMS for d in (1, 2)]  # no --seed: no _sS suffix
