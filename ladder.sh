@@ -43,22 +43,9 @@ child="" current=""
 stopped() {
     trap '' INT TERM
     if [ -n "$child" ]; then kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null || true; fi
-    [ -z "$current" ] || [ ! -f "$run_dir/train.log" ] || without_signal_traceback "$run_dir/train.log"
     echo "ladder.sh: stopped by SIG$1${current:+ during run $current (log: $run_dir/train.log)}; run the same" \
         "command again to continue" >&2
     exit "$2"
-}
-# torchrun answers a SIGTERM (scancel, this script's stop) by stopping its workers, then raises its SignalException
-# to the top: a 27-line traceback in train.log for a planned stop. It becomes one line; other tracebacks stay.
-without_signal_traceback() {
-    local tmp="$1.tmp$$"
-    awk '/^Traceback \(most recent call last\):$/ { held = $0; holding = 1; next }
-         holding && /^[ \t]/ { held = held "\n" $0; next }
-         holding && /SignalException: Process [0-9]+ got signal: [0-9]+$/ {
-             print "torchrun: stopped by signal " $NF " (its SignalException traceback left out)"; holding = 0; next }
-         holding { print held; holding = 0 }
-         { print }
-         END { if (holding) print held }' "$1" >"$tmp" && mv "$tmp" "$1" || rm -f "$tmp"
 }
 trap 'stopped INT 130' INT
 trap 'stopped TERM 143' TERM
@@ -244,10 +231,6 @@ for r in "${runs[@]}"; do
     fi
     made=$(mkdir -p "$run_dir" 2>&1) || die "environment variable RUNS_DIR: cannot create the run folder $run_dir" \
         "(${made##*: }); set RUNS_DIR to a folder you can write to"
-    for f in ladder.lock train.log train.lock result.json; do  # opening a FIFO of that name would wait forever
-        if [ -e "$run_dir/$f" ] || [ -L "$run_dir/$f" ]; then [ -f "$run_dir/$f" ] ||
-            die "$run_dir/$f is not a regular file; remove it (or choose another RUNS_DIR)"; fi
-    done
     # one ladder.sh per run: it holds $run_dir/ladder.lock (fd 8, inherited by torchrun) from here to the run's end,
     # so the second of two identical commands stops here, before it appends anything to the first one's train.log
     # (train.lock is taken only once train.py has started, seconds later)
