@@ -24,7 +24,7 @@ from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_o
                                                      set_model_state_dict, set_optimizer_state_dict)
 
 import muon
-from common import UsageError, write_json
+from common import UsageError, torchrun_env, write_json
 from model import GPT, ModelConfig
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -222,10 +222,16 @@ def run_lock(args):
     """One writer per run: rank 0 (the only rank that writes the run folder) takes an exclusive flock on
     RUN/train.lock for its whole life (the kernel drops it when the process dies, however it dies) -> the open lock
     file (None on other ranks). A second train.py on the same run stops here naming the holder."""
-    if int(os.environ.get("RANK", "0")) != 0:
+    if torchrun_env()[1] != 0:
         return None
     run_dir = run_dir_of(args)
-    os.makedirs(run_dir, exist_ok=True)
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        path = next((p for p in (run_dir, args.runs_dir) if os.path.isfile(p)), run_dir)
+        raise UsageError(f"{path} is a file, not a directory; pass another --runs-dir or --run-name") from None
+    except OSError as e:
+        raise UsageError(f"cannot create the run folder {run_dir} ({e.strerror}); pass another --runs-dir") from None
     lock = open(os.path.join(run_dir, "train.lock"), "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -189,6 +189,19 @@ def uses_cuda(device_flag):
     return torch.cuda.is_available() if device_flag == "auto" else device_flag == "cuda"
 
 
+def torchrun_env():
+    """-> (world size, rank, local rank) from torchrun's environment, each checked (one line when a value is off)."""
+    world = env_integer("WORLD_SIZE", 1, 1, MAX_PROCESSES_PER_NODE * MAX_NODES)
+    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if world > 1 and not os.environ.get(name)]
+    if missing:
+        raise UsageError(f"WORLD_SIZE={world} needs {' and '.join(missing)} in the environment; start the processes "
+                         "with torchrun, or set them")
+    if world > 1:
+        env_integer("MASTER_PORT", None, 1, 65535)
+        ranks_per_node(world)
+    return world, env_integer("RANK", 0, 0, world - 1), env_integer("LOCAL_RANK", 0, 0, MAX_PROCESSES_PER_NODE - 1)
+
+
 def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
     """-> (rank, world size, device) from torchrun's environment: NCCL on CUDA, gloo on CPU, none for one process."""
     import datetime
@@ -201,16 +214,7 @@ def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
     use_cuda = uses_cuda(device_flag)
     if use_cuda and not torch.cuda.is_available():
         raise UsageError("--device cuda but no CUDA device is visible")
-    world = env_integer("WORLD_SIZE", 1, 1, MAX_PROCESSES_PER_NODE * MAX_NODES)
-    missing = [name for name in ("MASTER_ADDR", "MASTER_PORT") if world > 1 and not os.environ.get(name)]
-    if missing:
-        raise UsageError(f"WORLD_SIZE={world} needs {' and '.join(missing)} in the environment; start the processes "
-                         "with torchrun, or set them")
-    if world > 1:
-        env_integer("MASTER_PORT", None, 1, 65535)
-        ranks_per_node(world)
-    rank = env_integer("RANK", 0, 0, world - 1)
-    local_rank = env_integer("LOCAL_RANK", 0, 0, MAX_PROCESSES_PER_NODE - 1)
+    world, rank, local_rank = torchrun_env()
     device = torch.device("cuda", local_rank) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(local_rank)

@@ -23,12 +23,8 @@ COMPLETE = json.dumps(dict(status="complete", arch="vanilla", depth=2))
 
 # train.py since 2a8f42c (the t2 merge): a traceback (or a run folder made) where one line is due; strict, so a fix
 # shows up as XPASS and the marker goes
-REGRESSED = {"runs-dir-is-a-file", "runs-dir-not-writable", "run-dir-is-a-file", "train-rank-abc"}
-
-
 def cases(table):
-    return [pytest.param(*case[1:], id=case[0], marks=pytest.mark.xfail(strict=True) if case[0] in REGRESSED else ())
-            for case in table]
+    return [pytest.param(*case[1:], id=case[0]) for case in table]
 
 
 TRAIN_CASES = [
@@ -479,7 +475,6 @@ def test_train_knobs_that_apply_are_planned(capsys):
     (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="x"), "MASTER_PORT must be a whole number"),
     (dict(MASTER_ADDR="127.0.0.1", MASTER_PORT="29500", LOCAL_WORLD_SIZE="3"),
      "LOCAL_WORLD_SIZE=3 does not divide the world size 2")])
-@pytest.mark.xfail(strict=True, reason="since 2a8f42c train.py makes the run folder before it checks")
 def test_train_torchrun_environment_without_its_rendezvous(tmp_path, pool_copy, monkeypatch, env, message):
     """WORLD_SIZE=2 RANK=0 without MASTER_ADDR was torch's ValueError traceback after the run folder existed."""
     monkeypatch.setenv("WORLD_SIZE", "2")
