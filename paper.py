@@ -1123,9 +1123,10 @@ def corpus_figures(plt, release):
             row[2].set(title="Compute Multiplier", ylabel="Compute Multiplier")
         for ax, label in zip(axes[-1], ("Compute (FLOPs)", "Compute (FLOPs)", "Vanilla compute (FLOPs)")):
             ax.set(xscale="log", xlabel=label)
+        drawn = list(series["fineweb"])  # the arms of the per-corpus files: Vanilla and Untied-Grow
         keys = [plt.Line2D([], [], color=c, marker=m, ms=4, lw=1.1) for c, m in
-                [look(a)[1:3] for a in ("vanilla", "untied_grow")] + [v[1:] for v in CORPORA.values()]]
-        fig.legend(keys, ["Vanilla", "Untied Grow", "FineWeb", "FineWeb-Edu"], loc="upper center", ncols=4)
+                [look(a)[1:3] for a in drawn] + [v[1:] for v in CORPORA.values()]]
+        fig.legend(keys, [look(a)[0] for a in drawn] + [v[0] for v in CORPORA.values()], loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
         fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"],
                                               read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"])
