@@ -41,17 +41,15 @@ def knob_value_error(f, value):
     range, so a row cannot train what the command line refuses."""
     if f.type is bool:
         return None if type(value) is bool else f"must be True or False, got {value!r}"
-    values = value if f.type is tuple and isinstance(value, tuple) and len(value) == 2 else [value]
-    if f.type is tuple and values == [value]:
+    if f.type is tuple and not (isinstance(value, tuple) and len(value) == 2):
         return f"must be a tuple of two numbers, got {value!r}"
-    for v in values:
+    for v in value if f.type is tuple else [value]:
         if type(v) is bool or not isinstance(v, (int, float)):
             return f"must be a number, got {v!r}"
         try:
             knob_type(f)(repr(v))
         except argparse.ArgumentTypeError as e:
             return str(e)
-    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,18 +92,13 @@ class Arm:
     ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
     figure2: bool = False                            # drawn in Figure 2 (left) by default (fit.py ladders --out)
 
-    @property
-    def grows(self):
-        return self.passes_initial is not None and self.passes_initial < self.passes
-
 
 EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # Arm.mode as earlier runs recorded it
 
 
 def with_current_mode_names(record):
-    """A plan or model_config as a run recorded it (result.json, meta.json, model.pt), with the core modes' earlier
-    names none/loop/dep as today's plain/tied/untied, so that runs written before the rename still resume, match
-    their command and fit beside new ones."""
+    """A plan or model_config as a run recorded it, with the core modes' earlier names none/loop/dep as today's
+    plain/tied/untied (runs written before the rename)."""
     if not isinstance(record, dict):
         return record
     record = dict(record)
@@ -186,10 +179,9 @@ def refuse_table(message):
 
 
 def derived(base, **changes):
-    """A user arm: paper arm `base`'s row with `changes`. It inherits everything it does not name (init, optimizer
-    recipe, LRs and their depth exponent, TPP, schedule, ladder depths, default growth fraction) except the release's
-    per-depth growth fractions (`crossover`), which were tuned for `base`'s own growth. label and color are required:
-    every arm has its own in every figure (marker: `base`'s unless given). stages=(1, 2, 4): a staged growth (passes_initial and passes its ends)."""
+    """A user arm: paper arm `base`'s row with `changes`, all but the release's per-depth growth fractions
+    (`crossover`, tuned for `base`'s own growth). label and color are required: every arm has its own in every figure.
+    stages=(1, 2, 4): a staged growth (it sets passes_initial and passes)."""
     where = f"USER_ARMS: derived({base!r}, ...)"
     if base not in PAPER_ARMS:
         refuse_table(f"{where}: no paper arm {base!r}; derive from one of {', '.join(PAPER_ARMS)}")
@@ -202,20 +194,17 @@ def derived(base, **changes):
                 and sorted(set(stages)) == list(stages) and stages[-1] <= MAX_PASSES):
             refuse_table(f"{where}: stages must be a tuple of 2 or more increasing pass counts, e.g. (1, 2, 4); "
                          f"got {stages!r}")
-        ends = dict(passes_initial=stages[0], passes=stages[-1])
-        if any(changes.get(name, value) != value for name, value in ends.items()):
-            refuse_table(f"{where}: stages {stages} set passes_initial {stages[0]} and passes {stages[-1]}; "
-                         "drop those two")
-        changes.update(ends)
+        if {"passes", "passes_initial"} & set(changes):
+            refuse_table(f"{where}: stages {stages} set passes_initial and passes; drop those two")
+        changes.update(passes_initial=stages[0], passes=stages[-1])
     return replace(PAPER_ARMS[base], crossover={}, figure2=False, **changes)
 
 
 def check_user_arms(user_arms):
     """A user arm's name is a ladder.sh argument, a run-folder prefix and a key beside the paper's arms, given once;
     its values are what their flags accept (knob_value_error) and its colour one matplotlib draws."""
-    source = ast.parse(open(__file__).read())
-    table = next(node.value for node in source.body if isinstance(node, ast.Assign)
-                 and getattr(node.targets[0], "id", None) == "USER_ARMS")
+    table = next(node.value for node in ast.parse(open(__file__).read()).body if isinstance(node, ast.Assign)
+                 and getattr(node.targets[0], "id", None) == "USER_ARMS")  # the literal: a key given twice is lost
     names = [key.value for key in getattr(table, "keys", []) if isinstance(key, ast.Constant)]
     twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
     if twice is not None:
@@ -245,7 +234,6 @@ USER_ARMS = {
 }
 check_user_arms(USER_ARMS)
 ARMS = {**PAPER_ARMS, **USER_ARMS}
-GROWTH_ARMS = tuple(name for name, arm in ARMS.items() if arm.grows)
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
 BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
 DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: their cpu ladders, then the fit
@@ -254,8 +242,8 @@ CPU_LADDER_DEPTHS = (1, 2, 3, 4)                      # every arm's ladder at th
 
 def device_batch(depth, passes):
     """Sequences per GPU per micro-batch at the paper preset: the release's on 80 GB GPUs (App. A; docs/recipe.md), by
-    depth, halved two depths earlier for a core run more than twice (its final passes). The global batch does not
-    change with it. On CUDA train.py starts here and halves it while the run's largest stage does not fit."""
+    depth, halved two depths earlier for a core run more than twice (final passes). On CUDA train.py starts here and
+    halves it, keeping the global batch, while the run's largest stage does not fit."""
     rule = ((10, 32), (14, 16), (MAX_DEPTH, 8)) if passes <= 2 else ((8, 32), (12, 16), (16, 8), (18, 4),
                                                                       (MAX_DEPTH, 2))
     return next(batch for up_to, batch in rule if depth <= up_to)
@@ -293,9 +281,8 @@ DATA_CONSTRAINED_LOOPS = {6: (1, 2, 3, 4, 6), 8: (1, 2, 3, 4, 6, 8, 12), 10: (1,
 
 @dataclass(frozen=True, kw_only=True)
 class Preset:
-    """Shapes, batch and data of a family of runs. 'cpu' is small enough for a d2-d5 ladder in minutes on 2 cores;
-    its anchor depth and LR scale come from a sweep at the anchor depth (docs/cpu_preset.md); its LR exponents, TPP and
-    growth fractions are the paper's."""
+    """Shapes, batch and data of a family of runs. 'cpu' runs a d1-d4 ladder in minutes on 2 cores; its anchor depth
+    and LR scale come from a sweep (docs/cpu_preset.md), its LR exponents, TPP and growth fractions are the paper's."""
     width_per_depth: int = knob("model", help="width = width_per_depth * depth", range=(1, 2 ** 16))
     head_dim: int = knob("model", range=(2, 2 ** 12))
     seq_len: int = knob("model", range=(1, 2 ** 20))
@@ -314,9 +301,8 @@ class Preset:
 
 PRESETS = {
     "paper": Preset(width_per_depth=128, head_dim=128, seq_len=2048, mlp_multiple=256, total_batch_tokens=524_288,
-                    val_tokens=9_961_472, device_batch_size=32,
-                    anchor_depth=8, lr_multiplier=1.0, data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2",
-                    save_every=500, log_every=10),
+                    val_tokens=9_961_472, device_batch_size=32, anchor_depth=8, lr_multiplier=1.0,
+                    data_dir="data/fineweb", corpus="fineweb", tokenizer="gpt2", save_every=500, log_every=10),
     "cpu": Preset(width_per_depth=16, head_dim=16, seq_len=128, mlp_multiple=16, total_batch_tokens=2048,
                   val_tokens=65_536, device_batch_size=16, anchor_depth=3, lr_multiplier=2.0, data_dir="data/stdlib",
                   corpus="stdlib", tokenizer="bytes", save_every=50, log_every=25),
@@ -327,8 +313,7 @@ GPU_PEAK_FLOPS = {"H100 PCIe": 756e12, "H100 NVL": 835e12, "H200 NVL": 835e12, "
                   "A100": 312e12, "B200": 2250e12}
 EVAL_COMPUTE_SHARE = 0.02  # train.py's default --eval-every: periodic validation costs at most 2 % of the training
 BOUNDARY_ABLATIONS = ("full", "norm_only", "inject_only", "none")
-# --attention-backend: SDPA's backends by name (model.SDPA_BACKENDS maps them to SDPA's and says why "auto"); on the
-# CPU only flash (its CPU kernel) and math exist
+# --attention-backend: SDPA's backends by name (model.SDPA_BACKENDS); on the CPU only flash and math exist
 ATTENTION_BACKENDS = ("auto", "default", "cudnn", "flash", "efficient", "math")
 CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
 
@@ -336,29 +321,23 @@ CPU_ATTENTION_BACKENDS = ("auto", "default", "flash", "math")
 # The authors' release (reference/release/, see its SOURCE.md) names its series with short names: the project's arm
 # for each, or a descriptive label for a series that is no arm here (recipe, shape and boundary ablations).
 RELEASE_SERIES = {
+    **{arm: arm for arm in PAPER_ARMS},  # effective_depth.json spells the arms out
     "van": "vanilla", "k1": "operator_1", "k1_glr": "operator_1", "k2": "loop_2", "k2_grow": "loop_grow",
     "dep": "untied_2", "dep_grow": "untied_grow", "deep_van": "deep_vanilla", "deep_van_grow": "deep_vanilla_grow",
-    "van_glr_wd": "Vanilla GLR+WD", "van_glr_om": "Vanilla GLR+OM", "van_grow": "Vanilla Grow",
-    "van_constant": "Vanilla constant", "van_const_mup_om": "Vanilla constant+muP OM",
-    "van_mup_om": "Vanilla muP OM + GLR",
-    "van_wdr1": "Vanilla WDR 1", "k1_van_recipe": "Operator-1 (Vanilla recipe)", "k1_1c2": "Operator-1 1/C/2",
-    "k2_nci": "Loop-2 NCI", "k2_fixed_pc": "Loop-2 2/C/3", "k2_grow_random": "Loop-Grow random K",
-    "dep_nonorm": "Untied-2 no norm", "dep_noinject": "Untied-2 no inject", "dep_nci": "Untied-2 NCI",
-    "deeper_van": "Deeper Vanilla", "deeper_k1": "Deeper Operator-1", "van_adam": "Vanilla Adam",
-    "deep_width": "Deep Vanilla width-only", "deep_width_adam": "Deep Vanilla width-only Adam",
-    "dep_width": "Untied-2 width-only",
-    # effective_depth.json spells the arms out
-    "vanilla": "vanilla", "deep_vanilla": "deep_vanilla", "operator_1": "operator_1", "loop_2": "loop_2",
-    "loop_grow": "loop_grow", "untied_2": "untied_2", "untied_grow": "untied_grow",
-}
+    "van_glr_wd": "Vanilla GLR+WD", "van_glr_om": "Vanilla GLR+OM", "van_grow": "Vanilla Grow", "van_wdr1":
+    "Vanilla WDR 1", "van_constant": "Vanilla constant", "van_const_mup_om": "Vanilla constant+muP OM", "van_mup_om":
+    "Vanilla muP OM + GLR", "van_adam": "Vanilla Adam", "k1_van_recipe": "Operator-1 (Vanilla recipe)", "k1_1c2":
+    "Operator-1 1/C/2", "k2_nci": "Loop-2 NCI", "k2_fixed_pc": "Loop-2 2/C/3", "k2_grow_random": "Loop-Grow random K",
+    "dep_nonorm": "Untied-2 no norm", "dep_noinject": "Untied-2 no inject", "dep_nci": "Untied-2 NCI", "deeper_van":
+    "Deeper Vanilla", "deeper_k1": "Deeper Operator-1", "deep_width": "Deep Vanilla width-only", "deep_width_adam":
+    "Deep Vanilla width-only Adam", "dep_width": "Untied-2 width-only"}
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Override flags generated from the knob fields
 
 def add_knob_flags(group, cls, flag):
-    """One --name flag per `flag` knob of cls, accepting its declared range; every default is None (= keep the
-    table's value)."""
+    """One --name flag per `flag` knob of cls, accepting its declared range; default None: the table's value."""
     for f in knob_fields(cls, flag):
         name, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
         if f.type is bool:
@@ -401,28 +380,24 @@ def model_overrides(args):
 
 
 def check_boundary_knobs(arch, overrides):
-    """Refuse a boundary-operator flag whose value the run would not use (recorded, yet not trained): --boundary on a
-    plain stack (nothing to ablate), and an --alpha, --recurrence-norm or --coda-inject that the arm or the --boundary
-    ablation switches off (as model.config_for does: norm_only and none drop the injection, inject_only and none the
-    norm; a plain stack has neither; with alpha 0 nothing is injected, so neither before the coda nor through a gate)."""
+    """Refuse a boundary-operator flag the run would record but not use: --boundary on a plain stack, and an --alpha,
+    --recurrence-norm, --coda-inject or --boundary-gate that the arm or the --boundary ablation switches off (as
+    model.config_for does; with alpha 0 nothing is injected, neither before the coda nor through a gate)."""
     if arch not in ARMS:
         return  # the caller names the unknown arch
     arm, boundary = ARMS[arch], overrides.get("boundary")
-    plain = arm.mode == "plain"
+    plain, no_injection = arm.mode == "plain", boundary in ("norm_only", "none")
     if plain and boundary is not None:
         raise UsageError(f"--boundary does not apply to {arch}: a plain stack has no boundary operator to ablate")
     why = f"{arch}, a plain stack" if plain else f"--boundary {boundary}"
-    alpha = 0.0 if plain or boundary in ("norm_only", "none") else overrides.get("alpha", arm.alpha)
-    norm = not plain and boundary not in ("inject_only", "none") and \
-        overrides.get("recurrence_norm", arm.recurrence_norm)
-    if overrides.get("alpha", alpha) != alpha:
+    if overrides.get("alpha", 0.0) != 0.0 and (plain or no_injection):
         raise UsageError(f"--alpha {overrides['alpha']} does not apply with {why}: it injects nothing; drop --alpha")
-    if overrides.get("recurrence_norm", norm) != norm:
+    if overrides.get("recurrence_norm") and (plain or boundary in ("inject_only", "none")):
         raise UsageError(f"--recurrence-norm does not apply with {why}: it has no recurrence norm; drop the flag")
     for flag in ("coda_inject", "boundary_gate"):
-        if overrides.get(flag) and alpha == 0:
-            why = why if plain or boundary in ("norm_only", "none") else "alpha 0"
-            raise UsageError(f"--{flag.replace('_', '-')} does not apply with {why}: nothing is injected; drop the flag")
+        if overrides.get(flag) and (plain or no_injection or overrides.get("alpha", arm.alpha) == 0):
+            raise UsageError(f"--{flag.replace('_', '-')} does not apply with "
+                             f"{why if plain or no_injection else 'alpha 0'}: nothing is injected; drop the flag")
 
 
 def preset_from_args(args):

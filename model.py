@@ -1,5 +1,5 @@
 """The prelude-core-coda transformer family of the paper (all eight arms) with exact parameter and FLOP accounting
- (arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
+(arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
 
 One network covers every arm: a prelude of blocks, a core of blocks applied K times (one 'tied' core looped, or K
 'untied' cores), and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda.
@@ -11,11 +11,12 @@ A 'plain' stack is the same code path with no prelude/coda, one pass and no oper
 import contextlib
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field, make_dataclass, replace
 
 import arms
-from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, knob_fields
+from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, Arm, Preset, knob_fields
 from common import Parser, UsageError, answer_help, cli_main, integer
 
 GPT2_VOCAB = 50257
@@ -23,8 +24,8 @@ GPT2_VOCAB = 50257
 
 def build_parser():
     ap = Parser(prog="model.py", description="Shapes, parameter counts and FLOPs of one arm.")
-    ap.add_argument("--arch", help=f"one of {', '.join(ARMS)}")
-    ap.add_argument("--depth", type=integer(1, arms.MAX_DEPTH),
+    ap.add_argument("--arch", required=True, help=f"one of {', '.join(ARMS)}")
+    ap.add_argument("--depth", type=integer(1, arms.MAX_DEPTH), required=True,
                     help="depth coordinate d (width = width_per_depth * d)")
     ap.add_argument("--preset", choices=list(PRESETS), default="paper", help="shapes (default paper)")
     ap.add_argument("--vocab-size", type=integer(1, 2 ** 20), default=GPT2_VOCAB,
@@ -45,43 +46,32 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
-# --attention-backend: SDPA's backends in priority order (SDPA takes the first that can run the shape), and the aten
-# op each runs as (bench.py --gpu-check reads which ran). "default" is PyTorch's own selection (no override): it puts
-# cuDNN first on an H100 only with a cuDNN it trusts, having seen wrong results from older ones at sequence lengths
-# that are not a multiple of 128. "auto" (training) puts cuDNN first, reported 1.7-2.3x faster than FlashAttention-2
-# there, where that cannot happen (a causal call whose length is a multiple of CUDNN_SAFE_LENGTH), and is "default"
-# everywhere else; CORE scores with "default" (its lengths are arbitrary). One name forces that backend, to compare.
-CUDNN_FIRST = [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-CUDNN_SAFE_LENGTH = 128
-SDPA_BACKENDS = {  # arms.ATTENTION_BACKENDS, the names --attention-backend takes, in its order
-    "auto": None, "default": [],  # None: attention_backends decides per call; []: no override
-    "cudnn": [SDPBackend.CUDNN_ATTENTION], "flash": [SDPBackend.FLASH_ATTENTION],
-    "efficient": [SDPBackend.EFFICIENT_ATTENTION], "math": [SDPBackend.MATH],
-}
-ATTENTION_OPS = {"aten::_scaled_dot_product_cudnn_attention": "cudnn",
-                 "aten::_scaled_dot_product_flash_attention": "flash",
-                 "aten::_scaled_dot_product_flash_attention_for_cpu": "flash",
-                 "aten::_scaled_dot_product_efficient_attention": "efficient",
-                 "aten::_scaled_dot_product_attention_math": "math"}
+# --attention-backend (arms.ATTENTION_BACKENDS): SDPA's backends in priority order. "default" is PyTorch's own choice,
+# which puts cuDNN first on an H100 only with a cuDNN it trusts (older ones gave wrong results at lengths that are not
+# a multiple of 128). "auto" (training) puts cuDNN first, reported 1.7-2.3x faster than FlashAttention-2 there, for
+# causal calls whose length is a multiple of 128, and is "default" elsewhere (CORE's lengths are arbitrary: it scores
+# with "default"). Any other name forces that backend, to compare.
+SDPA_BACKENDS = {"auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
+                          SDPBackend.MATH], "default": [], "cudnn": [SDPBackend.CUDNN_ATTENTION],
+                 "flash": [SDPBackend.FLASH_ATTENTION], "efficient": [SDPBackend.EFFICIENT_ATTENTION],
+                 "math": [SDPBackend.MATH]}
 
 
 def attention_backends(name, seq_len, causal):
-    """The SDPA backends, in priority order, an attention call of `seq_len` runs under --attention-backend `name`;
-    [] leaves the choice to PyTorch."""
-    chosen = SDPA_BACKENDS[name]
-    if chosen is not None:
-        return chosen
-    return CUDNN_FIRST if causal and seq_len % CUDNN_SAFE_LENGTH == 0 else []
+    """The SDPA backends of an attention call of `seq_len` under --attention-backend `name` ([]: PyTorch's choice)."""
+    return [] if name == "auto" and not (causal and seq_len % 128 == 0) else SDPA_BACKENDS[name]
 
 
 def attention_backend_run(fn):
-    """The backend (ATTENTION_OPS' name; several joined by +) of the attention kernels fn(), a forward of the model,
-    runs, from the aten ops torch.profiler records, also those a compiled graph calls. A compiled graph decomposes the
-    math backend into matmuls and a softmax, no op of its own: a forward without a fused kernel ran math."""
+    """The backend (several joined by +) of the attention kernels that fn(), a forward, runs, from the aten ops
+    torch.profiler records (also a compiled graph's). A compiled graph decomposes math into matmuls and a softmax, no
+    op of its own: a forward without a fused kernel ran math."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-    return "+".join(sorted({ATTENTION_OPS[e.name] for e in prof.events() if e.name in ATTENTION_OPS})) or "math"
+    ops = (re.fullmatch(r"aten::_scaled_dot_product_(?:(\w+?)_attention(?:_for_cpu)?|attention_(math))", e.name)
+           for e in prof.events())
+    return "+".join(sorted({op.group(1) or op.group(2) for op in ops if op})) or "math"
 
 
 @dataclass(kw_only=True)
@@ -101,22 +91,15 @@ class ModelShape:
     n_core: int
     n_coda: int
 
-    def __post_init__(self):
-        problems = []
-        if self.mode not in ("plain", "tied", "untied"):
-            problems.append(f"mode must be plain|tied|untied, got {self.mode!r}")
-        if self.width != self.n_head * self.head_dim:
-            problems.append(f"width {self.width} != n_head {self.n_head} * head_dim {self.head_dim}")
-        if self.head_dim % 2:
-            problems.append(f"head_dim must be even for RoPE, got {self.head_dim}")
-        if min(self.n_prelude, self.n_coda) < 0 or self.n_core < 1:
-            problems.append(f"need prelude >= 0, core >= 1, coda >= 0; got {self.n_prelude}/{self.n_core}/{self.n_coda}")
-        if not 1 <= self.passes_initial <= self.passes:
-            problems.append(f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}")
-        if self.mode == "plain" and (self.passes != 1 or self.n_prelude or self.n_coda or self.alpha or self.recurrence_norm):
-            problems.append("a plain stack has one pass, no prelude/coda and no boundary operator")
-        if self.boundary_gate and not gates_stored(self):
-            problems.append("boundary_gate needs an injection (alpha != 0, and a second pass or coda_inject)")
+    def __post_init__(self):  # what config_for's arithmetic does not rule out (an arm's row or flags may ask it)
+        problems = [text for text, wrong in (
+            (f"mode must be plain|tied|untied, got {self.mode!r}", self.mode not in ("plain", "tied", "untied")),
+            (f"head_dim must be even for RoPE, got {self.head_dim}", self.head_dim % 2),
+            (f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}",
+             not 1 <= self.passes_initial <= self.passes),
+            ("a plain stack runs one pass", self.mode == "plain" and self.passes != 1),
+            ("boundary_gate needs an injection (alpha != 0, and a second pass or coda_inject)",
+             self.boundary_gate and not gates_stored(self))) if wrong]
         if problems:
             raise ValueError("; ".join(problems))
 
@@ -125,15 +108,12 @@ class ModelShape:
         return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
-# Every "model" knob of arms.Arm (passes, passes_initial, alpha, boundary_gate, ...; docs/recipe.md) is a field of
+# Every "model" knob of Arm (passes, passes_initial, alpha, boundary_gate, ...; docs/recipe.md) is a field of
 # ModelConfig under its own name, with the arm's value: a new knob is one Arm field, and the model reads cfg.NAME.
 ModelConfig = make_dataclass("ModelConfig", [(f.name, f.type, field(default=f.default))
-                                             for f in knob_fields(arms.Arm, "model")],
+                                             for f in knob_fields(Arm, "model")],
                              bases=(ModelShape,), kw_only=True)
 
-
-# ----------------------------------------------------------------------------------------------------------------------
-# The embedding's dtype
 
 def embedding_dtype(device):
     """The release keeps the embedding table, and so its AdamW moments, in bf16 on CUDA; fp32 elsewhere."""
@@ -169,9 +149,7 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, attn_mask=None):
         B, T, C = x.shape
-        q = self.c_q(x).view(B, T, self.n_head, self.head_dim)
-        k = self.c_k(x).view(B, T, self.n_head, self.head_dim)
-        v = self.c_v(x).view(B, T, self.n_head, self.head_dim)
+        q, k, v = (linear(x).view(B, T, self.n_head, self.head_dim) for linear in (self.c_q, self.c_k, self.c_v))
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm after RoPE
         backends = attention_backends(self.attention, T, causal=attn_mask is None)
         with sdpa_kernel(backends, set_priority=True) if backends else contextlib.nullcontext():  # traced by
@@ -206,23 +184,19 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto", dtype=None):
-        """The network on `device`, the embedding in `dtype` (default embedding_dtype(device)), its attention on the SDPA backends that
-        --attention-backend `attention` names (set_attention; a run option, not part of the config: checkpoints do not
-        record it). It is built on the meta device and materialised tensor by tensor (init_weights), so the host holds
-        about one tensor, not the model (7.4 B fp32 parameters at d26), and a seed gives the same weights on any
-        device. On the meta device, or with draw_weights=False (a model whose every parameter a checkpoint will
-        overwrite), nothing is drawn: the parameters are left uninitialised and the CPU generator is not advanced
-        (drawing d26's takes minutes)."""
+        """The network on `device`, the embedding in `dtype` (default embedding_dtype(device)), attention on the SDPA
+        backends --attention-backend `attention` names (a run option, not in checkpoints). Built on the meta device
+        and drawn tensor by tensor (init_weights): the host holds about one tensor, not the model (7.4 B parameters at
+        d26), and a seed gives the same weights on any device. On the meta device, or with draw_weights=False (every
+        parameter will be loaded from a checkpoint), nothing is drawn and the CPU generator is left alone."""
         super().__init__()
         self.cfg = cfg
         with torch.device("meta"):
-            self.transformer = nn.ModuleDict(dict(
+            self.transformer = nn.ModuleDict(dict(  # h: prelude, core_1 .. core_K (untied) or the one core, coda
                 wte=nn.Embedding(cfg.padded_vocab, cfg.width, dtype=dtype or embedding_dtype(device)),
-                h=nn.ModuleList(Block(cfg) for _ in range(stored_blocks(cfg))),
-            ))
+                h=nn.ModuleList(Block(cfg) for _ in range(stored_blocks(cfg)))))
             self.lm_head = nn.Linear(cfg.width, cfg.padded_vocab, bias=False)
-            # boundary_gates[r] scales the injection after pass r (the coda's after the last; passes beyond the
-            # trained ones reuse the last gate). Empty unless cfg.boundary_gate.
+            # boundary_gates[r] scales the injection after pass r (the coda's after the last); empty without a gate
             self.boundary_gates = nn.ParameterList(nn.Parameter(torch.empty(())) for _ in range(gates_stored(cfg)))
         self.to_empty(device=device)
         half = cfg.head_dim // 2
@@ -238,10 +212,9 @@ class GPT(nn.Module):
     @torch.no_grad()
     def init_weights(self):
         """Paper App. A.1 (docs/recipe.md, "Init"): every out-projection and lm_head zero (initial logits are exactly
-        0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2).
-        Values are drawn from the CPU generator into one fp32 CPU tensor at a time and copied to the parameter's device.
-        The draws of the modules' default inits come first and are thrown away: they are what building the modules on
-        the CPU consumed, so a seed keeps giving the weights it always gave."""
+        0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2),
+        drawn from the CPU generator one fp32 tensor at a time. The modules' default inits are drawn first and thrown
+        away (what building them on the CPU consumed), so a seed keeps giving the weights it always gave."""
         def drawn(param, draw):
             param.copy_(draw(torch.empty(param.shape, device="cpu")))
 
@@ -254,14 +227,12 @@ class GPT(nn.Module):
         for block in self.transformer.h:
             for linear in (block.attn.c_q, block.attn.c_k, block.attn.c_v, block.mlp.c_gate, block.mlp.c_fc):
                 drawn(linear.weight, lambda t: t.uniform_(-s, s))
-            block.attn.c_proj.weight.zero_()
-            block.mlp.c_proj.weight.zero_()
+            block.attn.c_proj.weight.zero_(), block.mlp.c_proj.weight.zero_()
         drawn(self.transformer.wte.weight, lambda t: t.normal_(0.0, self.cfg.wte_init_std))
         self.lm_head.weight.zero_()
         for gate in self.boundary_gates:  # at alpha: the gated operator starts as the arm's fixed one
             gate.fill_(self.cfg.alpha)
 
-    # block layout in transformer.h: prelude, core_1 .. core_K (untied) or the one core (tied), coda
     def prelude_blocks(self):
         return self.transformer.h[:self.cfg.n_prelude]
 
@@ -272,16 +243,12 @@ class GPT(nn.Module):
     def coda_blocks(self):
         return self.transformer.h[len(self.transformer.h) - self.cfg.n_coda:]
 
-    def check_passes(self, k):
-        if not isinstance(k, int) or k < 1:
-            raise ValueError(f"passes must be an integer >= 1, got {k!r}")
-        if self.cfg.mode == "plain" and k != 1:
-            raise ValueError("a plain stack runs exactly one pass")
-        if self.cfg.mode == "untied" and k > self.cfg.passes:
-            raise ValueError(f"an untied model can run at most its {self.cfg.passes} allocated cores, got passes={k}")
+    def check_passes(self, k):  # a tied core runs any number of passes, untied cores at most the ones allocated
+        most = dict(plain=1, untied=self.cfg.passes).get(self.cfg.mode, math.inf)
+        if not isinstance(k, int) or not 1 <= k <= most:
+            raise ValueError(f"the {self.cfg.mode} model runs 1 to {most} passes, got {k!r}")
 
     def set_attention(self, name):
-        """Every attention call's SDPA backends: attention_backends(name, ...) (arms.ATTENTION_BACKENDS)."""
         for module in self.modules():
             if isinstance(module, Attention):
                 module.attention = name
@@ -319,9 +286,8 @@ class GPT(nn.Module):
         return written
 
     def param_groups(self):
-        """Every parameter in one group (arms.PARAM_GROUPS: its optimizer, LR and weight decay), from where it lives
-        and its shape: the embedding, the unembedding, every other matrix (Muon), every other tensor (scalars: gates,
-        scales). A new parameter joins its group without an edit here."""
+        """Every parameter in one group (arms.PARAM_GROUPS gives its optimizer, LR and weight decay) by where it lives
+        and its shape: embedding, unembedding, every other matrix (Muon), every other tensor (gates, scales)."""
         groups = dict(matrix=[], embedding=[], unembedding=[], scalar=[])
         for name, p in self.named_parameters():
             group = "embedding" if name.startswith("transformer.wte.") else "unembedding" if \
@@ -349,24 +315,20 @@ class GPT(nn.Module):
         """The final residual stream (B, T, C) that decode() turns into logits. positions (B, T): rotary positions
         (default 0..T-1); attn_mask (B, 1, T, T) bool, True = may attend (default causal); hidden: a list that
         collects the embedding and every executed block's output (the logit lens)."""
-        cfg = self.cfg
-        K = self.active_passes if passes is None else passes
-        if passes is not None:
-            self.check_passes(K)
-        T = idx.size(1)
+        cfg, K, T = self.cfg, self.active_passes if passes is None else passes, idx.size(1)
+        self.check_passes(K)
         cos, sin = (self.rope_cos[:T], self.rope_sin[:T]) if positions is None else \
             (self.rope_cos[positions], self.rope_sin[positions])
+        keep = hidden.append if hidden is not None else lambda x: None
 
         def run(blocks, x):
             for block in blocks:
                 x = block(x, cos, sin, attn_mask)
-                if hidden is not None:
-                    hidden.append(x)
+                keep(x)
             return x
 
         x = norm(self.transformer.wte(idx)).float()
-        if hidden is not None:
-            hidden.append(x)
+        keep(x)
         x = run(self.prelude_blocks(), x)
         # Boundary operator as the authors' release computes it (docs/recipe.md): the first pass starts from the raw
         # prelude output e, and the operator runs AFTER every pass. The paper's Algorithm 1 writes h0 = 0 and applies
@@ -397,63 +359,47 @@ def split_depth(d):
 def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, boundary="full", **overrides):
     """The ModelConfig of arm `arch` at depth coordinate d. Shape keywords (width_per_depth, head_dim, seq_len,
     mlp_multiple) default to the paper preset's; any other keyword overrides one of the arm's "model" knobs.
-
     prelude/coda fix those stages (core = depth - prelude - coda, paper Fig. 15a); boundary ablates the operator:
-    norm_only drops the injection (alpha = 0), inject_only drops the recurrence norm, none drops both.
-    """
+    norm_only drops the injection (alpha = 0), inject_only drops the recurrence norm, none drops both."""
     if arch not in ARMS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARMS)}")
-    if not isinstance(depth, int) or depth < 1:
-        raise ValueError(f"depth must be an integer >= 1, got {depth!r}")
-    if boundary not in BOUNDARY_ABLATIONS:
-        raise ValueError(f"boundary must be one of {'|'.join(BOUNDARY_ABLATIONS)}, got {boundary!r}")
-    paper = PRESETS["paper"]
-    sizes = {f.name: overrides.pop(f.name, getattr(paper, f.name)) for f in knob_fields(arms.Preset, "model")}
-    sizes["vocab_size"] = vocab_size
-    for name, value in sizes.items():
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    unknown = set(overrides) - {f.name for f in knob_fields(arms.Arm, "model")}
+    if not isinstance(depth, int) or depth < 1 or boundary not in BOUNDARY_ABLATIONS:
+        raise ValueError(f"need a whole depth >= 1 and a boundary in {'|'.join(BOUNDARY_ABLATIONS)}, got {depth!r} "
+                         f"and {boundary!r}")
+    shape = {f.name: overrides.pop(f.name, getattr(PRESETS["paper"], f.name)) for f in knob_fields(Preset, "model")}
+    unknown = set(overrides) - {f.name for f in knob_fields(Arm, "model")}
     if unknown:
         raise ValueError(f"unknown override(s) {', '.join(sorted(unknown))}")
     arm = replace(ARMS[arch], **overrides)
-    alpha, coda_inject, recurrence_norm, gate = arm.alpha, arm.coda_inject, arm.recurrence_norm, arm.boundary_gate
+    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(Arm, "model")}  # every model knob of the row
+    knobs["passes_initial"] = arm.passes_initial or arm.passes
     if boundary in ("norm_only", "none"):
-        alpha, coda_inject, gate = 0.0, False, False
+        knobs.update(alpha=0.0, coda_inject=False, boundary_gate=False)
     if boundary in ("inject_only", "none"):
-        recurrence_norm = False
-
-    width_per_depth, head_dim, mlp_multiple = sizes["width_per_depth"], sizes["head_dim"], sizes["mlp_multiple"]
-    width = width_per_depth * depth
-    if width % head_dim:
-        raise ValueError(f"width {width} (= {width_per_depth} * depth {depth}) is not a multiple of head_dim {head_dim}")
-    mlp_hidden = -(-(8 * width // 3) // mlp_multiple) * mlp_multiple
+        knobs["recurrence_norm"] = False
+    per_depth = shape.pop("width_per_depth")
+    width = per_depth * depth
+    if width % shape["head_dim"]:
+        raise ValueError(f"width {width} = {per_depth} * depth {depth} is no multiple of head_dim {shape['head_dim']}")
     p, c, q = split_depth(depth)
     if arm.mode == "plain":
         if prelude is not None or coda is not None:
             raise ValueError(f"{arch} is a plain stack: --prelude/--coda do not apply")
         p, c, q = 0, depth + (c if arm.deep else 0), 0
     elif prelude is not None or coda is not None:
-        p = p if prelude is None else prelude
-        q = q if coda is None else coda
+        p, q = p if prelude is None else prelude, q if coda is None else coda
         c = depth - p - q
         if p < 0 or q < 0 or c < 1:
             raise ValueError(f"impossible split at depth {depth}: prelude {p} + coda {q} leaves core {c} (< 1)")
-    # every model knob of the row (ModelShape checks them), as the boundary ablation and passes_initial's default
-    knobs = {f.name: getattr(arm, f.name) for f in knob_fields(arms.Arm, "model")}
-    knobs.update(passes_initial=arm.passes if arm.passes_initial is None else arm.passes_initial, alpha=alpha,
-                 coda_inject=coda_inject, recurrence_norm=recurrence_norm, boundary_gate=gate)
-    return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // head_dim, head_dim=head_dim,
-                       mlp_hidden=mlp_hidden, mlp_multiple=mlp_multiple, vocab_size=vocab_size,
-                       seq_len=sizes["seq_len"], mode=arm.mode, n_prelude=p, n_core=c, n_coda=q, **knobs)
+    mlp_hidden = -(-(8 * width // 3) // shape["mlp_multiple"]) * shape["mlp_multiple"]
+    return ModelConfig(arch=arch, depth=depth, width=width, n_head=width // shape["head_dim"], mlp_hidden=mlp_hidden,
+                       vocab_size=vocab_size, mode=arm.mode, n_prelude=p, n_core=c, n_coda=q, **shape, **knobs)
 
 
 def check_arm(cfg, optimizer="muon"):
-    """Every check the run makes on an arm's model, made by the run, its --dry-run and ladder.sh's before any folder
-    exists (built on the meta device: nothing is allocated). Refuses, naming the arm: a parameter in no group of
-    GPT.param_groups() or in two (it would stay at its init, or step twice), a group with no arms.PARAM_GROUPS row
-    (no optimizer, LR or weight decay), and a tensor that is not 2-D in a group Muon steps (it orthogonalizes
-    matrices; gates and scales go to the "scalar" group)."""
+    """The checks on an arm's model, made by the run, its --dry-run and ladder.sh's before any folder exists (on the
+    meta device). Refuses, naming the arm: a parameter in no group of GPT.param_groups() or in two, a group with no
+    arms.PARAM_GROUPS row, and a tensor that is not 2-D in a group Muon steps (it orthogonalizes matrices)."""
     net = GPT(cfg, device="meta")
     groups, names = net.param_groups(), {p: name for name, p in net.named_parameters()}
     where = f"arm {cfg.arch}: model.param_groups()"
@@ -461,8 +407,7 @@ def check_arm(cfg, optimizer="muon"):
         if group not in arms.PARAM_GROUPS:
             raise UsageError(f"{where} has the group {group!r}, which has no row in arms.PARAM_GROUPS "
                              f"({', '.join(arms.PARAM_GROUPS)}); add its optimizer, LR and weight decay there")
-        muon = optimizer == "muon" and arms.PARAM_GROUPS[group][0] == "muon"
-        for p in params if muon else []:
+        for p in params if optimizer == "muon" and arms.PARAM_GROUPS[group][0] == "muon" else []:
             if p.ndim != 2:
                 raise UsageError(f"{where} puts {names[p]} (shape {tuple(p.shape)}) in group {group!r}, which Muon "
                                  "steps, and Muon takes 2-D matrices only: put it in group 'scalar' (AdamW)")
@@ -491,8 +436,7 @@ def executed_blocks(cfg, passes):
 
 
 def gates_stored(cfg):
-    """Boundary gates: one per pass whose output is injected into (every pass but the last, and the last with
-    coda_inject), at the final pass count."""
+    """Boundary gates: one per injection point (after every pass but the last; after the last with coda_inject)."""
     return cfg.passes - 1 + cfg.coda_inject if cfg.boundary_gate and cfg.alpha != 0 else 0
 
 
@@ -501,8 +445,7 @@ def params_stored(cfg):
 
 
 def params_active(cfg, passes):
-    """The parameters a forward at `passes` uses, each counted once: its blocks (a tied core once, untied cores up to
-    `passes`), embedding, lm_head and the gates it injects through."""
+    """Parameters a forward at `passes` uses, each once: blocks (a tied core once), embedding, lm_head, gates."""
     gates = min(gates_stored(cfg), passes - 1 + cfg.coda_inject)
     return stored_blocks(cfg, passes) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width + gates
 
@@ -527,31 +470,29 @@ def flops_per_token(cfg, passes):
     return matrix_flops_per_token(cfg, passes) + attention
 
 
-def describe(cfg):
-    K0, K = cfg.passes_initial, cfg.passes
+def describe(c):
+    """One config's shapes, operator, init and exact counts (model.py's table, the Plan's record)."""
+    K0, K = c.passes_initial, c.passes
     return dict(
-        arch=cfg.arch, depth=cfg.depth, mode=cfg.mode, n_layer=cfg.n_prelude + cfg.n_core + cfg.n_coda,
-        width=cfg.width, heads=cfg.n_head, head_dim=cfg.head_dim, mlp_hidden=cfg.mlp_hidden,
-        vocab_size=cfg.vocab_size, padded_vocab=cfg.padded_vocab, seq_len=cfg.seq_len,
-        prelude=cfg.n_prelude, core=cfg.n_core, coda=cfg.n_coda, passes_initial=K0, passes_final=K,
-        alpha=cfg.alpha, recurrence_norm=cfg.recurrence_norm, coda_inject=cfg.coda_inject,
-        boundary_gate=cfg.boundary_gate, scalar_params=gates_stored(cfg), residual_multiplier=cfg.residual_multiplier, output_multiplier=cfg.output_multiplier,
-        wte_init_std=cfg.wte_init_std, uniform_init_scale=cfg.uniform_init_scale,
-        stored_blocks=stored_blocks(cfg), executed_blocks_initial=executed_blocks(cfg, K0),
-        executed_blocks_final=executed_blocks(cfg, K), params_per_block=params_per_block(cfg),
-        params_tpp=params_tpp(cfg), params_stored=params_stored(cfg),
-        params_compute_active_initial=params_compute_active(cfg, K0), params_compute_active=params_compute_active(cfg, K),
-        matrix_flops_per_token_initial=matrix_flops_per_token(cfg, K0),
-        matrix_flops_per_token_final=matrix_flops_per_token(cfg, K),
-        flops_per_token_initial=flops_per_token(cfg, K0), flops_per_token_final=flops_per_token(cfg, K),
-    )
+        arch=c.arch, depth=c.depth, mode=c.mode, n_layer=c.n_prelude + c.n_core + c.n_coda, width=c.width,
+        heads=c.n_head, head_dim=c.head_dim, mlp_hidden=c.mlp_hidden, vocab_size=c.vocab_size,
+        padded_vocab=c.padded_vocab, seq_len=c.seq_len, prelude=c.n_prelude, core=c.n_core, coda=c.n_coda,
+        passes_initial=K0, passes_final=K, alpha=c.alpha, recurrence_norm=c.recurrence_norm, coda_inject=c.coda_inject,
+        boundary_gate=c.boundary_gate, scalar_params=gates_stored(c), residual_multiplier=c.residual_multiplier,
+        output_multiplier=c.output_multiplier, wte_init_std=c.wte_init_std, uniform_init_scale=c.uniform_init_scale,
+        stored_blocks=stored_blocks(c), executed_blocks_initial=executed_blocks(c, K0),
+        executed_blocks_final=executed_blocks(c, K), params_per_block=params_per_block(c), params_tpp=params_tpp(c),
+        params_stored=params_stored(c), params_compute_active_initial=params_compute_active(c, K0),
+        params_compute_active=params_compute_active(c, K), matrix_flops_per_token_initial=matrix_flops_per_token(c, K0),
+        matrix_flops_per_token_final=matrix_flops_per_token(c, K), flops_per_token_initial=flops_per_token(c, K0),
+        flops_per_token_final=flops_per_token(c, K))
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Command line (its knob flags are generated from the arms table: arms.add_model_flags)
 
 def config_from_args(args, preset, depth, vocab_size):
-    shape = {f.name: getattr(preset, f.name) for f in knob_fields(arms.Preset, "model")}
+    shape = {f.name: getattr(preset, f.name) for f in knob_fields(Preset, "model")}
     try:
         return config_for(args.arch, depth, vocab_size=vocab_size, **shape, **arms.model_overrides(args))
     except ValueError as e:
@@ -560,8 +501,6 @@ def config_from_args(args, preset, depth, vocab_size):
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    if args.arch is None or args.depth is None:
-        raise UsageError("--arch and --depth are required")
     cfg = config_from_args(args, arms.preset_from_args(args), args.depth, args.vocab_size)
     check_arm(cfg)
     info = describe(cfg)
@@ -569,7 +508,7 @@ def run(argv):
         print(json.dumps(info))
         return
     for key, value in info.items():
-        print(f"{key:32s} {value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{key:32s} {value}")
+        print(f"{key:32s} {value:,}" if type(value) is int else f"{key:32s} {value}")
 
 
 def main(argv=None):

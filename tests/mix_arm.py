@@ -1,7 +1,6 @@
-"""A test-only user arm, kept here so that growth of a new per-pass parameter stays covered whatever USER_ARMS holds:
-Mix-Grow, a learned d x d matrix M_r per injection point, and the learned gate g_r (h <- RMSNorm(h) + g_r M_r e, M_r
-initialised to I and g_r to alpha: it starts as Untied-Grow's operator), on untied cores grown in stages 1 -> 2 -> 4. It is built the way
-docs/your_own_arm.md builds one: a row, a parameter list on the model, its init and its use in GPT.inject.
+"""A test-only user arm, so that growth of a new per-pass parameter stays covered whatever USER_ARMS holds: Mix-Grow,
+h <- RMSNorm(h) + g_r M_r e with a learned d x d matrix M_r (initialised to I) and gate g_r (to alpha) per injection
+point, on untied cores grown 1 -> 2 -> 4; built as docs/your_own_arm.md builds one.
 
     python -m torch.distributed.run --nproc_per_node 2 tests/mix_arm.py train.py-flags [--next train.py-flags ...]
 """
@@ -36,26 +35,20 @@ class MixGPT(model.GPT):
             m.copy_(torch.eye(self.cfg.width))
 
     def inject(self, h, e, r):
-        if not len(self.mix):
-            return super().inject(h, e, r)
-        return super().inject(h, e @ self.mix[min(r, len(self.mix) - 1)].T, r)
-
-
-def register():
-    """Mix-Grow as an arm of every script in this process (train.py builds model.GPT: MixGPT from here on)."""
-    arms.ARMS[NAME] = ARM
-    model.GPT = MixGPT
+        return super().inject(h, e @ self.mix[min(r, len(self.mix) - 1)].T if len(self.mix) else e, r)
 
 
 if __name__ == "__main__":  # each --next-separated run in turn, on the ranks torchrun started
-    register()
+    arms.ARMS[NAME], model.GPT = ARM, MixGPT  # Mix-Grow an arm of every script here (train.py builds model.GPT)
     import common
     import train
     argv, code = sys.argv[1:], 0
+    port = int(os.environ["MASTER_PORT"]) + 100 * int(os.environ["TORCHELASTIC_RESTART_COUNT"])
     while argv and not code:
+        # each run's process group on a new store hosted by rank 0: torchrun's own, reused across the runs and its
+        # restarts, can hang a later run or hand it the address of a rank that is gone
+        port += 1
+        os.environ.update(MASTER_PORT=str(port), TORCHELASTIC_USE_AGENT_STORE="False")
         here = argv.index("--next") if "--next" in argv else len(argv)
         code, argv = train.main(argv[:here]), argv[here + 1:]
-        # the next run's process group on a store of its own (torchrun's, reused, can hang the third)
-        os.environ.update(MASTER_PORT=str(int(os.environ.get("MASTER_PORT", 29500)) + 1),
-                          TORCHELASTIC_USE_AGENT_STORE="False")
     common.exit_process(code)
