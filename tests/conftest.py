@@ -6,6 +6,8 @@ import pytest
 
 # Tests import the flat scripts (model.py, train.py, ...) from the repository root.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The tests' models are tiny: one intra-op thread runs them faster than two, here and in the processes they start.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_configure(config):
