@@ -13,7 +13,8 @@ of the file names (stdlib) or texts (files). TrainLoader reproduces the release'
 only on (seed, s), never on the world size or micro-batch size, so a resume on any number of processes continues at
 the step.
 """
-import collections, errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig, time
+import collections, contextlib, errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig
+import time, types
 
 from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
 
@@ -292,7 +293,13 @@ def _write_pool(corpus, out, manifest, sources, workers):
         manifest.update(sources_done=sources_done, status="complete" if complete else "running")
         write_json(os.path.join(out, "corpus.json"), manifest)
 
-    with multiprocessing.get_context("fork").Pool(workers, _init_worker, (manifest["tokenizer"],)) as processes:
+    if workers == 1:  # tokenise in this process: no fork (a fork of a process running torch threads can hang)
+        global _worker_enc
+        _worker_enc = get_tokenizer(manifest["tokenizer"])
+        pool = contextlib.nullcontext(types.SimpleNamespace(map=lambda f, texts, chunksize: map(f, texts)))
+    else:
+        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (manifest["tokenizer"],))
+    with pool as processes:
         try:
             for k in range(manifest["sources_done"], len(sources)):
                 src = sources[k]

@@ -44,7 +44,7 @@ def pool(tmp_path_factory):
     """A small offline token pool (byte tokenizer, stdlib corpus) for short training runs."""
     import data
     out = str(tmp_path_factory.mktemp("pool"))
-    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=300_000, val_tokens=20_000)
+    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=300_000, val_tokens=20_000, workers=1)
     return out
 
 

@@ -148,7 +148,7 @@ def complete_run(pool, tmp_path_factory):
 def other_pool(tmp_path_factory):
     import data
     out = str(tmp_path_factory.mktemp("other_pool"))
-    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=50_000, val_tokens=5_000)
+    data.prepare("stdlib", out, tokenizer="bytes", train_tokens=50_000, val_tokens=5_000, workers=1)
     return out
 
 
