@@ -10,6 +10,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def one_thread():
+    """The same in this process where OMP_NUM_THREADS was already set (a second thread spins on ops this small)."""
+    import torch
+    torch.set_num_threads(1)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs CUDA (python -m pytest -m gpu -q on a GPU machine, docs/gpu.md); "
                                        "skipped without it")

@@ -30,15 +30,6 @@ EVERY_ARM = [*arms.ARMS, mix_arm.NAME]
 GROWING = [name for name, arm in arms.ARMS.items() if (arm.passes_initial or arm.passes) < arm.passes] + [mix_arm.NAME]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on one intra-op thread: a second one spins on ops this small (on a core the workers need)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def with_mix_grow(monkeypatch):
     """Mix-Grow registered (arms.ARMS, model.GPT) for one test."""

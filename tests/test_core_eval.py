@@ -103,15 +103,6 @@ def ckpt(tiny, monkeypatch):
     return tiny["run"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny matmuls: on a shared 2-core machine a second intra-op thread makes them ~30x slower, not faster
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def run_main(argv, capsys):
     code = core_eval.main(argv)
     return code, capsys.readouterr().err

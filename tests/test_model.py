@@ -15,7 +15,6 @@ import arms
 import model
 import train
 from model import GPT, config_for, describe
-from test_arms import one_thread  # noqa: F401 (an autouse fixture: tiny models on one intra-op thread)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = dict(width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
