@@ -1,27 +1,29 @@
 """The paper's table: every per-arm number (architecture, init, training recipe), the data-constrained grid and the
 presets, as frozen dataclasses (arXiv 2609.19107, App. A.1 and A.4; docs/recipe.md says which numbers come from the
-authors' release). Torch-free; model.py builds networks from it, train.py plans runs from it.
+authors' release). Torch-free: model.py builds networks from it, plan.py plans runs from it.
 
-A field made with knob() is also an override flag --field-name, generated here once: "model" knobs are flags of both
-model.py and train.py (add_model_flags), "train" knobs of train.py. A new knob is one field; its declared range checks
-the flag and every arm's row alike (knob_type).
+A field made with knob() is also an override flag --field-name: "model" knobs of model.py and train.py, "train" knobs
+of train.py. A new knob is one field; its declared range checks the flag and every arm's row alike.
+
+    python arms.py      # the arm names, in the table's order
 """
 import argparse
 import ast
+import collections
 import math
 import re
 import sys
 from dataclasses import MISSING, dataclass, field, fields, replace
 
-from common import Parser, UsageError, cli_main, integer, number
+from common import UsageError, integer, number
 
 MAX_DEPTH, MAX_PASSES, MAX_STEPS = 1024, 256, 10 ** 7   # the ranges of --depth, of pass counts, of step counts
 SEEDS = (0, 2 ** 63 - 1)                                 # train.py and ladder.sh --seed, core_eval.py --seeds
 
 
 def knob(flag, default=MISSING, help=None, range=None):
-    """A field that is also an override flag; range: the values its flag and an arm's row accept, (low, high) for a
-    whole number or an interval such as "(0, 1]" for a float (see common.integer and common.number)."""
+    """A field that is also an override flag; range: what the flag and an arm's row accept, (low, high) for a whole
+    number or an interval such as "(0, 1]" for a float (common.integer, common.number)."""
     return field(default=default, metadata=dict(flag=flag, help=help, range=range))
 
 
@@ -30,26 +32,21 @@ def knob_fields(cls, flag):
 
 
 def knob_type(f):
-    """The argparse type of a knob field: a whole number or a float in its declared range (a tuple knob: each entry)."""
-    if f.metadata["range"] is None:
-        raise TypeError(f"the knob {f.name} declares no range (knob(..., range=...))")
+    """The argparse type of a knob field (a tuple knob: of each entry)."""
     return integer(*f.metadata["range"]) if f.type is int else number(f.metadata["range"])
 
 
-def knob_value_error(f, value):
-    """Why `value` in an arm's row is not what the flag --f-name would accept (None when it is): the same type and
-    range, so a row cannot train what the command line refuses."""
+def row_error(f, value):
+    """Why `value` in an arm's row is not what --f-name would accept (None when it is)."""
     if f.type is bool:
         return None if type(value) is bool else f"must be True or False, got {value!r}"
     if f.type is tuple and not (isinstance(value, tuple) and len(value) == 2):
         return f"must be a tuple of two numbers, got {value!r}"
-    for v in value if f.type is tuple else [value]:
-        if type(v) is bool or not isinstance(v, (int, float)):
-            return f"must be a number, got {v!r}"
-        try:
+    try:
+        for v in value if f.type is tuple else [value]:
             knob_type(f)(repr(v))
-        except argparse.ArgumentTypeError as e:
-            return str(e)
+    except argparse.ArgumentTypeError as e:
+        return str(e)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,21 +89,6 @@ class Arm:
     ladder_depths: tuple = (6, 8, 10, 12, 14, 16, 18)  # the release's ladder of this arm (ladder.sh's paper preset)
     figure2: bool = False                            # drawn in Figure 2 (left) by default (fit.py ladders --out)
 
-
-EARLIER_MODE_NAMES = {"none": "plain", "loop": "tied", "dep": "untied"}  # Arm.mode as earlier runs recorded it
-
-
-def with_current_mode_names(record):
-    """A plan or model_config as a run recorded it, with the core modes' earlier names none/loop/dep as today's
-    plain/tied/untied (runs written before the rename)."""
-    if not isinstance(record, dict):
-        return record
-    record = dict(record)
-    if record.get("mode") in EARLIER_MODE_NAMES:
-        record["mode"] = EARLIER_MODE_NAMES[record["mode"]]
-    if "model_config" in record:
-        record["model_config"] = with_current_mode_names(record["model_config"])
-    return record
 
 
 SQRT2 = math.sqrt(2.0)
@@ -173,25 +155,26 @@ PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, th
 
 
 def refuse_table(message):
-    """A mistake in USER_ARMS, found at import by every script: one line and exit 2, not a traceback."""
+    """A mistake in USER_ARMS, found at import by every script: one line and exit 2."""
     print(f"arms.py: error: {message} (docs/your_own_arm.md)", file=sys.stderr)
     raise SystemExit(2)
 
 
 def derived(base, **changes):
-    """A user arm: paper arm `base`'s row with `changes`, all but the release's per-depth growth fractions
-    (`crossover`, tuned for `base`'s own growth). label and color are required: every arm has its own in every figure.
-    stages=(1, 2, 4): a staged growth (it sets passes_initial and passes)."""
+    """A user arm: paper arm `base`'s row with `changes` (give it its own label and color), less the release's
+    per-depth growth fractions (`crossover`, tuned for the base's own growth). stages=(1, 2, 4): a staged growth (it
+    sets passes_initial and passes)."""
     where = f"USER_ARMS: derived({base!r}, ...)"
     if base not in PAPER_ARMS:
         refuse_table(f"{where}: no paper arm {base!r}; derive from one of {', '.join(PAPER_ARMS)}")
-    unknown = sorted(set(changes) - {f.name for f in fields(Arm)})
+    names = [f.name for f in fields(Arm)]
+    unknown = sorted(set(changes) - set(names))
     if unknown:
-        refuse_table(f"{where}: Arm has no field {unknown[0]!r}; its fields: {', '.join(f.name for f in fields(Arm))}")
+        refuse_table(f"{where}: Arm has no field {unknown[0]!r}; its fields: {', '.join(names)}")
     stages = changes.get("stages")
     if stages is not None:
-        if not (isinstance(stages, tuple) and len(stages) >= 2 and all(type(k) is int and k >= 1 for k in stages)
-                and sorted(set(stages)) == list(stages) and stages[-1] <= MAX_PASSES):
+        if not (isinstance(stages, tuple) and len(stages) >= 2 and all(type(k) is int for k in stages)
+                and list(stages) == sorted(set(stages)) and 1 <= stages[0] and stages[-1] <= MAX_PASSES):
             refuse_table(f"{where}: stages must be a tuple of 2 or more increasing pass counts, e.g. (1, 2, 4); "
                          f"got {stages!r}")
         if {"passes", "passes_initial"} & set(changes):
@@ -201,28 +184,23 @@ def derived(base, **changes):
 
 
 def check_user_arms(user_arms):
-    """A user arm's name is a ladder.sh argument, a run-folder prefix and a key beside the paper's arms, given once;
-    its values are what their flags accept (knob_value_error) and its colour one matplotlib draws."""
+    """Each name given once, new and fit for a folder; each value what its flag accepts; each colour matplotlib's."""
     table = next(node.value for node in ast.parse(open(__file__).read()).body if isinstance(node, ast.Assign)
                  and getattr(node.targets[0], "id", None) == "USER_ARMS")  # the literal: a key given twice is lost
-    names = [key.value for key in getattr(table, "keys", []) if isinstance(key, ast.Constant)]
-    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
-    if twice is not None:
-        refuse_table(f"USER_ARMS: {twice!r} is given twice (the second would silently replace the first); rename one")
+    given = collections.Counter(getattr(key, "value", None) for key in getattr(table, "keys", []))
+    for name in (name for name, n in given.items() if n > 1):
+        refuse_table(f"USER_ARMS: {name!r} is given twice (the second would silently replace the first); rename one")
     from matplotlib.colors import is_color_like  # only here: the scripts that draw import matplotlib themselves
     for name, arm in user_arms.items():
-        if name in PAPER_ARMS:
-            refuse_table(f"USER_ARMS: {name!r} is a paper arm's name (it would replace the paper's); choose another")
-        if not isinstance(name, str) or not re.fullmatch(r"[a-z0-9_]+", name):
-            refuse_table(f"USER_ARMS: the name {name!r} is not made of a-z, 0-9 and _ only (it names run folders "
-                         "and ladder.sh targets); e.g. 'my_arm_2'")
-        for f in (f for f in fields(Arm) if f.metadata.get("flag") and getattr(arm, f.name) is not None):
-            error = knob_value_error(f, getattr(arm, f.name))
+        if name in PAPER_ARMS or not re.fullmatch(r"[a-z0-9_]+", str(name)):
+            refuse_table(f"USER_ARMS: {name!r} must be a new name of a-z, 0-9 and _ (it names run folders and "
+                         "ladder.sh targets), e.g. 'my_arm_2'")
+        for f in fields(Arm):
+            error = f.metadata.get("flag") and getattr(arm, f.name) is not None and row_error(f, getattr(arm, f.name))
             if error:
                 refuse_table(f"USER_ARMS[{name!r}]: {f.name} {error} (as --{f.name.replace('_', '-')})")
         if not is_color_like(arm.color):
-            refuse_table(f"USER_ARMS[{name!r}]: color {arm.color!r} is not a matplotlib colour; e.g. 'tab:purple' "
-                         "or '#7f3fbf'")
+            refuse_table(f"USER_ARMS[{name!r}]: color {arm.color!r} is not a matplotlib colour; e.g. 'tab:purple'")
 
 
 # Your own arms: add one line here (docs/your_own_arm.md). Each is an arm of every script (model.py, train.py,
@@ -337,13 +315,13 @@ RELEASE_SERIES = {
 # Override flags generated from the knob fields
 
 def add_knob_flags(group, cls, flag):
-    """One --name flag per `flag` knob of cls, accepting its declared range; default None: the table's value."""
+    """One --name flag per `flag` knob of cls, in its declared range; default None: the table's value."""
     for f in knob_fields(cls, flag):
         name, help = "--" + f.name.replace("_", "-"), f.metadata["help"]
         if f.type is bool:
-            group.add_argument(name, action=argparse.BooleanOptionalAction, default=None, help=help)
+            group.add_argument(name, action=argparse.BooleanOptionalAction, help=help)
         else:
-            group.add_argument(name, type=knob_type(f), nargs=2 if f.type is tuple else None, default=None, help=help)
+            group.add_argument(name, type=knob_type(f), nargs=2 if f.type is tuple else None, help=help)
 
 
 def given_knobs(args, cls, flag):
@@ -356,17 +334,17 @@ def add_model_flags(parser):
     group = parser.add_argument_group("model overrides (the same flags in model.py and train.py)")
     add_knob_flags(group, Preset, "model")
     add_knob_flags(group, Arm, "model")
-    group.add_argument("--prelude", type=integer(0, MAX_DEPTH), default=None,
-                       help="fixed prelude blocks (core = depth - prelude - coda)")
-    group.add_argument("--coda", type=integer(0, MAX_DEPTH), default=None, help="fixed coda blocks")
-    group.add_argument("--boundary", choices=BOUNDARY_ABLATIONS, default=None,
+    group.add_argument("--prelude", type=integer(0, MAX_DEPTH), help="fixed prelude blocks (core = depth - prelude - "
+                       "coda)")
+    group.add_argument("--coda", type=integer(0, MAX_DEPTH), help="fixed coda blocks")
+    group.add_argument("--boundary", choices=BOUNDARY_ABLATIONS,
                        help="ablate the boundary operator (norm_only: no injection; inject_only: no norm)")
-    group.add_argument("--pass-stages", type=integer(1, MAX_PASSES), nargs="+", default=None,
+    group.add_argument("--pass-stages", type=integer(1, MAX_PASSES), nargs="+",
                        help="growth stages, e.g. 2 4 6 (sets --passes-initial and --passes)")
 
 
 def model_overrides(args):
-    """config_for keywords (besides the shape) from the model flags of either CLI."""
+    """config_for's keywords (besides the shape) from the model flags of either CLI."""
     overrides = given_knobs(args, Arm, "model")
     overrides.update({k: getattr(args, k) for k in ("prelude", "coda", "boundary") if getattr(args, k) is not None})
     if args.pass_stages:
@@ -375,29 +353,27 @@ def model_overrides(args):
         if "passes" in overrides or "passes_initial" in overrides:
             raise UsageError("--pass-stages sets the passes; drop --passes / --passes-initial")
         overrides.update(passes_initial=args.pass_stages[0], passes=args.pass_stages[-1])
-    check_boundary_knobs(args.arch, overrides)
+    if args.arch in ARMS:  # else config_for names the unknown arch
+        check_boundary_knobs(args.arch, overrides)
     return overrides
 
 
 def check_boundary_knobs(arch, overrides):
-    """Refuse a boundary-operator flag the run would record but not use: --boundary on a plain stack, and an --alpha,
-    --recurrence-norm, --coda-inject or --boundary-gate that the arm or the --boundary ablation switches off (as
-    model.config_for does; with alpha 0 nothing is injected, neither before the coda nor through a gate)."""
-    if arch not in ARMS:
-        return  # the caller names the unknown arch
+    """Refuse a boundary-operator flag the run would record but not use: one the arm (a plain stack) or the --boundary
+    ablation switches off, as config_for does; with alpha 0 nothing is injected, neither before the coda nor gated."""
     arm, boundary = ARMS[arch], overrides.get("boundary")
     plain, no_injection = arm.mode == "plain", boundary in ("norm_only", "none")
     if plain and boundary is not None:
-        raise UsageError(f"--boundary does not apply to {arch}: a plain stack has no boundary operator to ablate")
+        raise UsageError(f"--boundary does not apply to {arch}: a plain stack has no boundary operator")
     why = f"{arch}, a plain stack" if plain else f"--boundary {boundary}"
     if overrides.get("alpha", 0.0) != 0.0 and (plain or no_injection):
-        raise UsageError(f"--alpha {overrides['alpha']} does not apply with {why}: it injects nothing; drop --alpha")
+        raise UsageError(f"--alpha {overrides['alpha']} does not apply with {why}: it injects nothing")
     if overrides.get("recurrence_norm") and (plain or boundary in ("inject_only", "none")):
-        raise UsageError(f"--recurrence-norm does not apply with {why}: it has no recurrence norm; drop the flag")
+        raise UsageError(f"--recurrence-norm does not apply with {why}: it has no recurrence norm")
     for flag in ("coda_inject", "boundary_gate"):
         if overrides.get(flag) and (plain or no_injection or overrides.get("alpha", arm.alpha) == 0):
             raise UsageError(f"--{flag.replace('_', '-')} does not apply with "
-                             f"{why if plain or no_injection else 'alpha 0'}: nothing is injected; drop the flag")
+                             f"{why if plain or no_injection else 'alpha 0'}: nothing is injected")
 
 
 def preset_from_args(args):
@@ -405,16 +381,5 @@ def preset_from_args(args):
     return replace(PRESETS[args.preset], **given_knobs(args, Preset, "model"), **given_knobs(args, Preset, "train"))
 
 
-def run(argv):
-    p = Parser(prog="arms.py", description="The arm names, in the table's order (bash ladder.sh -h lists them).")
-    p.add_subparsers(dest="command", required=True).add_parser("arms", help="the arm names, in the table's order")
-    p.parse_args(argv)
+if __name__ == "__main__":  # bash ladder.sh -h lists them
     print(*ARMS)
-
-
-def main(argv=None):
-    return cli_main(run, "arms.py", argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,19 +2,16 @@
 and the step-time ratios between arms (the boundary operator's cost, untying's cost).
 
     python bench.py --depth 4                         # cpu preset without CUDA: GFLOP/s vs the roofline, ratios
-    python bench.py --bench-shape d6w384 --preset cpu
     python bench.py --depth 12 --preset paper         # on a GPU: MFU of each arm's step, compiled
     python bench.py --depth 2 --seq-len 64            # train.py's model and recipe flags apply too
 
-Every step is train.py's train_step on synthetic tokens (uniform random ids: no dataset, no network), at train.py's
-micro-batch and with torch.compile where a run would use it (CUDA; --compile on CPU). The bench runs --bench-repeats
-repetitions of --bench-steps rounds, each round a roofline sample and one step of every arm (order rotated), and
-prints medians, the optimizer steps' share of each step and the arm ratios with and without it; ratios are the point,
-absolute numbers depend on the box. The GPU checks of a new cluster are pytest tests: python -m pytest -m gpu -q.
+Every step is train.py's train_step on uniform random tokens (no dataset), at train.py's micro-batch and with
+torch.compile where a run would use it. --bench-repeats repetitions of --bench-steps rounds, each round a roofline
+sample and one step of every arm (the order rotated), give medians; the ratios are the point, absolute numbers depend
+on the box. The GPU checks of a new cluster are pytest tests: python -m pytest -m gpu -q.
 """
 import argparse
 import contextlib
-import math
 import os
 import sys
 import time
@@ -24,8 +21,6 @@ from arms import BENCH_PAIRS, PRESETS
 from common import Parser, UsageError, answer_help, integer, number
 
 BENCH_ARMS = tuple(dict.fromkeys(arch for pair in BENCH_PAIRS for arch in pair))
-BENCH_SHAPES = {"d6w384": ["--depth", "6", "--width-per-depth", "64", "--head-dim", "64", "--seq-len", "256",
-                           "--tokenizer", "gpt2"]}  # --bench-shape: train.py flags on top of --preset
 
 
 def build_parser():
@@ -41,13 +36,11 @@ def build_parser():
     p.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
                    help="rounds per repetition: a roofline sample and one step of every arm")
     p.add_argument("--bench-repeats", type=integer(1, 1000), default=3, help="interleaved repetitions (medians)")
-    p.add_argument("--bench-shape", choices=list(BENCH_SHAPES), default=None, help="d6w384: depth 6, width 384, "
-                   "head_dim 64, T 256, GPT-2 vocab (with --preset cpu)")
     return p
 
 
 if __name__ == "__main__":
-    answer_help(build_parser)  # before torch loads (2-3 s on 2 cores)
+    answer_help(build_parser)  # before torch loads
 
 import torch
 
@@ -55,7 +48,6 @@ import model as model_lib
 import train
 from common import cli_main, exit_process, setup_distributed
 from plan import device_batch_size
-from train import count_step, gpu_peak_flops, train_step, use_compile
 
 
 def synchronize(device):
@@ -63,24 +55,18 @@ def synchronize(device):
         torch.cuda.synchronize(device)
 
 
-def roofline_size(device):  # on CUDA a 1024^3 bf16 matmul is too small for the peak
-    return 4096 if device.type == "cuda" else 1024
-
-
-def matmul_roofline(device, size=None, calls=8, tries=5):
-    """FLOP/s of a plain size^3 matmul loop (fp32 on CPU, bf16 on CUDA), best of `tries`: what this box can do."""
-    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    size = size or roofline_size(device)
+def matmul_roofline(device, calls=8):
+    """FLOP/s of a loop of size^3 matmuls (fp32 on CPU, bf16 on CUDA), after one warm-up loop: what this box can do."""
+    size, dtype = (4096, torch.bfloat16) if device.type == "cuda" else (1024, torch.float32)
     a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    out, best = torch.empty_like(a), math.inf
-    for _ in range(tries + 1):  # the first try warms up
+    out = torch.empty_like(a)
+    for _ in range(2):
         synchronize(device)
         t0 = time.perf_counter()
         for _ in range(calls):
             torch.mm(a, b, out=out)
         synchronize(device)
-        best = min(best, time.perf_counter() - t0)
-    return 2 * size ** 3 * calls / best
+    return 2 * size ** 3 * calls / (time.perf_counter() - t0)
 
 
 class SyntheticLoader:
@@ -89,14 +75,13 @@ class SyntheticLoader:
     def __init__(self, vocab_size, seq_len, batch_seqs):
         self.vocab_size, self.seq_len, self.batch_seqs, self.steps_per_epoch = vocab_size, seq_len, batch_seqs, 10 ** 9
 
-    def batch(self, step, rank, world):  # bench.py runs one process: rank 0 of 1 reads the whole step
+    def batch(self, step, rank, world):  # one process: rank 0 of 1 reads the whole step
         generator = torch.Generator().manual_seed(step)
         return 1, torch.randint(0, self.vocab_size, (self.batch_seqs, self.seq_len + 1), generator=generator)
 
 
 def plan_args(args, arch, steps, batch=None):
-    """train.py's parsed flags for one timed arm: the preset's recipe at --depth, `steps` steps, one micro-batch of
-    `batch` sequences per step."""
+    """train.py's parsed flags for one timed arm: `steps` steps, each one micro-batch of `batch` sequences."""
     argv = ["--arch", arch, "--depth", str(args.depth), "--preset", args.preset, "--device", args.device,
             "--steps", str(steps), *args.train_flags]
     argv += ["--total-batch-tokens", str(batch * args.seq_len), "--device-batch-size", str(batch)] if batch else []
@@ -104,111 +89,98 @@ def plan_args(args, arch, steps, batch=None):
     return train.parse_args(argv)
 
 
-def synthetic_training(run_args, device, random_init=False):
-    """train.start_training for one process, reading SyntheticLoader's batches; nothing is written to disk.
-    random_init: every parameter N(0, 0.02), so that zero-initialised out-projections make no branch trivially cheap."""
+def synthetic_training(run_args, device):
+    """train.start_training in one process on SyntheticLoader's batches, nothing written; every parameter N(0, 0.02),
+    so that zero-initialised out-projections make no branch trivially cheap."""
     plan = train.make_plan(run_args)
     batch = device_batch_size(plan, 1, device.type, run_args.device_batch_size)
     loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len)
     training = train.start_training(train.new_run(run_args, plan, batch, 0, 1, device, loader))
-    if random_init:
-        for p in training.model.parameters():
-            torch.nn.init.normal_(p, std=0.02)
+    for p in training.model.parameters():
+        torch.nn.init.normal_(p, std=0.02)
     return training
 
 
-class OptimizerClock:  # train_step's optimizer_timer: the optimizers' wall time (synchronised on CUDA) in .seconds
-    def __init__(self, device):
-        self.device, self.seconds = device, 0.0
-
-    def __enter__(self):
-        synchronize(self.device)
-        self.start = time.perf_counter()
-
-    def __exit__(self, *exc):
-        synchronize(self.device)
-        self.seconds += time.perf_counter() - self.start
+@contextlib.contextmanager
+def optimizer_clock(device, seconds):
+    """train_step's optimizer_timer: appends the optimizers' wall time (synchronised on CUDA) to `seconds`."""
+    synchronize(device)
+    t0 = time.perf_counter()
+    yield
+    synchronize(device)
+    seconds.append(time.perf_counter() - t0)
 
 
-def timed_steps(arm, steps, optimizer_timer=contextlib.nullcontext()):
-    """`steps` more train_steps of `arm` (a train.Training) -> (per-step seconds, last loss)."""
-    seconds, device, loss = [], arm.run.device, None
-    for _ in range(steps):
-        synchronize(device)
-        t0 = time.perf_counter()
-        loss, passes, _, _ = train_step(arm, optimizer_timer)
-        synchronize(device)
-        seconds.append(time.perf_counter() - t0)
-        loss = loss.item()
-        if not math.isfinite(loss):
-            raise RuntimeError(f"non-finite loss {loss} at step {arm.state.step}")
-        count_step(arm.run, arm.state, passes, seconds[-1])
-    return seconds, loss
+def timed_step(arm, optimizer_timer=contextlib.nullcontext()):
+    """One more train_step of `arm` (a train.Training) -> its seconds."""
+    synchronize(arm.run.device)
+    t0 = time.perf_counter()
+    _, passes, _, _ = train.train_step(arm, optimizer_timer)
+    synchronize(arm.run.device)
+    seconds = time.perf_counter() - t0
+    train.count_step(arm.run, arm.state, passes, seconds)
+    return seconds
 
 
 def interleaved_arms(args, device, steps, repeats):
-    """The BENCH_ARMS at one shape and one micro-batch per step (--device-batch-size, else the smallest of their
-    micro-batches), one untimed warm-up step each (compilation), then `repeats` repetitions of `steps` rounds. A round
-    is one roofline sample and one step of every arm, the order rotated each round, so the arms and the roofline see
-    the same state of a shared box -> (arms, per repetition {arch: median step seconds, "roofline": median FLOP/s})."""
+    """The BENCH_ARMS at one micro-batch per step (--device-batch-size, else the smallest of theirs), one untimed
+    warm-up step each (compilation), then `repeats` repetitions of `steps` rounds, so that the arms and the roofline
+    see the same state of a shared box -> (arms, per repetition {arch: median step seconds, arch + " model": less the
+    optimizer steps, "roofline": median FLOP/s})."""
     batch = args.device_batch_size or min(
         device_batch_size(train.make_plan(plan_args(args, arch, 1)), 1, device.type) for arch in BENCH_ARMS)
-    arms = {arch: synthetic_training(plan_args(args, arch, 1 + repeats * steps, batch=batch), device, True)
+    arms = {arch: synthetic_training(plan_args(args, arch, 1 + repeats * steps, batch=batch), device)
             for arch in BENCH_ARMS}
     for arm in arms.values():
-        timed_steps(arm, 1)
-    clocks = {arch: OptimizerClock(device) for arch in BENCH_ARMS}
+        timed_step(arm)
     repetitions = []
     for rep in range(repeats):
         samples = {name: [] for name in (*BENCH_ARMS, *(a + " model" for a in BENCH_ARMS), "roofline")}
         for k in range(steps):
-            samples["roofline"].append(matmul_roofline(device, tries=1))
+            samples["roofline"].append(matmul_roofline(device))
             shift = (rep * steps + k) % len(BENCH_ARMS)
             for arch in BENCH_ARMS[shift:] + BENCH_ARMS[:shift]:
-                before = clocks[arch].seconds
-                seconds = timed_steps(arms[arch], 1, clocks[arch])[0][0]
+                optimizer = []
+                seconds = timed_step(arms[arch], optimizer_clock(device, optimizer))
                 samples[arch].append(seconds)
-                samples[arch + " model"].append(seconds - (clocks[arch].seconds - before))
+                samples[arch + " model"].append(seconds - sum(optimizer))
         repetitions.append({name: median(values) for name, values in samples.items()})
     return arms, repetitions
 
 
 def step_ratios(repetitions):
     """Each BENCH_PAIRS ratio of the step and of its model part (less the optimizer steps): medians over repetitions."""
-    ratio = lambda a, b, part="": median(r[a + part] / r[b + part] for r in repetitions)
     out = {}
     for a, b in BENCH_PAIRS:
-        out.update({f"{a}_over_{b}": ratio(a, b), f"{a}_over_{b}_model": ratio(a, b, " model")})
+        for part in ("", " model"):
+            out[f"{a}_over_{b}{part.replace(' ', '_')}"] = median(r[a + part] / r[b + part] for r in repetitions)
     return out
 
 
 def bench(args, device):
-    """Achieved FLOP/s per arm = model training FLOPs per token (model.flops_per_token: forward and backward, attention
-    at half; the optimizer steps' FLOPs NOT counted, their time is) x tokens / step time, beside the roofline of the
-    same rounds and, with a peak, the MFU; then the BENCH_PAIRS ratios. Every number is a median over repetitions."""
+    """Achieved FLOP/s per arm = model.flops_per_token (forward and backward, causal attention at half; the optimizer
+    steps' FLOPs not counted, their time is) x tokens / step time, beside the roofline and, with a peak, the MFU; then
+    the BENCH_PAIRS ratios. Every number is a median over repetitions."""
     arms, repetitions = interleaved_arms(args, device, args.bench_steps, args.bench_repeats)
     plan0 = arms["vanilla"].run.plan
     cfg0, roofline = plan0.model_config, median(r["roofline"] for r in repetitions)
     print(f"bench: {args.preset} preset d{args.depth}, width {cfg0.width}, head_dim {cfg0.head_dim}, T {cfg0.seq_len}, "
           f"vocab {cfg0.vocab_size}, batch {plan0.tokens_per_step // plan0.seq_len}, {torch.get_num_threads()} "
-          f"threads, {'compiled' if use_compile(arms['vanilla'].run.args, device) else 'eager'}; medians of "
-          f"{args.bench_repeats} repetitions x {args.bench_steps} rounds (a step of each arm and a roofline sample)")
-    print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({'bf16' if device.type == 'cuda' else 'fp32'} loop of 8 "
-          f"{roofline_size(device)}^3 matmuls, median over the rounds)")
-    peak, results = args.peak_flops or gpu_peak_flops(device), {}
+          f"threads, {'compiled' if train.use_compile(arms['vanilla'].run.args, device) else 'eager'}; medians of "
+          f"{args.bench_repeats} repetitions x {args.bench_steps} rounds")
+    print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({'bf16' if device.type == 'cuda' else 'fp32'} matmul loop)")
+    peak, results = args.peak_flops or train.gpu_peak_flops(device), {}
     for arch, arm in arms.items():
-        cfg = arm.run.plan.model_config
-        flops_per_step = model_lib.flops_per_token(cfg, cfg.passes) * arm.run.plan.tokens_per_step
+        cfg, tokens = arm.run.plan.model_config, arm.run.plan.tokens_per_step
+        flops = model_lib.flops_per_token(cfg, cfg.passes) * tokens
         dt = median(r[arch] for r in repetitions)
         optimizer = dt - median(r[arch + " model"] for r in repetitions)
-        results[arch] = dict(seconds=dt, optimizer_seconds=optimizer, flops_per_second=flops_per_step / dt,
-                             tokens_per_second=arm.run.plan.tokens_per_step / dt, mfu=flops_per_step / dt / peak
-                             if peak else None,
-                             roofline_fraction=median(flops_per_step / r[arch] / r["roofline"] for r in repetitions))
-        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step ({1000 * optimizer:5.1f} optimizer) | "
-              f"{results[arch]['tokens_per_second']:10,.0f} tok/s | {flops_per_step / dt / 1e9:8.1f} GFLOP/s | "
-              f"{100 * results[arch]['roofline_fraction']:5.1f}% of roofline"
-              + (f" | MFU {results[arch]['mfu']:.1%}" if peak else ""))
+        r = results[arch] = dict(seconds=dt, optimizer_seconds=optimizer, flops_per_second=flops / dt,
+                                 tokens_per_second=tokens / dt, mfu=flops / dt / peak if peak else None,
+                                 roofline_fraction=median(flops / rep[arch] / rep["roofline"] for rep in repetitions))
+        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step ({1000 * optimizer:5.1f} optimizer) | {tokens / dt:10,.0f} tok/s"
+              f" | {flops / dt / 1e9:8.1f} GFLOP/s | {100 * r['roofline_fraction']:5.1f}% of roofline"
+              + (f" | MFU {r['mfu']:.1%}" if peak else ""))
     print("(model training FLOPs only: the Muon/AdamW steps' FLOPs are not counted, their time is)")
     ratios = step_ratios(repetitions)
     for a, b in BENCH_PAIRS:
@@ -224,10 +196,8 @@ def parse_args(argv):
     given = next((f.split("=")[0] for f in args.train_flags if f.split("=")[0] in run_flags), None)
     if given:
         raise UsageError(f"{given} is for training runs (train.py); drop it for bench.py")
-    shape = BENCH_SHAPES.get(args.bench_shape, [])
-    args.train_flags = shape[2:] + args.train_flags  # the user's flags after the shape's: they win
     args.preset = args.preset or ("paper" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
-    args.depth = args.depth or (int(shape[1]) if shape else PRESETS[args.preset].anchor_depth)
+    args.depth = args.depth or PRESETS[args.preset].anchor_depth
     args.seq_len = train.make_plan(plan_args(args, "vanilla", 1)).seq_len  # and train.py's flags checked once
     return args
 
@@ -236,12 +206,11 @@ def run(argv):
     args = parse_args(argv)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise UsageError("bench.py runs in one process; start it with python, not torchrun")
-    device = setup_distributed(args.device)[2]
-    return bench(args, device)
+    bench(args, setup_distributed(args.device)[2])
 
 
 def main(argv=None):
-    return cli_main(lambda argv: run(argv) and None, "bench.py", sys.argv[1:] if argv is None else argv)
+    return cli_main(run, "bench.py", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

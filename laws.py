@@ -6,7 +6,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from arms import ARMS, Arm, Preset, with_current_mode_names
+from arms import ARMS, Arm, Preset
 from common import UsageError
 
 FIT = dict(
@@ -189,7 +189,7 @@ def read_result_json(path, table):
         r = None
     if not isinstance(r, dict) or "status" not in r:
         raise UsageError(f"{path} is not a train.py result.json; pass train.py run dirs, or a table as CSV [{table}]")
-    return dict(r, plan=with_current_mode_names(r["plan"])) if "plan" in r else r
+    return r
 
 
 # The recipe of a ladder: what the arms table's row and the preset set (every flag of train.py that changes one is a

@@ -11,12 +11,11 @@ A 'plain' stack is the same code path with no prelude/coda, one pass and no oper
 import contextlib
 import json
 import math
-import re
 import sys
 from dataclasses import dataclass, field, make_dataclass, replace
 
 import arms
-from arms import ARMS, BOUNDARY_ABLATIONS, PRESETS, Arm, Preset, knob_fields
+from arms import ARMS, PRESETS, Arm, Preset, knob_fields
 from common import Parser, UsageError, answer_help, cli_main, integer
 
 GPT2_VOCAB = 50257
@@ -36,7 +35,7 @@ def build_parser():
 
 
 if __name__ == "__main__":
-    answer_help(build_parser)  # before torch loads (1.5 s on 2 cores)
+    answer_help(build_parser)  # before torch loads
 
 import torch
 import torch.nn as nn
@@ -46,11 +45,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
-# --attention-backend (arms.ATTENTION_BACKENDS): SDPA's backends in priority order. "default" is PyTorch's own choice,
-# which puts cuDNN first on an H100 only with a cuDNN it trusts (older ones gave wrong results at lengths that are not
-# a multiple of 128). "auto" (training) puts cuDNN first, reported 1.7-2.3x faster than FlashAttention-2 there, for
-# causal calls whose length is a multiple of 128, and is "default" elsewhere (CORE's lengths are arbitrary: it scores
-# with "default"). Any other name forces that backend, to compare.
+# --attention-backend: SDPA's backends in priority order ([]: PyTorch's own choice, "default"). "auto" (training) puts
+# cuDNN first, reported 1.7-2.3x faster than FlashAttention-2 on an H100, for causal calls whose length is a multiple of
+# 128 (older cuDNNs gave wrong results at other lengths), and is "default" elsewhere (CORE's lengths are arbitrary).
+# Any other name forces that backend, to compare.
 SDPA_BACKENDS = {"auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                           SDPBackend.MATH], "default": [], "cudnn": [SDPBackend.CUDNN_ATTENTION],
                  "flash": [SDPBackend.FLASH_ATTENTION], "efficient": [SDPBackend.EFFICIENT_ATTENTION],
@@ -60,18 +58,6 @@ SDPA_BACKENDS = {"auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION
 def attention_backends(name, seq_len, causal):
     """The SDPA backends of an attention call of `seq_len` under --attention-backend `name` ([]: PyTorch's choice)."""
     return [] if name == "auto" and not (causal and seq_len % 128 == 0) else SDPA_BACKENDS[name]
-
-
-def attention_backend_run(fn):
-    """The backend (several joined by +) of the attention kernels that fn(), a forward, runs, from the aten ops
-    torch.profiler records (also a compiled graph's). A compiled graph decomposes math into matmuls and a softmax, no
-    op of its own: a forward without a fused kernel ran math."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    ops = (re.fullmatch(r"aten::_scaled_dot_product_(?:(\w+?)_attention(?:_for_cpu)?|attention_(math))", e.name)
-           for e in prof.events())
-    return "+".join(sorted({op.group(1) or op.group(2) for op in ops if op})) or "math"
 
 
 @dataclass(kw_only=True)
@@ -91,25 +77,25 @@ class ModelShape:
     n_core: int
     n_coda: int
 
-    def __post_init__(self):  # what config_for's arithmetic does not rule out (an arm's row or flags may ask it)
-        problems = [text for text, wrong in (
-            (f"mode must be plain|tied|untied, got {self.mode!r}", self.mode not in ("plain", "tied", "untied")),
-            (f"head_dim must be even for RoPE, got {self.head_dim}", self.head_dim % 2),
-            (f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}",
-             not 1 <= self.passes_initial <= self.passes),
-            ("a plain stack runs one pass", self.mode == "plain" and self.passes != 1),
-            ("boundary_gate needs an injection (alpha != 0, and a second pass or coda_inject)",
-             self.boundary_gate and not gates_stored(self))) if wrong]
-        if problems:
-            raise ValueError("; ".join(problems))
+    def __post_init__(self):  # what an arm's row or flags may ask and config_for's arithmetic does not rule out
+        for wrong, problem in (
+                (self.mode not in ("plain", "tied", "untied"), f"mode must be plain|tied|untied, got {self.mode!r}"),
+                (self.head_dim % 2, f"head_dim must be even for RoPE, got {self.head_dim}"),
+                (not 1 <= self.passes_initial <= self.passes,
+                 f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}"),
+                (self.mode == "plain" and self.passes != 1, "a plain stack runs one pass"),
+                (self.boundary_gate and not gates_stored(self), "boundary_gate needs an injection (alpha != 0, and a "
+                                                                "second pass or coda_inject)")):
+            if wrong:
+                raise ValueError(problem)
 
     @property
     def padded_vocab(self):
         return -(-self.vocab_size // VOCAB_MULTIPLE) * VOCAB_MULTIPLE
 
 
-# Every "model" knob of Arm (passes, passes_initial, alpha, boundary_gate, ...; docs/recipe.md) is a field of
-# ModelConfig under its own name, with the arm's value: a new knob is one Arm field, and the model reads cfg.NAME.
+# Every "model" knob of Arm (passes, alpha, boundary_gate, ...) is a field of ModelConfig under its own name, with the
+# arm's value: a new knob is one Arm field, and the model reads cfg.NAME.
 ModelConfig = make_dataclass("ModelConfig", [(f.name, f.type, field(default=f.default))
                                              for f in knob_fields(Arm, "model")],
                              bases=(ModelShape,), kw_only=True)
@@ -185,10 +171,9 @@ class Block(nn.Module):
 class GPT(nn.Module):
     def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto", dtype=None):
         """The network on `device`, the embedding in `dtype` (default embedding_dtype(device)), attention on the SDPA
-        backends --attention-backend `attention` names (a run option, not in checkpoints). Built on the meta device
-        and drawn tensor by tensor (init_weights): the host holds about one tensor, not the model (7.4 B parameters at
-        d26), and a seed gives the same weights on any device. On the meta device, or with draw_weights=False (every
-        parameter will be loaded from a checkpoint), nothing is drawn and the CPU generator is left alone."""
+        backends --attention-backend `attention` names. Built on the meta device and drawn tensor by tensor on the CPU
+        (init_weights): the host holds one tensor, not the model, and a seed gives the same weights on any device;
+        with draw_weights=False (a checkpoint's) nothing is drawn."""
         super().__init__()
         self.cfg = cfg
         with torch.device("meta"):
@@ -213,8 +198,7 @@ class GPT(nn.Module):
     def init_weights(self):
         """Paper App. A.1 (docs/recipe.md, "Init"): every out-projection and lm_head zero (initial logits are exactly
         0), in-projections Uniform(-s, s) with s = uniform_init_scale / sqrt(C), embedding Normal(0, wte_init_std^2),
-        drawn from the CPU generator one fp32 tensor at a time. The modules' default inits are drawn first and thrown
-        away (what building them on the CPU consumed), so a seed keeps giving the weights it always gave."""
+        drawn from the CPU generator after the modules' default inits (drawn and thrown away, as a CPU build does)."""
         def drawn(param, draw):
             param.copy_(draw(torch.empty(param.shape, device="cpu")))
 
@@ -245,8 +229,8 @@ class GPT(nn.Module):
 
     def check_passes(self, k):  # a tied core runs any number of passes, untied cores at most the ones allocated
         most = dict(plain=1, untied=self.cfg.passes).get(self.cfg.mode, math.inf)
-        if not isinstance(k, int) or not 1 <= k <= most:
-            raise ValueError(f"the {self.cfg.mode} model runs 1 to {most} passes, got {k!r}")
+        if not 1 <= k <= most:
+            raise ValueError(f"the {self.cfg.mode} model runs 1 to {most} passes, got {k}")
 
     def set_attention(self, name):
         for module in self.modules():
@@ -273,16 +257,13 @@ class GPT(nn.Module):
         of entry j mod old (cores C1 C2 -> C1 C2 C1 C2, each injection's tensors with them); returns the parameters it
         wrote, which the caller gives fresh optimizer state. Tied: every tensor is reused as it is; returns []."""
         old = self.active_passes
-        self.check_passes(new_passes)
-        if new_passes <= old:
-            raise ValueError(f"grow needs more passes than the active {old}, got {new_passes}")
+        self.set_passes(new_passes)
         written = []
         for seq in self.per_pass() if self.cfg.mode == "untied" else []:
             for j in range(old, min(new_passes, len(seq))):
                 for dst, src in zip(seq[j], seq[j % old], strict=True):
                     dst.copy_(src)
                     written.append(dst)
-        self.active_passes = new_passes
         return written
 
     def param_groups(self):
@@ -363,13 +344,7 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
     norm_only drops the injection (alpha = 0), inject_only drops the recurrence norm, none drops both."""
     if arch not in ARMS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARMS)}")
-    if not isinstance(depth, int) or depth < 1 or boundary not in BOUNDARY_ABLATIONS:
-        raise ValueError(f"need a whole depth >= 1 and a boundary in {'|'.join(BOUNDARY_ABLATIONS)}, got {depth!r} "
-                         f"and {boundary!r}")
     shape = {f.name: overrides.pop(f.name, getattr(PRESETS["paper"], f.name)) for f in knob_fields(Preset, "model")}
-    unknown = set(overrides) - {f.name for f in knob_fields(Arm, "model")}
-    if unknown:
-        raise ValueError(f"unknown override(s) {', '.join(sorted(unknown))}")
     arm = replace(ARMS[arch], **overrides)
     knobs = {f.name: getattr(arm, f.name) for f in knob_fields(Arm, "model")}  # every model knob of the row
     knobs["passes_initial"] = arm.passes_initial or arm.passes
@@ -377,10 +352,9 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
         knobs.update(alpha=0.0, coda_inject=False, boundary_gate=False)
     if boundary in ("inject_only", "none"):
         knobs["recurrence_norm"] = False
-    per_depth = shape.pop("width_per_depth")
-    width = per_depth * depth
+    width = shape.pop("width_per_depth") * depth
     if width % shape["head_dim"]:
-        raise ValueError(f"width {width} = {per_depth} * depth {depth} is no multiple of head_dim {shape['head_dim']}")
+        raise ValueError(f"width {width} at depth {depth} is no multiple of head_dim {shape['head_dim']}")
     p, c, q = split_depth(depth)
     if arm.mode == "plain":
         if prelude is not None or coda is not None:
@@ -397,9 +371,9 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
 
 
 def check_arm(cfg, optimizer="muon"):
-    """The checks on an arm's model, made by the run, its --dry-run and ladder.sh's before any folder exists (on the
-    meta device). Refuses, naming the arm: a parameter in no group of GPT.param_groups() or in two, a group with no
-    arms.PARAM_GROUPS row, and a tensor that is not 2-D in a group Muon steps (it orthogonalizes matrices)."""
+    """The run's, its --dry-run's and ladder.sh's check of an arm's model (on the meta device, before any folder
+    exists): every parameter in exactly one group of GPT.param_groups(), each group with an arms.PARAM_GROUPS row, and
+    only 2-D tensors in a group Muon steps (it orthogonalizes matrices)."""
     net = GPT(cfg, device="meta")
     groups, names = net.param_groups(), {p: name for name, p in net.named_parameters()}
     where = f"arm {cfg.arch}: model.param_groups()"
@@ -427,7 +401,7 @@ def params_per_block(cfg):
 
 def stored_blocks(cfg, passes=None):
     """Allocated blocks: untied cores are all allocated up front (p + K_final*c + q)."""
-    cores = (cfg.passes if passes is None else passes) if cfg.mode == "untied" else 1
+    cores = (passes or cfg.passes) if cfg.mode == "untied" else 1
     return cfg.n_prelude + cores * cfg.n_core + cfg.n_coda
 
 
@@ -440,14 +414,14 @@ def gates_stored(cfg):
     return cfg.passes - 1 + cfg.coda_inject if cfg.boundary_gate and cfg.alpha != 0 else 0
 
 
-def params_stored(cfg):
-    return stored_blocks(cfg) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width + gates_stored(cfg)
-
-
 def params_active(cfg, passes):
     """Parameters a forward at `passes` uses, each once: blocks (a tied core once), embedding, lm_head, gates."""
     gates = min(gates_stored(cfg), passes - 1 + cfg.coda_inject)
     return stored_blocks(cfg, passes) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width + gates
+
+
+def params_stored(cfg):
+    return params_active(cfg, cfg.passes)
 
 
 def params_tpp(cfg):
@@ -505,8 +479,7 @@ def run(argv):
     check_arm(cfg)
     info = describe(cfg)
     if args.json:
-        print(json.dumps(info))
-        return
+        return print(json.dumps(info))
     for key, value in info.items():
         print(f"{key:32s} {value:,}" if type(value) is int else f"{key:32s} {value}")
 

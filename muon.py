@@ -3,32 +3,22 @@ release), on plain tensors (one process) or on FSDP2's DTensor shards (train.sha
 
 Per matrix G (rows x cols = out x in): EMA momentum with a Nesterov blend, MuonEq-R row normalisation, 5-step
 Polar-Express, NorMuon-style second-moment rescaling that keeps the Frobenius norm, LR x sqrt(max(1, rows/cols)),
-cautious decoupled weight decay at that same LR. The embedding and lm_head use torch.optim.AdamW (the release's math).
-Before each step the caller sets every group's "lr" (base LR x schedule) and "momentum" (muon_momentum(step)).
+cautious decoupled weight decay at that same LR. The caller sets every group's "lr" and "momentum" before each step.
+A matrix without .grad is stepped with a zero gradient, as the release does for dormant untied cores.
 
-A matrix without .grad at step() is stepped with a zero gradient, as the release does for dormant untied cores: its
-momentum and second moment decay, and cautious weight decay shrinks it (update 0 counts as agreeing in sign).
-
-Polar-Express precision: "bf16" (the release), "fp32", or "auto" = bf16 where the device multiplies bf16 natively
-(CUDA; CPUs with AVX512-BF16 or AMX-BF16), fp32 where bf16 GEMMs are emulated (~50x slower). Either way the output is
-rounded to bf16 and everything after it is the release's.
-
-On FSDP2 shards (dim-0 shards over the mesh's "shard" dimension) FSDP2 has already averaged the gradients and each rank
-holds whole rows of every matrix. Momentum, the Nesterov blend and MuonEq-R act on the local rows (no communication).
-Every matrix has one owner (assign_owners), which alone keeps its NorMuon second moment: per shape, one all_to_all
-hands each owner the rows of its matrix from every rank, the owner orthogonalises the whole matrix, and a second
-all_to_all returns each rank its rows of the update. The math per matrix is that of one process (bit-identical on
-CPU). state_dict() holds stable names: "state.<name>.momentum_buffer" (a DTensor: DCP reshards it),
-"state.<name>.second_moment" (on its owner), "stepped" (which matrices have non-zero state).
-
-Tests: python -m pytest -q tests/test_muon.py tests/test_parallel.py
+On FSDP2's dim-0 shards each rank holds whole rows: momentum, the blend and MuonEq-R act on the local rows. Each
+matrix has one owner, which alone keeps its second moment: per shape, one all_to_all hands each owner its matrix's
+rows, the owner orthogonalises it whole, a second all_to_all returns each rank its rows of the update: one process's
+math, bit for bit on CPU. Tests: python -m pytest -q tests/test_muon.py tests/test_parallel.py
 """
 import math
+import pathlib
 import struct
 from collections import defaultdict
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 # Polar-Express coefficients and Muon constants of the authors' release
@@ -46,7 +36,6 @@ SECOND_MOMENT_BETA2 = 0.95  # NorMuon EMA; used as bf16(0.95) = 0.94921875 like 
 SECOND_MOMENT_MIN = 1e-10  # clamp for S and for the Frobenius-norm denominator
 MOMENTUM_START, MOMENTUM_RAMP, MOMENTUM_RAMP_STEPS = 0.85, 0.10, 300  # mu(step) = 0.85 + 0.10 * min(step / 300, 1)
 CPU_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # /proc/cpuinfo flags of CPUs with native bf16 matmul
-POLAR_EXPRESS_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 def muon_momentum(step):
@@ -60,34 +49,27 @@ def shape_lr_factor(shape):
 
 
 def bf16_scalar(x):
-    """x rounded to bf16 precision (to fp32, then to nearest even on the top 16 bits, as torch rounds), as a Python
-    float: the release's fused kernel casts its scalars to bf16. Plain arithmetic, not a tensor's .item(), so that a
-    step asks nothing of the device (tests/test_train.py counts the syncs)."""
+    """x rounded to bf16 (via fp32, to nearest even), as the release's fused kernel casts its scalars; plain arithmetic,
+    not a tensor's .item(), so that a step asks nothing of the device."""
     bits = struct.unpack("<I", struct.pack("<f", x))[0]
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-    return struct.unpack("<f", struct.pack("<I", bits))[0]
+    return struct.unpack("<f", struct.pack("<I", (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000))[0]
+
+
+def cpu_flags():
+    """The words of /proc/cpuinfo, its CPU feature flags among them (none where there is no such file)."""
+    path = pathlib.Path("/proc/cpuinfo")
+    return set(path.read_text().split()) if path.exists() else set()
 
 
 def resolve_polar_express_dtype(choice, device):
-    """"auto" | "bf16" | "fp32" -> the dtype Polar-Express iterates in on `device`: auto is bf16 where bf16 matrix
-    products run natively (torch.backends.cpu.get_cpu_capability() does not say whether a CPU has bf16 dot products)."""
+    """auto | bf16 | fp32 -> the dtype Polar-Express iterates in on `device`; auto: bf16 (the release's) where bf16
+    matrix products are native, fp32 where they are emulated (~50x slower). Either way its output is rounded to bf16."""
     if choice != "auto":
-        if choice not in POLAR_EXPRESS_DTYPES:
-            raise ValueError(f"polar_express_dtype must be auto, bf16 or fp32, got {choice!r}")
-        return POLAR_EXPRESS_DTYPES[choice]
+        return dict(bf16=torch.bfloat16, fp32=torch.float32)[choice]
     device = torch.device(device)
     native = (torch.cuda.is_bf16_supported(including_emulation=False) if device.type == "cuda"
               else device.type == "cpu" and bool(CPU_BF16_FLAGS & cpu_flags()))
     return torch.bfloat16 if native else torch.float32
-
-
-def cpu_flags():
-    """The CPU feature flags of /proc/cpuinfo (empty where there is none)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
-    except OSError:
-        return set()
 
 
 def polar_express(u, dtype=torch.bfloat16):
@@ -110,17 +92,6 @@ def second_moment_shape(shape):
     return (*shape[:-2], rows, 1) if rows >= cols else (*shape[:-2], 1, cols)
 
 
-def normuon_rescale(x, second_moment, beta2):
-    """NorMuon on the orthogonalised bf16 update x: S <- beta2 S + (1 - beta2) mean(x^2 over the reduced axis) in
-    place, then x / sqrt(max(S, 1e-10)) rescaled to x's Frobenius norm, in bf16."""
-    reduce_dim = -1 if x.size(-2) >= x.size(-1) else -2
-    xf = x.float()
-    second_moment.lerp_(xf.square().mean(dim=reduce_dim, keepdim=True), 1 - beta2)
-    scaled = xf * second_moment.clamp_min(SECOND_MOMENT_MIN).rsqrt()
-    scaled_norm = scaled.norm(dim=(-2, -1), keepdim=True).clamp_min(SECOND_MOMENT_MIN)
-    return (scaled * (xf.norm(dim=(-2, -1), keepdim=True) / scaled_norm)).bfloat16()
-
-
 def blend(grad, momentum_buffer, momentum):
     """Muon steps 1-3, row by row: momentum (updated in place), Nesterov blend, MuonEq-R row normalisation. Gradient
     and momentum in the parameter dtype (fp32), as the release's fused kernel."""
@@ -130,10 +101,15 @@ def blend(grad, momentum_buffer, momentum):
 
 
 def orthogonalize(blended, second_moment, polar_express_dtype=torch.bfloat16):
-    """Muon steps 4-5 on whole matrices: Polar-Express, then NorMuon with beta2 = bf16(0.95) = 0.94921875 (the
-    release's); updates second_moment in place, returns the bf16 update."""
-    beta2 = bf16_scalar(SECOND_MOMENT_BETA2)
-    return normuon_rescale(polar_express(blended, polar_express_dtype), second_moment, beta2)
+    """Muon steps 4-5 on whole matrices: x = Polar-Express, then NorMuon: S <- beta2 S + (1 - beta2) mean(x^2 over the
+    reduced axis) in place, with beta2 = bf16(0.95) = 0.94921875 (the release's); returns x / sqrt(max(S, 1e-10))
+    rescaled to x's Frobenius norm, in bf16."""
+    x = polar_express(blended, polar_express_dtype).float()
+    reduce_dim = -1 if x.size(-2) >= x.size(-1) else -2
+    second_moment.lerp_(x.square().mean(dim=reduce_dim, keepdim=True), 1 - bf16_scalar(SECOND_MOMENT_BETA2))
+    scaled = x * second_moment.clamp_min(SECOND_MOMENT_MIN).rsqrt()
+    scaled_norm = scaled.norm(dim=(-2, -1), keepdim=True).clamp_min(SECOND_MOMENT_MIN)
+    return (scaled * (x.norm(dim=(-2, -1), keepdim=True) / scaled_norm)).bfloat16()
 
 
 def apply_update(weight, update, lr, weight_decay):
@@ -145,10 +121,9 @@ def apply_update(weight, update, lr, weight_decay):
 
 
 def reset_state(optimizer, params):
-    """Fresh optimizer state for those of params the optimizer holds (all moments and step counts zeroed in place),
-    e.g. what an untied growth copied. Works for Muon and torch.optim.AdamW: zero state is what a never-stepped
-    parameter starts from. Call it on every rank with the same params (Muon records on all ranks that their state is
-    zero)."""
+    """Fresh optimizer state (Muon or torch.optim.AdamW) for those of params it holds, e.g. what an untied growth
+    copied: every moment and step count zeroed in place, what a never-stepped parameter starts from. Call it on every
+    rank with the same params."""
     for p in params:
         state = optimizer.state.get(p, {})
         for key, value in state.items():
@@ -158,20 +133,12 @@ def reset_state(optimizer, params):
 
 
 def assign_owners(shapes, world_size):
-    """Owner rank of each matrix: per shape (largest first), round-robin in parameter order starting at the rank that
-    keeps the largest per-rank load smallest, so that the matrices a step moves (e.g. the active cores) are close to
-    evenly owned."""
+    """Owner rank of each matrix: the largest first, each to the least-loaded rank (the first of equals), so that the
+    matrices of one shape, e.g. the cores a step moves, go round the ranks and every rank owns about as much."""
     owners, load = [0] * len(shapes), [0] * world_size
-    by_shape = defaultdict(list)
-    for i, shape in enumerate(shapes):
-        by_shape[tuple(shape)].append(i)
-    for shape, indices in sorted(by_shape.items(), key=lambda item: -math.prod(item[0])):  # stable: ties in order
-        numel, extra = math.prod(shape), len(indices) % world_size
-        start = min(range(world_size),
-                    key=lambda s: max([load[(s + k) % world_size] + numel for k in range(extra)] + [max(load)]))
-        for j, i in enumerate(indices):
-            owners[i] = (start + j) % world_size
-            load[owners[i]] += numel
+    for i in sorted(range(len(shapes)), key=lambda i: -math.prod(shapes[i])):  # stable: ties in parameter order
+        owners[i] = min(range(world_size), key=load.__getitem__)
+        load[owners[i]] += math.prod(shapes[i])
     return owners
 
 
@@ -210,18 +177,14 @@ def shard_group(param):
 class Muon(torch.optim.Optimizer):
     """The release's Muon variant for 2-D parameters (plain tensors, or FSDP2 DTensors all on one mesh). Group keys:
     lr (scheduled), weight_decay, momentum (scheduled). polar_express_dtype: auto | bf16 | fp32. param_names: stable
-    checkpoint names (default: the parameter index)."""
+    checkpoint names (default: the parameter index). state_dict() holds "state.<name>.momentum_buffer" (a DTensor:
+    DCP reshards it), "state.<name>.second_moment" (on its owner) and "stepped" (which matrices have non-zero state)."""
 
     def __init__(self, params, lr, weight_decay=0.0, momentum=MOMENTUM_START, polar_express_dtype="auto",
                  param_names=None):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
         self.params = [p for group in self.param_groups for p in group["params"]]
-        for p in self.params:
-            if p.ndim != 2:
-                raise ValueError(f"Muon takes matrices only, got a parameter of shape {tuple(p.shape)}")
-        self.names = [str(i) for i in range(len(self.params))] if param_names is None else list(param_names)
-        if len(set(self.names)) != len(self.params) or len(self.names) != len(self.params):
-            raise ValueError(f"param_names must be {len(self.params)} distinct names, one per parameter")
+        self.names = param_names or [str(i) for i in range(len(self.params))]
         self.group, self.rank, self.world_size = shard_group(self.params[0])
         self.polar_express_dtype = resolve_polar_express_dtype(polar_express_dtype, local(self.params[0]).device)
         self.index = {p: i for i, p in enumerate(self.params)}
@@ -233,17 +196,13 @@ class Muon(torch.optim.Optimizer):
                 self.state[p]["second_moment"] = torch.zeros(second_moment_shape(p.shape), device=local(p).device)
         self.stepped = [False] * len(self.params)  # replicated: True once a matrix's state may be non-zero
 
-    def state_bytes(self):  # this rank's Muon state: local momentum rows, owned second moments
-        return sum(local(t).numel() * local(t).element_size() for s in self.state.values() for t in s.values())
-
     def lr(self, i):
         return self.group_of[i]["lr"] * shape_lr_factor(self.params[i].shape)
 
     @torch.no_grad()
     def step(self):
         params = self.params
-        with_grad = [i for i, p in enumerate(params) if p.grad is not None]  # the same on every rank
-        moving = [i for i, p in enumerate(params) if p.grad is not None or self.stepped[i]]
+        moving = [i for i, p in enumerate(params) if p.grad is not None or self.stepped[i]]  # the same on every rank
         for i in sorted(set(range(len(params))) - set(moving)):  # zero gradient and state: update 0, only the decay
             w = local(params[i])
             w.sub_(w * bf16_scalar(self.lr(i) * self.group_of[i]["weight_decay"]))
@@ -255,8 +214,7 @@ class Muon(torch.optim.Optimizer):
         updates = self._orthogonalized(moving, blended)
         for i in moving:
             apply_update(local(params[i]), updates[i], self.lr(i), self.group_of[i]["weight_decay"])
-        for i in with_grad:
-            self.stepped[i] = True
+            self.stepped[i] = self.stepped[i] or params[i].grad is not None
 
     def _orthogonalized(self, moving, blended):
         """Steps 4-5 on whole matrices -> {index: this rank's rows of the bf16 update}. One process: per shape as one
@@ -278,17 +236,18 @@ class Muon(torch.optim.Optimizer):
         for members in rounds(moving, [p.shape for p in params], self.owners, n):
             rows, cols = params[next(i for i in members if i is not None)].shape
             chunk = -(-rows // n)  # FSDP2's dim-0 shard: torch.chunk's, the last ranks' possibly short or empty
+            pad = lambda x, rows: F.pad(x, (0, 0, 0, rows - x.shape[0]))  # noqa: E731 (zero rows appended)
             mine = members[self.rank]
             split_in = [chunk * cols if i is not None else 0 for i in members]
             split_out = [chunk * cols if mine is not None else 0] * n
-            sends = torch.cat([pad_rows(blended[i], chunk).reshape(-1) for i in members if i is not None])
+            sends = torch.cat([pad(blended[i], chunk).reshape(-1) for i in members if i is not None])
             received = sends.new_empty(sum(split_out))
             dist.all_to_all_single(received, sends, split_out, split_in, group=self.group)
             back = received
             if mine is not None:
                 update = orthogonalize(received.view(n * chunk, cols)[:rows], self.state[params[mine]]["second_moment"],
                                        self.polar_express_dtype)
-                back = pad_rows(update.float(), n * chunk).reshape(-1)
+                back = pad(update.float(), n * chunk).reshape(-1)
             returned = back.new_empty(sum(split_in))
             dist.all_to_all_single(returned, back, split_in, split_out, group=self.group)
             for k, i in enumerate(i for i in members if i is not None):
@@ -309,20 +268,11 @@ class Muon(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict):
         """Load state_dict()'s layout (e.g. a template filled by dcp.load, at any world size)."""
-        saved_groups = state_dict["param_groups"]
-        if [len(g["params"]) for g in saved_groups] != [len(g["params"]) for g in self.param_groups]:
-            raise ValueError("optimizer state was saved for other parameter groups; resume with the same model")
-        for group, saved in zip(self.param_groups, saved_groups):
+        for group, saved in zip(self.param_groups, state_dict["param_groups"], strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
         for p, state in self.state.items():
             for key, tensor in state.items():
-                saved = state_dict.get(f"state.{self.names[self.index[p]]}.{key}")
-                if saved is None:
-                    raise ValueError(f"the optimizer state has no {key} for matrix {self.names[self.index[p]]}")
+                saved = state_dict[f"state.{self.names[self.index[p]]}.{key}"]
                 if saved is not tensor:
                     tensor.copy_(saved)
         self.stepped = [bool(s) for s in state_dict["stepped"].tolist()]
-
-
-def pad_rows(x, rows):  # x (r, cols) with zero rows appended up to `rows`
-    return torch.nn.functional.pad(x, (0, 0, 0, rows - x.shape[0]))

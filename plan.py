@@ -74,9 +74,7 @@ class Plan:
 
 
 def make_plan(args):
-    """The plan of one run. Pure arithmetic, in numbered steps."""
-    if args.depth is None or args.depth < 1:
-        raise UsageError("--depth must be a positive integer, e.g. --depth 8")
+    """The plan of one run: plain arithmetic, in numbered steps."""
     depth = args.depth
 
     # 1. The training recipe: the arm's own, another arm's (--recipe, paper Fig. 16b) or the data-constrained grid's
@@ -95,10 +93,9 @@ def make_plan(args):
     vocab_size = data.get_tokenizer(tokenizer).n_vocab if tokenizer != "gpt2" else model_lib.GPT2_VOCAB
     cfg = model_lib.config_from_args(args, preset, depth, vocab_size)
     seq_len, batch_tokens = preset.seq_len, preset.total_batch_tokens
-    if batch_tokens % seq_len:
-        raise UsageError(f"--total-batch-tokens {batch_tokens} is not a multiple of the sequence length {seq_len}")
-    if preset.val_tokens % seq_len:
-        raise UsageError(f"--val-tokens {preset.val_tokens} is not a multiple of the sequence length {seq_len}")
+    for flag, tokens in (("--total-batch-tokens", batch_tokens), ("--val-tokens", preset.val_tokens)):
+        if tokens % seq_len:
+            raise UsageError(f"{flag} {tokens} is not a multiple of the sequence length {seq_len}")
 
     # 3. Growth: the pass stages and the fraction f of the steps before each growth (the paper's rho = 1 - f).
     stages = pass_stages(args, cfg)
@@ -109,13 +106,9 @@ def make_plan(args):
     # 4. Steps: TPP * N / batch tokens; growth arms match the initial-K matrix-compute budget, with the K=2 step count
     #    left unrounded (App. A.3.2); the data-constrained grid repeats a fixed token budget for its epochs.
     n_tpp = model_lib.params_tpp(cfg)
-    epochs = 1
-    if args.epochs and not regime:
-        raise UsageError("--epochs sets the data-constrained regime (with --data-constrained); a single-epoch run "
-                         "ends at its step count")
+    epochs = args.epochs or regime.epochs if regime else 1
     if regime:
         token_limit = args.train_token_limit or regime.train_tokens
-        epochs = args.epochs or regime.epochs
         steps = epochs * ((token_limit // (seq_len + 1)) // (batch_tokens // seq_len))
     elif growth:
         m = [model_lib.matrix_flops_per_token(cfg, k) for k in stages]
@@ -156,22 +149,23 @@ def make_plan(args):
 
 
 def check_train_knobs(args, cfg, growth, regime):
-    """Refuse a training flag the run would not use (recorded in the command line, yet not trained): growth's flags
-    without growth, random passes a plain stack cannot run or beyond an untied model's cores, --tpp where the step
-    count comes from the data-constrained grid's token budget."""
-    given = [flag for flag, value in (("--crossover-fractions", args.crossover_fractions),
-                                      ("--rewarm-steps", args.rewarm_steps)) if value is not None]
-    if given and not growth:
-        raise UsageError(f"{given[0]} does not apply to {args.arch}: this run does not grow (growth is "
-                         "--passes-initial < --passes, or --pass-stages); drop the flag")
-    if args.random_passes and cfg.mode == "plain":
-        raise UsageError(f"--random-passes does not apply to {args.arch}: a plain stack runs exactly one pass")
-    if args.random_passes and cfg.mode == "untied" and max(args.random_passes) > cfg.passes:
-        raise UsageError(f"--random-passes {max(args.random_passes)} exceeds the {cfg.passes} cores {args.arch} "
-                         "allocates (untied: one core per pass); pass at most --passes values")
-    if args.tpp is not None and regime:
-        raise UsageError("--tpp does not apply with --data-constrained: its steps come from the token budget "
-                         "(--train-token-limit, --epochs); drop --tpp")
+    """Refuse a training flag the run would record but not use."""
+    most = max(args.random_passes or [0])
+    for wrong, problem in (
+            (args.crossover_fractions is not None and not growth, f"--crossover-fractions does not apply to "
+             f"{args.arch}: this run does not grow (growth is --passes-initial < --passes, or --pass-stages)"),
+            (args.rewarm_steps is not None and not growth, f"--rewarm-steps does not apply to {args.arch}: this run "
+                                                           "does not grow"),
+            (args.random_passes and cfg.mode == "plain", f"--random-passes does not apply to {args.arch}: a plain "
+                                                         "stack runs exactly one pass"),
+            (cfg.mode == "untied" and most > cfg.passes, f"--random-passes {most} exceeds the {cfg.passes} cores "
+                                                         f"{args.arch} allocates (one per pass)"),
+            (args.tpp is not None and regime, "--tpp does not apply with --data-constrained: its steps come from the "
+                                              "token budget (--train-token-limit, --epochs)"),
+            (args.epochs and not regime, "--epochs does not apply without --data-constrained: a single-epoch run "
+                                         "ends at its step count")):
+        if wrong:
+            raise UsageError(problem)
 
 
 def pass_stages(args, cfg):

@@ -395,8 +395,8 @@ print(model.GPT(cfg)(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtyp
 
 
 @pytest.mark.parametrize("make, words", [  # more in tests/test_bad_inputs.py: values checked as their flags
-    (lambda: arms.check_user_arms({"vanilla": arms.USER_ARMS["gated_1"]}), "'vanilla' is a paper arm's name"),
-    (lambda: arms.check_user_arms({"../x": arms.USER_ARMS["gated_1"]}), "the name '../x' is not made of a-z, 0-9"),
+    (lambda: arms.check_user_arms({"vanilla": arms.USER_ARMS["gated_1"]}), "'vanilla' must be a new name of a-z, 0-9"),
+    (lambda: arms.check_user_arms({"../x": arms.USER_ARMS["gated_1"]}), "'../x' must be a new name of a-z, 0-9"),
     (lambda: arms.derived("operator_1", label="M", color="k", alhpa=0.5), "derived('operator_1', ...): Arm has no "
                                                                           "field 'alhpa'"),
     (lambda: arms.derived("loop_grow", label="M", color="k", stages=(1, 4, 2)), "stages must be a tuple of 2 or more "

@@ -25,23 +25,14 @@ def test_bench_prints_achieved_flops_roofline_fraction_and_mfu_per_arm(capsys):
     assert "operator_1/vanilla = " in out and "untied_2/loop_2 = " in out and "not counted" in out
 
 
-def test_bench_shape_d6w384_sets_depth_width_head_dim_and_vocab():
-    args = bench.parse_args(["--bench-shape", "d6w384", "--preset", "cpu"])
-    cfg = train.make_plan(bench.plan_args(args, "vanilla", 1)).model_config
-    assert (cfg.depth, cfg.width, cfg.head_dim, cfg.seq_len, cfg.vocab_size) == (6, 384, 64, 256, 50257)
-    args = bench.parse_args(["--bench-shape", "d6w384", "--preset", "cpu", "--depth", "4", "--head-dim", "32"])
-    cfg = train.make_plan(bench.plan_args(args, "vanilla", 1)).model_config
-    assert (cfg.depth, cfg.head_dim) == (4, 32)  # explicit flags win over the shape's
-
-
 def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(monkeypatch):
-    calls, real_timed_steps = [], bench.timed_steps
-    monkeypatch.setattr(bench, "matmul_roofline", lambda device, **kw: calls.append("roofline") or 1e9)
+    calls, real_timed_step = [], bench.timed_step
+    monkeypatch.setattr(bench, "matmul_roofline", lambda device: calls.append("roofline") or 1e9)
 
-    def logged(arm, steps, *timer):
+    def logged(arm, *timer):
         calls.append(arm.run.plan.model_config.arch)
-        return real_timed_steps(arm, steps, *timer)
-    monkeypatch.setattr(bench, "timed_steps", logged)
+        return real_timed_step(arm, *timer)
+    monkeypatch.setattr(bench, "timed_step", logged)
     args = bench.parse_args(["--depth", "1", "--seq-len", "32", "--device-batch-size", "2"])
     arms, repetitions = bench.interleaved_arms(args, torch.device("cpu"), steps=2, repeats=2)
     assert all(arm.run.plan.tokens_per_step == 64 for arm in arms.values())  # one micro-batch of 2 per step

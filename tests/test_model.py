@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -36,6 +37,16 @@ def build(cfg, seed=0):
 
 def tokens(cfg):
     return torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(1))
+
+
+def attention_backend_run(fn):
+    """The backend (several joined by +) of the attention kernels fn() runs, from the aten ops torch.profiler records
+    (tests/test_gpu.py: also a compiled graph's, which decomposes math into matmuls: no fused kernel means math)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    ops = (re.fullmatch(r"aten::_scaled_dot_product_(?:(\w+?)_attention(?:_for_cpu)?|attention_(math))", e.name)
+           for e in prof.events())
+    return "+".join(sorted({op.group(1) or op.group(2) for op in ops if op})) or "math"
 
 
 def run_blocks(net, blocks, x):
@@ -72,9 +83,10 @@ def test_fixed_allocation_shapes_and_split_errors():
     cfg = config_for("loop_2", 2, width_per_depth=64, head_dim=64, vocab_size=257, mlp_multiple=64)
     assert (cfg.width, cfg.n_head, cfg.mlp_hidden, cfg.padded_vocab) == (128, 2, 384, 320)
     assert model.ModelConfig(**dataclasses.asdict(cfg)) == cfg
-    for kwargs in (dict(arch="nope", depth=8), dict(arch="loop_2", depth=0), dict(arch="loop_2", depth=5, prelude=2, coda=3),
+    for kwargs in (dict(arch="nope", depth=8), dict(arch="loop_2", depth=5, prelude=2, coda=3),
                    dict(arch="vanilla", depth=8, prelude=1), dict(arch="loop_2", depth=3, head_dim=7),
-                   dict(arch="loop_2", depth=3, boundary="nrom_only"), dict(arch="loop_2", depth=3, tpp=2)):
+                   dict(arch="loop_2", depth=3, head_dim=3, width_per_depth=3), dict(arch="vanilla", depth=3, passes=2),
+                   dict(arch="loop_2", depth=3, passes_initial=3), dict(arch="vanilla", depth=3, boundary_gate=True)):
         with pytest.raises(ValueError):
             config_for(**kwargs)
 
@@ -92,10 +104,8 @@ def test_cli_json_and_table(capsys):
     assert f"{'params_stored':32s} {model.params_stored(cfg):,}\n" in out and f"{'alpha':32s} 0.0\n" in out
 
 
-@pytest.mark.parametrize("args", [("--arch", "nope", "--depth", "8"), ("--arch", "loop_2", "--depth", "0"),
-                                  ("--arch", "loop_2", "--depth", "6", "--prelude", "3", "--coda", "3"),
-                                  ("--arch", "loop_2",), ("--arch", "loop_2", "--depth", "2", "--passes-initial", "3")])
-def test_cli_errors_exit_2_with_one_line(args, capsys):
+@pytest.mark.parametrize("args", [("--arch", "loop_2",), ("--arch", "loop_2", "--depth", "2", "--passes-initial", "3")])
+def test_cli_errors_exit_2_with_one_line(args, capsys):  # more in tests/test_bad_inputs.py
     assert model.main([*args, "--json"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1 and err.startswith("model.py: error:"), err
@@ -244,7 +254,7 @@ def test_attention_backend_is_the_kernel_that_runs(attention, ran):
     reference, net = build(cfg), GPT(cfg, attention=attention)
     net.load_state_dict(reference.state_dict())
     for attn_mask in (None, mask):
-        assert model.attention_backend_run(lambda: net.residual_stream(idx, attn_mask=attn_mask)) == ran
+        assert attention_backend_run(lambda: net.residual_stream(idx, attn_mask=attn_mask)) == ran
         torch.testing.assert_close(net.residual_stream(idx, attn_mask=attn_mask), reference.residual_stream(idx))
 
 

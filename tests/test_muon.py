@@ -59,31 +59,21 @@ def test_momentum_schedule_and_shape_lr_factor():
 
 
 @pytest.mark.parametrize("shape", [(48, 16), (16, 48), (32, 32)])
-def test_second_moment_rescaling_preserves_frobenius_norm(shape):
-    torch.manual_seed(1)
-    x = (torch.randn(shape) * torch.rand(shape[0], 1) * 3).bfloat16()
-    initial = torch.rand(muon.second_moment_shape(shape)) * 0.01
+def test_normuon_rescaling_keeps_the_frobenius_norm_with_bf16_beta2(shape):
+    """NorMuon on X = Polar-Express(U): S <- beta2 S + (1 - beta2) mean(X^2) with beta2 = bf16(0.95) = 0.94921875 (not
+    0.95), the update X / sqrt(S) rescaled to X's Frobenius norm."""
+    generator = torch.Generator().manual_seed(1)
+    u = torch.randn(shape, generator=generator) * torch.rand(shape[0], 1, generator=generator) * 3
+    initial = torch.rand(muon.second_moment_shape(shape), generator=generator) * 0.01
     second_moment = initial.clone()
-    out, xf = muon.normuon_rescale(x, second_moment, 0.94921875), x.float()  # bf16(0.95), the release's beta2
-    assert out.dtype == torch.bfloat16 and abs(out.float().norm() / xf.norm() - 1) < 5e-3
-    v = (xf ** 2).mean(dim=1 if shape[0] >= shape[1] else 0, keepdim=True)
+    out, x = muon.orthogonalize(u, second_moment), muon.polar_express(u).float()
+    assert out.dtype == torch.bfloat16 and abs(out.float().norm() / x.norm() - 1) < 5e-3
+    v = (x ** 2).mean(dim=1 if shape[0] >= shape[1] else 0, keepdim=True)
     expected_s = 0.94921875 * initial + (1 - 0.94921875) * v
     assert second_moment.shape == expected_s.shape and torch.allclose(second_moment, expected_s, rtol=1e-5, atol=0)
-    expected = xf / expected_s.sqrt() * xf.norm() / (xf / expected_s.sqrt()).norm()
+    expected = x / expected_s.sqrt() * x.norm() / (x / expected_s.sqrt()).norm()
     assert relative_error(out.float(), expected) < 1e-2
-    assert relative_error(out.float(), xf) > 1e-2  # the rows/columns really were rescaled
-
-
-@pytest.mark.parametrize("shape", [(48, 16), (16, 48)])
-def test_orthogonalize_uses_bf16_beta2(shape):
-    """From zero state S = (1 - beta2) mean(X^2) and the update has X's Frobenius norm, so sum(S) * (the reduced
-    axis' size) / ||update||^2 = 1 - beta2 = 0.05078125 (bf16 beta2), not 0.05."""
-    grad, momentum_buffer, second_moment = torch.randn(shape), torch.zeros(shape), torch.zeros(
-        muon.second_moment_shape(shape))
-    update = muon.orthogonalize(muon.blend(grad, momentum_buffer, 0.9), second_moment)
-    ratio = (second_moment.sum() * min(shape) / update.float().square().sum()).item()
-    assert ratio == pytest.approx(0.05078125, rel=3e-3)
-    assert torch.allclose(momentum_buffer, 0.1 * grad)
+    assert relative_error(out.float(), x) > 1e-2  # the rows/columns really were rescaled
 
 
 def test_cautious_weight_decay_mask():
@@ -160,8 +150,6 @@ def test_missing_grad_is_the_release_zero_gradient_step():
         for key in ("momentum_buffer", "second_moment"):
             assert torch.equal(opts[0].state[implicit[1]][key], opts[1].state[explicit[1]][key]), (step, key)
     assert opts[0].stepped == [True, False]  # reset at step 4, not stepped with a gradient since
-    with pytest.raises(ValueError):
-        muon.Muon([torch.nn.Parameter(torch.zeros(3))], lr=0.1)
 
 
 @pytest.mark.parametrize("shape", [(64, 64), (96, 32), (32, 96)])
@@ -197,8 +185,6 @@ def test_polar_express_dtype_by_hardware(monkeypatch):
     params = make_matrices()[:1]
     assert muon.Muon(params, lr=0.02).polar_express_dtype == torch.float32
     assert muon.Muon(params, lr=0.02, polar_express_dtype="bf16").polar_express_dtype == torch.bfloat16
-    with pytest.raises(ValueError):
-        muon.Muon(params, lr=0.02, polar_express_dtype="fp16")
 
 
 def test_reset_state_gives_fresh_state():
