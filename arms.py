@@ -22,8 +22,7 @@ SEEDS = (0, 2 ** 63 - 1)                                 # train.py and ladder.s
 
 
 def knob(flag, default=MISSING, help=None, range=None):
-    """A field that is also an override flag; range: what the flag and an arm's row accept, (low, high) for a whole
-    number or an interval such as "(0, 1]" for a float (common.integer, common.number)."""
+    """A field that is also an override flag; range: (low, high) for a whole number, "(0, 1]" for a float."""
     return field(default=default, metadata=dict(flag=flag, help=help, range=range))
 
 
@@ -161,9 +160,8 @@ def refuse_table(message):
 
 
 def derived(base, **changes):
-    """A user arm: paper arm `base`'s row with `changes` (give it its own label and color), less the release's
-    per-depth growth fractions (`crossover`, tuned for the base's own growth). stages=(1, 2, 4): a staged growth (it
-    sets passes_initial and passes)."""
+    """A user arm: paper arm `base`'s row with `changes` (its own label and color) but not the base's per-depth growth
+    fractions (`crossover`). stages=(1, 2, 4): a staged growth (it sets passes_initial and passes)."""
     where = f"USER_ARMS: derived({base!r}, ...)"
     if base not in PAPER_ARMS:
         refuse_table(f"{where}: no paper arm {base!r}; derive from one of {', '.join(PAPER_ARMS)}")
@@ -203,8 +201,7 @@ def check_user_arms(user_arms):
             refuse_table(f"USER_ARMS[{name!r}]: color {arm.color!r} is not a matplotlib colour; e.g. 'tab:purple'")
 
 
-# Your own arms: add one line here (docs/your_own_arm.md). Each is an arm of every script (model.py, train.py,
-# ladder.sh ARCH and `ladder.sh user`, fit.py, core_eval.py, figures) and of the invariant tests (tests/test_arms.py).
+# Your own arms, one line each (docs/your_own_arm.md): arms of every script and of the invariant tests (test_arms.py).
 USER_ARMS = {
     "gated_1": derived("operator_1", label="Gated-1", color="tab:green", marker="s", boundary_gate=True),
     "loop_3": derived("loop_2", label="Loop-3", color="tab:pink", marker="<", passes=3),
@@ -219,21 +216,18 @@ CPU_LADDER_DEPTHS = (1, 2, 3, 4)                      # every arm's ladder at th
 
 
 def device_batch(depth, passes):
-    """Sequences per GPU per micro-batch at the paper preset: the release's on 80 GB GPUs (App. A; docs/recipe.md), by
-    depth, halved two depths earlier for a core run more than twice (final passes). On CUDA train.py starts here and
-    halves it, keeping the global batch, while the run's largest stage does not fit."""
+    """Sequences per GPU per micro-batch at the paper preset, the release's on 80 GB GPUs (docs/recipe.md): by depth,
+    halved two depths earlier for a core run more than twice."""
     rule = ((10, 32), (14, 16), (MAX_DEPTH, 8)) if passes <= 2 else ((8, 32), (12, 16), (16, 8), (18, 4),
                                                                       (MAX_DEPTH, 2))
     return next(batch for up_to, batch in rule if depth <= up_to)
 
 
-# The optimizer of each group of model.param_groups(): group -> (optimizer, the Plan's LR field, weight decay?).
-# LRs are the arm's, scaled with depth like the others (plan.make_plan). Scalars (boundary gates) take AdamW at
-# Plan.scalar_lr (default: the embedding LR) without weight decay, which would pull a gate towards no injection.
+# Each group of model.param_groups() -> (optimizer, the Plan's LR field, weight decay?). Scalars (boundary gates) take
+# AdamW at Plan.scalar_lr (default: the embedding LR) without weight decay, which would pull a gate to no injection.
 PARAM_GROUPS = {"matrix": ("muon", "matrix_lr", True), "embedding": ("adamw", "embedding_lr", True),
                 "unembedding": ("adamw", "unembedding_lr", True), "scalar": ("adamw", "scalar_lr", False)}
-# --optimizer adamw (paper Fig. 16f): every group AdamW. The release gives no LRs for it; ours: matrix LR 0.004 at the
-# anchor depth (10x below Muon's, the usual Muon/AdamW ratio), the arm's embedding/unembedding LRs, betas and WD.
+# --optimizer adamw (paper Fig. 16f): the release gives no matrix LR; ours is 0.004 at the anchor depth (Muon's / 10).
 ADAMW_MATRIX_LR = 0.004
 
 
@@ -311,7 +305,6 @@ RELEASE_SERIES = {
     "Deep Vanilla width-only Adam", "dep_width": "Untied-2 width-only"}
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Override flags generated from the knob fields
 
 def add_knob_flags(group, cls, flag):
@@ -334,8 +327,7 @@ def add_model_flags(parser):
     group = parser.add_argument_group("model overrides (the same flags in model.py and train.py)")
     add_knob_flags(group, Preset, "model")
     add_knob_flags(group, Arm, "model")
-    group.add_argument("--prelude", type=integer(0, MAX_DEPTH), help="fixed prelude blocks (core = depth - prelude - "
-                       "coda)")
+    group.add_argument("--prelude", type=integer(0, MAX_DEPTH), help="fixed prelude blocks (core: the rest)")
     group.add_argument("--coda", type=integer(0, MAX_DEPTH), help="fixed coda blocks")
     group.add_argument("--boundary", choices=BOUNDARY_ABLATIONS,
                        help="ablate the boundary operator (norm_only: no injection; inject_only: no norm)")
@@ -359,8 +351,7 @@ def model_overrides(args):
 
 
 def check_boundary_knobs(arch, overrides):
-    """Refuse a boundary-operator flag the run would record but not use: one the arm (a plain stack) or the --boundary
-    ablation switches off, as config_for does; with alpha 0 nothing is injected, neither before the coda nor gated."""
+    """Refuse a boundary-operator flag the run would record but not use (config_for switches it off)."""
     arm, boundary = ARMS[arch], overrides.get("boundary")
     plain, no_injection = arm.mode == "plain", boundary in ("norm_only", "none")
     if plain and boundary is not None:

@@ -3,36 +3,30 @@ and the step-time ratios between arms (the boundary operator's cost, untying's c
 
     python bench.py --depth 4                         # cpu preset without CUDA: GFLOP/s vs the roofline, ratios
     python bench.py --depth 12 --preset paper         # on a GPU: MFU of each arm's step, compiled
-    python bench.py --depth 2 --seq-len 64            # train.py's model and recipe flags apply too
+    python bench.py --depth 2 --seq-len 64 --no-compile   # train.py's model, recipe and device flags apply too
 
-Every step is train.py's train_step on uniform random tokens (no dataset), at train.py's micro-batch and with
-torch.compile where a run would use it. --bench-repeats repetitions of --bench-steps rounds, each round a roofline
-sample and one step of every arm (the order rotated), give medians; the ratios are the point, absolute numbers depend
-on the box. The GPU checks of a new cluster are pytest tests: python -m pytest -m gpu -q.
+Every step is train.py's train_step on random tokens, compiled where a run would be. Each round times a roofline sample
+and one step of every arm (the order rotated); medians over rounds and repetitions. The ratios are the point: absolute
+numbers depend on the box. The GPU checks of a new cluster are tests: python -m pytest -m gpu -q.
 """
-import argparse
-import contextlib
 import os
 import sys
-import time
 from statistics import median
 
 from arms import BENCH_PAIRS, PRESETS
-from common import Parser, UsageError, answer_help, integer, number
+from common import Parser, UsageError, answer_help, integer
 
 BENCH_ARMS = tuple(dict.fromkeys(arch for pair in BENCH_PAIRS for arch in pair))
 
 
 def build_parser():
-    p = Parser(prog="bench.py", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="bench.py", description=__doc__.split("\n\n")[0],
+               epilog="train.py's model, recipe and device flags apply too, e.g. --seq-len, --compile, --peak-flops")
     p.add_argument("--depth", type=integer(1, 1024), default=None, help="default: the preset's anchor depth")
     p.add_argument("--preset", choices=list(PRESETS), default=None, help="default: paper on CUDA, else cpu")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the model (default: on CUDA)")
     p.add_argument("--device-batch-size", type=integer(1, 2 ** 30), default=None,
                    help="sequences per step of every arm (default: the smallest of the arms' micro-batches)")
-    p.add_argument("--peak-flops", type=number("(0, inf)"), default=None, help="per-GPU peak for MFU")
     p.add_argument("--bench-steps", type=integer(1, 10 ** 6), default=10,
                    help="rounds per repetition: a roofline sample and one step of every arm")
     p.add_argument("--bench-repeats", type=integer(1, 1000), default=3, help="interleaved repetitions (medians)")
@@ -43,6 +37,8 @@ if __name__ == "__main__":
     answer_help(build_parser)  # before torch loads
 
 import torch
+import torch.utils.benchmark
+from torch.utils.benchmark.utils.timer import timer as benchmark_timer
 
 import model as model_lib
 import train
@@ -50,23 +46,12 @@ from common import cli_main, exit_process, setup_distributed
 from plan import device_batch_size
 
 
-def synchronize(device):
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_roofline(device, calls=8):
-    """FLOP/s of a loop of size^3 matmuls (fp32 on CPU, bf16 on CUDA), after one warm-up loop: what this box can do."""
+def matmul_roofline(device):
+    """FLOP/s of a size^3 matmul (fp32 on CPU, bf16 on CUDA), timed by torch.utils.benchmark: what this box can do."""
     size, dtype = (4096, torch.bfloat16) if device.type == "cuda" else (1024, torch.float32)
-    a, b = (torch.randn(size, size, device=device, dtype=dtype) for _ in range(2))
-    out = torch.empty_like(a)
-    for _ in range(2):
-        synchronize(device)
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            torch.mm(a, b, out=out)
-        synchronize(device)
-    return 2 * size ** 3 * calls / (time.perf_counter() - t0)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    timer = torch.utils.benchmark.Timer("a @ a", globals=dict(a=a), num_threads=torch.get_num_threads())
+    return 2 * size ** 3 / timer.timeit(8).mean
 
 
 class SyntheticLoader:
@@ -85,15 +70,13 @@ def plan_args(args, arch, steps, batch=None):
     argv = ["--arch", arch, "--depth", str(args.depth), "--preset", args.preset, "--device", args.device,
             "--steps", str(steps), *args.train_flags]
     argv += ["--total-batch-tokens", str(batch * args.seq_len), "--device-batch-size", str(batch)] if batch else []
-    argv += [] if args.compile is None else ["--compile" if args.compile else "--no-compile"]
     return train.parse_args(argv)
 
 
-def synthetic_training(run_args, device):
+def synthetic_training(run_args, device, batch):
     """train.start_training in one process on SyntheticLoader's batches, nothing written; every parameter N(0, 0.02),
     so that zero-initialised out-projections make no branch trivially cheap."""
     plan = train.make_plan(run_args)
-    batch = device_batch_size(plan, 1, device.type, run_args.device_batch_size)
     loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len)
     training = train.start_training(train.new_run(run_args, plan, batch, 0, 1, device, loader))
     for p in training.model.parameters():
@@ -101,60 +84,39 @@ def synthetic_training(run_args, device):
     return training
 
 
-@contextlib.contextmanager
-def optimizer_clock(device, seconds):
-    """train_step's optimizer_timer: appends the optimizers' wall time (synchronised on CUDA) to `seconds`."""
-    synchronize(device)
-    t0 = time.perf_counter()
-    yield
-    synchronize(device)
-    seconds.append(time.perf_counter() - t0)
-
-
-def timed_step(arm, optimizer_timer=contextlib.nullcontext()):
-    """One more train_step of `arm` (a train.Training) -> its seconds."""
-    synchronize(arm.run.device)
-    t0 = time.perf_counter()
-    _, passes, _, _ = train.train_step(arm, optimizer_timer)
-    synchronize(arm.run.device)
-    seconds = time.perf_counter() - t0
+def timed_step(arm):
+    """One more train_step of `arm` (a train.Training) -> its seconds (the accelerator synchronised: benchmark_timer)."""
+    t0 = benchmark_timer()
+    _, passes, _, _ = train.train_step(arm)
+    seconds = benchmark_timer() - t0
     train.count_step(arm.run, arm.state, passes, seconds)
     return seconds
 
 
 def interleaved_arms(args, device, steps, repeats):
-    """The BENCH_ARMS at one micro-batch per step (--device-batch-size, else the smallest of theirs), one untimed
-    warm-up step each (compilation), then `repeats` repetitions of `steps` rounds, so that the arms and the roofline
-    see the same state of a shared box -> (arms, per repetition {arch: median step seconds, arch + " model": less the
-    optimizer steps, "roofline": median FLOP/s})."""
+    """The BENCH_ARMS at one micro-batch per step (--device-batch-size, else the smallest of theirs), a warm-up step
+    each, then `repeats` x `steps` rounds -> (arms, per repetition {arch: median step seconds, "roofline": FLOP/s})."""
     batch = args.device_batch_size or min(
         device_batch_size(train.make_plan(plan_args(args, arch, 1)), 1, device.type) for arch in BENCH_ARMS)
-    arms = {arch: synthetic_training(plan_args(args, arch, 1 + repeats * steps, batch=batch), device)
+    arms = {arch: synthetic_training(plan_args(args, arch, 1 + repeats * steps, batch), device, batch)
             for arch in BENCH_ARMS}
     for arm in arms.values():
         timed_step(arm)
     repetitions = []
     for rep in range(repeats):
-        samples = {name: [] for name in (*BENCH_ARMS, *(a + " model" for a in BENCH_ARMS), "roofline")}
+        samples = {name: [] for name in (*BENCH_ARMS, "roofline")}
         for k in range(steps):
             samples["roofline"].append(matmul_roofline(device))
             shift = (rep * steps + k) % len(BENCH_ARMS)
             for arch in BENCH_ARMS[shift:] + BENCH_ARMS[:shift]:
-                optimizer = []
-                seconds = timed_step(arms[arch], optimizer_clock(device, optimizer))
-                samples[arch].append(seconds)
-                samples[arch + " model"].append(seconds - sum(optimizer))
+                samples[arch].append(timed_step(arms[arch]))
         repetitions.append({name: median(values) for name, values in samples.items()})
     return arms, repetitions
 
 
 def step_ratios(repetitions):
-    """Each BENCH_PAIRS ratio of the step and of its model part (less the optimizer steps): medians over repetitions."""
-    out = {}
-    for a, b in BENCH_PAIRS:
-        for part in ("", " model"):
-            out[f"{a}_over_{b}{part.replace(' ', '_')}"] = median(r[a + part] / r[b + part] for r in repetitions)
-    return out
+    """Each BENCH_PAIRS ratio of the step times: the median over repetitions."""
+    return {f"{a}_over_{b}": median(r[a] / r[b] for r in repetitions) for a, b in BENCH_PAIRS}
 
 
 def bench(args, device):
@@ -169,22 +131,20 @@ def bench(args, device):
           f"threads, {'compiled' if train.use_compile(arms['vanilla'].run.args, device) else 'eager'}; medians of "
           f"{args.bench_repeats} repetitions x {args.bench_steps} rounds")
     print(f"roofline: {roofline / 1e9:,.1f} GFLOP/s ({'bf16' if device.type == 'cuda' else 'fp32'} matmul loop)")
-    peak, results = args.peak_flops or train.gpu_peak_flops(device), {}
+    peak, results = arms["vanilla"].run.args.peak_flops or train.gpu_peak_flops(device), {}
     for arch, arm in arms.items():
         cfg, tokens = arm.run.plan.model_config, arm.run.plan.tokens_per_step
         flops = model_lib.flops_per_token(cfg, cfg.passes) * tokens
         dt = median(r[arch] for r in repetitions)
-        optimizer = dt - median(r[arch + " model"] for r in repetitions)
-        r = results[arch] = dict(seconds=dt, optimizer_seconds=optimizer, flops_per_second=flops / dt,
+        r = results[arch] = dict(seconds=dt, flops_per_second=flops / dt,
                                  tokens_per_second=tokens / dt, mfu=flops / dt / peak if peak else None,
                                  roofline_fraction=median(flops / rep[arch] / rep["roofline"] for rep in repetitions))
-        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step ({1000 * optimizer:5.1f} optimizer) | {tokens / dt:10,.0f} tok/s"
+        print(f"{arch:11s} | {1000 * dt:8.1f} ms/step | {tokens / dt:10,.0f} tok/s"
               f" | {flops / dt / 1e9:8.1f} GFLOP/s | {100 * r['roofline_fraction']:5.1f}% of roofline"
               + (f" | MFU {r['mfu']:.1%}" if peak else ""))
-    print("(model training FLOPs only: the Muon/AdamW steps' FLOPs are not counted, their time is)")
     ratios = step_ratios(repetitions)
     for a, b in BENCH_PAIRS:
-        print(f"{a}/{b} = {ratios[f'{a}_over_{b}']:.3f}; forward+backward only {ratios[f'{a}_over_{b}_model']:.3f}")
+        print(f"{a}/{b} = {ratios[f'{a}_over_{b}']:.3f}")
     return dict(results, roofline_flops_per_second=roofline, **ratios)
 
 

@@ -1,9 +1,7 @@
-"""The prelude-core-coda transformer family of the paper (all eight arms) with exact parameter and FLOP accounting
-(arXiv 2609.19107, Sec. 3 and App. A.1; the numbers are collected in docs/recipe.md).
-
-One network covers every arm: a prelude of blocks, a core of blocks applied K times (one 'tied' core looped, or K
-'untied' cores), and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda.
-A 'plain' stack is the same code path with no prelude/coda, one pass and no operator. The per-arm numbers live in arms.py.
+"""The prelude-core-coda transformer of the paper's arms, with exact parameter and FLOP accounting (arXiv 2609.19107,
+Sec. 3 and App. A.1; docs/recipe.md): a prelude, a core applied K times (one 'tied' core looped, or K 'untied' cores)
+and a coda, with the boundary operator h <- RMSNorm(h) + alpha*e between passes and before the coda. A 'plain' stack
+is the same code with no prelude/coda, one pass and no operator. The per-arm numbers live in arms.py.
 
     python model.py --arch untied_grow --depth 8 --json      # shapes, parameter counts, FLOPs per token
     python model.py --arch loop_2 --depth 2 --preset cpu --vocab-size 257   # a small CPU shape
@@ -45,10 +43,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 VOCAB_MULTIPLE = 64      # wte/lm_head rows are padded up to this; logits are sliced back to vocab_size
 ROPE_BASE = 10_000
 ROPE_TABLE_FACTOR = 10   # rotary tables cover 10 * seq_len positions (as the release does)
-# --attention-backend: SDPA's backends in priority order ([]: PyTorch's own choice, "default"). "auto" (training) puts
-# cuDNN first, reported 1.7-2.3x faster than FlashAttention-2 on an H100, for causal calls whose length is a multiple of
-# 128 (older cuDNNs gave wrong results at other lengths), and is "default" elsewhere (CORE's lengths are arbitrary).
-# Any other name forces that backend, to compare.
+# --attention-backend: SDPA's backends in priority order ([]: PyTorch's choice). "auto" (training) puts cuDNN first,
+# reported 1.7-2.3x faster than FlashAttention-2 on an H100, for causal calls of a multiple of 128 positions (older
+# cuDNNs were wrong at other lengths), and is "default" elsewhere (CORE). Any other name forces that backend.
 SDPA_BACKENDS = {"auto": [SDPBackend.CUDNN_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
                           SDPBackend.MATH], "default": [], "cudnn": [SDPBackend.CUDNN_ATTENTION],
                  "flash": [SDPBackend.FLASH_ATTENTION], "efficient": [SDPBackend.EFFICIENT_ATTENTION],
@@ -79,7 +76,6 @@ class ModelShape:
 
     def __post_init__(self):  # what an arm's row or flags may ask and config_for's arithmetic does not rule out
         for wrong, problem in (
-                (self.mode not in ("plain", "tied", "untied"), f"mode must be plain|tied|untied, got {self.mode!r}"),
                 (self.head_dim % 2, f"head_dim must be even for RoPE, got {self.head_dim}"),
                 (not 1 <= self.passes_initial <= self.passes,
                  f"need 1 <= passes_initial <= passes, got {self.passes_initial} and {self.passes}"),
@@ -106,7 +102,6 @@ def embedding_dtype(device):
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # The network
 
 def norm(x):
@@ -115,8 +110,7 @@ def norm(x):
 
 
 def apply_rotary(x, cos, sin):
-    """RoPE with half-split pairing (dim j with j + head_dim/2), rotation by -theta as in the release:
-    y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos. x: (B, T, heads, head_dim); cos/sin: (T or B, T, head_dim/2)."""
+    """RoPE, half-split pairs rotated by -theta as in the release: y1 = x1 cos + x2 sin, y2 = -x1 sin + x2 cos."""
     half = x.size(-1) // 2
     x1, x2 = x[..., :half], x[..., half:]
     cos, sin = cos.unsqueeze(-2).to(x.dtype), sin.unsqueeze(-2).to(x.dtype)
@@ -170,10 +164,9 @@ class Block(nn.Module):
 
 class GPT(nn.Module):
     def __init__(self, cfg, device="cpu", draw_weights=True, attention="auto", dtype=None):
-        """The network on `device`, the embedding in `dtype` (default embedding_dtype(device)), attention on the SDPA
-        backends --attention-backend `attention` names. Built on the meta device and drawn tensor by tensor on the CPU
-        (init_weights): the host holds one tensor, not the model, and a seed gives the same weights on any device;
-        with draw_weights=False (a checkpoint's) nothing is drawn."""
+        """The network on `device`, the embedding in `dtype` (default embedding_dtype(device)). Built on the meta device
+        and drawn tensor by tensor on the CPU (init_weights): the host never holds the model, and a seed gives the same
+        weights on any device; nothing is drawn with draw_weights=False (a checkpoint's)."""
         super().__init__()
         self.cfg = cfg
         with torch.device("meta"):
@@ -184,8 +177,7 @@ class GPT(nn.Module):
             # boundary_gates[r] scales the injection after pass r (the coda's after the last); empty without a gate
             self.boundary_gates = nn.ParameterList(nn.Parameter(torch.empty(())) for _ in range(gates_stored(cfg)))
         self.to_empty(device=device)
-        half = cfg.head_dim // 2
-        inv_freq = ROPE_BASE ** (-torch.arange(half, dtype=torch.float32) * 2 / cfg.head_dim)
+        inv_freq = ROPE_BASE ** (-torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim)
         angles = torch.outer(torch.arange(ROPE_TABLE_FACTOR * cfg.seq_len, dtype=torch.float32), inv_freq)
         self.register_buffer("rope_cos", angles.cos().to(device), persistent=False)  # checkpoints hold parameters only
         self.register_buffer("rope_sin", angles.sin().to(device), persistent=False)
@@ -242,9 +234,8 @@ class GPT(nn.Module):
         self.active_passes = k
 
     def per_pass(self):
-        """Every per-pass sequence, each a list whose entry r holds pass r's parameters: the untied cores (a tied core
-        serves every pass) and every nn.ParameterList / nn.ModuleList the model holds directly, whose entry r belongs
-        to the injection after pass r (the boundary gates, or a tensor of your own arm: docs/your_own_arm.md)."""
+        """Every per-pass sequence, entry r holding pass r's parameters: the untied cores, and each nn.ParameterList /
+        nn.ModuleList the model holds directly, entry r the injection after pass r (gates; docs/your_own_arm.md)."""
         lists = [[list(m.parameters()) if isinstance(m, nn.Module) else [m] for m in seq]
                  for seq in self.children() if isinstance(seq, (nn.ParameterList, nn.ModuleList))]
         if self.cfg.mode == "untied":
@@ -253,9 +244,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def grow(self, new_passes):
-        """Raise the pass count. Untied (stacking, paper Sec. 3): entry j >= old of every per-pass sequence <- a copy
-        of entry j mod old (cores C1 C2 -> C1 C2 C1 C2, each injection's tensors with them); returns the parameters it
-        wrote, which the caller gives fresh optimizer state. Tied: every tensor is reused as it is; returns []."""
+        """Raise the pass count. Untied (stacking, paper Sec. 3): entry j >= old of each per-pass sequence <- entry
+        j mod old (C1 C2 -> C1 C2 C1 C2); returns what it wrote (for fresh optimizer state). Tied: reuses all, []."""
         old = self.active_passes
         self.set_passes(new_passes)
         written = []
@@ -267,8 +257,8 @@ class GPT(nn.Module):
         return written
 
     def param_groups(self):
-        """Every parameter in one group (arms.PARAM_GROUPS gives its optimizer, LR and weight decay) by where it lives
-        and its shape: embedding, unembedding, every other matrix (Muon), every other tensor (gates, scales)."""
+        """Every parameter in one group (arms.PARAM_GROUPS: its optimizer, LR and decay) by where it lives and its
+        shape: embedding, unembedding, every other matrix, every other tensor (gates, scales)."""
         groups = dict(matrix=[], embedding=[], unembedding=[], scalar=[])
         for name, p in self.named_parameters():
             group = "embedding" if name.startswith("transformer.wte.") else "unembedding" if \
@@ -288,14 +278,12 @@ class GPT(nn.Module):
         return (out, hidden) if return_hidden else out
 
     def loss(self, h, targets, reduction="mean"):
-        """Cross-entropy of decode(h)'s fp32 logits against targets (-1: no target): their mean for training, every
-        target's loss (flat) with reduction="none" for evaluation. A new loss term is one line here."""
+        """Cross-entropy of decode(h) against targets (-1: none), mean or per target. A new loss term is one line."""
         return F.cross_entropy(self.decode(h).flatten(0, 1), targets.reshape(-1), ignore_index=-1, reduction=reduction)
 
     def residual_stream(self, idx, passes=None, positions=None, attn_mask=None, hidden=None):
-        """The final residual stream (B, T, C) that decode() turns into logits. positions (B, T): rotary positions
-        (default 0..T-1); attn_mask (B, 1, T, T) bool, True = may attend (default causal); hidden: a list that
-        collects the embedding and every executed block's output (the logit lens)."""
+        """The final residual stream (B, T, C). positions (B, T): rotary positions (default 0..T-1); attn_mask
+        (B, 1, T, T), True = may attend (default causal); hidden collects the embedding and each block's output."""
         cfg, K, T = self.cfg, self.active_passes if passes is None else passes, idx.size(1)
         self.check_passes(K)
         cos, sin = (self.rope_cos[:T], self.rope_sin[:T]) if positions is None else \
@@ -325,23 +313,15 @@ class GPT(nn.Module):
         return run(self.coda_blocks(), x)
 
     def inject(self, h, e, r):
-        """The boundary operator's injection after pass r: h + alpha*e, or h + g_r*e with a learned gate per injection
-        point (passes beyond the trained ones reuse the last gate)."""
+        """The injection after pass r: h + alpha*e, or h + g_r*e with learned gates (beyond them, the last one's)."""
         gates = self.boundary_gates
         return h + (gates[min(r, len(gates) - 1)] if len(gates) else self.cfg.alpha) * e
 
 
-def split_depth(d):
-    """Prelude/core/coda split of every paper script: d//3 each, remainder to the core first, then the coda."""
-    base, rem = divmod(d, 3)
-    return base, base + (rem >= 1), base + (rem >= 2)
-
-
 def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, boundary="full", **overrides):
-    """The ModelConfig of arm `arch` at depth coordinate d. Shape keywords (width_per_depth, head_dim, seq_len,
-    mlp_multiple) default to the paper preset's; any other keyword overrides one of the arm's "model" knobs.
-    prelude/coda fix those stages (core = depth - prelude - coda, paper Fig. 15a); boundary ablates the operator:
-    norm_only drops the injection (alpha = 0), inject_only drops the recurrence norm, none drops both."""
+    """The ModelConfig of arm `arch` at depth d: shape keywords default to the paper preset's, others override the
+    arm's "model" knobs. prelude/coda fix those stages (paper Fig. 15a); boundary ablates the operator: norm_only
+    drops the injection (alpha = 0), inject_only the recurrence norm, none both."""
     if arch not in ARMS:
         raise ValueError(f"unknown arch {arch!r}; choose one of {', '.join(ARMS)}")
     shape = {f.name: overrides.pop(f.name, getattr(PRESETS["paper"], f.name)) for f in knob_fields(Preset, "model")}
@@ -355,7 +335,8 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
     width = shape.pop("width_per_depth") * depth
     if width % shape["head_dim"]:
         raise ValueError(f"width {width} at depth {depth} is no multiple of head_dim {shape['head_dim']}")
-    p, c, q = split_depth(depth)
+    base, rem = divmod(depth, 3)  # every paper script's split: d//3 each, the remainder to the core, then the coda
+    p, c, q = base, base + (rem >= 1), base + (rem >= 2)
     if arm.mode == "plain":
         if prelude is not None or coda is not None:
             raise ValueError(f"{arch} is a plain stack: --prelude/--coda do not apply")
@@ -371,9 +352,8 @@ def config_for(arch, depth, *, vocab_size=GPT2_VOCAB, prelude=None, coda=None, b
 
 
 def check_arm(cfg, optimizer="muon"):
-    """The run's, its --dry-run's and ladder.sh's check of an arm's model (on the meta device, before any folder
-    exists): every parameter in exactly one group of GPT.param_groups(), each group with an arms.PARAM_GROUPS row, and
-    only 2-D tensors in a group Muon steps (it orthogonalizes matrices)."""
+    """The run's (and its dry runs') check of an arm's model, before any folder exists: each parameter in one group of
+    GPT.param_groups(), each group with an arms.PARAM_GROUPS row, only 2-D tensors in a group Muon steps."""
     net = GPT(cfg, device="meta")
     groups, names = net.param_groups(), {p: name for name, p in net.named_parameters()}
     where = f"arm {cfg.arch}: model.param_groups()"
@@ -392,7 +372,6 @@ def check_arm(cfg, optimizer="muon"):
                              "each must be in exactly one (docs/your_own_arm.md)")
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Accounting (paper App. A.1, "Compute budget estimation"): pure functions of a ModelConfig, exact integers.
 
 def params_per_block(cfg):
@@ -462,7 +441,6 @@ def describe(c):
         flops_per_token_final=flops_per_token(c, K))
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Command line (its knob flags are generated from the arms table: arms.add_model_flags)
 
 def config_from_args(args, preset, depth, vocab_size):

@@ -7,12 +7,10 @@ cautious decoupled weight decay at that same LR. The caller sets every group's "
 A matrix without .grad is stepped with a zero gradient, as the release does for dormant untied cores.
 
 On FSDP2's dim-0 shards each rank holds whole rows: momentum, the blend and MuonEq-R act on the local rows. Each
-matrix has one owner, which alone keeps its second moment: per shape, one all_to_all hands each owner its matrix's
-rows, the owner orthogonalises it whole, a second all_to_all returns each rank its rows of the update: one process's
-math, bit for bit on CPU. Tests: python -m pytest -q tests/test_muon.py tests/test_parallel.py
+matrix has one owner, which alone keeps its second moment: one all_to_all hands each owner its matrix's rows, it
+orthogonalises the matrix whole, a second all_to_all returns each rank its rows of the update (one process's bits).
 """
 import math
-import pathlib
 import struct
 from collections import defaultdict
 
@@ -29,13 +27,11 @@ POLAR_EXPRESS_COEFFS = (
     (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
     (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
 )
-POLAR_EXPRESS_SAFETY = 1.02  # X = U / (||U||_F * 1.02 + 1e-6)
-POLAR_EXPRESS_EPS = 1e-6
+POLAR_EXPRESS_SAFETY, POLAR_EXPRESS_EPS = 1.02, 1e-6  # X = U / (||U||_F * 1.02 + 1e-6)
 ROW_NORM_MIN = 1e-7  # MuonEq-R: row norms clamped >= this
 SECOND_MOMENT_BETA2 = 0.95  # NorMuon EMA; used as bf16(0.95) = 0.94921875 like the release's fused kernel
 SECOND_MOMENT_MIN = 1e-10  # clamp for S and for the Frobenius-norm denominator
 MOMENTUM_START, MOMENTUM_RAMP, MOMENTUM_RAMP_STEPS = 0.85, 0.10, 300  # mu(step) = 0.85 + 0.10 * min(step / 300, 1)
-CPU_BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # /proc/cpuinfo flags of CPUs with native bf16 matmul
 
 
 def muon_momentum(step):
@@ -43,22 +39,10 @@ def muon_momentum(step):
     return MOMENTUM_START + MOMENTUM_RAMP * min(step / MOMENTUM_RAMP_STEPS, 1.0)
 
 
-def shape_lr_factor(shape):
-    """sqrt(max(1, rows/cols)): > 1 only for tall matrices (MLP c_gate / c_fc, H x C)."""
-    return math.sqrt(max(1.0, shape[-2] / shape[-1]))
-
-
 def bf16_scalar(x):
-    """x rounded to bf16 (via fp32, to nearest even), as the release's fused kernel casts its scalars; plain arithmetic,
-    not a tensor's .item(), so that a step asks nothing of the device."""
+    """x rounded to bf16 (via fp32, to nearest even) as the release's kernel casts scalars; no tensor, no sync."""
     bits = struct.unpack("<I", struct.pack("<f", x))[0]
     return struct.unpack("<f", struct.pack("<I", (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000))[0]
-
-
-def cpu_flags():
-    """The words of /proc/cpuinfo, its CPU feature flags among them (none where there is no such file)."""
-    path = pathlib.Path("/proc/cpuinfo")
-    return set(path.read_text().split()) if path.exists() else set()
 
 
 def resolve_polar_express_dtype(choice, device):
@@ -67,15 +51,14 @@ def resolve_polar_express_dtype(choice, device):
     if choice != "auto":
         return dict(bf16=torch.bfloat16, fp32=torch.float32)[choice]
     device = torch.device(device)
-    native = (torch.cuda.is_bf16_supported(including_emulation=False) if device.type == "cuda"
-              else device.type == "cpu" and bool(CPU_BF16_FLAGS & cpu_flags()))
+    native = (torch.cuda.is_bf16_supported(including_emulation=False) if device.type == "cuda" else
+              device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()))
     return torch.bfloat16 if native else torch.float32
 
 
 def polar_express(u, dtype=torch.bfloat16):
-    """Approximate orthogonal polar factor of u (..., rows, cols): 5 Polar-Express iterations in `dtype` (the
-    release: bf16, the input cast before its Frobenius normalisation); returns bf16. 3 GEMMs per iteration: baddbmm
-    forms b*A + c*A@A and a*X + X@B in the GEMM's accumulator (one rounding to `dtype` instead of three)."""
+    """Approximate orthogonal polar factor of u (..., rows, cols), in bf16: 5 Polar-Express iterations in `dtype`,
+    3 GEMMs each (baddbmm adds in the GEMM's accumulator: one rounding to `dtype` instead of three)."""
     x = u.to(dtype).reshape(-1, *u.shape[-2:])  # baddbmm takes a batch of matrices
     x = x / (x.norm(dim=(-2, -1), keepdim=True) * POLAR_EXPRESS_SAFETY + POLAR_EXPRESS_EPS)
     tall = x.size(-2) > x.size(-1)
@@ -93,8 +76,7 @@ def second_moment_shape(shape):
 
 
 def blend(grad, momentum_buffer, momentum):
-    """Muon steps 1-3, row by row: momentum (updated in place), Nesterov blend, MuonEq-R row normalisation. Gradient
-    and momentum in the parameter dtype (fp32), as the release's fused kernel."""
+    """Muon steps 1-3, row by row, in the parameter dtype: momentum (in place), Nesterov blend, MuonEq-R."""
     momentum_buffer.lerp_(grad, 1 - momentum)  # Mb <- mu Mb + (1 - mu) G
     blended = grad.lerp(momentum_buffer, momentum)  # U <- (1 - mu) G + mu Mb
     return blended / blended.norm(dim=-1, keepdim=True).clamp_min(ROW_NORM_MIN)
@@ -113,17 +95,16 @@ def orthogonalize(blended, second_moment, polar_express_dtype=torch.bfloat16):
 
 
 def apply_update(weight, update, lr, weight_decay):
-    """Muon step 7 in place: W <- W - lr*update - lr*wd*W*(update*W >= 0), lr already scheduled and shape-scaled; lr
-    and lr*wd rounded to bf16 as in the release's fused kernel, the products formed in fp32."""
+    """Muon step 7 in place: W <- W - lr*update - lr*wd*W*(update*W >= 0), lr and lr*wd rounded to bf16 (the
+    release's fused kernel)."""
     update = update.to(weight.dtype)
     decay_mask = update * weight >= 0  # cautious: decay only where the step already shrinks |W|, incl. update == 0
     weight.sub_(update * bf16_scalar(lr) + weight * decay_mask * bf16_scalar(lr * weight_decay))
 
 
 def reset_state(optimizer, params):
-    """Fresh optimizer state (Muon or torch.optim.AdamW) for those of params it holds, e.g. what an untied growth
-    copied: every moment and step count zeroed in place, what a never-stepped parameter starts from. Call it on every
-    rank with the same params."""
+    """Fresh state (Muon's or AdamW's: zeros, as never stepped) for those of params the optimizer holds, e.g. what an
+    untied growth copied. Call it on every rank with the same params."""
     for p in params:
         state = optimizer.state.get(p, {})
         for key, value in state.items():
@@ -143,8 +124,7 @@ def assign_owners(shapes, world_size):
 
 
 def rounds(indices, shapes, owners, world):
-    """The exchanges of one step: per shape (in first-appearance order), round k holds the k-th of `indices` of every
-    owner -> [[index or None per owner rank]]."""
+    """The exchanges of one step: per shape, round k holds every owner's k-th of `indices` -> [[index or None]]."""
     by_shape, out = defaultdict(lambda: defaultdict(list)), []
     for i in indices:
         by_shape[tuple(shapes[i])][owners[i]].append(i)
@@ -165,8 +145,7 @@ def full(t):
 
 
 def shard_group(param):
-    """(process group, rank in it, its size) of the mesh dimension a DTensor is sharded over; (None, 0, 1) for a
-    plain or replicated tensor, or HSDP with one rank per node (whole matrices everywhere)."""
+    """(group, rank, size) of the mesh dimension a DTensor is sharded over; (None, 0, 1) for whole matrices."""
     dims = [d for d, p in enumerate(param.placements) if p.is_shard()] if isinstance(param, DTensor) else []
     group = param.device_mesh.get_group(dims[0]) if dims else None
     if group is None or dist.get_world_size(group) == 1:
@@ -175,10 +154,9 @@ def shard_group(param):
 
 
 class Muon(torch.optim.Optimizer):
-    """The release's Muon variant for 2-D parameters (plain tensors, or FSDP2 DTensors all on one mesh). Group keys:
-    lr (scheduled), weight_decay, momentum (scheduled). polar_express_dtype: auto | bf16 | fp32. param_names: stable
-    checkpoint names (default: the parameter index). state_dict() holds "state.<name>.momentum_buffer" (a DTensor:
-    DCP reshards it), "state.<name>.second_moment" (on its owner) and "stepped" (which matrices have non-zero state)."""
+    """The release's Muon variant for 2-D parameters (plain tensors, or FSDP2 DTensors on one mesh); group keys lr,
+    weight_decay, momentum. state_dict() holds "state.<param_names[i]>.momentum_buffer" (DCP reshards it),
+    "state.<name>.second_moment" (on its owner) and "stepped" (which matrices may have non-zero state)."""
 
     def __init__(self, params, lr, weight_decay=0.0, momentum=MOMENTUM_START, polar_express_dtype="auto",
                  param_names=None):
@@ -196,8 +174,9 @@ class Muon(torch.optim.Optimizer):
                 self.state[p]["second_moment"] = torch.zeros(second_moment_shape(p.shape), device=local(p).device)
         self.stepped = [False] * len(self.params)  # replicated: True once a matrix's state may be non-zero
 
-    def lr(self, i):
-        return self.group_of[i]["lr"] * shape_lr_factor(self.params[i].shape)
+    def lr(self, i):  # x sqrt(max(1, rows/cols)): > 1 only for tall matrices (MLP c_gate / c_fc, H x C)
+        rows, cols = self.params[i].shape
+        return self.group_of[i]["lr"] * math.sqrt(max(1.0, rows / cols))
 
     @torch.no_grad()
     def step(self):
@@ -217,9 +196,8 @@ class Muon(torch.optim.Optimizer):
             self.stepped[i] = self.stepped[i] or params[i].grad is not None
 
     def _orthogonalized(self, moving, blended):
-        """Steps 4-5 on whole matrices -> {index: this rank's rows of the bf16 update}. One process: per shape as one
-        batch. Sharded: round by round (rounds()), each owner gathers its matrix's rows by all_to_all, orthogonalizes
-        it and sends every rank its rows back."""
+        """Steps 4-5 on whole matrices -> {index: this rank's rows of the bf16 update}: one process, a batch per
+        shape; sharded, per round (rounds()) each owner gathers its matrix's rows and sends each rank its rows back."""
         params, out = self.params, {}
         if self.group is None:
             by_shape = defaultdict(list)
@@ -256,8 +234,7 @@ class Muon(torch.optim.Optimizer):
         return out
 
     def state_dict(self):
-        """This rank's state (live tensors, no copies) under stable names, plus the replicated param_groups
-        (hyperparameters) and stepped flags. Not collective."""
+        """This rank's state (live tensors) under stable names, the groups' hyperparameters, the stepped flags."""
         groups = [dict({k: v for k, v in group.items() if k != "params"},
                        params=[self.names[self.index[p]] for p in group["params"]]) for group in self.param_groups]
         state_dict = dict(param_groups=groups, stepped=torch.tensor(self.stepped))
@@ -267,7 +244,7 @@ class Muon(torch.optim.Optimizer):
         return state_dict
 
     def load_state_dict(self, state_dict):
-        """Load state_dict()'s layout (e.g. a template filled by dcp.load, at any world size)."""
+        """state_dict()'s layout, e.g. a template filled by dcp.load at any world size."""
         for group, saved in zip(self.param_groups, state_dict["param_groups"], strict=True):
             group.update({k: v for k, v in saved.items() if k != "params"})
         for p, state in self.state.items():

@@ -1,13 +1,13 @@
-"""Everything one run needs decided before it touches data: the plan of `--arch A --depth d` (plus flags) as a frozen
-Plan, the schedules that read it (paper App. A.3-A.4; docs/recipe.md) and its micro-batch. Pure arithmetic on the
-table in arms.py and the accounting in model.py; train.py trains a Plan, and `--dry-run` prints it.
+"""Everything one run needs decided before it touches data: the Plan of `--arch A --depth d` (plus flags), the LR
+schedule and passes that read it (paper App. A.3-A.4; docs/recipe.md) and its micro-batch. Pure arithmetic on arms.py's
+table and model.py's accounting; train.py trains a Plan:
 
     python train.py --arch untied_grow --depth 8 --dry-run      # Plan.as_dict(), its micro-batch, GPU-hours
-    python -m pytest -q tests/test_plan.py
 """
+import json
 import math
 import random
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, replace
 
 import arms
 import data
@@ -19,8 +19,7 @@ from model import ModelConfig
 
 @dataclass(frozen=True)
 class Plan:
-    """as_dict() is the --dry-run JSON and result.json's and the checkpoint's "plan": the model's accounting
-    (model.describe) followed by these fields in this order."""
+    """as_dict() is the --dry-run JSON and the "plan" of result.json and of checkpoints."""
     arch: str
     depth: int
     preset: str
@@ -52,7 +51,7 @@ class Plan:
     data_constrained: str        # None, fixed-wd or tuned-wd
     seed: int
     model_config: ModelConfig
-    scalar_lr: float = None      # the scalar parameters' LR (None: the embedding LR; added later, so a default)
+    scalar_lr: float = None      # the scalar parameters' LR (None: the embedding LR)
     total_flops: int = 0
 
     @property
@@ -64,13 +63,8 @@ class Plan:
         lr = getattr(self, arms.PARAM_GROUPS[group][1])
         return self.embedding_lr if lr is None else lr
 
-    def as_dict(self):
-        out = model_lib.describe(self.model_config)
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[f.name] = asdict(value) if f.name == "model_config" else list(value) if isinstance(value, tuple) \
-                else value
-        return out
+    def as_dict(self):  # model.describe's accounting, then these fields in this order; tuples as lists (JSON's)
+        return dict(model_lib.describe(self.model_config), **json.loads(json.dumps(asdict(self))))
 
 
 def make_plan(args):
@@ -150,20 +144,18 @@ def make_plan(args):
 
 def check_train_knobs(args, cfg, growth, regime):
     """Refuse a training flag the run would record but not use."""
-    most = max(args.random_passes or [0])
+    most, arch = max(args.random_passes or [0]), args.arch
     for wrong, problem in (
-            (args.crossover_fractions is not None and not growth, f"--crossover-fractions does not apply to "
-             f"{args.arch}: this run does not grow (growth is --passes-initial < --passes, or --pass-stages)"),
-            (args.rewarm_steps is not None and not growth, f"--rewarm-steps does not apply to {args.arch}: this run "
-                                                           "does not grow"),
-            (args.random_passes and cfg.mode == "plain", f"--random-passes does not apply to {args.arch}: a plain "
-                                                         "stack runs exactly one pass"),
-            (cfg.mode == "untied" and most > cfg.passes, f"--random-passes {most} exceeds the {cfg.passes} cores "
-                                                         f"{args.arch} allocates (one per pass)"),
-            (args.tpp is not None and regime, "--tpp does not apply with --data-constrained: its steps come from the "
-                                              "token budget (--train-token-limit, --epochs)"),
-            (args.epochs and not regime, "--epochs does not apply without --data-constrained: a single-epoch run "
-                                         "ends at its step count")):
+            (args.crossover_fractions and not growth, f"--crossover-fractions does not apply to {arch}: this run does "
+                                                      "not grow (growth: --passes-initial < --passes, --pass-stages)"),
+            (args.rewarm_steps is not None and not growth, f"--rewarm-steps does not apply to {arch}: no growth"),
+            (most and cfg.mode == "plain",
+             f"--random-passes does not apply to {arch}: a plain stack runs exactly one pass"),
+            (cfg.mode == "untied" and most > cfg.passes,
+             f"--random-passes {most} exceeds the {cfg.passes} cores {arch} allocates"),
+            (args.tpp is not None and regime, "--tpp does not apply with --data-constrained: the token budget sets "
+                                              "the steps"),
+            (args.epochs and not regime, "--epochs does not apply without --data-constrained")):
         if wrong:
             raise UsageError(problem)
 
@@ -180,13 +172,10 @@ def pass_stages(args, cfg):
 
 def growth_fractions(flag, recipe, depth, stages):
     """--crossover-fractions, else the recipe's fraction at this depth; one increasing fraction in (0, 1) per growth."""
-    fractions = flag
-    if fractions is None and recipe.default_crossover is not None:
-        default = recipe.crossover.get(depth, recipe.default_crossover)
-        fractions = list(default) if isinstance(default, tuple) else [default]
+    default = recipe.crossover.get(depth, recipe.default_crossover)
+    fractions = flag or (list(default) if isinstance(default, tuple) else [] if default is None else [default])
     growths = len(stages) - 1
-    if fractions is None or len(fractions) != growths or any(not 0 < f < 1 for f in fractions) \
-            or sorted(fractions) != list(fractions):
+    if len(fractions) != growths or any(not 0 < f < 1 for f in fractions) or sorted(fractions) != fractions:
         example = " ".join(f"{(i + 1) / (growths + 1):.2f}" for i in range(growths))
         raise UsageError(f"growth {'->'.join(map(str, stages))} needs {growths} increasing --crossover-fractions in "
                          f"(0, 1), e.g. --crossover-fractions {example}")
@@ -225,8 +214,7 @@ def lr_multiplier(step, plan):
 
 
 def schedule_notes(plan):
-    """What the LR schedule cannot do in this run's steps (a warmup as long as the run, a growth inside the warmup, a
-    re-warm that outlasts the run): reported, not changed, so a run is the recipe it names."""
+    """What the LR schedule cannot do in this run's steps: reported, not changed, so a run is the recipe it names."""
     notes = []
     if plan.warmup_steps >= plan.steps:
         notes.append(f"warmup_steps {plan.warmup_steps} >= steps {plan.steps}: the LR peaks at "
@@ -251,17 +239,16 @@ def stage_at(step, plan):
 
 
 def passes_at(step, plan):
-    """Passes for one optimizer step: the growth stage, or after the last growth (optionally) random recurrence,
-    drawn from a per-step seed so every rank and every resume agrees."""
+    """Passes at an optimizer step: the growth stage's, or after the last growth with --random-passes one drawn from
+    a per-step seed (every rank and every resume agree)."""
     if plan.random_passes and step >= (plan.crossover_steps or [0])[-1]:
         return random.Random(plan.seed * 1_000_003 + step).choice(plan.random_passes)
     return stage_at(step, plan)
 
 
 def device_batch_size(plan, world, device_type, given=None):
-    """Sequences per micro-batch for the whole run: --device-batch-size (`given`), else on CPU the preset's, else the
-    arms table's rule (arms.device_batch; a CUDA run halves it while its largest stage does not fit). The largest
-    divisor of the sequences per rank up to it: the global batch stays, the accumulation takes up the rest."""
+    """Sequences per micro-batch: the largest divisor of the sequences per rank up to --device-batch-size (`given`),
+    else the preset's on CPU, else arms.device_batch (a CUDA run halves it while its largest stage does not fit)."""
     batch_seqs = plan.tokens_per_step // plan.seq_len
     if batch_seqs % world:
         raise UsageError(f"{batch_seqs} sequences per step do not split over {world} ranks")

@@ -399,8 +399,6 @@ print(model.GPT(cfg)(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtyp
     (lambda: arms.check_user_arms({"../x": arms.USER_ARMS["gated_1"]}), "'../x' must be a new name of a-z, 0-9"),
     (lambda: arms.derived("operator_1", label="M", color="k", alhpa=0.5), "derived('operator_1', ...): Arm has no "
                                                                           "field 'alhpa'"),
-    (lambda: arms.derived("loop_grow", label="M", color="k", stages=(1, 4, 2)), "stages must be a tuple of 2 or more "
-                                                                                "increasing pass counts"),
     (lambda: arms.derived("loop_grow", label="M", color="k", stages=(1, 4), passes=4), "stages (1, 4) set "
                                                                                        "passes_initial and passes")])
 def test_a_mistake_in_the_table_is_one_line(make, words, capsys):
