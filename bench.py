@@ -85,7 +85,7 @@ def synthetic_training(run_args, device, batch):
 
 
 def timed_step(arm):
-    """One more train_step of `arm` (a train.Training) -> its seconds (the accelerator synchronised: benchmark_timer)."""
+    """One more train_step of `arm` (a train.Training) -> its seconds (benchmark_timer synchronises the device)."""
     t0 = benchmark_timer()
     _, passes, _, _ = train.train_step(arm)
     seconds = benchmark_timer() - t0

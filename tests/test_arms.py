@@ -86,16 +86,13 @@ def test_the_paper_arms_are_the_fixed_eight_and_user_arms_live_beside_them():
         assert len(set(values)) == len(values), (what, values)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Init, parameter counts and FLOPs: the module's own, at every pass stage
 
 @pytest.mark.parametrize("arch", list(arms.ARMS))  # Mix-Grow's matrices are in no count: its own edit
 def test_init_counts_and_flops_are_the_modules_at_every_stage(arch):
-    """At init the logits are 0 (loss ln V) and only lm_head gets a gradient; params_stored is what the module holds
-    and params_active what a forward and backward trains, before and after every growth; FLOPs per token are what
-    FlopCounterMode counts. Convention: 6 x (matrix parameters executed, padded lm_head included) per token for the
-    matmuls of forward and backward, and causal attention at its (T+1)/2 average keys per query; the math kernel (whose
-    matmuls are counted) computes the full T x T scores and values: 2T/(T+1) times our attention term."""
+    """At init the logits are 0 (loss ln V) and only lm_head gets a gradient; params_stored is what the module holds,
+    params_active what a step trains, at every stage; FLOPs are FlopCounterMode's: 6 x executed matrix parameters per
+    token, and causal attention at (T+1)/2 keys per query, where the math kernel computes all T: 2T/(T+1) times ours."""
     cfg, T = tiny(arch), SHAPE["seq_len"]
     net, idx = model.GPT(cfg, attention="math"), batch(cfg)
     loss = net(idx, idx)
@@ -103,8 +100,7 @@ def test_init_counts_and_flops_are_the_modules_at_every_stage(arch):
     loss.backward()
     assert [n for n, p in net.named_parameters() if p.grad is not None and p.grad.any()] == ["lm_head.weight"], arch
     stored = sum(p.numel() for p in randomized(net).parameters())
-    assert model.params_stored(cfg) == stored, \
-        f"{arch}: model.params_stored says {model.params_stored(cfg):,}, the module has {stored:,} parameters"
+    assert model.params_stored(cfg) == stored, f"{arch}: params_stored {model.params_stored(cfg):,}, module {stored:,}"
     for k in stages(arch):
         if k > net.active_passes:
             net.grow(k)
@@ -112,8 +108,8 @@ def test_init_counts_and_flops_are_the_modules_at_every_stage(arch):
         with FlopCounterMode(display=False) as counter:
             net(idx, idx).backward()
         used = sum(p.numel() for p in net.parameters() if p.grad is not None)
-        assert model.params_active(cfg, k) == used, f"{arch}: model.params_active at {k} passes says " \
-            f"{model.params_active(cfg, k):,}, a forward and backward at {k} passes trains {used:,} parameters"
+        assert model.params_active(cfg, k) == used, f"{arch}: params_active({k}) {model.params_active(cfg, k):,} " \
+            f"but {used:,} trained"
         assert sum(p.numel() for p in net.parameters()) == stored, f"{arch}: growth to {k} passes changed the count"
         counts = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
         matrix = model.matrix_flops_per_token(cfg, k) * idx.numel()
@@ -156,7 +152,6 @@ def test_the_scalar_recipe_slot_scales_with_depth_and_defaults_to_the_embedding_
     assert given.group_lr("scalar") == pytest.approx(0.1 * given.embedding_lr / arms.ARMS["gated_1"].embedding_lr)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Growth: after every stage, the model and its optimizer state are what the arm's own rule makes of them
 
 def per_pass_keys(net):
@@ -227,7 +222,6 @@ def test_growth_at_every_stage_is_the_arms_own_rule(arch, monkeypatch):
         check_growth(arch, net, plan)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # What the run refuses, its dry runs refuse: model.check_arm, before any folder exists
 
 class LayerScale(mix_arm.MixGPT):
@@ -291,7 +285,6 @@ def test_a_new_parameter_joins_its_group_by_itself_and_a_vector_shows_in_the_tra
     assert set(read_run(tmp_path, "r")[1][-1]["scalars"]) == {"block_scales.0", "block_scales.1", "block_scales.2"}
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Every growing arm on 2 gloo processes against one, and Mix-Grow killed (-9) and resumed
 
 LOSS_RTOL = 2e-5  # tests/test_parallel.py: FSDP2's per-rank averages flip a bf16 rounding of a Muon update now and then
@@ -299,10 +292,9 @@ LOSS_RTOL = 2e-5  # tests/test_parallel.py: FSDP2's per-rank averages flip a bf1
 
 @pytest.mark.usefixtures("with_mix_grow")
 def test_every_growing_arm_on_2_processes_trains_as_one_and_resumes_exactly(pool, tmp_path):
-    """One torchrun launch of tests/mix_arm.py trains every growing arm and Mix-Grow on 2 gloo processes, then Mix-Grow
-    again ("cut"): both workers are killed (-9) after its checkpoint past a growth, and torchrun's restart
-    (--max-restarts 1, every run --resume-or-start: the complete ones have nothing to do) resumes it. Each arm's losses
-    equal one process's, trained in this one meanwhile; the resumed run ends on the uninterrupted one bit for bit."""
+    """One torchrun launch of tests/mix_arm.py trains every growing arm on 2 gloo processes, then Mix-Grow ("cut")
+    killed (-9) after a checkpoint past a growth and resumed by torchrun's restart (every run --resume-or-start). Each
+    arm's losses equal one process's, trained here meanwhile; the resumed run ends on the uninterrupted one exactly."""
     args = {arch: tiny_run(pool, tmp_path, arch, "--resume-or-start", steps=8, depth=1) for arch in GROWING}
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "1",
               "--master_addr", "127.0.0.1", "--master_port", str(common.free_port()), "tests/mix_arm.py"]
@@ -342,7 +334,6 @@ def test_the_gated_operator_is_the_fixed_one_at_init_and_learns_its_gates():
     assert gated.boundary_gates[0].grad.abs() > 0
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # The table's own mistakes, and docs/your_own_arm.md's edits on a copy of the scripts, run where a user runs them
 
 @pytest.fixture
@@ -363,10 +354,11 @@ def scripts_copy(tmp_path):
     return edit, run
 
 
-def test_the_guides_snippet_registers_its_arms_and_a_knob_and_a_loss_term_are_one_edit_each(scripts_copy):
+def test_the_guides_snippet_registers_its_arms_and_a_knob_a_loss_term_and_a_schedule_are_one_edit_each(scripts_copy):
     """docs/your_own_arm.md's ```python block is lines of arms.py's USER_ARMS; pasted alone into a copy's USER_ARMS it
     registers its arms in every script. The guide's other edits, each in its one place: a model knob is one Arm field
-    (a row sets it, the config holds it, both CLIs' flag overrides it); a loss term is one line of GPT.loss."""
+    (a row sets it, the config holds it, both CLIs' flag overrides it); a loss term is one line of GPT.loss; an LR
+    schedule is plan.lr_multiplier's line (what every training step reads)."""
     edit, run = scripts_copy
     snippet = re.search(r"```python\n(.*?)```", open(os.path.join(ROOT, "docs", "your_own_arm.md")).read(), re.S)[1]
     source = open(os.path.join(ROOT, "arms.py")).read()
@@ -380,18 +372,23 @@ def test_the_guides_snippet_registers_its_arms_and_a_knob_and_a_loss_term_are_on
     edit("arms.py", "    output_multiplier: float = knob(", '    mix_scale: float = knob("model", 1.0, help="scale of '
          'the injected matrix", range="(0, inf)")\n    output_multiplier: float = knob(')
     edit("model.py", "ignore_index=-1, reduction=reduction)", "ignore_index=-1, reduction=reduction) + 1.0")
-    rc, out = run("-c", f"""import math, torch, arms, model
+    edit("plan.py", "m = wsd_multiplier(step, plan.steps, plan.warmup_steps, plan.warmdown_ratio)",
+         "m = 0.5 * (1 + math.cos(math.pi * step / plan.steps))  # cosine")
+    rc, out = run("-c", f"""import math, torch, arms, model, plan, train
 print(*arms.ARMS)
 args = model.build_parser().parse_args(["--arch", "mine", "--depth", "2", "--mix-scale", "3"])  # train.py's flags too
 print(model.describe(model.config_for({gated!r}, 2))["scalar_params"], model.config_for("mine", 2).mix_scale,
       model.config_from_args(args, arms.PRESETS["cpu"], 2, 257).mix_scale)
 cfg = model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=8, vocab_size=257)
 print(model.GPT(cfg)(torch.zeros(1, 8, dtype=torch.long), torch.zeros(1, 8, dtype=torch.long)).item() - math.log(257))
+p = train.make_plan(train.parse_args("--arch vanilla --depth 1 --preset cpu --steps 10".split()))
+print(plan.lr_multiplier(5, p))
 """)
     assert rc == 0, out
     lines = out.splitlines()
     assert lines[0].split() == list(arms.PAPER_ARMS) + names + ["mine"] and lines[1] == "1 0.5 3.0"
     assert float(lines[2]) == pytest.approx(1.0)  # initial logits 0: ln V, plus the new term
+    assert float(lines[3]) == pytest.approx(0.5)  # cos(pi/2): no warmup, no warmdown
 
 
 @pytest.mark.parametrize("make, words", [  # more in tests/test_bad_inputs.py: values checked as their flags

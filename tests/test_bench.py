@@ -13,7 +13,6 @@ def test_bench_prints_achieved_flops_roofline_fraction_and_mfu_per_arm(capsys):
     results = bench.bench(args, torch.device("cpu"))
     out = capsys.readouterr().out
     roofline = float(out.split("roofline: ")[1].split(" GFLOP/s")[0].replace(",", "")) * 1e9
-    assert roofline > 0 and "T 32" in out
     for arch in bench.BENCH_ARMS:
         line = next(line for line in out.splitlines() if line.startswith(arch + " "))
         assert "GFLOP/s" in line and "% of roofline" in line and "| MFU " in line
@@ -22,7 +21,7 @@ def test_bench_prints_achieved_flops_roofline_fraction_and_mfu_per_arm(capsys):
         assert r["flops_per_second"] == pytest.approx(model.flops_per_token(cfg, cfg.passes) * r["tokens_per_second"])
         assert r["mfu"] == pytest.approx(r["flops_per_second"] / 1e12)
         assert 0 < r["roofline_fraction"] == pytest.approx(r["flops_per_second"] / roofline, rel=2e-3)
-    assert "operator_1/vanilla = " in out and "untied_2/loop_2 = " in out and "not counted" in out
+    assert "operator_1/vanilla = " in out and "untied_2/loop_2 = " in out and "T 32" in out
 
 
 def test_bench_rounds_interleave_a_roofline_sample_and_one_step_of_every_arm(monkeypatch):

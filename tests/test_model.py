@@ -1,6 +1,5 @@
-"""Tests for model.py: accounting against the release's plans, the CLI, the block and the boundary operator against
-hand-written math, passes and the logit lens, packed prefix trees, attention backends, the bf16 embedding, the init.
-The invariants over every arm (counts and FLOPs against the module, groups, growth) are in tests/test_arms.py."""
+"""Tests for model.py: accounting, the CLI, the block and the boundary operator against hand-written math, passes, the
+logit lens, packed prefix trees, attention backends, the init. Invariants over every arm: tests/test_arms.py."""
 import csv
 import dataclasses
 import json
@@ -16,27 +15,17 @@ import arms
 import model
 import train
 from model import GPT, config_for, describe
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = dict(width_per_depth=32, head_dim=16, seq_len=16, vocab_size=257, mlp_multiple=64)
+from test_arms import SHAPE, randomized
+from test_arms import batch as tokens
+from test_train import ROOT
 
 
 def tiny(arch, depth=3, **overrides):
-    return config_for(arch, depth, **{**TINY, **overrides})
+    return config_for(arch, depth, **{**SHAPE, **overrides})
 
 
-def build(cfg, seed=0):
-    """A model whose every weight (incl. the zero-initialized c_proj/lm_head) is random, so no path is trivially 0."""
-    torch.manual_seed(seed)
-    net = GPT(cfg)
-    with torch.no_grad():
-        for p in net.parameters():
-            p.normal_(0, 0.3)
-    return net
-
-
-def tokens(cfg):
-    return torch.randint(0, cfg.vocab_size, (2, cfg.seq_len), generator=torch.Generator().manual_seed(1))
+def build(cfg, seed=0):  # every weight random (also the zero-initialised ones): no path is trivially 0
+    return randomized(GPT(cfg), seed)
 
 
 def attention_backend_run(fn):
@@ -55,7 +44,6 @@ def run_blocks(net, blocks, x):
     return x
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Accounting (the plans' counts against all 52 release rows: tests/test_plan.py)
 
 def test_the_split_of_every_release_plan_and_the_worked_examples():
@@ -91,7 +79,6 @@ def test_fixed_allocation_shapes_and_split_errors():
             config_for(**kwargs)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # CLI (Table 2's numbers: python model.py --arch A --depth d [--json])
 
 def test_cli_json_and_table(capsys):
@@ -126,7 +113,6 @@ def test_both_clis_take_the_same_model_flags():
     assert (cfg.recurrence_norm, cfg.passes_initial, cfg.passes, cfg.mlp_multiple) == (False, 2, 6, 64)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # The block, the boundary operator, passes and the logit lens
 
 def test_block_matches_hand_written_math():
@@ -231,7 +217,6 @@ def test_positions_and_mask_pack_a_prefix_tree(arch):
     assert not torch.allclose(unmasked[8:], row_b[5:], atol=1e-3)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Attention backends and the bf16 embedding
 
 def test_auto_attention_puts_cudnn_first_only_where_its_lengths_are_safe():
@@ -260,20 +245,16 @@ def test_attention_backend_is_the_kernel_that_runs(attention, ran):
 
 def test_bf16_embedding_on_cuda_only_and_its_adam_moments():
     assert model.embedding_dtype("cuda") == torch.bfloat16 and model.embedding_dtype("cpu") == torch.float32
-    cfg = tiny("operator_1")
-    net, (idx, targets) = build(cfg), torch.randint(0, cfg.vocab_size, (2, 2, cfg.seq_len))
-    assert {p.dtype for p in net.parameters()} == {torch.float32}
+    cfg, idx, targets = tiny("operator_1"), tokens(tiny("operator_1")), tokens(tiny("operator_1")).roll(1)
+    fp32, bf16 = build(cfg), GPT(cfg, dtype=torch.bfloat16)  # the embedding GPT(cfg, device="cuda") builds
+    bf16.load_state_dict(fp32.state_dict())
     with torch.autocast("cpu", torch.bfloat16):
-        fp32_loss = net(idx, targets)
-    net.transformer.wte.to(torch.bfloat16)  # what GPT(cfg, device="cuda") builds
-    with torch.autocast("cpu", torch.bfloat16):
-        loss = net(idx, targets)
-    loss.backward()
-    torch.testing.assert_close(loss, fp32_loss, rtol=2e-2, atol=0)
-    assert net.transformer.wte.weight.grad.dtype == torch.bfloat16  # and so AdamW's moments
+        losses = [net(idx, targets) for net in (fp32, bf16)]
+    losses[1].backward()
+    torch.testing.assert_close(losses[1], losses[0], rtol=2e-2, atol=0)
+    assert bf16.transformer.wte.weight.grad.dtype == torch.bfloat16  # and so AdamW's moments
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # Construction on the device (drawn tensor by tensor on the CPU): the same weights as building on the CPU
 
 def cpu_built_weights(cfg, seed):

@@ -1,6 +1,5 @@
-"""Tests for muon.py: the Muon variant's pieces against the release's formulas, full steps (one at LR 0) against a
-plain fp32 reference, state reset, no-grad = zero gradient, Polar-Express precisions, ownership, and Muon on FSDP2
-shards (2 and 4 gloo processes: the single process's bits)."""
+"""Tests for muon.py: its pieces against the release's formulas, full steps against a plain fp32 reference, no-grad =
+zero gradient, Polar-Express precisions, ownership, and Muon on FSDP2 shards (2 and 4 gloo processes: one's bits)."""
 import math
 import os
 

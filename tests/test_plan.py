@@ -2,8 +2,9 @@
 column, the schedules, the micro-batch (the arms table's rule, the CUDA probe's halving) and the dry run's GPU-hours."""
 import csv
 import json
-import os
 import math
+import os
+import types
 
 import pytest
 import torch
@@ -23,11 +24,6 @@ def plan_for(*argv):
     return train.make_plan(train.parse_args(list(argv)))
 
 
-def sig6(x):
-    return float(f"{x:.6g}")
-
-
-# ----------------------------------------------------------------------------------------------------------------------
 # The plan and its schedules
 
 @pytest.mark.parametrize("row", SPEC_ROWS, ids=lambda r: f"{r['arch']}_d{r['depth']}")
@@ -38,7 +34,7 @@ def test_plan_matches_spec_table(row):
         assert plan[key] == int(row[key]), key
     assert plan["crossover_step"] == (int(row["crossover_step"]) if row["crossover_step"] else None)
     for key in ("matrix_lr", "embedding_lr", "unembedding_lr"):  # the table prints 6 significant figures
-        assert sig6(plan[key]) == float(row[key]), key
+        assert float(f"{plan[key]:.6g}") == float(row[key]), key
     assert plan["total_flops"] == pytest.approx(float(row["total_flops"]), rel=1e-6)
 
 
@@ -104,9 +100,7 @@ def test_staged_and_random_recurrence_plans():
     assert rand.total_flops != plan_for("--arch", "loop_grow", "--depth", "8").total_flops
 
 
-# ----------------------------------------------------------------------------------------------------------------------
-# The micro-batch: the arms table's rule, the preset's on CPU, the flag; on CUDA halved while the largest stage does
-# not fit
+# The micro-batch: the arms table's rule, the preset's on CPU, the flag; on CUDA halved while the largest stage fails
 
 @pytest.mark.parametrize("row", SPEC_ROWS, ids=lambda r: f"{r['arch']}_d{r['depth']}")
 def test_micro_batch_rule_is_the_releases_device_batch(row):
@@ -127,12 +121,10 @@ def test_micro_batch_on_cpu_from_the_flag_and_capped_at_the_sequences_per_rank()
         plan_lib.device_batch_size(cpu, 3, "cpu")
 
 
-class FakeCudaRun:
-    """What probe_micro_batch reads of a train.Run, on the CPU."""
-    def __init__(self, plan, batch, given=None):
-        self.plan, self.world, self.master, self.device = plan, 1, True, torch.device("cpu")
-        self.micro_batches, self.args = (batch,) * len(plan.pass_stages), type("Args", (), {"device_batch_size": given})
-        self.memory = None
+def fake_cuda_run(plan, batch, given=None):  # what probe_micro_batch reads of a train.Run, on the CPU
+    return types.SimpleNamespace(plan=plan, world=1, master=True, device=torch.device("cpu"), memory=None,
+                                 micro_batches=(batch,) * len(plan.pass_stages), args=types.SimpleNamespace(
+                                     device_batch_size=given))
 
 
 def test_probe_halves_the_micro_batch_on_out_of_memory_keeping_the_global_batch(monkeypatch, capsys):
@@ -152,17 +144,16 @@ def test_probe_halves_the_micro_batch_on_out_of_memory_keeping_the_global_batch(
         monkeypatch.setattr(torch.cuda, name, lambda *a: None)
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda *a: 3 * 2 ** 30)
     monkeypatch.setattr(train, "gather", lambda value: [value])
-    run = FakeCudaRun(plan, 16)
+    run = fake_cuda_run(plan, 16)
     train.probe_micro_batch(run, net)
     assert seen == [(16, 4), (8, 4), (4, 4)] and run.micro_batches == (4, 4)
     assert run.memory["stages"] == [dict(passes=k, micro_batch=4, accumulation=4) for k in (2, 4)]
     assert run.memory["probe_peak_bytes"] == 3 * 2 ** 30 and "micro-batch 4" in capsys.readouterr().out
     assert all(p.grad is None for p in net.parameters())  # the probe trains nothing
     with pytest.raises(torch.OutOfMemoryError):  # --device-batch-size is the user's: never halved
-        train.probe_micro_batch(FakeCudaRun(plan, 8, given=8), net)
+        train.probe_micro_batch(fake_cuda_run(plan, 8, given=8), net)
 
 
-# ----------------------------------------------------------------------------------------------------------------------
 # GPU-hours: FLOPs at the MFU the release measured at the run's width
 
 def test_gpu_hours_at_the_releases_mfu_per_width_with_its_leave_one_width_out_error():
