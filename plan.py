@@ -100,7 +100,7 @@ def make_plan(args):
     # 4. Steps: TPP * N / batch tokens; growth arms match the initial-K matrix-compute budget, with the K=2 step count
     #    left unrounded (App. A.3.2); the data-constrained grid repeats a fixed token budget for its epochs.
     n_tpp = model_lib.params_tpp(cfg)
-    epochs = args.epochs or regime.epochs if regime else 1
+    epochs = (args.epochs or regime.epochs) if regime else 1
     if regime:
         token_limit = args.train_token_limit or regime.train_tokens
         steps = epochs * ((token_limit // (seq_len + 1)) // (batch_tokens // seq_len))
@@ -172,8 +172,8 @@ def pass_stages(args, cfg):
 
 def growth_fractions(flag, recipe, depth, stages):
     """--crossover-fractions, else the recipe's fraction at this depth; one increasing fraction in (0, 1) per growth."""
-    default = recipe.crossover.get(depth, recipe.default_crossover)
-    fractions = flag or (list(default) if isinstance(default, tuple) else [] if default is None else [default])
+    default = recipe.crossover.get(depth, recipe.default_crossover)  # None: no growth recipe; staged: a tuple
+    fractions = flag or ([] if default is None else list(default) if isinstance(default, tuple) else [default])
     growths = len(stages) - 1
     if len(fractions) != growths or any(not 0 < f < 1 for f in fractions) or sorted(fractions) != fractions:
         example = " ".join(f"{(i + 1) / (growths + 1):.2f}" for i in range(growths))
