@@ -1,7 +1,7 @@
 """laws.py — the math under fit.py: L(C) = E + A (C/1e18)^-gamma ladder fits (E from the reference arm's free-E fit,
 shared by every arm; arXiv 2609.19107 Sec. 4.2), compute multipliers, forecasts, the bootstrap, the design simulator,
-the Chinchilla/Skaling L(N, D) surface, and the CSV / result.json readers. `python fit.py` is the command line."""
-import argparse, csv, glob, json, math, os, sys, zlib
+the Chinchilla/Skaling L(N, D) surface, and the CSV reader. `python fit.py` is the command line."""
+import argparse, csv, json, math, os, sys, zlib
 from dataclasses import fields
 
 import numpy as np
@@ -27,13 +27,12 @@ FIT = dict(
     # the release's five multi-epoch budgets (FLOPs without attention) at which the paper reads the loop grid
     loop_budgets=(0.846120e18, 1.419447e18, 2.381258e18, 3.994787e18, 6.701636e18),
 )
-UNKNOWN_ARM_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#c7c7c7",
-                       "#dbdb8d", "#9edae5")  # matplotlib's light tab20 shades: no arm of the table uses one
+# an arm the table does not know (a CSV's own name) gets one of matplotlib's light tab20 shades, unused by the table
+UNKNOWN_ARM_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#c49c94", "#f7b6d2", "#dbdb8d", "#9edae5")
 
 
 def style(arm):
-    """(label, colour) of an arm in every figure: its row of the arms table; an arm the table does not know (a CSV's
-    own name) keeps its name and gets a light shade by its name, never a colour of the table's arms."""
+    """(label, colour) of an arm in every figure: its row of the arms table, else its name and a light shade."""
     if arm in ARMS:
         return ARMS[arm].label, ARMS[arm].color
     return arm, UNKNOWN_ARM_COLOURS[zlib.crc32(arm.encode()) % len(UNKNOWN_ARM_COLOURS)]
@@ -58,36 +57,32 @@ def read_csv(path, required, numeric=(), positive=(), key=(), fraction=()):
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:  # -sig: a byte-order mark is not part of the header
             reader = csv.DictReader(f)
-            rows, lines = [], []
-            for r in reader:
-                rows.append(r)
-                lines.append(reader.line_num)
+            rows = [(reader.line_num, r) for r in reader]
             header = reader.fieldnames or []
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}")
     except (UnicodeDecodeError, csv.Error) as e:
         raise UsageError(f"{path}: not a UTF-8 CSV file ({e})")
-    if (twice := next((c for i, c in enumerate(header) if c in header[:i]), None)) is not None:
-        raise UsageError(f"{path}: column {twice} appears twice in the header; keep one")
+    if twice := [c for i, c in enumerate(header) if c in header[:i]]:  # DictReader would keep the last silently
+        raise UsageError(f"{path}: column {twice[0]} appears twice in the header; keep one")
     if missing := [c for c in required if c not in header]:
         raise UsageError(f"{path}: missing column(s) {', '.join(missing)} (need {', '.join(required)})")
-    cols = {c: [r[c] for r in rows] for c in header}
-    for c in (c for c in numeric if c in cols):  # an optional numeric column may be absent
-        values = []
-        for v, line in zip(cols[c], lines):
+    cols = {c: [r[c] for _, r in rows] for c in header}
+    cols["_line"] = [line for line, _ in rows]
+    for c in (c for c in numeric if c in header):  # an optional numeric column may be absent
+        for i, (v, line) in enumerate(zip(cols[c], cols["_line"])):
             try:
-                values.append(float(v))
+                cols[c][i] = float(v)
             except (TypeError, ValueError):
-                raise UsageError(f"{path}:{line}: column {c} is {v!r}, not a number")
-            if not math.isfinite(values[-1]) or (c in positive and values[-1] <= 0):
-                raise UsageError(f"{path}:{line}: column {c} is {v}; need a finite number" + (" > 0" if c in positive else ""))
-            if c in fraction and not 0 <= values[-1] <= 1:
-                raise UsageError(f"{path}:{line}: column {c} is {v}; it is a fraction, need a number in [0, 1]")
-        cols[c] = np.array(values)
-    cols["_line"] = lines
+                cols[c][i] = math.nan
+            x = cols[c][i]
+            if not math.isfinite(x) or c in positive and x <= 0 or c in fraction and not 0 <= x <= 1:
+                need = "a number in [0, 1]" if c in fraction else "a finite number" + (" > 0" if c in positive else "")
+                raise UsageError(f"{path}:{line}: column {c} is {v!r}; need {need}")
+        cols[c] = np.array(cols[c], dtype=float)
     if key:
         read = [c for c in dict.fromkeys([*required, *numeric]) if c in cols]
-        cols = drop_repeats(cols, [c for c in key if c in cols], read, [f"{path}:{line}" for line in lines])
+        cols = drop_repeats(cols, [c for c in key if c in cols], read, [f"{path}:{line}" for line in cols["_line"]])
     return cols
 
 
@@ -147,100 +142,68 @@ def jsonable(obj):
 
 def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
     """argparse type: a whole (int) or finite (float) number in [lo, hi] (open ends with open_lo/open_hi)."""
-    end = lambda b: str(b) if kind is int else format(b, "g")
     what = "a whole number" if kind is int else "a finite number"
-    if lo is not None and hi is not None:
-        what += f" in {'(' if open_lo else '['}{end(lo)}, {end(hi)}{')' if open_hi else ']'}"
-    elif lo is not None or hi is not None:
-        what += f" {'>' if open_lo else '>='} {end(lo)}" if lo is not None else f" {'<' if open_hi else '<='} {end(hi)}"
+    if hi is not None:
+        what += f" in {'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
+    elif lo is not None:
+        what += f" {'>' if open_lo else '>='} {lo:g}"
 
     def parse(text):
         try:
             v = kind(text)
         except ValueError:
-            v = None
-        if v is None or kind is float and not math.isfinite(v) or lo is not None and (v < lo or v == lo and open_lo) \
-                or hi is not None and (v > hi or v == hi and open_hi):
+            v = math.nan
+        if not (math.isfinite(v) and (lo is None or v > lo or v == lo and not open_lo)
+                and (hi is None or v < hi or v == hi and not open_hi)):
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
         return v
     return parse
 
 
-positive_float = number(float, 0, open_lo=True)
-SEED_MAX = 2 ** 63 - 1  # numpy's generators take any seed >= 0; this keeps seeds within a signed 64-bit JSON integer
-
-
-def run_paths(item):
-    """The result.json files an input names: a run dir's own, a runs dir's */result.json, the file, or a glob's."""
-    if os.path.isdir(item):
-        own = os.path.join(item, "result.json")
-        return [own] if os.path.exists(own) else sorted(glob.glob(os.path.join(glob.escape(item), "*", "result.json")))
-    return [item] if os.path.exists(item) else sorted(glob.glob(item))
-
-
-def read_result_json(path, table):
-    """A train.py result.json as a dict; a file that is none -> UsageError naming the CSV form `table`."""
-    try:
-        with open(path) as f:
-            r = json.load(f)
-    except OSError as e:
-        raise UsageError(f"cannot read {path}: {e.strerror}")
-    except ValueError:
-        r = None
-    if not isinstance(r, dict) or "status" not in r:
-        raise UsageError(f"{path} is not a train.py result.json; pass train.py run dirs, or a table as CSV [{table}]")
-    return r
-
-
 # The recipe of a ladder: what the arms table's row and the preset set (every flag of train.py that changes one is a
-# field of Arm or Preset), the arm itself, and its data pool. Runs fitted as one ladder must agree on it; what a depth
-# derives (shapes, counts, steps, tokens, growth crossovers, whatever the model's describe() adds) is never compared.
-# The LRs are compared depth-free: train.py scales them by N(d)^-lr_exponent; the width by the depth.
+# field of Arm or Preset), and the data pool. Runs fitted as one ladder must agree on it; what a depth derives
+# (shapes, counts, steps, growth crossovers) is not compared, the LRs only depth-free (train.py scales them by
+# N(d)^-lr_exponent), the width only per layer.
 PER_DEPTH_FIELDS = {"label", "color", "figure2", "ladder_depths", "crossover", "default_crossover", "anchor_depth",
                     "device_batch_size", "save_every", "log_every", "data_dir"}
-RECIPE = {f.name for cls in (Arm, Preset) for f in fields(cls)} - PER_DEPTH_FIELDS | {"arch", "optimizer"}
 LRS = ("matrix_lr", "embedding_lr", "unembedding_lr", "scalar_lr")
-POOL_VARIES = ("created", "finished", "sha256_checked")  # when a pool was prepared and whether a start checked it
-
-
-def flat(d, prefix=""):
-    """Nested dicts -> {"a.b": value}."""
-    out = {}
-    for k, v in d.items():
-        out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
-    return out
+RECIPE = {f.name for cls in (Arm, Preset) for f in fields(cls)} - PER_DEPTH_FIELDS - set(LRS) | {"arch", "optimizer"}
 
 
 def recipe_of(r, varies=(), shared=()):
-    """The recipe fields of a result.json's plan (less `varies`, plus the plan fields `shared`), its LRs and width
-    brought to a depth-free form, and its data pool (less when it was prepared)."""
+    """The recipe fields of a result.json's plan (less `varies`, plus `shared`), depth-free, and its data pool (less
+    when it was prepared)."""
     plan = r.get("plan") or {}
-    out = {k: v for k, v in flat(plan).items()
-           if k.rsplit(".", 1)[-1] in (RECIPE - set(LRS) - set(varies)) | set(shared)}
+    out = {k: v for k, v in plan.items() if k in (RECIPE - set(varies)) | set(shared)}
     if "depth" in plan and "width" in plan:
         out["width / depth"] = plan["width"] / plan["depth"]
     for lr in LRS:
         if plan.get(lr) is not None and "params_tpp" in plan:  # scalar_lr None: the embedding LR
             out[f"{lr} x params_tpp^lr_exponent"] = plan[lr] * plan["params_tpp"] ** plan["lr_exponent"]
-    out.update({k: v for k, v in flat(r.get("data_manifest") or {}, "data_manifest.").items()
-                if k.rsplit(".", 1)[-1] not in POOL_VARIES})
+
+    def flat(d, prefix):
+        for k, v in d.items():
+            if isinstance(v, dict):
+                flat(v, f"{prefix}{k}.")
+            elif k not in ("created", "finished", "sha256_checked"):
+                out[prefix + k] = v
+    flat(r.get("data_manifest") or {}, "data_manifest.")
     return out
 
 
 def check_one_recipe(runs, what, varies=(), shared=()):
     """runs: [(path, result.json dict)] fitted together. Two that differ in a recipe field or the data pool ->
     UsageError naming both and the field; a field one run does not record is not compared."""
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
-    same = lambda a, b: math.isclose(a, b, rel_tol=1e-9) if number(a) and number(b) else a == b
-    short = lambda v: (lambda t: t if len(t) <= 40 else t[:37] + "...")(json.dumps(v, default=str))
+    number_ = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    same = lambda a, b: math.isclose(a, b, rel_tol=1e-9) if number_(a) and number_(b) else a == b
+    short = lambda v: json.dumps(v, default=str)[:40]
     first = {}
     for path, r in runs:
         for k, v in recipe_of(r, varies, shared).items():
             seen, w = first.setdefault(k, (path, v))
             if not same(v, w):
                 raise UsageError(f"{seen} and {path}: {what} with different {k} ({short(w)} vs {short(v)}); a ladder "
-                                 "is one recipe on one data pool: pass only the runs of one (move the others to "
-                                 "another folder)")
+                                 "is one recipe on one data pool: pass only the runs of one")
 
 
 # ---------------------------------------------------------------------------------------------------- fits (Sec. 4.2)
@@ -257,18 +220,15 @@ def robust_lsq(resid, x0, bounds, min_scale, **kw):
 def fit_free_e(x, loss, sd=None):
     """L = E + A x^-gamma with E free -> (A, gamma, E). sd: each point's noise (loss units) to weight the residuals by;
     None = unweighted, the paper's fit."""
-    if len(x) < 3:
-        raise FitError(f"fewer than 3 points ({len(x)})")
     if len(np.unique(x)) < 3:  # three parameters (a resample repeating a point): no slope and floor to place
-        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
+        raise FitError(f"fewer than 3 points ({len(np.unique(x))} distinct)")
     sd = np.ones_like(loss) if sd is None else sd
     lx = np.log(x)
     grid = np.linspace(0.0, FIT["e_grid_top"] * loss.min(), FIT["e_grid"])
     y = np.log(loss[None, :] - grid[:, None])  # OLS of ln(L - E_j) on ln x for all 600 E_j at once (= np.polyfit deg 1)
     dx = lx - lx.mean()
     slope = (y - y.mean(1, keepdims=True)) @ dx / (dx @ dx)
-    icpt = y.mean(1) - slope * lx.mean()
-    A, g = np.exp(icpt), -slope
+    A, g = np.exp(y.mean(1) - slope * lx.mean()), -slope
     sse = ((((grid[:, None] + A[:, None] * x[None, :] ** -g[:, None]) - loss[None, :]) / sd) ** 2).sum(1)
     sse[slope >= 0] = np.inf
     j = int(np.argmin(sse))
@@ -290,29 +250,28 @@ def free_e_check(x, loss, E_shared, sd=None):
     cov = np.linalg.pinv(J.T @ J) * (1.0 if sd is not None else r @ r / dof if dof > 0 else np.nan)
     g_se, E_se = math.sqrt(cov[1, 1]), math.sqrt(cov[2, 2])
     return dict(free_A=A, free_gamma=g, free_gamma_se=g_se, free_E=E, free_E_se=E_se, free_gamma_E_cov=cov[1, 2],
-                free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if np.isfinite(E_se) else None)
+                free_disagrees=bool(abs(E - E_shared) > FIT["disagree_se"] * E_se) if np.isfinite(E_se) else None,
+                free_E_bound=bound_of(E, loss))
 
 
 def fit_shared_e(x, loss, E, sd=None):
-    """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is weighted
-    least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2 (~1 when
-    the noise explains the scatter around the law)."""
-    from scipy import stats
+    """OLS of ln(L - E) on ln x -> dict(gamma, A, gamma_se, r2). With sd (each point's noise in loss units) it is
+    weighted least squares with var ln(L - E) = (sd / (L - E))^2, gamma_se from that known noise, and reduced_chi2
+    (~1 when the noise explains the scatter around the law)."""
     if len(np.unique(x)) < 3:
-        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
+        raise FitError(f"fewer than 3 points ({len(np.unique(x))} distinct)")
     if loss.min() <= E:
         raise FitError(f"loss {loss.min():.4f} <= E = {E:.4f}; the shared floor is above this arm")
     lx, y = np.log(x), np.log(loss - E)
-    if sd is None:
-        reg = stats.linregress(lx, y)
-        return dict(gamma=-reg.slope, A=math.exp(reg.intercept), gamma_se=reg.stderr, r2=reg.rvalue ** 2)
-    w = ((loss - E) / sd) ** 2
+    w = np.ones_like(y) if sd is None else ((loss - E) / sd) ** 2
     X = np.stack([np.ones_like(lx), lx], 1)
     cov = np.linalg.inv(X.T @ (w[:, None] * X))
     icpt, slope = cov @ (X.T @ (w * y))
     res = y - icpt - slope * lx
-    return dict(gamma=-slope, A=math.exp(icpt), gamma_se=math.sqrt(cov[1, 1]),
-                r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())), reduced_chi2=float(w @ res ** 2 / (len(x) - 2)))
+    chi2 = float(w @ res ** 2 / (len(x) - 2)) if len(x) > 2 else math.nan
+    out = dict(gamma=-slope, A=math.exp(icpt), gamma_se=math.sqrt(cov[1, 1] * (chi2 if sd is None else 1.0)),
+               r2=1 - res @ res / ((y - y.mean()) @ (y - y.mean())))
+    return out if sd is None else dict(out, reduced_chi2=chi2)
 
 
 def compute_at_loss(x, loss, target):
@@ -355,12 +314,16 @@ def point_sd(d, sigma):
     return None if sigma is None else sigma * d["loss"] / np.sqrt(d["n"])
 
 
+def bound_of(E, loss):
+    """Where a free-E fit's floor sits on its bounds [0, lowest loss): "0", "the lowest loss" or None (inside)."""
+    tol = 1e-6 * loss.min()
+    return "0" if E <= tol else "the lowest loss" if E >= loss.min() - tol else None
+
+
 def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=None, E_known=None):
     """The paper's ladder fit (Sec. 4.2): E from the reference arm's free-E fit (or E_known), every arm's shared-E
     law, its multipliers and its own free-E check, then gamma's se with E's uncertainty carried (floor_uncertainty).
     An arm that cannot be fitted is skipped and named in "warnings"."""
-    if ref_arm not in data:
-        raise UsageError(f"reference arm {ref_arm!r} not in the data (arms: {', '.join(data)})")
     r = data[ref_arm]
     try:
         A_free, g_free, E = fit_free_e(r["x"] / c_ref, r["loss"], point_sd(r, sigma)) if E_known is None else \
@@ -370,15 +333,15 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     keep = r["depth"] >= anchor_depth
     budgets, targets = r["x"][keep], r["loss"][keep]
     if not len(budgets):
-        raise UsageError(f"reference arm {ref_arm} has no point with depth >= {anchor_depth}; "
-                         "pass --anchor-depth (e.g. 3 for the cpu preset)")
+        raise UsageError(f"reference arm {ref_arm} has no point with depth >= {anchor_depth}; pass --anchor-depth")
     c0 = r["x"][r["depth"] == anchor_depth][0] if (r["depth"] == anchor_depth).any() else budgets[0]
     out = dict(E=E, reference_arm=ref_arm, C0=c0, c_ref=c_ref, budgets=budgets, targets=targets,
                last_budget_index=int(np.flatnonzero(keep)[-1]), reference_free=dict(A=A_free, gamma=g_free, E=E),
                arms={}, errors={}, warnings=[])
     for arm, d in data.items():
+        x, sd = d["x"] / c_ref, point_sd(d, sigma)
         try:
-            res = fit_shared_e(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma))
+            res = fit_shared_e(x, d["loss"], E, sd)
         except FitError as e:
             out["errors"][arm] = str(e)
             out["warnings"].append(f"arm {arm}: {e}; skipped")
@@ -390,15 +353,14 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
             out["warnings"].append(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of "
                                    f"{len(budgets)} reference budgets; those multipliers are missing")
         res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
-        res["points"] = [dict(depth=int(dp), compute=x, loss=l, n=int(k), flags=list(f)) for dp, x, l, k, f in
-                         zip(d["depth"], d["x"], d["loss"], d["n"], d.get("flags") or [()] * len(d["x"]))]
-        res["dof"] = len(d["x"]) - 2  # the shared-E law's residual degrees of freedom: A and gamma
-        try:
-            if E_known is None:
-                res.update(free_e_check(d["x"] / c_ref, d["loss"], E, point_sd(d, sigma)))
-                res["free_E_bound"] = bound_of(res["free_E"], d["loss"])
-        except FitError as e:
-            out["warnings"].append(f"arm {arm}: free-E fit failed: {e}")
+        res["points"] = [dict(depth=int(dp), compute=c, loss=l, n=int(k), flags=list(f)) for dp, c, l, k, f in
+                         zip(d["depth"], d["x"], d["loss"], d["n"], d.get("flags", [()] * len(x)))]
+        res["dof"] = len(x) - 2  # the shared-E law's residual degrees of freedom: A and gamma
+        if E_known is None:
+            try:
+                res.update(free_e_check(x, d["loss"], E, sd))
+            except FitError as e:
+                out["warnings"].append(f"arm {arm}: free-E fit failed: {e}")
         out["arms"][arm] = res
     ref = out["arms"][ref_arm]
     for res in out["arms"].values():
@@ -407,12 +369,6 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
     if E_known is None:  # the floor: the reference arm's free-E fit, three parameters
         out.update(E_se=ref.get("free_E_se", math.nan), E_dof=len(r["x"]) - 3, E_bound=bound_of(E, r["loss"]))
     return out
-
-
-def bound_of(E, loss):
-    """Where a free-E fit's floor sits on its bounds [0, lowest loss): "0", "the lowest loss" or None (inside)."""
-    tol = 1e-6 * loss.min()
-    return "0" if E <= tol else "the lowest loss" if E >= loss.min() - tol else None
 
 
 def footing(fit, sigma):
@@ -429,14 +385,12 @@ def footing(fit, sigma):
     for arm, r in fit["arms"].items():
         r["intervals_known"] = not (E_short or sigma is None and r["dof"] < need)
         if not r["intervals_known"]:
-            for k in [k for k in r if k.endswith("_ci") or k.endswith("_se")]:
-                r[k] = None
+            r.update({k: None for k in r if k.endswith(("_ci", "_se"))})
         if sigma is None and r["dof"] < need:
             short.setdefault((len(r["points"]), r["dof"]), []).append(arm)
     for (n, dof), arms in short.items():
         lines.append(f"WARNING: {', '.join(arms)}: {n} points for A and gamma leave {dof} residual degrees of freedom; "
-                     f"{'its' if len(arms) == 1 else 'their'} ± and CIs are unknown and not printed (at least "
-                     f"{need + 2} points)")
+                     f"their ± and CIs are unknown and not printed (at least {need + 2} points)")
     if fit.get("E_bound"):
         lines.append(f"note: the floor E = {fit['E']:.6f} sits on its bound ({fit['E_bound']}) of "
                      f"{fit['reference_arm']}'s free-E fit: the data do not pin a floor, and E's ± is not an interval")
@@ -477,7 +431,7 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
     and s = sigma for a given --noise; fits are weighted by sigma and targets are the re-drawn reference losses."""
     rng = np.random.default_rng(seed)
     arms, c_ref, ref_arm = list(fit["arms"]), fit["c_ref"], fit["reference_arm"]
-    budget, last = fit["budgets"][-1], fit["last_budget_index"]
+    budget = fit["budgets"][-1]
     sigma = noise[0] if noise else None
     pi_at = np.array([budget] + ([extrapolate] if extrapolate else [])) / c_ref
     keys = ("gamma", "final", "pi", "forecast", "gain")
@@ -492,14 +446,13 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
             s = sigma * math.sqrt(rng.chisquare(noise[1]) / noise[1]) if noise[1] else sigma
             pts = {a: dict(x=data[a]["x"], n=data[a]["n"], loss=data[a]["loss"] * np.exp(
                 s * rng.standard_normal(len(data[a]["x"])) / np.sqrt(data[a]["n"]))) for a in arms}
-            target = pts[ref_arm]["loss"][last]
-        laws = {}
+            target = pts[ref_arm]["loss"][fit["last_budget_index"]]
         try:
             p = pts[ref_arm]
             A_free, g_free, E = fit_free_e(p["x"] / c_ref, p["loss"], point_sd(p, sigma))
         except FitError:
             continue
-        ref_free = dict(A=A_free, gamma=g_free, E=E)
+        E_draws[b], laws = E, {}
         for a in arms:
             p = pts[a]
             try:
@@ -509,17 +462,16 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
             draws[a]["gamma"][b] = laws[a]["gamma"]
             draws[a]["final"][b] = matched_multipliers([budget], [target], p["x"], p["loss"], a == ref_arm)[0]
             if extrapolate:
-                draws[a]["forecast"][b], draws[a]["gain"][b] = forecast(ref_free, None if a == ref_arm else laws[a],
-                                                                        extrapolate / c_ref)
-        E_draws[b] = E
+                draws[a]["forecast"][b], draws[a]["gain"][b] = forecast(
+                    dict(A=A_free, gamma=g_free, E=E), None if a == ref_arm else laws[a], extrapolate / c_ref)
         if ref_arm in laws:
             for a in laws:
                 draws[a]["pi"][b] = fitted_multiplier(laws[ref_arm], laws[a], pi_at)
-    lo, hi = (100 - FIT["ci"]) / 2, 100 - (100 - FIT["ci"]) / 2
+    tail = (100 - FIT["ci"]) / 2
 
     def ci(v):
         v = v[np.isfinite(v)]
-        return [float(np.percentile(v, lo)), float(np.percentile(v, hi))] if len(v) > 1 else [np.nan, np.nan]
+        return [float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))] if len(v) > 1 else [np.nan, np.nan]
     for a in arms:
         g = draws[a]["gamma"]
         fit["arms"][a].update(gamma_boot_se=float(np.std(g[np.isfinite(g)])) if np.isfinite(g).sum() > 1 else np.nan,
@@ -555,28 +507,26 @@ def simulate(points, laws, E, ref_arm, sigma, sims, rng, fixed_E=False):
         data = {}
         for a, (x, n) in points.items():
             A, g = laws[a]
-            z = rng.standard_normal((len(x), int(n.max())))
-            runs = (E + A * x ** -g)[:, None] * np.exp(sigma * z)
+            runs = (E + A * x ** -g)[:, None] * np.exp(sigma * rng.standard_normal((len(x), int(n.max()))))
             loss = np.array([runs[i, :k].mean() for i, k in enumerate(n)])
-            data[a] = dict(x=x, loss=loss, n=n, depth=np.arange(1, len(x) + 1))  # depth only picks multiplier budgets
+            data[a] = dict(x=x, loss=loss, n=n, depth=np.arange(1, len(x) + 1))  # depth only picks the budgets
         try:
             fit = fit_ladders(data, ref_arm, 1.0, 1, sigma, E if fixed_E else None)
         except UsageError:  # the reference arm's free-E fit failed on this draw
             continue
         for a, r in fit["arms"].items():
             lower = np.nan if r.get("free_disagrees") is None else float(r["free_disagrees"] and r["free_E"] < fit["E"])
-            values = dict(r, lower_floor=lower)
             for k in DRAWS:
-                out[a][k][s] = values[k]
+                out[a][k][s] = lower if k == "lower_floor" else r[k]
     return out
 
 
 def summarize(points, laws, E, ref_arm, sigma, draws):
     """Per arm, over the simulated ladders: the spread of the estimates (the CI half-width an oracle would quote:
     half the central 95 % range), the E-known analytic standard error, and how the analyst's 95 % intervals of one
-    ladder do: coverage (how often gamma +- z se contains the true value), power (how often the
-    delta-gamma interval excludes 0 on the true side) and how often the arm's own free-E fit reads its difference as
-    a lower floor. detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
+    ladder do: coverage (how often gamma +- z se contains the true value), power (how often the delta-gamma interval
+    excludes 0 on the true side) and how often the arm's own free-E fit reads its difference as a lower floor.
+    detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
     from scipy import stats
     z = stats.norm.ppf(0.5 + FIT["ci"] / 200)
     q = lambda v: (np.nanpercentile(v, 100 - (100 - FIT["ci"]) / 2) - np.nanpercentile(v, (100 - FIT["ci"]) / 2)) / 2
@@ -639,19 +589,14 @@ def fit_surface(N, D, L, form, delta, hops, seed):
     fun = lambda th: surface_objective(th, lnN, lnD, logL, delta, skaling)
     local = dict(method="L-BFGS-B", jac=True, bounds=bounds)  # grid starts and hops: default tolerances
     best = None
-    for al in (0.1, 0.3, 0.6):
-        for be in (0.1, 0.3, 0.6):
-            for E0 in (0.5 * L.min(), 0.9 * L.min()):
-                for k in ((0.5, 1.0) if skaling else (1.0,)):
-                    half = (np.median(L) - E0) ** (1 / k) / 2  # each inner term's share at the grid's median (N, D)
-                    x0 = [math.log(half) + al * np.median(lnN), math.log(half) + be * np.median(lnD), al, be,
-                          math.log(E0)] + ([k] if skaling else [])
-                    res = optimize.minimize(fun, np.clip(x0, *np.array(bounds).T), **local)
-                    if best is None or res.fun < best.fun:
-                        best = res
+    for al, be, E0, k in ((al, be, E0, k) for al in (0.1, 0.3, 0.6) for be in (0.1, 0.3, 0.6)
+                          for E0 in (0.5 * L.min(), 0.9 * L.min()) for k in ((0.5, 1.0) if skaling else (1.0,))):
+        half = (np.median(L) - E0) ** (1 / k) / 2  # each inner term's share at the grid's median (N, D)
+        x0 = [math.log(half) + al * np.median(lnN), math.log(half) + be * np.median(lnD), al, be, math.log(E0), k]
+        res = optimize.minimize(fun, np.clip(x0[:len(names)], *np.array(bounds).T), **local)
+        best = res if best is None or res.fun < best.fun else best
     if hops:
-        res = optimize.basinhopping(fun, best.x, niter=hops, rng=np.random.default_rng(seed),
-                                    minimizer_kwargs=local)
+        res = optimize.basinhopping(fun, best.x, niter=hops, rng=np.random.default_rng(seed), minimizer_kwargs=local)
         best = res if res.fun < best.fun else best
     best = optimize.minimize(fun, best.x, **local, options=dict(ftol=1e-15, gtol=1e-9, maxiter=10000))  # polish
     th = dict(zip(names, best.x))
@@ -662,8 +607,7 @@ def fit_surface(N, D, L, form, delta, hops, seed):
 def compute_optimal(p, C):
     """Closed form on C = 6 N D (the outer power k does not move the minimum): N* = G (C/6)^(b/(a+b))."""
     a, b = p["alpha"], p["beta"]
-    G = (a * p["A"] / (b * p["B"])) ** (1 / (a + b))
-    N = G * (C / 6) ** (b / (a + b))
+    N = (a * p["A"] / (b * p["B"])) ** (1 / (a + b)) * (C / 6) ** (b / (a + b))
     D = C / 6 / N
     return dict(compute=C, N=N, D=D, ratio=D / N, loss=float(surface_predict(p, N, D)))
 
@@ -672,7 +616,7 @@ def mape(p, N, D, L):
     return float(100 * np.mean(np.abs(surface_predict(p, N, D) - L) / L)) if len(L) else np.nan
 
 
-# ---------------------------------------------------------------------------------------------------- sweeps
+# ---------------------------------------------------------------------------------------------------- sweeps, frontiers
 def quad_vertex(x, y):
     """Vertex of a least-squares quadratic y(x) -> (x*, y*, inside the measured range?)."""
     if len(np.unique(x)) < 3:
@@ -682,3 +626,21 @@ def quad_vertex(x, y):
         raise FitError("no interior minimum (curvature <= 0)")
     xv = -c1 / (2 * c2)
     return xv, c0 - c1 ** 2 / (4 * c2), bool(x.min() <= xv <= x.max())
+
+
+def lower_envelope(x, y, log=False):
+    """The compute frontier: the Pareto points (new loss minima in compute order), then their lower convex hull, in
+    (compute, loss), or in (log compute, loss) with log=True -> an (n, 2) array of (compute, loss); (0, 2) if empty."""
+    pts, best = [], np.inf
+    for xi, yi in sorted(zip(x, y)):
+        if yi < best:
+            pts.append((math.log(xi) if log else xi, yi))
+            best = yi
+    hull = []
+    for p in pts:
+        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) - \
+                (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) <= 0:
+            hull.pop()
+        hull.append(p)
+    h = np.array(hull).reshape(-1, 2)
+    return np.c_[np.exp(h[:, 0]) if log else h[:, 0], h[:, 1]]

@@ -44,16 +44,17 @@ PILOT = json.dumps(dict(E=1.7, arms=dict(vanilla=dict(A=1.6, gamma=0.11))))
 
 FIT_CASES = [
     ("missing-input", {}, ["ladders", "{d}/nope"], "cannot read"),
-    ("missing-runs", {}, ["ladders", "--runs-dir", "{d}/nope"], "no train.py run (result.json) there"),
+    ("missing-runs", {}, ["ladders", "--runs-dir", "{d}/nope"], "/nope is not a folder"),
     ("no-input", {}, ["ladders"], "no ladder points: pass CSV files or --runs-dir"),
     ("missing-csv", {}, ["ladders", "{d}/nope.csv", "x.csv"], "cannot read"),
     ("missing-column", {"l.csv": "arm,depth,val_loss\nvanilla,8,3.0\n"}, ["ladders", "{d}/l.csv"], "missing column(s) compute_flops"),
     ("non-numeric-loss", {"l.csv": with_row(2, "vanilla,10,3e18,abc")}, ["ladders", "{d}/l.csv"], "l.csv:4: column val_loss is 'abc'"),
-    ("nan-loss-reference", {"l.csv": with_row(0, "vanilla,6,4e17,nan")}, ["ladders", "{d}/l.csv"], "l.csv:2: column val_loss is nan"),
-    ("negative-loss", {"l.csv": with_row(1, "vanilla,8,1e18,-3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: column val_loss is -3.0; need a finite number > 0"),
-    ("fractional-depth", {"l.csv": with_row(1, "vanilla,8.5,1e18,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: depth must be a whole number"),
+    ("nan-loss-reference", {"l.csv": with_row(0, "vanilla,6,4e17,nan")}, ["ladders", "{d}/l.csv"], "l.csv:2: column val_loss is 'nan'; need a finite number > 0"),
+    ("negative-loss", {"l.csv": with_row(1, "vanilla,8,1e18,-3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: column val_loss is '-3.0'"),
+    ("fractional-depth", {"l.csv": with_row(1, "vanilla,8.5,1e18,3.0")}, ["ladders", "{d}/l.csv"], "l.csv:3: depth and seed must be whole numbers"),
     ("conflicting-duplicate", {"l.csv": ladder_csv(["vanilla,8,1.000000e+18,3.1"])}, ["ladders", "{d}/l.csv"], "two different results for vanilla d8"),
-    ("replicates-different-compute", {"l.csv": ladder_csv(["vanilla,8,2e18,3.1"])}, ["ladders", "{d}/l.csv", "--replicates"], "different compute"),
+    ("replicates-different-compute", {"l.csv": "arm,depth,compute_flops,val_loss,seed\nvanilla,8,1e18,3.0,0\nvanilla,8,2e18,3.1,1\n"},
+     ["ladders", "{d}/l.csv"], "replicates of vanilla d8 have different compute"),
     ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
@@ -63,14 +64,13 @@ FIT_CASES = [
     ("not-utf8-csv", {"l.csv": b"arm,depth\n\xff\xfe\x00bad\n"}, ["ladders", "{d}/l.csv"], "not a UTF-8 CSV"),
     ("unknown-subcommand", {}, ["frobnicate"], "invalid choice"),
     ("surface-negative-N", {"s.csv": "N,D,loss\n" + "".join(f"{-1 if i == 0 else 1e8 * (i + 1)},{1e9 * (i + 1)},3.0\n" for i in range(8))},
-     ["surface", "{d}/s.csv"], "s.csv:2: column N is -1"),
+     ["surface", "{d}/s.csv"], "s.csv:2: column N is '-1'"),
     ("surface-drop-too-many", {"s.csv": "N,D,loss\n" + "".join(f"{1e8 * (i + 1)},{1e9 * (i + 1)},{3 - 0.1 * i}\n" for i in range(8))},
      ["surface", "{d}/s.csv", "--drop-highest", "3"], "after --drop-highest"),
     ("surface-delta-zero", {"s.csv": "N,D,loss\n1,1,1\n"}, ["surface", "{d}/s.csv", "--delta", "0"], "--delta: must be"),
-    ("tpp-nan", {"t.csv": "compute_flops,tpp,val_loss\n1e18,5,nan\n"}, ["tpp", "{d}/t.csv"], "t.csv:2: column val_loss is nan"),
+    ("tpp-nan", {"t.csv": "compute_flops,tpp,val_loss\n1e18,5,nan\n"}, ["tpp", "{d}/t.csv"], "t.csv:2: column val_loss is 'nan'"),
     ("loops-negative-budget", {"g.csv": "depth,loops,weight_decay,compute_flops,val_loss\n4,1,0.8,1e17,3\n"},
      ["loops", "{d}/g.csv", "--budgets=-1"], "--budgets: must be"),
-    ("loops-wrong-kind-json", {"runs/a/result.json": "[]"}, ["loops", "{d}/runs"], "is not a train.py result.json"),
     ("design-no-noise", {"p.jsonl": PLAN, "pilot.json": PILOT}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json"], "the following arguments are required: --noise"),
     ("design-no-truth", {"p.jsonl": PLAN}, ["design", "{d}/p.jsonl", "--noise", "0.002"], "give the true curves"),
     ("design-bad-truth", {"p.jsonl": PLAN, "pilot.json": "{}"}, ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"],
@@ -80,7 +80,7 @@ FIT_CASES = [
     ("design-bad-spec", {"p.jsonl": PLAN, "pilot.json": PILOT},
      ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002", "--design", "six to 18"], "use 'd6-18'"),
     ("design-depth-not-planned", {"p.jsonl": PLAN, "pilot.json": PILOT},
-     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002", "--design", "d6-22"], "no planned run has depth 22"),
+     ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002", "--design", "d6-22"], "asks for a depth no planned run has (22)"),
     ("design-arm-without-law", {"p.jsonl": PLAN.replace('"vanilla", "depth": 12', '"other", "depth": 12'), "pilot.json": PILOT},
      ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"], "planned arm 'other' has no law"),
     ("design-out-is-a-file", {"p.jsonl": PLAN, "pilot.json": PILOT, "out": "x"},
@@ -114,12 +114,10 @@ FLAG_FILES = dict(GOOD, **{"s.csv": surface_csv(), "p.jsonl": PLAN, "p2.jsonl": 
 SURFACE = ["surface", "{d}/s.csv"]
 LADDERS = ["ladders", "{d}/l.csv"]
 DESIGN = ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.002"]
-SEED_RANGE = "must be a whole number in [0, 9223372036854775807]"
 FIT_FLAG_RANGE_CASES = [
-    ("surface-seed-negative", [*SURFACE, "--seed=-1"], f"--seed: {SEED_RANGE}, got '-1'"),
+    ("surface-seed-negative", [*SURFACE, "--seed=-1"], "--seed: must be a whole number >= 0, got '-1'"),
     ("ladders-anchor-depth-zero", [*LADDERS, "--anchor-depth", "0"], "--anchor-depth: must be a whole number >= 1"),
     ("ladders-bootstrap-fraction", [*LADDERS, "--bootstrap", "2.5"], "--bootstrap: must be a whole number"),
-    ("ladders-seed-beyond-int64", [*LADDERS, "--seed", str(2 ** 64)], f"--seed: {SEED_RANGE}"),
     ("ladders-noise-above-one", [*LADDERS, "--noise", "1.5"], "--noise: must be a finite number in (0, 1), got '1.5'"),
     ("design-mfu-zero", [*DESIGN, "--mfu", "0"], "--mfu: must be a finite number in (0, 1], got '0'"),
     ("design-delta-gamma-makes-gamma-negative", ["design", "{d}/p2.jsonl", "--truth", "{d}/pilot.json", "--noise",
@@ -156,18 +154,13 @@ def test_class2_fit_flag_ranges_accept_their_ends(tmp_path, capsys):
 
 FIT_DESIGN_SPEC_CASES = [
     ("top-zero", ["--design", "x3@top0"], "'x3@top0' needs topK with K >= 1"),
-    ("depth-not-in-plan", ["--design", "x3@99"], "'x3@99' names depth 99, but no planned run has it"),
-    ("zero-seeds", ["--design", "x0"], "'x0' asks for 0 seeds; give 1 to 100"),
-    ("too-many-seeds", ["--design", "x1000"], "'x1000' asks for 1000 seeds"),
-    ("unknown-token", ["--design", "d6-12 y3"], "'y3' is not a design token; use 'd6-18'"),
-    ("empty-depth-list", ["--design", "x3@"], "'x3@' is not a design token"),
-    ("range-backwards", ["--design", "d12-6"], "'d12-6' runs backwards; write d6-12"),
-    ("range-end-not-planned", ["--design", "d6-22"], "'d6-22' asks for depth 22, but no planned run has depth 22"),
-    ("two-ranges", ["--design", "d6-10 d8-12"], "'d8-12' is a second depth range"),
-    ("two-seed-counts", ["--design", "x3 x2@8"], "'x2@8' is a second seed count"),
-    ("seeds-outside-range", ["--design", "d6-8 x3@12"], "seeds at depth 12 lie outside d6-8"),
+    ("depth-not-in-plan", ["--design", "x3@99"], "'x3@99' asks for a depth no planned run has (99)"),
+    ("zero-seeds", ["--design", "x0"], "'x0' asks for seeds outside 1 to 100"),
+    ("unknown-token", ["--design", "d6-12 y3"], "'d6-12 y3': use 'd6-18'"),
+    ("two-ranges", ["--design", "d6-10 d8-12"], "'d6-10 d8-12': use 'd6-18'"),
+    ("range-backwards", ["--design", "d12-6"], "'d12-6' has its depth range backwards"),
+    ("seeds-outside-range", ["--design", "d6-8 x3@12"], "'d6-8 x3@12' puts seeds outside its depths"),
     ("delta-gamma-nan", ["--delta-gamma", "nan"], "--delta-gamma: must be a finite number in (-1, 1), got 'nan'"),
-    ("mfu-five", ["--mfu", "5"], "--mfu: must be a finite number in (0, 1], got '5'"),
 ]
 
 
@@ -333,15 +326,6 @@ def loop_runs(root, **plan):
                                           **plan)))
 
 
-@pytest.mark.parametrize("command, runs", [("ladders", ladder_runs), ("loops", loop_runs)])
-def test_fit_glob_characters_in_a_run_folder_name_are_literal(tmp_path, command, runs):
-    # 'exp[12]' is a folder name, not the character class [12]: its sibling exp1 must not be read in its place
-    runs(tmp_path / "g" / "exp1")
-    os.makedirs(tmp_path / "g" / "exp[12]")
-    argv = [command, "--runs-dir", "{d}/g/exp[12]"] if command == "ladders" else [command, "{d}/g/exp[12]"]
-    assert_refused("fit.py", argv, tmp_path, "exp[12]", runner=run_in_process)
-
-
 def with_column(text, name, value):
     """TEXT (a CSV) with one more column NAME holding VALUE in every row."""
     header, *rows = text.splitlines()
@@ -414,9 +398,9 @@ def test_fit_ladders_refuses_runs_of_one_arm_with_different_recipes_or_pools(tmp
     planned_runs(tmp_path / "more", {"vanilla_d5": LADDER_RUNS["vanilla_d1"][:3] + ["5", "--preset", "cpu", *extra]},
                  pool)
     line = assert_refused("fit.py", ["ladders", "--runs-dir", "{d}/runs", "{d}/more"], tmp_path,
-                          f"{tmp_path}/more/vanilla_d5/result.json: vanilla runs with different {field} (",
+                          f"{tmp_path}/more/vanilla_d5: vanilla runs with different {field} (",
                           runner=run_in_process)
-    assert line.startswith(f"fit.py: error: {tmp_path}/runs/vanilla_d1/result.json and ") and "pass only the runs of one" in line
+    assert line.startswith(f"fit.py: error: {tmp_path}/runs/vanilla_d1 and ") and "pass only the runs of one" in line
 
 
 def test_fit_ladders_compares_the_recipe_not_what_a_depth_derives(tmp_path, capsys, monkeypatch):
@@ -447,29 +431,20 @@ GROWTH = "depth,compute_flops,rho,val_loss\n" + "".join(f"{d},{1e18 * d:g},{r},{
 DOWNSTREAM = sweep_csv("arm,compute_flops,core,nll:t,acc:t", DOWN_ROWS)
 
 
-def surface_with_compute(factor):
-    """surface_csv with a compute column of FACTOR x 6 N D."""
-    header, *rows = surface_csv().splitlines()
-    return "\n".join([f"{header},compute"] + [f"{r},{factor * 6 * float(r.split(',')[0]) * float(r.split(',')[1]):g}"
-                                              for r in rows]) + "\n"
-
-
 IGNORED_CASES = [
     ("design-truth-and-E", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--E", "99", "--gamma", "5", "--A", "1e-9"],
      "--truth {d}/pilot.json gives the true curves and --E/--gamma/--A would be ignored"),
     ("design-truth-and-A", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--A", "2"], "and --A would be ignored"),
     ("growth-rho-negative", {"g.csv": GROWTH.replace(",0.2,", ",-0.5,")}, ["growth", "{d}/g.csv"],
-     "g.csv:2: column rho is -0.5; it is a fraction, need a number in [0, 1]"),
+     "g.csv:2: column rho is '-0.5'; need a number in [0, 1]"),
     ("growth-rho-above-one", {"g.csv": GROWTH.replace(",0.8,", ",1.5,")}, ["growth", "{d}/g.csv"],
-     "g.csv:5: column rho is 1.5; it is a fraction"),
+     "g.csv:5: column rho is '1.5'; need a number in [0, 1]"),
     ("downstream-reference-arm-missing", {"c.csv": DOWNSTREAM}, ["downstream", "{d}/c.csv", "--reference-arm", "nosuch"],
      "--reference-arm nosuch is not an arm of the inputs (arms: vanilla, better)"),
     ("downstream-nll-without-acc", {"c.csv": with_column(DOWNSTREAM, "nll:b", 2.0)}, ["downstream", "{d}/c.csv"],
      "c.csv: column nll:b has no acc:b"),
     ("downstream-acc-without-nll", {"c.csv": with_column(DOWNSTREAM, "acc:c", 0.1)}, ["downstream", "{d}/c.csv"],
      "c.csv: column acc:c has no nll:c"),
-    ("surface-compute-100x-6ND", {"s.csv": surface_with_compute(100)},
-     ["surface", "{d}/s.csv"], "s.csv:2: compute is 100x 6 N D; the fit uses D"),
 ]
 
 
@@ -493,7 +468,7 @@ def test_issue31_class1_design_says_how_many_simulations_its_numbers_rest_on(tmp
     assert fit.main([*argv, "--noise", "0.5"]) == 0
     captured = capsys.readouterr()
     rows = [line for line in captured.out.splitlines() if line.strip().startswith("vanilla")]
-    assert len(rows) == 2 and all(row.split()[1] == rows[0].split()[1] for row in rows), rows
+    assert len(rows) == 1, rows
     converged = int(rows[0].split()[1].split("/")[0])
     assert rows[0].split()[1] == f"{converged}/20" and converged < 16
     assert f"WARNING: vanilla: only {converged} of 20 simulated fits converged (< 80%" in captured.out

@@ -217,9 +217,6 @@ def test_result_json_runs_and_time_axis(tmp_path, capsys):
     from_csv = run_json(capsys, "ladders", path)
     res = run(capsys, "ladders", "--runs-dir", runs, "--json")
     assert json.loads(res.out)["arms"] == from_csv["arms"] and "status 'running'" in res.err
-    # a glob and a single run dir work too
-    glob_out = run_json(capsys, "ladders", "--runs-dir", str(runs / "*" / "result.json"))
-    assert glob_out["arms"]["better"]["gamma"] == from_csv["arms"]["better"]["gamma"]
     # --time: the same laws on training seconds give the same exponents (time is proportional to FLOPs here)
     t = run_json(capsys, "ladders", "--runs-dir", runs, "--time")
     assert t["x_unit"] == "s" and t["arms"]["better"]["gamma"] == pytest.approx(0.12, abs=1e-4)
@@ -395,12 +392,13 @@ def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
     assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 8e17) == csv_out
 
 
-def test_loops_gain_exact():
-    # a frontier that reaches every Operator-1 loss with 2.2x less compute
-    op = [(1e18 * 2 ** i, 3.0 - 0.1 * i) for i in range(5)]
-    env = fit.lower_envelope([c / 2.2 for c, _ in op] + [1e19], [l for _, l in op] + [3.5])
-    assert op[-1][0] / fit.compute_at_loss_linear(env, op[-1][1]) == pytest.approx(2.2)
-    assert math.isnan(fit.compute_at_loss_linear(env, 2.0))
+def test_lower_envelope_is_the_convex_pareto_frontier():
+    # (3, 2.9) and (5, 2.2) are no new loss minima; (2, 2.6) lies below the chord from (1, 3) to (4, 2) in compute,
+    # above it in log compute
+    x, y = [4, 1, 3, 2, 5], [2.0, 3.0, 2.9, 2.6, 2.2]
+    assert laws.lower_envelope(x, y).tolist() == [[1, 3.0], [2, 2.6], [4, 2.0]]
+    assert laws.lower_envelope(x, y, log=True).tolist() == [[1, 3.0], [pytest.approx(4), 2.0]]
+    assert laws.lower_envelope([], []).shape == (0, 2)
 
 
 # ------------------------------------------------------------------------------------------------ replicates and noise
@@ -611,7 +609,7 @@ def test_design_specs_select_depths_and_seeds():
     top = fit.apply_design(plan, "d6-22 x3@top2")
     assert top["vanilla"][2][-1] == 22 and top["better"][2][-1] == 18 and list(top["better"][1][-2:]) == [3, 3]
     assert list(fit.apply_design(plan, "x2@8,10")["better"][1][:3]) == [1, 2, 2]
-    with pytest.raises(fit.UsageError, match="no planned run has depth 26"):
+    with pytest.raises(fit.UsageError, match=r"asks for a depth no planned run has \(26\)"):
         fit.apply_design(plan, "d6-26")
     with pytest.raises(fit.UsageError, match="use 'd6-18'"):
         fit.apply_design(plan, "depths 6 to 18")
@@ -632,14 +630,14 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
     assert small["flops"] == pytest.approx(flops) and small["gpu_hours"] == pytest.approx(flops / (312e12 * 0.5) / 3600)
     assert big["arms"]["better"]["gamma_se_known_E"] < small["arms"]["better"]["gamma_se_known_E"]
     assert big["depths"]["better"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
-    for name in fit.DESIGN_FIGURE:
+    for name in ("design_ci_vs_compute.png", "design_ci_vs_compute.pdf"):
         assert os.path.getsize(tmp_path / "figs" / name) > 1000
     # E/gamma/A flags instead of a pilot: every other arm is the reference + --delta-gamma
     fit.main(["design", str(tmp_path / "plan.jsonl"), "--E", "1.7", "--gamma", "0.11", "--A", "1.6",
               "--delta-gamma", "0.004", "--noise", "0.002", "--sims", "20"])
     text = capsys.readouterr().out
     assert "better" in text and "+0.0040" in text and "GPU-hours" in text
-    assert "the analyst's 95% intervals" in text and "lower floor" in text
+    assert "analyst's 95% intervals" in text and "lower E" in text
 
 
 def test_release_pilot_designs_run(capsys):
@@ -873,7 +871,7 @@ def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_pa
     assert sorted(os.listdir(out)) == ["curves_cpu_steps.pdf", "curves_cpu_steps.png"]
     assert os.path.getsize(out / "curves_cpu_steps.png") > 10_000
     plt = laws.pyplot()
-    runs = fit.curve_runs([str(ladder)])
+    runs = [run for run in fit.read_runs([str(ladder)]) if run[1]]
     assert [r[0]["run"] for r in runs] == ["vanilla_d2", "vanilla_d3", "untied_grow_d2"]  # the arms table's order
     fig = fit.curves_figure(plt, runs, "steps", None)
     train_ax, val_ax = fig.axes
