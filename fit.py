@@ -12,7 +12,7 @@
 `python fit.py SUBCOMMAND -h` gives each one's input columns; docs/fits.md explains the fits. A subcommand is one
 cmd_NAME function (its docstring is its -h) plus its lines in build_parser.
 """
-import argparse, contextlib, io, json, math, os, re, sys, time
+import argparse, contextlib, io, json, math, os, re, sys
 
 # The fits use tiny matrices: a threaded BLAS only adds contention (L-BFGS-B runs ~100x slower on a busy 2-core box).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -220,10 +220,8 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
     marked = []
     data = load_ladders(args.inputs, args.runs_dir, args.time, marked, args.exclude_flagged)
     ref = reference_arm(data, args.reference_arm)
-    if args.figure2_arms and not args.out:
-        raise UsageError("--figure2-arms picks the arms of Figure 2, which only --out DIR draws; add --out")
-    if stray := [a for a in args.figure2_arms or () if a not in data]:
-        raise UsageError(f"--figure2-arms {stray[0]} is not an arm of the inputs (arms: {', '.join(data)})")
+    if args.figure2_arms and (not args.out or set(args.figure2_arms) - set(data)):
+        raise UsageError(f"--figure2-arms names arms of the inputs ({', '.join(data)}) for Figure 2, drawn with --out")
     held = hold_out(data, (args.holdout or []) + [s for s in dict.fromkeys(marked) if s not in (args.holdout or [])])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
     sigma, dof = pooled_noise(data)
@@ -232,19 +230,15 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
         if sigma is not None:
             note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
         sigma, dof, source = args.noise, 0, "--noise"
-    E_known = ladder_floor(args, data, ref)
-    t0 = time.perf_counter()
-    fit = fit_ladders(data, ref, c_ref, args.anchor_depth or default_anchor(data[ref]["depth"]), sigma, E_known)
-    t_fit = time.perf_counter() - t0
+    fit = fit_ladders(data, ref, c_ref, args.anchor_depth or default_anchor(data[ref]["depth"]), sigma,
+                      ladder_floor(args, data, ref))
     for warning in fit["warnings"]:
         note(warning)
     fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
                         replicated_points=int(sum((d["n"] > 1).sum() for d in data.values())))
     n_boot = args.bootstrap if args.bootstrap is not None else FIT["default_extrapolate_boot"] if args.extrapolate else 0
-    t0 = time.perf_counter()
     if n_boot > 0:
         bootstrap_ladders(data, fit, n_boot, args.seed, args.extrapolate, (sigma, dof) if sigma is not None else None)
-    t_boot = time.perf_counter() - t0
     fit["footing"] = footing(fit, sigma)
     if C := args.extrapolate:  # every arm's forecast loss and gain (Figure 4) and pi at compute C
         x = np.concatenate([d["x"] for d in data.values()])
@@ -262,11 +256,7 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
         h["residual"] = h["loss"] - h["forecast_loss"]
     paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
     if args.json:
-        obj = dict(x_unit=xname, extrapolate=args.extrapolate, held_out=held, **{k: v for k, v in fit.items() if k in (
-            "E", "reference_arm", "C0", "c_ref", "reference_free", "noise", "errors", "E_ci", "E_se", "E_dof",
-            "E_bound", "bootstrap", "footing")}, arms={a: {k: v for k, v in r.items() if k not in (
-                "free_gamma_E_cov", "floor_slope")} for a, r in fit["arms"].items()})
-        print(json.dumps(jsonable(obj), allow_nan=False))
+        print(json.dumps(jsonable(dict(fit, x_unit=xname, extrapolate=args.extrapolate, held_out=held)), allow_nan=False))
         return
     print(ladder_table(fit, xname) + "\n\n" + "\n".join(fit["footing"] + noise_lines(fit)))
     if args.extrapolate:
@@ -279,9 +269,7 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
     for h in held:
         print(f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
               f"{fnum(h['forecast_loss'])}, residual {fnum(h['residual'], '+.4f')}")
-    print(f"\nfit: {t_fit:.2f} s" + (f"; bootstrap {n_boot} resamples: {t_boot:.1f} s" if n_boot else ""))
-    for p in paths:
-        print(f"wrote {p}")
+    print("\n".join(f"wrote {p}" for p in paths))
 
 
 def ladder_table(fit, xname):
@@ -360,7 +348,7 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
                 axis.plot(xs, E + r["A"] * (xs / c_ref) ** -r["gamma"], "-", lw=1.2, color=color,
                           label=f"{label} (γ={r['gamma']:.3f}, {r['dof']} dof)" if axis is ax else None)
         if any(f for a in arms for f in data[a]["flags"]):
-            ax.plot([], [], "o", ms=4.5, mfc="white", color="gray", label="flagged (schedule_notes)")
+            ax.plot([], [], "o", mfc="white", color="gray", label="flagged (schedule_notes)")
         E_se = "" if "E_dof" not in fit else " ± unknown" if fit["E_se"] is None else f" ± {fit['E_se']:.3f}"
         E_bound = f" (on its bound {fit['E_bound']})" if fit.get("E_bound") else ""
         ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}{E_se}{E_bound}")
@@ -380,13 +368,6 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
                     label=style(a)[0])
         ax.set(xscale="log", xlabel=f"{fit['reference_arm']} {xlabel}", ylabel=f"multiplier over {fit['reference_arm']}")
         paper.log_axis(ax.xaxis, plt)
-        last = [fit["arms"][a]["multipliers"][-1]["multiplier"] for a in arms
-                if a != fit["reference_arm"] and fit["arms"][a]["multipliers"]]
-        if last:
-            twin = ax.twinx()
-            twin.set_ylim(ax.get_ylim())
-            twin.set_yticks([max(last)], [f"{max(last):.2f}×"])
-            twin.set_ylabel("best last multiplier", fontsize=8)
         ax.legend(loc="upper left", frameon=False)
 
     arms = list(fit["arms"])
@@ -520,20 +501,9 @@ def smoothed(values):
     return [np.mean(values[max(0, i - k):i + k + 1]) for i in range(len(values))]
 
 
-def frontier_laws(path):
-    """{arm: (E, A, gamma, c_ref, (lowest, highest fitted compute))} from a `fit.py ladders --json` output."""
-    try:
-        fit = json.load(open(path))
-        return {arm: (fit["E"], law["A"], law["gamma"], fit["c_ref"], (min(p["compute"] for p in law["points"]),
-                max(p["compute"] for p in law["points"]))) for arm, law in fit["arms"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        raise UsageError(f"--frontier {path} is not a `fit.py ladders --json` output; write one with "
-                         "python fit.py ladders --runs-dir RUNS --json > fit.json") from None
-
-
-def curves_figure(plt, runs, x_axis, frontier):
+def curves_figure(plt, runs, x_axis):
     """Training (smoothed, raw faint) and validation loss of every run: one colour per arm, shallower runs lighter, a
-    stopped or running run dashed; ▲ at a growth, | at the warmdown's start; with frontier, the fitted L(C)."""
+    stopped or running run dashed; ▲ at a growth, | at the warmdown's start."""
     from matplotlib.colors import to_rgb
     key, label, scale = X_AXES[x_axis]
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
@@ -566,12 +536,6 @@ def curves_figure(plt, runs, x_axis, frontier):
         plan = result.get("plan") or {}
         if plan.get("warmdown_ratio") and (start := at.get(round(plan["steps"] * (1 - plan["warmdown_ratio"])))):
             ax_train.plot(start[0][key], start[1], "|", color=colour, ms=18, mew=2.5, mec="black")
-    for arm, (E, A, gamma, c_ref, (lo, hi)) in (frontier or {}).items():
-        if arm in depths:
-            grid = np.geomspace(lo, hi, 51)
-            law = E + A * (grid / c_ref) ** -gamma
-            ax_val.plot(grid, law, "--", color=style(arm)[1], lw=1.2, label=f"{style(arm)[0]} frontier (fitted range)")
-            ax_val.plot(grid[[0, -1]], law[[0, -1]], "|", color=style(arm)[1], ms=12, mew=2)
     for ax, title in ((ax_train, f"training loss (centred mean over {SMOOTHING:.0%} of each run's steps, >= 5; raw "
                                  "faint)"), (ax_val, "validation loss")):
         ax.set_xscale(scale)
@@ -588,7 +552,7 @@ def curves_figure(plt, runs, x_axis, frontier):
     return fig
 
 
-def draw_curves(runs, out, x_axis, frontier=None):
+def draw_curves(runs, out, x_axis):
     """curves_figure of each ladder (the runs' preset) into out/curves_LADDER_X.{png,pdf} -> the paths written."""
     check_outputs(out)
     plt, ladders, paths = pyplot(), {}, []
@@ -596,7 +560,7 @@ def draw_curves(runs, out, x_axis, frontier=None):
         if run[1]:  # a run without trajectory records has nothing to draw yet
             ladders.setdefault((run[2].get("plan") or {}).get("preset") or "runs", []).append(run)
     for ladder, members in ladders.items():
-        fig = curves_figure(plt, members, x_axis, frontier)
+        fig = curves_figure(plt, members, x_axis)
         paths += save_figures(out, {f"curves_{ladder}_{x_axis}.{ext}": fig for ext in ("png", "pdf")}, dpi=120)
         plt.close(fig)
     return paths
@@ -604,15 +568,11 @@ def draw_curves(runs, out, x_axis, frontier=None):
 
 def cmd_curves(args):
     """Training and validation loss of train.py runs against steps, tokens or FLOPs (docs/trajectory.md), one figure
-per ladder (the runs' preset), one colour per arm, depth by shade, growth and warmdown marked. --frontier FIT.json (a
-`fit.py ladders --json` output) overlays the fitted L(C) on a --x flops figure."""
-    if args.frontier and args.x != "flops":
-        raise UsageError("--frontier overlays L(C) on a FLOPs axis; add --x flops")
-    frontier = frontier_laws(args.frontier) if args.frontier else None
+per ladder (the runs' preset), one colour per arm, depth by shade, growth and warmdown marked."""
     runs = [run for run in read_runs(args.runs_dir) if run[1]]
     if not runs:
         raise UsageError(f"no run in {' '.join(args.runs_dir)} has trajectory records yet")
-    written = draw_curves(runs, args.out or os.path.join(args.runs_dir[0], "curves"), args.x, frontier)
+    written = draw_curves(runs, args.out or os.path.join(args.runs_dir[0], "curves"), args.x)
     if args.json:
         print(json.dumps(dict(written=written, runs=[dict(run=r[0]["run"], state=r[0]["state"]) for r in runs])))
         return
@@ -671,7 +631,7 @@ rule (--reference-arm, else vanilla, else the only arm)."""
     runs, written = read_runs([runs_dir]), []
     for run in runs:
         if run[1]:
-            fig = curves_figure(plt, [run], "steps", None)
+            fig = curves_figure(plt, [run], "steps")
             save_figures(run[0]["path"], {"curves.png": fig}, dpi=80)
             plt.close(fig)
         written.append(write_run_report(run[0]["path"], "curves.png" if run[1] else None))
@@ -712,56 +672,36 @@ rule (--reference-arm, else vanilla, else the only arm)."""
 
 # ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
 def downstream_columns(args):
-    """The measurements -> ({arm, compute_flops, core, nll:<task>, acc:<task>, _line: columns}, tasks): a CSV, the
-    release's FineWeb-Edu ladders (its d26 run left out; core = core_accuracy) or runs with core_eval.py's eval.json."""
+    """The measurements -> ({arm, compute_flops, core, nll:<task>, acc:<task>, _line: columns}, tasks): a CSV or the
+    complete runs with core_eval.py's eval.json."""
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
-    where, rows = args.data or " ".join(args.runs_dir), []
-    if args.data and not args.data.endswith(".json"):
-        header = read_csv(args.data, ["arm", "compute_flops", "core"])
-        columns = [k for k in header if k[:4] in ("nll:", "acc:")]
-        c = read_csv(args.data, [], numeric=["compute_flops", "core", *columns], key=["arm", "compute_flops"],
-                     positive=["compute_flops"] + [k for k in columns if k.startswith("nll:")])
-    elif args.data:
-        obj = paper.read_json(args.data)
-        if paper.json_layout(obj) != "fineweb_edu":
-            raise paper.layout_error(args.data, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
-                                     "acc:<task>...] or ")
-        tasks, records = paper.edu_records(args.data, obj)
-        for arm, r, origin, held_out in records:
-            if not held_out:
-                nll, acc = r.get("task_nll") or {}, r.get("task_accuracy") or {}
-                rows.append(dict(arm=arm, compute_flops=r["compute_flops"], core=r.get("core_accuracy"), _line=origin,
-                                 **{f"nll:{t}": nll.get(t) for t in tasks}, **{f"acc:{t}": acc.get(t) for t in tasks}))
+    if args.data:
+        tasks = [k for k in read_csv(args.data, ["arm", "compute_flops", "core"]) if k[:4] in ("nll:", "acc:")]
+        c = read_csv(args.data, [], numeric=["compute_flops", "core", *tasks], key=["arm", "compute_flops"],
+                     positive=["compute_flops"] + [k for k in tasks if k.startswith("nll:")])
     else:
-        for d, r in complete_runs(args.runs_dir):
-            if ev := read_result(d, "eval.json"):
-                rows.append(dict(arm=r["arch"], compute_flops=r["estimated_training_flops"], core=ev["core_metric"],
-                                 _line=d, **{f"nll:{t}": v for t, v in ev["losses"].items()},
-                                 **{f"acc:{t}": v for t, v in ev["centered_results"].items()}))
+        rows = [dict(arm=r["arch"], compute_flops=r["estimated_training_flops"], core=ev["core_metric"], _line=d,
+                     **{f"nll:{t}": v for t, v in ev["losses"].items()},
+                     **{f"acc:{t}": v for t, v in ev["centered_results"].items()})
+                for d, r in complete_runs(args.runs_dir) if (ev := read_result(d, "eval.json"))]
         if not rows:
-            raise UsageError(f"no complete run with an eval.json in {where}: run core_eval.py on their checkpoints first")
-    if rows:
-        c = {k: [row[k] for row in rows] for k in rows[0]}
-        for k in c.keys() - {"arm", "_line"}:
-            c[k] = np.array([v if isinstance(v, (int, float)) else math.nan for v in c[k]], dtype=float)
-            if bad := np.flatnonzero(~np.isfinite(c[k]) | (c[k] <= 0 if k.startswith("nll:") else False)).tolist():
-                raise UsageError(f"{c['_line'][bad[0]]}: needs a finite {k}" + (" > 0" if k[:4] == "nll:" else "") +
-                                 (" (core_accuracy; task_nll, task_accuracy per task)" if args.data else ""))
+            raise UsageError("no complete run with an eval.json: run core_eval.py on their checkpoints first")
+        c = {k: np.array([row[k] for row in rows]) for k in rows[0]}
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
-        raise UsageError(f"{where}: column {lone} has no {'acc' if lone[:3] == 'nll' else 'nll'}:{lone[4:]}; a task is "
-                         "an nll:<task>, acc:<task> pair")
+        raise UsageError(f"{args.data}: column {lone} has no {'acc' if lone[:3] == 'nll' else 'nll'}:{lone[4:]}; a task "
+                         "is an nll:<task>, acc:<task> pair")
     if not tasks:
-        raise UsageError(f"{where}: no task columns (need nll:<task> and acc:<task> pairs)")
+        raise UsageError(f"{args.data or args.runs_dir[0]}: no task columns (need nll:<task> and acc:<task> pairs)")
     return c, tasks
 
 
 def cmd_downstream(args):
     """CORE forecast (App. C.4): per task NLL = E + A C^-alpha per arm, centered accuracy = sigmoid of the NLL, CORE =
 r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
-core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu
-ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
+core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint; or --runs-dir: train.py runs with
+core_eval.py's eval.json (Figure 4 from the release's FineWeb-Edu ladders: fit.py paper)."""
     from scipy import optimize
     c, tasks = downstream_columns(args)
     ref = reference_arm(dict.fromkeys(c["arm"]), args.reference_arm)
@@ -807,42 +747,31 @@ ladders JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's 
 DESIGN_FORMS = "'d6-18' (depths 6..18), 'x3' (3 seeds everywhere), 'x3@top2' (at each arm's 2 largest depths), " \
                "'x3@16,18' (at those depths), combined as 'd6-18 x3@top2'"
 MAX_SEEDS = 100  # seeds per planned point in a design spec
+DESIGN_COLUMNS = (("gamma", "gamma_true", "7.4f"), ("spread", "gamma_ci_halfwidth", "7.4f"),
+                  ("se|E", "gamma_se_known_E", "8.5f"), ("dgamma", "delta_gamma_true", "+8.4f"),
+                  ("spread", "delta_gamma_ci_halfwidth", "7.4f"), ("P(det)", "detect_probability", "6.2f"),
+                  ("cover", "gamma_coverage", "6.3f"), ("E fix", "gamma_coverage_given_E", "6.3f"),
+                  ("cov dg", "delta_gamma_coverage", "6.3f"), ("power", "power", "6.2f"), ("lower E", "lower_floor", "7.2f"))
 
 
 def read_plan(paths):
-    """Planned runs (train.py --dry-run JSON lines, '-' = stdin, or CSV [arm, depth, compute_flops; optional seeds])
-    -> {(arm, depth): (compute_flops, seeds)}; a run planned twice is kept once if both agree, else refused."""
-    rows = []
+    """Planned runs, train.py --dry-run JSON lines ('-' = stdin) -> {(arm, depth): compute_flops}."""
+    plan = {}
     for path in paths:
-        if path.endswith(".csv"):
-            c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops", "seeds"])
-            rows += [(a, d, x, c["seeds"][i] if "seeds" in c else 1, f"{path}:{line}")
-                     for i, (a, d, x, line) in enumerate(zip(c["arm"], c["depth"], c["compute_flops"], c["_line"]))]
-            continue
         try:
-            text = sys.stdin.read() if path == "-" else open(path).read()
+            lines = (sys.stdin if path == "-" else open(path)).read().splitlines()
         except OSError as e:
             raise UsageError(f"cannot read {path}: {e.strerror}")
-        for i, line in enumerate(text.splitlines(), 1):
+        for i, line in enumerate(lines, 1):
             try:
-                if line.strip():
-                    r = json.loads(line)
-                    assert isinstance(r["arch"], str) and type(r["depth"]) is int
-                    rows.append((r["arch"], r["depth"], float(r["total_flops"]), 1, f"{path}:{i}"))
+                r = json.loads(line) if line.strip() else None
+                assert r is None or isinstance(r["arch"], str) and type(r["depth"]) is int and r["depth"] > 0 \
+                    and math.isfinite(r["total_flops"]) and r["total_flops"] > 0
             except (ValueError, KeyError, TypeError, AssertionError):
-                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, a whole depth, "
-                                 "total_flops per line); or pass a CSV [arm, depth, compute_flops]")
-    plan, origin = {}, {}
-    for arm, d, x, seeds, where in rows:
-        if d != int(d) or d < 1 or seeds != int(seeds) or not 1 <= seeds <= MAX_SEEDS or not (math.isfinite(x) and x > 0):
-            raise UsageError(f"{where}: depth must be a whole number >= 1, seeds a whole number in [1, {MAX_SEEDS}] "
-                             "and compute a finite number > 0")
-        if (key := (arm, int(d))) in plan:
-            if plan[key] != (x, int(seeds)):
-                raise UsageError(f"{where} and {origin[key]}: two different plans for {arm} d{int(d)}; remove one")
-            note(f"warning: {where} repeats {origin[key]} ({arm} d{int(d)}) exactly; kept one")
-        plan.setdefault(key, (x, int(seeds)))
-        origin.setdefault(key, where)
+                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, a whole depth "
+                                 "> 0 and total_flops > 0 per line)")
+            if r and plan.setdefault((r["arch"], r["depth"]), r["total_flops"]) != r["total_flops"]:
+                raise UsageError(f"{path}:{i}: a second, different plan for {r['arch']} d{r['depth']}; remove one")
     if not plan:
         raise UsageError(f"{' '.join(paths)}: no planned runs")
     return plan
@@ -869,8 +798,8 @@ def apply_design(plan, spec):
     for arm in dict.fromkeys(a for a, _ in plan):
         ds = sorted(d for a, d in plan if a == arm and lo <= d <= hi)
         extra = set(ds[-int(top):]) if top else at or set(ds)
-        n = [int(seeds) if seeds and d in extra else plan[(arm, d)][1] for d in ds]
-        out[arm] = (np.array([plan[(arm, d)][0] for d in ds]), np.array(n), ds)
+        n = [int(seeds) if seeds and d in extra else 1 for d in ds]
+        out[arm] = (np.array([plan[(arm, d)] for d in ds]), np.array(n), ds)
     return out
 
 
@@ -884,34 +813,27 @@ def true_laws(args, arms):
     """{arm: (A, gamma)} and E: the pilot's (--truth) or --E/--gamma/--A; --delta-gamma [ARM=]DG sets an arm's true
     gamma to the reference's + DG (a bare DG: every planned arm the truth has no law for)."""
     given = [f"--{k}" for k in ("E", "gamma", "A") if getattr(args, k) is not None]
-    if args.truth and given:
-        raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored; pass "
-                         "either --truth or --E, --gamma and --A")
-    if args.truth:
-        try:
-            pilot = json.load(open(args.truth))
-            E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
-            assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
-            raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (needs E and arms with A, gamma, "
-                             "all finite and > 0)")
-    elif len(given) == 3:
-        E, have = args.E, {args.reference_arm: (args.A, args.gamma)}
-    else:
-        raise UsageError("give the true curves: --truth PILOT.json (from fit.py ladders --json) or --E, --gamma and --A")
-    ref = have.get(args.reference_arm)
-    named = dict(args.delta_gamma or [])  # ARM=DG, and "" for a bare DG
+    if bool(args.truth) == bool(given) or 0 < len(given) < 3:
+        raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored" if given
+                         and args.truth else "give the true curves: --truth PILOT.json (fit.py ladders --json) or --E, "
+                         "--gamma and --A")
+    try:
+        pilot = json.load(open(args.truth)) if args.truth else dict(E=args.E, arms={args.reference_arm: vars(args)})
+        E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
+        assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
+        raise UsageError(f"{args.truth} is not a `fit.py ladders --json` output (E, arms with A, gamma; all > 0)")
+    ref, named = have.get(args.reference_arm), dict(args.delta_gamma or [])  # named: ARM=DG, and "" for a bare DG
     if ref is None or any(a and a not in arms or a == args.reference_arm for a in named) or \
             "" in named and all(a in have for a in arms):
-        raise UsageError(f"--delta-gamma [ARM=]DG changes a planned arm ({', '.join(arms)}) other than the reference "
-                         f"{args.reference_arm}, whose law the truth must give; a bare DG the arms the truth has no "
-                         f"law for (it has: {', '.join(have)})")
+        raise UsageError(f"--delta-gamma [ARM=]DG changes a planned arm ({', '.join(arms)}) but the reference "
+                         f"{args.reference_arm}, whose law the truth must give; a bare DG the arms it has no law for "
+                         f"(it has: {', '.join(have)})")
     laws = {}
     for a in arms:
         dg = named.get(a, named.get("") if a not in have else None)
         if dg is None and a not in have:
-            raise UsageError(f"planned arm {a!r} has no law in the truth; pass --delta-gamma DG (or {a}=DG) to model "
-                             f"it as the reference arm with gamma + DG")
+            raise UsageError(f"planned arm {a!r} has no law in the truth; pass --delta-gamma {a}=DG")
         laws[a] = (have.get(a, ref)[0], have[a][1] if dg is None else ref[1] + dg)
         if laws[a][1] <= 0:
             raise UsageError(f"--delta-gamma {dg:g} gives {a} a true gamma of {laws[a][1]:g}; it must stay > 0")
@@ -924,8 +846,8 @@ true laws L = E + A (C/1e18)^-gamma and relative run-to-run noise (each run's ln
 ladders --noise` does, and reports per design and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the
 E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints, how often the free-E
 fit reads an advantage as a lower floor, and the plan's FLOPs and GPU-hours.
-PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops;
-optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
+PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin), one seed per run unless a --design
+says more. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
     if args.out:
         check_outputs(args.out)
     plan = read_plan(args.plan)
@@ -955,25 +877,19 @@ optional seeds]. True curves: --truth PILOT.json (`fit.py ladders --json`) or --
     if args.json:
         print(json.dumps(jsonable(out), allow_nan=False))
         return
-    print(f"sigma = {args.noise:g} relative (sd of ln L of one run); {args.sims} simulated ladders per design (fits: "
-          "converged/asked; every number rests on the converged); "
-          + ("E known" if args.fixed_E else f"E refitted on {args.reference_arm} in every simulation")
-          + f"; GPU-hours at {args.mfu:.0%} MFU of {peak:.3g} FLOP/s ({args.gpu})\n"
-          "spread: the 95% half-width of the estimates; P(detect): an estimate beyond it. The analyst's 95% intervals "
-          "from one ladder (estimate ± 1.96 se, as fit.py ladders prints them): coverage of gamma (with E fixed) and "
-          "of dgamma, power; lower E: the arm's own free-E fit rejects the shared E for a lower one")
+    print(f"sigma = {args.noise:g} relative (sd of ln L of one run); {args.sims} simulated ladders per design; "
+          + ("E known" if args.fixed_E else f"E refitted on {args.reference_arm} in every one")
+          + f"; GPU-hours at {args.mfu:.0%} MFU of {peak:.3g} FLOP/s ({args.gpu}). fits: converged/asked, every number "
+          "rests on the converged; spread: the 95% half-width of the estimates; P(det): an estimate beyond it; cover "
+          "(E fix, dg), power: of the analyst's 95% intervals (± 1.96 se, as fit.py ladders prints them); lower E: "
+          "the arm's own free-E fit rejects the shared E for a lower one")
     for r in results:
-        print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours\n"
-              f"  {'arm':<18} {'fits':>9} {'gamma':>7} {'spread':>7} {'se|E':>8} {'dgamma':>8} {'spread':>7} "
-              f"{'P(det)':>6} {'cover':>6} {'E fix':>6} {'cov dg':>6} {'power':>6} {'lower E':>7}")
-        for a, v in r["arms"].items():
-            f = lambda key, fmt: fnum(v.get(key), fmt)  # the reference arm has no delta columns: —
+        print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours\n  "
+              f"{'arm':<18} {'fits':>9}" + "".join(f" {name:>{int(fmt.strip('+')[0])}}" for name, _, fmt in DESIGN_COLUMNS))
+        for a, v in r["arms"].items():  # the reference arm has no delta columns: —
             fits = f"{v['valid']}/{v['sims']}"
-            print(f"  {a:<18} {fits:>9} {v['gamma_true']:7.4f} {f('gamma_ci_halfwidth', '7.4f'):>7} "
-                  f"{v['gamma_se_known_E']:8.5f} {f('delta_gamma_true', '+8.4f'):>8} "
-                  f"{f('delta_gamma_ci_halfwidth', '7.4f'):>7} {f('detect_probability', '6.2f'):>6} "
-                  f"{f('gamma_coverage', '6.3f'):>6} {f('gamma_coverage_given_E', '6.3f'):>6} "
-                  f"{f('delta_gamma_coverage', '6.3f'):>6} {f('power', '6.2f'):>6} {f('lower_floor', '7.2f'):>7}")
+            print(f"  {a:<18} {fits:>9}" + "".join(f" {fnum(v.get(key), fmt):>{int(fmt.strip('+')[0])}}"
+                                                    for _, key, fmt in DESIGN_COLUMNS))
         for w in r["warnings"]:
             print(f"  WARNING: {w}")
     for p in paths:
@@ -1242,106 +1158,97 @@ def build_parser():
     positive, resamples, seed = number(float, 0, open_lo=True), number(int, 0, 100_000), number(int, 0)
     noise = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
 
-    def add(func, helptext, *args):
+    def add(func, helptext, *common):
         s = sub.add_parser(func.__name__[4:], help=helptext, description=func.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         s.set_defaults(func=func)
         s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        if "runs" in args:
-            s.add_argument("--runs-dir", nargs="+", metavar="DIR", default=[], required=args[-1] == "required",
+        if "runs" in common:
+            s.add_argument("--runs-dir", nargs="+", metavar="DIR", default=[], required="required" in common,
                            help="train.py run folders or folders of them (ladder.sh's RUNS_DIR)")
-        if "reference" in args:
+        if "reference" in common:
             s.add_argument("--reference-arm", help="the arm the others are compared with (default: vanilla, or the "
                            "only arm)")
-        return s
+        return s.add_argument
 
-    s = add(cmd_ladders, "per-arm power laws, multipliers, forecasts, figures", "runs", "reference")
-    s.add_argument("inputs", nargs="*", metavar="CSV|JSON", help="ladder tables (see above)")
-    s.add_argument("--anchor-depth", type=number(int, 1), help="multipliers at the reference budgets from this depth "
-                   "on; C0 = its compute (default 8, or the second depth of a shorter ladder)")
-    s.add_argument("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder (default: none)")
-    s.add_argument("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the arms "
-                   "table's figure2 arms that were fitted)")
-    s.add_argument("--bootstrap", type=resamples, help=f"resamples for CIs (default 0, "
-                   f"{FIT['default_extrapolate_boot']} with --extrapolate)")
-    s.add_argument("--seed", type=seed, default=0, help="bootstrap seed")
-    s.add_argument("--time", action="store_true", help="training time (s) instead of FLOPs on the x axis")
-    s.add_argument("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on "
-                   "(vanilla's), e.g. the release's ladders.json for its timing.json")
-    s.add_argument("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use")
-    s.add_argument("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="average the equivalent runs at "
-                   "this depth into one anchor shared by every arm (Figure 16a: 8)")
-    s.add_argument("--extrapolate", type=positive, metavar="C", help="per arm at compute C: forecast loss, gain "
-                   "C_ref(L_arm(C))/C (Figure 4) and pi(C), with CIs")
-    s.add_argument("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave these points out of the fit and print "
-                   "their forecast, e.g. untied_grow:18")
-    s.add_argument("--exclude-flagged", action="store_true", help="leave out the points whose plans carry "
-                   "schedule_notes (marked * in the table)")
-    s.add_argument("--noise", type=noise, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one "
-                   "run) when there are no replicates")
+    arg = add(cmd_ladders, "per-arm power laws, multipliers, forecasts, figures", "runs", "reference")
+    arg("inputs", nargs="*", metavar="CSV|JSON", help="ladder tables (see above)")
+    arg("--anchor-depth", type=number(int, 1), help="multipliers from this depth on; C0 = its compute (default 8, "
+        "or the second depth of a shorter ladder)")
+    arg("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder (default: none)")
+    arg("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the arms table's)")
+    arg("--bootstrap", type=resamples, help=f"resamples for CIs (default 0, {FIT['default_extrapolate_boot']} with "
+        "--extrapolate)")
+    arg("--seed", type=seed, default=0, help="bootstrap seed")
+    arg("--time", action="store_true", help="training time (s) instead of FLOPs on the x axis")
+    arg("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on (vanilla's), "
+        "e.g. the release's ladders.json for its timing.json")
+    arg("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use")
+    arg("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="one anchor at this depth shared by every arm, "
+        "the mean of the equivalent runs (Figure 16a: 8)")
+    arg("--extrapolate", type=positive, metavar="C", help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C "
+        "(Figure 4) and pi(C), with CIs")
+    arg("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave points out of the fit, print their forecast")
+    arg("--exclude-flagged", action="store_true", help="leave out the points whose plans carry schedule_notes (*)")
+    arg("--noise", type=noise, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one run)")
 
     add(cmd_runs, "a table of train.py runs and where each stands", "runs", "required")
-    s = add(cmd_curves, "training and validation curves of train.py runs", "runs", "required")
-    s.add_argument("--out", help="folder for curves_PRESET_X.{png,pdf} (default: the first --runs-dir's curves/)")
-    s.add_argument("--x", choices=sorted(X_AXES), default="steps", help="the x axis (default: steps)")
-    s.add_argument("--frontier", metavar="FIT.json", help="overlay the fitted L(C) of `fit.py ladders --json` "
-                   "(needs --x flops)")
-    s = add(cmd_report, "report.md of a run or of a ladder (its runs, fit and figures)", "reference")
-    s.add_argument("--runs-dir", nargs=1, required=True, metavar="DIR", help="a run folder or a folder of runs")
-    s.add_argument("--bootstrap", type=resamples, default=200, help="resamples for the fit's CIs (default 200)")
+    arg = add(cmd_curves, "training and validation curves of train.py runs", "runs", "required")
+    arg("--out", help="folder for curves_PRESET_X.{png,pdf} (default: the first --runs-dir's curves/)")
+    arg("--x", choices=sorted(X_AXES), default="steps", help="the x axis (default: steps)")
+    arg = add(cmd_report, "report.md of a run or of a ladder (its runs, fit and figures)", "reference")
+    arg("--runs-dir", nargs=1, required=True, metavar="DIR", help="a run folder or a folder of runs")
+    arg("--bootstrap", type=resamples, default=200, help="resamples for the fit's CIs (default 200)")
 
-    s = add(cmd_downstream, "CORE forecast (App. C.4)", "runs", "reference")
-    s.add_argument("data", nargs="?", metavar="DATA", help="CSV or the release's FineWeb-Edu ladders JSON")
-    s.add_argument("--targets", type=noise, nargs="+", default=list(FIT["gpt3_targets"]),
-                   help="CORE scores in (0, 1) to find the compute for (GPT-3's four)")
-    s.add_argument("--at", type=positive, nargs="*", default=[], help="compute budgets to forecast CORE at")
+    arg = add(cmd_downstream, "CORE forecast (App. C.4)", "runs", "reference")
+    arg("data", nargs="?", metavar="DATA.csv", help="one row per checkpoint (see above)")
+    arg("--targets", type=noise, nargs="+", default=list(FIT["gpt3_targets"]), help="CORE scores in (0, 1) to find "
+        "the compute for (GPT-3's four)")
+    arg("--at", type=positive, nargs="*", default=[], help="compute budgets to forecast CORE at")
 
-    s = add(cmd_design, "simulate planned ladders: CI widths, detection power, GPU-hours", "reference")
-    s.add_argument("plan", nargs="+", help="train.py --dry-run JSON lines or CSV of planned computes ('-' = stdin)")
-    s.add_argument("--noise", type=noise, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln "
-                   "val_loss of one run), e.g. what fit.py ladders pools from seed replicates")
-    s.add_argument("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
-    s.add_argument("--E", type=positive, help="true floor (with --gamma, --A: every arm's curve)")
-    s.add_argument("--gamma", type=positive)
-    s.add_argument("--A", type=positive, help="true A at C = 1e18 FLOPs")
-    s.add_argument("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="repeatable: ARM's "
-                   "true gamma = the reference's + DG; a bare DG: every planned arm without a law in the truth")
-    s.add_argument("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
-    s.add_argument("--sims", type=number(int, 20, 100_000), default=400, help="simulated ladders per design")
-    s.add_argument("--seed", type=seed, default=0)
-    s.add_argument("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
-    s.add_argument("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak bf16 FLOP/s for "
-                   "GPU-hours")
-    s.add_argument("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
-    s.add_argument("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none)")
+    arg = add(cmd_design, "simulate planned ladders: CI widths, detection power, GPU-hours", "reference")
+    arg("plan", nargs="+", help="train.py --dry-run JSON lines ('-' = stdin)")
+    arg("--noise", type=noise, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln val_loss of "
+        "one run), e.g. what fit.py ladders pools from seed replicates")
+    arg("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
+    arg("--E", type=positive, help="true floor (with --gamma, --A: every arm's curve)")
+    arg("--gamma", type=positive)
+    arg("--A", type=positive, help="true A at C = 1e18 FLOPs")
+    arg("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="ARM's true gamma = the "
+        "reference's + DG; a bare DG: every arm without a law in the truth (repeatable)")
+    arg("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
+    arg("--sims", type=number(int, 20, 100_000), default=400, help="simulated ladders per design")
+    arg("--seed", type=seed, default=0)
+    arg("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
+    arg("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak bf16 FLOP/s for GPU-hours")
+    arg("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
+    arg("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none)")
 
-    s = add(cmd_surface, "Chinchilla / Skaling L(N, D) fits")
-    s.add_argument("data")
-    s.add_argument("--form", choices=["chinchilla", "skaling", "both"], default="both")
-    s.add_argument("--delta", type=positive, help="Huber delta on ln L (default per form: "
-                   f"{FIT['surface_delta']['chinchilla']:g} Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
-    s.add_argument("--drop-highest", type=number(int, 0), default=0, metavar="N",
-                   help="drop the N highest-loss rows before fitting (Hoffmann et al. drop 5)")
-    s.add_argument("--hops", type=resamples, default=100, help="basin-hopping iterations")
-    s.add_argument("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
-    s.add_argument("--budgets", type=positive, nargs="+", help="compute budgets for N*(C), D*(C)")
-    s.add_argument("--seed", type=seed, default=0)
-    add(cmd_tpp, "optimal tokens per parameter").add_argument("data")
-    add(cmd_growth, "optimal growth fraction").add_argument("data")
-    add(cmd_lr, "hyperparameter drift exponent").add_argument("data")
-
-    s = add(paper.cmd_paper, "every paper figure from the authors' released measurements, with a manifest")
-    s.add_argument("release", help="the release folder as reference/ holds it")
-    s.add_argument("--out", default="figures/paper", help="figures, manifest and gallery (default: figures/paper)")
-    s = add(cmd_loops, "optimal loop count and frontiers")
-    s.add_argument("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
-                   "attention, as the release's loop_grid.csv), the release's weight_decay.csv, regimes.csv, "
-                   "architectures.csv or hyperparameters.csv, or a folder of train.py --data-constrained runs")
-    s.add_argument("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default "
-                   "%(default)s)")
-    s.add_argument("--budgets", type=positive, nargs="+", help="compute budgets (FLOPs); default: the release's five, "
-                   + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]))
-    s.add_argument("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
+    arg = add(cmd_surface, "Chinchilla / Skaling L(N, D) fits")
+    arg("data")
+    arg("--form", choices=["chinchilla", "skaling", "both"], default="both")
+    arg("--delta", type=positive, help=f"Huber delta on ln L (default {FIT['surface_delta']['chinchilla']:g} "
+        f"Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
+    arg("--drop-highest", type=number(int, 0), default=0, metavar="N", help="drop the N highest-loss rows (Hoffmann "
+        "et al. drop 5)")
+    arg("--hops", type=resamples, default=100, help="basin-hopping iterations")
+    arg("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
+    arg("--budgets", type=positive, nargs="+", help="compute budgets for N*(C), D*(C)")
+    arg("--seed", type=seed, default=0)
+    add(cmd_tpp, "optimal tokens per parameter")("data")
+    add(cmd_growth, "optimal growth fraction")("data")
+    add(cmd_lr, "hyperparameter drift exponent")("data")
+    arg = add(cmd_loops, "optimal loop count and frontiers")
+    arg("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as "
+        "the release's loop_grid.csv), the release's weight_decay.csv, regimes.csv, architectures.csv or "
+        "hyperparameters.csv, or a folder of train.py --data-constrained runs")
+    arg("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default 0.8)")
+    arg("--budgets", type=positive, nargs="+", help="compute budgets (FLOPs; default the release's five, "
+        + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + ")")
+    arg("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
+    arg = add(paper.cmd_paper, "every paper figure from the authors' released measurements, with a manifest")
+    arg("release", help="the release folder as reference/ holds it")
+    arg("--out", default="figures/paper", help="figures, manifest and gallery (default: figures/paper)")
     return p
 
 

@@ -515,7 +515,7 @@ def test_a_file_as_out_is_one_line(tmp_path, capsys):
 
 def test_subcommand_help_shows_contracts(capsys):
     for cmd, needle in (("ladders", "compute_flops, val_loss; optional seed"), ("loops", "8.461200e+17"),
-                        ("design", "train.py --dry-run JSON lines"), ("surface", "0.05 Skaling")):
+                        ("design", "train.py --dry-run JSON lines"), ("surface", "Skaling")):
         with pytest.raises(SystemExit):
             fit.main([cmd, "-h"])
         assert needle in capsys.readouterr().out, cmd
@@ -603,7 +603,7 @@ def test_detection_probability_tracks_the_effect():
 
 
 def test_design_specs_select_depths_and_seeds():
-    plan = {(a, d): (1e18 * d, 1) for a in ("vanilla", "better") for d in range(6, 24, 2) if a == "vanilla" or d <= 18}
+    plan = {(a, d): 1e18 * d for a in ("vanilla", "better") for d in range(6, 24, 2) if a == "vanilla" or d <= 18}
     x, n, ds = fit.apply_design(plan, "d6-18 x3@top2")["vanilla"]
     assert ds == list(range(6, 20, 2)) and list(n) == [1] * 5 + [3, 3] and list(x) == [1e18 * d for d in ds]
     top = fit.apply_design(plan, "d6-22 x3@top2")
@@ -640,8 +640,11 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
     assert "analyst's 95% intervals" in text and "lower E" in text
 
 
-def test_release_pilot_designs_run(capsys):
-    fit.main(["design", RELEASE, "--E", "1.706433", "--gamma", "0.111249", "--A", "1.6354", "--delta-gamma", "0.0055",
+def test_release_pilot_designs_run(tmp_path, capsys):
+    plan = tmp_path / "plan.jsonl"
+    plan.write_text("".join(json.dumps(dict(arch=r["arm"], depth=int(r["depth"]), total_flops=float(r["compute_flops"])))
+                            + "\n" for r in csv.DictReader(open(RELEASE))))
+    fit.main(["design", str(plan), "--E", "1.706433", "--gamma", "0.111249", "--A", "1.6354", "--delta-gamma", "0.0055",
               "--noise", "0.001", "--design", "x3@top2", "--sims", "20", "--json"])
     d = json.loads(capsys.readouterr().out)["designs"][0]
     assert d["depths"]["vanilla"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
@@ -865,7 +868,7 @@ def test_runs_refuses_a_folder_without_runs(tmp_path, capsys):
     assert len(err) == 1 and "no train.py runs" in err[0]
 
 
-def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_path, capsys):
+def test_curves_mark_growth_and_warmdown(ladder, tmp_path, capsys):
     out = tmp_path / "curves"
     assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(out)]) == 0
     assert sorted(os.listdir(out)) == ["curves_cpu_steps.pdf", "curves_cpu_steps.png"]
@@ -873,7 +876,7 @@ def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_pa
     plt = laws.pyplot()
     runs = [run for run in fit.read_runs([str(ladder)]) if run[1]]
     assert [r[0]["run"] for r in runs] == ["vanilla_d2", "vanilla_d3", "untied_grow_d2"]  # the arms table's order
-    fig = fit.curves_figure(plt, runs, "steps", None)
+    fig = fit.curves_figure(plt, runs, "steps")
     train_ax, val_ax = fig.axes
     markers = lambda ax, m: [line for line in ax.lines if line.get_marker() == m]
     assert len(markers(train_ax, "^")) == len(markers(val_ax, "^")) == 1  # Untied-Grow's growth, on both panels
@@ -894,29 +897,12 @@ def test_curves_mark_growth_and_warmdown_and_overlay_the_frontier(ladder, tmp_pa
     assert "centred mean over 2% of each run's steps" in train_ax.get_title()
     raw = [r["loss"] for r in read_run(ladder, "vanilla_d2")[1]]
     assert list(lines["Vanilla d2"].get_ydata()) == pytest.approx(fit.smoothed(raw)) != raw
-    fit_json = tmp_path / "fit.json"
-    fit_json.write_text(json.dumps(dict(E=1.0, c_ref=1e9, arms=dict(vanilla=dict(A=2.0, gamma=0.1, points=[
-        dict(compute=2e6), dict(compute=3e6)])))))
-    fig = fit.curves_figure(plt, runs, "flops", fit.frontier_laws(str(fit_json)))
-    frontier = [line for line in fig.axes[1].lines if line.get_label() == "Vanilla frontier (fitted range)"]
-    assert len(frontier) == 1 and frontier[0].get_linestyle() == "--"
-    assert (min(frontier[0].get_xdata()), max(frontier[0].get_xdata())) == pytest.approx((2e6, 3e6))
     twins = [(row, records, result) for row, records, result in runs[:1]] * 2  # two runs of one arm and depth
     twins[1] = (dict(twins[1][0], run="vanilla_d2_again"), *twins[1][1:])
-    labels = [line.get_label() for line in fit.curves_figure(plt, twins, "steps", None).axes[0].lines]
+    labels = [line.get_label() for line in fit.curves_figure(plt, twins, "steps").axes[0].lines]
     assert "Vanilla d2 (vanilla_d2)" in labels and "Vanilla d2 (vanilla_d2_again)" in labels
-    assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(out), "--x", "flops", "--frontier", str(fit_json)]) == 0
+    assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(out), "--x", "flops"]) == 0
     assert (out / "curves_cpu_flops.png").exists()
-
-
-@pytest.mark.parametrize("argv, message", [
-    (["--frontier", "fit.json"], "add --x flops"),
-    (["--x", "flops", "--frontier", "missing.json"], "is not a `fit.py ladders --json` output"),
-])
-def test_curves_refuse_bad_input_in_one_line(ladder, tmp_path, capsys, argv, message):
-    assert fit.main(["curves", "--runs-dir", str(ladder), "--out", str(tmp_path / "o"), *argv]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0], err
 
 
 def test_a_stopped_run_whose_lock_is_held_reads_resuming(ladder, tmp_path, capsys):
