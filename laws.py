@@ -374,23 +374,20 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
 def footing(fit, sigma):
     """What a fit's intervals stand on -> warning lines. Without a given noise the se come from the residuals: a law
     with fewer than FIT["min_dof"] residual dof has none to estimate them from, so its ± and CIs are withheld (None)."""
-    lines, need = [], FIT["min_dof"]
-    E_short = sigma is None and fit.get("E_dof") is not None and fit["E_dof"] < need
-    if E_short:
+    need, lines = FIT["min_dof"], []
+    if E_short := sigma is None and fit.get("E_dof", need) < need:
         fit.update(E_se=None, E_ci=None)
         lines.append(f"WARNING: the floor E is fitted on {fit['reference_arm']}'s {fit['E_dof'] + 3} points with 3 "
                      f"parameters: {fit['E_dof']} residual degrees of freedom, so E's uncertainty, and with it every "
-                     f"± and CI (all carry E), is unknown and not printed; fit at least {need + 3} depths")
-    short = {}
+                     f"± and CI, is unknown and not printed; fit at least {need + 3} depths")
     for arm, r in fit["arms"].items():
         r["intervals_known"] = not (E_short or sigma is None and r["dof"] < need)
         if not r["intervals_known"]:
             r.update({k: None for k in r if k.endswith(("_ci", "_se"))})
-        if sigma is None and r["dof"] < need:
-            short.setdefault((len(r["points"]), r["dof"]), []).append(arm)
-    for (n, dof), arms in short.items():
-        lines.append(f"WARNING: {', '.join(arms)}: {n} points for A and gamma leave {dof} residual degrees of freedom; "
-                     f"their ± and CIs are unknown and not printed (at least {need + 2} points)")
+    if short := [a for a, r in fit["arms"].items() if sigma is None and r["dof"] < need]:
+        lines.append(f"WARNING: {', '.join(short)}: too few points for A and gamma (residual degrees of freedom "
+                     f"{', '.join(str(fit['arms'][a]['dof']) for a in short)}); their ± and CIs are unknown and not "
+                     f"printed (at least {need + 2} points)")
     if fit.get("E_bound"):
         lines.append(f"note: the floor E = {fit['E']:.6f} sits on its bound ({fit['E_bound']}) of "
                      f"{fit['reference_arm']}'s free-E fit: the data do not pin a floor, and E's ± is not an interval")

@@ -1,7 +1,7 @@
 """Bad input handed to fit.py (CSV, JSON, flags): one line, exit 2, no traceback, nothing that existed changed
 (tests/refusals.py), and never a plausible-looking wrong number. The case table, then numeric flags out of range,
-design specs, duplicated and conflicting rows, and inputs that were ignored, impossible or misnamed (glob characters in
-paths, mixed recipes or pools, runs that are not a loop grid, a column named twice)."""
+design specs, duplicated and conflicting rows, and inputs that were ignored, impossible or misnamed (mixed recipes or
+pools, runs that are not a loop grid, a column named twice)."""
 import contextlib
 import importlib
 import io
@@ -13,7 +13,6 @@ import pytest
 from refusals import run_in_process, assert_refused
 
 
-# ------------------------------------------------------------------------------------------------ fit.py
 def ladder_csv(rows=(), header="arm,depth,compute_flops,val_loss", bom=False):
     """A small valid two-arm ladder, plus extra raw CSV rows."""
     lines = [header]
@@ -57,12 +56,17 @@ FIT_CASES = [
      ["ladders", "{d}/l.csv"], "replicates of vanilla d8 have different compute"),
     ("extrapolate-zero", GOOD, ["ladders", "{d}/l.csv", "--extrapolate", "0"], "--extrapolate: must be a finite number > 0"),
     ("holdout-format", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla-8"], "use ARM:DEPTH"),
+    ("holdout-twice", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:6", "vanilla:6"], "names vanilla:6 twice"),
     ("holdout-missing-point", GOOD, ["ladders", "{d}/l.csv", "--holdout", "vanilla:26"], "no vanilla d26 point"),
     ("reference-arm-missing", GOOD, ["ladders", "{d}/l.csv", "--reference-arm", "nope"], "--reference-arm nope is not an arm of the inputs"),
     ("out-is-a-file", dict(GOOD, out="x"), ["ladders", "{d}/l.csv", "--out", "{d}/out"], "is a file, not a folder"),
     ("wrong-kind-json", {"edu.json": json.dumps(dict(tasks=[], arms={}))}, ["ladders", "{d}/edu.json"], "'arms' holds no ladder records"),
     ("not-utf8-csv", {"l.csv": b"arm,depth\n\xff\xfe\x00bad\n"}, ["ladders", "{d}/l.csv"], "not a UTF-8 CSV"),
     ("unknown-subcommand", {}, ["frobnicate"], "invalid choice"),
+    ("runs-without-runs", {}, ["runs", "--runs-dir", "{d}"], "no train.py runs in"),
+    ("time-without-column", GOOD, ["ladders", "{d}/l.csv", "--time"], "missing column(s) training_seconds"),
+    ("reference-arm-too-few", {"l.csv": "arm,depth,compute_flops,val_loss\nvanilla,8,1e18,3.0\nvanilla,10,2e18,2.9\n"},
+     ["ladders", "{d}/l.csv"], "reference arm vanilla: fewer than 3 points"),
     ("surface-negative-N", {"s.csv": "N,D,loss\n" + "".join(f"{-1 if i == 0 else 1e8 * (i + 1)},{1e9 * (i + 1)},3.0\n" for i in range(8))},
      ["surface", "{d}/s.csv"], "s.csv:2: column N is '-1'"),
     ("surface-drop-too-many", {"s.csv": "N,D,loss\n" + "".join(f"{1e8 * (i + 1)},{1e9 * (i + 1)},{3 - 0.1 * i}\n" for i in range(8))},
@@ -98,10 +102,7 @@ def test_fit_bad_input_as_a_process(tmp_path):
     assert_refused("fit.py", ["ladders", "{d}/l.csv", "--extrapolate=-1"], tmp_path, "--extrapolate: must be", GOOD)
 
 
-# ------------------------------------------------------------------------------------------------ train.py
-# {d}/pool is a fresh copy of the session's small stdlib pool, so the pool is part of what must stay byte-identical.
-
-# --- fit.py: numeric flags out of range, design specs, duplicated and conflicting rows ---
+# --- numeric flags out of range, design specs, duplicated and conflicting rows ---
 def surface_csv(rows=()):
     """A 4 x 4 (N, D) grid on a Chinchilla law, plus extra raw CSV rows."""
     grid = [f"{N:g},{D:g},{1.5 + 1000 / N ** 0.4 + 2000 / D ** 0.3:.6f}"
@@ -117,19 +118,14 @@ DESIGN = ["design", "{d}/p.jsonl", "--truth", "{d}/pilot.json", "--noise", "0.00
 FIT_FLAG_RANGE_CASES = [
     ("surface-seed-negative", [*SURFACE, "--seed=-1"], "--seed: must be a whole number >= 0, got '-1'"),
     ("ladders-anchor-depth-zero", [*LADDERS, "--anchor-depth", "0"], "--anchor-depth: must be a whole number >= 1"),
-    ("ladders-bootstrap-fraction", [*LADDERS, "--bootstrap", "2.5"], "--bootstrap: must be a whole number"),
     ("ladders-noise-above-one", [*LADDERS, "--noise", "1.5"], "--noise: must be a finite number in (0, 1), got '1.5'"),
     ("design-mfu-zero", [*DESIGN, "--mfu", "0"], "--mfu: must be a finite number in (0, 1], got '0'"),
     ("design-delta-gamma-makes-gamma-negative", ["design", "{d}/p2.jsonl", "--truth", "{d}/pilot.json", "--noise",
                                                  "0.002", "--delta-gamma=-0.5"], "gives other a true gamma of -0.39"),
-    ("design-sims-few", [*DESIGN, "--sims", "5"], "--sims: must be a whole number in [20, 100000], got '5'"),
-    ("design-E-negative", ["design", "{d}/p.jsonl", "--E=-1", "--gamma", "0.1", "--A", "1", "--noise", "0.002"],
-     "--E: must be a finite number > 0"),
     ("design-truth-gamma-nan", ["design", "{d}/p.jsonl", "--truth", "{d}/nan.json", "--noise", "0.002"],
      "all > 0)"),
     ("downstream-target-above-one", ["downstream", "{d}/l.csv", "--targets", "1.5"],
      "--targets: must be a finite number in (0, 1), got '1.5'"),
-    ("loops-wd-negative", ["loops", "{d}/l.csv", "--wd=-1"], "--wd: must be a finite number >= 0, got '-1'"),
 ]
 
 
@@ -139,17 +135,9 @@ def test_class2_fit_numeric_flag_out_of_range(tmp_path, argv, message):
     assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
 
 
-def test_class2_fit_flag_ranges_accept_their_ends(tmp_path, capsys):
-    # the declared ends are inclusive where the message says so: --mfu 1, --drop-highest 0, --bootstrap 0
-    (tmp_path / "p.jsonl").write_text(PLAN)
-    (tmp_path / "pilot.json").write_text(PILOT)
-    (tmp_path / "s.csv").write_text(surface_csv())
-    import fit
-    assert fit.main(["design", f"{tmp_path}/p.jsonl", "--truth", f"{tmp_path}/pilot.json", "--noise", "0.002",
-                     "--mfu", "1", "--sims", "20", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["mfu"] == 1.0
-    assert fit.main(["surface", f"{tmp_path}/s.csv", "--form", "chinchilla", "--hops", "0",
-                     "--drop-highest", "0", "--json"]) == 0
+def test_number_flags_accept_their_declared_ends():
+    from laws import number
+    assert number(float, 0, 1, open_lo=True)("1") == 1.0 and number(int, 0)("0") == 0 and number(int, 20, 99)("99") == 99
 
 
 FIT_DESIGN_SPEC_CASES = [
@@ -261,21 +249,6 @@ def run_in_process_with_stdout(script, argv):
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
         code = module.main(argv)
     return code, (err.getvalue(), out.getvalue())
-
-
-def test_class4_fit_surface_drop_highest_drops_distinct_runs(tmp_path, capsys):
-    # a repeated high-loss run counts once, so --drop-highest 2 removes the two highest distinct runs
-    import fit
-    text = surface_csv(["1e+08,1e+09,9.0", "2e+08,1e+09,8.0", "1e+08,1e+09,9.0"])
-    (tmp_path / "s.csv").write_text(text)
-    assert fit.main(["surface", str(tmp_path / "s.csv"), "--form", "chinchilla", "--hops", "0",
-                     "--drop-highest", "2", "--json"]) == 2
-    assert "two different results for N 1e+08, D 1e+09" in capsys.readouterr().err  # the grid already has that (N, D)
-    (tmp_path / "s.csv").write_text(surface_csv(["1e+09,1e+09,9.0", "2e+09,1e+09,8.0", "1e+09,1e+09,9.0"]))
-    assert fit.main(["surface", str(tmp_path / "s.csv"), "--form", "chinchilla", "--hops", "0",
-                     "--drop-highest", "2", "--json"]) == 0
-    out, err = capsys.readouterr()
-    assert sorted(d["loss"] for d in json.loads(out)["dropped"]) == [8.0, 9.0] and "exactly; kept one" in err
 
 
 def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
@@ -432,17 +405,12 @@ DOWNSTREAM = sweep_csv("arm,compute_flops,core,nll:t,acc:t", DOWN_ROWS)
 IGNORED_CASES = [
     ("design-truth-and-E", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--E", "99", "--gamma", "5", "--A", "1e-9"],
      "--truth {d}/pilot.json gives the true curves and --E/--gamma/--A would be ignored"),
-    ("design-truth-and-A", {"p.jsonl": PLAN, "pilot.json": PILOT}, [*DESIGN, "--A", "2"], "and --A would be ignored"),
     ("growth-rho-negative", {"g.csv": GROWTH.replace(",0.2,", ",-0.5,")}, ["growth", "{d}/g.csv"],
      "g.csv:2: column rho is '-0.5'; need a number in [0, 1]"),
-    ("growth-rho-above-one", {"g.csv": GROWTH.replace(",0.8,", ",1.5,")}, ["growth", "{d}/g.csv"],
-     "g.csv:5: column rho is '1.5'; need a number in [0, 1]"),
     ("downstream-reference-arm-missing", {"c.csv": DOWNSTREAM}, ["downstream", "{d}/c.csv", "--reference-arm", "nosuch"],
      "--reference-arm nosuch is not an arm of the inputs (arms: vanilla, better)"),
     ("downstream-nll-without-acc", {"c.csv": with_column(DOWNSTREAM, "nll:b", 2.0)}, ["downstream", "{d}/c.csv"],
      "c.csv: column nll:b has no acc:b"),
-    ("downstream-acc-without-nll", {"c.csv": with_column(DOWNSTREAM, "acc:c", 0.1)}, ["downstream", "{d}/c.csv"],
-     "c.csv: column acc:c has no nll:c"),
 ]
 
 
@@ -451,28 +419,17 @@ def test_fit_ignored_or_impossible_inputs_are_refused(tmp_path, files, argv, mes
     assert_refused("fit.py", argv, tmp_path, message.replace("{d}", str(tmp_path)), files, runner=run_in_process)
 
 
-def test_fit_holdout_named_twice_says_so(tmp_path):
-    # the point exists; the message said "no vanilla d6 point in the inputs"
-    assert_refused("fit.py", ["ladders", "{d}/l.csv", "--holdout", "vanilla:6", "vanilla:6"], tmp_path,
-                   "--holdout names vanilla:6 twice; name each point once", GOOD, runner=run_in_process)
-
-
-def test_issue31_class1_design_says_how_many_simulations_its_numbers_rest_on(tmp_path, capsys):
+def test_design_says_how_many_simulations_its_numbers_rest_on(tmp_path, capsys):
     # --noise 0.5: coverage 1.000 over the 7 of 20 simulated ladders whose fit converged, with no word of the 13
     import fit
     (tmp_path / "p.jsonl").write_text(PLAN)
     (tmp_path / "pilot.json").write_text(PILOT)
     argv = ["design", f"{tmp_path}/p.jsonl", "--truth", f"{tmp_path}/pilot.json", "--sims", "20", "--seed", "0"]
     assert fit.main([*argv, "--noise", "0.5"]) == 0
-    captured = capsys.readouterr()
-    rows = [line for line in captured.out.splitlines() if line.strip().startswith("vanilla")]
-    assert len(rows) == 1, rows
-    converged = int(rows[0].split()[1].split("/")[0])
-    assert rows[0].split()[1] == f"{converged}/20" and converged < 16
-    assert f"WARNING: vanilla: only {converged} of 20 simulated fits converged (< 80%" in captured.out
-    assert "warning: design 'plan': vanilla: only" in captured.err
+    out, err = capsys.readouterr()
+    converged = int(next(line for line in out.splitlines() if line.strip().startswith("vanilla")).split()[1][:-3])
+    assert converged < 16 and f"WARNING: vanilla: only {converged} of 20 simulated fits converged (< 80%" in out
+    assert "warning: design 'plan': vanilla: only" in err
     assert fit.main([*argv, "--noise", "0.002", "--json"]) == 0
-    captured = capsys.readouterr()
-    design = json.loads(captured.out)["designs"][0]
-    assert design["arms"]["vanilla"]["valid"] == design["arms"]["vanilla"]["sims"] == 20
-    assert design["warnings"] == [] and "warning" not in captured.err
+    out, err = capsys.readouterr()
+    assert json.loads(out)["designs"][0]["arms"]["vanilla"]["valid"] == 20 and "warning" not in err
