@@ -755,23 +755,30 @@ DESIGN_COLUMNS = (("gamma", "gamma_true", "7.4f"), ("spread", "gamma_ci_halfwidt
 
 
 def read_plan(paths):
-    """Planned runs, train.py --dry-run JSON lines ('-' = stdin) -> {(arm, depth): compute_flops}."""
+    """Planned runs: train.py --dry-run JSON lines ('-' = stdin) or a CSV [arm, depth, compute_flops] (a ladder's
+    table: its runs as the plan) -> {(arm, depth): compute_flops}."""
     plan = {}
     for path in paths:
-        try:
-            lines = (sys.stdin if path == "-" else open(path)).read().splitlines()
-        except OSError as e:
-            raise UsageError(f"cannot read {path}: {e.strerror}")
-        for i, line in enumerate(lines, 1):
+        if path.endswith(".csv"):
+            c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops"])
+            records = [(f"{path}:{line}", dict(arch=a, depth=int(d) if d % 1 == 0 else d, total_flops=x))
+                       for a, d, x, line in zip(c["arm"], c["depth"], c["compute_flops"], c["_line"])]
+        else:
             try:
-                r = json.loads(line) if line.strip() else None
-                assert r is None or isinstance(r["arch"], str) and type(r["depth"]) is int and r["depth"] > 0 \
+                lines = (sys.stdin if path == "-" else open(path)).read().splitlines()
+            except OSError as e:
+                raise UsageError(f"cannot read {path}: {e.strerror}")
+            records = [(f"{path}:{i}", line) for i, line in enumerate(lines, 1) if line.strip()]
+        for where, r in records:
+            try:
+                r = json.loads(r) if isinstance(r, str) else r
+                assert isinstance(r["arch"], str) and type(r["depth"]) is int and r["depth"] > 0 \
                     and math.isfinite(r["total_flops"]) and r["total_flops"] > 0
             except (ValueError, KeyError, TypeError, AssertionError):
-                raise UsageError(f"{path}:{i}: not a train.py --dry-run plan (a JSON object with arch, a whole depth "
-                                 "> 0 and total_flops > 0 per line)")
-            if r and plan.setdefault((r["arch"], r["depth"]), r["total_flops"]) != r["total_flops"]:
-                raise UsageError(f"{path}:{i}: a second, different plan for {r['arch']} d{r['depth']}; remove one")
+                raise UsageError(f"{where}: not a train.py --dry-run plan (a JSON object with arch, a whole depth > 0 "
+                                 "and total_flops > 0 per line) nor a CSV row [arm, depth, compute_flops]")
+            if plan.setdefault((r["arch"], r["depth"]), r["total_flops"]) != r["total_flops"]:
+                raise UsageError(f"{where}: a second, different plan for {r['arch']} d{r['depth']}; remove one")
     if not plan:
         raise UsageError(f"{' '.join(paths)}: no planned runs")
     return plan
@@ -846,8 +853,8 @@ true laws L = E + A (C/1e18)^-gamma and relative run-to-run noise (each run's ln
 ladders --noise` does, and reports per design and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the
 E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints, how often the free-E
 fit reads an advantage as a lower floor, and the plan's FLOPs and GPU-hours.
-PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin), one seed per run unless a --design
-says more. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
+PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops],
+one seed per run unless a --design says more. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
     if args.out:
         check_outputs(args.out)
     plan = read_plan(args.plan)
@@ -1207,7 +1214,7 @@ def build_parser():
     arg("--at", type=positive, nargs="*", default=[], help="compute budgets to forecast CORE at")
 
     arg = add(cmd_design, "simulate planned ladders: CI widths, detection power, GPU-hours", "reference")
-    arg("plan", nargs="+", help="train.py --dry-run JSON lines ('-' = stdin)")
+    arg("plan", nargs="+", help="train.py --dry-run JSON lines ('-' = stdin) or CSV of planned computes")
     arg("--noise", type=noise, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln val_loss of "
         "one run), e.g. what fit.py ladders pools from seed replicates")
     arg("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")

@@ -592,11 +592,8 @@ def test_design_cli_from_dry_run_lines_gpu_hours_and_figure(tmp_path, capsys):
     assert "analyst's 95% intervals" in text and "lower E" in text
 
 
-def test_release_pilot_designs_run(tmp_path, capsys):
-    plan = tmp_path / "plan.jsonl"
-    plan.write_text("".join(json.dumps(dict(arch=r["arm"], depth=int(r["depth"]), total_flops=float(r["compute_flops"])))
-                            + "\n" for r in csv.DictReader(open(RELEASE))))
-    fit.main(["design", str(plan), "--E", "1.706433", "--gamma", "0.111249", "--A", "1.6354", "--delta-gamma", "0.0055",
+def test_release_pilot_designs_run(capsys):
+    fit.main(["design", RELEASE, "--E", "1.706433", "--gamma", "0.111249", "--A", "1.6354", "--delta-gamma", "0.0055",
               "--noise", "0.001", "--design", "x3@top2", "--sims", "20", "--json"])
     d = json.loads(capsys.readouterr().out)["designs"][0]
     assert d["depths"]["vanilla"] == {"6": 1, "8": 1, "10": 1, "12": 1, "14": 1, "16": 1, "18": 3, "20": 3}
