@@ -312,12 +312,10 @@ def ladder_table(fit, xname):
 def noise_lines(fit):
     """What the standard errors and CIs include, in words."""
     nz, b = fit["noise"], fit.get("bootstrap")
-    if nz["sigma"] is None:
-        lines = ["noise: none given (no seed replicates, no --noise); fits unweighted, gamma ± se from the residuals"]
-    else:
-        src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
-        lines = [f"noise: sigma = {nz['sigma']:.3g} relative (sd of ln L of one run; {src}); fits weighted by it, "
-                 f"gamma ± se from it" + (f"; {nz['replicated_points']} points have replicates" if nz["replicated_points"] else "")]
+    src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
+    lines = ["noise: none given (no seed replicates, no --noise); fits unweighted, gamma ± se from the residuals"
+             if nz["sigma"] is None else f"noise: sigma = {nz['sigma']:.3g} relative (sd of ln L of one run; {src}); "
+             f"fits weighted by it, gamma ± se from it; {nz['replicated_points']} points have replicates"]
     lines.append(f"se of gamma and of gamma - ref include the shared floor E's uncertainty (refitted on "
                  f"{fit['reference_arm']}; first order); with E held fixed, gamma's se is --json's gamma_se_given_E")
     if b:
@@ -385,14 +383,10 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
     arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
-    unknown = {a: r["dof"] for a, r in fit["arms"].items() if not r["intervals_known"]}
+    warnings = "\n".join(line for line in fit["footing"] if line.startswith("WARNING"))
     for f in (fig, fig2):
-        f.tight_layout(rect=(0, 0.06 if unknown else 0, 1, 1))
-        if unknown:
-            f.text(0.01, 0.01, "WARNING: too few points to know the uncertainty (residual degrees of freedom: "
-                   + (f"floor E {fit['E_dof']}, " if fit.get("E_dof") is not None else "")
-                   + ", ".join(f"{a} {k}" for a, k in unknown.items()) + "); no ± or CI is known for these fits",
-                   color="firebrick", fontsize=8, wrap=True)
+        f.tight_layout(rect=(0, 0.08 if warnings else 0, 1, 1))
+        f.text(0.01, 0.01, warnings, color="firebrick", fontsize=7, wrap=True)
     paths = save_figures(out_dir, {f"{name}.{ext}": f for name, f in (("fig3_ladders", fig), ("fig2_left", fig2))
                                    for ext in ("png", "pdf")}, dpi=200)
     plt.close(fig)
@@ -404,14 +398,13 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
 def lock_held(run_dir):
     """Whether a process holds the run's lock (a train.py writing it now, on this host)."""
     import fcntl
-    path = os.path.join(run_dir, "train.lock")
-    if not os.path.isfile(path):
-        return False
-    with open(path) as f:
-        try:
+    try:
+        with open(os.path.join(run_dir, "train.lock")) as f:
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
+    except BlockingIOError:
+        return True
+    except FileNotFoundError:
+        pass
     return False
 
 
