@@ -1058,16 +1058,16 @@ LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute", "loss"]
 LOOP_GRID_VARIED = ("passes", "passes_initial", "weight_decay")  # what the grid's runs vary beside the depth
 
 
-def loop_grid_from_runs(runs_dir):
+def loop_grid_from_runs(runs_dirs):
     """The loop grid of train.py --data-constrained runs (ladder.sh operator_1 --preset data-constrained): compute
     without attention, as in the paper's loop_grid.csv; the runs must share one recipe but for what the grid varies."""
-    runs = complete_runs([runs_dir])
+    runs = complete_runs(runs_dirs)
     for d, r in runs:
         if not r["plan"].get("data_constrained"):
             raise UsageError(f"{d} is not a loop-grid run (its plan's data_constrained is "
                              f"{r['plan'].get('data_constrained')!r}); fit.py loops reads train.py --data-constrained runs")
     if not runs:
-        raise UsageError(f"{runs_dir}: no complete train.py runs")
+        raise UsageError(f"{' '.join(runs_dirs)}: no complete train.py runs")
     check_one_recipe(runs, "loop-grid runs", LOOP_GRID_VARIED, ("train_token_limit",))
     rows = [(r["plan"]["depth"], r["plan"]["passes_final"], r["plan"]["weight_decay"], r["estimated_matrix_flops"],
              r["final_val_loss"]) for _, r in runs]
@@ -1093,8 +1093,10 @@ def cmd_loops(args):
 (interpolated between depths), the optimal K* from a quadratic in log K, and the compute Operator-1 (K = 1, its weight
 decay tuned per depth) needs over the loop frontier. The release's regimes.csv and architectures.csv: K* per budget of
 each regime or control (Figures 21, 24); hyperparameters.csv: each knob's best multiple (Figure 23b)."""
-    if os.path.isdir(args.data):
-        c = loop_grid_from_runs(args.data)
+    if bool(args.data) == bool(args.runs_dir):
+        raise UsageError("give the loop grid: a CSV or --runs-dir (train.py --data-constrained runs)")
+    if args.runs_dir:
+        c = loop_grid_from_runs(args.runs_dir)
     elif paper.csv_header(args.data) & {"compute", "knob"}:  # the release's tables
         c, name = paper.read_table(args.data)
         if name == "hyperparameters.csv":
@@ -1238,10 +1240,10 @@ def build_parser():
     add(cmd_tpp, "optimal tokens per parameter")("data")
     add(cmd_growth, "optimal growth fraction")("data")
     add(cmd_lr, "hyperparameter drift exponent")("data")
-    arg = add(cmd_loops, "optimal loop count and frontiers")
-    arg("data", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without attention, as "
-        "the release's loop_grid.csv), the release's weight_decay.csv, regimes.csv, architectures.csv or "
-        "hyperparameters.csv, or a folder of train.py --data-constrained runs")
+    arg = add(cmd_loops, "optimal loop count and frontiers", "runs")
+    arg("data", nargs="?", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
+        "attention, as the release's loop_grid.csv), or the release's weight_decay.csv, regimes.csv, architectures.csv "
+        "or hyperparameters.csv; or --runs-dir: train.py --data-constrained runs")
     arg("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default 0.8)")
     arg("--budgets", type=positive, nargs="+", help="compute budgets (FLOPs; default the release's five, "
         + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + ")")

@@ -268,7 +268,7 @@ def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
         with open(tmp_path / "runs" / str(i) / "result.json", "w") as f:
             json.dump(dict(status="complete", estimated_matrix_flops=C, final_val_loss=loss,
                            plan=dict(depth=int(d), passes_final=K, weight_decay=wd, data_constrained="fixed-wd")), f)
-    assert fit.main(["loops", str(tmp_path / "runs")]) == 2
+    assert fit.main(["loops", "--runs-dir", str(tmp_path / "runs")]) == 2
     assert "two different results for depth 6, loops 2, weight_decay 0.8" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         fit.main(["loops", "-h"])
@@ -319,7 +319,7 @@ def test_fit_csv_column_named_twice_is_refused(tmp_path, name, text, argv, colum
 def test_fit_loops_refuses_runs_that_are_not_a_loop_grid(tmp_path):
     # a vanilla ladder read as a loop grid printed "loop scaling needs 9.58x less compute" with exit 0
     ladder_runs(tmp_path / "runs")
-    assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "is not a loop-grid run (its plan's data_constrained is "
+    assert_refused("fit.py", ["loops", "--runs-dir", "{d}/runs"], tmp_path, "is not a loop-grid run (its plan's data_constrained is "
                    "None)", runner=run_in_process)
 
 
@@ -332,7 +332,7 @@ def test_fit_loops_refuses_a_grid_where_no_budget_can_be_fitted(tmp_path, grid):
         argv = ["loops", "{d}/g.csv"]
     else:
         loop_runs(tmp_path / "runs")
-        argv = ["loops", "{d}/runs", "--budgets", "1e30"]
+        argv = ["loops", "--runs-dir", "{d}/runs", "--budgets", "1e30"]
     assert_refused("fit.py", argv, tmp_path, "no budget could be fitted at weight decay 0.8", runner=run_in_process)
 
 
@@ -393,7 +393,7 @@ def test_fit_loops_refuses_grid_runs_with_different_recipes(tmp_path):
     grid["dc_fixed-wd_d4_k1"] = grid["dc_fixed-wd_d2_k1"][:3] + ["4"] + grid["dc_fixed-wd_d2_k1"][4:] + [
         "--train-token-limit", "2000000"]
     planned_runs(tmp_path / "runs", grid)
-    assert_refused("fit.py", ["loops", "{d}/runs"], tmp_path, "loop-grid runs with different train_token_limit",
+    assert_refused("fit.py", ["loops", "--runs-dir", "{d}/runs"], tmp_path, "loop-grid runs with different train_token_limit",
                    runner=run_in_process)
 
 

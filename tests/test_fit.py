@@ -381,7 +381,7 @@ def test_loops_reads_train_runs_like_the_csv(tmp_path, capsys):
         plan = dict(depth=d, passes_final=K, weight_decay=wd, data_constrained="fixed-wd")
         json.dump(dict(status=status, estimated_matrix_flops=C, final_val_loss=loss, plan=plan),
                   open(tmp_path / "runs" / str(i) / "result.json", "w"))
-    assert run_json(capsys, "loops", tmp_path / "runs", "--budgets", 8e17) == csv_out
+    assert run_json(capsys, "loops", "--runs-dir", tmp_path / "runs", "--budgets", 8e17) == csv_out
 
 
 def test_lower_envelope_is_the_convex_pareto_frontier():
