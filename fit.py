@@ -665,16 +665,30 @@ rule (--reference-arm, else vanilla, else the only arm)."""
 
 # ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
 def downstream_columns(args):
-    """The measurements -> ({arm, compute_flops, core, nll:<task>, acc:<task>, _line: columns}, tasks): a CSV or the
-    complete runs with core_eval.py's eval.json."""
+    """The measurements -> ({arm, compute_flops, core, nll:<task>, acc:<task>: columns}, tasks): a CSV, the release's
+    FineWeb-Edu ladders or the complete runs with core_eval.py's eval.json."""
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
-    if args.data:
+    if args.data and not args.data.endswith(".json"):
         tasks = [k for k in read_csv(args.data, ["arm", "compute_flops", "core"]) if k[:4] in ("nll:", "acc:")]
         c = read_csv(args.data, [], numeric=["compute_flops", "core", *tasks], key=["arm", "compute_flops"],
                      positive=["compute_flops"] + [k for k in tasks if k.startswith("nll:")])
+    elif args.data:  # the release's FineWeb-Edu ladders, its d26 run left out
+        obj = paper.read_json(args.data)
+        if paper.json_layout(obj) != "fineweb_edu":
+            raise paper.layout_error(args.data, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
+                                     "acc:<task>...] or ")
+        tasks, records = paper.edu_records(args.data, obj)
+        try:
+            c = {k: np.array(v, dtype=None if k == "arm" else float) for k, v in zip(
+                ["arm", "compute_flops", "core"] + [f"{p}:{t}" for p in ("nll", "acc") for t in tasks],
+                zip(*[(arm, r["compute_flops"], r["core_accuracy"], *(r["task_nll"][t] for t in tasks),
+                       *(r["task_accuracy"][t] for t in tasks)) for arm, r, _, held_out in records if not held_out]))}
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(f"{args.data}: every ladder record needs core_accuracy, and task_nll and task_accuracy "
+                             "for every task in 'tasks'")
     else:
-        rows = [dict(arm=r["arch"], compute_flops=r["estimated_training_flops"], core=ev["core_metric"], _line=d,
+        rows = [dict(arm=r["arch"], compute_flops=r["estimated_training_flops"], core=ev["core_metric"],
                      **{f"nll:{t}": v for t, v in ev["losses"].items()},
                      **{f"acc:{t}": v for t, v in ev["centered_results"].items()})
                 for d, r in complete_runs(args.runs_dir) if (ev := read_result(d, "eval.json"))]
@@ -693,8 +707,8 @@ def downstream_columns(args):
 def cmd_downstream(args):
     """CORE forecast (App. C.4): per task NLL = E + A C^-alpha per arm, centered accuracy = sigmoid of the NLL, CORE =
 r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
-core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint; or --runs-dir: train.py runs with
-core_eval.py's eval.json (Figure 4 from the release's FineWeb-Edu ladders: fit.py paper)."""
+core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu ladders
+JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
     from scipy import optimize
     c, tasks = downstream_columns(args)
     ref = reference_arm(dict.fromkeys(c["arm"]), args.reference_arm)
@@ -1203,7 +1217,7 @@ def build_parser():
     arg("--bootstrap", type=resamples, default=200, help="resamples for the fit's CIs (default 200)")
 
     arg = add(cmd_downstream, "CORE forecast (App. C.4)", "runs", "reference")
-    arg("data", nargs="?", metavar="DATA.csv", help="one row per checkpoint (see above)")
+    arg("data", nargs="?", metavar="DATA", help="CSV or the release's FineWeb-Edu ladders JSON")
     arg("--targets", type=noise, nargs="+", default=list(FIT["gpt3_targets"]), help="CORE scores in (0, 1) to find "
         "the compute for (GPT-3's four)")
     arg("--at", type=positive, nargs="*", default=[], help="compute budgets to forecast CORE at")
