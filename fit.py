@@ -738,16 +738,13 @@ JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.jso
                 need[target] = np.nan
         out["arms"][a] = dict(nll_laws={t: dict(E=l[0], A=l[1], alpha=l[2]) for t, l in laws.items()},
                               compute_for_target=need, core_at={C: at(math.log10(C)) for C in args.at})
-    if args.json:
-        print(json.dumps(jsonable(out), allow_nan=False))
-        return
-    print(f"{len(tasks)} tasks; full/filtered ratio r = {r:.4f} (RMSE {out['ratio_rmse']:.4f}, R² {out['ratio_r2']:.4f})")
-    base = out["arms"].get(ref)
+    base, lines = out["arms"].get(ref), [f"{len(tasks)} tasks; full/filtered ratio r = {r:.4f} (RMSE "
+                                         f"{out['ratio_rmse']:.4f}, R² {out['ratio_r2']:.4f})"]
     for a, o in out["arms"].items():
-        print(f"{a}: " + ", ".join(f"CORE {t}: {fnum(C, '.3g')} FLOPs" + (f" (x{base['compute_for_target'][t] / C:.2f})"
-                                                                         if base and a != ref else "")
-                                   for t, C in o["compute_for_target"].items())
-              + "".join(f"; CORE@{C:.3g} = {v:.4f}" for C, v in o["core_at"].items()))
+        lines.append(f"{a}: " + ", ".join(f"CORE {t}: {fnum(C, '.3g')} FLOPs" + (
+            f" (x{base['compute_for_target'][t] / C:.2f})" if base and a != ref else "")
+            for t, C in o["compute_for_target"].items()) + "".join(f"; CORE@{C:.3g} = {v:.4f}" for C, v in o["core_at"].items()))
+    emit(args, out, lines)
 
 
 # ---------------------------------------------------------------------------------------------------- design
@@ -968,20 +965,19 @@ rows; D is used where both are given."""
             sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
             ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
             r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]))
-    if args.json:
-        print(json.dumps(jsonable(out), allow_nan=False))
-        return
-    print(f"{len(L)} points" + (f"; dropped the {len(dropped)} highest-loss rows (lines "
-                                f"{', '.join(str(d['line']) for d in dropped)})" if dropped else ""))
+    lines = [f"{len(L)} points" + (f"; dropped the {len(dropped)} highest-loss rows (lines "
+                                   f"{', '.join(str(d['line']) for d in dropped)})" if dropped else "")]
     for form, r in out["forms"].items():
         p = r["params"]
-        print(f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} "
-              f"B={p['B']:.4g} beta={p['beta']:.4f} k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%\n"
-              f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}")
-        for o in r["optimal"]:
-            print(f"  C={o['compute']:.3g}: N*={o['N']:.4g} D*={o['D']:.4g} D*/N*={o['ratio']:.2f} L*={o['loss']:.4f}")
+        lines += [f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} "
+                  f"B={p['B']:.4g} beta={p['beta']:.4f} k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%",
+                  f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}"] + [
+            f"  C={o['compute']:.3g}: N*={o['N']:.4g} D*={o['D']:.4g} D*/N*={o['ratio']:.2f} L*={o['loss']:.4f}"
+            for o in r["optimal"]]
         if "sparse_l" in r:
-            print(f"  L-shaped subset ({r['sparse_l']['n_fit']} points): MAPE on the rest {r['sparse_l']['mape_rest']:.3f}%")
+            lines.append(f"  L-shaped subset ({r['sparse_l']['n_fit']} points): MAPE on the rest "
+                         f"{r['sparse_l']['mape_rest']:.3f}%")
+    emit(args, out, lines)
 
 
 # ---------------------------------------------------------------------------------------------------- sweeps
