@@ -1,12 +1,10 @@
 """paper.py — the paper's figures (arXiv 2609.19107) from the authors' released measurements, in the release's look.
 
-`fit.py paper DIR --out OUT` reads DIR/release/ as the release lays out its plotting data (reference/release/, whose
+`fit.py paper DIR --out OUT` reads DIR/release/ laid out as the release's plotting data (reference/release/, whose
 SOURCE.md says where it came from; loop_grid.csv, fineweb_edu_ladders.json and appendix_ladders/downstream.json are
-drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json (per figure its numbers and every
-number the text states beside ours) and the gallery OUT/README.md; figures it cannot draw are listed with the reason.
-The release's ladders are JSON {series: [records]} with short names (arms.RELEASE_SERIES), compute in FLOPs or (timing
-.json) hours; the regime CSVs in EFLOP or FLOPs. Rules: the floor E is the free-floor fit of the file's Vanilla,
-multipliers interpolate in log compute without extrapolation, loop grids interpolate linearly in compute (R4 below).
+drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json (per figure its numbers and each
+number the text states beside ours) and the gallery OUT/README.md. Rules: the floor E is the free-floor fit of the
+file's Vanilla, multipliers interpolate in log compute without extrapolation, loop grids linearly in compute (R4).
 """
 import csv, json, math, os
 
@@ -18,7 +16,6 @@ from common import UsageError
 from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, matched_multipliers,
                   note, pyplot, read_csv, robust_lsq, save_figures)
 
-UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
 TOLERANCE = 0.01                             # manifest: a stated number further than 1 % from ours needs a reason
 MANIFEST = "paper_manifest.json"
@@ -69,9 +66,8 @@ def read_layout(path, *layouts):
 
 
 def edu_records(path, obj):
-    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): the ladder records of every arm, and the
-    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit.
-    Each record needs a whole depth > 0 and finite compute_flops, val_loss > 0."""
+    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): every arm's ladder records, and the
+    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit."""
     tasks = obj["tasks"]
     if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
         raise UsageError(f"{path}: 'tasks' must be a list of task names")
@@ -108,7 +104,7 @@ def release_ladder_rows(path, obj, use_time):
         for i, r in enumerate(records):
             x, loss, depth = point(r, "compute", "loss", f"{path}: {series}[{i}]")
             rows.append((arm, depth, x, loss, None, f"{path}:{series}[{i}]"))
-    hours = max(r[2] for r in rows) < UNITS["hours_max"]
+    hours = max(r[2] for r in rows) < 1e6  # timing.json's training hours
     if hours != bool(use_time):
         raise UsageError(f"{path}: compute is in {'training hours' if hours else 'FLOPs'}; "
                          + ("pass --time to fit it against training time (the floor then comes from --floor-from FLOP ladders, "
@@ -117,16 +113,9 @@ def release_ladder_rows(path, obj, use_time):
     return [(a, d, x * 3600.0 if hours else x, l, s, o) for a, d, x, l, s, o in rows]
 
 
-def flops_column(c):
-    """The regime CSVs' `compute`: EFLOP in weight_decay.csv and architectures.csv, FLOPs in regimes.csv -> FLOPs."""
-    x = c["compute"]
-    return x * 1e18 if x.max() < UNITS["eflop_max"] else x
-
-
 def series_data(rows):
-    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, the shape laws.fit_ladders takes (one run a point).
-    A depth given twice is what fit.py ladders makes of it: an exact repeat kept once with a warning, two different
-    results refused."""
+    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, as laws.fit_ladders takes them (one run a point); a
+    depth given twice: an exact repeat kept once with a warning, two different results refused."""
     data, kept = {}, {}
     for row in rows:
         first = kept.setdefault(row[:2], row)
@@ -209,16 +198,30 @@ def look(key, label=None, like=None):
 def appendix_rc(size):
     """The release's appendix fonts and axes (base, title, axis label, ticks, legend sizes) for plt.rc_context."""
     base, title, label, ticks, legend = size
-    return ({"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title,
-                         "axes.titleweight": "bold", "axes.labelsize": label, "xtick.labelsize": ticks,
-                         "ytick.labelsize": ticks, "legend.fontsize": legend, "axes.grid": True, "grid.color": GRID,
-                         "grid.linewidth": 0.65, "grid.alpha": 0.65, "axes.axisbelow": True, "axes.edgecolor": MUTED,
-                         "xtick.color": MUTED, "ytick.color": MUTED, "text.color": INK, "axes.labelcolor": INK,
-                         "legend.frameon": False, "pdf.fonttype": 42})
+    return {"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title, "axes.titleweight": "bold",
+            "axes.labelsize": label, "xtick.labelsize": ticks, "ytick.labelsize": ticks, "legend.fontsize": legend,
+            "axes.grid": True, "grid.color": GRID, "grid.linewidth": 0.65, "grid.alpha": 0.65, "axes.axisbelow": True,
+            "axes.edgecolor": MUTED, "xtick.color": MUTED, "ytick.color": MUTED, "text.color": INK,
+            "axes.labelcolor": INK, "legend.frameon": False, "pdf.fonttype": 42}
+
+
+def main_rc(size=(14, 17, 16, 14, 12)):
+    """The main figures' look (Figs 2-6): the appendix fonts at main sizes, no grid, black spines."""
+    return {**appendix_rc(size), "axes.grid": False, "axes.edgecolor": "black"}
+
+
+def key(colour, marker="", ls="-", hollow=False, ms=4, lw=1.1):
+    """A legend key: a line and marker with no data."""
+    from matplotlib.lines import Line2D
+    return Line2D([], [], color=colour, marker=marker, ls=ls, mfc="white" if hollow else colour, ms=ms, lw=lw)
+
+
+def times(axis, plt):
+    """Multiplier ticks "1×", "1.1×"."""
+    axis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
 
 
 LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
-times = lambda v, _=None: f"{v:g}×"
 
 
 # ----------------------------------------------------------------------------------------------- ladder figures
@@ -297,17 +300,16 @@ def ladder_column(release, col):
     return out
 
 
-def ladder_figure(plt, fig_id, columns, fits):
+def ladder_figure(plt, columns, fits):
     """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
-    its points) and the multipliers over the group's reference (line and markers; NaN leaves a gap). One column: the
-    two panels side by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
+    its points) and the multipliers over the group's reference (NaN leaves a gap). One column: the two panels side
+    by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         n = len(columns)
         width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
         per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
         legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
-        band = 0.22 + 0.15 * legend_rows
-        height = 0.40 + rows * side + (rows - 1) * 0.27 + band + 0.05
+        height = 0.40 + rows * side + (rows - 1) * 0.27 + 0.22 + 0.15 * legend_rows + 0.05
         fig = plt.figure(figsize=(width, height))
         pitch = width / (2 if n == 1 else n)
         box = lambda col, row: fig.add_axes([(0.59 + col * pitch) / width, (0.40 + row * (side + 0.27)) / height,
@@ -320,82 +322,81 @@ def ladder_figure(plt, fig_id, columns, fits):
                 face = "white" if hollow else colour
                 xs = np.geomspace(s["x"].min(), s["x"].max(), 300)
                 loss_ax.plot(xs, s["A"] * (xs / s["c_ref"]) ** -s["gamma"], ls=ls, lw=1.1, color=colour)
-                own = slice(1, None) if fit["anchor"] else slice(None)
+                own = slice(1 if fit["anchor"] else 0, None)
                 loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], marker, ms=4, mew=0.6, color=colour, mfc=face, ls="none")
-                ok = np.isfinite(s["multipliers"])
-                mult_ax.plot(s["budgets"], np.where(ok, s["multipliers"], np.nan), ls=ls, marker=marker, ms=4, mew=0.6,
-                             lw=1.1, color=colour, mfc=face)
+                mult_ax.plot(s["budgets"], s["multipliers"], ls=ls, marker=marker, ms=4, mew=0.6, lw=1.1, color=colour,
+                             mfc=face)
             if fit["anchor"]:
                 xa, La = fit["anchor"]
                 loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
                 mult_ax.plot([xa], [1.0], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
             mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
-            loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss")
-            mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"])
+            loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss", xlabel=x_label)
+            mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"],
+                        xlabel=x_label if n == 1 else "")
             if "ylim" in col:
                 mult_ax.set(ylim=col["ylim"], yticks=col["yticks"])
-            mult_ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
-            loss_ax.set_xlabel(x_label)
-            mult_ax.set_xlabel(x_label if n == 1 else "")
+            times(mult_ax.yaxis, plt)
             if n > 1:
                 mult_ax.tick_params(labelbottom=False)
                 mult_ax.sharex(loss_ax)
             plain_log_axis(loss_ax.yaxis, plt)
             for ax in (loss_ax, mult_ax):
                 log_axis(ax.xaxis, plt)
-            handles, labels = legend_entries(col, fit)
             centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
-            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
+            fig.legend(*legend_entries(col, fit), loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
                        handlelength=2.0, columnspacing=0.8, borderaxespad=0.2)
         return fig
 
 
-def series_look(col, key):
-    label, like = col.get("labels", {}).get(key, (None, None))
-    name, colour, marker, ls, hollow = look(key, label, like)
-    return name, colour, marker, ls, hollow or key in col.get("hollow", ())
+def ladder_figures(plt, release):
+    """Figures 15 and 16 -> {fig_id: (figure, numbers per column, stated checks)}."""
+    out = {}
+    for fig_id, columns in LADDER_FIGURES.items():
+        fits = [ladder_column(release, col) for col in columns]
+        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
+            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
+            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
+        out[fig_id] = ladder_figure(plt, columns, fits), numbers, ladder_checks(fig_id, fits)
+    return out
+
+
+def series_look(col, k):
+    label, like = col.get("labels", {}).get(k, (None, None))
+    name, colour, marker, ls, hollow = look(k, label, like)
+    return name, colour, marker, ls, hollow or k in col.get("hollow", ())
 
 
 def legend_entries(col, fit):
     """(handles, labels) of a column's legend: each series with its exponent ("Vanilla ($C^{-0.1112}$)"), or without
     (Figure 15a), or per family the width-only and coupled exponents and then the two face keys (Figure 16e-f)."""
-    from matplotlib.lines import Line2D
-    handles, labels, unit = [], [], fit["unit"]
-    exponent = lambda k: f"${unit}^{{-{fit['series'][k]['gamma']:.4f}}}$"
+    exponent = lambda k: f"${fit['unit']}^{{-{fit['series'][k]['gamma']:.4f}}}$"
     if col.get("legend") == "pair":
-        width, both = col["groups"]
-        for w, b in zip(width[1], both[1]):
-            name, colour, marker, _, _ = series_look(col, b)
-            handles.append(Line2D([], [], color=colour, marker=marker, ms=4, lw=1.1))
-            labels.append(f"{name} (Width {exponent(w)}; Both {exponent(b)})")
-        for key, face in zip(col["keys"], ("white", "#3F4752")):
-            handles.append(Line2D([], [], color="#3F4752", marker="o", mfc=face, ms=4, lw=1.1))
-            labels.append(key)
-        return handles, labels
-    for k in fit["series"]:
-        name, colour, marker, ls, hollow = series_look(col, k)
-        handles.append(Line2D([], [], color=colour, marker=marker, ls=ls, mfc="white" if hollow else colour, ms=4, lw=1.1))
-        labels.append(name if col.get("legend") == "plain" else f"{name} ({exponent(k)})")
-    return handles, labels
+        (_, width), (_, both) = col["groups"]
+        handles = [key(*series_look(col, b)[1:3]) for b in both] + [key("#3F4752", "o", hollow=h) for h in (1, 0)]
+        labels = [f"{series_look(col, b)[0]} (Width {exponent(w)}; Both {exponent(b)})" for w, b in zip(width, both)]
+        return handles, labels + list(col["keys"])
+    looks = {k: series_look(col, k) for k in fit["series"]}
+    return [key(*lk[1:]) for lk in looks.values()], [
+        lk[0] if col.get("legend") == "plain" else f"{lk[0]} ({exponent(k)})" for k, lk in looks.items()]
 
 
-def log_axis(axis, plt, plain=False):
-    """A log axis with one tick style (powers of ten, or plain decimals with plain=True): labelled decades, or 1-2-5
-    (1-2-4 under one decade) ticks on shorter ranges; minor ticks unlabelled (their labels collide on short ranges)."""
+def log_axis(axis, plt):
+    """A log axis in powers of ten: labelled decades, or 1-2-5 (1-2-4 under one decade) ticks on shorter ranges;
+    minor ticks unlabelled (their labels collide on short ranges)."""
     lo, hi = sorted(axis.get_view_interval())
     ticker = plt.matplotlib.ticker
     span = math.log10(hi / lo)
     if span < 2:
         axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 4.0) if span < 1 else (1.0, 2.0, 5.0)))
-    axis.set_major_formatter(ticker.FormatStrFormatter("%g") if plain else
-                             ticker.LogFormatterSciNotation(labelOnlyBase=False))
+    axis.set_major_formatter(ticker.LogFormatterSciNotation(labelOnlyBase=False))
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def plain_log_axis(axis, plt):
-    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks at round values."""
+def plain_log_axis(axis, plt, ticks=None):
+    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks: `ticks`, or 5 round values."""
     ticker = plt.matplotlib.ticker
-    axis.set_major_locator(ticker.MaxNLocator(5))
+    axis.set_major_locator(ticker.FixedLocator(ticks) if ticks else ticker.MaxNLocator(5))
     axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     axis.set_minor_formatter(ticker.NullFormatter())
 
@@ -439,14 +440,10 @@ def ladder_checks(fig_id, fits):
 def effective_depth_figure(plt, release):
     """Figure 6: KL effective depth along the single-epoch ladders (7 arms) and in multi-epoch training."""
     obj = read_json(os.path.join(release, "effective_depth.json"))
-    try:
-        curves = {s: (np.array([r["compute_flops"] for r in recs]), np.array([r["effective_depth"] for r in recs]))
-                  for s, recs in obj["ladders"].items()}
-        mx, multi = np.array(obj["multi_epoch"]["compute_flops"]), obj["multi_epoch"]
-    except (KeyError, TypeError) as e:
-        raise UsageError(f"effective_depth.json: missing or malformed field {e}; the release's file has 'ladders' and "
-                         "'multi_epoch'")
-    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+    curves = {s: (np.array([r["compute_flops"] for r in recs]), np.array([r["effective_depth"] for r in recs]))
+              for s, recs in obj["ladders"].items()}
+    mx, multi = np.array(obj["multi_epoch"]["compute_flops"]), obj["multi_epoch"]
+    with plt.rc_context(main_rc()):
         fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.6))
         for arm in [a for a in ARMS if a in curves]:
             left.plot(*curves[arm], "o-", lw=2.2, ms=6.5, color=ARMS[arm].color, label=ARMS[arm].label)
@@ -482,8 +479,6 @@ def recurrence_figure(plt, release):
         for ax, (series, recs) in zip(axes, obj.items()):
             for r in recs:
                 ce, K = {e["k"]: e["ce"] for e in r["exit_lens"]}, r["core_repetitions"]
-                if K not in ce:
-                    raise UsageError(f"recurrence.json: {series} d{r['depth']} has no exit at its trained recurrence {K}")
                 ks = sorted(ce)
                 numbers.setdefault(series, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=[ce[k] - ce[K] for k in ks]))
                 at8.setdefault(series, []).append(ce.get(8, math.nan) - ce[K])
@@ -588,7 +583,7 @@ def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
             out.append(dict(compute=C, loops=Ks.tolist(), loss=losses.tolist()))
             continue
         k, lk, filled, coef = loop_optimum(Ks, losses)
-        ax.plot(Ks, losses, "o", ms=4, color=bc)
+        ax.plot(Ks, losses, "o", ms=4, color=bc, label=f"{C / 1e18:.2g}")
         if coef is not None:
             ks = np.geomspace(Ks.min(), Ks.max(), 240)
             ax.plot(ks, np.exp(np.polyval(coef, np.log(ks))), lw=1.4, color=bc)
@@ -638,7 +633,8 @@ def read_table(path):
     cols = ["compute", "loss", "depth", "loops"]
     c = read_csv(path, REGIME_TABLES[name] + cols, numeric=cols + (["weight_decay"] if name == "weight_decay.csv" else []),
                  positive=["compute", "loss"])
-    c["compute"] = flops_column(c)
+    if c["compute"].max() < 1e6:  # EFLOP in weight_decay.csv and architectures.csv
+        c["compute"] = c["compute"] * 1e18
     return c, name
 
 
@@ -710,10 +706,9 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
         for ax in axes[2][1:]:
             ax.tick_params(labelleft=False)
         axes[2][0].legend(ncols=5, loc="lower left", bbox_to_anchor=(0, 1.12), fontsize=7)
-    key = lambda label, **kw: (plt.matplotlib.lines.Line2D([], [], **kw), label)
-    keys = [key(f"K={K}", color=c, lw=1.6) for K, c in k_colours.items()] + \
-        ([key("Tied frontier", color=REGIME_INK, ls=(0, (4, 2)), lw=1.8)] if frontier is not None else []) + \
-        [key(f"d{d}", ls="none", marker=m, color=REGIME_MUTED) for d, m in DEPTH_MARKERS.items()]
+    keys = [(key(c, lw=1.6), f"K={K}") for K, c in k_colours.items()] + \
+        ([(key(REGIME_INK, ls=(0, (4, 2)), lw=1.8), "Tied frontier")] if frontier is not None else []) + \
+        [(key(REGIME_MUTED, m, ls="none", ms=6), f"d{d}") for d, m in DEPTH_MARKERS.items()]
     fig.legend(*zip(*keys), loc="upper center", ncols=math.ceil(len(keys) / (1 if n > 3 else 2)), fontsize=7.5,
                columnspacing=0.8)
     total = height * rows + 1.3
@@ -811,7 +806,6 @@ def sensitivity_figure(plt, wd, hp, magma7):
 
 FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: range(8, 13, 2),
                12: range(8, 13, 2)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
-MAIN_SIZE = (14, 17, 16, 14, 12)
 
 
 def clip(front, cap):
@@ -831,16 +825,16 @@ def read_loop_grid(path):
 def loop_grid_figures(plt, c):
     """Figure 2 (right: the loop grid at WD 0.8; Operator-1 at its best WD against scaling the loop count) and
     Figure 5 (matched-compute cuts, marginal gain, scaling recipes, optimal WD) from the release's loop_grid.csv."""
+    from matplotlib.legend_handler import HandlerTuple
     magma = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
-    k1 = c["loops"] == 1
-    wd8 = np.isclose(c["weight_decay"], 0.8)
+    k1, wd8 = c["loops"] == 1, np.isclose(c["weight_decay"], 0.8)
     op1 = []  # per depth the K=1 cell with the lowest loss over every weight decay
     for d in sorted(set(c["depth"][k1])):
         m = k1 & (c["depth"] == d)
         j = np.argmin(c["loss"][m])
         op1.append((c["compute"][m][j], c["loss"][m][j], c["weight_decay"][m][j]))
     op1 = np.array(op1)
-    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+    with plt.rc_context(main_rc()):
         fig2, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 9), sharex=True)
         sel = np.array([int(d) in FIG2_DEPTHS.get(int(K), ()) for d, K in zip(c["depth"], c["loops"])])
         for K, (x, loss, _) in grid_ladders(c, sel & wd8).items():
@@ -854,7 +848,7 @@ def loop_grid_figures(plt, c):
         bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
         bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
                     label="Scale Loop Count, tuned WD")
-        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):
+        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):  # each segment in its right end's K colour
             bottom.plot([x0, x1], [l0, l1], color=magma[loops_at[(x1, l1)]], lw=2.2, label=None if i else "Scale Loop Count")
         for x, l in front:
             bottom.plot(x, l, "o", color=magma[loops_at[(x, l)]], ms=6.5)
@@ -871,15 +865,21 @@ def loop_grid_figures(plt, c):
         bottom.set_xticks([5e17, 1e18, 2e18, 5e18, 1e19], ["$5\\times10^{17}$", "$10^{18}$", "$2\\times10^{18}$",
                                                            "$5\\times10^{18}$", "$10^{19}$"])
         bottom.tick_params(axis="x", which="minor", labelbottom=False)
-        handles, labels = bottom.get_legend_handles_labels()
-        order = [labels.index(n) for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")]
-        bottom.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=10)
+        handles = dict(zip(*bottom.get_legend_handles_labels()[::-1]))
+        handles["Scale Loop Count"] = tuple(key(colour, lw=2.2) for colour in magma.values())  # the 7 loop colours
+        bottom.legend([handles[n] for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")],
+                      ["Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD"], loc="upper right", fontsize=10,
+                      handler_map={tuple: HandlerTuple(ndivide=None, pad=0)}, handlelength=3)
         fig2.tight_layout()
-    with plt.rc_context({**appendix_rc((10, 12, 11, 9, 8)), "axes.grid": False, "axes.edgecolor": "black"}):
+    with plt.rc_context(main_rc((10, 12, 11, 9, 8))):
         fig5, axes = plt.subplots(1, 4, figsize=(13, 3.9))
         six = np.isin(c["weight_decay"], (0.05, 0.2, 0.4, 0.8, 1.2, 1.6))
         cuts = optima_panel(axes[0], grid_ladders(c, six & wd8), FINE_BUDGETS, scale(plt, "inferno", 0.12, 0.82, 9))
         axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count")
+        lo, hi = axes[0].get_ylim()
+        axes[0].set_ylim(lo, hi + 0.8 * (hi - lo))  # room for the compute legend
+        axes[0].legend(title="Compute ($10^{18}$ FLOPs)", ncols=3, loc="upper right", fontsize=7, title_fontsize=7,
+                       columnspacing=0.6, handletextpad=0.2)
         delta_panel(axes[1], grid_ladders(c, six & wd8), range(6, 15, 2), scale(plt, "viridis", 0.16, 0.78, 5))
         axes[1].set(title="Marginal gain", ylabel="$L(K) - L(K{=}1)$", xlabel="Loop count")
         axes[1].legend(title="Depth", ncols=2, fontsize=8, title_fontsize=8)
@@ -954,75 +954,105 @@ def fit_task_nll(x, nll):
 GPT3 = dict(zip(("2.7B", "6.7B", "13B", "175B"), FIT["gpt3_targets"]))  # CORE of the GPT-3 references
 
 
-def extrapolation_figure(plt, path):
-    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders of Vanilla and Untied-Grow extrapolated to the held-out d26 run:
-    validation loss (floor fitted on Vanilla, shared), CORE answer NLL (each arm its own floor) and CORE accuracy
-    from compute (App. C.4: per task a power law of task NLL in compute and a sigmoid of accuracy in NLL, the mean
-    of the task sigmoids scaled by the full/filtered ratio), with the GPT-3 references and their crossings."""
-    obj = read_layout(path, "fineweb_edu")
-    tasks, records = edu_records(path, obj)
-    d26 = next(r for _, r, _, held in records if held)
-    arms = {a: sorted((r for b, r, _, held in records if b == a and not held), key=lambda r: r["compute_flops"])
-            for a in dict.fromkeys(a for a, _, _, held in records if not held)}
-    col = lambda a, k: np.array([r[k] for r in arms[a]], float)
-    x = {a: col(a, "compute_flops") / FIT["c_ref"] for a in arms}
-    A_v, g_v, E = fit_free_e(x["vanilla"], col("vanilla", "val_loss"))
-    ug = fit_shared_e(x["untied_grow"], col("untied_grow", "val_loss"), E)
-    loss_law = dict(vanilla=(A_v, g_v, E), untied_grow=(ug["A"], ug["gamma"], E))
-    nll_law = {a: fit_free_e(x[a], col(a, "core_nll")) for a in arms}
-    everything = [r for a in arms for r in arms[a]]
-    sig = {t: fit_sigmoid(np.array([r["task_nll"][t] for r in everything]),
-                          np.array([r["task_accuracy"][t] for r in everything])) for t in tasks}
-    f = np.array([np.mean([r["task_accuracy"][t] for t in tasks]) for r in everything])
-    F = np.array([r["core_accuracy"] for r in everything])
+def forecast(series, tasks, shared_floor):
+    """App. C.4's forecast of ladders {name: [{compute, val_loss, core_nll, core_accuracy, task_nll, task_accuracy}]}:
+    loss laws (R1 on the first series; the others R2 on its floor with shared_floor, else R1), CORE NLL laws (R1 each)
+    and CORE accuracy: per series and task a power law of task NLL in compute, per task a sigmoid of accuracy on NLL
+    over every record, their mean scaled by the full/filtered ratio r; and each series' GPT-3 crossings."""
+    series = {s: sorted(recs, key=lambda r: r["compute"]) for s, recs in series.items()}
+    col = lambda recs, k, t=None: np.array([r[k] if t is None else r[k][t] for r in recs], float)
+    x = {s: col(recs, "compute") / FIT["c_ref"] for s, recs in series.items()}
+    laws_ = {k: {s: fit_free_e(x[s], col(recs, k)) for s, recs in series.items()} for k in ("val_loss", "core_nll")}
+    first, E = next(iter(series)), laws_["val_loss"][next(iter(series))][2]
+    for s, recs in series.items():
+        if shared_floor and s != first:
+            law = fit_shared_e(x[s], col(recs, "val_loss"), E)
+            laws_["val_loss"][s] = (law["A"], law["gamma"], E)
+    every = [r for recs in series.values() for r in recs]
+    sig = {t: fit_sigmoid(col(every, "task_nll", t), col(every, "task_accuracy", t)) for t in tasks}
+    f, F = np.mean([col(every, "task_accuracy", t) for t in tasks], axis=0), col(every, "core_accuracy")
     ratio = float(f @ F / (f @ f))
-    task_law = {a: {t: fit_task_nll(x[a], np.array([r["task_nll"][t] for r in arms[a]])) for t in tasks} for a in arms}
-    law = lambda p, C: p[2] + p[0] * (C / FIT["c_ref"]) ** -p[1]  # (A, gamma, E)
-    core = lambda a, C: ratio * np.mean([sigmoid(l[0] + l[1] * (np.asarray(C) / FIT["c_ref"]) ** -l[2], *sig[t])
-                                         for t, l in task_law[a].items()], axis=0)
-    cross = {(a, n): 10 ** optimize.brentq(lambda lc: core(a, 10 ** lc) - v, 15, 40)
-             for a in arms for n, v in GPT3.items() if (core(a, 1e15) - v) * (core(a, 1e40) - v) < 0}
+    task_law = {s: {t: fit_task_nll(x[s], col(recs, "task_nll", t)) for t in tasks} for s, recs in series.items()}
+
+    def curve(s, key, C):
+        z = np.asarray(C) / FIT["c_ref"]
+        if key == "core_accuracy":
+            return ratio * np.mean([sigmoid(l[0] + l[1] * z ** -l[2], *sig[t]) for t, l in task_law[s].items()], axis=0)
+        A, gamma, E = laws_[key][s]
+        return E + A * z ** -gamma
+    cross = {(s, n): 10 ** optimize.brentq(lambda lc: curve(s, "core_accuracy", 10 ** lc) - v, 15, 40) for s in series
+             for n, v in GPT3.items() if (curve(s, "core_accuracy", 1e15) - v) * (curve(s, "core_accuracy", 1e40) - v) < 0}
+    return dict(series=series, x=x, laws=laws_, ratio=ratio, curve=curve, cross=cross, col=col,
+                cmin=min(r["compute"] for r in every), cmax=max(cross.values()))
+
+
+PANELS = (("val_loss", "Loss"), ("core_nll", "CORE NLL"), ("core_accuracy", "CORE accuracy"))
+
+
+def forecast_panels(axes, fc, looks, size, seen=None):
+    """Figures 4 and 18b: loss, CORE NLL and CORE accuracy against compute per series (looks {series: (name, colour,
+    marker)}): each law solid over the measured range, dashed on to Cmax; the GPT-3 references, each series' crossings
+    (stars) and the first series' crossing compute over the second's. size: (line width, marker size, text size, star
+    size); seen: {panel key: a value the y range must show} (Figure 4's d26 run)."""
+    lw, ms, text, star = size
+    (first, second), cmin, cmax = looks, fc["cmin"], fc["cmax"]
+    for ax, (k, title) in zip(axes, PANELS):
+        for s, (name, colour, marker) in looks.items():
+            C, y = fc["col"](fc["series"][s], "compute"), fc["col"](fc["series"][s], k)
+            for lo, hi, ls in ((cmin if k == "core_accuracy" else C[0], C[-1], "-"), (C[-1], cmax, "--")):
+                cs = np.geomspace(lo, hi, 300)
+                ax.plot(cs, fc["curve"](s, k, cs), ls, color=colour, lw=lw)
+            ax.plot(C, y, marker, color=colour, ms=ms, label=name)
+        ends = [float(fc["curve"](s, k, cmax)) for s in looks] + ([seen[k]] if seen else [])
+        top = max(float(fc["col"](fc["series"][s], k).max()) for s in looks)
+        ax.set(xscale="log", xlim=(cmin / 1.35, cmax * 1.08), title=title, ylabel=title,
+               ylim=(0.045, max(top, *ends, 0.427) + 0.04) if k == "core_accuracy" else (min(ends) - 0.1, top + 0.16))
+    for n, v in GPT3.items():
+        axes[2].axhline(v, ls="--", color=INK, lw=0.75, alpha=0.65)
+        ratio = [(0.35, f"{fc['cross'][first, n] / fc['cross'][second, n]:.1f}×")] if (first, n) in fc["cross"] and (
+            second, n) in fc["cross"] else []
+        for at, label in [(0.02, n)] + ratio:
+            axes[2].text(at, v, label, transform=axes[2].get_yaxis_transform(), size=text, va="center",
+                         bbox=dict(fc="white", ec="none", pad=0.4))
+    for (s, n), C in fc["cross"].items():
+        axes[2].plot(C, GPT3[n], "*", ms=star, color=looks[s][1], mec="white", mew=0.5)
+
+
+def extrapolation_figure(plt, path):
+    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders of Vanilla and Untied-Grow forecast to the held-out d26 run
+    (the loss floor fitted on Vanilla and shared), with the "1.8x compute" inset."""
+    tasks, records = edu_records(path, read_layout(path, "fineweb_edu"))
+    d26 = next(r for _, r, _, held in records if held)
+    series = {}
+    for arm, r, _, held in records:
+        if not held:
+            series.setdefault(arm, []).append(dict(r, compute=float(r["compute_flops"])))
+    fc = forecast(series, tasks, shared_floor=True)
     C26 = float(d26["compute_flops"])
-    cmin, cmax = min(float(x[a].min()) for a in arms) * FIT["c_ref"], max([C26, *cross.values()])
+    fc["cmax"] = max(fc["cmax"], C26)
+    (A_v, g_v, E), ug = fc["laws"]["val_loss"]["vanilla"], fc["laws"]["val_loss"]["untied_grow"]
     vanilla_at = lambda L: FIT["c_ref"] * ((L - E) / A_v) ** (-1 / g_v)  # Vanilla's compute reaching loss L
-    forecast = dict(loss=law(loss_law["untied_grow"], C26), core_nll=law(nll_law["untied_grow"], C26),
-                    core_accuracy=float(core("untied_grow", C26)))
-    gain = lambda C: vanilla_at(law(loss_law["untied_grow"], C)) / C
-    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+    gain = lambda C: vanilla_at(fc["curve"]("untied_grow", "val_loss", C)) / C
+    predicted = {k: float(fc["curve"]("untied_grow", k, C26)) for k, _ in PANELS}
+    cyan = ARMS["untied_grow"].color
+    with plt.rc_context(main_rc()):
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.5))
-        for ax, key, title, laws_ in ((axes[0], "val_loss", "Loss", loss_law), (axes[1], "core_nll", "CORE NLL", nll_law),
-                                      (axes[2], "core_accuracy", "CORE accuracy", None)):
-            for a in arms:
-                name, colour = ARMS[a].label, ARMS[a].color
-                for lo, hi, ls in ((cmin if laws_ is None else x[a][0] * FIT["c_ref"], x[a][-1] * FIT["c_ref"], "-"),
-                                   (x[a][-1] * FIT["c_ref"], cmax, "--")):
-                    cs = np.geomspace(lo, hi, 300)
-                    ax.plot(cs, core(a, cs) if laws_ is None else law(laws_[a], cs), ls, color=colour, lw=2.2)
-                ax.plot(x[a] * FIT["c_ref"], col(a, key), "o", color=colour, ms=6.5, label=name)
-            pred = forecast[key if key != "val_loss" else "loss"]
-            ax.plot([C26, C26], [pred, d26[key]], ":", color=ARMS["untied_grow"].color, alpha=0.8)
-            ax.errorbar(C26, d26[key], yerr=d26.get("core_accuracy_std") if laws_ is None else None, fmt="s", ms=8,
-                        mfc="white", mec=ARMS["untied_grow"].color, mew=1.8, ecolor=ARMS["untied_grow"].color, capsize=2,
-                        label=f"d26 ({d26.get('parameters', 0) / 1e9:.1f}B)" if laws_ is loss_law else None)
-            ax.set(xscale="log", xlim=(cmin / 1.35, cmax * 1.08), title=title, ylabel=title, xlabel="Compute (FLOPs)")
-        for n, v in GPT3.items():
-            axes[2].axhline(v, ls="--", color=INK, lw=0.75, alpha=0.65)
-            axes[2].text(0.02, v, n, transform=axes[2].get_yaxis_transform(), size=9, va="center",
-                         bbox=dict(fc="white", ec="none", pad=1))
-            if ("vanilla", n) in cross and ("untied_grow", n) in cross:
-                axes[2].text(0.35, v, f"{cross['vanilla', n] / cross['untied_grow', n]:.1f}×", size=9, va="center",
-                             transform=axes[2].get_yaxis_transform(), bbox=dict(fc="white", ec="none", pad=1))
-        for (a, n), C in cross.items():
-            axes[2].plot(C, GPT3[n], "*", ms=11, color=ARMS[a].color, mec="white", mew=0.5)
-        axes[2].set_ylim(0.045, max(0.427, float(np.max(col("untied_grow", "core_accuracy"))), d26["core_accuracy"]) + 0.04)
+        forecast_panels(axes, fc, {a: (ARMS[a].label, ARMS[a].color, "o") for a in series}, (2.2, 6.5, 9, 11),
+                        {k: d26[k] for k, _ in PANELS})
+        for ax, (k, _) in zip(axes, PANELS):
+            ax.plot([C26, C26], [predicted[k], d26[k]], ":", color=cyan, alpha=0.8)
+            ax.errorbar(C26, d26[k], yerr=d26.get("core_accuracy_std") if k == "core_accuracy" else None, fmt="s", ms=8,
+                        mfc="white", mec=cyan, mew=1.8, ecolor=cyan, capsize=2,
+                        label=f"d26 ({d26.get('parameters', 0) / 1e9:.1f}B)" if k == "val_loss" else None)
+            ax.set_xlabel("Compute (FLOPs)")
         axes[0].legend(loc="lower left", fontsize=10)
         inset = axes[0].inset_axes([0.5, 0.5, 0.47, 0.46])
-        for a in arms:
+        for a in series:
             cs = np.geomspace(C26 / 2.2, C26 * 3.4, 100)
-            inset.plot(cs, law(loss_law[a], cs), "--", color=ARMS[a].color, lw=1.8)
-        inset.plot(C26, d26["val_loss"], "s", mfc="white", mec=ARMS["untied_grow"].color, mew=1.8)
-        inset.plot(C26, forecast["loss"], "x", color=ARMS["untied_grow"].color)
-        inset.annotate("", (C26, forecast["loss"]), (vanilla_at(forecast["loss"]), forecast["loss"]),
+            inset.plot(cs, fc["curve"](a, "val_loss", cs), "--", color=ARMS[a].color, lw=1.8)
+        inset.plot(C26, d26["val_loss"], "s", mfc="white", mec=cyan, mew=1.8)
+        inset.plot(C26, predicted["val_loss"], "x", color=cyan)
+        inset.annotate("", (C26, predicted["val_loss"]), (vanilla_at(predicted["val_loss"]), predicted["val_loss"]),
                        arrowprops=dict(arrowstyle="<->", color=INK))
         inset.text(0.96, 0.93, f"{gain(C26):.1f}× compute\nefficiency gain", transform=inset.transAxes, ha="right",
                    va="top", size=9)
@@ -1030,14 +1060,15 @@ def extrapolation_figure(plt, path):
         inset.minorticks_off()
         axes[0].indicate_inset_zoom(inset, edgecolor=REGIME_MUTED)
         fig.tight_layout()
-    numbers = dict(forecast=forecast, observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy",
-                                                                    "core_accuracy_std") if k in d26},
-                   E=E, gamma=dict(vanilla=g_v, untied_grow=ug["gamma"]), ratio=ratio, gain_at_d26=gain(C26),
-                   crossings={f"{a} {n}": C for (a, n), C in cross.items()})
+    numbers = dict(forecast=dict(loss=predicted["val_loss"], core_nll=predicted["core_nll"],
+                                 core_accuracy=predicted["core_accuracy"]),
+                   observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy", "core_accuracy_std") if k in d26},
+                   E=E, gamma=dict(vanilla=g_v, untied_grow=ug[1]), ratio=fc["ratio"], gain_at_d26=gain(C26),
+                   crossings={f"{a} {n}": C for (a, n), C in fc["cross"].items()})
     sec = "Sec. 4.3, Fig. 4"
     checks = [stated("observed d26 CORE (7.4B Untied-Grow)", d26["core_accuracy"], 0.3865, sec),
-              stated("forecast d26 CORE", forecast["core_accuracy"], 0.384, sec),
-              stated("d26 loss: observed - forecast", d26["val_loss"] - forecast["loss"], -0.03, sec),
+              stated("forecast d26 CORE", predicted["core_accuracy"], 0.384, sec),
+              stated("d26 loss: observed - forecast", d26["val_loss"] - predicted["val_loss"], -0.03, sec),
               stated("Untied-Grow's multiplier over Vanilla at the d26 compute", gain(C26), 1.8, sec),
               stated("the multiplier at 1e20 FLOPs", gain(1e20), 1.6, sec),
               stated("the multiplier at 1e25 FLOPs", gain(1e25), 2.7, sec)]
@@ -1078,28 +1109,23 @@ def raw(records, key, task=None):
 
 
 def corpus_figures(plt, release):
-    """Figure 18a (App. C.1): per corpus (fineweb.json, fineweb_edu.json {"Vanilla" | "Dep Grow": [{compute, raw:
-    {val_loss, core_loss, core_metric, losses, centered_results}}]}) Vanilla and Untied-Grow: loss above Vanilla's
-    free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at each Vanilla record."""
-    series = {}
-    for corpus in CORPORA:
-        path = os.path.join(release, LADDERS, f"{corpus}.json")
-        try:
-            series[corpus] = {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted(v, key=lambda r: float(r["compute"]))
-                              for k, v in read_json(path).items()}
-        except (KeyError, TypeError, AttributeError) as e:
-            raise UsageError(f"{path}: needs {{'Vanilla', 'Dep Grow': [{{compute, raw: {{val_loss, ...}}}}]}} ({e})")
-    numbers, ticker = {c: {} for c in CORPORA}, plt.matplotlib.ticker
+    """Figures 18a-b and 20 (App. C.1, C.4) from fineweb.json and fineweb_edu.json ({"Vanilla" | "Dep Grow": [{compute,
+    raw: {val_loss, core_loss, core_metric, losses, centered_results}}]}). 18a: per corpus Vanilla and Untied-Grow:
+    loss above Vanilla's free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at
+    each Vanilla record."""
+    series = {c: {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted(v, key=lambda r: r["compute"])
+                  for k, v in read_json(os.path.join(release, LADDERS, f"{c}.json")).items()} for c in CORPORA}
+    numbers = {c: {} for c in CORPORA}
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(3, 3, figsize=(6.9, 7.0), sharex=True)
-        for row, (key, ylabel, higher) in zip(axes, CORPUS_ROWS):
+        for row, (metric, ylabel, higher) in zip(axes, CORPUS_ROWS):
             for ax, (corpus, (cname, ccolour, cmarker)) in zip(row, CORPORA.items()):
                 arms = series[corpus]
                 x = {a: np.array([r["compute"] for r in recs]) for a, recs in arms.items()}
-                E = fit_free_e(x["vanilla"] / FIT["c_ref"], raw(arms["vanilla"], key))[2] if key == "val_loss" else 0
+                E = fit_free_e(x["vanilla"] / FIT["c_ref"], raw(arms["vanilla"], metric))[2] if metric == "val_loss" else 0
                 for i, (arm, recs) in enumerate(arms.items()):
                     name, colour, marker = look(arm)[:3]
-                    y = raw(recs, key) - E
+                    y = raw(recs, metric) - E
                     ax.plot(x[arm], y, marker + ("" if E else "-"), ms=4, lw=1.1, color=colour, mec="white", mew=0.6)
                     if E:  # OLS of ln(L - E) on ln C over the arm's range; its slope printed as the release does
                         slope, icpt = numbers[corpus][f"{arm} slope"] = np.polyfit(np.log(x[arm] / FIT["c_ref"]),
@@ -1108,28 +1134,26 @@ def corpus_figures(plt, release):
                         ax.plot(cs, np.exp(icpt) * (cs / FIT["c_ref"]) ** slope, color=colour, lw=1.1)
                         ax.text(0.97, 0.95 - 0.115 * i, f"{name}: {slope:.5f}", transform=ax.transAxes, ha="right",
                                 va="top", size=7, color=colour)
-                m = numbers[corpus][f"{key} multipliers"] = matched_multipliers(
-                    x["vanilla"], raw(arms["vanilla"], key), x["untied_grow"], raw(arms["untied_grow"], key), False, higher)
+                m = numbers[corpus][f"{metric} multipliers"] = matched_multipliers(
+                    x["vanilla"], raw(arms["vanilla"], metric), x["untied_grow"], raw(arms["untied_grow"], metric),
+                    False, higher)
                 row[2].plot(x["vanilla"], m, cmarker + "-", ms=4, lw=1.1, color=ccolour, mec="white", mew=0.6)
                 ax.set(title=cname, ylabel=ylabel if corpus == "fineweb" else None)
                 if E:
                     numbers[corpus]["E"] = E
-                    ax.set(yscale="log", ylim=(0.8, 2.45), yticks=(0.8, 1, 1.2, 1.5, 2, 2.4))
-                    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-                    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+                    ax.set(yscale="log", ylim=(0.8, 2.45))
+                    plain_log_axis(ax.yaxis, plt, (0.8, 1, 1.2, 1.5, 2, 2.4))
             row[1].sharey(row[0])
             row[2].axhline(1, color=MUTED, ls="--", lw=0.8)
-            row[2].yaxis.set_major_formatter(ticker.FuncFormatter(times))
+            times(row[2].yaxis, plt)
             row[2].set(title="Compute Multiplier", ylabel="Compute Multiplier")
         for ax, label in zip(axes[-1], ("Compute (FLOPs)", "Compute (FLOPs)", "Vanilla compute (FLOPs)")):
             ax.set(xscale="log", xlabel=label)
-        drawn = list(series["fineweb"])  # the arms of the per-corpus files: Vanilla and Untied-Grow
-        keys = [plt.Line2D([], [], color=c, marker=m, ms=4, lw=1.1) for c, m in
-                [look(a)[1:3] for a in drawn] + [v[1:] for v in CORPORA.values()]]
-        fig.legend(keys, [look(a)[0] for a in drawn] + [v[0] for v in CORPORA.values()], loc="upper center", ncols=4)
+        looks = [look(a)[:3] for a in series["fineweb"]] + list(CORPORA.values())  # Vanilla, Untied-Grow, the corpora
+        fig.legend([key(c, m) for _, c, m in looks], [n for n, _, _ in looks], loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
-        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"],
-                                              read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"])
+        tasks = read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"]
+        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"], tasks)
     checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, "App. C.1, Fig. 18a") for c, e in (("fineweb", 1.7064),
                                                                                                   ("fineweb_edu", 1.4492))]
     checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"][0], s, "App. C.1") for c, a, s in FIG18A_STATED]
@@ -1138,7 +1162,34 @@ def corpus_figures(plt, release):
     checks20 = [stated("full/filtered CORE ratio r (FineWeb-Edu)", numbers20["ratio"], 0.86912, "App. C.4")] + [
         stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers20["rmse"][t], 3), p, "Fig. 20")
         for t, p in zip(numbers20["rmse"], FIG20_TASKS.values())]
-    return dict(fig18a=(fig, numbers, checks), fig20=(fig20, numbers20, checks20))
+    return dict(fig18a=(fig, numbers, checks), fig18b=corpus_forecast_figure(plt, series, tasks),
+                fig20=(fig20, numbers20, checks20))
+
+
+def corpus_forecast_figure(plt, series, tasks):
+    """Figure 18b (App. C.1): Untied-Grow on FineWeb against FineWeb-Edu forecast as in Figure 4: each corpus its own
+    floors, the task sigmoids and the ratio r fitted on both corpora's records; FineWeb's crossing compute of each
+    GPT-3 score over FineWeb-Edu's."""
+    fc = forecast({c: [dict(compute=r["compute"], val_loss=r["raw"]["val_loss"], core_nll=r["raw"]["core_loss"],
+                            core_accuracy=r["raw"]["core_metric"], task_nll=r["raw"]["losses"],
+                            task_accuracy=r["raw"]["centered_results"]) for r in series[c]["untied_grow"]]
+                   for c in CORPORA}, tasks, shared_floor=False)
+    with plt.rc_context(appendix_rc(LADDER_SIZE)):
+        fig, axes = plt.subplots(3, 1, figsize=(2.3, 6.5), sharex=True)
+        forecast_panels(axes, fc, CORPORA, (1.1, 4, 6, 7))
+        for ax in axes:
+            ax.set_box_aspect(1)
+            ax.tick_params(axis="x", which="minor", labelbottom=False)
+        axes[2].set_xlabel("Compute (FLOPs)")
+        fig.legend([key(c, m) for _, c, m in CORPORA.values()] + [key(INK, ls="--", lw=0.75)],
+                   [n for n, _, _ in CORPORA.values()] + ["GPT-3 capability level"], loc="upper center")
+        fig.tight_layout(rect=(0, 0, 1, 0.92), h_pad=0.4)
+    ratios = {n: fc["cross"]["fineweb", n] / fc["cross"]["fineweb_edu", n] for n in GPT3}
+    fits = {k: {c: dict(E=law[2], gamma=law[1]) for c, law in per.items()} for k, per in fc["laws"].items()}
+    checks = [stated(f"{which} FineWeb/FineWeb-Edu compute ratio at a GPT-3 score ('about 1.5–1.6×')",
+                     pick(ratios.values()), v, "App. C.1", "the text rounds to one decimal")
+              for which, pick, v in (("smallest", min, 1.5), ("largest", max, 1.6))]
+    return fig, dict(fits=fits, ratio=fc["ratio"], crossing_ratio=ratios, cmax=fc["cmax"]), checks
 
 
 def calibration_figure(plt, arms, tasks):
@@ -1248,7 +1299,7 @@ def downstream_figures(plt, series):
                 set_format(plt.matplotlib.ticker.FormatStrFormatter("%.2f"))  # every log tick, 2 decimals
             bottom.set(title=title, ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
             bottom.axhline(1, color=GRID, lw=0.9, zorder=0)
-            bottom.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
+            times(bottom.yaxis, plt)
             bottom.tick_params(axis="x", which="minor", labelbottom=False)  # decades only: the panels are narrow
         handles, labels = axes[0][0].get_legend_handles_labels()
         fig_a.legend(handles, labels, loc="upper center", ncols=4, fontsize=6.5)
@@ -1321,12 +1372,13 @@ CLAIMS = read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref
 HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
              "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
              "fig19c": f"{LADDERS}/downstream.json"}
-NOT_DRAWN = {  # not drawn in this version, and why
-    "fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here",
-    **{f"fig{n:02d}": "not drawn yet (appendix_early/ data)" for n in range(7, 15)},
-    "fig18b": "not drawn yet",
-}
+NOT_DRAWN = {"fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here"}
 GALLERY = "README.md"
+
+
+def claim(fig_id):
+    """The paper's statement of a figure; a panel exported alone (fig10a) takes its figure's (fig10)."""
+    return CLAIMS.get(fig_id) or CLAIMS[fig_id[:-1]]
 
 
 def gallery(manifest):
@@ -1336,28 +1388,26 @@ def gallery(manifest):
              "paper says it shows, the image, and each number the text states next to ours (difference relative to "
              f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). The numbers in full: "
              f"[{MANIFEST}]({MANIFEST}).", ""]
-    for key in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
-        section, claim = CLAIMS[key]["section"], CLAIMS[key]["text"]
-        lines += [f"## {key}: {section}", "", f"> {claim}", "",
-                  f"Not drawn here: {manifest['skipped'][key]}." if key in manifest["skipped"] else f"![{key}]({key}.png)",
-                  ""]
-        stated_rows = manifest["figures"].get(key, {}).get("stated", [])
-        if stated_rows:
-            lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"]
-            lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | " + ("—" if r["rel_diff"] is None else
-                      f"{100 * r['rel_diff']:.1f} %") + (f" ({r['explanation']})" if "explanation" in r else "")
-                      + f" | {r['section']} |" for r in stated_rows] + [""]
-        if key in LADDER_FIGURES:
-            lines += ["| panel | series | exponent | last multiplier |", "|---|---|---:|---:|"]
+    for fig_id in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
+        skipped = manifest["skipped"].get(fig_id)
+        lines += [f"## {fig_id}: {claim(fig_id)['section']}", "", f"> {claim(fig_id)['text']}", "",
+                  f"Not drawn here: {skipped}." if skipped else f"![{fig_id}]({fig_id}.png)", ""]
+        rows = manifest["figures"].get(fig_id, {}).get("stated", [])
+        lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"] * bool(rows)
+        lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {100 * r['rel_diff']:.1f} %"
+                  + (f" ({r['explanation']})" if "explanation" in r else "") + f" | {r['section']} |" for r in rows]
+        if fig_id in LADDER_FIGURES:
+            lines += ["", "| panel | series | exponent | last multiplier |", "|---|---|---:|---:|"]
             lines += [f"| {p} | {look(k)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
-                      for p, per in manifest["figures"][key]["numbers"].items() for k, r in per["series"].items()] + [""]
+                      for p, per in manifest["figures"][fig_id]["numbers"].items() for k, r in per["series"].items()]
+        lines += [""] * bool(rows or fig_id in LADDER_FIGURES)
     return "\n".join(lines + ["## Still different from the release", "", DIFFERENCES, ""])
 
 
-DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layout; Figure 2's 'Scale Loop Count' key is one "
-               "colour (the release's has the 7 loop colours); Figure 5's cuts panel has no compute legend; Figure 19a's "
-               "loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit without "
-               "brackets; Figures 7-14 and 18b are not drawn yet (listed above).")
+DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layout; Figure 19a's loss laws start from "
+               "a 600-value floor grid (the release: 400); Figure 19c's group names sit without brackets; Figure 5's "
+               "marginal-gain panel keeps matplotlib's y margins; Figure 18b's panels are square by aspect inside "
+               "tight_layout rather than placed in inches.")
 
 
 class TextFile(str):
@@ -1374,52 +1424,46 @@ def cmd_paper(args):
     if not os.path.isfile(os.path.join(release, LADDERS, "ladders.json")):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
-    held = {name: os.path.join(release, name) for name in set(HELD_BACK.values())}
-    present = {name for name, path in held.items() if os.path.isfile(path)}
-    ids = [*LADDER_FIGURES, "fig06", "fig17", "fig18a", "fig20", "fig21", "fig22", "fig23", "fig24"] + [
-        f for f, n in HELD_BACK.items() if n in present and f not in NOT_DRAWN]
-    check_outputs(args.out, [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY])
+    check_outputs(args.out)
+    held = {name: os.path.join(release, name) for name in set(HELD_BACK.values()) if os.path.isfile(os.path.join(
+        release, name))}
     plt = pyplot()
     flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
     E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
-    manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
-    manifest["skipped"] = {f: NOT_DRAWN[f] if f in NOT_DRAWN else f"needs {HELD_BACK[f]}, held back from the release "
-                           "copy (pass a folder that has it)" for f in sorted({*NOT_DRAWN, *HELD_BACK} - set(ids))}
     gammas, checks = figure3_checks(release, E_flops)
-    manifest["figures"]["fig03"] = dict(numbers=dict(gamma=gammas), stated=checks)
-    for fig_id, columns in LADDER_FIGURES.items():
-        fits = [ladder_column(release, col) for col in columns]
-        figures[fig_id] = ladder_figure(plt, fig_id, columns, fits)
-        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
-            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
-            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
-        manifest["figures"][fig_id] = dict(numbers=numbers, stated=ladder_checks(fig_id, fits))
-    made = dict(fig06=effective_depth_figure(plt, release), fig17=recurrence_figure(plt, release),
-                **regimes_figures(plt, release))
-    made.update(corpus_figures(plt, release))
-    if "fineweb_edu_ladders.json" in present:
+    manifest = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE,
+                    figures=dict(fig03=dict(numbers=dict(gamma=gammas), stated=checks)))
+    try:
+        made = dict(**ladder_figures(plt, release), fig06=effective_depth_figure(plt, release),
+                    fig17=recurrence_figure(plt, release), **regimes_figures(plt, release))
+        made.update(corpus_figures(plt, release))
+    except (KeyError, TypeError) as e:
+        raise UsageError(f"{release}: a file is not laid out as the release's ({type(e).__name__} {e}); see "
+                         "reference/release/SOURCE.md")
+    if "fineweb_edu_ladders.json" in held:
         made["fig04"] = extrapolation_figure(plt, held["fineweb_edu_ladders.json"])
-    if "loop_grid.csv" in present:
+    if "loop_grid.csv" in held:
         fig2, fig5, numbers, checks = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
         made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks[:1]), fig05=(fig5, numbers, checks[1:]))
-    if HELD_BACK["fig19a"] in present:
+    if HELD_BACK["fig19a"] in held:
         downstream = downstream_series(held[HELD_BACK["fig19a"]])
         fig_a, numbers_a, fig_b, numbers_b = downstream_figures(plt, downstream)
         fig_c, numbers_c = residual_figure(plt, downstream, read_json(os.path.join(release, LADDERS, "tasks.json")))
         made.update(fig19a=(fig_a, numbers_a, []), fig19b=(fig_b, numbers_b, []), fig19c=(fig_c, numbers_c, []))
-    for fig_id, (fig, numbers, checks) in made.items():
-        figures[fig_id] = fig
-        manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
-    files = {f"{i}.{ext}": figures[i] for i in figures for ext in ("png", "pdf")}
+    manifest["figures"].update({fig_id: dict(numbers=numbers, stated=checks) for fig_id, (_, numbers, checks) in made.items()})
+    manifest["skipped"] = {f: NOT_DRAWN.get(f) or (f"needs {HELD_BACK[f]}, held back from the release copy (pass a "
+                                                   "folder that has it)" if f in HELD_BACK else "not drawn in this version")
+                           for f in CLAIMS if f not in made and f not in {m[:-1] for m in made}}
+    files = {f"{fig_id}.{ext}": fig for fig_id, (fig, _, _) in made.items() for ext in ("png", "pdf")}
     files[MANIFEST] = TextFile(json.dumps(jsonable(manifest), indent=1, allow_nan=False))
     files[GALLERY] = TextFile(gallery(jsonable(manifest)))
     paths = save_figures(args.out, files, dpi=300)
     plt.close("all")
     for fig_id, why in manifest["skipped"].items():
         print(f"skipped {fig_id}: {why}")
-    for fid, r in [(fid, r) for fid, entry in manifest["figures"].items() for r in entry["stated"]]:
-        flag = "" if r["rel_diff"] is None or r["rel_diff"] <= TOLERANCE else f"  ({r['explanation']})"
-        print(f"{fid:<24} {r['what']:<72} ours {r['ours']:.4g}  paper {r['paper']:.4g} ({r['section']})  "
-              f"diff {100 * r['rel_diff']:.1f} %{flag}")
+    for fig_id, entry in manifest["figures"].items():
+        for r in entry["stated"]:
+            print(f"{fig_id:<8} {r['what']:<88} ours {r['ours']:.4g}  paper {r['paper']:.4g} ({r['section']})  diff "
+                  f"{100 * r['rel_diff']:.1f} %" + (f"  ({r['explanation']})" if "explanation" in r else ""))
     for p in paths:
         print(f"wrote {p}")

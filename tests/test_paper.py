@@ -282,7 +282,7 @@ def test_fig15a_columns_and_rows_are_the_releases():
     cols = paper.LADDER_FIGURES["fig15a"]
     assert [c["title"] for c in cols] == ["Untied-2", "Loop-2", "Operator-1"]
     assert ["deep_van" in c["groups"][0][1] for c in cols] == [True, False, False]
-    fig = paper.ladder_figure(paper.pyplot(), "fig15a", cols, [paper.ladder_column(paper_release(), c) for c in cols])
+    fig = paper.ladder_figure(paper.pyplot(), cols, [paper.ladder_column(paper_release(), c) for c in cols])
     tops = sorted(fig.axes, key=lambda ax: -ax.get_position().y0)[:3]
     assert {ax.get_ylabel() for ax in tops} == {"Compute Multiplier"}
     paper.pyplot().close(fig)
