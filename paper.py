@@ -26,10 +26,8 @@ def read_json(path):
     try:
         with open(path) as f:
             return json.load(f)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror})")
-    except ValueError as e:
-        raise UsageError(f"{path}: not JSON ({e})")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read it as JSON ({getattr(e, 'strerror', None) or e})")
 
 
 # The release's JSON layouts, recognised by their content; a command names the ones it reads when it refuses a file.
@@ -58,7 +56,7 @@ def layout_error(path, reads, also=""):
 
 
 def read_layout(path, *layouts):
-    """A release JSON file that must be in one of `layouts` (paper reads each of its files by its content)."""
+    """A release JSON file that must be in one of `layouts`."""
     obj = read_json(path)
     if json_layout(obj) not in layouts:
         raise layout_error(path, layouts)
@@ -68,8 +66,7 @@ def read_layout(path, *layouts):
 def edu_records(path, obj):
     """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): every arm's ladder records, and the
     records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit."""
-    tasks = obj["tasks"]
-    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+    if not isinstance(obj["tasks"], list) or not all(isinstance(t, str) for t in obj["tasks"]):
         raise UsageError(f"{path}: 'tasks' must be a list of task names")
     out = [(RELEASE_SERIES.get(a, a), r, f"{path}:arms.{a}[{i}]", False) for a, recs in obj["arms"].items()
            for i, r in enumerate(recs if isinstance(recs, list) else [None])]
@@ -79,17 +76,18 @@ def edu_records(path, obj):
             if k not in ("tasks", "arms") and isinstance(r, dict)]
     for arm, r, origin, _ in out:
         point(r, "compute_flops", "val_loss", origin)
-    return tasks, out
+    return obj["tasks"], out
 
 
 def point(r, x, loss, origin):
     """A ladder record's (x, loss, depth): a whole depth > 0, finite x > 0 and loss > 0, or one line saying so."""
     try:
         out = float(r[x]), float(r[loss]), r["depth"]
-        assert isinstance(out[2], int) and out[2] > 0 and all(math.isfinite(v) and v > 0 for v in out[:2])
-        return out
-    except (KeyError, TypeError, ValueError, AssertionError):
+    except (KeyError, TypeError, ValueError):
+        out = (math.nan, math.nan, None)
+    if not (isinstance(out[2], int) and out[2] > 0 and all(math.isfinite(v) and v > 0 for v in out[:2])):
         raise UsageError(f"{origin}: needs a whole depth > 0 and finite {x}, {loss} > 0")
+    return out
 
 
 def release_ladder_rows(path, obj, use_time):
@@ -258,24 +256,21 @@ LADDER_FIGURES = {
 
 
 def release_series(release, name):
-    """A release ladder file -> {key: dict(x, depth, loss)} sorted by compute (x: FLOPs, or hours in timing.json),
-    read and checked as fit.py ladders reads it."""
+    """A release ladder file, read as fit.py ladders reads it -> {key: dict(x, depth, loss)} sorted by compute (x:
+    FLOPs, or hours in timing.json)."""
     obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
-    hours = name == "timing"
-    data = series_data(release_ladder_rows(name + ".json", obj, hours))
-    key = {RELEASE_SERIES.get(s, s): s for s in obj}
-    return {key[a]: dict(d, x=d["x"] / 3600.0 if hours else d["x"]) for a, d in data.items()}
+    data, hours = series_data(release_ladder_rows(name + ".json", obj, name == "timing")), name == "timing"
+    return {s: dict(data[RELEASE_SERIES.get(s, s)], x=data[RELEASE_SERIES.get(s, s)]["x"] / (3600.0 if hours else 1))
+            for s in obj}
 
 
 def ladder_column(release, col):
-    """Fit one column: E (R1 on the file's Vanilla), each series' exponent (R2, or through the shared anchor) and its
-    multipliers (R3) over its group's reference. -> dict(E, unit, series {key: dict(x, loss, depth, gamma, A, budgets,
-    multipliers)}, anchor)."""
-    data = release_series(release, col["file"])
-    floor_data = release_series(release, "ladders") if col["file"] == "timing" else data
-    E = fit_free_e(floor_data["van"]["x"] / FIT["c_ref"], floor_data["van"]["loss"])[2]
-    c_ref = 1.0 if col["file"] == "timing" else FIT["c_ref"]
-    out, anchor = dict(E=E, unit="H" if col["file"] == "timing" else "C", series={}, anchor=None), col.get("anchor")
+    """Fit one column: E (R1 on the file's Vanilla; timing.json: on ladders.json's), each series' exponent (R2, or
+    through the shared anchor) and its multipliers (R3) over its group's reference."""
+    data, timing, anchor = release_series(release, col["file"]), col["file"] == "timing", col.get("anchor")
+    van = release_series(release, "ladders")["van"] if timing else data["van"]
+    E, c_ref = fit_free_e(van["x"] / FIT["c_ref"], van["loss"])[2], 1.0 if timing else FIT["c_ref"]
+    out = dict(E=E, unit="H" if timing else "C", series={}, anchor=None)
     if anchor:  # one point at the d8 compute, the mean of the two d8 runs of the plan (Constant and GLR)
         xa = float(data["van"]["x"][data["van"]["depth"] == anchor][0])
         La = float(np.mean([data[k]["loss"][data[k]["depth"] == anchor][0] for k in ("van_constant", "van")]))
@@ -410,8 +405,8 @@ def stated(what, ours, paper, section, why=None):
     return row
 
 
-def last(fit, key):
-    m = fit["series"][key]["multipliers"]
+def last(fit, k):
+    m = fit["series"][k]["multipliers"]
     return float(m[np.isfinite(m)][-1]) if np.isfinite(m).any() else math.nan
 
 
@@ -473,37 +468,33 @@ def recurrence_figure(plt, release):
     """Figure 17: L(k) - L(K_train) per checkpoint against the evaluation recurrence k, one panel per architecture."""
     obj = read_json(os.path.join(release, LADDERS, "recurrence.json"))
     depth_colour = dict(zip(range(6, 21, 2), scale(plt, "viridis", 0.16, 0.78, 8)))
-    numbers, at8, at5 = {}, {}, {}
+    numbers = {s: [] for s in obj}
     with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
         fig, axes = plt.subplots(1, len(obj), figsize=(8.4, 2.6))
         for ax, (series, recs) in zip(axes, obj.items()):
             for r in recs:
                 ce, K = {e["k"]: e["ce"] for e in r["exit_lens"]}, r["core_repetitions"]
-                ks = sorted(ce)
-                numbers.setdefault(series, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=[ce[k] - ce[K] for k in ks]))
-                at8.setdefault(series, []).append(ce.get(8, math.nan) - ce[K])
-                at5.setdefault(series, []).append(min(ce, key=ce.get) == 5)
-                ax.plot(ks, [ce[k] - ce[K] for k in ks], "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]],
+                numbers[series].append(dict(depth=r["depth"], k_train=K, k=sorted(ce), delta=[ce[k] - ce[K] for k in sorted(ce)]))
+                ax.plot(sorted(ce), numbers[series][-1]["delta"], "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]],
                         label=f"d{r['depth']}")
             ax.plot(K, 0, "*", ms=8, color=MUTED, mec="white", mew=0.4, label="$K_{\\mathrm{train}}$")
             ax.axhline(0, color="#A5ABB3", ls=(0, (2, 2)), lw=0.6)
             ax.set_ylim(*RECURRENCE_YLIM.get(series, ax.get_ylim()))
             ax.set_title("Random recur." if series == "k2_grow_random" else look(series)[0])
+            ax.set_xlabel("Eval. recurrence $k$", fontsize=8)
             ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
         axes[0].set_ylabel("$L(k)-L(K_{\\mathrm{train}})$")
-        for ax in axes:
-            ax.set_xlabel("Eval. recurrence $k$", fontsize=8)
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="upper center", ncols=len(labels), fontsize=7)
         fig.tight_layout(rect=(0, 0, 1, 0.88))
-    sec = "App. B.4"
-    checks = [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(at8["k2_grow_random"]), -0.0003, sec,
-                     "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
-              stated("random-K Loop-Grow, L(8) - L(4), largest", max(at8["k2_grow_random"]), 0.0028, sec),
-              stated("fixed Loop-Grow, L(8) - L(4), smallest", min(at8["k2_grow"]), 0.008, sec),
-              stated("fixed Loop-Grow, L(8) - L(4), largest", max(at8["k2_grow"]), 0.042, sec),
-              stated("random-K checkpoints with their minimum at k = 5 (of 7)", sum(at5["k2_grow_random"]), 5, sec)]
-    return fig, numbers, checks
+    at8 = lambda s: [n["delta"][n["k"].index(8)] for n in numbers[s]]  # L(8) - L(4): both trained at K = 4
+    at5 = sum(n["k"][int(np.argmin(n["delta"]))] == 5 for n in numbers["k2_grow_random"])
+    return fig, numbers, [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(at8("k2_grow_random")), -0.0003,
+                                 "App. B.4", "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
+                          stated("random-K Loop-Grow, L(8) - L(4), largest", max(at8("k2_grow_random")), 0.0028, "App. B.4"),
+                          stated("fixed Loop-Grow, L(8) - L(4), smallest", min(at8("k2_grow")), 0.008, "App. B.4"),
+                          stated("fixed Loop-Grow, L(8) - L(4), largest", max(at8("k2_grow")), 0.042, "App. B.4"),
+                          stated("random-K checkpoints with their minimum at k = 5 (of 7)", at5, 5, "App. B.4")]
 
 
 # ------------------------------------------------------------------------------------- loop grids (R4; Figs 2, 5, 21-24)
@@ -638,19 +629,15 @@ def read_table(path):
     return c, name
 
 
-def read_regimes(release):
-    """The four regime CSVs of the release -> weight_decay, regimes, architectures, hyperparameters."""
-    return [read_table(os.path.join(release, REGIMES, n))[0] for n in (*REGIME_TABLES, "hyperparameters.csv")]
-
-
-def k1_best_wd(wd):
-    """Per depth the weight decay with the lowest K=1 loss (ties: the smaller) -> {depth: wd}."""
-    out = {}
-    for d in sorted(set(wd["depth"][wd["loops"] == 1])):
-        m = (wd["loops"] == 1) & (wd["depth"] == d)
-        order = np.lexsort((wd["weight_decay"][m], wd["loss"][m]))
-        out[int(d)] = float(wd["weight_decay"][m][order[0]])
-    return out
+def k1_best(c):
+    """Operator-1 at its best weight decay: per depth the K=1 cell with the lowest loss over every weight decay (ties:
+    the smaller) -> rows (compute, loss, weight decay, depth)."""
+    rows = []
+    for d in sorted(set(c["depth"][c["loops"] == 1])):
+        m = np.flatnonzero((c["loops"] == 1) & (c["depth"] == d))
+        j = m[np.lexsort((c["weight_decay"][m], c["loss"][m]))[0]]
+        rows.append((c["compute"][j], c["loss"][j], c["weight_decay"][j], d))
+    return np.array(rows)
 
 
 def tied_frontier(wd):
@@ -719,13 +706,12 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
 
 def regimes_figures(plt, release):
     """Figures 21-24 from the regime CSVs (paper App. D)."""
-    wd, rg, ar, hp = read_regimes(release)
+    wd, rg, ar, hp = [read_table(os.path.join(release, REGIMES, n))[0] for n in (*REGIME_TABLES, "hyperparameters.csv")]
     figures = {}
     with plt.rc_context({**appendix_rc(APPENDIX_SIZE), "axes.edgecolor": "black", "text.color": REGIME_INK}):
         magma7 = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
-        best = k1_best_wd(wd)
-        at_best = np.array([w == best.get(int(d)) for w, d in zip(wd["weight_decay"], wd["depth"])]) & \
-            np.isin(wd["depth"], list(best))
+        best = {int(d): float(w) for _, _, w, d in k1_best(wd)}
+        at_best = np.array([w == best.get(int(d)) for w, d in zip(wd["weight_decay"], wd["depth"])])
         regime = np.array(rg["regime"])
         cols21 = [(("Fresh data", "Fresh-data optima", "1B difference to K1"), rg, regime == "fresh"),
                   (("250M × 4 epochs", "250M × 4 optima", "250M × 4 difference to K1"), rg, regime == "replay250m4"),
@@ -827,13 +813,7 @@ def loop_grid_figures(plt, c):
     Figure 5 (matched-compute cuts, marginal gain, scaling recipes, optimal WD) from the release's loop_grid.csv."""
     from matplotlib.legend_handler import HandlerTuple
     magma = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
-    k1, wd8 = c["loops"] == 1, np.isclose(c["weight_decay"], 0.8)
-    op1 = []  # per depth the K=1 cell with the lowest loss over every weight decay
-    for d in sorted(set(c["depth"][k1])):
-        m = k1 & (c["depth"] == d)
-        j = np.argmin(c["loss"][m])
-        op1.append((c["compute"][m][j], c["loss"][m][j], c["weight_decay"][m][j]))
-    op1 = np.array(op1)
+    k1, wd8, op1 = c["loops"] == 1, np.isclose(c["weight_decay"], 0.8), k1_best(c)
     with plt.rc_context(main_rc()):
         fig2, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 9), sharex=True)
         sel = np.array([int(d) in FIG2_DEPTHS.get(int(K), ()) for d, K in zip(c["depth"], c["loops"])])
@@ -845,9 +825,9 @@ def loop_grid_figures(plt, c):
         front = clip(lower_hull(c["compute"][pool & wd8], c["loss"][pool & wd8]), op1[-1, 0])
         tuned = clip(lower_hull(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), op1[-1, 0])
         loops_at = {(x, l): int(K) for x, l, K in zip(c["compute"], c["loss"], c["loops"])}
-        bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
-        bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
-                    label="Scale Loop Count, tuned WD")
+        keys = bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
+        keys += bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
+                            label="Scale Loop Count, tuned WD")
         for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):  # each segment in its right end's K colour
             bottom.plot([x0, x1], [l0, l1], color=magma[loops_at[(x1, l1)]], lw=2.2, label=None if i else "Scale Loop Count")
         for x, l in front:
@@ -865,9 +845,7 @@ def loop_grid_figures(plt, c):
         bottom.set_xticks([5e17, 1e18, 2e18, 5e18, 1e19], ["$5\\times10^{17}$", "$10^{18}$", "$2\\times10^{18}$",
                                                            "$5\\times10^{18}$", "$10^{19}$"])
         bottom.tick_params(axis="x", which="minor", labelbottom=False)
-        handles = dict(zip(*bottom.get_legend_handles_labels()[::-1]))
-        handles["Scale Loop Count"] = tuple(key(colour, lw=2.2) for colour in magma.values())  # the 7 loop colours
-        bottom.legend([handles[n] for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")],
+        bottom.legend([keys[0], tuple(key(colour, lw=2.2) for colour in magma.values()), keys[1]],  # the 7 loop colours
                       ["Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD"], loc="upper right", fontsize=10,
                       handler_map={tuple: HandlerTuple(ndivide=None, pad=0)}, handlelength=3)
         fig2.tight_layout()
@@ -875,61 +853,57 @@ def loop_grid_figures(plt, c):
         fig5, axes = plt.subplots(1, 4, figsize=(13, 3.9))
         six = np.isin(c["weight_decay"], (0.05, 0.2, 0.4, 0.8, 1.2, 1.6))
         cuts = optima_panel(axes[0], grid_ladders(c, six & wd8), FINE_BUDGETS, scale(plt, "inferno", 0.12, 0.82, 9))
-        axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count")
         lo, hi = axes[0].get_ylim()
-        axes[0].set_ylim(lo, hi + 0.8 * (hi - lo))  # room for the compute legend
+        axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count",
+                    ylim=(lo, hi + 0.8 * (hi - lo)))  # room for the compute legend
         axes[0].legend(title="Compute ($10^{18}$ FLOPs)", ncols=3, loc="upper right", fontsize=7, title_fontsize=7,
                        columnspacing=0.6, handletextpad=0.2)
         delta_panel(axes[1], grid_ladders(c, six & wd8), range(6, 15, 2), scale(plt, "viridis", 0.16, 0.78, 5))
         axes[1].set(title="Marginal gain", ylabel="$L(K) - L(K{=}1)$", xlabel="Loop count")
         axes[1].legend(title="Depth", ncols=2, fontsize=8, title_fontsize=8)
-        best_wd = {int(d): w for (x, l, w), d in zip(op1, sorted(set(c["depth"][k1])))}
+        best_wd = {int(d): w for _, _, w, d in op1}
         tuned_cells = six & np.array([np.isclose(w, best_wd.get(int(d), -1)) for w, d in zip(c["weight_decay"],
                                                                                               c["depth"])])
         log_front = lambda m: clip(lower_hull(c["compute"][m], c["loss"][m], log=True), c["compute"][k1 & wd8].max()).T
-        rec = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", (op1[:, 0], op1[:, 1])),
-               ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
-               ("Scale loops · tuned", log_front(tuned_cells))]
-        for (label, (x, y)), colour in zip(rec, scale(plt, "magma", 0.12, 0.78, 4)):
+        recipes = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", op1[:, :2].T),
+                   ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
+                   ("Scale loops · tuned", log_front(tuned_cells))]
+        for (label, (x, y)), colour in zip(recipes, scale(plt, "magma", 0.12, 0.78, 4)):
             axes[2].plot(x, y, "o-", color=colour, lw=2.2, ms=5, label=label)
         axes[2].set(title="Scaling recipes", ylabel="Loss", xlabel="Compute (FLOPs)", xscale="log")
         axes[2].legend(title="Strategy · WD", fontsize=8, title_fontsize=8)
         heat_wd = optimal_wd_panel(plt, axes[3], c, six)
         fig5.tight_layout()
-    numbers = dict(gain=gain, matched_compute=matched, operator_1_tuned=op1.tolist(), cuts=cuts, optimal_wd=heat_wd)
+    numbers = dict(gain=gain, matched_compute=matched, operator_1_tuned=op1[:, :3].tolist(), cuts=cuts,
+                   optimal_wd=heat_wd)
     checks = [stated("compute-efficiency gain of scaling the loop count at Operator-1 d18's loss", gain, 2.2,
                      "Sec. 5, Fig. 2", "the text rounds ('about 2.2x')")]
     if len(cuts) == len(FINE_BUDGETS):
-        checks += [stated("optimal loop count at the smallest budget", cuts[0]["best_loops"], 1.4, "Sec. 5, Fig. 5",
-                          "the text rounds ('about 1.4')"),
-                   stated("optimal loop count at the largest budget", cuts[-1]["best_loops"], 6.7, "Sec. 5, Fig. 5",
-                          "the text rounds ('about 6.7')")]
+        checks += [stated(f"optimal loop count at the {which} budget", cut["best_loops"], v, "Sec. 5, Fig. 5",
+                          f"the text rounds ('about {v}')") for which, cut, v in (("smallest", cuts[0], 1.4),
+                                                                                  ("largest", cuts[-1], 6.7))]
     return fig2, fig5, numbers, checks
 
 
 def optimal_wd_panel(plt, ax, c, mask):
     """Figure 5's heat map: per (K, depth) the weight decay with the lowest loss, in its cividis category colour."""
-    wds = (0.05, 0.2, 0.4, 0.8, 1.2, 1.6)
-    colours = scale(plt, "cividis", 0.08, 0.94, 6)
+    colours = dict(zip((0.05, 0.2, 0.4, 0.8, 1.2, 1.6), scale(plt, "cividis", 0.08, 0.94, 6)))
     Ks, depths = (1, 2, 3, 4, 6, 8, 12), sorted(set(c["depth"][mask & (c["depth"] <= 14) & (c["depth"] >= 6)]))
-    out = {}
+    out, image = {}, np.ones((len(Ks), len(depths), 3))
     for i, K in enumerate(Ks):
         for j, d in enumerate(depths):
             m = mask & (c["loops"] == K) & (c["depth"] == d)
-            colour, text = "#ECEFF3", ""
-            if m.any():
-                w = float(c["weight_decay"][m][np.argmin(c["loss"][m])])
-                out[f"K{K} d{int(d)}"] = w
-                colour, text = colours[wds.index(w)], f"{w:g}"
-            ax.add_patch(plt.matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, color=colour))
-            ax.text(j, i, text, ha="center", va="center", size=7.5, color="white" if text in ("0.05", "0.2", "0.4") else "black")
-    ax.set(xlim=(-0.5, len(depths) - 0.5), ylim=(len(Ks) - 0.5, -0.5), title="Optimal WD", xlabel="Depth",
-           ylabel="Loop count")
+            w = out[f"K{K} d{int(d)}"] = float(c["weight_decay"][m][np.argmin(c["loss"][m])]) if m.any() else None
+            image[i, j] = plt.matplotlib.colors.to_rgb(colours[w] if w else "#ECEFF3")  # not trained: light grey
+            ax.text(j, i, f"{w:g}" if w else "", ha="center", va="center", size=7.5, color="white" if w and w < 0.8
+                    else "black")
+    ax.imshow(image, aspect="auto")
+    ax.set(title="Optimal WD", xlabel="Depth", ylabel="Loop count")
     ax.set_xticks(range(len(depths)), [f"d{int(d)}" for d in depths])
     ax.set_yticks(range(len(Ks)), ["Operator-1"] + [f"Loop-{K}" for K in Ks[1:]])
     ax.tick_params(length=0)
     ax.grid(False)
-    return out
+    return {k: w for k, w in out.items() if w}
 
 
 def sigmoid(nll, s, b):
@@ -1081,16 +1055,12 @@ def figure3_checks(release, E_flops):
     fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
                                                                       "k2", "k2_grow", "dep", "dep_grow"])]))
     m = lambda k, i: float(fit["series"][k]["multipliers"][i])
-    sec = "Sec. 4.2, Fig. 3"
-    checks = [stated("shared floor E (Vanilla FLOP ladder)", E_flops, 1.7064, "Fig. 3 (printed in the panel)"),
-              stated("Operator-1 multiplier, first budget", m("k1_glr", 0), 1.12, sec),
-              stated("Operator-1 multiplier, last budget", m("k1_glr", -1), 1.25, sec),
-              stated("Untied-Grow multiplier, first budget (1e18)", m("dep_grow", 0), 1.30, sec),
-              stated("Untied-Grow multiplier, last budget (1e20)", m("dep_grow", -1), 1.55, sec),
-              stated("Untied-2 multiplier, first budget", m("dep", 0), 1.19, sec),
-              stated("Untied-2 multiplier, last budget", m("dep", -1), 1.34, sec),
-              stated("growth's multiplier over Untied-2, first budget", m("dep_grow", 0) / m("dep", 0), 1.09, sec),
-              stated("growth's multiplier over Untied-2, last budget", m("dep_grow", -1) / m("dep", -1), 1.16, sec)]
+    checks = [stated("shared floor E (Vanilla FLOP ladder)", E_flops, 1.7064, "Fig. 3 (printed in the panel)")] + [
+        stated(f"{name} multiplier, {('first', 'last')[i]} budget", m(k, i), v, "Sec. 4.2, Fig. 3") for name, k, i, v in (
+            ("Operator-1", "k1_glr", 0, 1.12), ("Operator-1", "k1_glr", -1, 1.25), ("Untied-Grow", "dep_grow", 0, 1.30),
+            ("Untied-Grow", "dep_grow", -1, 1.55), ("Untied-2", "dep", 0, 1.19), ("Untied-2", "dep", -1, 1.34))] + [
+        stated(f"growth's multiplier over Untied-2, {('first', 'last')[i]} budget", m("dep_grow", i) / m("dep", i), v,
+               "Sec. 4.2, Fig. 3") for i, v in ((0, 1.09), (-1, 1.16))]
     return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks
 
 
@@ -1195,44 +1165,39 @@ def corpus_forecast_figure(plt, series, tasks):
 def calibration_figure(plt, arms, tasks):
     """Figure 20 (App. C.4): per task the sigmoid of centred accuracy on task NLL fitted on both arms' records (solid
     over the measured NLL, dashed beyond) with its RMSE, and the full/filtered CORE ratio r through the origin."""
-    every, numbers = [r for recs in arms.values() for r in recs], dict(rmse={})
+    every, numbers, pink = [r for recs in arms.values() for r in recs], dict(rmse={}), "#e377c2"
     fig, axes = plt.subplots(4, 5, figsize=(6.9, 6.4), sharey=True)
     f, F = (np.array([r[k] for r in every]) for k in ("filtered_accuracy", "full_accuracy"))
     r = numbers["ratio"] = float(f @ F / (f @ f))
     numbers["ratio_rmse"] = float(np.sqrt(np.mean((r * f - F) ** 2)))
-    for ax, task, title in zip([*axes.flat[:len(tasks)], axes.flat[-1]], [*tasks, "ratio"], [*FIG20_TASKS, "CORE ratio"]):
-        if task == "ratio":
-            fit, colour, lo, hi, wide = (lambda v: r * v), "#e377c2", f.min(), f.max(), (0, 1)
-            text = f"y = {r:.3f}x\nRMSE {numbers['ratio_rmse']:.3f}"
-        else:
-            x, y = raw(every, "losses", task), raw(every, "centered_results", task)
-            s, b = fit_sigmoid(x, y)
+    for ax, task, title in zip([*axes.flat[:len(tasks)], axes.flat[-1]], [*tasks, None], [*FIG20_TASKS, "CORE ratio"]):
+        points = lambda recs: (raw(recs, "losses", task), raw(recs, "centered_results", task)) if task else (
+            [q["filtered_accuracy"] for q in recs], [q["full_accuracy"] for q in recs])
+        if task:
+            (x, y), (s, b) = points(every), fit_sigmoid(*points(every))
             fit, colour = (lambda v, s=s, b=b: sigmoid(v, s, b)), INK
             rmse = numbers["rmse"][task] = float(np.sqrt(np.mean((fit(x) - y) ** 2)))
             lo, hi, span, text = x.min(), x.max(), np.ptp(x), f"RMSE {rmse:.3f}"
             wide = (max(0, min(lo - 0.75 * span, (b / s if s > 0 else lo) - 0.5 * span)), hi + 0.5 * span)
+            ax.invert_xaxis()  # high NLL on the left: accuracy rises to the right
+        else:
+            fit, colour, lo, hi, wide = (lambda v: r * v), pink, f.min(), f.max(), (0, 1)
+            text = f"y = {r:.3f}x\nRMSE {numbers['ratio_rmse']:.3f}"
         for (a, c), ls in ((wide, "--"), ((lo, hi), "-")):
-            grid = np.linspace(a, c, 200)
-            ax.plot(grid, fit(grid), ls, color=colour, lw=0.9)
+            ax.plot(np.linspace(a, c, 200), fit(np.linspace(a, c, 200)), ls, color=colour, lw=0.9)
         for arm, recs in arms.items():
-            xs, ys = ((raw(recs, "losses", task), raw(recs, "centered_results", task)) if task != "ratio" else
-                      ([q["filtered_accuracy"] for q in recs], [q["full_accuracy"] for q in recs]))
-            ax.plot(xs, ys, look(arm)[2], color="#e377c2" if task == "ratio" else look(arm)[1], ms=4, mec="white",
-                    mew=0.4)
+            ax.plot(*points(recs), look(arm)[2], color=look(arm)[1] if task else pink, ms=4, mec="white", mew=0.4)
         ax.text(0.04, 0.95, text, transform=ax.transAxes, va="top", size=7, color=MUTED)
         ax.set(ylim=(-0.08, 1.02), yticks=(0, 0.25, 0.5, 0.75, 1))
-        ax.set_title(title, color=colour if task == "ratio" else INK)
+        ax.set_title(title, color=colour)
         ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(4))
-        if task != "ratio":
-            ax.invert_xaxis()  # high NLL on the left: accuracy rises to the right
     ax.set(xlim=(-0.02, 1.02), xticks=(0, 0.5, 1), xlabel="Filtered CORE")
     for blank in axes.flat[len(tasks):-1]:
         blank.set_visible(False)
     fig.supxlabel("CORE NLL", size=8)
     fig.supylabel("CORE accuracy", size=8)
-    keys = [plt.Line2D([], [], ls="", marker=look(a)[2], color=look(a)[1]) for a in arms] + [
-        plt.Line2D([], [], color=c) for c in (INK, "#e377c2")]
-    fig.legend(keys, ["Vanilla", "Untied Grow", "Shared sigmoid", "Full/filtered ratio"], loc="upper center", ncols=4)
+    fig.legend([key(look(a)[1], look(a)[2], ls="") for a in arms] + [key(INK), key(pink)],
+               ["Vanilla", "Untied Grow", "Shared sigmoid", "Full/filtered ratio"], loc="upper center", ncols=4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig, numbers
 
@@ -1243,22 +1208,15 @@ DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core
 def downstream_series(path):
     """The release's downstream.json: {series: [{compute, loss, depth, metrics {full_core, answer_nll, filtered_core,
     filtered_core_std}, task_nll {task: answer NLL}}]} (three seeds pooled) -> {arm: records sorted by compute}."""
-    obj = read_layout(path, "downstream")
     out = {}
-    for series, recs in obj.items():
-        arm = RELEASE_SERIES.get(series, series)
+    for series, recs in read_layout(path, "downstream").items():
         try:
-            rows = [dict(compute=float(r["compute"]), loss=float(r["loss"]), depth=int(r["depth"]),
-                         **{k: float(r["metrics"][k]) for k in DOWNSTREAM_METRICS},
-                         task_nll={str(t): float(v) for t, v in r["task_nll"].items()}) for r in recs]
-            assert rows and all(r["compute"] > 0 and all(map(math.isfinite, (r["loss"], r["full_core"],
-                                                                               r["answer_nll"]))) for r in rows)
-        except (KeyError, TypeError, ValueError, AttributeError, AssertionError) as e:
-            raise UsageError(f"{path}: series {series!r}: every record needs compute > 0, loss, depth, metrics "
+            out[RELEASE_SERIES.get(series, series)] = sorted([dict(
+                compute=float(r["compute"]), loss=float(r["loss"]), depth=int(r["depth"]), task_nll=dict(r["task_nll"]),
+                **{k: float(r["metrics"][k]) for k in DOWNSTREAM_METRICS}) for r in recs], key=lambda r: r["compute"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UsageError(f"{path}: series {series!r}: every record needs compute, loss, depth, metrics "
                              f"{{{', '.join(DOWNSTREAM_METRICS)}}} and task_nll {{task: NLL}} ({type(e).__name__} {e})")
-        if arm in out:
-            raise UsageError(f"{path}: two series are {arm}; keep one")
-        out[arm] = sorted(rows, key=lambda r: r["compute"])
     if FLOOR_ARM not in out:
         raise UsageError(f"{path}: no Vanilla series (van); the multipliers are over Vanilla")
     return out
