@@ -229,13 +229,12 @@ REGIMES = "appendix_regimes"
 # reference's budgets start there, 8), anchor (a shared anchor depth, Figure 16a), ylim/yticks of the multiplier
 # panel, title, legend "gamma" | "plain" | "pair" (width-only vs coupled, Figure 16e-f), labels {key: (label, like)}.
 # A series is a release key; E is the free-floor fit (R1) of the file's Vanilla (timing.json: of ladders.json).
+FIG15A = dict(file="ladders", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3))
 LADDER_FIGURES = {
-    "fig15a": [dict(file="ladders", title="Untied-2", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
-                    groups=[("van", ["dep", "dep_nci", "dep_nonorm", "dep_noinject", "deep_van", "van"])]),
-               dict(file="ladders", title="Loop-2", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
-                    groups=[("van", ["van", "k2", "k2_nci", "k2_fixed_pc"])]),
-               dict(file="ladders", title="Operator-1", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
-                    groups=[("van", ["van", "k1_1c2", "k1_glr"])])],
+    "fig15a": [dict(FIG15A, title="Untied-2", groups=[("van", ["dep", "dep_nci", "dep_nonorm", "dep_noinject",
+                                                               "deep_van", "van"])]),
+               dict(FIG15A, title="Loop-2", groups=[("van", ["van", "k2", "k2_nci", "k2_fixed_pc"])]),
+               dict(FIG15A, title="Operator-1", groups=[("van", ["van", "k1_1c2", "k1_glr"])])],
     "fig15b": [dict(file="timing", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
                                                     "dep_grow"])])],
     "fig15c": [dict(file="constant", groups=[("van", ["van", "k2", "dep", "k2_grow", "dep_grow"])])],
@@ -295,32 +294,43 @@ def ladder_column(release, col):
     return out
 
 
+def ladder_figures(plt, release):
+    """Figures 15 and 16 -> {fig_id: (figure, per column E and each series' exponent and multipliers, checks)}."""
+    out = {}
+    for fig_id, columns in LADDER_FIGURES.items():
+        fits = [ladder_column(release, col) for col in columns]
+        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
+            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
+            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
+        out[fig_id] = ladder_figure(plt, columns, fits), numbers, ladder_checks(fig_id, fits)
+    return out
+
+
 def ladder_figure(plt, columns, fits):
     """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
     its points) and the multipliers over the group's reference (NaN leaves a gap). One column: the two panels side
     by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
+    n = len(columns)
+    width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
+    per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
+    legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
+    height = 0.40 + rows * side + (rows - 1) * 0.27 + 0.22 + 0.15 * legend_rows + 0.05
+    pitch = width / (2 if n == 1 else n)
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
-        n = len(columns)
-        width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
-        per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
-        legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
-        height = 0.40 + rows * side + (rows - 1) * 0.27 + 0.22 + 0.15 * legend_rows + 0.05
         fig = plt.figure(figsize=(width, height))
-        pitch = width / (2 if n == 1 else n)
         box = lambda col, row: fig.add_axes([(0.59 + col * pitch) / width, (0.40 + row * (side + 0.27)) / height,
                                              side / width, side / height])
         for j, (col, fit) in enumerate(zip(columns, fits)):
             loss_ax, mult_ax = (box(0, 0), box(1, 0)) if n == 1 else (box(j, 0), box(j, 1))
             x_label = "Training time (h)" if fit["unit"] == "H" else "Compute (FLOPs)"
             for k, s in fit["series"].items():
-                name, colour, marker, ls, hollow = series_look(col, k)
-                face = "white" if hollow else colour
+                _, colour, marker, ls, hollow = series_look(col, k)
+                style = dict(marker=marker, ms=4, mew=0.6, color=colour, mfc="white" if hollow else colour)
                 xs = np.geomspace(s["x"].min(), s["x"].max(), 300)
                 loss_ax.plot(xs, s["A"] * (xs / s["c_ref"]) ** -s["gamma"], ls=ls, lw=1.1, color=colour)
                 own = slice(1 if fit["anchor"] else 0, None)
-                loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], marker, ms=4, mew=0.6, color=colour, mfc=face, ls="none")
-                mult_ax.plot(s["budgets"], s["multipliers"], ls=ls, marker=marker, ms=4, mew=0.6, lw=1.1, color=colour,
-                             mfc=face)
+                loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], ls="none", **style)
+                mult_ax.plot(s["budgets"], s["multipliers"], ls=ls, lw=1.1, **style)
             if fit["anchor"]:
                 xa, La = fit["anchor"]
                 loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
@@ -328,9 +338,7 @@ def ladder_figure(plt, columns, fits):
             mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
             loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss", xlabel=x_label)
             mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"],
-                        xlabel=x_label if n == 1 else "")
-            if "ylim" in col:
-                mult_ax.set(ylim=col["ylim"], yticks=col["yticks"])
+                        xlabel=x_label if n == 1 else "", **{k: col[k] for k in ("ylim", "yticks") if k in col})
             times(mult_ax.yaxis, plt)
             if n > 1:
                 mult_ax.tick_params(labelbottom=False)
@@ -341,19 +349,7 @@ def ladder_figure(plt, columns, fits):
             centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
             fig.legend(*legend_entries(col, fit), loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
                        handlelength=2.0, columnspacing=0.8, borderaxespad=0.2)
-        return fig
-
-
-def ladder_figures(plt, release):
-    """Figures 15 and 16 -> {fig_id: (figure, numbers per column, stated checks)}."""
-    out = {}
-    for fig_id, columns in LADDER_FIGURES.items():
-        fits = [ladder_column(release, col) for col in columns]
-        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
-            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
-            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
-        out[fig_id] = ladder_figure(plt, columns, fits), numbers, ladder_checks(fig_id, fits)
-    return out
+    return fig
 
 
 def series_look(col, k):
@@ -380,8 +376,7 @@ def log_axis(axis, plt):
     """A log axis in powers of ten: labelled decades, or 1-2-5 (1-2-4 under one decade) ticks on shorter ranges;
     minor ticks unlabelled (their labels collide on short ranges)."""
     lo, hi = sorted(axis.get_view_interval())
-    ticker = plt.matplotlib.ticker
-    span = math.log10(hi / lo)
+    ticker, span = plt.matplotlib.ticker, math.log10(hi / lo)
     if span < 2:
         axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 4.0) if span < 1 else (1.0, 2.0, 5.0)))
     axis.set_major_formatter(ticker.LogFormatterSciNotation(labelOnlyBase=False))
@@ -432,27 +427,42 @@ def ladder_checks(fig_id, fits):
     return []
 
 
+def figure3_checks(release):
+    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
+    floor reproduce the main text -> (exponents, checks, the floor E)."""
+    fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
+                                                                      "k2", "k2_grow", "dep", "dep_grow"])]))
+    m = lambda k, i: float(fit["series"][k]["multipliers"][i])
+    checks = [stated("shared floor E (Vanilla FLOP ladder)", fit["E"], 1.7064, "Fig. 3 (printed in the panel)")] + [
+        stated(f"{name} multiplier, {('first', 'last')[i]} budget", m(k, i), v, "Sec. 4.2, Fig. 3") for name, k, i, v in (
+            ("Operator-1", "k1_glr", 0, 1.12), ("Operator-1", "k1_glr", -1, 1.25), ("Untied-Grow", "dep_grow", 0, 1.30),
+            ("Untied-Grow", "dep_grow", -1, 1.55), ("Untied-2", "dep", 0, 1.19), ("Untied-2", "dep", -1, 1.34))] + [
+        stated(f"growth's multiplier over Untied-2, {('first', 'last')[i]} budget", m("dep_grow", i) / m("dep", i), v,
+               "Sec. 4.2, Fig. 3") for i, v in ((0, 1.09), (-1, 1.16))]
+    return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks, fit["E"]
+
+
 def effective_depth_figure(plt, release):
     """Figure 6: KL effective depth along the single-epoch ladders (7 arms) and in multi-epoch training."""
     obj = read_json(os.path.join(release, "effective_depth.json"))
     curves = {s: (np.array([r["compute_flops"] for r in recs]), np.array([r["effective_depth"] for r in recs]))
               for s, recs in obj["ladders"].items()}
-    mx, multi = np.array(obj["multi_epoch"]["compute_flops"]), obj["multi_epoch"]
+    multi = obj["multi_epoch"]
     with plt.rc_context(main_rc()):
         fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.6))
         for arm in [a for a in ARMS if a in curves]:
             left.plot(*curves[arm], "o-", lw=2.2, ms=6.5, color=ARMS[arm].color, label=ARMS[arm].label)
         for k, label, colour in (("operator_1_tuned_wd", "Operator-1", "#0e0b2b"),
                                  ("scale_loop_count", "Scale Loop Count", "#fea973")):
-            right.plot(mx, multi[k], "o-", lw=2.2, ms=6.5, color=colour, label=label)
+            right.plot(multi["compute_flops"], multi[k], "o-", lw=2.2, ms=6.5, color=colour, label=label)
         for ax, title in ((left, "Single Epoch"), (right, "Multi-Epoch")):
             ax.set(xscale="log", title=title, xlabel="Compute (FLOPs)", ylabel="$L_{\\mathrm{eff}}^{\\mathrm{KL}}$")
             ax.legend(loc="upper left", fontsize=11)
-        right.set(xlim=(mx[0] / 1.25, mx[-1] * 1.25), xticks=[1e18, 5e18], xticklabels=["$10^{18}$", "$5\\times10^{18}$"])
+        right.set(xlim=(multi["compute_flops"][0] / 1.25, multi["compute_flops"][-1] * 1.25), xticks=[1e18, 5e18],
+                  xticklabels=["$10^{18}$", "$5\\times10^{18}$"])
         right.tick_params(axis="x", which="minor", labelbottom=False)
         fig.tight_layout()
-    top = lambda arm: float(curves[arm][1][-1])
-    checks = [stated(f"{ARMS[a].label} KL effective depth at the top budget", top(a), v, "Sec. 6")
+    checks = [stated(f"{ARMS[a].label} KL effective depth at the top budget", float(curves[a][1][-1]), v, "Sec. 6")
               for a, v in (("untied_2", 24), ("untied_grow", 36), ("deep_vanilla", 20))]
     checks += [stated(f"multi-epoch KL effective depth at the largest budget, {label}", float(multi[k][-1]), v,
                       "Sec. 6, Fig. 6 (right)", "the text rounds to whole layers ('reaching 18 against 14 layers')")
@@ -1049,21 +1059,6 @@ def extrapolation_figure(plt, path):
     return fig, numbers, checks
 
 
-def figure3_checks(release, E_flops):
-    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
-    floor reproduce the main text."""
-    fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
-                                                                      "k2", "k2_grow", "dep", "dep_grow"])]))
-    m = lambda k, i: float(fit["series"][k]["multipliers"][i])
-    checks = [stated("shared floor E (Vanilla FLOP ladder)", E_flops, 1.7064, "Fig. 3 (printed in the panel)")] + [
-        stated(f"{name} multiplier, {('first', 'last')[i]} budget", m(k, i), v, "Sec. 4.2, Fig. 3") for name, k, i, v in (
-            ("Operator-1", "k1_glr", 0, 1.12), ("Operator-1", "k1_glr", -1, 1.25), ("Untied-Grow", "dep_grow", 0, 1.30),
-            ("Untied-Grow", "dep_grow", -1, 1.55), ("Untied-2", "dep", 0, 1.19), ("Untied-2", "dep", -1, 1.34))] + [
-        stated(f"growth's multiplier over Untied-2, {('first', 'last')[i]} budget", m("dep_grow", i) / m("dep", i), v,
-               "Sec. 4.2, Fig. 3") for i, v in ((0, 1.09), (-1, 1.16))]
-    return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks
-
-
 CORPORA = {"fineweb": ("FineWeb", "#2ca02c", "v"), "fineweb_edu": ("FineWeb-Edu", "#1f77b4", "o")}
 CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_loss", "CORE NLL", False),
                ("core_metric", "CORE Accuracy", True))
@@ -1386,9 +1381,7 @@ def cmd_paper(args):
     held = {name: os.path.join(release, name) for name in set(HELD_BACK.values()) if os.path.isfile(os.path.join(
         release, name))}
     plt = pyplot()
-    flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
-    E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
-    gammas, checks = figure3_checks(release, E_flops)
+    gammas, checks, E_flops = figure3_checks(release)
     manifest = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE,
                     figures=dict(fig03=dict(numbers=dict(gamma=gammas), stated=checks)))
     try:
