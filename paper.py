@@ -1219,43 +1219,45 @@ def downstream_series(path):
 
 FIG19_METRICS = (("loss", "Loss", False), ("full_core", "CORE accuracy", True), ("answer_nll", "CORE NLL", False),
                  ("filtered_core", "Filtered tasks", True))
+FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
+                 "Reading\ncomprehension")
 
 
-def downstream_figures(plt, series):
+def downstream_figures(plt, series, meta):
     """Figure 19a: per metric (loss, full CORE, CORE answer NLL, filtered CORE ± its seed std) the curves against
     compute and, below, the multipliers over Vanilla at matched metric (at Vanilla's computes with depth >= 8; Vanilla
-    exactly 1). Figure 19b: CORE answer NLL against validation loss, one equal-weight line pooled over every
-    checkpoint (top), and the residuals from it (bottom); both axes reversed as the paper draws them."""
+    exactly 1). 19b: CORE answer NLL against validation loss, one line pooled over every checkpoint, and the residuals
+    from it, both axes reversed as the paper draws them. 19c (meta: tasks.json): residual_figure."""
     col = lambda arm, k: np.array([r[k] for r in series[arm]])
     at = col(FLOOR_ARM, "depth") >= FIT["anchor_depth"]
     budgets, multipliers, laws_ = col(FLOOR_ARM, "compute")[at], {}, {}
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig_a, axes = plt.subplots(2, 4, figsize=(6.9, 4.3), sharex=True)
-        for (key, title, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
+        for (metric, title, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
             for arm in series:
                 name, color, marker = look(arm)[:3]
-                x, y = col(arm, "compute"), col(arm, key)
-                if key == "loss":  # each arm's free-floor law, compute in units of its own d8 run (App. C.3)
+                x, y = col(arm, "compute"), col(arm, metric)
+                if metric == "loss":  # each arm's free-floor law, compute in units of its own d8 run (App. C.3)
                     c8 = x[col(arm, "depth") == FIT["anchor_depth"]][0]
                     A, alpha, E = fit_free_e(x / c8, y)
                     cs = np.geomspace(x[0], x[-1], 300)
                     top.plot(cs, E + A * (cs / c8) ** -alpha, lw=0.9, color=color, label=name)
                     laws_[arm] = dict(E=E, A=A, alpha=alpha, c_d8=c8)
-                top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if key == "filtered_core" else None,
-                             fmt=marker + ("" if key == "loss" else "-"), ms=3.5, lw=0.9, capsize=2.5, color=color)
-                m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
-                multipliers.setdefault(key, {})[arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
+                top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if metric == "filtered_core" else None,
+                             fmt=marker + ("" if metric == "loss" else "-"), ms=3.5, lw=0.9, capsize=2.5, color=color)
+                m = matched_multipliers(budgets, col(FLOOR_ARM, metric)[at], x, y, arm == FLOOR_ARM, higher)
+                multipliers.setdefault(metric, {})[arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
                 bottom.plot(budgets, m, marker + "-", ms=3.5, lw=0.9, color=color)
-            top.set(xscale="log", yscale="log" if key == "loss" else "linear", title=title,
+            top.set(xscale="log", yscale="log" if metric == "loss" else "linear", title=title,
                     ylabel="CORE accuracy" if higher else title)
-            for set_format in (top.yaxis.set_major_formatter, top.yaxis.set_minor_formatter)[:2 if key == "loss" else 0]:
-                set_format(plt.matplotlib.ticker.FormatStrFormatter("%.2f"))  # every log tick, 2 decimals
+            if metric == "loss":  # every log tick labelled, 2 decimals
+                top.yaxis.set_major_formatter("{x:.2f}")
+                top.yaxis.set_minor_formatter("{x:.2f}")
             bottom.set(title=title, ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
             bottom.axhline(1, color=GRID, lw=0.9, zorder=0)
             times(bottom.yaxis, plt)
             bottom.tick_params(axis="x", which="minor", labelbottom=False)  # decades only: the panels are narrow
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig_a.legend(handles, labels, loc="upper center", ncols=4, fontsize=6.5)
+        fig_a.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncols=4, fontsize=6.5)
         fig_a.tight_layout(rect=(0, 0, 1, 0.9))
         fig_b, (line, resid) = plt.subplots(2, 1, figsize=(2.3, 4.6), sharex=True)
         loss, nll = (np.concatenate([col(a, k) for a in series]) for k in ("loss", "answer_nll"))
@@ -1265,8 +1267,8 @@ def downstream_figures(plt, series):
             line.plot(col(arm, "loss"), col(arm, "answer_nll"), marker, ms=4, color=color, label=name)
             resid.plot(col(arm, "loss"), col(arm, "answer_nll") - intercept - slope * col(arm, "loss"), marker, ms=4,
                        color=color)
-        line.plot(loss[[loss.argmin(), loss.argmax()]], intercept + slope * loss[[loss.argmin(), loss.argmax()]], "--",
-                  color=MUTED, lw=0.9, label="Pooled linear fit")
+        ends = loss[[loss.argmin(), loss.argmax()]]
+        line.plot(ends, intercept + slope * ends, "--", color=MUTED, lw=0.9, label="Pooled linear fit")
         resid.axhline(0, color=MUTED, ls="--", lw=0.9)
         line.set(title="Major variants", ylabel="CORE NLL")
         resid.set(title="Linear-fit residuals", xlabel="Validation loss", ylabel="NLL − linear prediction")
@@ -1275,27 +1277,23 @@ def downstream_figures(plt, series):
             ax.invert_yaxis()
         fig_b.legend(*line.get_legend_handles_labels(), loc="upper center", ncols=2, fontsize=5.5)
         fig_b.tight_layout(rect=(0, 0, 1, 0.85))
-    return fig_a, dict(multipliers_at_matched=multipliers, loss_laws=laws_), fig_b, \
-        dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
-
-FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
-                 "Reading\ncomprehension")
+    return dict(fig19a=(fig_a, dict(multipliers_at_matched=multipliers, loss_laws=laws_), []),
+                fig19b=(fig_b, dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss))),
+                        []), fig19c=residual_figure(plt, series, meta))
 
 
 def residual_figure(plt, series, meta):
     """Figure 19c: per task (tasks.json order) a Vanilla-only line of task NLL on validation loss; each arm's mean
     residual from it over its checkpoints whose loss lies in all of the pooled range, then in its lower half."""
-    tasks, van = meta["tasks"], series[FLOOR_ARM]
+    tasks, van, arms = meta["tasks"], series[FLOOR_ARM], list(series)
     loss = np.concatenate([[r["loss"] for r in recs] for recs in series.values()])
-    lo, hi = loss.min(), loss.max()
     line = {t: np.polyfit([r["loss"] for r in van], [r["task_nll"][t] for r in van], 1) for t in tasks}
     group = {t: i for i, g in enumerate(meta["groups"].values()) for t in g}
     x = np.array([i + 0.8 * group[t] for i, t in enumerate(tasks)])
-    means, arms = {}, list(series)
-    for top in (hi, (lo + hi) / 2):
-        means[f"{lo:.3f}-{top:.3f}"] = {arm: [float(np.mean([r["task_nll"][t] - np.polyval(line[t], r["loss"])
-                                                                for r in recs if lo <= r["loss"] <= top]))
-                                              for t in tasks] for arm, recs in series.items()}
+    means = {f"{loss.min():.3f}-{top:.3f}": {arm: [float(np.mean([r["task_nll"][t] - np.polyval(line[t], r["loss"]) for r
+                                                                    in recs if loss.min() <= r["loss"] <= top]))
+                                                   for t in tasks] for arm, recs in series.items()}
+             for top in (loss.max(), (loss.min() + loss.max()) / 2)}
     values = np.array([v for per in means.values() for v in per.values()])
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(2, 1, figsize=(6.9, 5.6), sharex=True, sharey=True)
@@ -1318,7 +1316,8 @@ def residual_figure(plt, series, meta):
         fig.supylabel("Mean (NLL − Vanilla loss fit), nats per token", size=8)
         fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return fig, dict(tasks=tasks, mean_residuals=means)
+    return fig, dict(tasks=tasks, mean_residuals=means), []
+
 
 # every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says (quoted)
 CLAIMS = read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "paper_text.json"))
@@ -1342,10 +1341,9 @@ def gallery(manifest):
              f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). The numbers in full: "
              f"[{MANIFEST}]({MANIFEST}).", ""]
     for fig_id in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
-        skipped = manifest["skipped"].get(fig_id)
+        skipped, rows = manifest["skipped"].get(fig_id), manifest["figures"].get(fig_id, {}).get("stated", [])
         lines += [f"## {fig_id}: {claim(fig_id)['section']}", "", f"> {claim(fig_id)['text']}", "",
                   f"Not drawn here: {skipped}." if skipped else f"![{fig_id}]({fig_id}.png)", ""]
-        rows = manifest["figures"].get(fig_id, {}).get("stated", [])
         lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"] * bool(rows)
         lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {100 * r['rel_diff']:.1f} %"
                   + (f" ({r['explanation']})" if "explanation" in r else "") + f" | {r['section']} |" for r in rows]
@@ -1363,13 +1361,6 @@ DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layo
                "tight_layout rather than placed in inches.")
 
 
-class TextFile(str):
-    """The manifest and the gallery, written by laws.save_figures beside the figures (atomically)."""
-    def savefig(self, path, format, dpi):
-        with open(path, "w") as f:
-            f.write(self)
-
-
 def cmd_paper(args):
     release = args.release
     if os.path.isdir(os.path.join(release, "release")):  # `fit.py paper reference/`
@@ -1378,43 +1369,36 @@ def cmd_paper(args):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
     check_outputs(args.out)
-    held = {name: os.path.join(release, name) for name in set(HELD_BACK.values()) if os.path.isfile(os.path.join(
-        release, name))}
+    held = {n: os.path.join(release, n) for n in set(HELD_BACK.values()) if os.path.isfile(os.path.join(release, n))}
     plt = pyplot()
     gammas, checks, E_flops = figure3_checks(release)
-    manifest = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE,
-                    figures=dict(fig03=dict(numbers=dict(gamma=gammas), stated=checks)))
     try:
         made = dict(**ladder_figures(plt, release), fig06=effective_depth_figure(plt, release),
-                    fig17=recurrence_figure(plt, release), **regimes_figures(plt, release))
-        made.update(corpus_figures(plt, release))
+                    fig17=recurrence_figure(plt, release), **regimes_figures(plt, release), **corpus_figures(plt, release))
     except (KeyError, TypeError) as e:
         raise UsageError(f"{release}: a file is not laid out as the release's ({type(e).__name__} {e}); see "
                          "reference/release/SOURCE.md")
     if "fineweb_edu_ladders.json" in held:
         made["fig04"] = extrapolation_figure(plt, held["fineweb_edu_ladders.json"])
     if "loop_grid.csv" in held:
-        fig2, fig5, numbers, checks = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
-        made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks[:1]), fig05=(fig5, numbers, checks[1:]))
+        fig2, fig5, numbers, checks5 = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
+        made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks5[:1]), fig05=(fig5, numbers, checks5[1:]))
     if HELD_BACK["fig19a"] in held:
-        downstream = downstream_series(held[HELD_BACK["fig19a"]])
-        fig_a, numbers_a, fig_b, numbers_b = downstream_figures(plt, downstream)
-        fig_c, numbers_c = residual_figure(plt, downstream, read_json(os.path.join(release, LADDERS, "tasks.json")))
-        made.update(fig19a=(fig_a, numbers_a, []), fig19b=(fig_b, numbers_b, []), fig19c=(fig_c, numbers_c, []))
-    manifest["figures"].update({fig_id: dict(numbers=numbers, stated=checks) for fig_id, (_, numbers, checks) in made.items()})
-    manifest["skipped"] = {f: NOT_DRAWN.get(f) or (f"needs {HELD_BACK[f]}, held back from the release copy (pass a "
-                                                   "folder that has it)" if f in HELD_BACK else "not drawn in this version")
-                           for f in CLAIMS if f not in made and f not in {m[:-1] for m in made}}
-    files = {f"{fig_id}.{ext}": fig for fig_id, (fig, _, _) in made.items() for ext in ("png", "pdf")}
-    files[MANIFEST] = TextFile(json.dumps(jsonable(manifest), indent=1, allow_nan=False))
-    files[GALLERY] = TextFile(gallery(jsonable(manifest)))
-    paths = save_figures(args.out, files, dpi=300)
+        made.update(downstream_figures(plt, downstream_series(held[HELD_BACK["fig19a"]]),
+                                       read_json(os.path.join(release, LADDERS, "tasks.json"))))
+    figures = dict(fig03=dict(numbers=dict(gamma=gammas), stated=checks))
+    figures.update({fig_id: dict(numbers=numbers, stated=checks) for fig_id, (_, numbers, checks) in made.items()})
+    skipped = {f: NOT_DRAWN.get(f) or (f"needs {HELD_BACK[f]}, held back from the release copy (pass a folder that "
+                                       "has it)" if f in HELD_BACK else "not drawn in this version")
+               for f in CLAIMS if f not in made and f not in {m[:-1] for m in made}}
+    manifest = jsonable(dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures=figures,
+                             skipped=skipped))
+    paths = save_figures(args.out, {f"{f}.{ext}": fig for f, (fig, _, _) in made.items() for ext in ("png", "pdf")}, 300)
     plt.close("all")
-    for fig_id, why in manifest["skipped"].items():
+    for name, text in ((MANIFEST, json.dumps(manifest, indent=1, allow_nan=False)), (GALLERY, gallery(manifest))):
+        with open(os.path.join(args.out, name), "w") as f:
+            f.write(text)
+    for fig_id, why in skipped.items():
         print(f"skipped {fig_id}: {why}")
-    for fig_id, entry in manifest["figures"].items():
-        for r in entry["stated"]:
-            print(f"{fig_id:<8} {r['what']:<88} ours {r['ours']:.4g}  paper {r['paper']:.4g} ({r['section']})  diff "
-                  f"{100 * r['rel_diff']:.1f} %" + (f"  ({r['explanation']})" if "explanation" in r else ""))
-    for p in paths:
-        print(f"wrote {p}")
+    print(f"wrote {len(paths)} figure files to {args.out}, the numbers beside the paper's in {MANIFEST}, the gallery "
+          f"{GALLERY}")
