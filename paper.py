@@ -650,13 +650,6 @@ def k1_best(c):
     return np.array(rows)
 
 
-def tied_frontier(wd):
-    """Figure 24's tied boundary-operator frontier: lower convex hull in log compute of every WD-0.8 cell, without
-    K6 d4 (the line starts at K1 d6)."""
-    m = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))
-    return lower_hull(wd["compute"][m], wd["loss"][m], log=True)
-
-
 def lower_hull(x, y, log=False):
     """R4 frontier: Pareto points (new loss minima in compute order), then their lower convex hull (in log compute
     with log=True)."""
@@ -739,7 +732,8 @@ def regimes_figures(plt, release):
         arch, fam = np.array(ar["architecture"]), np.array(ar["family"])
         cols24 = [((f"{name} scaling", f"{name} optima"), ar, (arch == a) & (fam == f)) for name, a, f in (
             ("Tied Vanilla", "vanilla", "tied"), ("Untied Vanilla", "vanilla", "untied"), ("Untied-2", "recurrent", "untied"))]
-        front = tied_frontier(wd)
+        tied = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))  # from K1 d6 on
+        front = lower_hull(wd["compute"][tied], wd["loss"][tied], log=True)  # the tied boundary-operator frontier
         fig, opt24 = regime_grid(plt, cols24, 2, 10.35, 2.0, magma9, BUDGETS, frontier=front)
         figures["fig24"] = (fig, dict(optima=opt24, tied_frontier=front.tolist()), [])
         figures["fig23"] = sensitivity_figure(plt, wd, hp, magma7)
@@ -764,8 +758,7 @@ def sensitivity_figure(plt, wd, hp, magma7):
         ax.margins(y=0.08)
         if d >= 8:  # the top clipped at the lowest loss + 0.2: WD 0.05 at deep models leaves the panel
             ax.set_ylim(low - 0.016, low + 0.2)
-        lo, hi = ax.get_ylim()
-        ax.set_yticks(np.geomspace(lo, hi, 4), [f"{t:.2f}" for t in np.geomspace(lo, hi, 4)])
+        ax.set_yticks(np.geomspace(*ax.get_ylim(), 4), [f"{t:.2f}" for t in np.geomspace(*ax.get_ylim(), 4)])
         ax.tick_params(axis="y", which="minor", labelleft=False)
         log2_axis(ax, wds, ["" if w == 1.2 else f"{w:g}" for w in wds], (0.04, 1.8))  # a 1.2 label would collide
         ax.tick_params(axis="x", labelrotation=45)
