@@ -528,13 +528,13 @@ def log2_axis(ax, ticks, labels=None, lim=None):
         ax.set_xlim(*lim)
 
 
-def grid_ladders(c, mask):
-    """{K: (compute, loss, depth)} of the cells in mask, each ladder in compute order."""
+def grid_ladders(c, mask, by="compute"):
+    """{K: (compute or `by`, loss, depth)} of the cells in mask, each ladder in that column's order."""
     out = {}
     for K in sorted(set(c["loops"][mask])):
         m = mask & (c["loops"] == K)
-        o = np.argsort(c["compute"][m])
-        out[int(K)] = (c["compute"][m][o], c["loss"][m][o], c["depth"][m][o].astype(int))
+        o = np.argsort(c[by][m])
+        out[int(K)] = (c[by][m][o], c["loss"][m][o], c["depth"][m][o].astype(int))
     return out
 
 
@@ -748,16 +748,12 @@ def sensitivity_figure(plt, wd, hp, magma7):
     wds = sorted(set(wd["weight_decay"]))
     for j, d in enumerate(range(6, 17, 2)):
         ax = fig.add_subplot(grid[0, j])
-        low = wd["loss"][wd["depth"] == d].min()
-        for K, colour in magma7.items():
-            m = (wd["depth"] == d) & (wd["loops"] == K)
-            if m.any():
-                o = np.argsort(wd["weight_decay"][m])
-                ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=4.3, lw=1.6, color=colour, label=f"K={K}")
+        for K, (w, loss, _) in grid_ladders(wd, wd["depth"] == d, by="weight_decay").items():
+            ax.plot(w, loss, "o-", ms=4.3, lw=1.6, color=magma7[K], label=f"K={K}")
         ax.set_yscale("log")
         ax.margins(y=0.08)
         if d >= 8:  # the top clipped at the lowest loss + 0.2: WD 0.05 at deep models leaves the panel
-            ax.set_ylim(low - 0.016, low + 0.2)
+            ax.set_ylim(wd["loss"][wd["depth"] == d].min() - 0.016, wd["loss"][wd["depth"] == d].min() + 0.2)
         ax.set_yticks(np.geomspace(*ax.get_ylim(), 4), [f"{t:.2f}" for t in np.geomspace(*ax.get_ylim(), 4)])
         ax.tick_params(axis="y", which="minor", labelleft=False)
         log2_axis(ax, wds, ["" if w == 1.2 else f"{w:g}" for w in wds], (0.04, 1.8))  # a 1.2 label would collide
@@ -781,10 +777,8 @@ def sensitivity_figure(plt, wd, hp, magma7):
             log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
             ax.yaxis.set_major_formatter("{x:.2f}")
             ax.set(title=kn.upper(), xlabel="Multiple of center")
-            if j == 0:
-                ax.set_ylabel(f"{name}\nLoss")
-            else:
-                ax.tick_params(labelleft=False)
+            ax.set_ylabel(f"{name}\nLoss" if j == 0 else "")
+            ax.tick_params(labelleft=j == 0)
             if i == 0 and j == 0:
                 ax.legend(loc="upper center", fontsize=7)
     fig.text(0.045, 0.975, "(a) Weight-decay sensitivity · 100M tokens × 10 epochs", weight="bold", size=12)
@@ -909,6 +903,10 @@ def optimal_wd_panel(plt, ax, c, mask):
     return {k: w for k, w in out.items() if w}
 
 
+def column(records, k, task=None):
+    return np.array([r[k] if task is None else r[k][task] for r in records], float)
+
+
 def sigmoid(nll, s, b):
     return 1 / (1 + np.exp(np.clip(s * nll - b, -700, 700)))
 
@@ -937,19 +935,18 @@ def forecast(series, tasks, shared_floor):
     and CORE accuracy: per series and task a power law of task NLL in compute, per task a sigmoid of accuracy on NLL
     over every record, their mean scaled by the full/filtered ratio r; and each series' GPT-3 crossings."""
     series = {s: sorted(recs, key=lambda r: r["compute"]) for s, recs in series.items()}
-    col = lambda recs, k, t=None: np.array([r[k] if t is None else r[k][t] for r in recs], float)
-    x = {s: col(recs, "compute") / FIT["c_ref"] for s, recs in series.items()}
-    laws_ = {k: {s: fit_free_e(x[s], col(recs, k)) for s, recs in series.items()} for k in ("val_loss", "core_nll")}
+    x = {s: column(recs, "compute") / FIT["c_ref"] for s, recs in series.items()}
+    laws_ = {k: {s: fit_free_e(x[s], column(recs, k)) for s, recs in series.items()} for k in ("val_loss", "core_nll")}
     first, E = next(iter(series)), laws_["val_loss"][next(iter(series))][2]
     for s, recs in series.items():
         if shared_floor and s != first:
-            law = fit_shared_e(x[s], col(recs, "val_loss"), E)
+            law = fit_shared_e(x[s], column(recs, "val_loss"), E)
             laws_["val_loss"][s] = (law["A"], law["gamma"], E)
     every = [r for recs in series.values() for r in recs]
-    sig = {t: fit_sigmoid(col(every, "task_nll", t), col(every, "task_accuracy", t)) for t in tasks}
-    f, F = np.mean([col(every, "task_accuracy", t) for t in tasks], axis=0), col(every, "core_accuracy")
+    sig = {t: fit_sigmoid(column(every, "task_nll", t), column(every, "task_accuracy", t)) for t in tasks}
+    f, F = np.mean([column(every, "task_accuracy", t) for t in tasks], axis=0), column(every, "core_accuracy")
     ratio = float(f @ F / (f @ f))
-    task_law = {s: {t: fit_task_nll(x[s], col(recs, "task_nll", t)) for t in tasks} for s, recs in series.items()}
+    task_law = {s: {t: fit_task_nll(x[s], column(recs, "task_nll", t)) for t in tasks} for s, recs in series.items()}
 
     def curve(s, key, C):
         z = np.asarray(C) / FIT["c_ref"]
@@ -959,7 +956,7 @@ def forecast(series, tasks, shared_floor):
         return E + A * z ** -gamma
     cross = {(s, n): 10 ** optimize.brentq(lambda lc: curve(s, "core_accuracy", 10 ** lc) - v, 15, 40) for s in series
              for n, v in GPT3.items() if (curve(s, "core_accuracy", 1e15) - v) * (curve(s, "core_accuracy", 1e40) - v) < 0}
-    return dict(series=series, x=x, laws=laws_, ratio=ratio, curve=curve, cross=cross, col=col,
+    return dict(series=series, x=x, laws=laws_, ratio=ratio, curve=curve, cross=cross,
                 cmin=min(r["compute"] for r in every), cmax=max(cross.values()))
 
 
@@ -975,13 +972,13 @@ def forecast_panels(axes, fc, looks, size, seen=None):
     (first, second), cmin, cmax = looks, fc["cmin"], fc["cmax"]
     for ax, (k, title) in zip(axes, PANELS):
         for s, (name, colour, marker) in looks.items():
-            C, y = fc["col"](fc["series"][s], "compute"), fc["col"](fc["series"][s], k)
+            C, y = column(fc["series"][s], "compute"), column(fc["series"][s], k)
             for lo, hi, ls in ((cmin if k == "core_accuracy" else C[0], C[-1], "-"), (C[-1], cmax, "--")):
                 cs = np.geomspace(lo, hi, 300)
                 ax.plot(cs, fc["curve"](s, k, cs), ls, color=colour, lw=lw)
             ax.plot(C, y, marker, color=colour, ms=ms, label=name)
         ends = [float(fc["curve"](s, k, cmax)) for s in looks] + ([seen[k]] if seen else [])
-        top = max(float(fc["col"](fc["series"][s], k).max()) for s in looks)
+        top = max(float(column(fc["series"][s], k).max()) for s in looks)
         ax.set(xscale="log", xlim=(cmin / 1.35, cmax * 1.08), title=title, ylabel=title,
                ylim=(0.045, max(top, *ends, 0.427) + 0.04) if k == "core_accuracy" else (min(ends) - 0.1, top + 0.16))
     for n, v in GPT3.items():
@@ -1053,8 +1050,8 @@ def extrapolation_figure(plt, path):
 
 
 CORPORA = {"fineweb": ("FineWeb", "#2ca02c", "v"), "fineweb_edu": ("FineWeb-Edu", "#1f77b4", "o")}
-CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_loss", "CORE NLL", False),
-               ("core_metric", "CORE Accuracy", True))
+CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_nll", "CORE NLL", False),
+               ("core_accuracy", "CORE Accuracy", True))
 FIG18A_STATED = [("fineweb", "vanilla", 0.1113), ("fineweb", "untied_grow", 0.1168), ("fineweb_edu", "vanilla", 0.1095),
                  ("fineweb_edu", "untied_grow", 0.1146)]  # App. C.1's exponents; Figure 20's titles and printed RMSEs:
 FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wikidata", "COPA", "CoQA", "HellaSwag",
@@ -1062,28 +1059,26 @@ FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wik
                        (.026, .019, .015, .026, .009, .006, .034, .006, .003, .004, .007, .011, .015, .014, .009, .047, .023)))
 
 
-def raw(records, key, task=None):
-    return np.array([r["raw"][key] if task is None else r["raw"][key][task] for r in records], float)
-
-
 def corpus_figures(plt, release):
     """Figures 18a-b and 20 (App. C.1, C.4) from fineweb.json and fineweb_edu.json ({"Vanilla" | "Dep Grow": [{compute,
     raw: {val_loss, core_loss, core_metric, losses, centered_results}}]}). 18a: per corpus Vanilla and Untied-Grow:
     loss above Vanilla's free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at
     each Vanilla record."""
-    series = {c: {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted(v, key=lambda r: r["compute"])
-                  for k, v in read_json(os.path.join(release, LADDERS, f"{c}.json")).items()} for c in CORPORA}
+    series = {c: {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted([dict(  # in Figure 4's record keys
+        r, val_loss=r["raw"]["val_loss"], core_nll=r["raw"]["core_loss"], core_accuracy=r["raw"]["core_metric"],
+        task_nll=r["raw"]["losses"], task_accuracy=r["raw"]["centered_results"]) for r in v], key=lambda r: r["compute"])
+        for k, v in read_json(os.path.join(release, LADDERS, f"{c}.json")).items()} for c in CORPORA}
     numbers = {c: {} for c in CORPORA}
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(3, 3, figsize=(6.9, 7.0), sharex=True)
         for row, (metric, ylabel, higher) in zip(axes, CORPUS_ROWS):
             for ax, (corpus, (cname, ccolour, cmarker)) in zip(row, CORPORA.items()):
                 arms = series[corpus]
-                x = {a: np.array([r["compute"] for r in recs]) for a, recs in arms.items()}
-                E = fit_free_e(x["vanilla"] / FIT["c_ref"], raw(arms["vanilla"], metric))[2] if metric == "val_loss" else 0
+                x = {a: column(recs, "compute") for a, recs in arms.items()}
+                E = fit_free_e(x["vanilla"] / FIT["c_ref"], column(arms["vanilla"], metric))[2] if metric == "val_loss" else 0
                 for i, (arm, recs) in enumerate(arms.items()):
                     name, colour, marker = look(arm)[:3]
-                    y = raw(recs, metric) - E
+                    y = column(recs, metric) - E
                     ax.plot(x[arm], y, marker + ("" if E else "-"), ms=4, lw=1.1, color=colour, mec="white", mew=0.6)
                     if E:  # OLS of ln(L - E) on ln C over the arm's range; its slope printed as the release does
                         slope, icpt = numbers[corpus][f"{arm} slope"] = np.polyfit(np.log(x[arm] / FIT["c_ref"]),
@@ -1093,7 +1088,7 @@ def corpus_figures(plt, release):
                         ax.text(0.97, 0.95 - 0.115 * i, f"{name}: {slope:.5f}", transform=ax.transAxes, ha="right",
                                 va="top", size=7, color=colour)
                 m = numbers[corpus][f"{metric} multipliers"] = matched_multipliers(
-                    x["vanilla"], raw(arms["vanilla"], metric), x["untied_grow"], raw(arms["untied_grow"], metric),
+                    x["vanilla"], column(arms["vanilla"], metric), x["untied_grow"], column(arms["untied_grow"], metric),
                     False, higher)
                 row[2].plot(x["vanilla"], m, cmarker + "-", ms=4, lw=1.1, color=ccolour, mec="white", mew=0.6)
                 ax.set(title=cname, ylabel=ylabel if corpus == "fineweb" else None)
@@ -1128,10 +1123,7 @@ def corpus_forecast_figure(plt, series, tasks):
     """Figure 18b (App. C.1): Untied-Grow on FineWeb against FineWeb-Edu forecast as in Figure 4: each corpus its own
     floors, the task sigmoids and the ratio r fitted on both corpora's records; FineWeb's crossing compute of each
     GPT-3 score over FineWeb-Edu's."""
-    fc = forecast({c: [dict(compute=r["compute"], val_loss=r["raw"]["val_loss"], core_nll=r["raw"]["core_loss"],
-                            core_accuracy=r["raw"]["core_metric"], task_nll=r["raw"]["losses"],
-                            task_accuracy=r["raw"]["centered_results"]) for r in series[c]["untied_grow"]]
-                   for c in CORPORA}, tasks, shared_floor=False)
+    fc = forecast({c: series[c]["untied_grow"] for c in CORPORA}, tasks, shared_floor=False)
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(3, 1, figsize=(2.3, 6.5), sharex=True)
         forecast_panels(axes, fc, CORPORA, (1.1, 4, 6, 7))
@@ -1159,8 +1151,8 @@ def calibration_figure(plt, arms, tasks):
     r = numbers["ratio"] = float(f @ F / (f @ f))
     numbers["ratio_rmse"] = float(np.sqrt(np.mean((r * f - F) ** 2)))
     for ax, task, title in zip([*axes.flat[:len(tasks)], axes.flat[-1]], [*tasks, None], [*FIG20_TASKS, "CORE ratio"]):
-        points = lambda recs: (raw(recs, "losses", task), raw(recs, "centered_results", task)) if task else (
-            [q["filtered_accuracy"] for q in recs], [q["full_accuracy"] for q in recs])
+        points = lambda recs: (column(recs, "task_nll", task), column(recs, "task_accuracy", task)) if task else (
+            column(recs, "filtered_accuracy"), column(recs, "full_accuracy"))
         if task:
             (x, y), (s, b) = points(every), fit_sigmoid(*points(every))
             fit, colour = (lambda v, s=s, b=b: sigmoid(v, s, b)), INK
