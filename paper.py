@@ -160,12 +160,10 @@ def floor_of(data, arm=FLOOR_ARM):
 # family's colour told apart by marker, dash and a hollow face; the appendix spells the growth arms "Loop Grow".
 INK, MUTED, GRID = "#22252A", "#68707C", "#DDE1E7"
 #           release key: (label, family arm or colour, marker, line style, hollow)
-VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
-            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False),
+VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False), "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
+            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False), "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
             "dep_noinject": ("Deep + Norm", "deep_vanilla", "v", ":", False),
-            "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
             "k2_fixed_pc": ("NCI 2/C/3", "loop_2", "*", ":", False),
-            "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
             "k1_van_recipe": ("Operator-1 Vanilla Recipe", "operator_1", "H", "-", True),
             "deeper_van": ("Deeper Vanilla", "deep_vanilla", "D", "-", True),
             "deeper_k1": ("Deeper Operator-1", "operator_1", "X", "-", True),
@@ -484,9 +482,9 @@ def recurrence_figure(plt, release):
         for ax, (series, recs) in zip(axes, obj.items()):
             for r in recs:
                 ce, K = {e["k"]: e["ce"] for e in r["exit_lens"]}, r["core_repetitions"]
-                numbers[series].append(dict(depth=r["depth"], k_train=K, k=sorted(ce), delta=[ce[k] - ce[K] for k in sorted(ce)]))
-                ax.plot(sorted(ce), numbers[series][-1]["delta"], "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]],
-                        label=f"d{r['depth']}")
+                ks, delta = sorted(ce), [ce[k] - ce[K] for k in sorted(ce)]
+                numbers[series].append(dict(depth=r["depth"], k_train=K, k=ks, delta=delta))
+                ax.plot(ks, delta, "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]], label=f"d{r['depth']}")
             ax.plot(K, 0, "*", ms=8, color=MUTED, mec="white", mew=0.4, label="$K_{\\mathrm{train}}$")
             ax.axhline(0, color="#A5ABB3", ls=(0, (2, 2)), lw=0.6)
             ax.set_ylim(*RECURRENCE_YLIM.get(series, ax.get_ylim()))
@@ -689,12 +687,11 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
             axes[i][j].set_title(t)
     for i, label in enumerate(("Loss", "Loss (Interpolated)", "$L(K)-L(K=1)$")[:rows]):
         axes[i][0].set_ylabel(label)
-    if rows == 3:
+    if rows == 3:  # one y range along the difference row, labelled once
         lo, hi = min(ax.get_ylim()[0] for ax in axes[2]), max(ax.get_ylim()[1] for ax in axes[2])
         for ax in axes[2]:
-            ax.set_ylim(lo, hi)
-        for ax in axes[2][1:]:
-            ax.tick_params(labelleft=False)
+            ax.set(ylim=(lo, hi))
+            ax.tick_params(labelleft=ax is axes[2][0])
         axes[2][0].legend(ncols=5, loc="lower left", bbox_to_anchor=(0, 1.12), fontsize=7)
     keys = [(key(c, lw=1.6), f"K={K}") for K, c in k_colours.items()] + \
         ([(key(REGIME_INK, ls=(0, (4, 2)), lw=1.8), "Tied frontier")] if frontier is not None else []) + \
@@ -1332,18 +1329,16 @@ def gallery(manifest):
         lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"] * bool(rows)
         lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {100 * r['rel_diff']:.1f} %"
                   + (f" ({r['explanation']})" if "explanation" in r else "") + f" | {r['section']} |" for r in rows]
-        if fig_id in LADDER_FIGURES:
-            lines += ["", "| panel | series | exponent | last multiplier |", "|---|---|---:|---:|"]
-            lines += [f"| {p} | {look(k)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
-                      for p, per in manifest["figures"][fig_id]["numbers"].items() for k, r in per["series"].items()]
-        lines += [""] * bool(rows or fig_id in LADDER_FIGURES)
+        lines += [""] * bool(rows)
     return "\n".join(lines + ["## Still different from the release", "", DIFFERENCES, ""])
 
 
-DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layout; Figure 19a's loss laws start from "
-               "a 600-value floor grid (the release: 400); Figure 19c's group names sit without brackets; Figure 5's "
-               "marginal-gain panel keeps matplotlib's y margins; Figure 18b's panels are square by aspect inside "
-               "tight_layout rather than placed in inches.")
+DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
+               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout (Figure "
+               "18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its legend keys "
+               "are markers without lines. Figure 5's inner legends are smaller than the release's (size 10) so that the "
+               "compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. Figure 19a's loss "
+               "laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit without brackets.")
 
 
 def cmd_paper(args):
