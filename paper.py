@@ -1036,14 +1036,12 @@ def extrapolation_figure(plt, path):
                    observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy", "core_accuracy_std") if k in d26},
                    E=E, gamma=dict(vanilla=g_v, untied_grow=ug[1]), ratio=fc["ratio"], gain_at_d26=gain(C26),
                    crossings={f"{a} {n}": C for (a, n), C in fc["cross"].items()})
-    sec = "Sec. 4.3, Fig. 4"
-    checks = [stated("observed d26 CORE (7.4B Untied-Grow)", d26["core_accuracy"], 0.3865, sec),
-              stated("forecast d26 CORE", predicted["core_accuracy"], 0.384, sec),
-              stated("d26 loss: observed - forecast", d26["val_loss"] - predicted["val_loss"], -0.03, sec),
-              stated("Untied-Grow's multiplier over Vanilla at the d26 compute", gain(C26), 1.8, sec),
-              stated("the multiplier at 1e20 FLOPs", gain(1e20), 1.6, sec),
-              stated("the multiplier at 1e25 FLOPs", gain(1e25), 2.7, sec)]
-    return fig, numbers, checks
+    return fig, numbers, [stated(what, ours, paper, "Sec. 4.3, Fig. 4") for what, ours, paper in (
+        ("observed d26 CORE (7.4B Untied-Grow)", d26["core_accuracy"], 0.3865),
+        ("forecast d26 CORE", predicted["core_accuracy"], 0.384),
+        ("d26 loss: observed - forecast", d26["val_loss"] - predicted["val_loss"], -0.03),
+        ("Untied-Grow's multiplier over Vanilla at the d26 compute", gain(C26), 1.8),
+        ("the multiplier at 1e20 FLOPs", gain(1e20), 1.6), ("the multiplier at 1e25 FLOPs", gain(1e25), 2.7))]
 
 
 CORPORA = {"fineweb": ("FineWeb", "#2ca02c", "v"), "fineweb_edu": ("FineWeb-Edu", "#1f77b4", "o")}
@@ -1310,11 +1308,6 @@ NOT_DRAWN = {"fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png
 GALLERY = "README.md"
 
 
-def claim(fig_id):
-    """The paper's statement of a figure; a panel exported alone (fig10a) takes its figure's (fig10)."""
-    return CLAIMS.get(fig_id) or CLAIMS[fig_id[:-1]]
-
-
 def gallery(manifest):
     """The gallery page: per figure what the paper says, the image (or why not), each stated number beside ours."""
     lines = ["# The paper's figures from the authors' release", "",
@@ -1324,7 +1317,8 @@ def gallery(manifest):
              f"[{MANIFEST}]({MANIFEST}).", ""]
     for fig_id in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
         skipped, rows = manifest["skipped"].get(fig_id), manifest["figures"].get(fig_id, {}).get("stated", [])
-        lines += [f"## {fig_id}: {claim(fig_id)['section']}", "", f"> {claim(fig_id)['text']}", "",
+        claim = CLAIMS.get(fig_id) or CLAIMS[fig_id[:-1]]  # a panel exported alone (fig10a) takes its figure's
+        lines += [f"## {fig_id}: {claim['section']}", "", f"> {claim['text']}", "",
                   f"Not drawn here: {skipped}." if skipped else f"![{fig_id}]({fig_id}.png)", ""]
         lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"] * bool(rows)
         lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {100 * r['rel_diff']:.1f} %"
