@@ -1,12 +1,10 @@
 """paper.py — the paper's figures (arXiv 2609.19107) from the authors' released measurements, in the release's look.
 
-`fit.py paper DIR --out OUT` reads DIR/release/ as the release lays out its plotting data (reference/release/, whose
+`fit.py paper DIR --out OUT` reads DIR/release/ laid out as the release's plotting data (reference/release/, whose
 SOURCE.md says where it came from; loop_grid.csv, fineweb_edu_ladders.json and appendix_ladders/downstream.json are
-drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json (per figure its numbers and every
-number the text states beside ours) and the gallery OUT/README.md; figures it cannot draw are listed with the reason.
-The release's ladders are JSON {series: [records]} with short names (arms.RELEASE_SERIES), compute in FLOPs or (timing
-.json) hours; the regime CSVs in EFLOP or FLOPs. Rules: the floor E is the free-floor fit of the file's Vanilla,
-multipliers interpolate in log compute without extrapolation, loop grids interpolate linearly in compute (R4 below).
+drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json (per figure its numbers and each
+number the text states beside ours) and the gallery OUT/README.md. Rules: the floor E is the free-floor fit of the
+file's Vanilla, multipliers interpolate in log compute without extrapolation, loop grids linearly in compute (R4).
 """
 import csv, json, math, os
 
@@ -18,7 +16,6 @@ from common import UsageError
 from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, matched_multipliers,
                   note, pyplot, read_csv, robust_lsq, save_figures)
 
-UNITS = dict(hours_max=1e6, eflop_max=1e6)  # compute below this is hours (timing.json) / EFLOP (regime CSVs)
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
 TOLERANCE = 0.01                             # manifest: a stated number further than 1 % from ours needs a reason
 MANIFEST = "paper_manifest.json"
@@ -29,10 +26,8 @@ def read_json(path):
     try:
         with open(path) as f:
             return json.load(f)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot read ({e.strerror})")
-    except ValueError as e:
-        raise UsageError(f"{path}: not JSON ({e})")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: cannot read it as JSON ({getattr(e, 'strerror', None) or e})")
 
 
 # The release's JSON layouts, recognised by their content; a command names the ones it reads when it refuses a file.
@@ -61,7 +56,7 @@ def layout_error(path, reads, also=""):
 
 
 def read_layout(path, *layouts):
-    """A release JSON file that must be in one of `layouts` (paper reads each of its files by its content)."""
+    """A release JSON file that must be in one of `layouts`."""
     obj = read_json(path)
     if json_layout(obj) not in layouts:
         raise layout_error(path, layouts)
@@ -69,11 +64,9 @@ def read_layout(path, *layouts):
 
 
 def edu_records(path, obj):
-    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): the ladder records of every arm, and the
-    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit.
-    Each record needs a whole depth > 0 and finite compute_flops, val_loss > 0."""
-    tasks = obj["tasks"]
-    if not isinstance(tasks, list) or not all(isinstance(t, str) for t in tasks):
+    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): every arm's ladder records, and the
+    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit."""
+    if not isinstance(obj["tasks"], list) or not all(isinstance(t, str) for t in obj["tasks"]):
         raise UsageError(f"{path}: 'tasks' must be a list of task names")
     out = [(RELEASE_SERIES.get(a, a), r, f"{path}:arms.{a}[{i}]", False) for a, recs in obj["arms"].items()
            for i, r in enumerate(recs if isinstance(recs, list) else [None])]
@@ -83,17 +76,18 @@ def edu_records(path, obj):
             if k not in ("tasks", "arms") and isinstance(r, dict)]
     for arm, r, origin, _ in out:
         point(r, "compute_flops", "val_loss", origin)
-    return tasks, out
+    return obj["tasks"], out
 
 
 def point(r, x, loss, origin):
     """A ladder record's (x, loss, depth): a whole depth > 0, finite x > 0 and loss > 0, or one line saying so."""
     try:
         out = float(r[x]), float(r[loss]), r["depth"]
-        assert isinstance(out[2], int) and out[2] > 0 and all(math.isfinite(v) and v > 0 for v in out[:2])
-        return out
-    except (KeyError, TypeError, ValueError, AssertionError):
+    except (KeyError, TypeError, ValueError):
+        out = (math.nan, math.nan, None)
+    if not (isinstance(out[2], int) and out[2] > 0 and all(math.isfinite(v) and v > 0 for v in out[:2])):
         raise UsageError(f"{origin}: needs a whole depth > 0 and finite {x}, {loss} > 0")
+    return out
 
 
 def release_ladder_rows(path, obj, use_time):
@@ -108,7 +102,7 @@ def release_ladder_rows(path, obj, use_time):
         for i, r in enumerate(records):
             x, loss, depth = point(r, "compute", "loss", f"{path}: {series}[{i}]")
             rows.append((arm, depth, x, loss, None, f"{path}:{series}[{i}]"))
-    hours = max(r[2] for r in rows) < UNITS["hours_max"]
+    hours = max(r[2] for r in rows) < 1e6  # timing.json's training hours
     if hours != bool(use_time):
         raise UsageError(f"{path}: compute is in {'training hours' if hours else 'FLOPs'}; "
                          + ("pass --time to fit it against training time (the floor then comes from --floor-from FLOP ladders, "
@@ -117,16 +111,9 @@ def release_ladder_rows(path, obj, use_time):
     return [(a, d, x * 3600.0 if hours else x, l, s, o) for a, d, x, l, s, o in rows]
 
 
-def flops_column(c):
-    """The regime CSVs' `compute`: EFLOP in weight_decay.csv and architectures.csv, FLOPs in regimes.csv -> FLOPs."""
-    x = c["compute"]
-    return x * 1e18 if x.max() < UNITS["eflop_max"] else x
-
-
 def series_data(rows):
-    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, the shape laws.fit_ladders takes (one run a point).
-    A depth given twice is what fit.py ladders makes of it: an exact repeat kept once with a warning, two different
-    results refused."""
+    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, as laws.fit_ladders takes them (one run a point); a
+    depth given twice: an exact repeat kept once with a warning, two different results refused."""
     data, kept = {}, {}
     for row in rows:
         first = kept.setdefault(row[:2], row)
@@ -173,12 +160,10 @@ def floor_of(data, arm=FLOOR_ARM):
 # family's colour told apart by marker, dash and a hollow face; the appendix spells the growth arms "Loop Grow".
 INK, MUTED, GRID = "#22252A", "#68707C", "#DDE1E7"
 #           release key: (label, family arm or colour, marker, line style, hollow)
-VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
-            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False),
+VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False), "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
+            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False), "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
             "dep_noinject": ("Deep + Norm", "deep_vanilla", "v", ":", False),
-            "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
             "k2_fixed_pc": ("NCI 2/C/3", "loop_2", "*", ":", False),
-            "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
             "k1_van_recipe": ("Operator-1 Vanilla Recipe", "operator_1", "H", "-", True),
             "deeper_van": ("Deeper Vanilla", "deep_vanilla", "D", "-", True),
             "deeper_k1": ("Deeper Operator-1", "operator_1", "X", "-", True),
@@ -209,16 +194,30 @@ def look(key, label=None, like=None):
 def appendix_rc(size):
     """The release's appendix fonts and axes (base, title, axis label, ticks, legend sizes) for plt.rc_context."""
     base, title, label, ticks, legend = size
-    return ({"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title,
-                         "axes.titleweight": "bold", "axes.labelsize": label, "xtick.labelsize": ticks,
-                         "ytick.labelsize": ticks, "legend.fontsize": legend, "axes.grid": True, "grid.color": GRID,
-                         "grid.linewidth": 0.65, "grid.alpha": 0.65, "axes.axisbelow": True, "axes.edgecolor": MUTED,
-                         "xtick.color": MUTED, "ytick.color": MUTED, "text.color": INK, "axes.labelcolor": INK,
-                         "legend.frameon": False, "pdf.fonttype": 42})
+    return {"font.family": "DejaVu Sans", "font.size": base, "axes.titlesize": title, "axes.titleweight": "bold",
+            "axes.labelsize": label, "xtick.labelsize": ticks, "ytick.labelsize": ticks, "legend.fontsize": legend,
+            "axes.grid": True, "grid.color": GRID, "grid.linewidth": 0.65, "grid.alpha": 0.65, "axes.axisbelow": True,
+            "axes.edgecolor": MUTED, "xtick.color": MUTED, "ytick.color": MUTED, "text.color": INK,
+            "axes.labelcolor": INK, "legend.frameon": False, "pdf.fonttype": 42}
+
+
+def main_rc(size=(14, 17, 16, 14, 12)):
+    """The main figures' look (Figs 2-6): the appendix fonts at main sizes, no grid, black spines."""
+    return {**appendix_rc(size), "axes.grid": False, "axes.edgecolor": "black"}
+
+
+def key(colour, marker="", ls="-", hollow=False, ms=4, lw=1.1):
+    """A legend key: a line and marker with no data."""
+    from matplotlib.lines import Line2D
+    return Line2D([], [], color=colour, marker=marker, ls=ls, mfc="white" if hollow else colour, ms=ms, lw=lw)
+
+
+def times(axis, plt):
+    """Multiplier ticks "1×", "1.1×"."""
+    axis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
 
 
 LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
-times = lambda v, _=None: f"{v:g}×"
 
 
 # ----------------------------------------------------------------------------------------------- ladder figures
@@ -228,13 +227,12 @@ REGIMES = "appendix_regimes"
 # reference's budgets start there, 8), anchor (a shared anchor depth, Figure 16a), ylim/yticks of the multiplier
 # panel, title, legend "gamma" | "plain" | "pair" (width-only vs coupled, Figure 16e-f), labels {key: (label, like)}.
 # A series is a release key; E is the free-floor fit (R1) of the file's Vanilla (timing.json: of ladders.json).
+FIG15A = dict(file="ladders", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3))
 LADDER_FIGURES = {
-    "fig15a": [dict(file="ladders", title="Untied-2", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
-                    groups=[("van", ["dep", "dep_nci", "dep_nonorm", "dep_noinject", "deep_van", "van"])]),
-               dict(file="ladders", title="Loop-2", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
-                    groups=[("van", ["van", "k2", "k2_nci", "k2_fixed_pc"])]),
-               dict(file="ladders", title="Operator-1", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3),
-                    groups=[("van", ["van", "k1_1c2", "k1_glr"])])],
+    "fig15a": [dict(FIG15A, title="Untied-2", groups=[("van", ["dep", "dep_nci", "dep_nonorm", "dep_noinject",
+                                                               "deep_van", "van"])]),
+               dict(FIG15A, title="Loop-2", groups=[("van", ["van", "k2", "k2_nci", "k2_fixed_pc"])]),
+               dict(FIG15A, title="Operator-1", groups=[("van", ["van", "k1_1c2", "k1_glr"])])],
     "fig15b": [dict(file="timing", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
                                                     "dep_grow"])])],
     "fig15c": [dict(file="constant", groups=[("van", ["van", "k2", "dep", "k2_grow", "dep_grow"])])],
@@ -255,24 +253,21 @@ LADDER_FIGURES = {
 
 
 def release_series(release, name):
-    """A release ladder file -> {key: dict(x, depth, loss)} sorted by compute (x: FLOPs, or hours in timing.json),
-    read and checked as fit.py ladders reads it."""
+    """A release ladder file, read as fit.py ladders reads it -> {key: dict(x, depth, loss)} sorted by compute (x:
+    FLOPs, or hours in timing.json)."""
     obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
-    hours = name == "timing"
-    data = series_data(release_ladder_rows(name + ".json", obj, hours))
-    key = {RELEASE_SERIES.get(s, s): s for s in obj}
-    return {key[a]: dict(d, x=d["x"] / 3600.0 if hours else d["x"]) for a, d in data.items()}
+    data, hours = series_data(release_ladder_rows(name + ".json", obj, name == "timing")), name == "timing"
+    return {s: dict(data[RELEASE_SERIES.get(s, s)], x=data[RELEASE_SERIES.get(s, s)]["x"] / (3600.0 if hours else 1))
+            for s in obj}
 
 
 def ladder_column(release, col):
-    """Fit one column: E (R1 on the file's Vanilla), each series' exponent (R2, or through the shared anchor) and its
-    multipliers (R3) over its group's reference. -> dict(E, unit, series {key: dict(x, loss, depth, gamma, A, budgets,
-    multipliers)}, anchor)."""
-    data = release_series(release, col["file"])
-    floor_data = release_series(release, "ladders") if col["file"] == "timing" else data
-    E = fit_free_e(floor_data["van"]["x"] / FIT["c_ref"], floor_data["van"]["loss"])[2]
-    c_ref = 1.0 if col["file"] == "timing" else FIT["c_ref"]
-    out, anchor = dict(E=E, unit="H" if col["file"] == "timing" else "C", series={}, anchor=None), col.get("anchor")
+    """Fit one column: E (R1 on the file's Vanilla; timing.json: on ladders.json's), each series' exponent (R2, or
+    through the shared anchor) and its multipliers (R3) over its group's reference."""
+    data, timing, anchor = release_series(release, col["file"]), col["file"] == "timing", col.get("anchor")
+    van = release_series(release, "ladders")["van"] if timing else data["van"]
+    E, c_ref = fit_free_e(van["x"] / FIT["c_ref"], van["loss"])[2], 1.0 if timing else FIT["c_ref"]
+    out = dict(E=E, unit="H" if timing else "C", series={}, anchor=None)
     if anchor:  # one point at the d8 compute, the mean of the two d8 runs of the plan (Constant and GLR)
         xa = float(data["van"]["x"][data["van"]["depth"] == anchor][0])
         La = float(np.mean([data[k]["loss"][data[k]["depth"] == anchor][0] for k in ("van_constant", "van")]))
@@ -297,105 +292,99 @@ def ladder_column(release, col):
     return out
 
 
-def ladder_figure(plt, fig_id, columns, fits):
+def ladder_figures(plt, release):
+    """Figures 15 and 16 -> {fig_id: (figure, per column E and each series' exponent and multipliers, checks)}."""
+    out = {}
+    for fig_id, columns in LADDER_FIGURES.items():
+        fits = [ladder_column(release, col) for col in columns]
+        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
+            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
+            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
+        out[fig_id] = ladder_figure(plt, columns, fits), numbers, ladder_checks(fig_id, fits)
+    return out
+
+
+def ladder_figure(plt, columns, fits):
     """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
-    its points) and the multipliers over the group's reference (line and markers; NaN leaves a gap). One column: the
-    two panels side by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
+    its points) and the multipliers over the group's reference (NaN leaves a gap). One column: the two panels side
+    by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
+    n = len(columns)
+    width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
+    per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
+    legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
+    height = 0.40 + rows * side + (rows - 1) * 0.27 + 0.22 + 0.15 * legend_rows + 0.05
+    pitch = width / (2 if n == 1 else n)
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
-        n = len(columns)
-        width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
-        per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
-        legend_rows = max(math.ceil(len(legend_entries(c, f)[0]) / per_row) for c, f in zip(columns, fits))
-        band = 0.22 + 0.15 * legend_rows
-        height = 0.40 + rows * side + (rows - 1) * 0.27 + band + 0.05
         fig = plt.figure(figsize=(width, height))
-        pitch = width / (2 if n == 1 else n)
         box = lambda col, row: fig.add_axes([(0.59 + col * pitch) / width, (0.40 + row * (side + 0.27)) / height,
                                              side / width, side / height])
         for j, (col, fit) in enumerate(zip(columns, fits)):
             loss_ax, mult_ax = (box(0, 0), box(1, 0)) if n == 1 else (box(j, 0), box(j, 1))
             x_label = "Training time (h)" if fit["unit"] == "H" else "Compute (FLOPs)"
             for k, s in fit["series"].items():
-                name, colour, marker, ls, hollow = series_look(col, k)
-                face = "white" if hollow else colour
+                _, colour, marker, ls, hollow = series_look(col, k)
+                style = dict(marker=marker, ms=4, mew=0.6, color=colour, mfc="white" if hollow else colour)
                 xs = np.geomspace(s["x"].min(), s["x"].max(), 300)
                 loss_ax.plot(xs, s["A"] * (xs / s["c_ref"]) ** -s["gamma"], ls=ls, lw=1.1, color=colour)
-                own = slice(1, None) if fit["anchor"] else slice(None)
-                loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], marker, ms=4, mew=0.6, color=colour, mfc=face, ls="none")
-                ok = np.isfinite(s["multipliers"])
-                mult_ax.plot(s["budgets"], np.where(ok, s["multipliers"], np.nan), ls=ls, marker=marker, ms=4, mew=0.6,
-                             lw=1.1, color=colour, mfc=face)
+                own = slice(1 if fit["anchor"] else 0, None)
+                loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], ls="none", **style)
+                mult_ax.plot(s["budgets"], s["multipliers"], ls=ls, lw=1.1, **style)
             if fit["anchor"]:
                 xa, La = fit["anchor"]
                 loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
                 mult_ax.plot([xa], [1.0], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
             mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
-            loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss")
-            mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"])
-            if "ylim" in col:
-                mult_ax.set(ylim=col["ylim"], yticks=col["yticks"])
-            mult_ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
-            loss_ax.set_xlabel(x_label)
-            mult_ax.set_xlabel(x_label if n == 1 else "")
+            loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss", xlabel=x_label)
+            mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"],
+                        xlabel=x_label if n == 1 else "", **{k: col[k] for k in ("ylim", "yticks") if k in col})
+            times(mult_ax.yaxis, plt)
             if n > 1:
                 mult_ax.tick_params(labelbottom=False)
                 mult_ax.sharex(loss_ax)
             plain_log_axis(loss_ax.yaxis, plt)
             for ax in (loss_ax, mult_ax):
                 log_axis(ax.xaxis, plt)
-            handles, labels = legend_entries(col, fit)
             centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
-            fig.legend(handles, labels, loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
+            fig.legend(*legend_entries(col, fit), loc="upper center", bbox_to_anchor=(centre, 1.0), ncols=per_row,
                        handlelength=2.0, columnspacing=0.8, borderaxespad=0.2)
-        return fig
+    return fig
 
 
-def series_look(col, key):
-    label, like = col.get("labels", {}).get(key, (None, None))
-    name, colour, marker, ls, hollow = look(key, label, like)
-    return name, colour, marker, ls, hollow or key in col.get("hollow", ())
+def series_look(col, k):
+    label, like = col.get("labels", {}).get(k, (None, None))
+    name, colour, marker, ls, hollow = look(k, label, like)
+    return name, colour, marker, ls, hollow or k in col.get("hollow", ())
 
 
 def legend_entries(col, fit):
     """(handles, labels) of a column's legend: each series with its exponent ("Vanilla ($C^{-0.1112}$)"), or without
     (Figure 15a), or per family the width-only and coupled exponents and then the two face keys (Figure 16e-f)."""
-    from matplotlib.lines import Line2D
-    handles, labels, unit = [], [], fit["unit"]
-    exponent = lambda k: f"${unit}^{{-{fit['series'][k]['gamma']:.4f}}}$"
+    exponent = lambda k: f"${fit['unit']}^{{-{fit['series'][k]['gamma']:.4f}}}$"
     if col.get("legend") == "pair":
-        width, both = col["groups"]
-        for w, b in zip(width[1], both[1]):
-            name, colour, marker, _, _ = series_look(col, b)
-            handles.append(Line2D([], [], color=colour, marker=marker, ms=4, lw=1.1))
-            labels.append(f"{name} (Width {exponent(w)}; Both {exponent(b)})")
-        for key, face in zip(col["keys"], ("white", "#3F4752")):
-            handles.append(Line2D([], [], color="#3F4752", marker="o", mfc=face, ms=4, lw=1.1))
-            labels.append(key)
-        return handles, labels
-    for k in fit["series"]:
-        name, colour, marker, ls, hollow = series_look(col, k)
-        handles.append(Line2D([], [], color=colour, marker=marker, ls=ls, mfc="white" if hollow else colour, ms=4, lw=1.1))
-        labels.append(name if col.get("legend") == "plain" else f"{name} ({exponent(k)})")
-    return handles, labels
+        (_, width), (_, both) = col["groups"]
+        handles = [key(*series_look(col, b)[1:3]) for b in both] + [key("#3F4752", "o", hollow=h) for h in (1, 0)]
+        labels = [f"{series_look(col, b)[0]} (Width {exponent(w)}; Both {exponent(b)})" for w, b in zip(width, both)]
+        return handles, labels + list(col["keys"])
+    looks = {k: series_look(col, k) for k in fit["series"]}
+    return [key(*lk[1:]) for lk in looks.values()], [
+        lk[0] if col.get("legend") == "plain" else f"{lk[0]} ({exponent(k)})" for k, lk in looks.items()]
 
 
-def log_axis(axis, plt, plain=False):
-    """A log axis with one tick style (powers of ten, or plain decimals with plain=True): labelled decades, or 1-2-5
-    (1-2-4 under one decade) ticks on shorter ranges; minor ticks unlabelled (their labels collide on short ranges)."""
+def log_axis(axis, plt):
+    """A log axis in powers of ten: labelled decades, or 1-2-5 (1-2-4 under one decade) ticks on shorter ranges;
+    minor ticks unlabelled (their labels collide on short ranges)."""
     lo, hi = sorted(axis.get_view_interval())
-    ticker = plt.matplotlib.ticker
-    span = math.log10(hi / lo)
+    ticker, span = plt.matplotlib.ticker, math.log10(hi / lo)
     if span < 2:
         axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 4.0) if span < 1 else (1.0, 2.0, 5.0)))
-    axis.set_major_formatter(ticker.FormatStrFormatter("%g") if plain else
-                             ticker.LogFormatterSciNotation(labelOnlyBase=False))
+    axis.set_major_formatter(ticker.LogFormatterSciNotation(labelOnlyBase=False))
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
-def plain_log_axis(axis, plt):
-    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks at round values."""
+def plain_log_axis(axis, plt, ticks=None):
+    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks: `ticks`, or 5 round values."""
     ticker = plt.matplotlib.ticker
-    axis.set_major_locator(ticker.MaxNLocator(5))
+    axis.set_major_locator(ticker.FixedLocator(ticks) if ticks else ticker.MaxNLocator(5))
     axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     axis.set_minor_formatter(ticker.NullFormatter())
 
@@ -409,8 +398,8 @@ def stated(what, ours, paper, section, why=None):
     return row
 
 
-def last(fit, key):
-    m = fit["series"][key]["multipliers"]
+def last(fit, k):
+    m = fit["series"][k]["multipliers"]
     return float(m[np.isfinite(m)][-1]) if np.isfinite(m).any() else math.nan
 
 
@@ -436,31 +425,42 @@ def ladder_checks(fig_id, fits):
     return []
 
 
+def figure3_checks(release):
+    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
+    floor reproduce the main text -> (exponents, checks, the floor E)."""
+    fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
+                                                                      "k2", "k2_grow", "dep", "dep_grow"])]))
+    m = lambda k, i: float(fit["series"][k]["multipliers"][i])
+    checks = [stated("shared floor E (Vanilla FLOP ladder)", fit["E"], 1.7064, "Fig. 3 (printed in the panel)")] + [
+        stated(f"{name} multiplier, {('first', 'last')[i]} budget", m(k, i), v, "Sec. 4.2, Fig. 3") for name, k, i, v in (
+            ("Operator-1", "k1_glr", 0, 1.12), ("Operator-1", "k1_glr", -1, 1.25), ("Untied-Grow", "dep_grow", 0, 1.30),
+            ("Untied-Grow", "dep_grow", -1, 1.55), ("Untied-2", "dep", 0, 1.19), ("Untied-2", "dep", -1, 1.34))] + [
+        stated(f"growth's multiplier over Untied-2, {('first', 'last')[i]} budget", m("dep_grow", i) / m("dep", i), v,
+               "Sec. 4.2, Fig. 3") for i, v in ((0, 1.09), (-1, 1.16))]
+    return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks, fit["E"]
+
+
 def effective_depth_figure(plt, release):
     """Figure 6: KL effective depth along the single-epoch ladders (7 arms) and in multi-epoch training."""
     obj = read_json(os.path.join(release, "effective_depth.json"))
-    try:
-        curves = {s: (np.array([r["compute_flops"] for r in recs]), np.array([r["effective_depth"] for r in recs]))
-                  for s, recs in obj["ladders"].items()}
-        mx, multi = np.array(obj["multi_epoch"]["compute_flops"]), obj["multi_epoch"]
-    except (KeyError, TypeError) as e:
-        raise UsageError(f"effective_depth.json: missing or malformed field {e}; the release's file has 'ladders' and "
-                         "'multi_epoch'")
-    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+    curves = {s: (np.array([r["compute_flops"] for r in recs]), np.array([r["effective_depth"] for r in recs]))
+              for s, recs in obj["ladders"].items()}
+    multi = obj["multi_epoch"]
+    with plt.rc_context(main_rc()):
         fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5.6))
         for arm in [a for a in ARMS if a in curves]:
             left.plot(*curves[arm], "o-", lw=2.2, ms=6.5, color=ARMS[arm].color, label=ARMS[arm].label)
         for k, label, colour in (("operator_1_tuned_wd", "Operator-1", "#0e0b2b"),
                                  ("scale_loop_count", "Scale Loop Count", "#fea973")):
-            right.plot(mx, multi[k], "o-", lw=2.2, ms=6.5, color=colour, label=label)
+            right.plot(multi["compute_flops"], multi[k], "o-", lw=2.2, ms=6.5, color=colour, label=label)
         for ax, title in ((left, "Single Epoch"), (right, "Multi-Epoch")):
             ax.set(xscale="log", title=title, xlabel="Compute (FLOPs)", ylabel="$L_{\\mathrm{eff}}^{\\mathrm{KL}}$")
             ax.legend(loc="upper left", fontsize=11)
-        right.set(xlim=(mx[0] / 1.25, mx[-1] * 1.25), xticks=[1e18, 5e18], xticklabels=["$10^{18}$", "$5\\times10^{18}$"])
+        right.set(xlim=(multi["compute_flops"][0] / 1.25, multi["compute_flops"][-1] * 1.25), xticks=[1e18, 5e18],
+                  xticklabels=["$10^{18}$", "$5\\times10^{18}$"])
         right.tick_params(axis="x", which="minor", labelbottom=False)
         fig.tight_layout()
-    top = lambda arm: float(curves[arm][1][-1])
-    checks = [stated(f"{ARMS[a].label} KL effective depth at the top budget", top(a), v, "Sec. 6")
+    checks = [stated(f"{ARMS[a].label} KL effective depth at the top budget", float(curves[a][1][-1]), v, "Sec. 6")
               for a, v in (("untied_2", 24), ("untied_grow", 36), ("deep_vanilla", 20))]
     checks += [stated(f"multi-epoch KL effective depth at the largest budget, {label}", float(multi[k][-1]), v,
                       "Sec. 6, Fig. 6 (right)", "the text rounds to whole layers ('reaching 18 against 14 layers')")
@@ -476,39 +476,33 @@ def recurrence_figure(plt, release):
     """Figure 17: L(k) - L(K_train) per checkpoint against the evaluation recurrence k, one panel per architecture."""
     obj = read_json(os.path.join(release, LADDERS, "recurrence.json"))
     depth_colour = dict(zip(range(6, 21, 2), scale(plt, "viridis", 0.16, 0.78, 8)))
-    numbers, at8, at5 = {}, {}, {}
+    numbers = {s: [] for s in obj}
     with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
         fig, axes = plt.subplots(1, len(obj), figsize=(8.4, 2.6))
         for ax, (series, recs) in zip(axes, obj.items()):
             for r in recs:
                 ce, K = {e["k"]: e["ce"] for e in r["exit_lens"]}, r["core_repetitions"]
-                if K not in ce:
-                    raise UsageError(f"recurrence.json: {series} d{r['depth']} has no exit at its trained recurrence {K}")
-                ks = sorted(ce)
-                numbers.setdefault(series, []).append(dict(depth=r["depth"], k_train=K, k=ks, delta=[ce[k] - ce[K] for k in ks]))
-                at8.setdefault(series, []).append(ce.get(8, math.nan) - ce[K])
-                at5.setdefault(series, []).append(min(ce, key=ce.get) == 5)
-                ax.plot(ks, [ce[k] - ce[K] for k in ks], "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]],
-                        label=f"d{r['depth']}")
+                ks, delta = sorted(ce), [ce[k] - ce[K] for k in sorted(ce)]
+                numbers[series].append(dict(depth=r["depth"], k_train=K, k=ks, delta=delta))
+                ax.plot(ks, delta, "o-", lw=1.5, ms=4, color=depth_colour[r["depth"]], label=f"d{r['depth']}")
             ax.plot(K, 0, "*", ms=8, color=MUTED, mec="white", mew=0.4, label="$K_{\\mathrm{train}}$")
             ax.axhline(0, color="#A5ABB3", ls=(0, (2, 2)), lw=0.6)
             ax.set_ylim(*RECURRENCE_YLIM.get(series, ax.get_ylim()))
             ax.set_title("Random recur." if series == "k2_grow_random" else look(series)[0])
+            ax.set_xlabel("Eval. recurrence $k$", fontsize=8)
             ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(integer=True))
         axes[0].set_ylabel("$L(k)-L(K_{\\mathrm{train}})$")
-        for ax in axes:
-            ax.set_xlabel("Eval. recurrence $k$", fontsize=8)
         handles, labels = axes[0].get_legend_handles_labels()
         fig.legend(handles, labels, loc="upper center", ncols=len(labels), fontsize=7)
         fig.tight_layout(rect=(0, 0, 1, 0.88))
-    sec = "App. B.4"
-    checks = [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(at8["k2_grow_random"]), -0.0003, sec,
-                     "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
-              stated("random-K Loop-Grow, L(8) - L(4), largest", max(at8["k2_grow_random"]), 0.0028, sec),
-              stated("fixed Loop-Grow, L(8) - L(4), smallest", min(at8["k2_grow"]), 0.008, sec),
-              stated("fixed Loop-Grow, L(8) - L(4), largest", max(at8["k2_grow"]), 0.042, sec),
-              stated("random-K checkpoints with their minimum at k = 5 (of 7)", sum(at5["k2_grow_random"]), 5, sec)]
-    return fig, numbers, checks
+    at8 = lambda s: [n["delta"][n["k"].index(8)] for n in numbers[s]]  # L(8) - L(4): both trained at K = 4
+    at5 = sum(n["k"][int(np.argmin(n["delta"]))] == 5 for n in numbers["k2_grow_random"])
+    return fig, numbers, [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(at8("k2_grow_random")), -0.0003,
+                                 "App. B.4", "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
+                          stated("random-K Loop-Grow, L(8) - L(4), largest", max(at8("k2_grow_random")), 0.0028, "App. B.4"),
+                          stated("fixed Loop-Grow, L(8) - L(4), smallest", min(at8("k2_grow")), 0.008, "App. B.4"),
+                          stated("fixed Loop-Grow, L(8) - L(4), largest", max(at8("k2_grow")), 0.042, "App. B.4"),
+                          stated("random-K checkpoints with their minimum at k = 5 (of 7)", at5, 5, "App. B.4")]
 
 
 # ------------------------------------------------------------------------------------- loop grids (R4; Figs 2, 5, 21-24)
@@ -532,13 +526,13 @@ def log2_axis(ax, ticks, labels=None, lim=None):
         ax.set_xlim(*lim)
 
 
-def grid_ladders(c, mask):
-    """{K: (compute, loss, depth)} of the cells in mask, each ladder in compute order."""
+def grid_ladders(c, mask, by="compute"):
+    """{K: (compute or `by`, loss, depth)} of the cells in mask, each ladder in that column's order."""
     out = {}
     for K in sorted(set(c["loops"][mask])):
         m = mask & (c["loops"] == K)
-        o = np.argsort(c["compute"][m])
-        out[int(K)] = (c["compute"][m][o], c["loss"][m][o], c["depth"][m][o].astype(int))
+        o = np.argsort(c[by][m])
+        out[int(K)] = (c[by][m][o], c["loss"][m][o], c["depth"][m][o].astype(int))
     return out
 
 
@@ -588,7 +582,7 @@ def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
             out.append(dict(compute=C, loops=Ks.tolist(), loss=losses.tolist()))
             continue
         k, lk, filled, coef = loop_optimum(Ks, losses)
-        ax.plot(Ks, losses, "o", ms=4, color=bc)
+        ax.plot(Ks, losses, "o", ms=4, color=bc, label=f"{C / 1e18:.2g}")
         if coef is not None:
             ks = np.geomspace(Ks.min(), Ks.max(), 240)
             ax.plot(ks, np.exp(np.polyval(coef, np.log(ks))), lw=1.4, color=bc)
@@ -638,30 +632,20 @@ def read_table(path):
     cols = ["compute", "loss", "depth", "loops"]
     c = read_csv(path, REGIME_TABLES[name] + cols, numeric=cols + (["weight_decay"] if name == "weight_decay.csv" else []),
                  positive=["compute", "loss"])
-    c["compute"] = flops_column(c)
+    if c["compute"].max() < 1e6:  # EFLOP in weight_decay.csv and architectures.csv
+        c["compute"] = c["compute"] * 1e18
     return c, name
 
 
-def read_regimes(release):
-    """The four regime CSVs of the release -> weight_decay, regimes, architectures, hyperparameters."""
-    return [read_table(os.path.join(release, REGIMES, n))[0] for n in (*REGIME_TABLES, "hyperparameters.csv")]
-
-
-def k1_best_wd(wd):
-    """Per depth the weight decay with the lowest K=1 loss (ties: the smaller) -> {depth: wd}."""
-    out = {}
-    for d in sorted(set(wd["depth"][wd["loops"] == 1])):
-        m = (wd["loops"] == 1) & (wd["depth"] == d)
-        order = np.lexsort((wd["weight_decay"][m], wd["loss"][m]))
-        out[int(d)] = float(wd["weight_decay"][m][order[0]])
-    return out
-
-
-def tied_frontier(wd):
-    """Figure 24's tied boundary-operator frontier: lower convex hull in log compute of every WD-0.8 cell, without
-    K6 d4 (the line starts at K1 d6)."""
-    m = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))
-    return lower_hull(wd["compute"][m], wd["loss"][m], log=True)
+def k1_best(c):
+    """Operator-1 at its best weight decay: per depth the K=1 cell with the lowest loss over every weight decay (ties:
+    the smaller) -> rows (compute, loss, weight decay, depth)."""
+    rows = []
+    for d in sorted(set(c["depth"][c["loops"] == 1])):
+        m = np.flatnonzero((c["loops"] == 1) & (c["depth"] == d))
+        j = m[np.lexsort((c["weight_decay"][m], c["loss"][m]))[0]]
+        rows.append((c["compute"][j], c["loss"][j], c["weight_decay"][j], d))
+    return np.array(rows)
 
 
 def lower_hull(x, y, log=False):
@@ -703,17 +687,15 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
             axes[i][j].set_title(t)
     for i, label in enumerate(("Loss", "Loss (Interpolated)", "$L(K)-L(K=1)$")[:rows]):
         axes[i][0].set_ylabel(label)
-    if rows == 3:
+    if rows == 3:  # one y range along the difference row, labelled once
         lo, hi = min(ax.get_ylim()[0] for ax in axes[2]), max(ax.get_ylim()[1] for ax in axes[2])
         for ax in axes[2]:
-            ax.set_ylim(lo, hi)
-        for ax in axes[2][1:]:
-            ax.tick_params(labelleft=False)
+            ax.set(ylim=(lo, hi))
+            ax.tick_params(labelleft=ax is axes[2][0])
         axes[2][0].legend(ncols=5, loc="lower left", bbox_to_anchor=(0, 1.12), fontsize=7)
-    key = lambda label, **kw: (plt.matplotlib.lines.Line2D([], [], **kw), label)
-    keys = [key(f"K={K}", color=c, lw=1.6) for K, c in k_colours.items()] + \
-        ([key("Tied frontier", color=REGIME_INK, ls=(0, (4, 2)), lw=1.8)] if frontier is not None else []) + \
-        [key(f"d{d}", ls="none", marker=m, color=REGIME_MUTED) for d, m in DEPTH_MARKERS.items()]
+    keys = [(key(c, lw=1.6), f"K={K}") for K, c in k_colours.items()] + \
+        ([(key(REGIME_INK, ls=(0, (4, 2)), lw=1.8), "Tied frontier")] if frontier is not None else []) + \
+        [(key(REGIME_MUTED, m, ls="none", ms=6), f"d{d}") for d, m in DEPTH_MARKERS.items()]
     fig.legend(*zip(*keys), loc="upper center", ncols=math.ceil(len(keys) / (1 if n > 3 else 2)), fontsize=7.5,
                columnspacing=0.8)
     total = height * rows + 1.3
@@ -724,13 +706,12 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
 
 def regimes_figures(plt, release):
     """Figures 21-24 from the regime CSVs (paper App. D)."""
-    wd, rg, ar, hp = read_regimes(release)
+    wd, rg, ar, hp = [read_table(os.path.join(release, REGIMES, n))[0] for n in (*REGIME_TABLES, "hyperparameters.csv")]
     figures = {}
     with plt.rc_context({**appendix_rc(APPENDIX_SIZE), "axes.edgecolor": "black", "text.color": REGIME_INK}):
         magma7 = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
-        best = k1_best_wd(wd)
-        at_best = np.array([w == best.get(int(d)) for w, d in zip(wd["weight_decay"], wd["depth"])]) & \
-            np.isin(wd["depth"], list(best))
+        best = {int(d): float(w) for _, _, w, d in k1_best(wd)}
+        at_best = np.array([w == best.get(int(d)) for w, d in zip(wd["weight_decay"], wd["depth"])])
         regime = np.array(rg["regime"])
         cols21 = [(("Fresh data", "Fresh-data optima", "1B difference to K1"), rg, regime == "fresh"),
                   (("250M × 4 epochs", "250M × 4 optima", "250M × 4 difference to K1"), rg, regime == "replay250m4"),
@@ -748,7 +729,8 @@ def regimes_figures(plt, release):
         arch, fam = np.array(ar["architecture"]), np.array(ar["family"])
         cols24 = [((f"{name} scaling", f"{name} optima"), ar, (arch == a) & (fam == f)) for name, a, f in (
             ("Tied Vanilla", "vanilla", "tied"), ("Untied Vanilla", "vanilla", "untied"), ("Untied-2", "recurrent", "untied"))]
-        front = tied_frontier(wd)
+        tied = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))  # from K1 d6 on
+        front = lower_hull(wd["compute"][tied], wd["loss"][tied], log=True)  # the tied boundary-operator frontier
         fig, opt24 = regime_grid(plt, cols24, 2, 10.35, 2.0, magma9, BUDGETS, frontier=front)
         figures["fig24"] = (fig, dict(optima=opt24, tied_frontier=front.tolist()), [])
         figures["fig23"] = sensitivity_figure(plt, wd, hp, magma7)
@@ -763,18 +745,13 @@ def sensitivity_figure(plt, wd, hp, magma7):
     wds = sorted(set(wd["weight_decay"]))
     for j, d in enumerate(range(6, 17, 2)):
         ax = fig.add_subplot(grid[0, j])
-        low = wd["loss"][wd["depth"] == d].min()
-        for K, colour in magma7.items():
-            m = (wd["depth"] == d) & (wd["loops"] == K)
-            if m.any():
-                o = np.argsort(wd["weight_decay"][m])
-                ax.plot(wd["weight_decay"][m][o], wd["loss"][m][o], "o-", ms=4.3, lw=1.6, color=colour, label=f"K={K}")
+        for K, (w, loss, _) in grid_ladders(wd, wd["depth"] == d, by="weight_decay").items():
+            ax.plot(w, loss, "o-", ms=4.3, lw=1.6, color=magma7[K], label=f"K={K}")
         ax.set_yscale("log")
         ax.margins(y=0.08)
         if d >= 8:  # the top clipped at the lowest loss + 0.2: WD 0.05 at deep models leaves the panel
-            ax.set_ylim(low - 0.016, low + 0.2)
-        lo, hi = ax.get_ylim()
-        ax.set_yticks(np.geomspace(lo, hi, 4), [f"{t:.2f}" for t in np.geomspace(lo, hi, 4)])
+            ax.set_ylim(wd["loss"][wd["depth"] == d].min() - 0.016, wd["loss"][wd["depth"] == d].min() + 0.2)
+        ax.set_yticks(np.geomspace(*ax.get_ylim(), 4), [f"{t:.2f}" for t in np.geomspace(*ax.get_ylim(), 4)])
         ax.tick_params(axis="y", which="minor", labelleft=False)
         log2_axis(ax, wds, ["" if w == 1.2 else f"{w:g}" for w in wds], (0.04, 1.8))  # a 1.2 label would collide
         ax.tick_params(axis="x", labelrotation=45)
@@ -797,10 +774,8 @@ def sensitivity_figure(plt, wd, hp, magma7):
             log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
             ax.yaxis.set_major_formatter("{x:.2f}")
             ax.set(title=kn.upper(), xlabel="Multiple of center")
-            if j == 0:
-                ax.set_ylabel(f"{name}\nLoss")
-            else:
-                ax.tick_params(labelleft=False)
+            ax.set_ylabel(f"{name}\nLoss" if j == 0 else "")
+            ax.tick_params(labelleft=j == 0)
             if i == 0 and j == 0:
                 ax.legend(loc="upper center", fontsize=7)
     fig.text(0.045, 0.975, "(a) Weight-decay sensitivity · 100M tokens × 10 epochs", weight="bold", size=12)
@@ -811,7 +786,6 @@ def sensitivity_figure(plt, wd, hp, magma7):
 
 FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: range(8, 13, 2),
                12: range(8, 13, 2)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
-MAIN_SIZE = (14, 17, 16, 14, 12)
 
 
 def clip(front, cap):
@@ -831,16 +805,10 @@ def read_loop_grid(path):
 def loop_grid_figures(plt, c):
     """Figure 2 (right: the loop grid at WD 0.8; Operator-1 at its best WD against scaling the loop count) and
     Figure 5 (matched-compute cuts, marginal gain, scaling recipes, optimal WD) from the release's loop_grid.csv."""
+    from matplotlib.legend_handler import HandlerTuple
     magma = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
-    k1 = c["loops"] == 1
-    wd8 = np.isclose(c["weight_decay"], 0.8)
-    op1 = []  # per depth the K=1 cell with the lowest loss over every weight decay
-    for d in sorted(set(c["depth"][k1])):
-        m = k1 & (c["depth"] == d)
-        j = np.argmin(c["loss"][m])
-        op1.append((c["compute"][m][j], c["loss"][m][j], c["weight_decay"][m][j]))
-    op1 = np.array(op1)
-    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+    k1, wd8, op1 = c["loops"] == 1, np.isclose(c["weight_decay"], 0.8), k1_best(c)
+    with plt.rc_context(main_rc()):
         fig2, (top, bottom) = plt.subplots(2, 1, figsize=(6.5, 9), sharex=True)
         sel = np.array([int(d) in FIG2_DEPTHS.get(int(K), ()) for d, K in zip(c["depth"], c["loops"])])
         for K, (x, loss, _) in grid_ladders(c, sel & wd8).items():
@@ -851,10 +819,10 @@ def loop_grid_figures(plt, c):
         front = clip(lower_hull(c["compute"][pool & wd8], c["loss"][pool & wd8]), op1[-1, 0])
         tuned = clip(lower_hull(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), op1[-1, 0])
         loops_at = {(x, l): int(K) for x, l, K in zip(c["compute"], c["loss"], c["loops"])}
-        bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
-        bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
-                    label="Scale Loop Count, tuned WD")
-        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):
+        keys = bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
+        keys += bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
+                            label="Scale Loop Count, tuned WD")
+        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):  # each segment in its right end's K colour
             bottom.plot([x0, x1], [l0, l1], color=magma[loops_at[(x1, l1)]], lw=2.2, label=None if i else "Scale Loop Count")
         for x, l in front:
             bottom.plot(x, l, "o", color=magma[loops_at[(x, l)]], ms=6.5)
@@ -871,65 +839,69 @@ def loop_grid_figures(plt, c):
         bottom.set_xticks([5e17, 1e18, 2e18, 5e18, 1e19], ["$5\\times10^{17}$", "$10^{18}$", "$2\\times10^{18}$",
                                                            "$5\\times10^{18}$", "$10^{19}$"])
         bottom.tick_params(axis="x", which="minor", labelbottom=False)
-        handles, labels = bottom.get_legend_handles_labels()
-        order = [labels.index(n) for n in ("Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD")]
-        bottom.legend([handles[i] for i in order], [labels[i] for i in order], loc="upper right", fontsize=10)
+        bottom.legend([keys[0], tuple(key(colour, lw=2.2) for colour in magma.values()), keys[1]],  # the 7 loop colours
+                      ["Operator-1", "Scale Loop Count", "Scale Loop Count, tuned WD"], loc="upper right", fontsize=10,
+                      handler_map={tuple: HandlerTuple(ndivide=None, pad=0)}, handlelength=3)
         fig2.tight_layout()
-    with plt.rc_context({**appendix_rc((10, 12, 11, 9, 8)), "axes.grid": False, "axes.edgecolor": "black"}):
+    with plt.rc_context(main_rc((10, 12, 11, 9, 8))):
         fig5, axes = plt.subplots(1, 4, figsize=(13, 3.9))
         six = np.isin(c["weight_decay"], (0.05, 0.2, 0.4, 0.8, 1.2, 1.6))
         cuts = optima_panel(axes[0], grid_ladders(c, six & wd8), FINE_BUDGETS, scale(plt, "inferno", 0.12, 0.82, 9))
-        axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count")
+        lo, hi = axes[0].get_ylim()
+        axes[0].set(title="Matched-compute cuts", ylabel="Interpolated loss", xlabel="Loop count",
+                    ylim=(lo, hi + 0.8 * (hi - lo)))  # room for the compute legend
+        axes[0].legend(title="Compute ($10^{18}$ FLOPs)", ncols=3, loc="upper right", fontsize=7, title_fontsize=7,
+                       columnspacing=0.6, handletextpad=0.2)
         delta_panel(axes[1], grid_ladders(c, six & wd8), range(6, 15, 2), scale(plt, "viridis", 0.16, 0.78, 5))
         axes[1].set(title="Marginal gain", ylabel="$L(K) - L(K{=}1)$", xlabel="Loop count")
         axes[1].legend(title="Depth", ncols=2, fontsize=8, title_fontsize=8)
-        best_wd = {int(d): w for (x, l, w), d in zip(op1, sorted(set(c["depth"][k1])))}
+        best_wd = {int(d): w for _, _, w, d in op1}
         tuned_cells = six & np.array([np.isclose(w, best_wd.get(int(d), -1)) for w, d in zip(c["weight_decay"],
                                                                                               c["depth"])])
         log_front = lambda m: clip(lower_hull(c["compute"][m], c["loss"][m], log=True), c["compute"][k1 & wd8].max()).T
-        rec = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", (op1[:, 0], op1[:, 1])),
-               ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
-               ("Scale loops · tuned", log_front(tuned_cells))]
-        for (label, (x, y)), colour in zip(rec, scale(plt, "magma", 0.12, 0.78, 4)):
+        recipes = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", op1[:, :2].T),
+                   ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
+                   ("Scale loops · tuned", log_front(tuned_cells))]
+        for (label, (x, y)), colour in zip(recipes, scale(plt, "magma", 0.12, 0.78, 4)):
             axes[2].plot(x, y, "o-", color=colour, lw=2.2, ms=5, label=label)
         axes[2].set(title="Scaling recipes", ylabel="Loss", xlabel="Compute (FLOPs)", xscale="log")
         axes[2].legend(title="Strategy · WD", fontsize=8, title_fontsize=8)
         heat_wd = optimal_wd_panel(plt, axes[3], c, six)
         fig5.tight_layout()
-    numbers = dict(gain=gain, matched_compute=matched, operator_1_tuned=op1.tolist(), cuts=cuts, optimal_wd=heat_wd)
+    numbers = dict(gain=gain, matched_compute=matched, operator_1_tuned=op1[:, :3].tolist(), cuts=cuts,
+                   optimal_wd=heat_wd)
     checks = [stated("compute-efficiency gain of scaling the loop count at Operator-1 d18's loss", gain, 2.2,
                      "Sec. 5, Fig. 2", "the text rounds ('about 2.2x')")]
     if len(cuts) == len(FINE_BUDGETS):
-        checks += [stated("optimal loop count at the smallest budget", cuts[0]["best_loops"], 1.4, "Sec. 5, Fig. 5",
-                          "the text rounds ('about 1.4')"),
-                   stated("optimal loop count at the largest budget", cuts[-1]["best_loops"], 6.7, "Sec. 5, Fig. 5",
-                          "the text rounds ('about 6.7')")]
+        checks += [stated(f"optimal loop count at the {which} budget", cut["best_loops"], v, "Sec. 5, Fig. 5",
+                          f"the text rounds ('about {v}')") for which, cut, v in (("smallest", cuts[0], 1.4),
+                                                                                  ("largest", cuts[-1], 6.7))]
     return fig2, fig5, numbers, checks
 
 
 def optimal_wd_panel(plt, ax, c, mask):
     """Figure 5's heat map: per (K, depth) the weight decay with the lowest loss, in its cividis category colour."""
-    wds = (0.05, 0.2, 0.4, 0.8, 1.2, 1.6)
-    colours = scale(plt, "cividis", 0.08, 0.94, 6)
+    colours = dict(zip((0.05, 0.2, 0.4, 0.8, 1.2, 1.6), scale(plt, "cividis", 0.08, 0.94, 6)))
     Ks, depths = (1, 2, 3, 4, 6, 8, 12), sorted(set(c["depth"][mask & (c["depth"] <= 14) & (c["depth"] >= 6)]))
-    out = {}
+    out, image = {}, np.ones((len(Ks), len(depths), 3))
     for i, K in enumerate(Ks):
         for j, d in enumerate(depths):
             m = mask & (c["loops"] == K) & (c["depth"] == d)
-            colour, text = "#ECEFF3", ""
-            if m.any():
-                w = float(c["weight_decay"][m][np.argmin(c["loss"][m])])
-                out[f"K{K} d{int(d)}"] = w
-                colour, text = colours[wds.index(w)], f"{w:g}"
-            ax.add_patch(plt.matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, color=colour))
-            ax.text(j, i, text, ha="center", va="center", size=7.5, color="white" if text in ("0.05", "0.2", "0.4") else "black")
-    ax.set(xlim=(-0.5, len(depths) - 0.5), ylim=(len(Ks) - 0.5, -0.5), title="Optimal WD", xlabel="Depth",
-           ylabel="Loop count")
+            w = out[f"K{K} d{int(d)}"] = float(c["weight_decay"][m][np.argmin(c["loss"][m])]) if m.any() else None
+            image[i, j] = plt.matplotlib.colors.to_rgb(colours[w] if w else "#ECEFF3")  # not trained: light grey
+            ax.text(j, i, f"{w:g}" if w else "", ha="center", va="center", size=7.5, color="white" if w and w < 0.8
+                    else "black")
+    ax.imshow(image, aspect="auto")
+    ax.set(title="Optimal WD", xlabel="Depth", ylabel="Loop count")
     ax.set_xticks(range(len(depths)), [f"d{int(d)}" for d in depths])
     ax.set_yticks(range(len(Ks)), ["Operator-1"] + [f"Loop-{K}" for K in Ks[1:]])
     ax.tick_params(length=0)
     ax.grid(False)
-    return out
+    return {k: w for k, w in out.items() if w}
+
+
+def column(records, k, task=None):
+    return np.array([r[k] if task is None else r[k][task] for r in records], float)
 
 
 def sigmoid(nll, s, b):
@@ -954,75 +926,104 @@ def fit_task_nll(x, nll):
 GPT3 = dict(zip(("2.7B", "6.7B", "13B", "175B"), FIT["gpt3_targets"]))  # CORE of the GPT-3 references
 
 
-def extrapolation_figure(plt, path):
-    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders of Vanilla and Untied-Grow extrapolated to the held-out d26 run:
-    validation loss (floor fitted on Vanilla, shared), CORE answer NLL (each arm its own floor) and CORE accuracy
-    from compute (App. C.4: per task a power law of task NLL in compute and a sigmoid of accuracy in NLL, the mean
-    of the task sigmoids scaled by the full/filtered ratio), with the GPT-3 references and their crossings."""
-    obj = read_layout(path, "fineweb_edu")
-    tasks, records = edu_records(path, obj)
-    d26 = next(r for _, r, _, held in records if held)
-    arms = {a: sorted((r for b, r, _, held in records if b == a and not held), key=lambda r: r["compute_flops"])
-            for a in dict.fromkeys(a for a, _, _, held in records if not held)}
-    col = lambda a, k: np.array([r[k] for r in arms[a]], float)
-    x = {a: col(a, "compute_flops") / FIT["c_ref"] for a in arms}
-    A_v, g_v, E = fit_free_e(x["vanilla"], col("vanilla", "val_loss"))
-    ug = fit_shared_e(x["untied_grow"], col("untied_grow", "val_loss"), E)
-    loss_law = dict(vanilla=(A_v, g_v, E), untied_grow=(ug["A"], ug["gamma"], E))
-    nll_law = {a: fit_free_e(x[a], col(a, "core_nll")) for a in arms}
-    everything = [r for a in arms for r in arms[a]]
-    sig = {t: fit_sigmoid(np.array([r["task_nll"][t] for r in everything]),
-                          np.array([r["task_accuracy"][t] for r in everything])) for t in tasks}
-    f = np.array([np.mean([r["task_accuracy"][t] for t in tasks]) for r in everything])
-    F = np.array([r["core_accuracy"] for r in everything])
+def forecast(series, tasks, shared_floor):
+    """App. C.4's forecast of ladders {name: [{compute, val_loss, core_nll, core_accuracy, task_nll, task_accuracy}]}:
+    loss laws (R1 on the first series; the others R2 on its floor with shared_floor, else R1), CORE NLL laws (R1 each)
+    and CORE accuracy: per series and task a power law of task NLL in compute, per task a sigmoid of accuracy on NLL
+    over every record, their mean scaled by the full/filtered ratio r; and each series' GPT-3 crossings."""
+    series = {s: sorted(recs, key=lambda r: r["compute"]) for s, recs in series.items()}
+    x = {s: column(recs, "compute") / FIT["c_ref"] for s, recs in series.items()}
+    laws_ = {k: {s: fit_free_e(x[s], column(recs, k)) for s, recs in series.items()} for k in ("val_loss", "core_nll")}
+    first, E = next(iter(series)), laws_["val_loss"][next(iter(series))][2]
+    for s, recs in series.items():
+        if shared_floor and s != first:
+            law = fit_shared_e(x[s], column(recs, "val_loss"), E)
+            laws_["val_loss"][s] = (law["A"], law["gamma"], E)
+    every = [r for recs in series.values() for r in recs]
+    sig = {t: fit_sigmoid(column(every, "task_nll", t), column(every, "task_accuracy", t)) for t in tasks}
+    f, F = np.mean([column(every, "task_accuracy", t) for t in tasks], axis=0), column(every, "core_accuracy")
     ratio = float(f @ F / (f @ f))
-    task_law = {a: {t: fit_task_nll(x[a], np.array([r["task_nll"][t] for r in arms[a]])) for t in tasks} for a in arms}
-    law = lambda p, C: p[2] + p[0] * (C / FIT["c_ref"]) ** -p[1]  # (A, gamma, E)
-    core = lambda a, C: ratio * np.mean([sigmoid(l[0] + l[1] * (np.asarray(C) / FIT["c_ref"]) ** -l[2], *sig[t])
-                                         for t, l in task_law[a].items()], axis=0)
-    cross = {(a, n): 10 ** optimize.brentq(lambda lc: core(a, 10 ** lc) - v, 15, 40)
-             for a in arms for n, v in GPT3.items() if (core(a, 1e15) - v) * (core(a, 1e40) - v) < 0}
+    task_law = {s: {t: fit_task_nll(x[s], column(recs, "task_nll", t)) for t in tasks} for s, recs in series.items()}
+
+    def curve(s, key, C):
+        z = np.asarray(C) / FIT["c_ref"]
+        if key == "core_accuracy":
+            return ratio * np.mean([sigmoid(l[0] + l[1] * z ** -l[2], *sig[t]) for t, l in task_law[s].items()], axis=0)
+        A, gamma, E = laws_[key][s]
+        return E + A * z ** -gamma
+    cross = {(s, n): 10 ** optimize.brentq(lambda lc: curve(s, "core_accuracy", 10 ** lc) - v, 15, 40) for s in series
+             for n, v in GPT3.items() if (curve(s, "core_accuracy", 1e15) - v) * (curve(s, "core_accuracy", 1e40) - v) < 0}
+    return dict(series=series, x=x, laws=laws_, ratio=ratio, curve=curve, cross=cross,
+                cmin=min(r["compute"] for r in every), cmax=max(cross.values()))
+
+
+PANELS = (("val_loss", "Loss"), ("core_nll", "CORE NLL"), ("core_accuracy", "CORE accuracy"))
+
+
+def forecast_panels(axes, fc, looks, size, seen=None):
+    """Figures 4 and 18b: loss, CORE NLL and CORE accuracy against compute per series (looks {series: (name, colour,
+    marker)}): each law solid over the measured range, dashed on to Cmax; the GPT-3 references, each series' crossings
+    (stars) and the first series' crossing compute over the second's. size: (line width, marker size, text size, star
+    size); seen: {panel key: a value the y range must show} (Figure 4's d26 run)."""
+    lw, ms, text, star = size
+    (first, second), cmin, cmax = looks, fc["cmin"], fc["cmax"]
+    for ax, (k, title) in zip(axes, PANELS):
+        for s, (name, colour, marker) in looks.items():
+            C, y = column(fc["series"][s], "compute"), column(fc["series"][s], k)
+            for lo, hi, ls in ((cmin if k == "core_accuracy" else C[0], C[-1], "-"), (C[-1], cmax, "--")):
+                cs = np.geomspace(lo, hi, 300)
+                ax.plot(cs, fc["curve"](s, k, cs), ls, color=colour, lw=lw)
+            ax.plot(C, y, marker, color=colour, ms=ms, label=name)
+        ends = [float(fc["curve"](s, k, cmax)) for s in looks] + ([seen[k]] if seen else [])
+        top = max(float(column(fc["series"][s], k).max()) for s in looks)
+        ax.set(xscale="log", xlim=(cmin / 1.35, cmax * 1.08), title=title, ylabel=title,
+               ylim=(0.045, max(top, *ends, 0.427) + 0.04) if k == "core_accuracy" else (min(ends) - 0.1, top + 0.16))
+    for n, v in GPT3.items():
+        axes[2].axhline(v, ls="--", color=INK, lw=0.75, alpha=0.65)
+        ratio = [(0.35, f"{fc['cross'][first, n] / fc['cross'][second, n]:.1f}×")] if (first, n) in fc["cross"] and (
+            second, n) in fc["cross"] else []
+        for at, label in [(0.02, n)] + ratio:
+            axes[2].text(at, v, label, transform=axes[2].get_yaxis_transform(), size=text, va="center",
+                         bbox=dict(fc="white", ec="none", pad=0.4))
+    for (s, n), C in fc["cross"].items():
+        axes[2].plot(C, GPT3[n], "*", ms=star, color=looks[s][1], mec="white", mew=0.5)
+
+
+def extrapolation_figure(plt, path):
+    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders of Vanilla and Untied-Grow forecast to the held-out d26 run
+    (the loss floor fitted on Vanilla and shared), with the "1.8x compute" inset."""
+    tasks, records = edu_records(path, read_layout(path, "fineweb_edu"))
+    d26 = next(r for _, r, _, held in records if held)
+    series = {}
+    for arm, r, _, held in records:
+        if not held:
+            series.setdefault(arm, []).append(dict(r, compute=float(r["compute_flops"])))
+    fc = forecast(series, tasks, shared_floor=True)
     C26 = float(d26["compute_flops"])
-    cmin, cmax = min(float(x[a].min()) for a in arms) * FIT["c_ref"], max([C26, *cross.values()])
+    fc["cmax"] = max(fc["cmax"], C26)
+    (A_v, g_v, E), ug = fc["laws"]["val_loss"]["vanilla"], fc["laws"]["val_loss"]["untied_grow"]
     vanilla_at = lambda L: FIT["c_ref"] * ((L - E) / A_v) ** (-1 / g_v)  # Vanilla's compute reaching loss L
-    forecast = dict(loss=law(loss_law["untied_grow"], C26), core_nll=law(nll_law["untied_grow"], C26),
-                    core_accuracy=float(core("untied_grow", C26)))
-    gain = lambda C: vanilla_at(law(loss_law["untied_grow"], C)) / C
-    with plt.rc_context({**appendix_rc(MAIN_SIZE), "axes.grid": False, "axes.edgecolor": "black"}):
+    gain = lambda C: vanilla_at(fc["curve"]("untied_grow", "val_loss", C)) / C
+    predicted = {k: float(fc["curve"]("untied_grow", k, C26)) for k, _ in PANELS}
+    cyan = ARMS["untied_grow"].color
+    with plt.rc_context(main_rc()):
         fig, axes = plt.subplots(1, 3, figsize=(13, 4.5))
-        for ax, key, title, laws_ in ((axes[0], "val_loss", "Loss", loss_law), (axes[1], "core_nll", "CORE NLL", nll_law),
-                                      (axes[2], "core_accuracy", "CORE accuracy", None)):
-            for a in arms:
-                name, colour = ARMS[a].label, ARMS[a].color
-                for lo, hi, ls in ((cmin if laws_ is None else x[a][0] * FIT["c_ref"], x[a][-1] * FIT["c_ref"], "-"),
-                                   (x[a][-1] * FIT["c_ref"], cmax, "--")):
-                    cs = np.geomspace(lo, hi, 300)
-                    ax.plot(cs, core(a, cs) if laws_ is None else law(laws_[a], cs), ls, color=colour, lw=2.2)
-                ax.plot(x[a] * FIT["c_ref"], col(a, key), "o", color=colour, ms=6.5, label=name)
-            pred = forecast[key if key != "val_loss" else "loss"]
-            ax.plot([C26, C26], [pred, d26[key]], ":", color=ARMS["untied_grow"].color, alpha=0.8)
-            ax.errorbar(C26, d26[key], yerr=d26.get("core_accuracy_std") if laws_ is None else None, fmt="s", ms=8,
-                        mfc="white", mec=ARMS["untied_grow"].color, mew=1.8, ecolor=ARMS["untied_grow"].color, capsize=2,
-                        label=f"d26 ({d26.get('parameters', 0) / 1e9:.1f}B)" if laws_ is loss_law else None)
-            ax.set(xscale="log", xlim=(cmin / 1.35, cmax * 1.08), title=title, ylabel=title, xlabel="Compute (FLOPs)")
-        for n, v in GPT3.items():
-            axes[2].axhline(v, ls="--", color=INK, lw=0.75, alpha=0.65)
-            axes[2].text(0.02, v, n, transform=axes[2].get_yaxis_transform(), size=9, va="center",
-                         bbox=dict(fc="white", ec="none", pad=1))
-            if ("vanilla", n) in cross and ("untied_grow", n) in cross:
-                axes[2].text(0.35, v, f"{cross['vanilla', n] / cross['untied_grow', n]:.1f}×", size=9, va="center",
-                             transform=axes[2].get_yaxis_transform(), bbox=dict(fc="white", ec="none", pad=1))
-        for (a, n), C in cross.items():
-            axes[2].plot(C, GPT3[n], "*", ms=11, color=ARMS[a].color, mec="white", mew=0.5)
-        axes[2].set_ylim(0.045, max(0.427, float(np.max(col("untied_grow", "core_accuracy"))), d26["core_accuracy"]) + 0.04)
+        forecast_panels(axes, fc, {a: (ARMS[a].label, ARMS[a].color, "o") for a in series}, (2.2, 6.5, 9, 11),
+                        {k: d26[k] for k, _ in PANELS})
+        for ax, (k, _) in zip(axes, PANELS):
+            ax.plot([C26, C26], [predicted[k], d26[k]], ":", color=cyan, alpha=0.8)
+            ax.errorbar(C26, d26[k], yerr=d26.get("core_accuracy_std") if k == "core_accuracy" else None, fmt="s", ms=8,
+                        mfc="white", mec=cyan, mew=1.8, ecolor=cyan, capsize=2,
+                        label=f"d26 ({d26.get('parameters', 0) / 1e9:.1f}B)" if k == "val_loss" else None)
+            ax.set_xlabel("Compute (FLOPs)")
         axes[0].legend(loc="lower left", fontsize=10)
         inset = axes[0].inset_axes([0.5, 0.5, 0.47, 0.46])
-        for a in arms:
+        for a in series:
             cs = np.geomspace(C26 / 2.2, C26 * 3.4, 100)
-            inset.plot(cs, law(loss_law[a], cs), "--", color=ARMS[a].color, lw=1.8)
-        inset.plot(C26, d26["val_loss"], "s", mfc="white", mec=ARMS["untied_grow"].color, mew=1.8)
-        inset.plot(C26, forecast["loss"], "x", color=ARMS["untied_grow"].color)
-        inset.annotate("", (C26, forecast["loss"]), (vanilla_at(forecast["loss"]), forecast["loss"]),
+            inset.plot(cs, fc["curve"](a, "val_loss", cs), "--", color=ARMS[a].color, lw=1.8)
+        inset.plot(C26, d26["val_loss"], "s", mfc="white", mec=cyan, mew=1.8)
+        inset.plot(C26, predicted["val_loss"], "x", color=cyan)
+        inset.annotate("", (C26, predicted["val_loss"]), (vanilla_at(predicted["val_loss"]), predicted["val_loss"]),
                        arrowprops=dict(arrowstyle="<->", color=INK))
         inset.text(0.96, 0.93, f"{gain(C26):.1f}× compute\nefficiency gain", transform=inset.transAxes, ha="right",
                    va="top", size=9)
@@ -1030,42 +1031,22 @@ def extrapolation_figure(plt, path):
         inset.minorticks_off()
         axes[0].indicate_inset_zoom(inset, edgecolor=REGIME_MUTED)
         fig.tight_layout()
-    numbers = dict(forecast=forecast, observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy",
-                                                                    "core_accuracy_std") if k in d26},
-                   E=E, gamma=dict(vanilla=g_v, untied_grow=ug["gamma"]), ratio=ratio, gain_at_d26=gain(C26),
-                   crossings={f"{a} {n}": C for (a, n), C in cross.items()})
-    sec = "Sec. 4.3, Fig. 4"
-    checks = [stated("observed d26 CORE (7.4B Untied-Grow)", d26["core_accuracy"], 0.3865, sec),
-              stated("forecast d26 CORE", forecast["core_accuracy"], 0.384, sec),
-              stated("d26 loss: observed - forecast", d26["val_loss"] - forecast["loss"], -0.03, sec),
-              stated("Untied-Grow's multiplier over Vanilla at the d26 compute", gain(C26), 1.8, sec),
-              stated("the multiplier at 1e20 FLOPs", gain(1e20), 1.6, sec),
-              stated("the multiplier at 1e25 FLOPs", gain(1e25), 2.7, sec)]
-    return fig, numbers, checks
-
-
-def figure3_checks(release, E_flops):
-    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
-    floor reproduce the main text."""
-    fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
-                                                                      "k2", "k2_grow", "dep", "dep_grow"])]))
-    m = lambda k, i: float(fit["series"][k]["multipliers"][i])
-    sec = "Sec. 4.2, Fig. 3"
-    checks = [stated("shared floor E (Vanilla FLOP ladder)", E_flops, 1.7064, "Fig. 3 (printed in the panel)"),
-              stated("Operator-1 multiplier, first budget", m("k1_glr", 0), 1.12, sec),
-              stated("Operator-1 multiplier, last budget", m("k1_glr", -1), 1.25, sec),
-              stated("Untied-Grow multiplier, first budget (1e18)", m("dep_grow", 0), 1.30, sec),
-              stated("Untied-Grow multiplier, last budget (1e20)", m("dep_grow", -1), 1.55, sec),
-              stated("Untied-2 multiplier, first budget", m("dep", 0), 1.19, sec),
-              stated("Untied-2 multiplier, last budget", m("dep", -1), 1.34, sec),
-              stated("growth's multiplier over Untied-2, first budget", m("dep_grow", 0) / m("dep", 0), 1.09, sec),
-              stated("growth's multiplier over Untied-2, last budget", m("dep_grow", -1) / m("dep", -1), 1.16, sec)]
-    return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks
+    numbers = dict(forecast=dict(loss=predicted["val_loss"], core_nll=predicted["core_nll"],
+                                 core_accuracy=predicted["core_accuracy"]),
+                   observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy", "core_accuracy_std") if k in d26},
+                   E=E, gamma=dict(vanilla=g_v, untied_grow=ug[1]), ratio=fc["ratio"], gain_at_d26=gain(C26),
+                   crossings={f"{a} {n}": C for (a, n), C in fc["cross"].items()})
+    return fig, numbers, [stated(what, ours, paper, "Sec. 4.3, Fig. 4") for what, ours, paper in (
+        ("observed d26 CORE (7.4B Untied-Grow)", d26["core_accuracy"], 0.3865),
+        ("forecast d26 CORE", predicted["core_accuracy"], 0.384),
+        ("d26 loss: observed - forecast", d26["val_loss"] - predicted["val_loss"], -0.03),
+        ("Untied-Grow's multiplier over Vanilla at the d26 compute", gain(C26), 1.8),
+        ("the multiplier at 1e20 FLOPs", gain(1e20), 1.6), ("the multiplier at 1e25 FLOPs", gain(1e25), 2.7))]
 
 
 CORPORA = {"fineweb": ("FineWeb", "#2ca02c", "v"), "fineweb_edu": ("FineWeb-Edu", "#1f77b4", "o")}
-CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_loss", "CORE NLL", False),
-               ("core_metric", "CORE Accuracy", True))
+CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_nll", "CORE NLL", False),
+               ("core_accuracy", "CORE Accuracy", True))
 FIG18A_STATED = [("fineweb", "vanilla", 0.1113), ("fineweb", "untied_grow", 0.1168), ("fineweb_edu", "vanilla", 0.1095),
                  ("fineweb_edu", "untied_grow", 0.1146)]  # App. C.1's exponents; Figure 20's titles and printed RMSEs:
 FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wikidata", "COPA", "CoQA", "HellaSwag",
@@ -1073,33 +1054,26 @@ FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wik
                        (.026, .019, .015, .026, .009, .006, .034, .006, .003, .004, .007, .011, .015, .014, .009, .047, .023)))
 
 
-def raw(records, key, task=None):
-    return np.array([r["raw"][key] if task is None else r["raw"][key][task] for r in records], float)
-
-
 def corpus_figures(plt, release):
-    """Figure 18a (App. C.1): per corpus (fineweb.json, fineweb_edu.json {"Vanilla" | "Dep Grow": [{compute, raw:
-    {val_loss, core_loss, core_metric, losses, centered_results}}]}) Vanilla and Untied-Grow: loss above Vanilla's
-    free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at each Vanilla record."""
-    series = {}
-    for corpus in CORPORA:
-        path = os.path.join(release, LADDERS, f"{corpus}.json")
-        try:
-            series[corpus] = {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted(v, key=lambda r: float(r["compute"]))
-                              for k, v in read_json(path).items()}
-        except (KeyError, TypeError, AttributeError) as e:
-            raise UsageError(f"{path}: needs {{'Vanilla', 'Dep Grow': [{{compute, raw: {{val_loss, ...}}}}]}} ({e})")
-    numbers, ticker = {c: {} for c in CORPORA}, plt.matplotlib.ticker
+    """Figures 18a-b and 20 (App. C.1, C.4) from fineweb.json and fineweb_edu.json ({"Vanilla" | "Dep Grow": [{compute,
+    raw: {val_loss, core_loss, core_metric, losses, centered_results}}]}). 18a: per corpus Vanilla and Untied-Grow:
+    loss above Vanilla's free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at
+    each Vanilla record."""
+    series = {c: {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted([dict(  # in Figure 4's record keys
+        r, val_loss=r["raw"]["val_loss"], core_nll=r["raw"]["core_loss"], core_accuracy=r["raw"]["core_metric"],
+        task_nll=r["raw"]["losses"], task_accuracy=r["raw"]["centered_results"]) for r in v], key=lambda r: r["compute"])
+        for k, v in read_json(os.path.join(release, LADDERS, f"{c}.json")).items()} for c in CORPORA}
+    numbers = {c: {} for c in CORPORA}
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(3, 3, figsize=(6.9, 7.0), sharex=True)
-        for row, (key, ylabel, higher) in zip(axes, CORPUS_ROWS):
+        for row, (metric, ylabel, higher) in zip(axes, CORPUS_ROWS):
             for ax, (corpus, (cname, ccolour, cmarker)) in zip(row, CORPORA.items()):
                 arms = series[corpus]
-                x = {a: np.array([r["compute"] for r in recs]) for a, recs in arms.items()}
-                E = fit_free_e(x["vanilla"] / FIT["c_ref"], raw(arms["vanilla"], key))[2] if key == "val_loss" else 0
+                x = {a: column(recs, "compute") for a, recs in arms.items()}
+                E = fit_free_e(x["vanilla"] / FIT["c_ref"], column(arms["vanilla"], metric))[2] if metric == "val_loss" else 0
                 for i, (arm, recs) in enumerate(arms.items()):
                     name, colour, marker = look(arm)[:3]
-                    y = raw(recs, key) - E
+                    y = column(recs, metric) - E
                     ax.plot(x[arm], y, marker + ("" if E else "-"), ms=4, lw=1.1, color=colour, mec="white", mew=0.6)
                     if E:  # OLS of ln(L - E) on ln C over the arm's range; its slope printed as the release does
                         slope, icpt = numbers[corpus][f"{arm} slope"] = np.polyfit(np.log(x[arm] / FIT["c_ref"]),
@@ -1108,28 +1082,26 @@ def corpus_figures(plt, release):
                         ax.plot(cs, np.exp(icpt) * (cs / FIT["c_ref"]) ** slope, color=colour, lw=1.1)
                         ax.text(0.97, 0.95 - 0.115 * i, f"{name}: {slope:.5f}", transform=ax.transAxes, ha="right",
                                 va="top", size=7, color=colour)
-                m = numbers[corpus][f"{key} multipliers"] = matched_multipliers(
-                    x["vanilla"], raw(arms["vanilla"], key), x["untied_grow"], raw(arms["untied_grow"], key), False, higher)
+                m = numbers[corpus][f"{metric} multipliers"] = matched_multipliers(
+                    x["vanilla"], column(arms["vanilla"], metric), x["untied_grow"], column(arms["untied_grow"], metric),
+                    False, higher)
                 row[2].plot(x["vanilla"], m, cmarker + "-", ms=4, lw=1.1, color=ccolour, mec="white", mew=0.6)
                 ax.set(title=cname, ylabel=ylabel if corpus == "fineweb" else None)
                 if E:
                     numbers[corpus]["E"] = E
-                    ax.set(yscale="log", ylim=(0.8, 2.45), yticks=(0.8, 1, 1.2, 1.5, 2, 2.4))
-                    ax.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
-                    ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+                    ax.set(yscale="log", ylim=(0.8, 2.45))
+                    plain_log_axis(ax.yaxis, plt, (0.8, 1, 1.2, 1.5, 2, 2.4))
             row[1].sharey(row[0])
             row[2].axhline(1, color=MUTED, ls="--", lw=0.8)
-            row[2].yaxis.set_major_formatter(ticker.FuncFormatter(times))
+            times(row[2].yaxis, plt)
             row[2].set(title="Compute Multiplier", ylabel="Compute Multiplier")
         for ax, label in zip(axes[-1], ("Compute (FLOPs)", "Compute (FLOPs)", "Vanilla compute (FLOPs)")):
             ax.set(xscale="log", xlabel=label)
-        drawn = list(series["fineweb"])  # the arms of the per-corpus files: Vanilla and Untied-Grow
-        keys = [plt.Line2D([], [], color=c, marker=m, ms=4, lw=1.1) for c, m in
-                [look(a)[1:3] for a in drawn] + [v[1:] for v in CORPORA.values()]]
-        fig.legend(keys, [look(a)[0] for a in drawn] + [v[0] for v in CORPORA.values()], loc="upper center", ncols=4)
+        looks = [look(a)[:3] for a in series["fineweb"]] + list(CORPORA.values())  # Vanilla, Untied-Grow, the corpora
+        fig.legend([key(c, m) for _, c, m in looks], [n for n, _, _ in looks], loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
-        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"],
-                                              read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"])
+        tasks = read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"]
+        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"], tasks)
     checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, "App. C.1, Fig. 18a") for c, e in (("fineweb", 1.7064),
                                                                                                   ("fineweb_edu", 1.4492))]
     checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"][0], s, "App. C.1") for c, a, s in FIG18A_STATED]
@@ -1138,50 +1110,69 @@ def corpus_figures(plt, release):
     checks20 = [stated("full/filtered CORE ratio r (FineWeb-Edu)", numbers20["ratio"], 0.86912, "App. C.4")] + [
         stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers20["rmse"][t], 3), p, "Fig. 20")
         for t, p in zip(numbers20["rmse"], FIG20_TASKS.values())]
-    return dict(fig18a=(fig, numbers, checks), fig20=(fig20, numbers20, checks20))
+    return dict(fig18a=(fig, numbers, checks), fig18b=corpus_forecast_figure(plt, series, tasks),
+                fig20=(fig20, numbers20, checks20))
+
+
+def corpus_forecast_figure(plt, series, tasks):
+    """Figure 18b (App. C.1): Untied-Grow on FineWeb against FineWeb-Edu forecast as in Figure 4: each corpus its own
+    floors, the task sigmoids and the ratio r fitted on both corpora's records; FineWeb's crossing compute of each
+    GPT-3 score over FineWeb-Edu's."""
+    fc = forecast({c: series[c]["untied_grow"] for c in CORPORA}, tasks, shared_floor=False)
+    with plt.rc_context(appendix_rc(LADDER_SIZE)):
+        fig, axes = plt.subplots(3, 1, figsize=(2.3, 6.5), sharex=True)
+        forecast_panels(axes, fc, CORPORA, (1.1, 4, 6, 7))
+        for ax in axes:
+            ax.set_box_aspect(1)
+            ax.tick_params(axis="x", which="minor", labelbottom=False)
+        axes[2].set_xlabel("Compute (FLOPs)")
+        fig.legend([key(c, m) for _, c, m in CORPORA.values()] + [key(INK, ls="--", lw=0.75)],
+                   [n for n, _, _ in CORPORA.values()] + ["GPT-3 capability level"], loc="upper center")
+        fig.tight_layout(rect=(0, 0, 1, 0.92), h_pad=0.4)
+    ratios = {n: fc["cross"]["fineweb", n] / fc["cross"]["fineweb_edu", n] for n in GPT3}
+    fits = {k: {c: dict(E=law[2], gamma=law[1]) for c, law in per.items()} for k, per in fc["laws"].items()}
+    checks = [stated(f"{which} FineWeb/FineWeb-Edu compute ratio at a GPT-3 score ('about 1.5–1.6×')",
+                     pick(ratios.values()), v, "App. C.1", "the text rounds to one decimal")
+              for which, pick, v in (("smallest", min, 1.5), ("largest", max, 1.6))]
+    return fig, dict(fits=fits, ratio=fc["ratio"], crossing_ratio=ratios, cmax=fc["cmax"]), checks
 
 
 def calibration_figure(plt, arms, tasks):
     """Figure 20 (App. C.4): per task the sigmoid of centred accuracy on task NLL fitted on both arms' records (solid
     over the measured NLL, dashed beyond) with its RMSE, and the full/filtered CORE ratio r through the origin."""
-    every, numbers = [r for recs in arms.values() for r in recs], dict(rmse={})
+    every, numbers, pink = [r for recs in arms.values() for r in recs], dict(rmse={}), "#e377c2"
     fig, axes = plt.subplots(4, 5, figsize=(6.9, 6.4), sharey=True)
     f, F = (np.array([r[k] for r in every]) for k in ("filtered_accuracy", "full_accuracy"))
     r = numbers["ratio"] = float(f @ F / (f @ f))
     numbers["ratio_rmse"] = float(np.sqrt(np.mean((r * f - F) ** 2)))
-    for ax, task, title in zip([*axes.flat[:len(tasks)], axes.flat[-1]], [*tasks, "ratio"], [*FIG20_TASKS, "CORE ratio"]):
-        if task == "ratio":
-            fit, colour, lo, hi, wide = (lambda v: r * v), "#e377c2", f.min(), f.max(), (0, 1)
-            text = f"y = {r:.3f}x\nRMSE {numbers['ratio_rmse']:.3f}"
-        else:
-            x, y = raw(every, "losses", task), raw(every, "centered_results", task)
-            s, b = fit_sigmoid(x, y)
+    for ax, task, title in zip([*axes.flat[:len(tasks)], axes.flat[-1]], [*tasks, None], [*FIG20_TASKS, "CORE ratio"]):
+        points = lambda recs: (column(recs, "task_nll", task), column(recs, "task_accuracy", task)) if task else (
+            column(recs, "filtered_accuracy"), column(recs, "full_accuracy"))
+        if task:
+            (x, y), (s, b) = points(every), fit_sigmoid(*points(every))
             fit, colour = (lambda v, s=s, b=b: sigmoid(v, s, b)), INK
             rmse = numbers["rmse"][task] = float(np.sqrt(np.mean((fit(x) - y) ** 2)))
             lo, hi, span, text = x.min(), x.max(), np.ptp(x), f"RMSE {rmse:.3f}"
             wide = (max(0, min(lo - 0.75 * span, (b / s if s > 0 else lo) - 0.5 * span)), hi + 0.5 * span)
+            ax.invert_xaxis()  # high NLL on the left: accuracy rises to the right
+        else:
+            fit, colour, lo, hi, wide = (lambda v: r * v), pink, f.min(), f.max(), (0, 1)
+            text = f"y = {r:.3f}x\nRMSE {numbers['ratio_rmse']:.3f}"
         for (a, c), ls in ((wide, "--"), ((lo, hi), "-")):
-            grid = np.linspace(a, c, 200)
-            ax.plot(grid, fit(grid), ls, color=colour, lw=0.9)
+            ax.plot(np.linspace(a, c, 200), fit(np.linspace(a, c, 200)), ls, color=colour, lw=0.9)
         for arm, recs in arms.items():
-            xs, ys = ((raw(recs, "losses", task), raw(recs, "centered_results", task)) if task != "ratio" else
-                      ([q["filtered_accuracy"] for q in recs], [q["full_accuracy"] for q in recs]))
-            ax.plot(xs, ys, look(arm)[2], color="#e377c2" if task == "ratio" else look(arm)[1], ms=4, mec="white",
-                    mew=0.4)
+            ax.plot(*points(recs), look(arm)[2], color=look(arm)[1] if task else pink, ms=4, mec="white", mew=0.4)
         ax.text(0.04, 0.95, text, transform=ax.transAxes, va="top", size=7, color=MUTED)
         ax.set(ylim=(-0.08, 1.02), yticks=(0, 0.25, 0.5, 0.75, 1))
-        ax.set_title(title, color=colour if task == "ratio" else INK)
+        ax.set_title(title, color=colour)
         ax.xaxis.set_major_locator(plt.matplotlib.ticker.MaxNLocator(4))
-        if task != "ratio":
-            ax.invert_xaxis()  # high NLL on the left: accuracy rises to the right
     ax.set(xlim=(-0.02, 1.02), xticks=(0, 0.5, 1), xlabel="Filtered CORE")
     for blank in axes.flat[len(tasks):-1]:
         blank.set_visible(False)
     fig.supxlabel("CORE NLL", size=8)
     fig.supylabel("CORE accuracy", size=8)
-    keys = [plt.Line2D([], [], ls="", marker=look(a)[2], color=look(a)[1]) for a in arms] + [
-        plt.Line2D([], [], color=c) for c in (INK, "#e377c2")]
-    fig.legend(keys, ["Vanilla", "Untied Grow", "Shared sigmoid", "Full/filtered ratio"], loc="upper center", ncols=4)
+    fig.legend([key(look(a)[1], look(a)[2], ls="") for a in arms] + [key(INK), key(pink)],
+               ["Vanilla", "Untied Grow", "Shared sigmoid", "Full/filtered ratio"], loc="upper center", ncols=4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
     return fig, numbers
 
@@ -1192,22 +1183,15 @@ DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core
 def downstream_series(path):
     """The release's downstream.json: {series: [{compute, loss, depth, metrics {full_core, answer_nll, filtered_core,
     filtered_core_std}, task_nll {task: answer NLL}}]} (three seeds pooled) -> {arm: records sorted by compute}."""
-    obj = read_layout(path, "downstream")
     out = {}
-    for series, recs in obj.items():
-        arm = RELEASE_SERIES.get(series, series)
+    for series, recs in read_layout(path, "downstream").items():
         try:
-            rows = [dict(compute=float(r["compute"]), loss=float(r["loss"]), depth=int(r["depth"]),
-                         **{k: float(r["metrics"][k]) for k in DOWNSTREAM_METRICS},
-                         task_nll={str(t): float(v) for t, v in r["task_nll"].items()}) for r in recs]
-            assert rows and all(r["compute"] > 0 and all(map(math.isfinite, (r["loss"], r["full_core"],
-                                                                               r["answer_nll"]))) for r in rows)
-        except (KeyError, TypeError, ValueError, AttributeError, AssertionError) as e:
-            raise UsageError(f"{path}: series {series!r}: every record needs compute > 0, loss, depth, metrics "
+            out[RELEASE_SERIES.get(series, series)] = sorted([dict(
+                compute=float(r["compute"]), loss=float(r["loss"]), depth=int(r["depth"]), task_nll=dict(r["task_nll"]),
+                **{k: float(r["metrics"][k]) for k in DOWNSTREAM_METRICS}) for r in recs], key=lambda r: r["compute"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise UsageError(f"{path}: series {series!r}: every record needs compute, loss, depth, metrics "
                              f"{{{', '.join(DOWNSTREAM_METRICS)}}} and task_nll {{task: NLL}} ({type(e).__name__} {e})")
-        if arm in out:
-            raise UsageError(f"{path}: two series are {arm}; keep one")
-        out[arm] = sorted(rows, key=lambda r: r["compute"])
     if FLOOR_ARM not in out:
         raise UsageError(f"{path}: no Vanilla series (van); the multipliers are over Vanilla")
     return out
@@ -1215,43 +1199,45 @@ def downstream_series(path):
 
 FIG19_METRICS = (("loss", "Loss", False), ("full_core", "CORE accuracy", True), ("answer_nll", "CORE NLL", False),
                  ("filtered_core", "Filtered tasks", True))
+FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
+                 "Reading\ncomprehension")
 
 
-def downstream_figures(plt, series):
+def downstream_figures(plt, series, meta):
     """Figure 19a: per metric (loss, full CORE, CORE answer NLL, filtered CORE ± its seed std) the curves against
     compute and, below, the multipliers over Vanilla at matched metric (at Vanilla's computes with depth >= 8; Vanilla
-    exactly 1). Figure 19b: CORE answer NLL against validation loss, one equal-weight line pooled over every
-    checkpoint (top), and the residuals from it (bottom); both axes reversed as the paper draws them."""
+    exactly 1). 19b: CORE answer NLL against validation loss, one line pooled over every checkpoint, and the residuals
+    from it, both axes reversed as the paper draws them. 19c (meta: tasks.json): residual_figure."""
     col = lambda arm, k: np.array([r[k] for r in series[arm]])
     at = col(FLOOR_ARM, "depth") >= FIT["anchor_depth"]
     budgets, multipliers, laws_ = col(FLOOR_ARM, "compute")[at], {}, {}
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig_a, axes = plt.subplots(2, 4, figsize=(6.9, 4.3), sharex=True)
-        for (key, title, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
+        for (metric, title, higher), top, bottom in zip(FIG19_METRICS, axes[0], axes[1]):
             for arm in series:
                 name, color, marker = look(arm)[:3]
-                x, y = col(arm, "compute"), col(arm, key)
-                if key == "loss":  # each arm's free-floor law, compute in units of its own d8 run (App. C.3)
+                x, y = col(arm, "compute"), col(arm, metric)
+                if metric == "loss":  # each arm's free-floor law, compute in units of its own d8 run (App. C.3)
                     c8 = x[col(arm, "depth") == FIT["anchor_depth"]][0]
                     A, alpha, E = fit_free_e(x / c8, y)
                     cs = np.geomspace(x[0], x[-1], 300)
                     top.plot(cs, E + A * (cs / c8) ** -alpha, lw=0.9, color=color, label=name)
                     laws_[arm] = dict(E=E, A=A, alpha=alpha, c_d8=c8)
-                top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if key == "filtered_core" else None,
-                             fmt=marker + ("" if key == "loss" else "-"), ms=3.5, lw=0.9, capsize=2.5, color=color)
-                m = matched_multipliers(budgets, col(FLOOR_ARM, key)[at], x, y, arm == FLOOR_ARM, higher)
-                multipliers.setdefault(key, {})[arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
+                top.errorbar(x, y, yerr=col(arm, "filtered_core_std") if metric == "filtered_core" else None,
+                             fmt=marker + ("" if metric == "loss" else "-"), ms=3.5, lw=0.9, capsize=2.5, color=color)
+                m = matched_multipliers(budgets, col(FLOOR_ARM, metric)[at], x, y, arm == FLOOR_ARM, higher)
+                multipliers.setdefault(metric, {})[arm] = dict(compute=budgets.tolist(), multiplier=m.tolist())
                 bottom.plot(budgets, m, marker + "-", ms=3.5, lw=0.9, color=color)
-            top.set(xscale="log", yscale="log" if key == "loss" else "linear", title=title,
+            top.set(xscale="log", yscale="log" if metric == "loss" else "linear", title=title,
                     ylabel="CORE accuracy" if higher else title)
-            for set_format in (top.yaxis.set_major_formatter, top.yaxis.set_minor_formatter)[:2 if key == "loss" else 0]:
-                set_format(plt.matplotlib.ticker.FormatStrFormatter("%.2f"))  # every log tick, 2 decimals
+            if metric == "loss":  # every log tick labelled, 2 decimals
+                top.yaxis.set_major_formatter("{x:.2f}")
+                top.yaxis.set_minor_formatter("{x:.2f}")
             bottom.set(title=title, ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
             bottom.axhline(1, color=GRID, lw=0.9, zorder=0)
-            bottom.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(times))
+            times(bottom.yaxis, plt)
             bottom.tick_params(axis="x", which="minor", labelbottom=False)  # decades only: the panels are narrow
-        handles, labels = axes[0][0].get_legend_handles_labels()
-        fig_a.legend(handles, labels, loc="upper center", ncols=4, fontsize=6.5)
+        fig_a.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncols=4, fontsize=6.5)
         fig_a.tight_layout(rect=(0, 0, 1, 0.9))
         fig_b, (line, resid) = plt.subplots(2, 1, figsize=(2.3, 4.6), sharex=True)
         loss, nll = (np.concatenate([col(a, k) for a in series]) for k in ("loss", "answer_nll"))
@@ -1261,8 +1247,8 @@ def downstream_figures(plt, series):
             line.plot(col(arm, "loss"), col(arm, "answer_nll"), marker, ms=4, color=color, label=name)
             resid.plot(col(arm, "loss"), col(arm, "answer_nll") - intercept - slope * col(arm, "loss"), marker, ms=4,
                        color=color)
-        line.plot(loss[[loss.argmin(), loss.argmax()]], intercept + slope * loss[[loss.argmin(), loss.argmax()]], "--",
-                  color=MUTED, lw=0.9, label="Pooled linear fit")
+        ends = loss[[loss.argmin(), loss.argmax()]]
+        line.plot(ends, intercept + slope * ends, "--", color=MUTED, lw=0.9, label="Pooled linear fit")
         resid.axhline(0, color=MUTED, ls="--", lw=0.9)
         line.set(title="Major variants", ylabel="CORE NLL")
         resid.set(title="Linear-fit residuals", xlabel="Validation loss", ylabel="NLL − linear prediction")
@@ -1271,27 +1257,23 @@ def downstream_figures(plt, series):
             ax.invert_yaxis()
         fig_b.legend(*line.get_legend_handles_labels(), loc="upper center", ncols=2, fontsize=5.5)
         fig_b.tight_layout(rect=(0, 0, 1, 0.85))
-    return fig_a, dict(multipliers_at_matched=multipliers, loss_laws=laws_), fig_b, \
-        dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss)))
-
-FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
-                 "Reading\ncomprehension")
+    return dict(fig19a=(fig_a, dict(multipliers_at_matched=multipliers, loss_laws=laws_), []),
+                fig19b=(fig_b, dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss))),
+                        []), fig19c=residual_figure(plt, series, meta))
 
 
 def residual_figure(plt, series, meta):
     """Figure 19c: per task (tasks.json order) a Vanilla-only line of task NLL on validation loss; each arm's mean
     residual from it over its checkpoints whose loss lies in all of the pooled range, then in its lower half."""
-    tasks, van = meta["tasks"], series[FLOOR_ARM]
+    tasks, van, arms = meta["tasks"], series[FLOOR_ARM], list(series)
     loss = np.concatenate([[r["loss"] for r in recs] for recs in series.values()])
-    lo, hi = loss.min(), loss.max()
     line = {t: np.polyfit([r["loss"] for r in van], [r["task_nll"][t] for r in van], 1) for t in tasks}
     group = {t: i for i, g in enumerate(meta["groups"].values()) for t in g}
     x = np.array([i + 0.8 * group[t] for i, t in enumerate(tasks)])
-    means, arms = {}, list(series)
-    for top in (hi, (lo + hi) / 2):
-        means[f"{lo:.3f}-{top:.3f}"] = {arm: [float(np.mean([r["task_nll"][t] - np.polyval(line[t], r["loss"])
-                                                                for r in recs if lo <= r["loss"] <= top]))
-                                              for t in tasks] for arm, recs in series.items()}
+    means = {f"{loss.min():.3f}-{top:.3f}": {arm: [float(np.mean([r["task_nll"][t] - np.polyval(line[t], r["loss"]) for r
+                                                                    in recs if loss.min() <= r["loss"] <= top]))
+                                                   for t in tasks] for arm, recs in series.items()}
+             for top in (loss.max(), (loss.min() + loss.max()) / 2)}
     values = np.array([v for per in means.values() for v in per.values()])
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(2, 1, figsize=(6.9, 5.6), sharex=True, sharey=True)
@@ -1314,18 +1296,15 @@ def residual_figure(plt, series, meta):
         fig.supylabel("Mean (NLL − Vanilla loss fit), nats per token", size=8)
         fig.legend(*axes[0].get_legend_handles_labels(), loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.93))
-    return fig, dict(tasks=tasks, mean_residuals=means)
+    return fig, dict(tasks=tasks, mean_residuals=means), []
+
 
 # every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says (quoted)
 CLAIMS = read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "paper_text.json"))
 HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
              "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
              "fig19c": f"{LADDERS}/downstream.json"}
-NOT_DRAWN = {  # not drawn in this version, and why
-    "fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here",
-    **{f"fig{n:02d}": "not drawn yet (appendix_early/ data)" for n in range(7, 15)},
-    "fig18b": "not drawn yet",
-}
+NOT_DRAWN = {"fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here"}
 GALLERY = "README.md"
 
 
@@ -1336,35 +1315,24 @@ def gallery(manifest):
              "paper says it shows, the image, and each number the text states next to ours (difference relative to "
              f"the paper's; an explanation where it exceeds {TOLERANCE:.0%}). The numbers in full: "
              f"[{MANIFEST}]({MANIFEST}).", ""]
-    for key in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
-        section, claim = CLAIMS[key]["section"], CLAIMS[key]["text"]
-        lines += [f"## {key}: {section}", "", f"> {claim}", "",
-                  f"Not drawn here: {manifest['skipped'][key]}." if key in manifest["skipped"] else f"![{key}]({key}.png)",
-                  ""]
-        stated_rows = manifest["figures"].get(key, {}).get("stated", [])
-        if stated_rows:
-            lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"]
-            lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | " + ("—" if r["rel_diff"] is None else
-                      f"{100 * r['rel_diff']:.1f} %") + (f" ({r['explanation']})" if "explanation" in r else "")
-                      + f" | {r['section']} |" for r in stated_rows] + [""]
-        if key in LADDER_FIGURES:
-            lines += ["| panel | series | exponent | last multiplier |", "|---|---|---:|---:|"]
-            lines += [f"| {p} | {look(k)[0]} | {r['gamma']:.4f} | {r['final_multiplier']:.3f} |"
-                      for p, per in manifest["figures"][key]["numbers"].items() for k, r in per["series"].items()] + [""]
+    for fig_id in sorted(set(manifest["figures"]) | set(manifest["skipped"])):
+        skipped, rows = manifest["skipped"].get(fig_id), manifest["figures"].get(fig_id, {}).get("stated", [])
+        claim = CLAIMS.get(fig_id) or CLAIMS[fig_id[:-1]]  # a panel exported alone (fig10a) takes its figure's
+        lines += [f"## {fig_id}: {claim['section']}", "", f"> {claim['text']}", "",
+                  f"Not drawn here: {skipped}." if skipped else f"![{fig_id}]({fig_id}.png)", ""]
+        lines += ["| number | ours | paper | difference | where |", "|---|---:|---:|---:|---|"] * bool(rows)
+        lines += [f"| {r['what']} | {r['ours']:.4g} | {r['paper']:.4g} | {100 * r['rel_diff']:.1f} %"
+                  + (f" ({r['explanation']})" if "explanation" in r else "") + f" | {r['section']} |" for r in rows]
+        lines += [""] * bool(rows)
     return "\n".join(lines + ["## Still different from the release", "", DIFFERENCES, ""])
 
 
-DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layout; Figure 2's 'Scale Loop Count' key is one "
-               "colour (the release's has the 7 loop colours); Figure 5's cuts panel has no compute legend; Figure 19a's "
-               "loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit without "
-               "brackets; Figures 7-14 and 18b are not drawn yet (listed above).")
-
-
-class TextFile(str):
-    """The manifest and the gallery, written by laws.save_figures beside the figures (atomically)."""
-    def savefig(self, path, format, dpi):
-        with open(path, "w") as f:
-            f.write(self)
+DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
+               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout (Figure "
+               "18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its legend keys "
+               "are markers without lines. Figure 5's inner legends are smaller than the release's (size 10) so that the "
+               "compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. Figure 19a's loss "
+               "laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit without brackets.")
 
 
 def cmd_paper(args):
@@ -1374,52 +1342,37 @@ def cmd_paper(args):
     if not os.path.isfile(os.path.join(release, LADDERS, "ladders.json")):
         raise UsageError(f"{args.release}: no {LADDERS}/ladders.json; pass the release folder (reference/ or "
                          "reference/release/)")
-    held = {name: os.path.join(release, name) for name in set(HELD_BACK.values())}
-    present = {name for name, path in held.items() if os.path.isfile(path)}
-    ids = [*LADDER_FIGURES, "fig06", "fig17", "fig18a", "fig20", "fig21", "fig22", "fig23", "fig24"] + [
-        f for f, n in HELD_BACK.items() if n in present and f not in NOT_DRAWN]
-    check_outputs(args.out, [f"{i}.{ext}" for i in ids for ext in ("png", "pdf")] + [MANIFEST, GALLERY])
+    check_outputs(args.out)
+    held = {n: os.path.join(release, n) for n in set(HELD_BACK.values()) if os.path.isfile(os.path.join(release, n))}
     plt = pyplot()
-    flops = read_layout(os.path.join(release, LADDERS, "ladders.json"), "ladders")
-    E_flops = floor_of(series_data(release_ladder_rows("ladders.json", flops, False)))
-    manifest, figures = dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures={}), {}
-    manifest["skipped"] = {f: NOT_DRAWN[f] if f in NOT_DRAWN else f"needs {HELD_BACK[f]}, held back from the release "
-                           "copy (pass a folder that has it)" for f in sorted({*NOT_DRAWN, *HELD_BACK} - set(ids))}
-    gammas, checks = figure3_checks(release, E_flops)
-    manifest["figures"]["fig03"] = dict(numbers=dict(gamma=gammas), stated=checks)
-    for fig_id, columns in LADDER_FIGURES.items():
-        fits = [ladder_column(release, col) for col in columns]
-        figures[fig_id] = ladder_figure(plt, fig_id, columns, fits)
-        numbers = {col.get("title", "panel"): dict(E=fit["E"], series={k: dict(
-            gamma=s["gamma"], multipliers=s["multipliers"], final_multiplier=last(fit, k))
-            for k, s in fit["series"].items()}) for col, fit in zip(columns, fits)}
-        manifest["figures"][fig_id] = dict(numbers=numbers, stated=ladder_checks(fig_id, fits))
-    made = dict(fig06=effective_depth_figure(plt, release), fig17=recurrence_figure(plt, release),
-                **regimes_figures(plt, release))
-    made.update(corpus_figures(plt, release))
-    if "fineweb_edu_ladders.json" in present:
+    gammas, checks, E_flops = figure3_checks(release)
+    try:
+        made = dict(**ladder_figures(plt, release), fig06=effective_depth_figure(plt, release),
+                    fig17=recurrence_figure(plt, release), **regimes_figures(plt, release), **corpus_figures(plt, release))
+    except (KeyError, TypeError) as e:
+        raise UsageError(f"{release}: a file is not laid out as the release's ({type(e).__name__} {e}); see "
+                         "reference/release/SOURCE.md")
+    if "fineweb_edu_ladders.json" in held:
         made["fig04"] = extrapolation_figure(plt, held["fineweb_edu_ladders.json"])
-    if "loop_grid.csv" in present:
-        fig2, fig5, numbers, checks = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
-        made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks[:1]), fig05=(fig5, numbers, checks[1:]))
-    if HELD_BACK["fig19a"] in present:
-        downstream = downstream_series(held[HELD_BACK["fig19a"]])
-        fig_a, numbers_a, fig_b, numbers_b = downstream_figures(plt, downstream)
-        fig_c, numbers_c = residual_figure(plt, downstream, read_json(os.path.join(release, LADDERS, "tasks.json")))
-        made.update(fig19a=(fig_a, numbers_a, []), fig19b=(fig_b, numbers_b, []), fig19c=(fig_c, numbers_c, []))
-    for fig_id, (fig, numbers, checks) in made.items():
-        figures[fig_id] = fig
-        manifest["figures"][fig_id] = dict(numbers=numbers, stated=checks)
-    files = {f"{i}.{ext}": figures[i] for i in figures for ext in ("png", "pdf")}
-    files[MANIFEST] = TextFile(json.dumps(jsonable(manifest), indent=1, allow_nan=False))
-    files[GALLERY] = TextFile(gallery(jsonable(manifest)))
-    paths = save_figures(args.out, files, dpi=300)
+    if "loop_grid.csv" in held:
+        fig2, fig5, numbers, checks5 = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
+        made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks5[:1]), fig05=(fig5, numbers, checks5[1:]))
+    if HELD_BACK["fig19a"] in held:
+        made.update(downstream_figures(plt, downstream_series(held[HELD_BACK["fig19a"]]),
+                                       read_json(os.path.join(release, LADDERS, "tasks.json"))))
+    figures = dict(fig03=dict(numbers=dict(gamma=gammas), stated=checks))
+    figures.update({fig_id: dict(numbers=numbers, stated=checks) for fig_id, (_, numbers, checks) in made.items()})
+    skipped = {f: NOT_DRAWN.get(f) or (f"needs {HELD_BACK[f]}, held back from the release copy (pass a folder that "
+                                       "has it)" if f in HELD_BACK else "not drawn in this version")
+               for f in CLAIMS if f not in made and f not in {m[:-1] for m in made}}
+    manifest = jsonable(dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures=figures,
+                             skipped=skipped))
+    paths = save_figures(args.out, {f"{f}.{ext}": fig for f, (fig, _, _) in made.items() for ext in ("png", "pdf")}, 300)
     plt.close("all")
-    for fig_id, why in manifest["skipped"].items():
+    for name, text in ((MANIFEST, json.dumps(manifest, indent=1, allow_nan=False)), (GALLERY, gallery(manifest))):
+        with open(os.path.join(args.out, name), "w") as f:
+            f.write(text)
+    for fig_id, why in skipped.items():
         print(f"skipped {fig_id}: {why}")
-    for fid, r in [(fid, r) for fid, entry in manifest["figures"].items() for r in entry["stated"]]:
-        flag = "" if r["rel_diff"] is None or r["rel_diff"] <= TOLERANCE else f"  ({r['explanation']})"
-        print(f"{fid:<24} {r['what']:<72} ours {r['ours']:.4g}  paper {r['paper']:.4g} ({r['section']})  "
-              f"diff {100 * r['rel_diff']:.1f} %{flag}")
-    for p in paths:
-        print(f"wrote {p}")
+    print(f"wrote {len(paths)} figure files to {args.out}, the numbers beside the paper's in {MANIFEST}, the gallery "
+          f"{GALLERY}")
