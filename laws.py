@@ -123,6 +123,7 @@ def pyplot():
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    plt.rcParams["figure.max_open_warning"] = 0  # `fit.py paper` holds every figure until it writes them
     return plt
 
 

@@ -1,0 +1,86 @@
+"""The appendix-A figures (8, 9, 10a-d, 12, 13, 14a-b) on the release's appendix_early/ data against the numbers the
+release prints (a tolerance of half the printed last digit) and the text, and the figure lint; a perturbed input moves
+them."""
+import functools, json, os, shutil
+
+import numpy as np
+import pytest
+
+import figlint, laws, paper
+
+RELEASE_DIR = os.path.join(os.path.dirname(os.path.abspath(paper.__file__)), "reference", "release")
+
+# (figure, path into its numbers, the release's values, their decimals): ours must round to them (half a unit).
+RELEASE = [("fig08", ("k_star", "tied"), [1.103, 1.602, 1.410, 1.531, 1.699], 3),
+           ("fig08", ("k_star", "untied"), [1.548, 1.681, 1.417, 1.353, 1.374], 3),
+           ("fig10a", ("affine_slope",), 0.902, 3), ("fig10a", ("affine_intercept",), 0.216, 3),
+           ("fig10b", ("affine_slope",), 0.883, 3), ("fig10b", ("affine_intercept",), 0.103, 3),
+           ("fig10c", ("rho_star",), {8: 0.556, 9: 0.559, 10: 0.516}, 3),
+           ("fig10c", ("loss_star",), {8: 3.1986, 9: 3.1210, 10: 3.0251}, 4),
+           ("fig10d", ("mean_optimum", "k2"), {"growth": 6.97, "controls": 6.39}, 2),
+           ("fig10d", ("mean_optimum", "dep"), {"growth": 8.97, "controls": 7.43}, 2),
+           ("fig10d", ("ablation", "multipliers", "tpp8_rho0p30"), [1.004, 0.987, 0.990, 1.008, 0.994, 1.003], 3),
+           ("fig10d", ("ablation", "multipliers", "tpp6_fitrho"), [0.956, 0.967, 0.975, 0.981, 0.975, 1.022], 3),
+           ("fig10d", ("ablation", "multipliers", "tpp6_rho0p30"), [0.959, 0.966, 0.971, 0.982, 0.972, 1.008], 3),
+           ("fig13", ("mean_rho_star",), {"Deep Vanilla Grow": 0.544, "Loop Grow": 0.170, "Untied Grow": 0.271}, 3)]
+
+
+def differences(drawn):
+    out = []
+    for fig_id, path, want, decimals in RELEASE:
+        ours = functools.reduce(lambda o, k: o[k], path, drawn[fig_id][1])
+        if isinstance(want, dict):
+            ours, want = [ours[k] for k in want], list(want.values())
+        if not np.array_equal(np.round(ours, decimals), want):
+            out.append(f"{fig_id} {path}: {ours} vs {want}")
+    return out
+
+
+def test_numbers_are_the_releases_and_the_texts_and_figures_pass_the_lint():
+    drawn = paper.growth_figures(laws.pyplot(), RELEASE_DIR)
+    assert differences(drawn) == []
+    assert [len(drawn[f][1]["optima"]) for f in ("fig10a", "fig10b")] == [15, 9]  # bracketed optima per arm
+    assert [c for _, _, checks in drawn.values() for c in checks if c.get("explanation") == "unexplained"] == []
+    assert {f: figlint.problems(fig, appendix=True) for f, (fig, _, _) in drawn.items()} == {f: [] for f in drawn}
+
+
+def test_a_perturbed_run_moves_the_numbers(tmp_path):
+    shutil.copytree(os.path.join(RELEASE_DIR, "appendix_early"), tmp_path / "appendix_early")
+    growth = json.load(open(tmp_path / "appendix_early" / "growth.json"))  # Loop Grow's d8 at rho 0.4: 0.01 worse
+    json.dump([dict(r, loss=r["loss"] + 0.01) if (r["arm"], r["depth"], r["budget"], r["rho"]) == ("k2", 8, 8.0, 0.4)
+               else r for r in growth], open(tmp_path / "appendix_early" / "growth.json", "w"))
+    moved = differences(paper.growth_figures(laws.pyplot(), tmp_path))
+    assert moved and all(m.startswith(("fig10a", "fig13")) for m in moved), moved
+
+
+@pytest.fixture(scope="module")
+def drawn():
+    return paper.recipe_figures(laws.pyplot(), RELEASE_DIR)
+
+
+def test_the_figures_carry_the_papers_numbers_and_pass_the_lint(drawn):
+    for fig_id, (fig, _, _) in drawn.items():
+        assert figlint.problems(fig, appendix=True) == [], fig_id
+    fig9, fig12, fig14a, fig14b = (drawn[f][1] for f in ("fig09", "fig12", "fig14a", "fig14b"))
+    for law, a, b, r2, points in (("Loop-2 expansion", 0.82, 0.15, 0.959, 17), ("Loop-2 TPP", 1.19, 0.85, 0.998, 17),
+                                  ("Untied-2 expansion", 0.83, 0.15, 0.984, 18),
+                                  ("Untied-2 TPP", 1.34, 0.74, 0.998, 18)):
+        assert fig9[law]["a"] == pytest.approx(a, abs=5e-3) and fig9[law]["b"] == pytest.approx(b, abs=5e-3)
+        assert fig9[law]["r2"] == pytest.approx(r2, abs=5e-4) and fig9[law]["points"] == points
+    assert sorted(fig9["not_bracketed"]) == ["dep d10/B10", "dep d10/B8", "dep d11/B11", "loop d10/B10", "loop d10/B8",
+                                             "loop d8/B13"]
+    for name, mean in dict(zip(fig12, (5.33, 5.66, 5.79, 6.39, 6.08))).items():
+        assert fig12[name]["mean_tpp"] == pytest.approx(mean, abs=5e-3), name
+    assert list(fig14a["centres"].values()) == pytest.approx([3.3283, 3.2425, 3.1575, 3.0990, 3.0436], abs=5e-5)
+    assert fig14a["ylim"] == pytest.approx((3.0155, 3.4162), abs=5e-5) and fig14a["points"] == 212
+    assert [fig14b[a]["beta"] for a in fig14b] == pytest.approx([0.78, 0.62, 0.58, 0.66, 0.60, 0.70], abs=5e-3)
+
+
+def test_a_sweep_moved_in_the_data_moves_the_mean_optimal_tpp(drawn, monkeypatch):
+    rows = paper.read_json(os.path.join(RELEASE_DIR, paper.EARLY, "tpp.json"))
+    for r in rows:
+        r["L"] -= 0.05 * (r["arm"] == "van" and r["tpp"] > 10)  # Vanilla's high-TPP models get better
+    monkeypatch.setattr(paper, "read_json", lambda path: rows)
+    moved = paper.figure12(laws.pyplot(), RELEASE_DIR)[1]["Vanilla"]["mean_tpp"]
+    assert moved > drawn["fig12"][1]["Vanilla"]["mean_tpp"] + 0.5
+
