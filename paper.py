@@ -13,8 +13,8 @@ from scipy import optimize
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
-from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, matched_multipliers,
-                  note, pyplot, read_csv, robust_lsq, save_figures)
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, lower_envelope,
+                  matched_multipliers, note, pyplot, read_csv, robust_lsq, save_figures)
 
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
 TOLERANCE = 0.01                             # manifest: a stated number further than 1 % from ours needs a reason
@@ -649,24 +649,6 @@ def k1_best(c):
     return np.array(rows)
 
 
-def lower_hull(x, y, log=False):
-    """R4 frontier: Pareto points (new loss minima in compute order), then their lower convex hull (in log compute
-    with log=True)."""
-    pts, best = [], np.inf
-    for xi, yi in sorted(zip(x, y)):
-        if yi < best:
-            pts.append((math.log(xi) if log else xi, yi))
-            best = yi
-    hull = []
-    for p in pts:
-        while len(hull) >= 2 and (hull[-1][0] - hull[-2][0]) * (p[1] - hull[-2][1]) - \
-                (hull[-1][1] - hull[-2][1]) * (p[0] - hull[-2][0]) <= 0:
-            hull.pop()
-        hull.append(p)
-    h = np.array(hull)
-    return np.c_[np.exp(h[:, 0]) if log else h[:, 0], h[:, 1]]
-
-
 def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic=True, frontier=None):
     """Figures 21, 22 and 24: per column (title, cells mask of a table) the loss-vs-compute panel, the optima at the
     budgets and (rows = 3) the difference to K=1 at depths 6-14. -> (figure, optima per column)."""
@@ -731,7 +713,7 @@ def regimes_figures(plt, release):
         cols24 = [((f"{name} scaling", f"{name} optima"), ar, (arch == a) & (fam == f)) for name, a, f in (
             ("Tied Vanilla", "vanilla", "tied"), ("Untied Vanilla", "vanilla", "untied"), ("Untied-2", "recurrent", "untied"))]
         tied = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))  # from K1 d6 on
-        front = lower_hull(wd["compute"][tied], wd["loss"][tied], log=True)  # the tied boundary-operator frontier
+        front = lower_envelope(wd["compute"][tied], wd["loss"][tied], log=True)  # the tied boundary-operator frontier
         fig, opt24 = regime_grid(plt, cols24, 2, 10.35, 2.0, magma9, BUDGETS, frontier=front)
         figures["fig24"] = (fig, dict(optima=opt24, tied_frontier=front.tolist()), [])
         figures["fig23"] = sensitivity_figure(plt, wd, hp, magma7)
@@ -817,8 +799,8 @@ def loop_grid_figures(plt, c):
         top.set(title="Multi-Epoch", ylabel="Loss")
         top.legend(title="Loop count", ncols=7, loc="upper right", fontsize=9, columnspacing=0.6, handlelength=1.2)
         pool = sel & (c["compute"] >= op1[0, 0])
-        front = clip(lower_hull(c["compute"][pool & wd8], c["loss"][pool & wd8]), op1[-1, 0])
-        tuned = clip(lower_hull(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), op1[-1, 0])
+        front = clip(lower_envelope(c["compute"][pool & wd8], c["loss"][pool & wd8]), op1[-1, 0])
+        tuned = clip(lower_envelope(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), op1[-1, 0])
         loops_at = {(x, l): int(K) for x, l, K in zip(c["compute"], c["loss"], c["loops"])}
         keys = bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
         keys += bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
@@ -859,7 +841,7 @@ def loop_grid_figures(plt, c):
         best_wd = {int(d): w for _, _, w, d in op1}
         tuned_cells = six & np.array([np.isclose(w, best_wd.get(int(d), -1)) for w, d in zip(c["weight_decay"],
                                                                                               c["depth"])])
-        log_front = lambda m: clip(lower_hull(c["compute"][m], c["loss"][m], log=True), c["compute"][k1 & wd8].max()).T
+        log_front = lambda m: clip(lower_envelope(c["compute"][m], c["loss"][m], log=True), c["compute"][k1 & wd8].max()).T
         recipes = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", op1[:, :2].T),
                    ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
                    ("Scale loops · tuned", log_front(tuned_cells))]
