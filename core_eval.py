@@ -72,7 +72,7 @@ import torch.nn.functional as F
 import yaml
 
 import data
-from checkpoint import load_checkpoint_model
+from train import load_checkpoint_model
 
 # --- The CORE bundle: every row of every task is checked before any task runs (a bad row is one line: file:line)
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),  # task type ->

@@ -20,9 +20,10 @@ import argparse
 import os
 import sys
 
-from arms import (ARMS, ATTENTION_BACKENDS, CPU_LADDER_DEPTHS, DATA_CONSTRAINED, DATA_CONSTRAINED_LOOPS, DEMO_ARMS,
-                  EVAL_COMPUTE_SHARE, MAX_DEPTH, MAX_PASSES, MAX_STEPS, PAPER_ARMS, PRESETS, SEEDS, USER_ARMS, Arm,
-                  Preset, add_knob_flags, add_model_flags)
+from arms import (ARMS, ATTENTION_BACKENDS, CPU_ATTENTION_BACKENDS, CPU_LADDER_DEPTHS, DATA_CONSTRAINED,
+                  DATA_CONSTRAINED_LOOPS, DEMO_ARMS, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES,
+                  MAX_STEPS, PAPER_ARMS, PARAM_GROUPS, PRESETS, RELEASE_SERIES, SEEDS, USER_ARMS, Arm, Preset,
+                  add_knob_flags, add_model_flags)
 from common import DIST_TIMEOUT_MINUTES, Parser, UsageError, answer_help, cli_main, integer, number
 
 
@@ -31,66 +32,64 @@ def build_parser():
     p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
                epilog="python train.py --ladder TARGET ...: the runs of `bash ladder.sh TARGET ...`, a line each "
                       "(--ladder --help);\npython train.py --ladder-dry-run ... < RUNS: that ladder's dry run")
-    p.add_argument("--arch", choices=list(ARMS), default=None)
-    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", default=None,
-                   help="several depths only with --dry-run")
+    p.add_argument("--arch", choices=list(ARMS))
+    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", help="several depths only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default="paper", help="paper or cpu")
     p.add_argument("--dry-run", action="store_true", help="print the plan (JSON, with GPU-hours) per depth and exit")
     run = p.add_argument_group("the run")  # bench.py refuses these
-    run.add_argument("--steps", type=integer(1, MAX_STEPS), default=None, help="override the derived step count")
-    run.add_argument("--run-name", default=None, help="default ARCH_dDEPTH")
+    run.add_argument("--steps", type=integer(1, MAX_STEPS), help="override the derived step count")
+    run.add_argument("--run-name", help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
-    run.add_argument("--data-dir", default=None, help="token pool from data.py (env DATA_DIR; preset default)")
-    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", default=None,
+    run.add_argument("--data-dir", help="token pool from data.py (env DATA_DIR; preset default)")
+    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+",
                      help="fraction of steps before each growth (rho = 1 - f)")
-    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), default=None,
-                     help="stop after N steps without changing the plan")
-    run.add_argument("--save-every", type=integer(0, MAX_STEPS), default=None,
-                     help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--log-every", type=integer(1, MAX_STEPS), default=None,
+    run.add_argument("--stop-after", type=integer(1, MAX_STEPS), help="stop after N steps without changing the plan")
+    run.add_argument("--save-every", type=integer(0, MAX_STEPS), help="checkpoint every N steps (0: only at the end)")
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS),
                      help="print (and fetch the losses from the device) every N steps (default: the preset's)")
-    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), default=None,
+    run.add_argument("--eval-every", type=integer(0, MAX_STEPS),
                      help="validate every N steps (0: only at the start, the end, each epoch and around a growth); "
                           f"default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute")
-    run.add_argument("--wandb", default=None, metavar="PROJECT", help="also log to wandb (env WANDB_PROJECT)")
+    run.add_argument("--wandb", metavar="PROJECT", help="also log to wandb (env WANDB_PROJECT)")
     run.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
-    run.add_argument("--resume-or-start", action="store_true",
-                     help="--resume, or step 0 when the run has no checkpoint yet (ladder.sh)")
+    run.add_argument("--resume-or-start", action="store_true", help="--resume, or step 0 without a checkpoint")
     run.add_argument("--no-verify", action="store_true", help="skip the pool's sha256 check against corpus.json")
     run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
                      help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES})")
     device = p.add_argument_group("device")
     device.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    device.add_argument("--compute-dtype", choices=["bfloat16", "float32"], default=None,
-                        help="bf16 embedding, autocast and FSDP2 parameters, or fp32 (default: bfloat16 on CUDA, "
-                             "float32 on the CPU; bfloat16 on the CPU runs CUDA's dtypes there, docs/gpu.md)")
-    device.add_argument("--device-batch-size", type=integer(1, 2 ** 30), default=None,
+    device.add_argument("--compute-dtype", choices=["bfloat16", "float32"],
+                        help="default: bfloat16 on CUDA, float32 on the CPU (docs/gpu.md)")
+    device.add_argument("--device-batch-size", type=integer(1, 2 ** 30),
                         help="sequences per micro-batch (default: the preset's on CPU; on CUDA the arm's rule, "
                              "halved while the largest stage does not fit)")
-    device.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the blocks (default: on CUDA)")
+    device.add_argument("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the blocks "
+                        "(default: on CUDA)")
     device.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
-                        help="SDPA's backends (auto: cudnn where the sequence length is a multiple of 128, else "
-                             "PyTorch's choice); CPU: auto, default, flash or math")
+                        help="SDPA's backends (auto: cudnn where seq_len %% 128 == 0); CPU: auto, default, flash, math")
     device.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
                         help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
-    device.add_argument("--peak-flops", type=number("(0, inf)"), default=None,
-                        help="per-GPU peak for MFU (default: the detected GPU's dense bf16 peak)")
+    device.add_argument("--peak-flops", type=number("(0, inf)"), help="per-GPU peak for MFU (default: the GPU's)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
-    rec.add_argument("--recipe", choices=list(ARMS), default=None, help="train with another arm's recipe")
-    rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED), default=None)
-    rec.add_argument("--tokenizer", choices=["gpt2", "bytes"], default=None)
+    rec.add_argument("--recipe", choices=list(ARMS), help="train with another arm's recipe")
+    rec.add_argument("--data-constrained", choices=list(DATA_CONSTRAINED))
+    rec.add_argument("--tokenizer", choices=["gpt2", "bytes"])
     rec.add_argument("--seed", type=integer(*SEEDS), default=42)
-    rec.add_argument("--train-token-limit", type=integer(1, 2 ** 48), default=None)
-    rec.add_argument("--epochs", type=integer(1, MAX_STEPS), default=None,
-                     help="epochs over the token limit (--data-constrained)")
+    rec.add_argument("--train-token-limit", type=integer(1, 2 ** 48))
+    rec.add_argument("--epochs", type=integer(1, MAX_STEPS), help="epochs over the token limit (--data-constrained)")
     add_knob_flags(rec, Arm, "train")
     add_knob_flags(rec, Preset, "train")
-    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", default=None,
+    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+",
                      help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
     add_model_flags(p)
     return p
+
+
+def each_once(flag, values):
+    twice = next((v for i, v in enumerate(values or []) if v in values[:i]), None)
+    if twice is not None:  # a value twice would plan one run twice (or sample one pass count twice as often)
+        raise UsageError(f"{flag} names {twice} twice; give each value once")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,26 +99,21 @@ LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
 
 
 def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
-    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, "all" (the paper's
-    eight), "user" or "demo"; depths replace the preset's; seeds: one run NAME_sS per seed, at replicate_depths only
-    (when given) and the first seed elsewhere."""
+    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, all (the paper's
+    eight), user or demo; depths replace the preset's; seeds: a run NAME_sS per seed (at replicate_depths, if given)."""
     preset = preset or ("cpu" if target == "demo" else "paper")
     groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
     archs = groups.get(target, [target])
     for bad, message in (
             (preset not in LADDER_PRESETS, f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})"),
             (replicate_depths and not seeds, "--replicate-depths needs --seed, e.g. --seed 0 1 2"),
-            (target not in (*ARMS, *groups),
-             f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})"),
-            (target == "demo" and preset != "cpu", f"the demo runs the cpu preset, not --preset {preset}; drop "
-             "--preset (other presets: bash ladder.sh ARCH|all --preset P)"),
+            (target not in (*ARMS, *groups), f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})"),
+            (target == "demo" and preset != "cpu", f"the demo runs the cpu preset, not --preset {preset}"),
             (not archs, "there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)"),
-            (preset == "d26" and archs != ["untied_grow"],
-             "the d26 preset is Untied-Grow only: bash ladder.sh untied_grow --preset d26"),
-            (preset == "d26" and depths and list(depths) != [26], "the d26 preset is the one run at depth 26, not "
-             f"--depth {' '.join(map(str, depths or []))}; drop --depth, or run other depths with --preset paper"),
-            (preset == "data-constrained" and archs != ["operator_1"], "the data-constrained grid uses Operator-1's "
-             "recipe: bash ladder.sh operator_1 --preset data-constrained")):
+            (preset == "d26" and archs != ["untied_grow"], "the d26 preset is Untied-Grow only"),
+            (preset == "d26" and depths and list(depths) != [26],
+             f"the d26 preset is the one run at depth 26, not --depth {' '.join(map(str, depths or []))}"),
+            (preset == "data-constrained" and archs != ["operator_1"], "the data-constrained grid is Operator-1's")):
         if bad:
             raise UsageError(message)
     # every run names its train.py preset: ladder.sh refuses flags after -- that would override a run's arguments
@@ -136,14 +130,14 @@ def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=N
                                                 "--data-constrained", wd, *preset_args])
                      for wd in DATA_CONSTRAINED for d in depths or DATA_CONSTRAINED_LOOPS
                      for k in DATA_CONSTRAINED_LOOPS.get(d, ())]
+    ladder_depths = sorted({depth for _, depth, _ in runs})
     if not runs:
         raise UsageError(f"the data-constrained grid has no depth {' '.join(map(str, depths))} (its depths: "
                          f"{' '.join(map(str, DATA_CONSTRAINED_LOOPS))})")
-    ladder_depths = sorted({depth for _, depth, _ in runs})
     stray = [d for d in replicate_depths or () if d not in ladder_depths]
     if stray:
         raise UsageError(f"--replicate-depths {' '.join(map(str, stray))} is not a depth of this ladder (its depths: "
-                         f"{' '.join(map(str, ladder_depths))}); replicate depths it runs, or add them to --depth")
+                         f"{' '.join(map(str, ladder_depths))})")
     if not seeds:
         return [(name, run_args) for name, _, run_args in runs]
     return [(f"{name}_s{s}", run_args + ["--seed", str(s)]) for name, depth, run_args in runs
@@ -151,20 +145,16 @@ def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=N
 
 
 def print_ladder(argv):
-    """python train.py --ladder TARGET [--preset P] [--depth D ...] [--seed S ...] [--replicate-depths D ...]: one line
+    """python train.py --ladder TARGET [--preset P] [--depth D ...] [--seed S ...] [--replicate-depths D ...]: a line
     per run of `bash ladder.sh TARGET ...`, its name and then its train.py arguments (ladder.sh reads it)."""
     p = Parser(prog="train.py --ladder")
     p.add_argument("target", help="an arm, all, user or demo")
-    p.add_argument("--preset", default=None, help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
+    p.add_argument("--preset", help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
     for flag, bounds in (("--depth", (1, MAX_DEPTH)), ("--seed", SEEDS), ("--replicate-depths", (1, MAX_DEPTH))):
-        p.add_argument(flag, type=integer(*bounds), nargs="+", default=None, help="one or more, e.g. 6 8 10")
+        p.add_argument(flag, type=integer(*bounds), nargs="+", help="one or more, e.g. 6 8 10")
     args = p.parse_args(argv)
-    for flag in ("depth", "seed", "replicate_depths"):  # a value twice plans one run twice, its FLOPs counted twice
-        values = getattr(args, flag) or []
-        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
-        if twice is not None:
-            raise UsageError(f"--{flag.replace('_', '-')} names {twice} twice: that plans one run twice; give each "
-                             "value once")
+    for flag in ("depth", "seed", "replicate_depths"):
+        each_once("--" + flag.replace("_", "-"), getattr(args, flag))
     for name, run_args in ladder_runs(args.target, args.preset, args.depth, args.seed, args.replicate_depths):
         print(name, *run_args)
 
@@ -179,52 +169,52 @@ if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
 import contextlib
 import csv
 import datetime
+import fcntl
 import functools
 import json
 import math
+import shutil
 import signal
+import socket
 import time
 import uuid
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_optimizer_state_dict,
+                                                     set_model_state_dict, set_optimizer_state_dict)
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-import arms
 import data
 import model as model_lib
 import muon
-from arms import GPU_PEAK_FLOPS, PARAM_GROUPS
-from checkpoint import (RunState, check_plan, check_same_pool, complete_checkpoints, load_checkpoint, read_meta,
-                        read_result, read_run_state, resume_point, run_dir_of, run_lock, save_checkpoint)
 from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Interrupted, cli_main_distributed, clock, exit_process,
-                    memory_in_use, raise_interrupted, ranks_per_node, setup_distributed, uses_cuda,
+                    memory_in_use, raise_interrupted, ranks_per_node, setup_distributed, torchrun_env, uses_cuda,
                     write_json, write_text)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
 
-def dry_run(args):
-    """One JSON line per --depth: the plan, its micro-batch on a GPU (a CUDA run may halve it) and GPU-hours."""
-    for depth in args.depths:
-        args.depth = depth
-        plan = make_plan(args)
-        out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
-        device = "cpu" if plan.preset == "cpu" and args.device != "cuda" else "cuda"
-        print(json.dumps(dict(out, device_batch_size=device_batch_size(plan, 1, device, args.device_batch_size),
-                              gpu_hours=gpu_hours_estimate(plan), schedule_notes=schedule_notes(plan))))
-    return 0
+warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+
+
+def planned_micro_batch(plan, args, world):
+    """The micro-batch a run starts at: the preset's on the CPU, the arm's rule on GPUs (where the probe may halve it)."""
+    device = "cpu" if plan.preset == "cpu" and args.device != "cuda" else "cuda"
+    return device_batch_size(plan, world, device, args.device_batch_size)
 
 
 def ladder_dry_run(argv):
-    """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS: the dry
-    run of ladder.sh; RUNS is what `python train.py --ladder` prints. Each run's micro-batch, FLOPs and GPU-hours."""
+    """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS (what
+    `python train.py --ladder` prints): ladder.sh's dry run, each run's micro-batch, FLOPs and GPU-hours."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
     p.add_argument("--nodes", type=integer(1, MAX_NODES), default=1)
-    p.add_argument("--mfu", type=number("(0, 1]"), default=None, help="GPU-hours at this MFU instead")
+    p.add_argument("--mfu", type=number("(0, 1]"), help="GPU-hours at this MFU instead")
     args = p.parse_args(ours)
     world, flops, hours, runs = args.gpus_per_node * args.nodes, 0, 0.0, 0
     for line in sys.stdin:
@@ -233,8 +223,7 @@ def ladder_dry_run(argv):
             run_args = parse_args(run_args + extra)
             plan = make_plan(run_args)
             model_lib.check_arm(plan.model_config, run_args.optimizer)
-            device = "cpu" if plan.preset == "cpu" and run_args.device != "cuda" else "cuda"
-            batch = device_batch_size(plan, world, device, run_args.device_batch_size)
+            batch = planned_micro_batch(plan, run_args, world)
         except UsageError as e:
             raise UsageError(f"{name}: {e}") from None
         estimate = gpu_hours_estimate(plan, args.mfu)
@@ -242,11 +231,9 @@ def ladder_dry_run(argv):
         print(f"run {name}: micro-batch {batch} | {plan.total_flops:.3e} FLOPs | ~{estimate['gpu_hours']:,.1f} "
               f"GPU-hours at {estimate['mfu']:.1%} MFU")
     if not runs:
-        raise UsageError("no runs on stdin: pipe in `python train.py --ladder ARCH` (one line per run: its name, then "
-                         "its train.py flags)")
-    miss = 100 * gpu_hours_estimate(plan)["leave_one_width_out_error"]
+        raise UsageError("no runs on stdin: pipe in `python train.py --ladder ARCH`")
     how = (f"at {args.mfu:.0%} MFU" if args.mfu else "an estimate at the MFU the release measured per width; that "
-           f"rule misses a width left out of it by up to {miss:.1f} MFU points")
+           f"rule misses a width left out of it by up to {100 * leave_one_width_out_error():.1f} MFU points")
     print(f"{runs} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours of an H100 ({how}) | {args.gpus_per_node} "
           f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
 
@@ -261,10 +248,10 @@ def release_mfu_by_width():
     flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
              for row in csv.DictReader(open(os.path.join(RELEASE, "fineweb_ladders.csv")))}
     by_width = {}
-    for series, points in json.load(open(os.path.join(RELEASE, "release", "appendix_ladders", "timing.json"))).items():
+    for series, points in read_json(os.path.join(RELEASE, "release", "appendix_ladders", "timing.json")).items():
         for p in points:
             peak_flop = 8 * GPU_PEAK_FLOPS["H100"] * p["compute"] * 3600
-            by_width.setdefault(p["width"], []).append(flops[arms.RELEASE_SERIES[series], p["depth"]] / peak_flop)
+            by_width.setdefault(p["width"], []).append(flops[RELEASE_SERIES[series], p["depth"]] / peak_flop)
     return {width: sum(m) / len(m) for width, m in sorted(by_width.items())}
 
 
@@ -289,36 +276,31 @@ def gpu_hours_estimate(plan, mfu=None):
 
 def gpu_peak_flops(device, given=None):
     """--peak-flops, else the detected GPU's dense bf16 peak; None off CUDA or when unknown."""
-    if device.type != "cuda" or given:
-        return given if device.type == "cuda" else None
+    if device.type != "cuda":
+        return None
     name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
+    return given or next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
 
 
 def use_compile(args, device):
     return args.compile if args.compile is not None else device.type == "cuda"
 
 
-def compile_model(model, plan, whole=False):
-    """Regional compilation: torch.compile on each Block (embedding, boundary operator and loss stay eager), so
-    identical blocks share compiled code and each block's backward is its own autograd node: Muon's grad hooks send a
-    block's gradients while earlier blocks are still in backward. whole=True compiles the model (bench.py compares).
-    dynamic=False: one graph per micro-batch size of a pass stage, and one for eval."""
+def compile_model(model, plan):
+    """Regional compilation: torch.compile on each Block (embedding, boundary operator and loss stay eager), so that
+    identical blocks share compiled code, one graph per micro-batch size of a pass stage and one for eval; each
+    block's backward is its own autograd node, so Muon's grad hooks send its gradients while backward goes on."""
     torch._dynamo.config.recompile_limit += 2 * (len(plan.pass_stages) + len(plan.random_passes) + 2)
-    if whole:
-        return torch.compile(model, dynamic=False)
     for block in model.transformer.h:
         block.compile(dynamic=False)
-    return model
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The distributed layout (as torchtitan does it): FSDP2 on a DeviceMesh. One node: a 1-D mesh; several: HSDP,
-# (replicate = nodes, shard = ranks per node). One process trains the plain model.
+# The distributed layout (as torchtitan does it): FSDP2 on a DeviceMesh, 1-D on one node; on several HSDP (replicate =
+# nodes, shard = ranks per node). One process trains the plain model.
 
 def build_mesh(world, per_node, device, timeout_minutes):
-    """1-D ("shard") on one node, ("replicate", "shard") = (nodes, per_node) on several; groups with --dist-timeout."""
-    timeout = datetime.timedelta(minutes=timeout_minutes)
+    timeout = datetime.timedelta(minutes=timeout_minutes)  # new_group's default would be NCCL's 10 minutes
     if per_node == world:
         return DeviceMesh.from_group(dist.group.WORLD, device.type, mesh_dim_names=("shard",))
     nodes, rank = world // per_node, dist.get_rank()
@@ -330,11 +312,9 @@ def build_mesh(world, per_node, device, timeout_minutes):
 
 def shard_model(model, mesh):
     """FSDP2 on `mesh`, in place: parameters gathered in the compute dtype, gradients reduced in fp32. A block run
-    once per forward is a group of its own (gathered for its forward, again for its backward); the embedding too (a
-    group holds one dtype: it is bf16 in CUDA's dtypes). The root keeps lm_head and a tied core, which it gathers once
-    per micro-batch and holds through forward and backward: a block run K times as its own group would be gathered K
-    times each way. 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their gradients averaged by a
-    hook (the earlier micro-batches' part is already the same everywhere: averaging it again keeps it)."""
+    once per forward is a group of its own; the embedding too (a group holds one dtype). The root keeps lm_head and
+    a tied core, gathered once per micro-batch (as its own group a block run K times would be gathered K times each
+    way). 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their gradients averaged by a hook."""
     policy = MixedPrecisionPolicy(param_dtype=model.transformer.wte.weight.dtype, reduce_dtype=torch.float32)
     replicated = {p for p in model.parameters() if p.ndim == 0}
     looped = set(model.core_blocks(0)) if model.cfg.mode == "tied" else set()
@@ -342,13 +322,7 @@ def shard_model(model, mesh):
         fully_shard(module, mesh=mesh, mp_policy=policy, ignored_params=replicated)
     fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=replicated)
     for p in replicated:
-        p.register_post_accumulate_grad_hook(average_gradient)
-    return model
-
-
-def average_gradient(param):
-    dist.all_reduce(param.grad)
-    param.grad.div_(dist.get_world_size())
+        p.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad.div_(dist.get_world_size())))
 
 
 def sync_micro_batch(model, last):
@@ -372,26 +346,26 @@ def gather(obj):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Optimizers, growth, evaluation
+# Optimizers and growth
 
 def build_optimizers(model, plan, polar_express_dtype="auto"):
     """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the muon groups, AdamW
-    for the others (--optimizer adamw: AdamW for all). Muon's checkpoint keys are the parameters' names."""
+    for the others (--optimizer adamw: AdamW for all)."""
     groups = {name: params for name, params in model.param_groups().items() if params}
-    betas, eps, wd = tuple(plan.adam_betas), plan.adam_eps, plan.weight_decay
     adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
                   key=lambda name: PARAM_GROUPS[name][0] == "muon")
     group = lambda name: dict(params=groups[name], lr=plan.group_lr(name), base_lr=plan.group_lr(name),
-                              weight_decay=wd if PARAM_GROUPS[name][2] else 0.0)  # noqa: E731
-    adamw = torch.optim.AdamW([group(name) for name in adam], betas=betas, eps=eps, foreach=True)
-    for p in (p for name in adam for p in groups[name]):  # all state up front, so that a checkpoint holds the state
-        adamw.state[p] = dict(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),  # of a parameter no step has
-                              exp_avg_sq=torch.zeros_like(p))  # reached yet (a later pass's)
+                              weight_decay=plan.weight_decay if PARAM_GROUPS[name][2] else 0.0)  # noqa: E731
+    adamw = torch.optim.AdamW([group(name) for name in adam], betas=tuple(plan.adam_betas), eps=plan.adam_eps,
+                              foreach=True)
+    for p in (p for name in adam for p in groups[name]):  # all state up front: a checkpoint holds the state of a
+        adamw.state[p] = dict(step=torch.tensor(0.0), exp_avg=torch.zeros_like(p),  # parameter no step has reached
+                              exp_avg_sq=torch.zeros_like(p))  # yet (a later pass's)
     matrix_groups = [name for name in groups if name not in adam]
     if not matrix_groups:
         return [adamw]
-    names = {p: name for name, p in model.named_parameters()}
-    matrix = muon.Muon([group(name) for name in matrix_groups], lr=plan.matrix_lr, weight_decay=wd,
+    names = {p: name for name, p in model.named_parameters()}  # Muon's checkpoint keys
+    matrix = muon.Muon([group(name) for name in matrix_groups], lr=plan.matrix_lr, weight_decay=plan.weight_decay,
                        polar_express_dtype=polar_express_dtype,
                        param_names=[names[p] for name in matrix_groups for p in groups[name]])
     return [matrix, adamw]
@@ -399,8 +373,7 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
 
 def grow(model, optimizers, passes):
     """What GPT.grow writes (untied: the stacking copies) gets fresh optimizer state; a tied core keeps its state
-    (paper Sec. 3). Under FSDP2 every module is resharded first: growth writes the shards, and a module left gathered
-    would run on its stale copy."""
+    (paper Sec. 3). Under FSDP2 every module is resharded first: growth writes the shards."""
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
@@ -410,46 +383,213 @@ def grow(model, optimizers, passes):
     return overwritten
 
 
-@torch.no_grad()
-def evaluate(model, val, passes, batch_size, token_bytes, rank, world, device):
-    """Validation loss in nats per target token and bits per byte, batches dealt round-robin over the ranks. Every
-    rank runs as many forwards (a sharded forward is collective): a rank short of a batch reruns one, drops its sums."""
-    model.eval()
-    starts = list(range(0, len(val), batch_size))
-    sums = torch.zeros(4, dtype=torch.float64, device=device)  # CE, targets, CE over byte-bearing targets, bytes
-    for k in range(rank, -(-len(starts) // world) * world, world):
-        window = val[starts[k % len(starts)]:][:batch_size].to(device)
-        targets = window[:, 1:]
-        with autocast(model):
-            ce = model(window[:, :-1], targets=targets, passes=passes, reduction="none").double()
-        nbytes = token_bytes[targets.flatten()].double()
-        if k < len(starts):
-            sums += torch.stack([ce.sum(), torch.tensor(ce.numel(), device=device, dtype=torch.float64),
-                                 (ce * (nbytes > 0)).sum(), nbytes.sum()])
+# ---------------------------------------------------------------------------------------------------------------
+# Checkpoints, the torchtitan way. RUN/checkpoints/step_000120/ is one checkpoint: DCP writes every rank's shards of
+# the model and optimizers (and reshards on load: any number of processes resumes it), rank 0 meta.json (RunState,
+# plan, RNG state). A save writes step_N.tmp and renames it once DCP's .metadata (written last) is there, so a step_N
+# or final/ (the last step's, renamed) with .metadata is complete; the newest complete one wins, and none is deleted
+# before a newer complete one exists.
+
+KEEP = 2  # complete checkpoints kept: the newest and the one before it (in case the newest turns out bad)
+
+
+@dataclass
+class RunState:
+    """What changes as a run trains; a checkpoint's meta.json holds these fields at its top level."""
+    step: int = 0
+    evals: list = field(default_factory=list)
+    growth_events: list = field(default_factory=list)
+    flops: int = 0
+    matrix_flops: int = 0        # without attention: the convention of the paper's data-constrained loop grid
+    train_seconds: float = 0.0
+    tokens: int = 0
+    wall_seconds: float = 0.0    # every invocation's, from its first step (start-up excluded), resumes added
+    eval_seconds: float = 0.0    # of that, in validations
+    memory_measured: list = field(default_factory=list)  # record_memory: every rank's, per stage and invocation
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def complete_checkpoints(ckpt_dir):
+    """The complete checkpoint folders in ckpt_dir, oldest first (final last)."""
+    names = os.listdir(ckpt_dir) if os.path.isdir(ckpt_dir) else []
+    steps = sorted(int(n[5:]) for n in names if n.startswith("step_") and n[5:].isdigit())
+    folders = [os.path.join(ckpt_dir, f"step_{s:06d}") for s in steps] + [os.path.join(ckpt_dir, "final")]
+    return [f for f in folders if os.path.isfile(os.path.join(f, ".metadata"))]
+
+
+def checkpoint_folder(path):
+    """`path` if it is a checkpoint, else the newest complete one in it (a checkpoints folder) or in path/checkpoints."""
+    if os.path.isfile(os.path.join(path, ".metadata")):
+        return path
+    found = complete_checkpoints(path) or complete_checkpoints(os.path.join(path, "checkpoints"))
+    if not found:
+        raise ValueError(f"{path} holds no complete train.py checkpoint (a folder with DCP's .metadata)")
+    return found[-1]
+
+
+def load_checkpoint_model(path, device="cpu"):
+    """A GPT from checkpoint_folder(path), weights only, every rank's shards read by this one process -> (model in eval
+    mode, its record: model_config, passes, tokenizer, step)."""
+    folder = checkpoint_folder(path)
+    record = read_json(os.path.join(folder, "meta.json"))["weights"]
+    model = model_lib.GPT(model_lib.ModelConfig(**record["model_config"]), device=device, draw_weights=False)
+    dcp.load(dict(model=model.state_dict()), checkpoint_id=folder, no_dist=True)
+    model.set_passes(int(record["passes"]))
+    return model.eval(), record
+
+
+def read_run_state(folder):
+    meta = read_json(os.path.join(folder, "meta.json"))
+    return RunState(**{f.name: meta[f.name] for f in fields(RunState)})
+
+
+def optimizer_state(model, optimizers):
+    """The optimizers' tensors by parameter name, references to the live ones, as DCP saves and loads them. Muon's
+    hyperparameters go to meta.json; AdamW's come from the plan."""
+    out = {}
+    for opt in optimizers:
+        if isinstance(opt, muon.Muon):
+            out["muon"] = {k: v for k, v in opt.state_dict().items() if k != "param_groups"}
+        else:
+            out["adamw"] = get_optimizer_state_dict(model, opt)["state"]
+    return out
+
+
+def save_checkpoint(ckpt_dir, model, optimizers, state, plan, micro_batches):
+    """Collective: step_N of state.step into ckpt_dir (every rank writes its own shards), then the complete ones past
+    KEEP and any .tmp leftover removed."""
+    folder = os.path.join(ckpt_dir, f"step_{state.step:06d}")
+    tmp, world = folder + ".tmp", dist.get_world_size() if dist.is_initialized() else 1
+    rank_0 = world == 1 or dist.get_rank() == 0
+    if rank_0:
+        shutil.rmtree(tmp, ignore_errors=True)  # a crashed save's leftover: never complete, never read
+        os.makedirs(tmp)
+        matrix = [opt for opt in optimizers if isinstance(opt, muon.Muon)]
+        plan_dict = plan.as_dict()
+        write_json(os.path.join(tmp, "meta.json"), dict(
+            plan=plan_dict, world_size=world, rng=torch.get_rng_state().tolist(),
+            weights=dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
+                         step=state.step),
+            muon_param_groups=matrix[0].state_dict()["param_groups"] if matrix else [],
+            micro_batches=list(micro_batches), **asdict(state)))
     if world > 1:
-        dist.all_reduce(sums)
-    model.train()
-    ce, targets, byte_ce, nbytes = sums.tolist()
-    return ce / targets, byte_ce / (math.log(2) * nbytes) if nbytes > 0 else None
+        dist.barrier()
+    dcp.save(dict(model=get_model_state_dict(model), optimizer=optimizer_state(model, optimizers)),
+             checkpoint_id=tmp, no_dist=world == 1)  # .metadata last, by rank 0, after every shard
+    if rank_0:
+        os.replace(tmp, folder)
+        for old in complete_checkpoints(ckpt_dir)[:-KEEP] + [os.path.join(ckpt_dir, n) for n in os.listdir(ckpt_dir)
+                                                             if n.endswith(".tmp")]:
+            shutil.rmtree(old)
+    if world > 1:
+        dist.barrier()
+
+
+def load_checkpoint(folder, model, optimizers):
+    """Collective: the weights, optimizer and RNG state save_checkpoint wrote, at any world size -> RunState."""
+    meta = read_json(os.path.join(folder, "meta.json"))
+    tensors = dict(model=get_model_state_dict(model), optimizer=optimizer_state(model, optimizers))
+    dcp.load(tensors, checkpoint_id=folder, no_dist=not dist.is_initialized())
+    set_model_state_dict(model, tensors["model"])
+    for opt in optimizers:
+        if isinstance(opt, muon.Muon):
+            opt.load_state_dict(dict(tensors["optimizer"]["muon"], param_groups=meta["muon_param_groups"]))
+        else:
+            groups = get_optimizer_state_dict(model, opt)["param_groups"]
+            set_optimizer_state_dict(model, opt, dict(state=tensors["optimizer"]["adamw"], param_groups=groups))
+    torch.set_rng_state(torch.tensor(meta["rng"], dtype=torch.uint8))
+    return read_run_state(folder)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# A run: its processes, folder and data
+# A run: its folder (one writer at a time, never another run's), processes and data
+
+def check_plan(where, recorded, plan):
+    """The plan `where` (result.json or a checkpoint's meta.json) records must be `plan`: one line names the first
+    difference."""
+    requested = json.loads(json.dumps(plan.as_dict()))  # as JSON holds it: tuples as lists
+    key = next((k for k in requested if recorded.get(k, "nothing") != requested[k]), None)
+    if key is not None:
+        raise UsageError(f"{where} holds another run than this command plans: {key} {recorded.get(key, 'nothing')!r} "
+                         f"there, {requested[key]!r} here; pass that run's own flags, or another --run-name for this one")
+
+
+def check_same_pool(run_dir, data_dir, result, manifest):
+    """A run continues only on the pool it trained on (the same token sha256 in corpus.json; the path may change)."""
+    identity = lambda pool: {k: v.get("sha256") for k, v in (pool or {}).get("splits", {}).items()}  # noqa: E731
+    if identity(result.get("data_manifest")) not in ({}, identity(manifest)):
+        raise UsageError(f"{run_dir} was trained on the pool {result.get('data_dir')!r}, and {data_dir} is another "
+                         "pool (other token sha256 in its corpus.json); pass --data-dir with the run's pool, or "
+                         "another --run-name")
+
+
+def resume_point(args, run_dir):
+    """Where this invocation starts: "complete" (nothing to do), the newest complete checkpoint, or None (step 0). A
+    new run goes only into an empty folder (or one ladder.sh prepared)."""
+    if not (args.resume or args.resume_or_start):
+        held = sorted(set(os.listdir(run_dir) if os.path.isdir(run_dir) else []) - {"train.lock", "train.log",
+                                                                                      "ladder.lock"})
+        if held:
+            raise UsageError(f"{run_dir} already holds files ({held[0]}, ...); pass --resume to continue its run, or "
+                             "choose another --run-name or --runs-dir")
+        return None
+    result = os.path.join(run_dir, "result.json")
+    if os.path.exists(result) and read_json(result)["status"] == "complete":
+        return "complete"
+    found = complete_checkpoints(os.path.join(run_dir, "checkpoints"))
+    if not found and args.resume:
+        raise UsageError(f"--resume: {run_dir} has no complete checkpoint to resume from; pass --resume-or-start to "
+                         "start it at step 0")
+    return found[-1] if found else None
+
+
+def run_lock(args):
+    """One writer per run: rank 0, the only rank that writes the run folder, holds a flock on RUN/train.lock for its
+    whole life (the kernel drops it however the process dies) -> the open lock file (None on other ranks)."""
+    if torchrun_env()[1] != 0:
+        return None
+    run_dir = args.run_dir
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+    except OSError as e:
+        file = next((p for p in (run_dir, args.runs_dir) if os.path.isfile(p)), None)
+        raise UsageError((f"{file} is a file, not a directory" if file else
+                          f"cannot create the run folder {run_dir} ({e.strerror})") + "; pass another --runs-dir or "
+                         "--run-name") from None
+    lock = open(os.path.join(run_dir, "train.lock"), "a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.seek(0)
+        raise UsageError(f"{run_dir} is being written by another train.py ({lock.read().strip() or 'starting'}); "
+                         "wait for it to finish or stop it first") from None
+    lock.truncate(0)
+    lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
+    lock.flush()
+    return lock
+
 
 def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
-    run_dir = run_dir_of(args)
+    run_dir = args.run_dir
     agree_on_plan(plan, run_dir, args)
     resume_from = resume_point(args, run_dir)
-    if resume_from:
-        check_plan(run_dir, read_result(run_dir)["plan"], plan) if resume_from == "complete" else \
-            check_plan(resume_from, read_meta(resume_from)["plan"], plan)
+    result_path = os.path.join(run_dir, "result.json")
+    result = read_json(result_path) if resume_from and os.path.exists(result_path) else {}
+    if resume_from == "complete":
+        check_plan(run_dir, result["plan"], plan)
+    elif resume_from:
+        check_plan(resume_from, read_json(os.path.join(resume_from, "meta.json"))["plan"], plan)
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
         with contextlib.suppress(data.DataError):  # a complete run needs no pool; one given must be its own
-            check_same_pool(run_dir, data_dir, data.load_pool(data_dir, "train").manifest)
+            check_same_pool(run_dir, data_dir, result, data.load_pool(data_dir, "train").manifest)
         if rank == 0:
             print(f"{run_dir} is already complete; nothing to do")
         return None
@@ -459,8 +599,7 @@ def open_run(args, plan):
     if world > 1:
         dist.barrier()
     train_pool, val_pool = data.load_pool(data_dir, "train"), data.load_pool(data_dir, "val")
-    if resume_from:
-        check_same_pool(run_dir, data_dir, train_pool.manifest)
+    check_same_pool(run_dir, data_dir, result, train_pool.manifest)
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
@@ -487,73 +626,15 @@ def open_run(args, plan):
 
 
 def agree_on_plan(plan, run_dir, args):
-    """Every rank must run rank 0's frozen Plan in rank 0's run folder (resuming as it does, at its micro-batch): a
-    rank given another --seed or LR would train to the end unnoticed. A mismatch is one line on every rank (exit 2)."""
-    mine = dict(plan=plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
-                device_batch_size=args.device_batch_size)
-    every = gather(mine)
-    rank = next((r for r, theirs in enumerate(every) if theirs != every[0]), None)
-    if rank is not None:
-        what = next(key for key in mine if every[rank][key] != every[0][key])
-        ours, theirs = every[0][what], every[rank][what]
-        if isinstance(ours, dict):
-            what = next(key for key in ours if ours[key] != theirs.get(key))
-            ours, theirs = ours[what], theirs.get(what)
-        raise UsageError(f"rank {rank} would run another plan than rank 0 ({what}: {theirs} on rank {rank}, {ours} "
-                         "on rank 0): give every rank the same flags and environment")
-
-
-def new_run(args, plan, batch, rank, world, device, loader, **where):
-    """The Run of `plan` in this process, in micro-batches of `batch` sequences. where: its folder and data;
-    bench.py's runs on synthetic tokens have none."""
-    environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
-                       device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                       compiled=use_compile(args, device), attention_backend=args.attention_backend)
-    peak = gpu_peak_flops(device, args.peak_flops)
-    return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
-               micro_batches=(batch,) * len(plan.pass_stages), per_node=ranks_per_node(world) if world > 1 else 1,
-               memory=memory_record(plan, batch, world), environment=environment,
-               peak_flops=peak * world if peak else None, args=args, **where)
-
-
-def memory_record(plan, batch, world, probe_peak_bytes=None):
-    """result.json's "memory": each pass stage's micro-batch and accumulation, and on CUDA the probe's peak bytes."""
-    accumulation = plan.tokens_per_step // plan.seq_len // world // batch
-    return dict(stages=[dict(passes=k, micro_batch=batch, accumulation=accumulation) for k in plan.pass_stages],
-                probe_peak_bytes=probe_peak_bytes)
-
-
-def probe_micro_batch(run, model):
-    """On CUDA, before the first step: one forward and backward of the largest stage (after growth, for a growing arm)
-    on fixed tokens (the data order is untouched), the micro-batch halved while it raises torch.OutOfMemoryError
-    (--device-batch-size: never halved). The smallest over the ranks wins: the global batch stays, accumulation
-    grows."""
-    plan, batch = run.plan, run.micro_batches[0]
-    rank_seqs = plan.tokens_per_step // plan.seq_len // run.world
-    passes = max(plan.pass_stages + plan.random_passes)
-    while True:
-        torch.cuda.reset_peak_memory_stats(run.device)
-        tokens = torch.arange(batch * (plan.seq_len + 1), device=run.device).view(batch, -1)
-        tokens = tokens % plan.model_config.vocab_size
-        try:
-            with autocast(model):
-                loss = model(tokens[:, :-1], targets=tokens[:, 1:], passes=passes)
-            loss.backward()
-            break
-        except torch.OutOfMemoryError:
-            if batch == 1 or run.args.device_batch_size:
-                raise
-            batch = max(b for b in range(1, batch // 2 + 1) if rank_seqs % b == 0)
-        finally:
-            loss = None
-            model.zero_grad(set_to_none=True)
-            torch.cuda.empty_cache()
-    batches, peaks = zip(*gather((batch, torch.cuda.max_memory_allocated(run.device))))
-    run.micro_batches = (min(batches),) * len(plan.pass_stages)
-    run.memory = memory_record(plan, min(batches), run.world, max(peaks))
-    if run.master:
-        print(f"micro-batch {min(batches)} (of {rank_seqs} sequences per rank and step): one forward and backward at "
-              f"{passes} passes peaked at {max(peaks) / 2 ** 30:.1f} GiB per GPU", flush=True)
+    """Every rank must run rank 0's plan in rank 0's run folder (resuming as it does, at its micro-batch): a rank
+    given another --seed or LR would train to the end unnoticed."""
+    every = gather(dict(plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
+                        device_batch_size=args.device_batch_size))
+    for rank, theirs in enumerate(every):
+        what = next((key for key in every[0] if theirs.get(key) != every[0][key]), None)
+        if what is not None:
+            raise UsageError(f"rank {rank} would run another plan than rank 0 ({what}: {theirs.get(what)} on rank "
+                             f"{rank}, {every[0][what]} on rank 0): give every rank the same flags and environment")
 
 
 @dataclass
@@ -582,12 +663,61 @@ class Run:
     final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
 
 
+def new_run(args, plan, batch, rank, world, device, loader, **where):
+    """The Run of `plan` in this process, in micro-batches of `batch` sequences; `where`: its folder and data."""
+    environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
+                       device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                       compiled=use_compile(args, device), attention_backend=args.attention_backend)
+    peak = gpu_peak_flops(device, args.peak_flops)
+    return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
+               micro_batches=(batch,) * len(plan.pass_stages), per_node=ranks_per_node(world) if world > 1 else 1,
+               memory=memory_record(plan, batch, world), environment=environment,
+               peak_flops=peak * world if peak else None, args=args, **where)
+
+
+def memory_record(plan, batch, world, probe_peak_bytes=None):
+    """result.json's "memory": each pass stage's micro-batch and accumulation, and on CUDA the probe's peak bytes."""
+    accumulation = plan.tokens_per_step // plan.seq_len // world // batch
+    return dict(stages=[dict(passes=k, micro_batch=batch, accumulation=accumulation) for k in plan.pass_stages],
+                probe_peak_bytes=probe_peak_bytes)
+
+
+def probe_micro_batch(run, model):
+    """On CUDA, before the first step: a forward and backward of the largest stage on fixed tokens, the micro-batch
+    halved while it runs out of memory (--device-batch-size: never). The smallest over the ranks wins."""
+    plan, batch = run.plan, run.micro_batches[0]
+    rank_seqs = plan.tokens_per_step // plan.seq_len // run.world
+    passes = max(plan.pass_stages + plan.random_passes)
+    while True:
+        torch.cuda.reset_peak_memory_stats(run.device)
+        tokens = torch.arange(batch * (plan.seq_len + 1), device=run.device).view(batch, -1)
+        tokens = tokens % plan.model_config.vocab_size
+        try:
+            with autocast(model):
+                loss = model(tokens[:, :-1], targets=tokens[:, 1:], passes=passes)
+            loss.backward()
+            break
+        except torch.OutOfMemoryError:
+            if batch == 1 or run.args.device_batch_size:
+                raise
+            batch = max(b for b in range(1, batch // 2 + 1) if rank_seqs % b == 0)
+        finally:
+            loss = None
+            model.zero_grad(set_to_none=True)
+            torch.cuda.empty_cache()
+    batches, peaks = zip(*gather((batch, torch.cuda.max_memory_allocated(run.device))))
+    run.micro_batches = (min(batches),) * len(plan.pass_stages)  # the global batch stays, accumulation grows
+    run.memory = memory_record(plan, min(batches), run.world, max(peaks))
+    if run.master:
+        print(f"micro-batch {min(batches)} (of {rank_seqs} sequences per rank and step): one forward and backward at "
+              f"{passes} passes peaked at {max(peaks) / 2 ** 30:.1f} GiB per GPU", flush=True)
+
+
 @dataclass
 class Training:
-    """The model (FSDP2-sharded on several processes), the module steps call (compiled or not), optimizers, counters."""
+    """The model (FSDP2-sharded on several processes, its blocks compiled or not), optimizers, counters."""
     run: Run
     model: model_lib.GPT
-    step_model: torch.nn.Module
     optimizers: list
     state: RunState
     grad_norm: torch.Tensor = None  # the last measured step's (train_step(measure=True))
@@ -607,25 +737,42 @@ def start_training(run):
     optimizers = build_optimizers(model, plan, args.polar_express_dtype)
     state = RunState()
     if run.resume_from:
-        state = load_checkpoint(run.resume_from, plan, model, optimizers)
+        state = load_checkpoint(run.resume_from, model, optimizers)
         model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
-    step_model = compile_model(model, plan) if use_compile(args, run.device) else model
-    if run.master and use_compile(args, run.device):  # the first step can take minutes: say why it is slow
-        print("compiling: torch.compile compiles the blocks at the first step" + (
-            " and again at each growth" if len(plan.pass_stages) > 1 else "") + " (minutes, more on a busy CPU; "
-              "--no-compile runs eager)", flush=True)
+    if use_compile(args, run.device):
+        compile_model(model, plan)
+        if run.master:  # the first step can take minutes: say why it is slow
+            print("compiling: torch.compile compiles the blocks at the first step and at each growth (minutes; "
+                  "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
         print(f"note: {note}")
-    return Training(run, model, step_model, optimizers, state)
+    return Training(run, model, optimizers, state)
 
 
+@torch.no_grad()
 def validate(run, model, state, passes, when):
-    """One validation, recorded in state.evals (result.json) with its passes and why it ran (`when`)."""
-    t0 = time.perf_counter()
-    loss, bpb = evaluate(model, run.val, passes, run.micro_batches[-1], run.token_bytes, run.rank, run.world,
-                         run.device)
+    """Validation loss in nats per target token and bits per byte, recorded in state.evals with its passes and why it
+    ran (`when`). Batches are dealt round-robin over the ranks; every rank runs as many forwards (a sharded forward is
+    collective): a rank short of a batch reruns one and drops its sums."""
+    t0, val, batch_size = time.perf_counter(), run.val, run.micro_batches[-1]
+    model.eval()
+    starts = list(range(0, len(val), batch_size))
+    sums = torch.zeros(4, dtype=torch.float64, device=run.device)  # CE, targets, CE over byte-bearing targets, bytes
+    for k in range(run.rank, -(-len(starts) // run.world) * run.world, run.world):
+        window = val[starts[k % len(starts)]:][:batch_size].to(run.device)
+        with autocast(model):
+            ce = model(window[:, :-1], targets=window[:, 1:], passes=passes, reduction="none").double()
+        nbytes = run.token_bytes[window[:, 1:].flatten()].double()
+        if k < len(starts):
+            sums += torch.stack([ce.sum(), torch.tensor(ce.numel(), device=run.device, dtype=torch.float64),
+                                 (ce * (nbytes > 0)).sum(), nbytes.sum()])
+    if run.world > 1:
+        dist.all_reduce(sums)
+    model.train()
+    ce, targets, byte_ce, nbytes = sums.tolist()
+    loss, bpb = ce / targets, byte_ce / (math.log(2) * nbytes) if nbytes > 0 else None
     state.eval_seconds += time.perf_counter() - t0
     epoch = max(1, -(-state.step // run.loader.steps_per_epoch))  # of the last step trained
     state.evals.append(dict(step=state.step, epoch=epoch, val_loss=loss, val_bpb=bpb, passes=passes, when=when))
@@ -636,8 +783,7 @@ def validate(run, model, state, passes, when):
 
 
 def grow_if_due(run, model, optimizers, state):
-    """At a crossover step, grow once and record it -> whether it grew (train.py: after the step before; bench.py: in
-    train_step)."""
+    """At a crossover step, grow once and record it -> whether it grew."""
     if state.step in run.plan.crossover_steps and all(e["step"] != state.step for e in state.growth_events):
         before, target = model.active_passes, stage_at(state.step, run.plan)
         overwritten = grow(model, optimizers, target)
@@ -648,9 +794,8 @@ def grow_if_due(run, model, optimizers, state):
 
 
 def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False):
-    """One optimizer step: growth if due, passes, LR and momentum, the accumulated micro-batches, update. -> (mean
-    loss over ranks as a device tensor: nothing here waits for the device, passes, epoch, LR multiplier).
-    optimizer_timer: around the optimizers' steps (bench.py). measure: also the gradient norm (a collective)."""
+    """One optimizer step -> (mean loss over ranks as a device tensor: nothing here waits for the device, passes,
+    epoch, LR multiplier). optimizer_timer: around the optimizers (bench.py). measure: the gradient norm too."""
     run, model, optimizers, state = training.run, training.model, training.optimizers, training.state
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
@@ -662,17 +807,16 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
             group["lr"] = group["base_lr"] * lrm
             if isinstance(opt, muon.Muon):
                 group["momentum"] = muon.muon_momentum(step)
-    micro_batch = run.micro_batches[stage_index(step, plan)]
     epoch, windows = run.loader.batch(step, run.rank, run.world)
     if run.device.type == "cuda":  # from page-locked memory the copies below are asynchronous
         windows = windows.pin_memory()
-    micros = windows.split(micro_batch)
+    micros = windows.split(run.micro_batches[stage_index(step, plan)])
     step_loss = torch.zeros((), device=run.device)
     for k, micro in enumerate(micros):
         sync_micro_batch(model, last=k == len(micros) - 1)
         micro = micro.to(run.device, non_blocking=True)
         with autocast(model):
-            loss = training.step_model(micro[:, :-1], targets=micro[:, 1:])
+            loss = model(micro[:, :-1], targets=micro[:, 1:])
         (loss / len(micros)).backward()
         step_loss += loss.detach() / len(micros)
     if measure:  # the L2 norm of the rank-averaged gradient the optimizers step on (nothing is clipped)
@@ -681,7 +825,7 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     with optimizer_timer:
         for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
             opt.step()
-    training.step_model.zero_grad(set_to_none=True)
+    model.zero_grad(set_to_none=True)
     if run.world > 1:
         dist.all_reduce(step_loss)
         step_loss /= run.world
@@ -706,7 +850,7 @@ def count_step(run, state, passes, seconds=None):
 # The loop's records: result.json, trajectory.jsonl, the progress line, wandb
 
 def write_result(run, state, status, mfu=None, **extra):
-    """result.json (replaced in one step): status running, complete, stopped (with its reason) or failed (with its
+    """result.json, replaced in one step: status running, complete, stopped (with its reason) or failed (with its
     error); the final_* numbers only once it is complete."""
     if not run.master:
         return
@@ -733,16 +877,13 @@ class Progress:
 
     def __init__(self, run, state, trajectory, stop, tracker=None):
         self.run, self.state, self.trajectory, self.stop, self.tracker = run, state, trajectory, stop, tracker
-        self.pending, self.records, self.mfu = [], [], None
+        self.pending, self.records, self.mfu = [], [], None  # pending: (record, its loss on the device)
         self.mark = self.start = time.perf_counter()
         self.wall_start, self.flops_start = self.start - state.wall_seconds, state.flops  # resumes add up
 
-    def add(self, record, loss):
-        self.pending.append((record, loss))
-
     def fetch(self, model, grad_norm):
-        """One device->host transfer: the pending losses, the gradient norm and the model's learned scalars (its
-        "scalar" group; a vector's entries as NAME.i) -> the first step whose loss is not finite, or None."""
+        """One device->host transfer: the pending losses, the gradient norm and the model's learned scalars (a
+        vector's entries as NAME.i) -> the first step whose loss is not finite, or None."""
         scalar_ids = {id(p) for p in model.param_groups()["scalar"]}
         scalars = {name: p for name, p in model.named_parameters() if id(p) in scalar_ids}
         keys = [name if p.ndim == 0 else f"{name}.{i}" for name, p in scalars.items() for i in range(p.numel())]
@@ -762,8 +903,7 @@ class Progress:
         return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
 
     def eta(self):
-        """Wall seconds to the invocation's last step: this invocation's wall time per FLOP so far (validations,
-        checkpoints and compilation included) times the FLOPs of the steps ahead at their passes."""
+        """Wall seconds to the invocation's last step: its wall time per FLOP so far times the FLOPs ahead."""
         plan, state, done = self.run.plan, self.state, self.state.flops - self.flops_start
         bounds, stop = [0, *plan.crossover_steps, plan.steps], self.stop
         ahead = sum(model_lib.flops_per_token(plan.model_config, k) * max(0, min(b, stop) - max(a, state.step))
@@ -790,7 +930,7 @@ class Progress:
 
 
 def open_wandb(args, run):
-    """--wandb PROJECT (or WANDB_PROJECT), rank 0: one wandb run per run, named LADDER/RUN and grouped by its ladder
+    """--wandb PROJECT (or WANDB_PROJECT), rank 0: a wandb run per run, named LADDER/RUN and grouped by its ladder
     (the runs folder's name), the plan as config; a resume continues it (its id in RUN/wandb_id)."""
     project = args.wandb or os.environ.get("WANDB_PROJECT")
     if not project or not run.master:
@@ -826,8 +966,8 @@ def wandb_record(record):
 
 
 def record_memory(run, state, start_step):
-    """Every rank's peak memory over the pass stage in force (since this invocation's start or the last growth),
-    before a growth and at an invocation's last step (a collective): state.memory_measured."""
+    """Collective: every rank's peak memory over the pass stage in force (since this invocation's start or the last
+    growth) into state.memory_measured, before a growth and at an invocation's last step."""
     stage = len(state.growth_events)
     state.memory_measured.append(dict(
         stage=stage, passes=run.plan.pass_stages[stage], micro_batch=run.micro_batches[stage], world_size=run.world,
@@ -849,8 +989,7 @@ def request_stop(signum, frame):
     signal.signal(signal.SIGTERM, raise_interrupted)
 
 
-def train(args):
-    plan = make_plan(args)
+def train(args, plan):
     run = open_run(args, plan)
     if run is None:
         return 0
@@ -859,7 +998,7 @@ def train(args):
         print(f"{run.run_dir} had finished training; wrote its result.json from {run.final}")
         return 0
     training = start_training(run)
-    model, step_model, optimizers, state = training.model, training.step_model, training.optimizers, training.state
+    model, optimizers, state = training.model, training.optimizers, training.state
     handlers = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     STOP_SIGNALS.clear()
     # the cadence: validations at most EVAL_COMPUTE_SHARE of the training compute by default (a validation is a
@@ -867,10 +1006,10 @@ def train(args):
     # and around a growth; only a logged step waits for the device (it fetches the losses since the last one)
     preset, epoch_steps = PRESETS[plan.preset], run.loader.steps_per_epoch
     stop = min(plan.steps, args.stop_after or plan.steps)
-    log_every, save_every = args.log_every or preset.log_every, args.save_every
+    log_every = args.log_every or preset.log_every
+    save_every = preset.save_every if args.save_every is None else args.save_every
     eval_every = math.ceil(plan.val_tokens / (3 * EVAL_COMPUTE_SHARE * plan.tokens_per_step)) \
         if args.eval_every is None else args.eval_every
-    save_every = preset.save_every if save_every is None else save_every
     validates = lambda s: (s == plan.steps or s % epoch_steps == 0 or s in plan.crossover_steps  # noqa: E731
                            or bool(eval_every) and s % eval_every == 0)
     saves = lambda s: s == plan.steps or s == stop or bool(save_every) and s % save_every == 0  # noqa: E731
@@ -883,15 +1022,15 @@ def train(args):
         progress = Progress(run, state, trajectory, stop, open_wandb(args, run))
         start_step = state.step
         if state.step == 0 and not state.evals:
-            validate(run, step_model, state, plan.pass_stages[0], "start")
+            validate(run, model, state, plan.pass_stages[0], "start")
             progress.mark = time.perf_counter()
         while state.step < stop:
             s = state.step + 1  # the step after a growth logs too: its own interval holds the recompilation
             logged = s == 1 or s % log_every == 0 or s - 1 in plan.crossover_steps or validates(s) or saves(s)
             loss, passes, epoch, lrm = train_step(training, measure=logged)
             count_step(run, state, passes)
-            progress.add(dict(step=s, tokens=state.tokens, flops=state.flops, lr_multiplier=lrm, passes=passes,
-                              stage=stage_index(s - 1, plan), epoch=epoch), loss)
+            progress.pending.append((dict(step=s, tokens=state.tokens, flops=state.flops, lr_multiplier=lrm,
+                                          passes=passes, stage=stage_index(s - 1, plan), epoch=epoch), loss))
             if not logged:
                 continue
             # the one place where a step's evals, growth, checkpoint and stop are decided
@@ -908,13 +1047,12 @@ def train(args):
                 record = progress.records[-1]
                 when = ("end" if s == plan.steps else "before growth" if s in plan.crossover_steps
                         else "epoch" if s % epoch_steps == 0 else "periodic")
-                ev = validate(run, step_model, state, plan.passes_final if s == plan.steps else stage_at(s - 1, plan),
-                              when)
+                ev = validate(run, model, state, plan.passes_final if s == plan.steps else stage_at(s - 1, plan), when)
                 record.update(val_loss=ev["val_loss"], val_bpb=ev["val_bpb"], val_passes=ev["passes"])
                 if when == "before growth":
                     record_memory(run, state, start_step)
                 if grow_if_due(run, model, optimizers, state):
-                    ev = validate(run, step_model, state, stage_at(s, plan), "after growth")
+                    ev = validate(run, model, state, stage_at(s, plan), "after growth")
                     record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
                                   passes_after_growth=ev["passes"])
                 progress.mark = time.perf_counter()
@@ -927,8 +1065,6 @@ def train(args):
                 record_memory(run, state, start_step)
             progress.write(printed=True)
             if saves(s) or stopping:
-                if run.master:
-                    trajectory.flush()
                 save_checkpoint(run.ckpt_dir, model, optimizers, state, plan, run.micro_batches)
                 write_result(run, state, "running", progress.mfu)
                 progress.mark = time.perf_counter()
@@ -967,7 +1103,7 @@ def finish(run, state, progress):
     import fit  # the reader of runs writes their report.md
     fit.write_run_report(run.run_dir)
     if progress.tracker:
-        progress.tracker.summary.update({k: v for k, v in read_result(run.run_dir).items()
+        progress.tracker.summary.update({k: v for k, v in read_json(os.path.join(run.run_dir, "result.json")).items()
                                          if isinstance(v, (int, float, str, bool))})
         progress.tracker.finish()
 
@@ -982,28 +1118,33 @@ def parse_args(argv):
         p.error("--arch and --depth are required")
     if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
         p.error(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for the parent")
-    for flag, values in (("--depth", args.depth), ("--random-passes", args.random_passes)):
-        if values and len(set(values)) < len(values):
-            p.error(f"{flag} names a value twice ({' '.join(map(str, values))}); give each once")
-    args.depths, args.depth = args.depth, args.depth[0]  # several only for --dry-run
-    if len(args.depths) > 1 and not args.dry_run:
+    each_once("--depth", args.depth)
+    each_once("--random-passes", args.random_passes)
+    if len(args.depth) > 1 and not args.dry_run:
         p.error("several --depth values need --dry-run; train one depth per run")
-    if args.attention_backend not in arms.CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
+    if args.attention_backend not in CPU_ATTENTION_BACKENDS and not (args.dry_run or uses_cuda(args.device)):
         p.error(f"--attention-backend {args.attention_backend} needs CUDA; on the CPU SDPA has only flash (its CPU "
                 "kernel) and math")
+    args.depths, args.depth = args.depth, args.depth[0]  # several only for --dry-run
+    args.run_dir = os.path.join(args.runs_dir, args.run_name or f"{args.arch}_d{args.depth}")
     return args
 
 
 def run_command(argv):
     args = parse_args(argv)
-    for depth in args.depths:  # bad flags and arms: before the run folder exists, and in the dry run alike
+    plans = []
+    for depth in args.depths:  # every depth's flags and arm checked before anything is printed or written
         args.depth = depth
-        model_lib.check_arm(make_plan(args).model_config, args.optimizer)
-    args.depth = args.depths[0]
-    if args.dry_run:
-        return dry_run(args)
-    with run_lock(args) or contextlib.nullcontext():
-        return train(args)
+        plans.append(make_plan(args))
+        model_lib.check_arm(plans[-1].model_config, args.optimizer)
+    if not args.dry_run:
+        with run_lock(args) or contextlib.nullcontext():
+            return train(args, plans[0])
+    for plan in plans:  # the plan, its first micro-batch and GPU-hours
+        out = {k: v for k, v in plan.as_dict().items() if k != "model_config"}
+        print(json.dumps(dict(out, device_batch_size=planned_micro_batch(plan, args, 1),
+                              gpu_hours=gpu_hours_estimate(plan), schedule_notes=schedule_notes(plan))))
+    return 0
 
 
 def main(argv=None):

@@ -307,7 +307,7 @@ CLASS2_CASES = [  # (id, script, environment, argv, message)
                                                          "2", "4", "3", "--crossover-fractions", "0.3", "0.6",
                                                          "--dry-run"], "--pass-stages must increase"),
     ("train-random-passes-twice", "train.py", {}, ["--arch", "loop_grow", "--depth", "8", "--random-passes", "2", "2",
-                                                  "4", "--dry-run"], "--random-passes names a value twice"),
+                                                  "4", "--dry-run"], "--random-passes names 2 twice"),
     ("ladder-dry-run-mfu-five", "train.py", {}, [*LADDER_DRY, "--mfu", "5"], "argument --mfu: must be a finite "
                                                                              "number in (0, 1], got '5'"),
     ("ladder-dry-run-a-run-that-does-not-plan", "train.py", {}, [*LADDER_DRY, "--", "--device-batch-size", "3"],
@@ -375,7 +375,7 @@ def test_class5_slurm_and_environment_values(tmp_path, hosts, env, message):
 
 
 CLASS5_LIST_CASES = [
-    ("depth-twice", ["vanilla", "--depth", "1", "1"], "--depth names 1 twice: that plans one run twice"),
+    ("depth-twice", ["vanilla", "--depth", "1", "1"], "--depth names 1 twice; give each value once"),
     ("seed-twice", ["vanilla", "--seed", "0", "0"], "--seed names 0 twice"),
     ("replicate-depth-not-in-depths", ["vanilla", "--depth", "6", "8", "--seed", "0", "1", "--replicate-depths", "8",
                                        "10"], "--replicate-depths 10 is not a depth of this ladder (its depths: 6 8)"),

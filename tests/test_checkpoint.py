@@ -14,7 +14,7 @@ import time
 import pytest
 import torch
 
-import checkpoint
+
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,7 +33,7 @@ def losses(run_dir):
 
 
 def weights(path):
-    return checkpoint.load_checkpoint_model(str(path))[0].state_dict()
+    return train.load_checkpoint_model(str(path))[0].state_dict()
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +46,9 @@ def full(pool, tmp_path_factory):
 
 def test_load_checkpoint_model_reads_a_run_its_checkpoints_or_one_step_folder(full, tmp_path):
     final = full / "checkpoints" / "final"
-    assert [os.path.basename(f) for f in checkpoint.complete_checkpoints(str(full / "checkpoints"))] == \
+    assert [os.path.basename(f) for f in train.complete_checkpoints(str(full / "checkpoints"))] == \
         ["step_000012", "final"]  # KEEP = 2: older ones deleted once newer ones were complete
-    net, record = checkpoint.load_checkpoint_model(str(full))
+    net, record = train.load_checkpoint_model(str(full))
     assert record["step"] == 16 and net.active_passes == record["passes"] == 4
     reference = weights(final)
     for path in (full, full / "checkpoints"):
@@ -56,7 +56,7 @@ def test_load_checkpoint_model_reads_a_run_its_checkpoints_or_one_step_folder(fu
     older = weights(full / "checkpoints" / "step_000012")
     assert any(not torch.equal(reference[k], v) for k, v in older.items())
     with pytest.raises(ValueError, match="holds no complete train.py checkpoint"):
-        checkpoint.load_checkpoint_model(str(tmp_path))
+        train.load_checkpoint_model(str(tmp_path))
 
 
 def test_a_crash_leftover_never_shadows_or_deletes_the_intact_checkpoint(pool, full, tmp_path):
@@ -72,7 +72,7 @@ def test_a_crash_leftover_never_shadows_or_deletes_the_intact_checkpoint(pool, f
         meta = json.load(open(ckpt / name / "meta.json"))
         json.dump(dict(meta, step=step, weights=dict(meta["weights"], step=step)), open(ckpt / name / "meta.json", "w"))
     os.remove(ckpt / "step_000014" / ".metadata")
-    assert checkpoint.checkpoint_folder(str(tmp_path / "cut")) == str(intact)
+    assert train.checkpoint_folder(str(tmp_path / "cut")) == str(intact)
     assert train.main(tiny(pool, tmp_path, "cut", "--resume")) == 0
     assert losses(tmp_path / "cut") == losses(full)
     assert sorted(os.listdir(ckpt)) == ["final", "step_000012", "step_000014"]
@@ -95,7 +95,7 @@ def test_kill_9_resumes_to_the_uninterrupted_runs_bits(pool, full, tmp_path):
     proc = start(pool, tmp_path, "killed")
     proc.kill()
     proc.communicate()
-    step = checkpoint.read_run_state(checkpoint.checkpoint_folder(str(tmp_path / "killed"))).step
+    step = train.read_run_state(train.checkpoint_folder(str(tmp_path / "killed"))).step
     assert 4 <= step < 16 and json.load(open(tmp_path / "killed" / "result.json"))["status"] == "running"
     assert train.main(tiny(pool, tmp_path, "killed", "--resume")) == 0
     assert losses(tmp_path / "killed") == losses(full)
@@ -112,7 +112,7 @@ def test_a_stop_signal_saves_records_stopped_and_resumes_exactly(pool, full, tmp
     result = json.load(open(tmp_path / "stopped" / "result.json"))
     step = result["completed_steps"]
     assert result["status"] == "stopped" and result["reason"] == f"SIGTERM at step {step}" and step < 16
-    assert checkpoint.checkpoint_folder(str(tmp_path / "stopped")).endswith(f"step_{step:06d}")
+    assert train.checkpoint_folder(str(tmp_path / "stopped")).endswith(f"step_{step:06d}")
     assert f"stopped (SIGTERM at step {step}); continue with --resume" in err
     assert train.main(tiny(pool, tmp_path, "stopped", "--resume")) == 0
     assert losses(tmp_path / "stopped") == losses(full)

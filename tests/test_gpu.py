@@ -13,7 +13,7 @@ import types
 import pytest
 import torch
 
-import checkpoint
+
 import common
 import core_eval
 import model
@@ -49,7 +49,7 @@ def train_py(args, gpus=1, wait=True):
 def run_of(runs, name):
     """A finished run as test_parallel.distance compares it: its losses and its final weights."""
     _, trajectory = read_run(runs, name)
-    net, _ = checkpoint.load_checkpoint_model(os.path.join(str(runs), name, "checkpoints", "final"))
+    net, _ = train.load_checkpoint_model(os.path.join(str(runs), name, "checkpoints", "final"))
     return dict(losses=[t["loss"] for t in trajectory], weights={k: v.float() for k, v in net.state_dict().items()})
 
 
@@ -90,7 +90,7 @@ def test_core_scores_on_pytorchs_default_attention(gpu_run, tmp_path, capsys):
                            str(tmp_path / "eval.json")]) == 0
     scores = json.loads((tmp_path / "eval.json").read_text())
     assert all(math.isfinite(v) for v in scores["losses"].values()) and 0 <= min(scores["results"].values())
-    net, _ = checkpoint.load_checkpoint_model(final, device="cuda")
+    net, _ = train.load_checkpoint_model(final, device="cuda")
     net.set_attention("default")
     kernel = model.attention_backend_run(lambda: net.residual_stream(torch.zeros(2, 64, dtype=torch.long,
                                                                                  device="cuda")))

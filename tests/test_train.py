@@ -119,8 +119,7 @@ def test_resume_after_stop_is_bit_exact_and_a_tied_core_keeps_its_optimizer_stat
     (full, full_traj), (cut, cut_traj) = read_run(tmp_path, "full"), read_run(tmp_path, "cut")
     assert [t["loss"] for t in cut_traj] == [t["loss"] for t in full_traj]
     assert cut["evals"] == full["evals"] and full["growth_events"][0]["step"] == 6
-    import checkpoint
-    a, b = (checkpoint.load_checkpoint_model(os.path.join(tmp_path, name))[0].state_dict() for name in ("full", "cut"))
+    a, b = (train.load_checkpoint_model(os.path.join(tmp_path, name))[0].state_dict() for name in ("full", "cut"))
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -133,8 +132,7 @@ def test_non_finite_loss_exits_3_and_keeps_checkpoint(pool, tmp_path):
     assert json.load(open(os.path.join(tmp_path, "nan", "result.json")))["status"] == "failed"
     latest = os.path.join(tmp_path, "nan", "checkpoints", "step_000002")
     assert "step 2" in r.stderr and latest in r.stderr  # blows up at step 2, after the step-2 checkpoint
-    import checkpoint
-    assert checkpoint.read_run_state(latest).step == 2
+    assert train.read_run_state(latest).step == 2
 
 
 # ---------------------------------------------------------------------------------------------------------------
