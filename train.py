@@ -41,12 +41,10 @@ def build_parser():
     run.add_argument("--run-name", help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
     run.add_argument("--data-dir", help="token pool from data.py (env DATA_DIR; preset default)")
-    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+",
-                     help="fraction of steps before each growth (rho = 1 - f)")
+    run.add_argument("--crossover-fractions", type=number("(0, 1)"), nargs="+", help="steps before each growth")
     run.add_argument("--stop-after", type=integer(1, MAX_STEPS), help="stop after N steps without changing the plan")
     run.add_argument("--save-every", type=integer(0, MAX_STEPS), help="checkpoint every N steps (0: only at the end)")
-    run.add_argument("--log-every", type=integer(1, MAX_STEPS),
-                     help="print (and fetch the losses from the device) every N steps (default: the preset's)")
+    run.add_argument("--log-every", type=integer(1, MAX_STEPS), help="print (fetch the losses) every N steps")
     run.add_argument("--eval-every", type=integer(0, MAX_STEPS),
                      help="validate every N steps (0: only at the start, the end, each epoch and around a growth); "
                           f"default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute")
@@ -58,17 +56,13 @@ def build_parser():
                      help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES})")
     device = p.add_argument_group("device")
     device.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    device.add_argument("--compute-dtype", choices=["bfloat16", "float32"],
-                        help="default: bfloat16 on CUDA, float32 on the CPU (docs/gpu.md)")
+    device.add_argument("--compute-dtype", choices=["bfloat16", "float32"], help="default: bfloat16 on CUDA only")
     device.add_argument("--device-batch-size", type=integer(1, 2 ** 30),
-                        help="sequences per micro-batch (default: the preset's on CPU; on CUDA the arm's rule, "
-                             "halved while the largest stage does not fit)")
-    device.add_argument("--compile", action=argparse.BooleanOptionalAction, help="torch.compile the blocks "
-                        "(default: on CUDA)")
+                        help="sequences per micro-batch (default: the preset's; on CUDA halved until it fits)")
+    device.add_argument("--compile", action=argparse.BooleanOptionalAction, help="default: on CUDA")
     device.add_argument("--attention-backend", choices=ATTENTION_BACKENDS, default="auto",
                         help="SDPA's backends (auto: cudnn where seq_len %% 128 == 0); CPU: auto, default, flash, math")
-    device.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto",
-                        help="Muon's Polar-Express precision (auto: bf16 where the device multiplies bf16 natively)")
+    device.add_argument("--polar-express-dtype", choices=["auto", "bf16", "fp32"], default="auto", help="Muon's")
     device.add_argument("--peak-flops", type=number("(0, inf)"), help="per-GPU peak for MFU (default: the GPU's)")
     rec = p.add_argument_group("recipe overrides (LRs are anchor-depth values, scaled to --depth)")
     rec.add_argument("--optimizer", choices=["muon", "adamw"], default="muon")
@@ -80,8 +74,7 @@ def build_parser():
     rec.add_argument("--epochs", type=integer(1, MAX_STEPS), help="epochs over the token limit (--data-constrained)")
     add_knob_flags(rec, Arm, "train")
     add_knob_flags(rec, Preset, "train")
-    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+",
-                     help="after growth, sample passes uniformly from this set each step (paper App. B.4)")
+    rec.add_argument("--random-passes", type=integer(1, MAX_PASSES), nargs="+", help="after growth (App. B.4)")
     add_model_flags(p)
     return p
 
@@ -99,8 +92,7 @@ LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
 
 
 def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=None):
-    """[(run name, train.py arguments)] of `bash ladder.sh TARGET --preset PRESET`. target: an arm, all (the paper's
-    eight), user or demo; depths replace the preset's; seeds: a run NAME_sS per seed (at replicate_depths, if given)."""
+    """[(run name, train.py arguments)] of `bash ladder.sh TARGET ...` (target: an arm, all, user or demo)."""
     preset = preset or ("cpu" if target == "demo" else "paper")
     groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
     archs = groups.get(target, [target])
@@ -145,8 +137,7 @@ def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=N
 
 
 def print_ladder(argv):
-    """python train.py --ladder TARGET [--preset P] [--depth D ...] [--seed S ...] [--replicate-depths D ...]: a line
-    per run of `bash ladder.sh TARGET ...`, its name and then its train.py arguments (ladder.sh reads it)."""
+    """python train.py --ladder TARGET [ladder.sh's options]: a line per run, its name and train.py arguments."""
     p = Parser(prog="train.py --ladder")
     p.add_argument("target", help="an arm, all, user or demo")
     p.add_argument("--preset", help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
@@ -175,9 +166,8 @@ import json
 import math
 import shutil
 import signal
-import socket
 import time
-import uuid
+import types
 import warnings
 from dataclasses import asdict, dataclass, field, fields
 
@@ -201,15 +191,13 @@ from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedul
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
 
 
-def planned_micro_batch(plan, args, world):
-    """The micro-batch a run starts at: the preset's on the CPU, the arm's rule on GPUs (where the probe may halve it)."""
-    device = "cpu" if plan.preset == "cpu" and args.device != "cuda" else "cuda"
-    return device_batch_size(plan, world, device, args.device_batch_size)
+def planned_micro_batch(plan, args, world):  # the preset's on the CPU, the arm's rule on GPUs (the probe may halve it)
+    return device_batch_size(plan, world, "cpu" if plan.preset == "cpu" and args.device != "cuda" else "cuda",
+                             args.device_batch_size)
 
 
 def ladder_dry_run(argv):
-    """python train.py --ladder-dry-run [--gpus-per-node N] [--nodes M] [--mfu F] [-- train.py flags] < RUNS (what
-    `python train.py --ladder` prints): ladder.sh's dry run, each run's micro-batch, FLOPs and GPU-hours."""
+    """python train.py --ladder-dry-run [-- train.py flags] < `train.py --ladder` lines: runs' GPU-hours."""
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
@@ -230,8 +218,6 @@ def ladder_dry_run(argv):
         flops, hours, runs = flops + plan.total_flops, hours + estimate["gpu_hours"], runs + 1
         print(f"run {name}: micro-batch {batch} | {plan.total_flops:.3e} FLOPs | ~{estimate['gpu_hours']:,.1f} "
               f"GPU-hours at {estimate['mfu']:.1%} MFU")
-    if not runs:
-        raise UsageError("no runs on stdin: pipe in `python train.py --ladder ARCH`")
     how = (f"at {args.mfu:.0%} MFU" if args.mfu else "an estimate at the MFU the release measured per width; that "
            f"rule misses a width left out of it by up to {100 * leave_one_width_out_error():.1f} MFU points")
     print(f"{runs} runs | {flops:.3e} FLOPs | ~{hours:,.0f} GPU-hours of an H100 ({how}) | {args.gpus_per_node} "
@@ -243,8 +229,7 @@ RELEASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
 
 @functools.cache
 def release_mfu_by_width():
-    """{width: mean MFU of the release's timed runs}: FLOPs (fineweb_ladders.csv) over 8 H100s' peak for the hours
-    each run took (release/appendix_ladders/timing.json, Fig. 15b). Measured, not modelled."""
+    """{width: mean MFU of the release's timed runs (Fig. 15b)}: measured, not modelled."""
     flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
              for row in csv.DictReader(open(os.path.join(RELEASE, "fineweb_ladders.csv")))}
     by_width = {}
@@ -276,10 +261,8 @@ def gpu_hours_estimate(plan, mfu=None):
 
 def gpu_peak_flops(device, given=None):
     """--peak-flops, else the detected GPU's dense bf16 peak; None off CUDA or when unknown."""
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return given or next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return name and (given or next((peak for key, peak in GPU_PEAK_FLOPS.items() if key in name), None))
 
 
 def use_compile(args, device):
@@ -297,7 +280,7 @@ def compile_model(model, plan):
 
 # ---------------------------------------------------------------------------------------------------------------
 # The distributed layout (as torchtitan does it): FSDP2 on a DeviceMesh, 1-D on one node; on several HSDP (replicate =
-# nodes, shard = ranks per node). One process trains the plain model.
+# nodes, shard = ranks per node). One process trains the plain model. Then the optimizers and growth.
 
 def build_mesh(world, per_node, device, timeout_minutes):
     timeout = datetime.timedelta(minutes=timeout_minutes)  # new_group's default would be NCCL's 10 minutes
@@ -345,12 +328,8 @@ def gather(obj):
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Optimizers and growth
-
 def build_optimizers(model, plan, polar_express_dtype="auto"):
-    """Each non-empty group of model.param_groups() by its row of arms.PARAM_GROUPS: Muon for the muon groups, AdamW
-    for the others (--optimizer adamw: AdamW for all)."""
+    """Muon for arms.PARAM_GROUPS' muon groups, AdamW for the others (--optimizer adamw: for all)."""
     groups = {name: params for name, params in model.param_groups().items() if params}
     adam = sorted((name for name in groups if plan.optimizer == "adamw" or PARAM_GROUPS[name][0] == "adamw"),
                   key=lambda name: PARAM_GROUPS[name][0] == "muon")
@@ -372,8 +351,7 @@ def build_optimizers(model, plan, polar_express_dtype="auto"):
 
 
 def grow(model, optimizers, passes):
-    """What GPT.grow writes (untied: the stacking copies) gets fresh optimizer state; a tied core keeps its state
-    (paper Sec. 3). Under FSDP2 every module is resharded first: growth writes the shards."""
+    """GPT.grow; what it writes (untied: the stacking copies) gets fresh optimizer state (paper Sec. 3)."""
     for module in model.modules():
         if isinstance(module, FSDPModule):
             module.reshard()
@@ -405,7 +383,7 @@ class RunState:
     tokens: int = 0
     wall_seconds: float = 0.0    # every invocation's, from its first step (start-up excluded), resumes added
     eval_seconds: float = 0.0    # of that, in validations
-    memory_measured: list = field(default_factory=list)  # record_memory: every rank's, per stage and invocation
+    memory_measured: list = field(default_factory=list)  # every rank's peak memory, per invocation
 
 
 def read_json(path):
@@ -421,20 +399,14 @@ def complete_checkpoints(ckpt_dir):
     return [f for f in folders if os.path.isfile(os.path.join(f, ".metadata"))]
 
 
-def checkpoint_folder(path):
-    """`path` if it is a checkpoint, else the newest complete one in it (a checkpoints folder) or in path/checkpoints."""
-    if os.path.isfile(os.path.join(path, ".metadata")):
-        return path
-    found = complete_checkpoints(path) or complete_checkpoints(os.path.join(path, "checkpoints"))
+def load_checkpoint_model(path, device="cpu"):
+    """A GPT from the checkpoint `path`, or the newest complete one in `path` (a checkpoints folder) or in
+    path/checkpoints (a run folder) -> (model in eval mode, meta.json's weights record)."""
+    found = [path] if os.path.isfile(os.path.join(path, ".metadata")) else \
+        complete_checkpoints(path) or complete_checkpoints(os.path.join(path, "checkpoints"))
     if not found:
         raise ValueError(f"{path} holds no complete train.py checkpoint (a folder with DCP's .metadata)")
-    return found[-1]
-
-
-def load_checkpoint_model(path, device="cpu"):
-    """A GPT from checkpoint_folder(path), weights only, every rank's shards read by this one process -> (model in eval
-    mode, its record: model_config, passes, tokenizer, step)."""
-    folder = checkpoint_folder(path)
+    folder = found[-1]
     record = read_json(os.path.join(folder, "meta.json"))["weights"]
     model = model_lib.GPT(model_lib.ModelConfig(**record["model_config"]), device=device, draw_weights=False)
     dcp.load(dict(model=model.state_dict()), checkpoint_id=folder, no_dist=True)
@@ -448,8 +420,7 @@ def read_run_state(folder):
 
 
 def optimizer_state(model, optimizers):
-    """The optimizers' tensors by parameter name, references to the live ones, as DCP saves and loads them. Muon's
-    hyperparameters go to meta.json; AdamW's come from the plan."""
+    """The optimizers' tensors by parameter name (references to the live ones), as DCP saves and loads them."""
     out = {}
     for opt in optimizers:
         if isinstance(opt, muon.Muon):
@@ -459,9 +430,8 @@ def optimizer_state(model, optimizers):
     return out
 
 
-def save_checkpoint(ckpt_dir, model, optimizers, state, plan, micro_batches):
-    """Collective: step_N of state.step into ckpt_dir (every rank writes its own shards), then the complete ones past
-    KEEP and any .tmp leftover removed."""
+def save_checkpoint(ckpt_dir, model, optimizers, state, plan):
+    """Collective: step_N into ckpt_dir, then the complete ones past KEEP and any .tmp leftover removed."""
     folder = os.path.join(ckpt_dir, f"step_{state.step:06d}")
     tmp, world = folder + ".tmp", dist.get_world_size() if dist.is_initialized() else 1
     rank_0 = world == 1 or dist.get_rank() == 0
@@ -475,7 +445,7 @@ def save_checkpoint(ckpt_dir, model, optimizers, state, plan, micro_batches):
             weights=dict(model_config=plan_dict["model_config"], passes=plan.passes_final, tokenizer=plan.tokenizer,
                          step=state.step),
             muon_param_groups=matrix[0].state_dict()["param_groups"] if matrix else [],
-            micro_batches=list(micro_batches), **asdict(state)))
+            **asdict(state)))
     if world > 1:
         dist.barrier()
     dcp.save(dict(model=get_model_state_dict(model), optimizer=optimizer_state(model, optimizers)),
@@ -508,16 +478,6 @@ def load_checkpoint(folder, model, optimizers):
 # ---------------------------------------------------------------------------------------------------------------
 # A run: its folder (one writer at a time, never another run's), processes and data
 
-def check_plan(where, recorded, plan):
-    """The plan `where` (result.json or a checkpoint's meta.json) records must be `plan`: one line names the first
-    difference."""
-    requested = json.loads(json.dumps(plan.as_dict()))  # as JSON holds it: tuples as lists
-    key = next((k for k in requested if recorded.get(k, "nothing") != requested[k]), None)
-    if key is not None:
-        raise UsageError(f"{where} holds another run than this command plans: {key} {recorded.get(key, 'nothing')!r} "
-                         f"there, {requested[key]!r} here; pass that run's own flags, or another --run-name for this one")
-
-
 def check_same_pool(run_dir, data_dir, result, manifest):
     """A run continues only on the pool it trained on (the same token sha256 in corpus.json; the path may change)."""
     identity = lambda pool: {k: v.get("sha256") for k, v in (pool or {}).get("splits", {}).items()}  # noqa: E731
@@ -527,29 +487,8 @@ def check_same_pool(run_dir, data_dir, result, manifest):
                          "another --run-name")
 
 
-def resume_point(args, run_dir):
-    """Where this invocation starts: "complete" (nothing to do), the newest complete checkpoint, or None (step 0). A
-    new run goes only into an empty folder (or one ladder.sh prepared)."""
-    if not (args.resume or args.resume_or_start):
-        held = sorted(set(os.listdir(run_dir) if os.path.isdir(run_dir) else []) - {"train.lock", "train.log",
-                                                                                      "ladder.lock"})
-        if held:
-            raise UsageError(f"{run_dir} already holds files ({held[0]}, ...); pass --resume to continue its run, or "
-                             "choose another --run-name or --runs-dir")
-        return None
-    result = os.path.join(run_dir, "result.json")
-    if os.path.exists(result) and read_json(result)["status"] == "complete":
-        return "complete"
-    found = complete_checkpoints(os.path.join(run_dir, "checkpoints"))
-    if not found and args.resume:
-        raise UsageError(f"--resume: {run_dir} has no complete checkpoint to resume from; pass --resume-or-start to "
-                         "start it at step 0")
-    return found[-1] if found else None
-
-
 def run_lock(args):
-    """One writer per run: rank 0, the only rank that writes the run folder, holds a flock on RUN/train.lock for its
-    whole life (the kernel drops it however the process dies) -> the open lock file (None on other ranks)."""
+    """One writer per run: rank 0 holds a flock on RUN/train.lock for its life -> the lock file (or None)."""
     if torchrun_env()[1] != 0:
         return None
     run_dir = args.run_dir
@@ -568,7 +507,7 @@ def run_lock(args):
         raise UsageError(f"{run_dir} is being written by another train.py ({lock.read().strip() or 'starting'}); "
                          "wait for it to finish or stop it first") from None
     lock.truncate(0)
-    lock.write(f"PID {os.getpid()} on {socket.gethostname()}\n")
+    lock.write(f"PID {os.getpid()} on {os.uname().nodename}\n")
     lock.flush()
     return lock
 
@@ -578,13 +517,24 @@ def open_run(args, plan):
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
     run_dir = args.run_dir
     agree_on_plan(plan, run_dir, args)
-    resume_from = resume_point(args, run_dir)
-    result_path = os.path.join(run_dir, "result.json")
-    result = read_json(result_path) if resume_from and os.path.exists(result_path) else {}
-    if resume_from == "complete":
-        check_plan(run_dir, result["plan"], plan)
-    elif resume_from:
-        check_plan(resume_from, read_json(os.path.join(resume_from, "meta.json"))["plan"], plan)
+    held = sorted(set(os.listdir(run_dir)) - {"train.lock", "train.log", "ladder.lock"})  # ladder.sh's files
+    if held and not (args.resume or args.resume_or_start):  # a new run never writes into another run's folder
+        raise UsageError(f"{run_dir} already holds files ({held[0]}, ...); pass --resume to continue its run, or "
+                         "choose another --run-name or --runs-dir")
+    result = read_json(os.path.join(run_dir, "result.json")) if "result.json" in held else {}
+    found = complete_checkpoints(os.path.join(run_dir, "checkpoints"))
+    resume_from = "complete" if result.get("status") == "complete" else found[-1] if found else None
+    if resume_from is None and args.resume:
+        raise UsageError(f"--resume: {run_dir} has no complete checkpoint to resume from; pass --resume-or-start to "
+                         "start it at step 0")
+    if resume_from:  # the run recorded there must be the one planned here: one line names the first difference
+        where = run_dir if resume_from == "complete" else resume_from
+        recorded = result["plan"] if resume_from == "complete" else read_json(os.path.join(where, "meta.json"))["plan"]
+        requested = json.loads(json.dumps(plan.as_dict()))  # as JSON holds it: tuples as lists
+        key = next((k for k in requested if recorded.get(k, "nothing") != requested[k]), None)
+        if key is not None:
+            raise UsageError(f"{where} holds another run than this command plans: {key} {recorded.get(key, 'nothing')!r}"
+                             f" there, {requested[key]!r} here; pass that run's own flags, or another --run-name")
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
@@ -626,8 +576,7 @@ def open_run(args, plan):
 
 
 def agree_on_plan(plan, run_dir, args):
-    """Every rank must run rank 0's plan in rank 0's run folder (resuming as it does, at its micro-batch): a rank
-    given another --seed or LR would train to the end unnoticed."""
+    """Every rank must run rank 0's plan in rank 0's folder (another --seed would train on unnoticed)."""
     every = gather(dict(plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
                         device_batch_size=args.device_batch_size))
     for rank, theirs in enumerate(every):
@@ -637,42 +586,20 @@ def agree_on_plan(plan, run_dir, args):
                              f"{rank}, {every[0][what]} on rank 0): give every rank the same flags and environment")
 
 
-@dataclass
-class Run:
-    """A run's fixed context (new_run builds it)."""
-    plan: object                 # plan.Plan
-    rank: int
-    world: int
-    device: torch.device
-    loader: object               # data.TrainLoader (or bench.SyntheticLoader)
-    micro_batches: tuple         # sequences per micro-batch in each pass stage
-    per_node: int                # ranks per node: the mesh's shard dimension
-    memory: dict                 # memory_record, for result.json
-    environment: dict
-    peak_flops: float            # of all ranks together, for MFU (None off CUDA)
-    args: object                 # the parsed command line
-    run_dir: str = ""            # "" and None below for bench.py's runs
-    data_dir: str = ""
-    data_manifest: dict = field(default_factory=dict)
-    val: torch.Tensor = None
-    token_bytes: torch.Tensor = None
-    resume_from: str = None      # the checkpoint folder this invocation continues from (None: step 0)
-
-    master = property(lambda self: self.rank == 0)
-    ckpt_dir = property(lambda self: os.path.join(self.run_dir, "checkpoints"))
-    final = property(lambda self: os.path.join(self.ckpt_dir, "final"))
-
-
-def new_run(args, plan, batch, rank, world, device, loader, **where):
-    """The Run of `plan` in this process, in micro-batches of `batch` sequences; `where`: its folder and data."""
-    environment = dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
-                       device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                       compiled=use_compile(args, device), attention_backend=args.attention_backend)
+def new_run(args, plan, batch, rank, world, device, loader, run_dir="", resume_from=None, **data):
+    """A run's fixed context in this process (bench.py's runs have no folder, data or val)."""
     peak = gpu_peak_flops(device, args.peak_flops)
-    return Run(plan=plan, rank=rank, world=world, device=device, loader=loader,
-               micro_batches=(batch,) * len(plan.pass_stages), per_node=ranks_per_node(world) if world > 1 else 1,
-               memory=memory_record(plan, batch, world), environment=environment,
-               peak_flops=peak * world if peak else None, args=args, **where)
+    return types.SimpleNamespace(
+        plan=plan, args=args, rank=rank, master=rank == 0, world=world, device=device, loader=loader,
+        per_node=ranks_per_node(world) if world > 1 else 1,  # the mesh's shard dimension
+        micro_batches=(batch,) * len(plan.pass_stages),  # sequences per micro-batch in each pass stage
+        memory=memory_record(plan, batch, world), peak_flops=peak * world if peak else None,  # all ranks', for MFU
+        environment=dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
+                         device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                         compiled=use_compile(args, device), attention_backend=args.attention_backend),
+        run_dir=run_dir, ckpt_dir=os.path.join(run_dir, "checkpoints"),
+        final=os.path.join(run_dir, "checkpoints", "final"),
+        resume_from=resume_from, **data)  # resume_from: the checkpoint folder this invocation continues from
 
 
 def memory_record(plan, batch, world, probe_peak_bytes=None):
@@ -713,18 +640,8 @@ def probe_micro_batch(run, model):
               f"{passes} passes peaked at {max(peaks) / 2 ** 30:.1f} GiB per GPU", flush=True)
 
 
-@dataclass
-class Training:
-    """The model (FSDP2-sharded on several processes, its blocks compiled or not), optimizers, counters."""
-    run: Run
-    model: model_lib.GPT
-    optimizers: list
-    state: RunState
-    grad_norm: torch.Tensor = None  # the last measured step's (train_step(measure=True))
-
-
 def start_training(run):
-    """The model at the plan's seed, sharded, probed, with its optimizers; restored from run.resume_from; compiled."""
+    """The model at the plan's seed, sharded, probed, with its optimizers, restored, compiled -> a Training."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
     dtype = getattr(torch, args.compute_dtype or ("bfloat16" if run.device.type == "cuda" else "float32"))
@@ -748,7 +665,8 @@ def start_training(run):
                   "--no-compile runs eager)", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
         print(f"note: {note}")
-    return Training(run, model, optimizers, state)
+    return types.SimpleNamespace(run=run, model=model, optimizers=optimizers, state=state,
+                                 grad_norm=None)  # grad_norm: the last measured step's (train_step(measure=True))
 
 
 @torch.no_grad()
@@ -794,8 +712,7 @@ def grow_if_due(run, model, optimizers, state):
 
 
 def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False):
-    """One optimizer step -> (mean loss over ranks as a device tensor: nothing here waits for the device, passes,
-    epoch, LR multiplier). optimizer_timer: around the optimizers (bench.py). measure: the gradient norm too."""
+    """One optimizer step -> (mean loss over ranks, left on the device; passes; epoch; LR multiplier)."""
     run, model, optimizers, state = training.run, training.model, training.optimizers, training.state
     step, plan = state.step, run.plan
     grow_if_due(run, model, optimizers, state)
@@ -850,8 +767,7 @@ def count_step(run, state, passes, seconds=None):
 # The loop's records: result.json, trajectory.jsonl, the progress line, wandb
 
 def write_result(run, state, status, mfu=None, **extra):
-    """result.json, replaced in one step: status running, complete, stopped (with its reason) or failed (with its
-    error); the final_* numbers only once it is complete."""
+    """result.json, replaced whole: running, complete, stopped (with a reason) or failed (with an error)."""
     if not run.master:
         return
     evals, final = state.evals, status == "complete" and bool(state.evals)
@@ -872,18 +788,36 @@ def write_result(run, state, status, mfu=None, **extra):
 
 
 class Progress:
-    """trajectory.jsonl, the progress line and wandb. Steps' losses wait on the device until a logged step fetches
+    """trajectory.jsonl, the progress line and wandb (--wandb PROJECT). Steps' losses wait on the device until a logged step fetches
     them in one transfer; training seconds run from `mark` (reset after validations and checkpoints) to a fetch."""
 
-    def __init__(self, run, state, trajectory, stop, tracker=None):
-        self.run, self.state, self.trajectory, self.stop, self.tracker = run, state, trajectory, stop, tracker
+    def __init__(self, run, state, stop):
+        self.run, self.state, self.stop, self.tracker, self.trajectory = run, state, stop, None, None
+        path, project = os.path.join(run.run_dir, "trajectory.jsonl"), run.args.wandb or os.environ.get("WANDB_PROJECT")
+        if run.master:  # cut back to the checkpoint resumed from, then appended to
+            write_text(path, "".join(open(path).readlines()[:state.step] if os.path.exists(path) else []))
+            self.trajectory = open(path, "a")
+        if project and run.master:  # a wandb run per run, named LADDER/RUN, grouped by ladder; a resume continues it
+            try:
+                import wandb
+            except ImportError:
+                raise UsageError(f"--wandb {project} needs the wandb package: pip install wandb (or drop --wandb)") \
+                    from None
+            id_path = os.path.join(run.run_dir, "wandb_id")
+            ladder = os.path.basename(os.path.dirname(os.path.abspath(run.run_dir)))
+            run_id = open(id_path).read().strip() if os.path.exists(id_path) else os.urandom(4).hex()
+            self.tracker = wandb.init(project=project, id=run_id, resume="allow", dir=run.run_dir, group=ladder,
+                                      name=f"{ladder}/{os.path.basename(run.run_dir)}", config=run.plan.as_dict(),
+                                      tags=[run.plan.arch, f"d{run.plan.depth}", run.plan.preset])
+            for metric, x in (("flops", None), ("tokens", None), ("train/*", "flops"), ("val/*", "flops")):
+                self.tracker.define_metric(metric, step_metric=x)
+            write_text(id_path, run_id + "\n")
         self.pending, self.records, self.mfu = [], [], None  # pending: (record, its loss on the device)
         self.mark = self.start = time.perf_counter()
         self.wall_start, self.flops_start = self.start - state.wall_seconds, state.flops  # resumes add up
 
     def fetch(self, model, grad_norm):
-        """One device->host transfer: the pending losses, the gradient norm and the model's learned scalars (a
-        vector's entries as NAME.i) -> the first step whose loss is not finite, or None."""
+        """One device->host transfer of the pending losses, gradient norm and scalars -> the first non-finite step."""
         scalar_ids = {id(p) for p in model.param_groups()["scalar"]}
         scalars = {name: p for name, p in model.named_parameters() if id(p) in scalar_ids}
         keys = [name if p.ndim == 0 else f"{name}.{i}" for name, p in scalars.items() for i in range(p.numel())]
@@ -929,31 +863,8 @@ class Progress:
         self.records = []
 
 
-def open_wandb(args, run):
-    """--wandb PROJECT (or WANDB_PROJECT), rank 0: a wandb run per run, named LADDER/RUN and grouped by its ladder
-    (the runs folder's name), the plan as config; a resume continues it (its id in RUN/wandb_id)."""
-    project = args.wandb or os.environ.get("WANDB_PROJECT")
-    if not project or not run.master:
-        return None
-    try:
-        import wandb
-    except ImportError:
-        raise UsageError(f"--wandb {project} needs the wandb package: pip install wandb (or drop --wandb)") from None
-    id_path = os.path.join(run.run_dir, "wandb_id")
-    ladder = os.path.basename(os.path.dirname(os.path.abspath(run.run_dir)))
-    run_id = open(id_path).read().strip() if os.path.exists(id_path) else uuid.uuid4().hex[:8]
-    tracker = wandb.init(project=project, id=run_id, resume="allow", dir=run.run_dir, group=ladder,
-                         name=f"{ladder}/{os.path.basename(run.run_dir)}", config=run.plan.as_dict(),
-                         tags=[run.plan.arch, f"d{run.plan.depth}", run.plan.preset])
-    for metric, x in (("flops", None), ("tokens", None), ("train/*", "flops"), ("val/*", "flops")):
-        tracker.define_metric(metric, step_metric=x)
-    write_text(id_path, run_id + "\n")
-    return tracker
-
-
 def wandb_record(record):
-    """flops and tokens (the x-axes) as they are, val_X and the after-growth numbers as val/X, the learned scalars as
-    train/scalars/NAME, everything else as train/X."""
+    """flops and tokens as they are, validations as val/X, the rest as train/X."""
     out = {f"train/scalars/{k}": v for k, v in record.get("scalars", {}).items()}
     for k, v in record.items():
         if k in ("flops", "tokens"):
@@ -965,16 +876,6 @@ def wandb_record(record):
     return {k: v for k, v in out.items() if v is not None}
 
 
-def record_memory(run, state, start_step):
-    """Collective: every rank's peak memory over the pass stage in force (since this invocation's start or the last
-    growth) into state.memory_measured, before a growth and at an invocation's last step."""
-    stage = len(state.growth_events)
-    state.memory_measured.append(dict(
-        stage=stage, passes=run.plan.pass_stages[stage], micro_batch=run.micro_batches[stage], world_size=run.world,
-        steps=[max([start_step] + [e["step"] for e in state.growth_events]), state.step],
-        ranks=gather(memory_in_use(run.device))))
-
-
 # ---------------------------------------------------------------------------------------------------------------
 # The training loop
 
@@ -982,8 +883,7 @@ STOP_SIGNALS = []  # the signals that asked this process to stop
 
 
 def request_stop(signum, frame):
-    """SIGINT or SIGTERM during training: the loop stops at its next logged step, after a checkpoint. A second
-    signal stops at once (cli_main's handlers)."""
+    """SIGINT or SIGTERM: stop at the next logged step, after a checkpoint (a second one stops at once)."""
     STOP_SIGNALS.append(signal.Signals(signum))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, raise_interrupted)
@@ -1014,12 +914,8 @@ def train(args, plan):
                            or bool(eval_every) and s % eval_every == 0)
     saves = lambda s: s == plan.steps or s == stop or bool(save_every) and s % save_every == 0  # noqa: E731
     try:  # one way out for a stop or a failure: result.json says how the run ended
-        trajectory, path = None, os.path.join(run.run_dir, "trajectory.jsonl")
-        if run.master:  # cut back to the checkpoint resumed from, then appended to
-            write_text(path, "".join(open(path).readlines()[:state.step] if os.path.exists(path) else []))
-            trajectory = open(path, "a")
         write_result(run, state, "running")
-        progress = Progress(run, state, trajectory, stop, open_wandb(args, run))
+        progress = Progress(run, state, stop)
         start_step = state.step
         if state.step == 0 and not state.evals:
             validate(run, model, state, plan.pass_stages[0], "start")
@@ -1049,8 +945,6 @@ def train(args, plan):
                         else "epoch" if s % epoch_steps == 0 else "periodic")
                 ev = validate(run, model, state, plan.passes_final if s == plan.steps else stage_at(s - 1, plan), when)
                 record.update(val_loss=ev["val_loss"], val_bpb=ev["val_bpb"], val_passes=ev["passes"])
-                if when == "before growth":
-                    record_memory(run, state, start_step)
                 if grow_if_due(run, model, optimizers, state):
                     ev = validate(run, model, state, stage_at(s, plan), "after growth")
                     record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
@@ -1061,16 +955,32 @@ def train(args, plan):
                 asked = torch.tensor(float(stopping), device=run.device)
                 dist.all_reduce(asked, op=dist.ReduceOp.MAX)
                 stopping = asked.item() > 0
-            if s == stop or stopping:  # before its checkpoint, which keeps it for the resumes
-                record_memory(run, state, start_step)
+            if s == stop or stopping:  # every rank's peak memory in this invocation, before the checkpoint keeps it
+                state.memory_measured.append(dict(steps=[start_step, s], world_size=run.world,
+                                                  ranks=gather(memory_in_use(run.device))))
             progress.write(printed=True)
             if saves(s) or stopping:
-                save_checkpoint(run.ckpt_dir, model, optimizers, state, plan, run.micro_batches)
+                save_checkpoint(run.ckpt_dir, model, optimizers, state, plan)
                 write_result(run, state, "running", progress.mfu)
                 progress.mark = time.perf_counter()
             if stopping:
                 raise Interrupted() if signal.SIGTERM in STOP_SIGNALS else KeyboardInterrupt()
-        finish(run, state, progress)
+        if run.master:
+            progress.trajectory.close()
+            if state.step == plan.steps:
+                os.replace(complete_checkpoints(run.ckpt_dir)[-1], run.final)  # the step just saved
+                write_result(run, state, "complete", progress.mfu)
+                print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | {state.flops:.3e} FLOPs | train "
+                      f"time {clock(state.train_seconds)}, wall time {clock(state.wall_seconds)} | {run.run_dir}")
+            else:
+                write_result(run, state, "stopped", progress.mfu, reason=f"--stop-after {state.step}")
+                print(f"stopped after step {state.step} (--stop-after); continue with --resume")
+            import fit  # the reader of runs writes their report.md
+            fit.write_run_report(run.run_dir)
+        if progress.tracker:
+            progress.tracker.summary.update({k: v for k, v in read_json(os.path.join(run.run_dir, "result.json")).items()
+                                             if isinstance(v, (int, float, str, bool))})
+            progress.tracker.finish()
     except KeyboardInterrupt as stop:  # SIGINT, or SIGTERM (Interrupted): the one stop path
         reason = f"{'SIGTERM' if isinstance(stop, Interrupted) else 'SIGINT'} at step {state.step}"
         with contextlib.suppress(OSError):
@@ -1086,26 +996,6 @@ def train(args, plan):
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
     return 0
-
-
-def finish(run, state, progress):
-    if not run.master:
-        return
-    progress.trajectory.close()
-    if state.step == run.plan.steps:
-        os.replace(complete_checkpoints(run.ckpt_dir)[-1], run.final)  # the step just saved
-        write_result(run, state, "complete", progress.mfu)
-        print(f"done: final val loss {state.evals[-1]['val_loss']:.4f} | {state.flops:.3e} FLOPs | train time "
-              f"{clock(state.train_seconds)}, wall time {clock(state.wall_seconds)} | {run.run_dir}")
-    else:
-        write_result(run, state, "stopped", progress.mfu, reason=f"--stop-after {state.step}")
-        print(f"stopped after step {state.step} (--stop-after); continue with --resume")
-    import fit  # the reader of runs writes their report.md
-    fit.write_run_report(run.run_dir)
-    if progress.tracker:
-        progress.tracker.summary.update({k: v for k, v in read_json(os.path.join(run.run_dir, "result.json")).items()
-                                         if isinstance(v, (int, float, str, bool))})
-        progress.tracker.finish()
 
 
 # ---------------------------------------------------------------------------------------------------------------

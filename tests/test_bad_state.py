@@ -1,7 +1,5 @@
-"""Bad state a person hands train.py and ladder.sh: a pool whose bytes do not match its recorded sha256 (flipped,
-in or out of the vocabulary), a run being trained by another process (ladder.sh's locks; train.py's:
-tests/test_checkpoint.py), and a recorded run that another command would continue (another plan, another pool).
-Files this program wrote and someone damaged are not defended (docs/reliability.md). Refusals: tests/refusals.py."""
+"""Bad state a person hands train.py and ladder.sh: a pool whose bytes do not match its sha256, a run being trained
+by another process (ladder.sh's locks), a recorded run that another command would continue (another plan or pool)."""
 import json
 import os
 import shutil
@@ -12,6 +10,7 @@ import time
 import pytest
 
 from refusals import ROOT, run_in_process, assert_refused, RUN
+from test_train import tiny
 
 
 def flip(pool, in_vocabulary):
@@ -64,10 +63,8 @@ def test_ladder_refuses_a_run_being_trained(tmp_path):
         holder.wait()
 
 
-def test_issue31_class4_two_identical_ladders_second_stops_and_writes_nothing(tmp_path):
-    """Two identical ladder.sh commands on one RUNS_DIR: the second passed the train.lock check while the first's
-    torchrun was still starting, appended its torchrun's output (a traceback) to the first run's train.log and exited
-    1 with "run failed". A stand-in torchrun on PATH stays up until told to finish, so the race is certain."""
+def test_two_identical_ladders_the_second_stops_and_writes_nothing(tmp_path):
+    """The second of two identical ladders stops before it writes into the first's train.log."""
     bin_dir, flag = tmp_path / "bin", tmp_path / "hold"
     bin_dir.mkdir()
     (bin_dir / "torchrun").write_text(f'#!/bin/bash\necho "stand-in torchrun $$"\nwhile [ -e {flag} ]; do sleep 0.05; '
@@ -101,9 +98,7 @@ def test_issue31_class4_two_identical_ladders_second_stops_and_writes_nothing(tm
 
 
 def tiny_run_argv(pool, *extra):
-    return ["--arch", "vanilla", "--depth", "2", "--preset", "cpu", "--width-per-depth", "4", "--head-dim", "4",
-            "--seq-len", "32", "--total-batch-tokens", "256", "--val-tokens", "1024", "--data-dir", pool,
-            "--runs-dir", "{d}/runs", "--run-name", "r", "--steps", "4", "--warmup-steps", "0", *extra]
+    return tiny(pool, "{d}/runs", "vanilla", "--run-name", "r", *extra, steps=4)
 
 
 @pytest.fixture(scope="module")

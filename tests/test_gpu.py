@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import types
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ import common
 import core_eval
 import model
 import train
+from bench import SyntheticLoader
 from test_core_eval import write_bundle
 from test_parallel import agrees, distance
 from test_train import ROOT, read_run
@@ -55,8 +55,8 @@ def run_of(runs, name):
 
 @pytest.fixture(scope="module")
 def gpu_run(pool, tmp_path_factory):
-    """Untied-Grow d4 on one GPU, compiled in bf16, through growth at step 100 of 200, saving every 50 steps; the same
-    run killed with SIGKILL after step 120 and resumed with --resume."""
+    """Untied-Grow d4 on one GPU, compiled bf16, growth at step 100 of 200; the same run killed after step 120,
+    resumed."""
     runs = tmp_path_factory.mktemp("gpu")
     args = RUN + ["--data-dir", pool, "--runs-dir", str(runs), "--save-every", "50"]
     train_py(args + ["--run-name", "full"])
@@ -97,24 +97,13 @@ def test_core_scores_on_pytorchs_default_attention(gpu_run, tmp_path, capsys):
     show(capsys, f"CORE on default attention ({kernel}): {scores['core_metric']:.4f}")
 
 
-class Tokens:
-    def __init__(self, plan):
-        self.plan, self.steps_per_epoch = plan, plan.steps
-
-    def batch(self, step, rank=0, world_size=1):
-        windows = self.plan.tokens_per_step // self.plan.seq_len
-        return 1, torch.randint(0, self.plan.model_config.vocab_size, (windows, self.plan.seq_len + 1))
-
-
 def test_mfu_and_peak_memory_of_a_d12_step(capsys):
-    """The paper's d12 vanilla shape (GPT-2 vocabulary, 2048 tokens) compiled in bf16 on one GPU: 2 micro-batches of
-    16 per step, 3 warm-up steps, then 5 timed."""
+    """The paper's d12 vanilla shape compiled in bf16: 3 warm-up steps, then 5 timed."""
     args = train.parse_args(["--arch", "vanilla", "--depth", "12", "--total-batch-tokens", str(32 * 2048),
                              "--device-batch-size", "16", "--device", "cuda"])
     plan, device = train.make_plan(args), torch.device("cuda")
-    run = types.SimpleNamespace(plan=plan, args=args, rank=0, world=1, device=device, per_node=1, resume_from=None,
-                                master=False, loader=Tokens(plan), micro_batches=(16,) * len(plan.pass_stages))
-    training = train.start_training(run)
+    loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, 32)
+    training = train.start_training(train.new_run(args, plan, 16, 0, 1, device, loader))
     for step in range(8):
         if step == 3:
             torch.cuda.synchronize()
@@ -133,8 +122,7 @@ def test_mfu_and_peak_memory_of_a_d12_step(capsys):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs")
 def test_2_gpus_train_as_one_within_the_noise_floor(pool, tmp_path, capsys):
-    """FSDP2 on 2 GPUs against one GPU: within NOISE_FACTOR x how far one GPU's run ends at another micro-batch split
-    (tests/test_parallel.py shows this comparison catching each injected distributed defect)."""
+    """FSDP2 on 2 GPUs against one, within the noise floor (tests/test_parallel.py)."""
     args = RUN + ["--data-dir", pool, "--runs-dir", str(tmp_path)]
     train_py(args + ["--run-name", "one", "--device-batch-size", "4"])
     train_py(args + ["--run-name", "split", "--device-batch-size", "8"])

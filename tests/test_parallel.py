@@ -1,17 +1,17 @@
-"""The distributed path (train.shard_model: FSDP2, HSDP across nodes; muon.py on shards) on gloo, in fp32 and under
-CUDA's dtypes (--compute-dtype bfloat16: bf16 embedding, autocast and FSDP2 parameters): 2 and 4 (HSDP 2 x 2)
-processes against one, through growth, with the comparison tests/test_gpu.py runs on GPUs shown to catch each
-injected defect; a tied core's all-gathers counted; train.py under torchrun; ranks given different flags refused."""
+"""The distributed path (FSDP2, HSDP 2 x 2, Muon on shards) on gloo, in fp32 and CUDA's dtypes: 2 and 4 processes
+against one through growth, the comparison (also tests/test_gpu.py's) shown to catch each injected defect; a tied
+core's all-gathers; train.py under torchrun; ranks given different flags refused; --dist-timeout."""
+import datetime
 import os
 import subprocess
 import sys
-import types
 from collections import Counter
 
 import pytest
 import torch
 import torch.distributed as dist
 
+import common
 import muon
 import train
 from test_train import ROOT, read_run, tiny
@@ -27,8 +27,7 @@ NOISE_FACTOR = 3.0
 
 
 def distance(run, reference):
-    """How far two runs end apart: the largest relative difference over their per-step losses and their final
-    weights (per tensor, Frobenius)."""
+    """The largest relative difference over two runs' per-step losses and final weights (per tensor, Frobenius)."""
     losses = max(abs(a - b) / abs(b) for a, b in zip(run["losses"], reference["losses"]))
     weights = max(((run["weights"][k] - w).norm() / w.norm().clamp_min(1e-12)).item()
                   for k, w in reference["weights"].items())
@@ -36,8 +35,7 @@ def distance(run, reference):
 
 
 def agrees(run, reference, noise_floor):
-    """The comparison of a distributed run with one process (also tests/test_gpu.py's): within NOISE_FACTOR x the
-    noise floor, distance(one process at another micro-batch split, one process)."""
+    """Within NOISE_FACTOR x the noise floor (also tests/test_gpu.py's comparison)."""
     return distance(run, reference) <= NOISE_FACTOR * noise_floor
 
 
@@ -52,17 +50,14 @@ class Tokens:
 
 
 def train_run(arch, dtype, world, rank, micro_batch=2, passes=None):
-    """STEPS steps of a tiny `arch` through train.start_training and train.train_step -> {losses, weights: full
-    fp32, gathered (a collective)}; with `passes`: the untrained Training, set to that many passes."""
+    """STEPS steps of a tiny `arch` -> {losses, weights} (gathered: a collective); with `passes`: the untrained
+    Training."""
     args = train.parse_args(["--arch", arch, "--depth", "2", "--preset", "cpu", "--width-per-depth", "16",
                              "--head-dim", "16", "--seq-len", "16", "--total-batch-tokens", str(WINDOWS * 16),
                              "--steps", str(STEPS), "--warmup-steps", "0", "--compute-dtype", dtype, "--dist-timeout",
                              "5"] + (["--crossover-fractions", "0.5"] if arch.endswith("grow") else []))
     plan = train.make_plan(args)
-    run = types.SimpleNamespace(plan=plan, args=args, rank=rank, world=world, device=torch.device("cpu"),
-                                per_node=2 if world > 1 else 1, resume_from=None, master=False, loader=Tokens(),
-                                micro_batches=(micro_batch,) * len(plan.pass_stages))
-    training = train.start_training(run)
+    training = train.start_training(train.new_run(args, plan, micro_batch, rank, world, torch.device("cpu"), Tokens()))
     if passes:
         training.model.set_passes(passes)
         return training
@@ -127,8 +122,7 @@ def all_gathers(training, micro):
 
 
 def worker(rank, ports, out_dir):
-    """4 gloo ranks as HSDP 2 x 2, then 2 (FSDP2): every arm and dtype of the comparison correct and with each
-    defect, a tied core's all-gathers; meanwhile ranks 2 and 3 train the one-process references."""
+    """4 gloo ranks as HSDP 2 x 2, then 2 (FSDP2): each arm, dtype and defect; ranks 2 and 3 train the references."""
     torch.set_num_threads(1)
     os.environ["LOCAL_WORLD_SIZE"] = "2"
     results = {}
@@ -169,8 +163,7 @@ def runs(tmp_path_factory, spawn_ranks):
 
 @pytest.mark.parametrize("arch, dtype", ARMS)
 def test_2_and_4_processes_train_through_growth_as_one(runs, arch, dtype):
-    """FSDP2 on 2 processes and HSDP on 4 (2 x 2) end within the noise floor of one process, in fp32 and in CUDA's
-    dtypes (which crashed at the first forward: FSDP2 held the bf16 embedding and the fp32 lm_head in one group)."""
+    """FSDP2 on 2 processes and HSDP on 4 end within the noise floor of one, in fp32 and CUDA's dtypes."""
     reference, noise = runs[arch, dtype, 1, 2], distance(runs[arch, dtype, 1, 4], runs[arch, dtype, 1, 2])
     assert noise > 0
     for world in (2, 4):
@@ -189,14 +182,12 @@ def test_the_comparison_catches_each_defect(runs, world, defect, dtype):
 
 
 def test_a_tied_core_is_gathered_once_however_many_passes(runs):
-    """loop_2 on 2 processes: a micro-batch at K = 4 passes issues the all-gathers of one at K = 1 (the looped core
-    gathered once for the forward and the backward, not once per pass each way)."""
+    """loop_2 on 2 processes: a micro-batch at 4 passes issues the all-gathers of one at 1 pass."""
     assert runs["gathers", 4] == runs["gathers", 1] > 0
 
 
 def test_train_py_in_cudas_dtypes_grows_on_2_processes_and_resumes_on_1(pool, tmp_path, free_port):
-    """torchrun train.py --compute-dtype bfloat16 on 2 processes through the growth at step 3, stopped at step 4;
-    its sharded checkpoint (DCP) resumed on one process to the end, finite losses all along."""
+    """torchrun train.py in bf16 on 2 processes through growth, stopped, resumed on one (DCP reshards)."""
     args = tiny(pool, tmp_path, "untied_grow", "--crossover-fractions", "0.5", "--compute-dtype", "bfloat16",
                 "--run-name", "r", steps=6)
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
@@ -228,11 +219,21 @@ def test_ranks_given_different_seeds_stop_with_one_line_each(pool, tmp_path, fre
     assert not os.path.exists(os.path.join(tmp_path, "r", "trajectory.jsonl"))
 
 
-def test_every_group_of_the_mesh_gets_the_dist_timeout(monkeypatch):
-    """HSDP's groups (a node's ranks; one rank of each node) are created with --dist-timeout, not new_group's
-    default (NCCL's 10 minutes): every new_group call of build_mesh on 2 nodes of 4 names it."""
-    import datetime
-    created = []
+def test_dist_timeout_reaches_the_process_group_and_every_group_of_the_mesh(monkeypatch):
+    """--dist-timeout (minutes; default 30, not NCCL's 10): to init_process_group, and to HSDP's groups on 2 nodes of 4
+    (not new_group's default)."""
+    assert train.parse_args(["--arch", "vanilla", "--depth", "2"]).dist_timeout == 30
+    calls, created = [], []
+    monkeypatch.setattr(train, "setup_distributed", lambda *args: calls.append(args) or 1 / 0)
+    args = train.parse_args(["--arch", "vanilla", "--depth", "2", "--dist-timeout", "45"])
+    with pytest.raises(ZeroDivisionError):
+        train.open_run(args, train.make_plan(args))
+    monkeypatch.setattr(dist, "init_process_group", lambda *a, **kw: calls.append(kw))
+    for name, value in dict(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1",
+                            MASTER_PORT="29500").items():
+        monkeypatch.setenv(name, value)
+    assert common.setup_distributed("cpu", 45) == (0, 2, torch.device("cpu"))
+    assert calls == [("auto", 45), dict(device_id=None, timeout=datetime.timedelta(minutes=45))]
     monkeypatch.setattr(dist, "new_group", lambda ranks, timeout=None: created.append((ranks, timeout)) or len(created))
     monkeypatch.setattr(dist, "get_rank", lambda: 5)
     monkeypatch.setattr(train.DeviceMesh, "from_group", lambda groups, device, mesh, mesh_dim_names: (groups, mesh))
@@ -241,4 +242,3 @@ def test_every_group_of_the_mesh_gets_the_dist_timeout(monkeypatch):
     assert {timeout for _, timeout in created} == {datetime.timedelta(minutes=7)}
     assert mesh.tolist() == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [created[g - 1][0] for g in groups] == [[1, 5], [4, 5, 6, 7]]  # rank 5: replicate with 1, shard node 1
-
