@@ -32,8 +32,8 @@ def build_parser():
     p = Parser(prog="train.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter,
                epilog="python train.py --ladder TARGET ...: the runs of `bash ladder.sh TARGET ...`, a line each "
                       "(--ladder --help);\npython train.py --ladder-dry-run ... < RUNS: that ladder's dry run")
-    p.add_argument("--arch", choices=list(ARMS))
-    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", help="several depths only with --dry-run")
+    p.add_argument("--arch", choices=list(ARMS), required=True)
+    p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", required=True, help="several only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default="paper", help="paper or cpu")
     p.add_argument("--dry-run", action="store_true", help="print the plan (JSON, with GPU-hours) per depth and exit")
     run = p.add_argument_group("the run")  # bench.py refuses these
@@ -85,8 +85,7 @@ def each_once(flag, values):
         raise UsageError(f"{flag} names {twice} twice; give each value once")
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Ladders: the runs ladder.sh launches (python train.py --ladder lists them)
+# --- Ladders: the runs ladder.sh launches (python train.py --ladder lists them)
 
 LADDER_PRESETS = ("paper", "cpu", "d26", "data-constrained")
 
@@ -97,9 +96,8 @@ def ladder_runs(target, preset=None, depths=None, seeds=None, replicate_depths=N
     groups = dict(all=list(PAPER_ARMS), user=list(USER_ARMS), demo=list(DEMO_ARMS))
     archs = groups.get(target, [target])
     for bad, message in (
-            (preset not in LADDER_PRESETS, f"unknown preset '{preset}' ({', '.join(LADDER_PRESETS)})"),
             (replicate_depths and not seeds, "--replicate-depths needs --seed, e.g. --seed 0 1 2"),
-            (target not in (*ARMS, *groups), f"unknown arch '{target}' (one of: {' '.join(ARMS)}, {', '.join(groups)})"),
+            (target not in (*ARMS, *groups), f"unknown arch '{target}' (one of: {' '.join([*ARMS, *groups])})"),
             (target == "demo" and preset != "cpu", f"the demo runs the cpu preset, not --preset {preset}"),
             (not archs, "there are no user arms yet: add one to USER_ARMS in arms.py (docs/your_own_arm.md)"),
             (preset == "d26" and archs != ["untied_grow"], "the d26 preset is Untied-Grow only"),
@@ -140,7 +138,7 @@ def print_ladder(argv):
     """python train.py --ladder TARGET [ladder.sh's options]: a line per run, its name and train.py arguments."""
     p = Parser(prog="train.py --ladder")
     p.add_argument("target", help="an arm, all, user or demo")
-    p.add_argument("--preset", help=", ".join(LADDER_PRESETS) + " (default: paper; demo: cpu)")
+    p.add_argument("--preset", choices=LADDER_PRESETS, help="default: paper; demo: cpu")
     for flag, bounds in (("--depth", (1, MAX_DEPTH)), ("--seed", SEEDS), ("--replicate-depths", (1, MAX_DEPTH))):
         p.add_argument(flag, type=integer(*bounds), nargs="+", help="one or more, e.g. 6 8 10")
     args = p.parse_args(argv)
@@ -152,8 +150,6 @@ def print_ladder(argv):
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--ladder"]:  # torch-free: ladder.sh's listing
     sys.exit(cli_main(print_ladder, "train.py --ladder", sys.argv[2:]))
-
-
 if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
     answer_help(build_parser)  # before torch loads
 
@@ -161,7 +157,6 @@ import contextlib
 import csv
 import datetime
 import fcntl
-import functools
 import json
 import math
 import shutil
@@ -198,17 +193,17 @@ def planned_micro_batch(plan, args, world):  # the preset's on the CPU, the arm'
 
 def ladder_dry_run(argv):
     """python train.py --ladder-dry-run [-- train.py flags] < `train.py --ladder` lines: runs' GPU-hours."""
-    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = Parser(prog="train.py --ladder-dry-run")
+    p.add_argument("flags", nargs="*", help="train.py flags for every run, after --")
     p.add_argument("--gpus-per-node", type=integer(1, MAX_PROCESSES_PER_NODE), default=8)
     p.add_argument("--nodes", type=integer(1, MAX_NODES), default=1)
     p.add_argument("--mfu", type=number("(0, 1]"), help="GPU-hours at this MFU instead")
-    args = p.parse_args(ours)
+    args = p.parse_args(argv)
     world, flops, hours, runs = args.gpus_per_node * args.nodes, 0, 0.0, 0
     for line in sys.stdin:
         name, *run_args = line.split()
         try:
-            run_args = parse_args(run_args + extra)
+            run_args = parse_args(run_args + args.flags)
             plan = make_plan(run_args)
             model_lib.check_arm(plan.model_config, run_args.optimizer)
             batch = planned_micro_batch(plan, run_args, world)
@@ -224,16 +219,13 @@ def ladder_dry_run(argv):
           f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
 
 
-RELEASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
-
-
-@functools.cache
 def release_mfu_by_width():
     """{width: mean MFU of the release's timed runs (Fig. 15b)}: measured, not modelled."""
+    reference = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
     flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
-             for row in csv.DictReader(open(os.path.join(RELEASE, "fineweb_ladders.csv")))}
+             for row in csv.DictReader(open(os.path.join(reference, "fineweb_ladders.csv")))}
     by_width = {}
-    for series, points in read_json(os.path.join(RELEASE, "release", "appendix_ladders", "timing.json")).items():
+    for series, points in read_json(os.path.join(reference, "release", "appendix_ladders", "timing.json")).items():
         for p in points:
             peak_flop = 8 * GPU_PEAK_FLOPS["H100"] * p["compute"] * 3600
             by_width.setdefault(p["width"], []).append(flops[RELEASE_SERIES[series], p["depth"]] / peak_flop)
@@ -245,7 +237,6 @@ def mfu_at(width, table):
     return float(numpy.interp(width, sorted(table), [table[w] for w in sorted(table)]))
 
 
-@functools.cache
 def leave_one_width_out_error():
     """The largest miss of mfu_at on a width the release timed, predicted from the other widths."""
     table = release_mfu_by_width()
@@ -270,17 +261,15 @@ def use_compile(args, device):
 
 
 def compile_model(model, plan):
-    """Regional compilation: torch.compile on each Block (embedding, boundary operator and loss stay eager), so that
-    identical blocks share compiled code, one graph per micro-batch size of a pass stage and one for eval; each
-    block's backward is its own autograd node, so Muon's grad hooks send its gradients while backward goes on."""
+    """Regional compilation: each Block compiled (identical blocks share a graph per micro-batch shape and grad mode),
+    the rest eager; a block's backward is its own autograd node, so Muon's hooks send its gradients early."""
     torch._dynamo.config.recompile_limit += 2 * (len(plan.pass_stages) + len(plan.random_passes) + 2)
     for block in model.transformer.h:
         block.compile(dynamic=False)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The distributed layout (as torchtitan does it): FSDP2 on a DeviceMesh, 1-D on one node; on several HSDP (replicate =
-# nodes, shard = ranks per node). One process trains the plain model. Then the optimizers and growth.
+# --- The distributed layout (as torchtitan does it): FSDP2 on a DeviceMesh, 1-D on one node, on several HSDP
+# (replicate = nodes, shard = ranks per node); one process trains the plain model. Then the optimizers and growth.
 
 def build_mesh(world, per_node, device, timeout_minutes):
     timeout = datetime.timedelta(minutes=timeout_minutes)  # new_group's default would be NCCL's 10 minutes
@@ -294,10 +283,9 @@ def build_mesh(world, per_node, device, timeout_minutes):
 
 
 def shard_model(model, mesh):
-    """FSDP2 on `mesh`, in place: parameters gathered in the compute dtype, gradients reduced in fp32. A block run
-    once per forward is a group of its own; the embedding too (a group holds one dtype). The root keeps lm_head and
-    a tied core, gathered once per micro-batch (as its own group a block run K times would be gathered K times each
-    way). 0-dim parameters (gates, which FSDP2 cannot shard) stay replicated, their gradients averaged by a hook."""
+    """FSDP2, parameters gathered in the compute dtype, gradients reduced in fp32: a group per block run once, the
+    embedding's own (one dtype per group); the root keeps lm_head and a tied core, gathered once per micro-batch, not
+    K times each way. 0-dim gates (FSDP2 cannot shard them) stay replicated, their gradients averaged by a hook."""
     policy = MixedPrecisionPolicy(param_dtype=model.transformer.wte.weight.dtype, reduce_dtype=torch.float32)
     replicated = {p for p in model.parameters() if p.ndim == 0}
     looped = set(model.core_blocks(0)) if model.cfg.mode == "tied" else set()
@@ -361,12 +349,11 @@ def grow(model, optimizers, passes):
     return overwritten
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Checkpoints, the torchtitan way. RUN/checkpoints/step_000120/ is one checkpoint: DCP writes every rank's shards of
-# the model and optimizers (and reshards on load: any number of processes resumes it), rank 0 meta.json (RunState,
-# plan, RNG state). A save writes step_N.tmp and renames it once DCP's .metadata (written last) is there, so a step_N
-# or final/ (the last step's, renamed) with .metadata is complete; the newest complete one wins, and none is deleted
-# before a newer complete one exists.
+# --- Checkpoints, the torchtitan way. RUN/checkpoints/step_000120/ is one: DCP writes every rank's shards of the
+# model and optimizers (and reshards on load: any number of processes resumes it), rank 0 meta.json (RunState, plan,
+# RNG state). A save writes step_N.tmp, renamed once DCP's .metadata (written last) is there: a step_N or final/ (the
+# last step's, renamed) with .metadata is complete, the newest complete one wins, and none is deleted before a newer
+# complete one exists.
 
 KEEP = 2  # complete checkpoints kept: the newest and the one before it (in case the newest turns out bad)
 
@@ -406,10 +393,9 @@ def load_checkpoint_model(path, device="cpu"):
         complete_checkpoints(path) or complete_checkpoints(os.path.join(path, "checkpoints"))
     if not found:
         raise ValueError(f"{path} holds no complete train.py checkpoint (a folder with DCP's .metadata)")
-    folder = found[-1]
-    record = read_json(os.path.join(folder, "meta.json"))["weights"]
+    record = read_json(os.path.join(found[-1], "meta.json"))["weights"]
     model = model_lib.GPT(model_lib.ModelConfig(**record["model_config"]), device=device, draw_weights=False)
-    dcp.load(dict(model=model.state_dict()), checkpoint_id=folder, no_dist=True)
+    dcp.load(dict(model=model.state_dict()), checkpoint_id=found[-1], no_dist=True)
     model.set_passes(int(record["passes"]))
     return model.eval(), record
 
@@ -475,17 +461,7 @@ def load_checkpoint(folder, model, optimizers):
     return read_run_state(folder)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# A run: its folder (one writer at a time, never another run's), processes and data
-
-def check_same_pool(run_dir, data_dir, result, manifest):
-    """A run continues only on the pool it trained on (the same token sha256 in corpus.json; the path may change)."""
-    identity = lambda pool: {k: v.get("sha256") for k, v in (pool or {}).get("splits", {}).items()}  # noqa: E731
-    if identity(result.get("data_manifest")) not in ({}, identity(manifest)):
-        raise UsageError(f"{run_dir} was trained on the pool {result.get('data_dir')!r}, and {data_dir} is another "
-                         "pool (other token sha256 in its corpus.json); pass --data-dir with the run's pool, or "
-                         "another --run-name")
-
+# --- A run: its folder (one writer at a time, never another run's), processes and data
 
 def run_lock(args):
     """One writer per run: rank 0 holds a flock on RUN/train.lock for its life -> the lock file (or None)."""
@@ -496,9 +472,8 @@ def run_lock(args):
         os.makedirs(run_dir, exist_ok=True)
     except OSError as e:
         file = next((p for p in (run_dir, args.runs_dir) if os.path.isfile(p)), None)
-        raise UsageError((f"{file} is a file, not a directory" if file else
-                          f"cannot create the run folder {run_dir} ({e.strerror})") + "; pass another --runs-dir or "
-                         "--run-name") from None
+        raise UsageError((f"{file} is a file, not a directory" if file else f"cannot create the run folder "
+                          f"{run_dir} ({e.strerror})") + "; pass another --runs-dir or --run-name") from None
     lock = open(os.path.join(run_dir, "train.lock"), "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -516,7 +491,14 @@ def open_run(args, plan):
     """Processes, output folder and data of a run; None when --resume finds it complete."""
     rank, world, device = setup_distributed(args.device, args.dist_timeout)
     run_dir = args.run_dir
-    agree_on_plan(plan, run_dir, args)
+    # agree on the plan: every rank runs rank 0's in rank 0's folder (a rank given another --seed would train on)
+    every = gather(dict(plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
+                        device_batch_size=args.device_batch_size))
+    for r, theirs in enumerate(every):
+        what = next((key for key in every[0] if theirs.get(key) != every[0][key]), None)
+        if what is not None:
+            raise UsageError(f"rank {r} would run another plan than rank 0 ({what}: {theirs.get(what)} on rank {r}, "
+                             f"{every[0][what]} on rank 0): give every rank the same flags and environment")
     held = sorted(set(os.listdir(run_dir)) - {"train.lock", "train.log", "ladder.lock"})  # ladder.sh's files
     if held and not (args.resume or args.resume_or_start):  # a new run never writes into another run's folder
         raise UsageError(f"{run_dir} already holds files ({held[0]}, ...); pass --resume to continue its run, or "
@@ -531,15 +513,13 @@ def open_run(args, plan):
         where = run_dir if resume_from == "complete" else resume_from
         recorded = result["plan"] if resume_from == "complete" else read_json(os.path.join(where, "meta.json"))["plan"]
         requested = json.loads(json.dumps(plan.as_dict()))  # as JSON holds it: tuples as lists
-        key = next((k for k in requested if recorded.get(k, "nothing") != requested[k]), None)
+        key = next((k for k in requested if recorded.get(k) != requested[k]), None)
         if key is not None:
-            raise UsageError(f"{where} holds another run than this command plans: {key} {recorded.get(key, 'nothing')!r}"
-                             f" there, {requested[key]!r} here; pass that run's own flags, or another --run-name")
+            raise UsageError(f"{where} holds another run than this command plans: {key} {recorded.get(key)!r} there, "
+                             f"{requested[key]!r} here; pass its flags, or another --run-name")
     preset = PRESETS[plan.preset]
     data_dir = args.data_dir or os.environ.get("DATA_DIR") or preset.data_dir
     if resume_from == "complete":
-        with contextlib.suppress(data.DataError):  # a complete run needs no pool; one given must be its own
-            check_same_pool(run_dir, data_dir, result, data.load_pool(data_dir, "train").manifest)
         if rank == 0:
             print(f"{run_dir} is already complete; nothing to do")
         return None
@@ -549,7 +529,10 @@ def open_run(args, plan):
     if world > 1:
         dist.barrier()
     train_pool, val_pool = data.load_pool(data_dir, "train"), data.load_pool(data_dir, "val")
-    check_same_pool(run_dir, data_dir, result, train_pool.manifest)
+    identity = lambda pool: {k: v.get("sha256") for k, v in (pool or {}).get("splits", {}).items()}  # noqa: E731
+    if identity(result.get("data_manifest")) not in ({}, identity(train_pool.manifest)):  # a moved pool is the same
+        raise UsageError(f"{run_dir} was trained on the pool {result.get('data_dir')!r}, not on {data_dir} (other "
+                         "token sha256 in corpus.json); pass its pool (moved is fine) or another --run-name")
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
@@ -573,17 +556,6 @@ def open_run(args, plan):
     return new_run(args, plan, batch, rank, world, device, loader, run_dir=run_dir, data_dir=data_dir,
                    data_manifest=pool, val=data.val_windows(val_pool, plan.seq_len, plan.val_tokens),
                    resume_from=resume_from, token_bytes=token_bytes)
-
-
-def agree_on_plan(plan, run_dir, args):
-    """Every rank must run rank 0's plan in rank 0's folder (another --seed would train on unnoticed)."""
-    every = gather(dict(plan.as_dict(), run_folder=os.path.abspath(run_dir), resume=[args.resume, args.resume_or_start],
-                        device_batch_size=args.device_batch_size))
-    for rank, theirs in enumerate(every):
-        what = next((key for key in every[0] if theirs.get(key) != every[0][key]), None)
-        if what is not None:
-            raise UsageError(f"rank {rank} would run another plan than rank 0 ({what}: {theirs.get(what)} on rank "
-                             f"{rank}, {every[0][what]} on rank 0): give every rank the same flags and environment")
 
 
 def new_run(args, plan, batch, rank, world, device, loader, run_dir="", resume_from=None, **data):
@@ -612,13 +584,12 @@ def memory_record(plan, batch, world, probe_peak_bytes=None):
 def probe_micro_batch(run, model):
     """On CUDA, before the first step: a forward and backward of the largest stage on fixed tokens, the micro-batch
     halved while it runs out of memory (--device-batch-size: never). The smallest over the ranks wins."""
-    plan, batch = run.plan, run.micro_batches[0]
+    plan, cfg, batch = run.plan, run.plan.model_config, run.micro_batches[0]
     rank_seqs = plan.tokens_per_step // plan.seq_len // run.world
     passes = max(plan.pass_stages + plan.random_passes)
     while True:
         torch.cuda.reset_peak_memory_stats(run.device)
-        tokens = torch.arange(batch * (plan.seq_len + 1), device=run.device).view(batch, -1)
-        tokens = tokens % plan.model_config.vocab_size
+        tokens = torch.arange(batch * (plan.seq_len + 1), device=run.device).view(batch, -1) % cfg.vocab_size
         try:
             with autocast(model):
                 loss = model(tokens[:, :-1], targets=tokens[:, 1:], passes=passes)
@@ -641,7 +612,8 @@ def probe_micro_batch(run, model):
 
 
 def start_training(run):
-    """The model at the plan's seed, sharded, probed, with its optimizers, restored, compiled -> a Training."""
+    """The model at the plan's seed, sharded, probed, with its optimizers, restored, compiled -> a Training: run,
+    model, optimizers, state (a RunState), grad_norm (the last measured step's: train_step(measure=True))."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
     dtype = getattr(torch, args.compute_dtype or ("bfloat16" if run.device.type == "cuda" else "float32"))
@@ -652,28 +624,24 @@ def start_training(run):
     if run.device.type == "cuda":
         probe_micro_batch(run, model)
     optimizers = build_optimizers(model, plan, args.polar_express_dtype)
-    state = RunState()
+    state = load_checkpoint(run.resume_from, model, optimizers) if run.resume_from else RunState()
     if run.resume_from:
-        state = load_checkpoint(run.resume_from, model, optimizers)
         model.set_passes(stage_at(state.step - 1, plan) if state.step else plan.pass_stages[0])
         if run.master:
             print(f"resuming {run.run_dir} from step {state.step}")
     if use_compile(args, run.device):
         compile_model(model, plan)
         if run.master:  # the first step can take minutes: say why it is slow
-            print("compiling: torch.compile compiles the blocks at the first step and at each growth (minutes; "
-                  "--no-compile runs eager)", flush=True)
+            print("compiling: torch.compile compiles the blocks at the first step and each growth", flush=True)
     for note in schedule_notes(plan) if run.master and not state.step else []:
         print(f"note: {note}")
-    return types.SimpleNamespace(run=run, model=model, optimizers=optimizers, state=state,
-                                 grad_norm=None)  # grad_norm: the last measured step's (train_step(measure=True))
+    return types.SimpleNamespace(run=run, model=model, optimizers=optimizers, state=state, grad_norm=None)
 
 
 @torch.no_grad()
 def validate(run, model, state, passes, when):
-    """Validation loss in nats per target token and bits per byte, recorded in state.evals with its passes and why it
-    ran (`when`). Batches are dealt round-robin over the ranks; every rank runs as many forwards (a sharded forward is
-    collective): a rank short of a batch reruns one and drops its sums."""
+    """Validation loss (nats per target token) and bits per byte into state.evals, with its passes and why it ran. Every
+    rank runs as many forwards (a sharded forward is collective): one short of a batch reruns one, drops its sums."""
     t0, val, batch_size = time.perf_counter(), run.val, run.micro_batches[-1]
     model.eval()
     starts = list(range(0, len(val), batch_size))
@@ -704,9 +672,8 @@ def grow_if_due(run, model, optimizers, state):
     """At a crossover step, grow once and record it -> whether it grew."""
     if state.step in run.plan.crossover_steps and all(e["step"] != state.step for e in state.growth_events):
         before, target = model.active_passes, stage_at(state.step, run.plan)
-        overwritten = grow(model, optimizers, target)
         state.growth_events.append(dict(step=state.step, passes_from=before, passes_to=target,
-                                        reset_parameters=len(overwritten)))
+                                        reset_parameters=len(grow(model, optimizers, target))))
         return True
     return False
 
@@ -763,8 +730,7 @@ def count_step(run, state, passes, seconds=None):
     return flops_per_token * (tokens / seconds) / run.peak_flops if run.peak_flops else None
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The loop's records: result.json, trajectory.jsonl, the progress line, wandb
+# --- The loop's records: result.json, trajectory.jsonl, the progress line, wandb
 
 def write_result(run, state, status, mfu=None, **extra):
     """result.json, replaced whole: running, complete, stopped (with a reason) or failed (with an error)."""
@@ -774,22 +740,20 @@ def write_result(run, state, status, mfu=None, **extra):
     write_json(os.path.join(run.run_dir, "result.json"), dict(
         status=status, arch=run.plan.arch, depth=run.plan.depth, plan=run.plan.as_dict(),
         schedule_notes=schedule_notes(run.plan), world_size=run.world, device_batch_size=list(run.micro_batches),
-        memory=run.memory, gradient_accumulation_steps=[s["accumulation"] for s in run.memory["stages"]],
-        data_dir=run.data_dir, environment=run.environment, data_manifest=run.data_manifest,
+        memory=run.memory, data_dir=run.data_dir, environment=run.environment, data_manifest=run.data_manifest,
         completed_steps=state.step, evals=evals, growth_events=state.growth_events,
         last_eval=evals[-1] if evals else None, final_val_loss=evals[-1]["val_loss"] if final else None,
         best_val_loss=min((e["val_loss"] for e in evals), default=None) if final else None,
         final_val_bpb=evals[-1]["val_bpb"] if final else None, estimated_training_flops=state.flops,
-        tokens_seen=state.tokens, estimated_matrix_flops=state.matrix_flops,
-        total_training_time_seconds=state.train_seconds, wall_seconds=state.wall_seconds,
-        eval_seconds=state.eval_seconds, memory_measured=state.memory_measured,
-        tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None,
-        last_train_mfu=mfu, final_checkpoint_path=run.final, **extra))
+        estimated_matrix_flops=state.matrix_flops, total_training_time_seconds=state.train_seconds,
+        wall_seconds=state.wall_seconds, eval_seconds=state.eval_seconds, memory_measured=state.memory_measured,
+        tokens_per_second=state.tokens / state.train_seconds if state.train_seconds else None, last_train_mfu=mfu,
+        **extra))
 
 
 class Progress:
-    """trajectory.jsonl, the progress line and wandb (--wandb PROJECT). Steps' losses wait on the device until a logged step fetches
-    them in one transfer; training seconds run from `mark` (reset after validations and checkpoints) to a fetch."""
+    """trajectory.jsonl, the progress line and wandb (--wandb PROJECT). Losses wait on the device until a logged step
+    fetches them at once; training seconds run from `mark` (reset after validations and checkpoints) to a fetch."""
 
     def __init__(self, run, state, stop):
         self.run, self.state, self.stop, self.tracker, self.trajectory = run, state, stop, None, None
@@ -801,8 +765,7 @@ class Progress:
             try:
                 import wandb
             except ImportError:
-                raise UsageError(f"--wandb {project} needs the wandb package: pip install wandb (or drop --wandb)") \
-                    from None
+                raise UsageError("--wandb needs the wandb package: pip install wandb (or drop --wandb)") from None
             id_path = os.path.join(run.run_dir, "wandb_id")
             ladder = os.path.basename(os.path.dirname(os.path.abspath(run.run_dir)))
             run_id = open(id_path).read().strip() if os.path.exists(id_path) else os.urandom(4).hex()
@@ -836,19 +799,15 @@ class Progress:
         self.pending = []
         return next((r["step"] for r in self.records if not math.isfinite(r["loss"])), None)
 
-    def eta(self):
-        """Wall seconds to the invocation's last step: its wall time per FLOP so far times the FLOPs ahead."""
-        plan, state, done = self.run.plan, self.state, self.state.flops - self.flops_start
-        bounds, stop = [0, *plan.crossover_steps, plan.steps], self.stop
-        ahead = sum(model_lib.flops_per_token(plan.model_config, k) * max(0, min(b, stop) - max(a, state.step))
-                    for k, a, b in zip(plan.pass_stages, bounds, bounds[1:])) * plan.tokens_per_step
-        return (time.perf_counter() - self.start) / done * ahead if done else None
-
     def write(self, printed=True):
         """The fetched records into trajectory.jsonl and wandb; `printed`: also the progress line."""
-        run, state, last = self.run, self.state, self.records[-1]
+        run, plan, state, last = self.run, self.run.plan, self.state, self.records[-1]
         state.wall_seconds = time.perf_counter() - self.wall_start
-        eta = self.eta()
+        # the ETA: this invocation's wall time per FLOP so far times the FLOPs of the steps ahead, at their passes
+        bounds, done = [0, *plan.crossover_steps, plan.steps], state.flops - self.flops_start
+        ahead = sum(model_lib.flops_per_token(plan.model_config, k) * max(0, min(b, self.stop) - max(a, state.step))
+                    for k, a, b in zip(plan.pass_stages, bounds, bounds[1:])) * plan.tokens_per_step
+        eta = (time.perf_counter() - self.start) / done * ahead if done else None
         last.update(wall_seconds=state.wall_seconds, train_seconds=state.train_seconds, eta_seconds=eta)
         if run.master:
             self.trajectory.writelines(json.dumps(r) + "\n" for r in self.records)
@@ -856,7 +815,7 @@ class Progress:
             for r in self.records if self.tracker else []:
                 self.tracker.log(wandb_record(r), step=r["step"])
             if printed:
-                print(f"step {state.step}/{run.plan.steps} | loss {last['loss']:.4f} | lrm {last['lr_multiplier']:.3f} "
+                print(f"step {state.step}/{plan.steps} | loss {last['loss']:.4f} | lrm {last['lr_multiplier']:.3f} "
                       f"| passes {last['passes']} | {last['tokens_per_second']:,.0f} tok/s"
                       + (f" | mfu {100 * self.mfu:.1f}%" if self.mfu else "")
                       + (f" | eta {clock(eta)}" if eta is not None else ""), flush=True)
@@ -876,8 +835,7 @@ def wandb_record(record):
     return {k: v for k, v in out.items() if v is not None}
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The training loop
+# --- The training loop
 
 STOP_SIGNALS = []  # the signals that asked this process to stop
 
@@ -901,9 +859,8 @@ def train(args, plan):
     model, optimizers, state = training.model, training.optimizers, training.state
     handlers = {signum: signal.signal(signum, request_stop) for signum in (signal.SIGINT, signal.SIGTERM)}
     STOP_SIGNALS.clear()
-    # the cadence: validations at most EVAL_COMPUTE_SHARE of the training compute by default (a validation is a
-    # forward over val_tokens, a third of a training step's FLOPs per token), and at the start, the end, each epoch
-    # and around a growth; only a logged step waits for the device (it fetches the losses since the last one)
+    # validations: by default at most EVAL_COMPUTE_SHARE of the training compute (a forward is a third of a training
+    # step's FLOPs per token), and at the start, the end, each epoch and around a growth
     preset, epoch_steps = PRESETS[plan.preset], run.loader.steps_per_epoch
     stop = min(plan.steps, args.stop_after or plan.steps)
     log_every = args.log_every or preset.log_every
@@ -950,11 +907,7 @@ def train(args, plan):
                     record.update(val_loss_after_growth=ev["val_loss"], val_bpb_after_growth=ev["val_bpb"],
                                   passes_after_growth=ev["passes"])
                 progress.mark = time.perf_counter()
-            stopping = bool(STOP_SIGNALS)
-            if run.world > 1:  # every rank stops at the same step
-                asked = torch.tensor(float(stopping), device=run.device)
-                dist.all_reduce(asked, op=dist.ReduceOp.MAX)
-                stopping = asked.item() > 0
+            stopping = any(gather(bool(STOP_SIGNALS)))  # every rank stops at the same step
             if s == stop or stopping:  # every rank's peak memory in this invocation, before the checkpoint keeps it
                 state.memory_measured.append(dict(steps=[start_step, s], world_size=run.world,
                                                   ranks=gather(memory_in_use(run.device))))
@@ -978,8 +931,8 @@ def train(args, plan):
             import fit  # the reader of runs writes their report.md
             fit.write_run_report(run.run_dir)
         if progress.tracker:
-            progress.tracker.summary.update({k: v for k, v in read_json(os.path.join(run.run_dir, "result.json")).items()
-                                             if isinstance(v, (int, float, str, bool))})
+            result = read_json(os.path.join(run.run_dir, "result.json"))
+            progress.tracker.summary.update({k: v for k, v in result.items() if isinstance(v, (int, float, str, bool))})
             progress.tracker.finish()
     except KeyboardInterrupt as stop:  # SIGINT, or SIGTERM (Interrupted): the one stop path
         reason = f"{'SIGTERM' if isinstance(stop, Interrupted) else 'SIGINT'} at step {state.step}"
@@ -998,14 +951,11 @@ def train(args, plan):
     return 0
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# Command line (its flags: build_parser, at the top)
+# --- Command line (its flags: build_parser, at the top)
 
 def parse_args(argv):
     p = build_parser()
     args = p.parse_args(argv)
-    if args.arch is None or args.depth is None:
-        p.error("--arch and --depth are required")
     if args.run_name is not None and (args.run_name in ("", ".", "..") or "/" in args.run_name):
         p.error(f"--run-name {args.run_name!r} must be a plain folder name (no '/'); use --runs-dir for the parent")
     each_once("--depth", args.depth)

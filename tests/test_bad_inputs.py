@@ -267,7 +267,7 @@ LADDER_CASES = [
     ("option-first", {}, ["--depth", "6"], "the first argument is ARCH"),
     ("depth-not-a-number", {}, ["vanilla", "--depth", "6", "x"], "argument --depth: must be a whole number in [1, 1024]"),
     ("depths-is-not-train-pys-name", {}, ["vanilla", "--depths", "6"], "unknown option '--depths'"),
-    ("unknown-preset", {}, ["vanilla", "--preset", "huge"], "unknown preset 'huge'"),
+    ("unknown-preset", {}, ["vanilla", "--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
     ("replicates-without-seeds", {}, ["vanilla", "--replicate-depths", "16"], "--replicate-depths needs --seed"),
     ("seed-without-values", {}, ["vanilla", "--seed"], "--seed needs one or more values"),
     ("seed-negative", {}, ["vanilla", "--seed", "0", "-1"], "unknown option '-1'"),

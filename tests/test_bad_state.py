@@ -155,8 +155,6 @@ RECORDED_CASES = [  # (id, the run copied, flags after the run's own, message)
     ("resume-with-another-lr", "stopped", ["--resume", "--matrix-lr", "0.05"],
      "checkpoints/step_000002 holds another run than this command plans: matrix_lr"),
     ("resume-on-another-pool", "stopped", ["--resume", "--data-dir", "OTHER"], "was trained on the pool"),
-    ("complete-run-on-another-pool", "complete", ["--resume-or-start", "--data-dir", "OTHER"],
-     "was trained on the pool"),
 ]
 
 
