@@ -1,5 +1,5 @@
 """Tests for core_eval.py (scoring and its bundle on disk): tiny bundles written here (all three task types, both
-delimiters), a tiny random model standing in for a train.py checkpoint (checkpoint.py is tested on its own)."""
+delimiters), a tiny random model standing in for a train.py checkpoint (train.py tests its checkpoints)."""
 
 import copy, functools, hashlib, http.server, json, os, random, subprocess, sys, threading, zipfile
 

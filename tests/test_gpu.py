@@ -18,6 +18,7 @@ import core_eval
 import model
 import train
 from bench import SyntheticLoader
+from test_model import attention_backend_run
 from test_core_eval import write_bundle
 from test_parallel import agrees, distance
 from test_train import ROOT, read_run
@@ -92,7 +93,7 @@ def test_core_scores_on_pytorchs_default_attention(gpu_run, tmp_path, capsys):
     assert all(math.isfinite(v) for v in scores["losses"].values()) and 0 <= min(scores["results"].values())
     net, _ = train.load_checkpoint_model(final, device="cuda")
     net.set_attention("default")
-    kernel = model.attention_backend_run(lambda: net.residual_stream(torch.zeros(2, 64, dtype=torch.long,
+    kernel = attention_backend_run(lambda: net.residual_stream(torch.zeros(2, 64, dtype=torch.long,
                                                                                  device="cuda")))
     show(capsys, f"CORE on default attention ({kernel}): {scores['core_metric']:.4f}")
 
