@@ -2,16 +2,7 @@
 group, device, CPU allocator). Importable without torch (arms.py and fit.py are torch-free). A script's main is
 `cli_main(run, "x.py", argv)`: a UsageError (Parser's bad flags too) becomes "x.py: error: <one line>", exit 2.
 """
-import argparse
-import contextlib
-import ctypes
-import hashlib
-import json
-import math
-import os
-import signal
-import socket
-import sys
+import argparse, contextlib, ctypes, datetime, hashlib, json, math, os, signal, socket, sys
 
 
 class UsageError(Exception):
@@ -65,13 +56,10 @@ def answer_help(parser_of, argv=None):
 def integer(low, high):
     """argparse type: a whole number in [low, high]."""
     def whole_number(text):
-        try:
-            value = int(text)
-        except ValueError:
-            value = None
-        if value is None or not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be a whole number in [{low}, {high}], got {text!r}")
-        return value
+        with contextlib.suppress(ValueError):
+            if low <= int(text) <= high:
+                return int(text)
+        raise argparse.ArgumentTypeError(f"must be a whole number in [{low}, {high}], got {text!r}")
     return whole_number
 
 
@@ -81,14 +69,12 @@ def number(interval):
     expected = "a finite number" + ("" if (low, high) == (-math.inf, math.inf) else f" in {interval}")
 
     def finite_number(text):
-        try:
+        with contextlib.suppress(ValueError):
             value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and low <= value <= high) or (interval[0] == "(" and value == low) \
-                or (interval[-1] == ")" and value == high):
-            raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
-        return value
+            above = low < value if interval[0] == "(" else low <= value
+            if math.isfinite(value) and above and (value < high if interval[-1] == ")" else value <= high):
+                return value
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}")
     return finite_number
 
 
@@ -134,10 +120,9 @@ def write_text(path, text):
         with open(tmp, "w") as f:
             f.write(text)
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
+    finally:
+        with contextlib.suppress(FileNotFoundError):
             os.remove(tmp)
-        raise
 
 
 def write_json(path, obj, allow_nan=True):
@@ -145,22 +130,17 @@ def write_json(path, obj, allow_nan=True):
 
 
 def sha256_file(path):
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(16 << 20):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def keep_freed_cpu_memory():
     """glibc keeps freed blocks below 32 MiB for reuse (the CPU counterpart of CUDA's caching allocator) instead of
     unmapping a step's activations and faulting them in again next step. -> whether glibc took both settings."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
-    return bool(libc.mallopt(m_mmap_threshold, 32 * 2 ** 20) and libc.mallopt(m_trim_threshold, 2 ** 31 - 1))
+    with contextlib.suppress(OSError):  # not glibc
+        libc, m_trim_threshold, m_mmap_threshold = ctypes.CDLL("libc.so.6"), -1, -3  # malloc.h
+        return bool(libc.mallopt(m_mmap_threshold, 32 * 2 ** 20) and libc.mallopt(m_trim_threshold, 2 ** 31 - 1))
+    return False
 
 
 def memory_in_use(device):
@@ -204,8 +184,6 @@ def torchrun_env():
 
 def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
     """-> (rank, world size, device) from torchrun's environment: NCCL on CUDA, gloo on CPU, none for one process."""
-    import datetime
-
     import torch
     import torch.distributed as dist
     # before the first CUDA allocation; a user's own setting wins

@@ -1,20 +1,16 @@
-"""core_eval.py - DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen
-17-task filtered score, few-shot seeds 0 1 2 (mean and population std), and the logit-lens KL effective depth.
-
-Protocol: the paper's App. C.2 (arXiv 2609.19107), the DCLM CORE evaluator's rules (docs/recipe.md, "CORE").
-MC/schema pick the candidate with the lowest mean token loss over its scoring region, LM items are correct only if
-every continuation token is the argmax; answer NLL is the mean token loss over the full gold answer.
+"""DCLM CORE evaluation (22 tasks) of a train.py checkpoint: CORE accuracy, answer NLL, the frozen 17-task filtered
+score, few-shot seeds 0 1 2 (mean and population std), and the logit-lens KL effective depth. Protocol: the paper's
+App. C.2 (docs/recipe.md, "CORE"). A new per-task metric is one entry of METRICS.
 
     python core_eval.py --checkpoint runs/X                                          # full suite -> runs/X/eval.json
     python core_eval.py --checkpoint CKPT --bundle-dir my/eval_bundle --max-per-task 100 --seed 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
 
-Without --bundle-dir the bundle is downloaded once into .cache/eval_bundle next to this file, extracted with zipfile
-and installed only if its content matches the paper's fingerprint. A new metric is one entry of METRICS (below).
+Without --bundle-dir the bundle is downloaded once into .cache/eval_bundle, extracted with zipfile and installed only
+if its content matches the paper's fingerprint.
 """
-
-import argparse, csv, hashlib, json, math, os, random, shutil, sys, tempfile, time, urllib.request, zipfile
+import argparse, csv, hashlib, json, math, os, random, sys, tempfile, time, urllib.request, zipfile
 from statistics import fmean
 
 from arms import MAX_PASSES, SEEDS
@@ -22,15 +18,10 @@ from common import (Parser, UsageError, answer_help, autocast, cli_main_distribu
                     setup_distributed, sha256_file, write_json)
 
 EVAL = dict(
-    bundle_url="https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip",
     bundle_fingerprint="e908e4e0e145860290d46fb37c5d1bad52bbf22da843073ff0e6b6f624250e52",  # all 77 bundle files
     shuffle_seed=1337,          # example-order shuffle, every task
-    seeds=[0, 1, 2],            # few-shot seeds (additive offsets to the example index)
-    rows_per_forward=64,        # --batch-size default: sequences per forward
     tokens_per_forward=dict(cuda=16384, cpu=2048),  # padded: bounds GPU memory; small CPU forwards stay in cache
     examples_per_chunk=512,     # examples tokenized and held in memory at a time (per rank)
-    lens_tokens=65536,          # --lens-tokens default: validation tokens for the logit lens
-    kl_threshold=2.0,           # nats (paper Fig. 6)
 )
 CORE_TASKS = """hellaswag_zeroshot jeopardy bigbench_qa_wikidata arc_easy arc_challenge copa commonsense_qa piqa
     openbook_qa lambada_openai hellaswag winograd winogrande bigbench_dyck_languages agi_eval_lsat_ar
@@ -45,11 +36,11 @@ def build_parser():
     p.add_argument("--checkpoint", required=True, help="a train.py run folder, its checkpoints folder or a step folder")
     p.add_argument("--bundle-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache",
                    "eval_bundle"), help="extracted CORE bundle (downloaded here if absent)")
-    p.add_argument("--bundle-url", default=EVAL["bundle_url"])
-    p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=EVAL["seeds"], help="few-shot seed(s)")
+    p.add_argument("--bundle-url", default="https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip")
+    p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=[0, 1, 2], help="few-shot seed(s)")
     p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
-    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=EVAL["rows_per_forward"], help="rows per forward")
+    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=64, help="rows per forward")
     p.add_argument("--scoring", choices=("one_at_a_time", "batched"), default="batched", help="one_at_a_time: one "
                    "example per forward (the reference path); batched: many (the same scores, faster)")
     p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes);\n"
@@ -57,8 +48,8 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", help="token pool with a val split (for --effective-depth)")
-    p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=EVAL["lens_tokens"])
-    p.add_argument("--kl-threshold", type=number("(0, inf)"), default=EVAL["kl_threshold"], help="nats")
+    p.add_argument("--lens-tokens", type=integer(1, 2 ** 40), default=65536, help="validation tokens for the lens")
+    p.add_argument("--kl-threshold", type=number("(0, inf)"), default=2.0, help="nats (paper Fig. 6)")
     return p
 
 
@@ -82,24 +73,22 @@ ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_option
 def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
     """Use bundle_dir if it exists, else (rank 0, the others wait) download the zip, extract it (zipfile keeps
     members inside the target), check the content fingerprint, and only then rename it into place."""
+    parent = os.path.dirname(os.path.abspath(bundle_dir))
     if rank == 0 and not os.path.exists(bundle_dir):
-        os.makedirs(os.path.dirname(os.path.abspath(bundle_dir)), exist_ok=True)
-        tmp = tempfile.mkdtemp(prefix=".eval_bundle_download.", dir=os.path.dirname(os.path.abspath(bundle_dir)))
-        try:
-            print(f"downloading {url}", file=sys.stderr)
-            urllib.request.urlretrieve(url, os.path.join(tmp, "eval_bundle.zip"))
-            with zipfile.ZipFile(os.path.join(tmp, "eval_bundle.zip")) as zf:
-                zf.extractall(tmp)
+        os.makedirs(parent, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix=".eval_bundle_download.", dir=parent) as tmp:
+            try:
+                print(f"downloading {url}", file=sys.stderr)
+                with zipfile.ZipFile(urllib.request.urlretrieve(url, os.path.join(tmp, "bundle.zip"))[0]) as zf:
+                    zf.extractall(tmp)
+            except (OSError, zipfile.BadZipFile) as e:
+                raise UsageError(f"could not download and unzip the CORE bundle from {url} ({e}); pass --bundle-dir "
+                                 "with an extracted bundle to run offline") from None
             extracted = os.path.join(tmp, "eval_bundle")
             if not os.path.isdir(extracted) or bundle_fingerprint(extracted) != EVAL["bundle_fingerprint"]:
                 raise UsageError(f"the zip from {url} is not the CORE bundle (no eval_bundle/ folder, or its content "
                                  "fingerprint differs from the paper's); pass --bundle-dir with an extracted bundle")
             os.replace(extracted, bundle_dir)
-        except (OSError, zipfile.BadZipFile) as e:
-            raise UsageError(f"could not download and unzip the CORE bundle from {url} ({e}); pass --bundle-dir with "
-                             "an extracted bundle to run offline") from None
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
     if world_size > 1:
         dist.barrier()
     return bundle_dir
@@ -119,48 +108,40 @@ def bundle_fingerprint(bundle_dir):
 def load_tasks(bundle_dir):
     """Read core.yaml + eval_meta_data.csv + each task's JSONL -> list of task dicts in core.yaml order."""
     meta = os.path.join(bundle_dir, "eval_meta_data.csv")
-    baselines = {}  # task -> [(line number, its 'Random baseline' text)]
     try:
         with open(os.path.join(bundle_dir, "core.yaml")) as f:
-            config = yaml.safe_load(f)
+            specs = yaml.safe_load(f)["icl_tasks"]
         with open(meta, newline="") as f:
-            reader = csv.DictReader(f)
-            for row in reader:
-                baselines.setdefault(row.get("Eval Task"), []).append((reader.line_num, row.get("Random baseline")))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, csv.Error) as e:
-        raise UsageError(f"{bundle_dir} is not a readable CORE bundle: core.yaml / eval_meta_data.csv ({e}); point "
-                         "--bundle-dir at the extracted eval_bundle folder") from None
-    if not isinstance(config, dict) or not config.get("icl_tasks"):
-        raise UsageError(f"bad CORE bundle in {bundle_dir}: core.yaml has no icl_tasks list")
+            rows = [(row["Eval Task"], row["Random baseline"]) for row in csv.DictReader(f)]
+        assert isinstance(specs, list) and specs
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, csv.Error, KeyError, TypeError, AssertionError) as e:
+        raise UsageError(f"{bundle_dir} is not a readable CORE bundle: core.yaml with an icl_tasks list, "
+                         f"eval_meta_data.csv ({type(e).__name__}: {e}); point --bundle-dir at the extracted "
+                         "eval_bundle folder") from None
     tasks = []
-    for index, spec in enumerate(config["icl_tasks"], 1):
-        where = f"icl_tasks entry {index} of {bundle_dir}/core.yaml"
-        missing = [k for k in ("label", "dataset_uri", "icl_task_type", "num_fewshot")
-                   if not isinstance(spec, dict) or spec.get(k) in (None, "", [])]
-        if missing:
-            raise UsageError(f"{where} has no {', '.join(missing)}")
-        label, shots, task_type = spec["label"], spec["num_fewshot"], spec["icl_task_type"]
-        delimiter = spec.get("continuation_delimiter") or " "
-        for key, value in dict(label=label, dataset_uri=spec["dataset_uri"], continuation_delimiter=delimiter).items():
-            if not isinstance(value, str):
-                raise UsageError(f"{where}: {key} must be text, got {value!r}")
+    for index, spec in enumerate(specs, 1):
+        try:
+            label, uri, task_type = spec["label"], spec["dataset_uri"], spec["icl_task_type"]
+            shots, delimiter = spec["num_fewshot"][0], spec.get("continuation_delimiter") or " "
+            assert all(isinstance(v, str) for v in (label, uri, delimiter)) and type(shots) is int and shots >= 0
+        except (KeyError, TypeError, IndexError, AssertionError):
+            raise UsageError(f"icl_tasks entry {index} of {bundle_dir}/core.yaml needs label, dataset_uri, "
+                             "icl_task_type, continuation_delimiter (text) and num_fewshot (a list like [10])") from None
         if any(t["label"] == label for t in tasks):  # a copy counts once in the scores, but made 23 tasks of 22
             raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (again in entry {index}); keep one")
         if task_type not in ITEM_FIELDS:
             raise UsageError(f"task {label}: unknown icl_task_type {task_type!r} (expected one of "
                              f"{', '.join(ITEM_FIELDS)})")
-        if not isinstance(shots, list) or not isinstance(shots[0], int) or shots[0] < 0:
-            raise UsageError(f"task {label}: num_fewshot in {bundle_dir}/core.yaml must be a list like [10]")
-        rows = baselines.get(label, [])
-        if len(rows) != 1:
-            raise UsageError(f"task {label}: {meta} must have one 'Random baseline' row for it, not {len(rows)}")
-        cell = str(rows[0][1]).strip()  # a missing cell reads None
-        baseline = float(cell) if cell.replace(".", "", 1).isdecimal() else math.nan
+        baselines = [cell for name, cell in rows if name == label]
+        try:
+            baseline = float(baselines[0]) if len(baselines) == 1 else math.nan
+        except (TypeError, ValueError):  # a missing cell reads None
+            baseline = math.nan
         if not 0 <= baseline < 100:  # the centered score divides by 100 - baseline
-            raise UsageError(f"{meta}:{rows[0][0]}: task {label}: 'Random baseline' {rows[0][1]!r} is not a "
-                             "percentage in [0, 100)")
-        tasks.append(dict(label=label, type=task_type, shots=shots[0], delimiter=delimiter, baseline=baseline,
-                          items=read_task_items(label, task_type, f"{bundle_dir}/eval_data/{spec['dataset_uri']}")))
+            raise UsageError(f"task {label}: {meta} needs one 'Random baseline' row for it, a percentage in [0, 100) "
+                             f"(found {baselines})")
+        tasks.append(dict(label=label, type=task_type, shots=shots, delimiter=delimiter, baseline=baseline,
+                          items=read_task_items(label, task_type, f"{bundle_dir}/eval_data/{uri}")))
     return tasks
 
 
@@ -173,22 +154,18 @@ def read_task_items(label, task_type, path):
         raise UsageError(f"task {label}: cannot read {path} ({e.strerror})") from None
     items, fields = [], ITEM_FIELDS[task_type]
     for line_no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"task {label}: {path}:{line_no}"
-        try:
-            item = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError):
-            raise UsageError(f"{where}: not a JSON object") from None
-        if not isinstance(item, dict) or any(k not in item for k in fields):
-            raise UsageError(f"{where}: a {task_type} row needs {' and '.join(fields)}")
-        if not all(isinstance(t, str) for v in map(item.get, fields) for t in (v if isinstance(v, list) else [v])):
-            raise UsageError(f"{where}: {', '.join(fields)} must be text")
-        options, gold = item.get("choices", item.get("context_options")), item.get("gold")
-        if task_type != "language_modeling" and (not isinstance(options, list) or type(gold) is not int
-                                                 or not 0 <= gold < len(options)):
-            raise UsageError(f"{where}: gold {gold!r} is not an index into its answer options")
-        items.append(item)
+        if line.strip():
+            try:
+                item = json.loads(line.decode("utf-8"))
+                values = [item[k] for k in fields]
+                assert all(isinstance(t, str) for v in values for t in (v if isinstance(v, list) else [v]))
+                options = item.get("choices", item.get("context_options"))
+                assert task_type == "language_modeling" or type(item["gold"]) is int and 0 <= item["gold"] < len(options)
+            except (UnicodeDecodeError, ValueError, KeyError, TypeError, AssertionError):
+                gold = "" if task_type == "language_modeling" else ", gold an index into the options"
+                raise UsageError(f"task {label}: {path}:{line_no}: not a {task_type} row (a JSON object with "
+                                 f"{' and '.join(fields)} as text{gold})") from None
+            items.append(item)
     if not items:
         raise UsageError(f"task {label}: {path} is empty")
     return items
@@ -252,7 +229,7 @@ def build_example(task_type, item, prompts, answer, encode, max_len):
         gold_region = (gold_start, len(rows[label]))
     # Left-crop. Deviation: the official evaluator asserts that the scored region survives the crop. A continuation
     # longer than the context (only seen with the bytes tokenizer and a short seq_len) is instead scored on its last
-    # max_len - 1 tokens, and the example is counted in the output's clipped_examples.
+    # max_len - 1 tokens, and the example is counted in eval.json's `clipped`.
     crops = [max(0, len(row) - max_len) for row in rows]
     crop = lambda r, region: (max(1, region[0] - crops[r]), region[1] - crops[r])
     clipped = any(start - crops[r] < 1 for r, (start, _) in [*enumerate(regions), (label, gold_region)])
@@ -331,19 +308,15 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
 
 def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="batched",
                    rank=0, world_size=1):
-    """-> ({label: {seed: {metric: value}}} (METRICS), {label: n_examples}, {label: clipped evaluations}). Examples are
-    strided over ranks and gathered; zero-shot tasks run once (first seed) and are reused per seed. Each rank
-    tokenizes and scores its examples in chunks, so memory stays bounded on the 10k-item tasks."""
+    """-> {label: {seed: {metric: value}}} (METRICS). Examples are strided over ranks and gathered; zero-shot tasks run
+    once (first seed), reused per seed. Each rank tokenizes and scores its examples in chunks (bounded memory)."""
     byte_lengths = torch.as_tensor(data.token_byte_lengths(enc), dtype=torch.long)
     encode = lambda text: [enc.eot_token] + enc.encode_ordinary(text)
-    scores, counts, clipped = {}, {}, {}
+    scores = {}
     for task in tasks:
-        t0, label = time.time(), task["label"]
-        items = shuffled_items(task["items"], max_per_task)
-        counts[label] = len(items)
+        t0, label, items = time.time(), task["label"], shuffled_items(task["items"], max_per_task)
         run_seeds = seeds if task["shots"] > 0 else seeds[:1]
-        mine, chunk = list(range(rank, len(items), world_size)), EVAL["examples_per_chunk"]
-        per_seed = {}
+        mine, chunk, per_seed = list(range(rank, len(items), world_size)), EVAL["examples_per_chunk"], {}
         for s, seed in enumerate(run_seeds):
             results = []
             for c in range(0, len(mine), chunk):
@@ -361,8 +334,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             print(file=sys.stderr)
         scores[label] = {seed: {name: metric(per_seed.get(seed, per_seed[seeds[0]]))
                                 for name, metric in METRICS.items()} for seed in seeds}
-        clipped[label] = int(sum(r["clipped"] for results in per_seed.values() for r in results))
-    return scores, counts, clipped
+    return scores
 
 
 # --- Metrics and aggregation (paper App. C.2: centered accuracy, the 17-task filter, seeds)
@@ -374,6 +346,8 @@ METRICS = dict(
     losses=lambda scores: fmean(s["answer_nll"] for s in scores),  # answer NLL, nats per token
     bpbs=lambda scores: fmean(s["answer_nats"] / (math.log(2) * s["answer_bytes"]) if s["answer_bytes"] else math.nan
                              for s in scores),                  # answer bits per byte (null where an answer has none)
+    examples=len,                                               # examples scored
+    clipped=lambda scores: sum(s["clipped"] for s in scores),    # examples scored on a cropped answer (see build_example)
 )
 
 
@@ -385,17 +359,16 @@ def aggregate(scores, baselines, seeds, verified=False):
     if bad:
         raise UsageError(f"non-finite answer NLL for task(s) {', '.join(bad)}; the model produced NaN/inf logits")
     finite = lambda x: x if math.isfinite(x) else None
-    centered = lambda label, acc: (acc - baselines[label] / 100) / (1 - baselines[label] / 100)
+    centered = lambda acc, baseline: (acc - baseline / 100) / (1 - baseline / 100)  # 0 at chance, 1 all right
+    scores = {label: {s: dict(v, centered_results=centered(v["results"], baselines[label])) for s, v in seeds_.items()}
+              for label, seeds_ in scores.items()}
     out, per_seed = {}, {str(s): {} for s in seeds}
-    for name in METRICS:
+    for name in [*METRICS, "centered_results"]:
         values = {label: [scores[label][s][name] for s in seeds] for label in labels}
         out[name] = {label: finite(fmean(v)) for label, v in values.items()}
         out[f"{name}_std"] = {label: finite(float(np.std(v))) for label, v in values.items()}
         for i, s in enumerate(seeds):
             per_seed[str(s)][name] = {label: finite(v[i]) for label, v in values.items()}
-    out["centered_results"] = {label: centered(label, out["results"][label]) for label in labels}
-    for s in seeds:  # (accuracy - baseline) / (1 - baseline): 0 at chance, 1 when every answer is right
-        per_seed[str(s)]["centered_results"] = {label: centered(label, scores[label][s]["results"]) for label in labels}
     metric_per_seed = {str(s): fmean(per_seed[str(s)]["centered_results"].values()) for s in seeds}
     complete = verified and sorted(labels) == sorted(CORE_TASKS)
     bpbs = [v for v in out["bpbs"].values() if v is not None]
@@ -471,8 +444,7 @@ def run(argv):
     if not os.path.isdir(args.checkpoint):
         raise UsageError(f"--checkpoint {args.checkpoint} is no folder: pass a train.py run folder, its checkpoints "
                          "folder or one step folder")
-    # --out goes into an existing folder and replaces only an evaluation of the same checkpoint
-    out_path = args.out or default_out(args.checkpoint, args.passes)
+    out_path = args.out or default_out(args.checkpoint, args.passes)  # replaces only a result of this checkpoint
     if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
         raise UsageError(f"--out {out_path}: not a file name in an existing folder")
     try:
@@ -488,9 +460,6 @@ def run(argv):
     (rank, world_size, device), t0 = setup_distributed(), time.time()
     net, record = load_model(args.checkpoint, device, args.passes)
     enc = data.get_tokenizer(record.get("tokenizer", "gpt2"))
-    if net.cfg.vocab_size != enc.n_vocab:  # else an IndexError inside the first forward, or scores over wrong ids
-        raise UsageError(f"checkpoint {args.checkpoint} has a vocabulary of {net.cfg.vocab_size} token ids but its "
-                         f"tokenizer {record.get('tokenizer')!r} has {enc.n_vocab}")
     bundle_dir = ensure_bundle(args.bundle_dir, args.bundle_url, rank, world_size)
     tasks, fingerprint = load_tasks(bundle_dir), bundle_fingerprint(bundle_dir)
     verified = sorted(t["label"] for t in tasks) == sorted(CORE_TASKS)  # labels are unique (load_tasks)
@@ -502,17 +471,18 @@ def run(argv):
         try:
             pool = data.load_pool(args.data_dir, "val")
             windows = data.val_windows(pool, max_len, args.lens_tokens)
-            data.check_token_range(args.data_dir, pool, net.cfg.vocab_size, windows.numel())
         except data.DataError as e:
             raise UsageError(f"--effective-depth: {e}") from None
-    scores, counts, clipped = evaluate_tasks(net, enc, tasks, args.seed, args.max_per_task, max_len, device,
-                                             args.batch_size, args.scoring, rank=rank, world_size=world_size)
+        if pool.manifest.get("tokenizer") != record.get("tokenizer"):
+            raise UsageError(f"--data-dir {args.data_dir} holds {pool.manifest.get('tokenizer')} tokens, the "
+                             f"checkpoint reads {record.get('tokenizer')} tokens; pass a pool of its tokenizer")
+    scores = evaluate_tasks(net, enc, tasks, args.seed, args.max_per_task, max_len, device, args.batch_size,
+                            args.scoring, rank=rank, world_size=world_size)
     out = aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, args.seed, verified)
     out.update(checkpoint=os.path.abspath(args.checkpoint), step=record.get("step"), passes=net.active_passes,
                max_per_task=args.max_per_task, scoring=args.scoring, batch_size=args.batch_size,
-               suite_fingerprint=fingerprint, bundle_dir=os.path.abspath(bundle_dir), task_counts=counts,
-               num_examples=sum(counts.values()), shuffle_seed=EVAL["shuffle_seed"],
-               clipped_examples={label: n for label, n in clipped.items() if n}, tokenizer=record.get("tokenizer"),
+               suite_fingerprint=fingerprint, bundle_dir=os.path.abspath(bundle_dir), shuffle_seed=EVAL["shuffle_seed"],
+               num_examples=int(sum(out["examples"].values())), tokenizer=record.get("tokenizer"),
                model_config=record.get("model_config"), device=device.type, world_size=world_size)
     if args.effective_depth and rank == 0:  # 65k tokens by default: seconds, on one rank
         depth, curve = kl_effective_depth(net, windows, args.kl_threshold, device)
@@ -521,13 +491,7 @@ def run(argv):
     out["elapsed_seconds"] = time.time() - t0
     if rank != 0:
         return
-    try:
-        write_json(out_path, out, allow_nan=False)
-    except OSError as e:  # a full disk: the evaluation is done, keep its results
-        fd, saved = tempfile.mkstemp(prefix="core_eval-", suffix=".json")
-        with os.fdopen(fd, "w") as f:
-            json.dump(out, f)
-        raise UsageError(f"cannot write {out_path}: {e.strerror}; the results are saved in {saved}") from None
+    write_json(out_path, out, allow_nan=False)
     if args.json:
         return print(json.dumps(out, indent=2))
     filtered = out["core_metric_filtered"]

@@ -5,16 +5,13 @@
     python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
     python data.py verify data/stdlib          # check a pool's token files against their sha256
 
-A pool folder holds per split `<split>.bin` (uint16 tokens; each document is [BOS] + tokens), `<split>.docs.bin`
-(int64 offset of each BOS) and `corpus.json` (settings, counts, sha256, progress: the same command resumes).
-Corpora: FineWeb / FineWeb-Edu at pinned Hugging Face revisions ($HF_ENDPOINT, $HF_TOKEN); "stdlib", this Python's
-standard-library .py files; "files", local .txt / .jsonl / .parquet ("text"). Validation: a sha1 hash bucket (1 in 50)
-of the file names (stdlib) or texts (files). TrainLoader reproduces the release's packing: what step s sees depends
-only on (seed, s), never on the world size or micro-batch size, so a resume on any number of processes continues at
-the step.
+A pool holds per split `<split>.bin` (uint16 tokens, each document [BOS] + tokens), `<split>.docs.bin` (int64 offset
+of each BOS) and `corpus.json` (settings, counts, sha256, progress: the same command resumes). Validation of stdlib and
+files: a sha1 hash bucket (1 in 50) of the file names or texts. TrainLoader: what step s sees depends only on
+(seed, s), never on the world size or micro-batch size, so a resume on any number of processes continues at the step.
 """
-import collections, contextlib, errno, fcntl, glob, hashlib, json, multiprocessing, os, shutil, signal, sys, sysconfig
-import time, types
+import collections, fcntl, glob, hashlib, json, multiprocessing, multiprocessing.dummy, os, shutil, signal, sys
+import sysconfig, time
 
 from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
 
@@ -86,16 +83,15 @@ def token_byte_lengths(enc):
     return np.array([0 if i == enc.eot_token else len(enc.decode_single_token_bytes(i)) for i in range(enc.n_vocab)])
 
 
-def _init_worker(tokenizer):
-    """A tokenising worker: SIGTERM (the pool's terminate) ends it quietly, SIGINT is its parent's to handle."""
-    global _worker_enc
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker_enc = get_tokenizer(tokenizer)
+def _use_tokenizer(name, worker_process=False):
+    global _encoder
+    if worker_process:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends the pool
+    _encoder = get_tokenizer(name)
 
 
 def _encode(text):
-    return np.array([_worker_enc.eot_token] + _worker_enc.encode_ordinary(text), dtype=np.uint16)
+    return np.array([_encoder.eot_token] + _encoder.encode_ordinary(text), dtype=np.uint16)
 
 
 def _hash_mod(key, every):
@@ -116,7 +112,7 @@ def list_sources(corpus, files_glob=None):
                                 f"{str(e).splitlines()[0]}); check the network, $HF_ENDPOINT and $HF_TOKEN") from None
             if not files:
                 raise DataError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
-            return [dict(name=e.path, size=e.size, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
+            return [dict(name=e.path, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
         train = listing(recipe["train_dir"])
         val, train = (listing(recipe["val_dir"]), train) if recipe["val_dir"] else (train[:1], train[1:])
         return [dict(f, split=split) for split, group in (("val", val), ("train", train)) for f in group]
@@ -165,11 +161,10 @@ def read_texts(path):
             for line_no, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        text = json.loads(line.decode("utf-8"))["text"]
-                    except (UnicodeDecodeError, ValueError, KeyError, TypeError):
-                        text = None
-                    if not isinstance(text, str):
-                        raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string")
+                        text = json.loads(line)["text"]  # UTF-8 (a decode error is a ValueError)
+                        assert isinstance(text, str)
+                    except (ValueError, KeyError, TypeError, AssertionError):
+                        raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string") from None
                     yield text
     else:
         try:
@@ -184,11 +179,16 @@ def _paths(out, split):
     return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
 
 
-def _read_manifest(data_dir):
-    path = os.path.join(data_dir, "corpus.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            return json.load(f)
+def read_json(path):
+    """A JSON file this program wrote, or {} where there is none."""
+    if not os.path.exists(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_manifest(data_dir):
+    return read_json(os.path.join(data_dir, "corpus.json"))
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
@@ -209,20 +209,20 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         lock = open(os.path.join(out, "prepare.lock"), "a")
     except OSError as e:
         raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
-    with lock:  # of two runs started together in a fresh clone, the second waits here, then finds the pool complete
+    with lock:  # of two prepares of one pool started together, the second waits here, then finds it complete
         fcntl.flock(lock, fcntl.LOCK_EX)
-        old = _read_manifest(out)
-        if old is None and set(os.listdir(out)) - {"prepare.lock"}:
+        old = read_manifest(out)
+        if not old and set(os.listdir(out)) - {"prepare.lock"}:
             raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
-        differ = [k for k, v in settings.items() if old is not None and old.get(k) != v]
+        differ = [k for k, v in settings.items() if old and old.get(k) != v]
         if differ:
             raise DataError(f"{out} holds {'a complete' if old.get('status') == 'complete' else 'an unfinished'} "
                             f"pool with other settings ({', '.join(differ)}); use another --out or delete it first")
-        if old is not None and old.get("status") == "complete":
+        if old.get("status") == "complete":
             print(f"{out}: pool already complete", file=sys.stderr)
             return old
         sources = list_sources(corpus, files_glob)
-        if old is not None and old.get("sources") == [s["name"] for s in sources]:
+        if old.get("sources") == [s["name"] for s in sources]:
             print(f"{out}: resuming an interrupted prepare at source {old['sources_done'] + 1}", file=sys.stderr)
             manifest = old
         else:  # corpus.json first: a folder with pool files has one
@@ -230,34 +230,28 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
                             sources_done=0, dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0)
                                                                           for s in SPLITS})
             write_json(os.path.join(out, "corpus.json"), manifest)
-        try:
-            _write_pool(corpus, out, manifest, sources, workers or os.cpu_count() or 1)
-        except OSError as e:
-            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise DataError(f"cannot write the pool {out}: {e.strerror}; free space and re-run the same command (it "
-                            "resumes)") from None
+        write_pool(corpus, out, manifest, sources, workers or os.cpu_count() or 1)
     return manifest
 
 
-def _write_pool(corpus, out, manifest, sources, workers):
+def write_pool(corpus, out, manifest, sources, workers):
+    """Tokenise the sources from manifest's sources_done on, appending to the split files (see prepare)."""
     budget, workdir, val_every = manifest["budgets"], os.path.join(out, "downloads"), CORPORA[corpus].get("val_every")
     count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
     docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
-    files, val_signatures = {}, None
+    files, val_signatures, pending, t0 = {}, None, [], time.time()  # pending: (split, text) not yet tokenised
     for s in SPLITS:
         for path, size in zip(_paths(out, s), (2 * count[s], 8 * docs[s])):
-            f = files[path] = open(path, "r+b" if os.path.exists(path) else "w+b")
-            f.truncate(size)  # drop anything written after the last record
-            f.seek(size)
+            files[path] = open(path, "ab")
+            files[path].truncate(size)  # drop anything written after the last record
     # FineWeb de-dup: a train document whose first 64 body tokens are a val document's is dropped
     signature = lambda tokens: hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
     wants = lambda split: budget[split] is None or count[split] < budget[split]
-    t0 = last_record = time.time()
-    pending, chars = [], 0   # (split, text) not yet tokenised
 
     def add(split, tokens):
         nonlocal val_signatures
+        if not wants(split):
+            return
         if split == "train" and manifest["dedup"]:
             if val_signatures is None:  # val sources come first, so val is complete here
                 for f in files.values():
@@ -272,14 +266,10 @@ def _write_pool(corpus, out, manifest, sources, workers):
         files[_paths(out, split)[1]].write(np.int64(count[split]).tobytes())
         count[split], docs[split] = count[split] + len(tokens), docs[split] + 1
 
-    def write_pending():  # tokenise the pending texts on the workers, append them in order
-        nonlocal chars
-        texts = [text for _, text in pending]
-        for (split, _), tokens in zip(pending, processes.map(_encode, texts, -(-len(texts) // (4 * workers)) or 1)):
-            if wants(split):
-                add(split, tokens)
+    def tokenise_pending():  # on the workers, appended in order
+        for (split, _), tokens in zip(pending, processes.map(_encode, [text for _, text in pending])):
+            add(split, tokens)
         pending.clear()
-        chars = 0
 
     def record(sources_done, complete=False):
         for f in files.values():
@@ -293,42 +283,34 @@ def _write_pool(corpus, out, manifest, sources, workers):
         manifest.update(sources_done=sources_done, status="complete" if complete else "running")
         write_json(os.path.join(out, "corpus.json"), manifest)
 
-    if workers == 1:  # tokenise in this process: no fork (a fork of a process running torch threads can hang)
-        global _worker_enc
-        _worker_enc = get_tokenizer(manifest["tokenizer"])
-        pool = contextlib.nullcontext(types.SimpleNamespace(map=lambda f, texts, chunksize: map(f, texts)))
-    else:
-        pool = multiprocessing.get_context("fork").Pool(workers, _init_worker, (manifest["tokenizer"],))
-    with pool as processes:
+    # spawn, not fork: a fork of a process running torch's threads can hang; one worker is a thread of this process
+    with multiprocessing.get_context("spawn").Pool(workers, _use_tokenizer, (manifest["tokenizer"], True)) \
+            if workers > 1 else multiprocessing.dummy.Pool(1, _use_tokenizer, (manifest["tokenizer"],)) as processes:
         try:
+            last_record = time.time()
             for k in range(manifest["sources_done"], len(sources)):
-                src = sources[k]
+                src, hub = sources[k], "path" not in sources[k]
                 splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
-                if "path" not in src:
-                    write_pending()  # the counts are up to date before deciding whether a shard is needed at all
+                if hub:
+                    tokenise_pending()  # the counts are up to date before deciding whether a shard is needed at all
                 if not any(map(wants, SPLITS)):
                     break
-                texts = read_texts(src["path"] if "path" in src else fetch(src, corpus, workdir)) \
-                    if any(map(wants, splits)) else ()
-                for text in texts:
-                    if not any(map(wants, splits)):
-                        break
+                for text in read_texts(fetch(src, corpus, workdir) if hub else src["path"]) \
+                        if any(map(wants, splits)) else ():
                     split = src["split"] if src["split"] != "by-doc" else \
                         "val" if _hash_mod(text, val_every) == 0 else "train"
-                    if wants(split):
-                        pending.append((split, text))
-                        chars += len(text)
-                    # early where the pending text may fill a budget: little text is tokenised only to be dropped
-                    if len(pending) >= BATCH_DOCS or chars >= min(
-                            [budget[s] - count[s] for s in SPLITS if wants(s) and budget[s]], default=float("inf")):
-                        write_pending()
-                if "path" not in src or time.time() - last_record > CHECKPOINT_EVERY_S:
-                    write_pending()
+                    pending.append((split, text))
+                    if len(pending) >= BATCH_DOCS:
+                        tokenise_pending()
+                        if not any(map(wants, splits)):
+                            break
+                if hub or time.time() - last_record > CHECKPOINT_EVERY_S:
+                    tokenise_pending()
                     record(k + 1)  # source k is complete in the files
                     last_record = time.time()
-                    if "path" not in src and os.path.exists(os.path.join(workdir, src["name"])):
+                    if hub and os.path.exists(os.path.join(workdir, src["name"])):
                         os.remove(os.path.join(workdir, src["name"]))  # a consumed download
-            write_pending()
+            tokenise_pending()
             if sum(count.values()) == sum(docs.values()):  # BOS only
                 raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
                                 "non-empty .txt/.jsonl/.parquet files")
@@ -348,8 +330,8 @@ Pool = collections.namedtuple("Pool", "tokens doc_starts manifest split")
 
 def load_pool(data_dir, split, verify_hash=False):
     """Memory-map one split of a complete pool; a missing, unfinished or corrupt pool is a DataError."""
-    manifest = _read_manifest(data_dir)
-    if manifest is None:
+    manifest = read_manifest(data_dir)
+    if not manifest:
         raise DataError(f"no pool in {data_dir} (no corpus.json); run: python data.py prepare --out {data_dir} ...")
     if manifest.get("status") != "complete":
         raise DataError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
@@ -363,17 +345,14 @@ def load_pool(data_dir, split, verify_hash=False):
 
 
 def check_pool_hashes(data_dir):
-    """Raise DataError unless every split's token file matches its sha256 in corpus.json. A file is hashed once:
-    <pool>/verified.json records the size, mtime and ctime of each file that matched (any write changes ctime), and
-    a file whose record still holds is not hashed again."""
-    path, verified, records = os.path.join(data_dir, "verified.json"), {}, {}
-    if os.path.isfile(path):  # a regular file only: open() of a FIFO would wait for a writer
-        with open(path) as f:
-            verified = json.load(f)
+    """Raise DataError unless every split's token file matches its sha256 in corpus.json. <pool>/verified.json records
+    the size, mtime and ctime of each file that matched (any write changes ctime); such a file is not hashed again."""
+    path, records = os.path.join(data_dir, "verified.json"), {}
+    verified = read_json(path)
     for split in SPLITS:
-        pool = load_pool(data_dir, split)
+        sha = load_pool(data_dir, split).manifest["splits"][split]["sha256"]
         stat = os.stat(_paths(data_dir, split)[0])
-        records[split] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, pool.manifest["splits"][split]["sha256"]]
+        records[split] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, sha]
         if verified.get(split) != records[split]:
             load_pool(data_dir, split, verify_hash=True)
     if records != verified and os.access(data_dir, os.W_OK):  # a read-only pool is hashed again next time
@@ -381,17 +360,16 @@ def check_pool_hashes(data_dir):
 
 
 def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
-    """Prepare `data_dir` where nothing is, or finish an interrupted prepare of this same pool (train.py --preset cpu
-    does this for its default folder); a complete pool is used as it is, any other content is refused by prepare."""
-    if (_read_manifest(data_dir) or {}).get("status") != "complete":
+    """Prepare `data_dir` unless it holds a complete pool (train.py --preset cpu, for its default folder)."""
+    if read_manifest(data_dir).get("status") != "complete":
         prepare(corpus, data_dir, tokenizer=tokenizer)
     return data_dir
 
 
 def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
-    """Every token id among the first n_tokens (all by default) is < vocab_size (a pool of another tokenizer or a
-    flipped byte would otherwise surface as an IndexError inside a training step). Under torch.distributed each rank
-    reads its 1/world share and one all-reduce shares the first bad position, so all ranks stop with the same error."""
+    """Every token id among the first n_tokens (all by default) is < vocab_size (a pool of another tokenizer would
+    otherwise surface as an IndexError inside a training step). Under torch.distributed each rank reads its 1/world
+    share and one all-reduce shares the first bad position, so all ranks stop with the same error."""
     n = len(pool.tokens) if n_tokens is None else min(int(n_tokens), len(pool.tokens))
     rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
     end, first_bad = (rank + 1) * n // world, n
@@ -473,7 +451,7 @@ def run(argv):
             print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
         return
     out = args.out or os.path.join("data", args.corpus)
-    if args.if_missing and (_read_manifest(out) or {}).get("status") == "complete":
+    if args.if_missing and read_manifest(out).get("status") == "complete":
         return print(f"{out}: a complete pool exists; nothing to do", file=sys.stderr)
     prepare(args.corpus, out, args.tokenizer, args.train_tokens, args.val_tokens, args.files, args.workers)
 

@@ -260,15 +260,15 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
         calls.append((task["label"], seed))
         return real(task, items, seed, *args)
     monkeypatch.setattr(core_eval, "task_examples", recording)
-    ref, counts, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU,
-                                              scoring="one_at_a_time")
+    ref = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, scoring="one_at_a_time")
     assert calls.count(("schema_zeroshot", 0)) == 1 and ("schema_zeroshot", 1) not in calls
     assert [c for c in calls if c[0] == "lm_fewshot"] == [("lm_fewshot", s) for s in (0, 1, 2)]
     for label in ("schema_zeroshot", "mc_zeroshot"):
         assert ref[label][0] == ref[label][1] == ref[label][2]
-    assert counts == {"mc_fewshot": 9, "schema_zeroshot": 6, "lm_fewshot": 8, "mc_zeroshot": 5}
+    assert {label: ref[label][2]["examples"] for label in ref} == {"mc_fewshot": 9, "schema_zeroshot": 6,
+                                                                  "lm_fewshot": 8, "mc_zeroshot": 5}
     monkeypatch.setitem(core_eval.EVAL, "examples_per_chunk", 4)  # several chunks per task
-    fast, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
+    fast = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
                                           scoring="batched")
     for label in ref:
         for seed in (0, 1, 2):
@@ -279,7 +279,7 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
 
 
 def scores_of(results, losses, bpbs):
-    return dict(results=results, losses=losses, bpbs=bpbs)
+    return dict(results=results, losses=losses, bpbs=bpbs, examples=10, clipped=0)
 
 
 def test_aggregation_arithmetic():
@@ -333,7 +333,7 @@ def test_a_new_metric_is_one_entry_of_METRICS(tiny, monkeypatch):
     """A metric added to METRICS reaches eval.json's tables (per task, per seed, std) with no other edit."""
     monkeypatch.setitem(core_eval.METRICS, "answer_nats", lambda scores: sum(s["answer_nats"] for s in scores))
     tasks = core_eval.load_tasks(tiny["bundle"])[:2]
-    scores, _, _ = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1], 4, 128, CPU)
+    scores = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1], 4, 128, CPU)
     out = core_eval.aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, [0, 1])
     assert set(out["answer_nats"]) == {"mc_fewshot", "schema_zeroshot"} and out["answer_nats"]["mc_fewshot"] > 0
     assert out["answer_nats_std"]["schema_zeroshot"] == 0.0  # zero-shot: the same under every seed
@@ -447,15 +447,18 @@ sys.exit(core_eval.main(sys.argv[1:]))
 def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, ckpt, monkeypatch, capsys, free_port):
     args = ["--checkpoint", ckpt, "--bundle-dir", tiny["bundle"], "--seed", "0", "1", "--batch-size", "4"]
     tokens = np.asarray(torch.randint(0, 256, (4 * 129,)), dtype=np.uint16)
-    monkeypatch.setattr(core_eval.data, "load_pool", lambda data_dir, split: data.Pool(
-        tokens, np.array([0]), {"split": split}, split))
+    pool = data.Pool(tokens, np.array([0]), {"tokenizer": "gpt2"}, "val")
+    monkeypatch.setattr(core_eval.data, "load_pool", lambda data_dir, split: pool)
+    code, err = run_main(args + ["--effective-depth", "--data-dir", "gpt2_pool", "--lens-tokens", "256"], capsys)
+    assert code == 2 and "--data-dir gpt2_pool holds gpt2 tokens, the checkpoint reads bytes tokens" in err
+    pool.manifest["tokenizer"] = "bytes"
     assert core_eval.main(args + ["--out", str(tmp_path / "one.json"), "--effective-depth", "--data-dir", "unused",
                            "--lens-tokens", "256"]) == 0
     stdout = capsys.readouterr().out
     assert "CORE-partial" in stdout and "kl_effective_depth" in stdout
     one = json.loads((tmp_path / "one.json").read_text())
     for key in ("core_metric", "core_loss", "core_metric_filtered", "core_metric_std", "results", "centered_results",
-                "losses", "task_counts", "seeds", "complete_suite", "missing_tasks", "suite_fingerprint", "passes",
+                "losses", "examples", "seeds", "complete_suite", "missing_tasks", "suite_fingerprint", "passes",
                 "elapsed_seconds", "per_seed", "core_metric_per_seed", "kl_effective_depth", "kl_per_block"):
         assert key in one
     assert one["seeds"] == [0, 1] and one["passes"] == 1 and not one["complete_suite"]
@@ -472,7 +475,7 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, ckpt, monke
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     two = json.loads((tmp_path / "two.json").read_text())
-    assert two["world_size"] == 2 and two["task_counts"] == one["task_counts"]
+    assert two["world_size"] == 2 and two["examples"] == one["examples"]
     assert two["results"] == one["results"] and two["per_seed"]["1"]["results"] == one["per_seed"]["1"]["results"]
     assert two["core_metric"] == pytest.approx(one["core_metric"], abs=1e-12)
     assert two["losses"] == pytest.approx(one["losses"], rel=1e-5)
@@ -486,7 +489,7 @@ def test_real_bundle_every_task(tmp_path, monkeypatch):
                            "--out", str(tmp_path / "eval.json")]) == 0
     out = json.loads((tmp_path / "eval.json").read_text())
     labels = [t["label"] for t in core_eval.load_tasks(bundle)]
-    assert list(out["results"]) == labels and all(out["task_counts"][t] == 20 for t in labels)
+    assert list(out["results"]) == labels and all(out["examples"][t] == 20 for t in labels)
     assert out["complete_suite"] == (sorted(labels) == sorted(core_eval.CORE_TASKS))
     assert out["missing_tasks"] == [t for t in core_eval.CORE_TASKS if t not in labels]
     assert all(np.isfinite(out["losses"][t]) and 0 <= out["results"][t] <= 1 for t in labels)
