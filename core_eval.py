@@ -40,9 +40,8 @@ def build_parser():
     p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=[0, 1, 2], help="few-shot seed(s)")
     p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
-    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=64, help="rows per forward")
-    p.add_argument("--scoring", choices=("one_at_a_time", "batched"), default="batched", help="one_at_a_time: one "
-                   "example per forward (the reference path); batched: many (the same scores, faster)")
+    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=64, help="rows per forward, longest first (1: "
+                   "one row per forward, no padding: the reference path; more: the same scores, faster)")
     p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes);\n"
                    "an existing file is replaced only by an evaluation of the same checkpoint")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
@@ -249,11 +248,10 @@ def task_examples(task, items, seed, indices, encode, max_len):
 
 # --- Forward passes and per-example scores (paper App. C.2)
 @torch.no_grad()
-def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64, scoring="batched"):
+def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64):
     """-> per example: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and answer_bytes
-    (nats over, and UTF-8 bytes of, its byte-carrying tokens), clipped (0/1). "one_at_a_time" (the reference path) runs
-    one example's rows per forward; "batched" packs rows of many examples, longest first, up to rows_per_forward rows
-    and tokens_per_forward padded tokens. Both decode logits only where a loss is scored."""
+    (nats over, and UTF-8 bytes of, its byte-carrying tokens), clipped (0/1). Each forward packs rows, longest first,
+    up to rows_per_forward rows and tokens_per_forward padded tokens, and decodes logits only where a loss is scored."""
     wanted, segment = {}, 0  # (example, row) -> [(segment, position j, target)]: the loss at j scores token j + 1
     for e, ex in enumerate(examples):  # segments: each row's scoring region, then the example's gold-answer region
         for r, (s, t) in [*enumerate(ex["regions"]), (ex["gold_row"], ex["gold_region"])]:
@@ -261,15 +259,12 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
             segment += 1
     length = lambda er: len(examples[er[0]]["rows"][er[1]])
     tokens_per_forward = EVAL["tokens_per_forward"]["cuda" if device.type == "cuda" else "cpu"]
-    if scoring == "one_at_a_time":
-        groups = [[(e, r) for r in range(len(ex["rows"]))] for e, ex in enumerate(examples)]
-    else:
-        groups = []
-        for er in sorted(wanted, key=length, reverse=True):  # a group's first row sets its padded length
-            if not groups or len(groups[-1]) >= rows_per_forward or \
-                    (len(groups[-1]) + 1) * length(groups[-1][0]) > tokens_per_forward:
-                groups.append([])
-            groups[-1].append(er)
+    groups = []
+    for er in sorted(wanted, key=length, reverse=True):  # a group's first row sets its padded length
+        if not groups or len(groups[-1]) >= rows_per_forward or \
+                (len(groups[-1]) + 1) * length(groups[-1][0]) > tokens_per_forward:
+            groups.append([])
+        groups[-1].append(er)
     sums = torch.zeros(5, segment, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
     for group in groups:
         T = max(map(length, group))
@@ -306,8 +301,8 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
     return results
 
 
-def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, scoring="batched",
-                   rank=0, world_size=1):
+def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_per_forward=64, rank=0,
+                   world_size=1):
     """-> {label: {seed: {metric: value}}} (METRICS). Examples are strided over ranks and gathered; zero-shot tasks run
     once (first seed), reused per seed. Each rank tokenizes and scores its examples in chunks (bounded memory)."""
     byte_lengths = torch.as_tensor(data.token_byte_lengths(enc), dtype=torch.long)
@@ -321,7 +316,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
             results = []
             for c in range(0, len(mine), chunk):
                 examples = task_examples(task, items, seed, mine[c:c + chunk], encode, max_len)
-                results += score_examples(net, examples, enc.eot_token, byte_lengths, device, rows_per_forward, scoring)
+                results += score_examples(net, examples, enc.eot_token, byte_lengths, device, rows_per_forward)
                 if rank == 0:  # progress
                     print(f"\r{label:<34} {s * len(mine) + len(results)}/{len(run_seeds) * len(mine)} examples "
                           f"(rank 0)  {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
@@ -476,11 +471,11 @@ def run(argv):
         if pool.manifest.get("tokenizer") != record.get("tokenizer"):
             raise UsageError(f"--data-dir {args.data_dir} holds {pool.manifest.get('tokenizer')} tokens, the "
                              f"checkpoint reads {record.get('tokenizer')} tokens; pass a pool of its tokenizer")
-    scores = evaluate_tasks(net, enc, tasks, args.seed, args.max_per_task, max_len, device, args.batch_size,
-                            args.scoring, rank=rank, world_size=world_size)
+    scores = evaluate_tasks(net, enc, tasks, args.seed, args.max_per_task, max_len, device, args.batch_size, rank,
+                            world_size)
     out = aggregate(scores, {t["label"]: t["baseline"] for t in tasks}, args.seed, verified)
     out.update(checkpoint=os.path.abspath(args.checkpoint), step=record.get("step"), passes=net.active_passes,
-               max_per_task=args.max_per_task, scoring=args.scoring, batch_size=args.batch_size,
+               max_per_task=args.max_per_task, batch_size=args.batch_size,
                suite_fingerprint=fingerprint, bundle_dir=os.path.abspath(bundle_dir), shuffle_seed=EVAL["shuffle_seed"],
                num_examples=int(sum(out["examples"].values())), tokenizer=record.get("tokenizer"),
                model_config=record.get("model_config"), device=device.type, world_size=world_size)

@@ -10,7 +10,7 @@ of each BOS) and `corpus.json` (settings, counts, sha256, progress: the same com
 files: a sha1 hash bucket (1 in 50) of the file names or texts. TrainLoader: what step s sees depends only on
 (seed, s), never on the world size or micro-batch size, so a resume on any number of processes continues at the step.
 """
-import collections, fcntl, glob, hashlib, json, multiprocessing, multiprocessing.dummy, os, shutil, signal, sys
+import collections, contextlib, fcntl, glob, hashlib, json, multiprocessing, multiprocessing.dummy, os, shutil, signal, sys
 import sysconfig, time
 
 from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
@@ -239,11 +239,7 @@ def write_pool(corpus, out, manifest, sources, workers):
     budget, workdir, val_every = manifest["budgets"], os.path.join(out, "downloads"), CORPORA[corpus].get("val_every")
     count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
     docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
-    files, val_signatures, pending, t0 = {}, None, [], time.time()  # pending: (split, text) not yet tokenised
-    for s in SPLITS:
-        for path, size in zip(_paths(out, s), (2 * count[s], 8 * docs[s])):
-            files[path] = open(path, "ab")
-            files[path].truncate(size)  # drop anything written after the last record
+    files, val_signatures, pending, chars, t0 = {}, None, [], 0, time.time()  # pending: (split, text) to tokenise
     # FineWeb de-dup: a train document whose first 64 body tokens are a val document's is dropped
     signature = lambda tokens: hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
     wants = lambda split: budget[split] is None or count[split] < budget[split]
@@ -267,9 +263,11 @@ def write_pool(corpus, out, manifest, sources, workers):
         count[split], docs[split] = count[split] + len(tokens), docs[split] + 1
 
     def tokenise_pending():  # on the workers, appended in order
+        nonlocal chars
         for (split, _), tokens in zip(pending, processes.map(_encode, [text for _, text in pending])):
             add(split, tokens)
         pending.clear()
+        chars = 0
 
     def record(sources_done, complete=False):
         for f in files.values():
@@ -283,41 +281,50 @@ def write_pool(corpus, out, manifest, sources, workers):
         manifest.update(sources_done=sources_done, status="complete" if complete else "running")
         write_json(os.path.join(out, "corpus.json"), manifest)
 
-    # spawn, not fork: a fork of a process running torch's threads can hang; one worker is a thread of this process
-    with multiprocessing.get_context("spawn").Pool(workers, _use_tokenizer, (manifest["tokenizer"], True)) \
-            if workers > 1 else multiprocessing.dummy.Pool(1, _use_tokenizer, (manifest["tokenizer"],)) as processes:
-        try:
-            last_record = time.time()
-            for k in range(manifest["sources_done"], len(sources)):
-                src, hub = sources[k], "path" not in sources[k]
-                splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
-                if hub:
-                    tokenise_pending()  # the counts are up to date before deciding whether a shard is needed at all
-                if not any(map(wants, SPLITS)):
-                    break
-                for text in read_texts(fetch(src, corpus, workdir) if hub else src["path"]) \
-                        if any(map(wants, splits)) else ():
-                    split = src["split"] if src["split"] != "by-doc" else \
-                        "val" if _hash_mod(text, val_every) == 0 else "train"
+    with contextlib.ExitStack() as stack:
+        for s in SPLITS:
+            for path, size in zip(_paths(out, s), (2 * count[s], 8 * docs[s])):
+                files[path] = stack.enter_context(open(path, "ab"))
+                files[path].truncate(size)  # drop anything written after the last record
+        if workers > 1:  # forked from a fresh server process: a fork of a process running torch's threads can hang
+            context = multiprocessing.get_context("forkserver")
+            context.set_forkserver_preload(["__main__", "data"])  # imported once, in the server
+            pool = context.Pool(workers, _use_tokenizer, (manifest["tokenizer"], True))
+        else:  # one worker: a thread of this process
+            pool = multiprocessing.dummy.Pool(1, _use_tokenizer, (manifest["tokenizer"],))
+        processes = stack.enter_context(pool)
+        last_record = time.time()
+        for k in range(manifest["sources_done"], len(sources)):
+            src, hub = sources[k], "path" not in sources[k]
+            splits = SPLITS if src["split"] == "by-doc" else (src["split"],)
+            if hub:
+                tokenise_pending()  # the counts are up to date before deciding whether a shard is needed at all
+            if not any(map(wants, SPLITS)):
+                break
+            for text in read_texts(fetch(src, corpus, workdir) if hub else src["path"]) \
+                    if any(map(wants, splits)) else ():
+                split = src["split"] if src["split"] != "by-doc" else \
+                    "val" if _hash_mod(text, val_every) == 0 else "train"
+                if wants(split):
                     pending.append((split, text))
-                    if len(pending) >= BATCH_DOCS:
-                        tokenise_pending()
-                        if not any(map(wants, splits)):
-                            break
-                if hub or time.time() - last_record > CHECKPOINT_EVERY_S:
+                    chars += len(text)
+                # early where the pending text may fill a budget: little text is tokenised only to be dropped
+                if len(pending) >= BATCH_DOCS or chars >= min(
+                        [budget[s] - count[s] for s in SPLITS if wants(s) and budget[s]], default=float("inf")):
                     tokenise_pending()
-                    record(k + 1)  # source k is complete in the files
-                    last_record = time.time()
-                    if hub and os.path.exists(os.path.join(workdir, src["name"])):
-                        os.remove(os.path.join(workdir, src["name"]))  # a consumed download
-            tokenise_pending()
-            if sum(count.values()) == sum(docs.values()):  # BOS only
-                raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
-                                "non-empty .txt/.jsonl/.parquet files")
-            record(len(sources), complete=True)
-        finally:
-            for f in files.values():
-                f.close()
+                    if not any(map(wants, splits)):
+                        break
+            if hub or time.time() - last_record > CHECKPOINT_EVERY_S:
+                tokenise_pending()
+                record(k + 1)  # source k is complete in the files
+                last_record = time.time()
+                if hub and os.path.exists(os.path.join(workdir, src["name"])):
+                    os.remove(os.path.join(workdir, src["name"]))  # a consumed download
+        tokenise_pending()
+        if sum(count.values()) == sum(docs.values()):  # BOS only
+            raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
+                            "non-empty .txt/.jsonl/.parquet files")
+        record(len(sources), complete=True)
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"{out}: {corpus} complete: train {count['train']:,} tokens / {docs['train']:,} docs, val "
           f"{count['val']:,} tokens / {docs['val']:,} docs, {manifest['dedup_skipped_docs']} duplicates skipped; "

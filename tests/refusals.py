@@ -2,16 +2,7 @@
 stderr, no traceback, and leaves every file that existed before it byte-identical; and the tiny runs, pools and
 bundles their cases start from. Scripts with a main(argv) run in-process (fast: no interpreter start per case; an
 uncaught exception fails the test just as a traceback would); the others as `python SCRIPT ...` subprocesses."""
-import contextlib
-import functools
-import importlib
-import io
-import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
+import contextlib, importlib, io, json, os, subprocess, sys
 
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -65,11 +56,7 @@ def assert_refused(script, argv, directory, message, files=None, runner=run_subp
 
 TINY = ["--preset", "cpu", "--width-per-depth", "16", "--head-dim", "16", "--seq-len", "32", "--total-batch-tokens",
         "256", "--val-tokens", "1024", "--warmup-steps", "0", "--data-dir", "{d}/pool", "--runs-dir", "{d}/runs"]
-
-
 RUN = ["--arch", "vanilla", "--depth", "2", *TINY, "--steps", "4", "--run-name", "r"]
-
-
 PREP = ["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--train-tokens", "1000", "--val-tokens", "1000"]
 
 
@@ -84,15 +71,3 @@ def bundle_files(rows=None, spec=None, prefix="b"):
 
 
 EVAL = ["--checkpoint", "{ckpt}", "--bundle-dir", "{d}/b", "--seed", "0", "--out", "{d}/eval.json"]
-
-
-@functools.cache
-def private_tmpfs_mounts():
-    """Whether this process may mount a small tmpfs in a private mount namespace (root and unshare -m): what the
-    real full-disk cases of train.py, core_eval.py, data.py and fit.py need."""
-    if os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
-    with tempfile.TemporaryDirectory() as directory:
-        probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {directory}"],
-                               capture_output=True, text=True)
-    return probe.returncode == 0

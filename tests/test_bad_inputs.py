@@ -239,7 +239,6 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
     ("unknown-task-type", bundle_files(spec=dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0],
                                                  icl_task_type="generation")), EVAL, "unknown icl_task_type"),
-    ("scoring-unknown", bundle_files(), [*EVAL, "--scoring", "fastest"], "invalid choice: 'fastest'"),
 ]
 
 

@@ -252,7 +252,7 @@ def test_answer_nll_equals_manual_cross_entropy(tiny):
 
 # --- Evaluation loop
 
-def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
+def test_batched_equals_one_row_per_forward_and_zero_shot_reuse(tiny, monkeypatch):
     tasks = core_eval.load_tasks(tiny["bundle"])
     calls = []
     real = core_eval.task_examples
@@ -260,7 +260,7 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
         calls.append((task["label"], seed))
         return real(task, items, seed, *args)
     monkeypatch.setattr(core_eval, "task_examples", recording)
-    ref = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, scoring="one_at_a_time")
+    ref = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=1)
     assert calls.count(("schema_zeroshot", 0)) == 1 and ("schema_zeroshot", 1) not in calls
     assert [c for c in calls if c[0] == "lm_fewshot"] == [("lm_fewshot", s) for s in (0, 1, 2)]
     for label in ("schema_zeroshot", "mc_zeroshot"):
@@ -268,8 +268,7 @@ def test_batched_equals_one_at_a_time_and_zero_shot_reuse(tiny, monkeypatch):
     assert {label: ref[label][2]["examples"] for label in ref} == {"mc_fewshot": 9, "schema_zeroshot": 6,
                                                                   "lm_fewshot": 8, "mc_zeroshot": 5}
     monkeypatch.setitem(core_eval.EVAL, "examples_per_chunk", 4)  # several chunks per task
-    fast = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5,
-                                          scoring="batched")
+    fast = core_eval.evaluate_tasks(tiny["net"], ENC, tasks, [0, 1, 2], None, 128, CPU, rows_per_forward=5)
     for label in ref:
         for seed in (0, 1, 2):
             assert fast[label][seed]["results"] == ref[label][seed]["results"]  # accuracy: identical
@@ -392,17 +391,6 @@ def test_download_installs_only_the_papers_bundle(tmp_path, http_dir, tiny, monk
 
 
 # --- CLI: end to end, errors, --out, passes, effective depth
-
-def test_gpt2_checkpoint_offline_is_one_line(tmp_path, tiny, capsys, monkeypatch):
-    import tiktoken
-    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))
-    net = tiny_model()
-    net.tokenizer = "gpt2"
-    fake_checkpoints(monkeypatch, {str(tmp_path): net})
-    code, err = run_main(["--checkpoint", str(tmp_path), "--bundle-dir", tiny["bundle"], "--out", str(tmp_path / "e.json")],
-                         capsys)
-    assert code == 2 and err.count("\n") == 1 and "gpt2" in err and not (tmp_path / "e.json").exists()
-
 
 def test_passes_for_tied_models(monkeypatch):
     fake_checkpoints(monkeypatch, {"loop": tiny_model("loop_2", 3), "vanilla": tiny_model()})

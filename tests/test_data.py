@@ -1,6 +1,6 @@
 """Tests for data.py: pool preparation (FineWeb split and de-dup and FineWeb-Edu against a local HTTP server that
 answers as the Hugging Face Hub does, stdlib, local files, resume), the loader's world-size invariance, CLI errors."""
-import hashlib, io, json, os, subprocess, sys, threading, time
+import hashlib, io, json, os, threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlparse
 
@@ -15,7 +15,6 @@ import torch.multiprocessing as mp
 import arms, data
 
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FW = data.CORPORA["fineweb"]
 EDU = data.CORPORA["fineweb-edu"]
 
@@ -84,25 +83,12 @@ def read_split(out, split):
     return [pool.tokens[a:b].tolist() for a, b in zip(pool.doc_starts, ends)], pool.manifest
 
 
-def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "data.py"), *args], capture_output=True,
-                          text=True, env=dict(os.environ, **(env or {})), timeout=120)
-
-
-def one_line_error(result, *words):
-    assert result.returncode == 2, result.stderr
-    lines = [l for l in result.stderr.strip().splitlines() if not l.startswith("downloading ")]  # progress
-    assert len(lines) == 1 and lines[0].startswith("data.py: error:"), result.stderr
-    assert "Traceback" not in result.stderr
-    for w in words:
-        assert w in lines[0], lines[0]
-
-
 def main_error(capsys, args, *words):
-    """data.main in-process (same code path as the CLI, without a new interpreter importing torch)."""
+    """data.main in-process (the CLI's code path): exit 2 and one line, after any download progress lines."""
     capsys.readouterr()
-    code = data.main(args)
-    one_line_error(subprocess.CompletedProcess(args, code, "", capsys.readouterr().err), *words)
+    assert data.main(args) == 2
+    lines = [l for l in capsys.readouterr().err.splitlines() if not l.startswith("downloading ")]
+    assert len(lines) == 1 and lines[0].startswith("data.py: error:") and all(w in lines[0] for w in words), lines
 
 
 # --- FineWeb / FineWeb-Edu preparation against the fake hub
@@ -177,10 +163,17 @@ def test_bytes_tokenizer_is_lossless_and_counts_bytes():
     assert lengths[256] == 0 and (lengths[:256] == 1).all()
 
 
+def test_gpt2_vocabulary_offline_is_one_line(tmp_path, capsys, monkeypatch):
+    import tiktoken
+    monkeypatch.setattr(tiktoken, "get_encoding", lambda name: (_ for _ in ()).throw(ConnectionError("offline")))
+    main_error(capsys, ["prepare", "--corpus", "stdlib", "--out", str(tmp_path / "p")], "gpt2", "--tokenizer bytes")
+    assert not (tmp_path / "p").exists()  # before anything is written
+
+
 def test_prepare_stdlib_small_budget(tmp_path, capsys):
     out = str(tmp_path / "stdlib")
-    r = run_cli("prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--out", out, "--train-tokens", "200000")
-    assert r.returncode == 0, r.stderr
+    assert data.main(["prepare", "--corpus", "stdlib", "--tokenizer", "bytes", "--out", out, "--train-tokens",
+                      "200000"]) == 0
     train = data.load_pool(out, "train", verify_hash=True)
     val = data.load_pool(out, "val")
     assert len(train.tokens) == 200_000 and len(val.tokens) > 100_000   # val: every hash-selected file
@@ -410,20 +403,17 @@ def test_token_range_check_splits_the_pool_over_ranks_and_shares_the_verdict(tmp
     assert all(r["flipped"][0] <= 501 for r in reports)
 
 
-def test_two_prepares_of_one_pool_started_together_both_get_the_pool(tmp_path):
+def test_two_prepares_of_one_pool_started_together_both_get_the_pool(tmp_path, capsys):
     """Two train.py runs started together in a fresh clone both prepared data/stdlib: one was refused as incomplete,
-    the other died in a FileNotFoundError. Now the second waits for the first's prepare.lock and uses its pool.
-    Both start at one instant (each waits for a file to appear after its imports)."""
-    root, out, go = os.path.dirname(os.path.dirname(os.path.abspath(__file__))), tmp_path / "pool", tmp_path / "go"
-    script = ("import os, sys, time, data\nwhile not os.path.exists(sys.argv[2]): time.sleep(0.005)\n"
-              "data.prepare('stdlib', sys.argv[1], tokenizer='bytes', train_tokens=200_000, val_tokens=20_000, "
-              "workers=1)\n")
-    procs = [subprocess.Popen([sys.executable, "-c", script, str(out), str(go)], cwd=root, stderr=subprocess.PIPE,
-                              text=True) for _ in range(2)]
-    time.sleep(3)  # both past their imports
-    go.write_text("")
-    errs = [p.communicate(timeout=300)[1] for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], errs
-    assert any("waiting for it" in e or "already complete" in e for e in errs), errs
+    the other died in a FileNotFoundError. Now the second waits for the first's prepare.lock and uses its pool."""
+    out, manifests = str(tmp_path / "pool"), []
+    prepare = lambda: manifests.append(data.prepare("stdlib", out, "bytes", 200_000, 20_000, workers=1))
+    threads = [threading.Thread(target=prepare) for _ in range(2)]  # flock: each open() of the lock file is its own
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(manifests) == 2 and manifests[0]["splits"] == manifests[1]["splits"]
+    assert "already complete" in capsys.readouterr().err
     for split in data.SPLITS:
-        assert len(data.load_pool(str(out), split, verify_hash=True).tokens) > 0
+        assert len(data.load_pool(out, split, verify_hash=True).tokens) > 0
