@@ -123,22 +123,20 @@ def load_tasks(bundle_dir):
             label, uri, task_type = spec["label"], spec["dataset_uri"], spec["icl_task_type"]
             shots, delimiter = spec["num_fewshot"][0], spec.get("continuation_delimiter") or " "
             assert all(isinstance(v, str) for v in (label, uri, delimiter)) and type(shots) is int and shots >= 0
+            assert task_type in ITEM_FIELDS
         except (KeyError, TypeError, IndexError, AssertionError):
             raise UsageError(f"icl_tasks entry {index} of {bundle_dir}/core.yaml needs label, dataset_uri, "
-                             "icl_task_type, continuation_delimiter (text) and num_fewshot (a list like [10])") from None
+                             f"continuation_delimiter (text), num_fewshot (a list like [10]) and icl_task_type (one of "
+                             f"{', '.join(ITEM_FIELDS)})") from None
         if any(t["label"] == label for t in tasks):  # a copy counts once in the scores, but made 23 tasks of 22
             raise UsageError(f"task {label}: named twice in {bundle_dir}/core.yaml (again in entry {index}); keep one")
-        if task_type not in ITEM_FIELDS:
-            raise UsageError(f"task {label}: unknown icl_task_type {task_type!r} (expected one of "
-                             f"{', '.join(ITEM_FIELDS)})")
-        baselines = [cell for name, cell in rows if name == label]
+        cells = [cell for name, cell in rows if name == label]
         try:
-            baseline = float(baselines[0]) if len(baselines) == 1 else math.nan
-        except (TypeError, ValueError):  # a missing cell reads None
-            baseline = math.nan
-        if not 0 <= baseline < 100:  # the centered score divides by 100 - baseline
+            (baseline,) = map(float, cells)  # a missing cell reads None
+            assert 0 <= baseline < 100  # the centered score divides by 100 - baseline
+        except (TypeError, ValueError, AssertionError):
             raise UsageError(f"task {label}: {meta} needs one 'Random baseline' row for it, a percentage in [0, 100) "
-                             f"(found {baselines})")
+                             f"(found {cells})") from None
         tasks.append(dict(label=label, type=task_type, shots=shots, delimiter=delimiter, baseline=baseline,
                           items=read_task_items(label, task_type, f"{bundle_dir}/eval_data/{uri}")))
     return tasks
@@ -155,12 +153,12 @@ def read_task_items(label, task_type, path):
     for line_no, line in enumerate(lines, 1):
         if line.strip():
             try:
-                item = json.loads(line.decode("utf-8"))
+                item = json.loads(line)  # UTF-8 (a decode error is a ValueError)
                 values = [item[k] for k in fields]
                 assert all(isinstance(t, str) for v in values for t in (v if isinstance(v, list) else [v]))
                 options = item.get("choices", item.get("context_options"))
                 assert task_type == "language_modeling" or type(item["gold"]) is int and 0 <= item["gold"] < len(options)
-            except (UnicodeDecodeError, ValueError, KeyError, TypeError, AssertionError):
+            except (ValueError, KeyError, TypeError, AssertionError):
                 gold = "" if task_type == "language_modeling" else ", gold an index into the options"
                 raise UsageError(f"task {label}: {path}:{line_no}: not a {task_type} row (a JSON object with "
                                  f"{' and '.join(fields)} as text{gold})") from None
@@ -252,52 +250,47 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
     """-> per example: correct (0/1), answer_nll (mean nats over the gold answer's tokens), answer_nats and answer_bytes
     (nats over, and UTF-8 bytes of, its byte-carrying tokens), clipped (0/1). Each forward packs rows, longest first,
     up to rows_per_forward rows and tokens_per_forward padded tokens, and decodes logits only where a loss is scored."""
-    wanted, segment = {}, 0  # (example, row) -> [(segment, position j, target)]: the loss at j scores token j + 1
-    for e, ex in enumerate(examples):  # segments: each row's scoring region, then the example's gold-answer region
-        for r, (s, t) in [*enumerate(ex["regions"]), (ex["gold_row"], ex["gold_region"])]:
-            wanted.setdefault((e, r), []).extend((segment, j, ex["rows"][r][j + 1]) for j in range(s - 1, t - 1))
-            segment += 1
+    first = {}  # every region ends where its row ends: a row is scored from its earliest region's start on
+    for e, ex in enumerate(examples):
+        for r, (start, _) in [*enumerate(ex["regions"]), (ex["gold_row"], ex["gold_region"])]:
+            first[e, r] = min(start, first.get((e, r), start))
     length = lambda er: len(examples[er[0]]["rows"][er[1]])
     tokens_per_forward = EVAL["tokens_per_forward"]["cuda" if device.type == "cuda" else "cpu"]
     groups = []
-    for er in sorted(wanted, key=length, reverse=True):  # a group's first row sets its padded length
+    for er in sorted(first, key=length, reverse=True):  # a group's first row sets its padded length
         if not groups or len(groups[-1]) >= rows_per_forward or \
                 (len(groups[-1]) + 1) * length(groups[-1][0]) > tokens_per_forward:
             groups.append([])
         groups[-1].append(er)
-    sums = torch.zeros(5, segment, dtype=torch.float64)  # loss, tokens, hits, loss on byte tokens, bytes
+    scored = {}  # (example, row) -> (loss, hit, bytes) of each token from first[example, row] on
     for group in groups:
         T = max(map(length, group))
         x = torch.full((len(group), T), bos, dtype=torch.long)
-        flat, targets, segments = [], [], []
+        positions, targets = [], []  # the loss at position j scores token j + 1
         for i, (e, r) in enumerate(group):
-            x[i, :length((e, r))] = torch.tensor(examples[e]["rows"][r])
-            for segment, j, target in wanted[e, r]:
-                flat.append(i * T + j)
-                targets.append(target)
-                segments.append(segment)
+            row = examples[e]["rows"][r]
+            x[i, :len(row)] = torch.tensor(row)
+            positions += range(i * T + first[e, r] - 1, i * T + len(row) - 1)
+            targets += row[first[e, r]:]
         with autocast(device):
             h = net.residual_stream(x.to(device))
-            logits = net.decode(h.flatten(0, 1)[torch.tensor(flat, device=device)]).float()
+            logits = net.decode(h.flatten(0, 1)[torch.tensor(positions, device=device)]).float()
         targets = torch.tensor(targets, device=device)
         losses = F.cross_entropy(logits, targets, reduction="none").double().cpu()
-        hits = (logits.argmax(-1) == targets).double().cpu()
-        nbytes = byte_lengths[targets.cpu()].double()
-        sums.index_add_(1, torch.tensor(segments), torch.stack([losses, torch.ones_like(losses), hits,
-                                                                losses * (nbytes > 0), nbytes]))
-    results, segment = [], 0
-    for ex in examples:
-        n_rows = len(ex["rows"])
-        if n_rows == 1:  # LM: correct only if every continuation token is the argmax
-            correct = bool(sums[2, segment] == sums[1, segment])
+        hits, nbytes = (logits.argmax(-1) == targets).cpu(), byte_lengths[targets.cpu()].double()
+        sizes = [length(er) - first[er] for er in group]
+        scored.update(zip(group, zip(losses.split(sizes), hits.split(sizes), nbytes.split(sizes))))
+    results = []
+    for e, ex in enumerate(examples):
+        region = lambda r, start: [t[start - first[e, r]:] for t in scored[e, r]]  # tokens [start, end of row r)
+        if len(ex["rows"]) == 1:  # LM: correct only if every continuation token is the argmax
+            correct = bool(region(0, ex["regions"][0][0])[1].all())
         else:  # MC / schema: lowest mean loss over the candidate's region wins, ties -> first index
-            candidates = (sums[0, segment:segment + n_rows] / sums[1, segment:segment + n_rows]).tolist()
-            correct = min(range(n_rows), key=candidates.__getitem__) == ex["gold_row"]
-        gold = segment + n_rows
-        results.append(dict(correct=float(correct), answer_nll=(sums[0, gold] / sums[1, gold]).item(),
-                            answer_nats=sums[3, gold].item(), answer_bytes=sums[4, gold].item(),
-                            clipped=float(ex["clipped"])))
-        segment = gold + 1
+            means = [region(r, start)[0].mean().item() for r, (start, _) in enumerate(ex["regions"])]
+            correct = min(range(len(means)), key=means.__getitem__) == ex["gold_row"]
+        loss, _, nbytes = region(ex["gold_row"], ex["gold_region"][0])
+        results.append(dict(correct=float(correct), answer_nll=loss.mean().item(), answer_bytes=nbytes.sum().item(),
+                            answer_nats=(loss * (nbytes > 0)).sum().item(), clipped=float(ex["clipped"])))
     return results
 
 

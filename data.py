@@ -60,7 +60,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import tiktoken
 import torch
-import torch.distributed as dist
 from huggingface_hub import HfApi, hf_hub_download
 
 
@@ -375,24 +374,15 @@ def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
 
 def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
     """Every token id among the first n_tokens (all by default) is < vocab_size (a pool of another tokenizer would
-    otherwise surface as an IndexError inside a training step). Under torch.distributed each rank reads its 1/world
-    share and one all-reduce shares the first bad position, so all ranks stop with the same error."""
+    otherwise surface as an IndexError inside a training step). Every rank reads the same ids: all stop alike."""
     n = len(pool.tokens) if n_tokens is None else min(int(n_tokens), len(pool.tokens))
-    rank, world = (dist.get_rank(), dist.get_world_size()) if dist.is_initialized() else (0, 1)
-    end, first_bad = (rank + 1) * n // world, n
-    for start in range(rank * n // world, end, chunk):
-        block = np.asarray(pool.tokens[start:min(start + chunk, end)])
-        if block.size and int(block.max()) >= vocab_size:
-            first_bad = start + int(np.argmax(block >= vocab_size))
-            break
-    if world > 1:
-        shared = torch.tensor(first_bad, device="cuda" if dist.get_backend() == "nccl" else "cpu")
-        dist.all_reduce(shared, op=dist.ReduceOp.MIN)
-        first_bad = int(shared)
-    if first_bad < n:
-        raise DataError(f"{_paths(data_dir, pool.split)[0]} holds token id {int(pool.tokens[first_bad])} >= vocab "
-                        f"size {vocab_size} at position {first_bad:,}; the pool is corrupt or of another tokenizer "
-                        f"(python data.py verify {data_dir})")
+    for start in range(0, n, chunk):
+        block = np.asarray(pool.tokens[start:min(start + chunk, n)])
+        if block.max() >= vocab_size:
+            bad = start + int(np.argmax(block >= vocab_size))
+            raise DataError(f"{_paths(data_dir, pool.split)[0]} holds token id {int(pool.tokens[bad])} >= vocab size "
+                            f"{vocab_size} at position {bad:,}; the pool is corrupt or of another tokenizer (python "
+                            f"data.py verify {data_dir})")
 
 
 class TrainLoader:

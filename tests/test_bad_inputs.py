@@ -238,7 +238,8 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("bundle-without-core-yaml", {"b/notes.txt": "x"}, EVAL, "is not a readable CORE bundle"),
     ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
     ("unknown-task-type", bundle_files(spec=dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0],
-                                                 icl_task_type="generation")), EVAL, "unknown icl_task_type"),
+                                                 icl_task_type="generation")), EVAL,
+     "icl_task_type (one of multiple_choice, schema, language_modeling)"),
 ]
 
 
