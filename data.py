@@ -229,7 +229,7 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
                             sources_done=0, dedup_skipped_docs=0, splits={s: dict(token_count=0, doc_count=0)
                                                                           for s in SPLITS})
             write_json(os.path.join(out, "corpus.json"), manifest)
-        write_pool(corpus, out, manifest, sources, workers or os.cpu_count() or 1)
+        write_pool(corpus, out, manifest, sources, workers or len(os.sched_getaffinity(0)))
     return manifest
 
 
@@ -285,10 +285,8 @@ def write_pool(corpus, out, manifest, sources, workers):
             for path, size in zip(_paths(out, s), (2 * count[s], 8 * docs[s])):
                 files[path] = stack.enter_context(open(path, "ab"))
                 files[path].truncate(size)  # drop anything written after the last record
-        if workers > 1:  # forked from a fresh server process: a fork of a process running torch's threads can hang
-            context = multiprocessing.get_context("forkserver")
-            context.set_forkserver_preload(["__main__", "data"])  # imported once, in the server
-            pool = context.Pool(workers, _use_tokenizer, (manifest["tokenizer"], True))
+        if workers > 1:  # spawn, not fork: a fork of a process running torch's threads can hang
+            pool = multiprocessing.get_context("spawn").Pool(workers, _use_tokenizer, (manifest["tokenizer"], True))
         else:  # one worker: a thread of this process
             pool = multiprocessing.dummy.Pool(1, _use_tokenizer, (manifest["tokenizer"],))
         processes = stack.enter_context(pool)

@@ -5,11 +5,7 @@ values: 2 (every numeric flag and environment value has a declared range) and 5 
 the arm would not use, and ladder.sh's pass-through flags. A case is (id, files to create under the case's
 directory, argv with {d} for that directory, a phrase the message must contain). fit.py's cases are in
 tests/test_bad_fit_inputs.py; damaged files and interrupted processes in tests/test_bad_state.py."""
-import io
-import json
-import os
-import subprocess
-import sys
+import io, json, os, subprocess, sys
 
 import pytest
 import torch
@@ -21,8 +17,7 @@ from refusals import ROOT, run_in_process, assert_refused, TINY, RUN, PREP, bund
 
 COMPLETE = json.dumps(dict(status="complete", arch="vanilla", depth=2))
 
-# train.py since 2a8f42c (the t2 merge): a traceback (or a run folder made) where one line is due; strict, so a fix
-# shows up as XPASS and the marker goes
+
 def cases(table):
     return [pytest.param(*case[1:], id=case[0]) for case in table]
 

@@ -1,8 +1,6 @@
 """Tests for common.py: the CPU allocator setting of a run, torch-free imports, the process setup and the one-line
 stop."""
-import os
-import subprocess
-import sys
+import os, signal, subprocess, sys, time
 
 import pytest
 
@@ -10,9 +8,6 @@ import common
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-# ------------------------------------------------------------------------------------------------------------
-# Devices
 
 KEEP_FREED_PROBE = """
 import ctypes, sys, torch, common
@@ -68,9 +63,6 @@ def test_setup_distributed_turns_on_expandable_segments_unless_the_user_chose(mo
 def test_cli_main_turns_ctrl_c_and_sigterm_into_one_line(capsys):
     """A Ctrl-C (KeyboardInterrupt) or a SIGTERM inside a script's work: one line, exit 128 + n, the SIGTERM handler
     restored afterwards; a SIGTERM raises where the work is, so `with` blocks clean up (data.py's pool)."""
-    import signal
-    import time
-
     def ctrl_c(argv):
         raise KeyboardInterrupt
 
