@@ -84,7 +84,6 @@ def test_arms_table_row_checked_as_its_flags(tmp_path, entry, message):
 # ------------------------------------------------------------------------------------------------ model.py
 MODEL_CASES = [
     ("alpha-nan", {}, ["--arch", "operator_1", "--depth", "8", "--alpha", "nan"], "--alpha: must be a finite number"),
-    ("alpha-inf-json", {}, ["--arch", "operator_1", "--depth", "8", "--alpha=-inf", "--json"], "finite"),
     ("unknown-arch", {}, ["--arch", "nope", "--depth", "8"], "unknown arch 'nope'"),
     ("impossible-split", {}, ["--arch", "operator_1", "--depth", "3", "--prelude", "2", "--coda", "2"],
      "impossible split"),
@@ -150,7 +149,6 @@ DATA_CASES = [
     ("verify-missing-pool", {}, ["verify", "{d}/nothing"], "no pool in"),
     ("unknown-corpus", {}, ["prepare", "--corpus", "wikipedia", "--out", "{d}/x"], "invalid choice"),
     ("no-corpus", {}, ["prepare", "--out", "{d}/x"], "--corpus"),
-    ("unknown-tokenizer", {}, [*PREP[:3], "--tokenizer", "wordpiece", "--out", "{d}/x"], "invalid choice"),
     ("files-match-nothing", {}, ["prepare", "--corpus", "files", "--files", "{d}/no/*", *PREP[3:5], "--out", "{d}/x"],
      "matches no files"),
     ("files-without-glob", {}, ["prepare", "--corpus", "files", "--out", "{d}/x"], "--files GLOB is required"),
@@ -200,7 +198,6 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("baseline-100", bundle_with(meta="Eval Task,Random baseline\nt,100\n"), EVAL, "a percentage in [0, 100) (found "
                                                                                     "['100'])"),
     ("baseline-nan", bundle_with(meta="Eval Task,Random baseline\nt,nan\n"), EVAL, "(found ['nan'])"),
-    ("baseline-not-a-number", bundle_with(meta="Eval Task,Random baseline\nt,abc\n"), EVAL, "(found ['abc'])"),
     ("baseline-cell-missing", bundle_with(meta="Eval Task,Random baseline\nt\n"), EVAL, "(found [None])"),
     ("delimiter-not-text", bundle_with(continuation_delimiter=5), EVAL, "icl_tasks entry 1 of"),
     ("label-a-list-in-entry-2", bundle_with(["t", ["u"]], meta="Eval Task,Random baseline\nt,50\n"), EVAL,
@@ -215,7 +212,6 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("gold-out-of-range", bundle_files([GOOD_ROW, json.dumps(dict(query="q", choices=["x", "y"], gold=7))]), EVAL,
      "task t: {d}/b/eval_data/t.jsonl:2: not a multiple_choice row (a JSON object with query and choices as text, "
      "gold an index into the options)"),
-    ("no-choices", bundle_files([json.dumps(dict(query="q", choices=[], gold=0))]), EVAL, "t.jsonl:1: not a multiple"),
     ("row-missing-field", bundle_files([GOOD_ROW, GOOD_ROW, json.dumps(dict(query="q"))]), EVAL,
      "t.jsonl:3: not a multiple_choice row"),
     ("lm-continuation-not-text", bundle_files([json.dumps(dict(context="c", continuation=3))],
@@ -228,7 +224,6 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("out-is-a-directory", dict(bundle_files(), **{"eval.json/x": "x"}), EVAL, "not a file name in an existing folder"),
     ("effective-depth-pool-missing", bundle_files(), [*EVAL, "--effective-depth", "--data-dir", "{d}/nopool"],
      "--effective-depth: no pool in"),
-    ("lens-tokens-zero", bundle_files(), [*EVAL, "--lens-tokens", "0"], "--lens-tokens: must be a whole number"),
     ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "--checkpoint {d}/nope is no folder"),
     ("bundle-without-core-yaml", {"b/notes.txt": "x"}, EVAL, "is not a readable CORE bundle"),
     ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
@@ -280,12 +275,10 @@ LADDER_DRY = ["--ladder-dry-run", "--gpus-per-node", "8"]
 CLASS2_CASES = [  # (id, script, environment, argv, message)
     ("train-seed-beyond-int64", "train.py", {}, [*RUN, "--seed", str(2 ** 64)],
      "argument --seed: must be a whole number in [0, 9223372036854775807], got '18446744073709551616'"),
-    ("train-seed-negative", "train.py", {}, [*DRY, "--seed=-1"], "argument --seed: must be a whole number in [0,"),
     ("train-depth-100000", "train.py", {}, ["--arch", "vanilla", "--depth", "100000", "--dry-run"],
      "argument --depth: must be a whole number in [1, 1024], got '100000'"),
     ("train-derived-steps-beyond-range", "train.py", {}, ["--arch", "vanilla", "--depth", "64", "--tpp", "1e6",
                                                          "--dry-run"], "steps, outside [1, 10,000,000]"),
-    ("train-steps-beyond-range", "train.py", {}, [*DRY, "--steps", str(10 ** 12)], "argument --steps: must be"),
     ("train-device-batch-size-not-clamped", "train.py", {}, [*DRY, "--device-batch-size", "1000000"],
      "--device-batch-size 1000000 does not divide the 256 sequences per rank"),
     ("train-rank-abc", "train.py", {"RANK": "abc"}, RUN, "environment variable RANK must be a whole number"),

@@ -84,7 +84,7 @@ def fake_checkpoints(monkeypatch, nets):
         if str(path) not in nets:
             raise ValueError(f"{path} holds no checkpoint")
         net = copy.deepcopy(nets[str(path)])
-        return net, dict(tokenizer=getattr(net, "tokenizer", "bytes"), step=7, model_config=dict(seq_len=net.cfg.seq_len))
+        return net, dict(tokenizer="bytes", step=7, model_config=dict(seq_len=net.cfg.seq_len))
     monkeypatch.setattr(core_eval, "load_checkpoint_model", load)
 
 
@@ -100,11 +100,6 @@ def tiny(tmp_path_factory):
 def ckpt(tiny, monkeypatch):
     fake_checkpoints(monkeypatch, {tiny["run"]: tiny["net"]})
     return tiny["run"]
-
-
-def run_main(argv, capsys):
-    code = core_eval.main(argv)
-    return code, capsys.readouterr().err
 
 
 # --- Rendering, sampling, regions
@@ -409,16 +404,16 @@ def test_out_defaults_to_the_run_folder_and_never_replaces_another_checkpoints_r
     args = ["--checkpoint", ckpt, "--bundle-dir", tiny["bundle"], "--seed", "0", "--max-per-task", "3", "--out",
             str(out)]
     out.write_text("{}")  # not core_eval's: kept
-    code, err = run_main(args, capsys)
-    assert code == 2 and "is not core_eval's result for this checkpoint" in err and out.read_text() == "{}"
+    assert core_eval.main(args) == 2 and out.read_text() == "{}"
+    assert "is not core_eval's result for this checkpoint" in capsys.readouterr().err
     out.unlink()
     assert core_eval.main(args) == 0
     assert core_eval.main(args[:-1] + [str(out), "--seed", "1"]) == 0  # a repeat on this checkpoint replaces it
     first = json.loads(out.read_text())
     assert first["seeds"] == [1] and first["checkpoint"] == os.path.abspath(ckpt) and first["step"] == 7
     fake_checkpoints(monkeypatch, {str(tmp_path): tiny["net"]})
-    code, err = run_main(["--checkpoint", str(tmp_path)] + args[2:], capsys)
-    assert code == 2 and "not core_eval's result for this checkpoint" in err and json.loads(out.read_text()) == first
+    assert core_eval.main(["--checkpoint", str(tmp_path)] + args[2:]) == 2 and json.loads(out.read_text()) == first
+    assert "not core_eval's result for this checkpoint" in capsys.readouterr().err
 
 
 TORCHRUN_MAIN = """import sys, torch
@@ -436,8 +431,8 @@ def test_cli_one_process_equals_two_process_torchrun(tmp_path, tiny, ckpt, monke
     tokens = np.asarray(torch.randint(0, 256, (4 * 129,)), dtype=np.uint16)
     pool = data.Pool(tokens, np.array([0]), {"tokenizer": "gpt2"}, "val")
     monkeypatch.setattr(core_eval.data, "load_pool", lambda data_dir, split: pool)
-    code, err = run_main(args + ["--effective-depth", "--data-dir", "gpt2_pool", "--lens-tokens", "256"], capsys)
-    assert code == 2 and "--data-dir gpt2_pool holds gpt2 tokens, the checkpoint reads bytes tokens" in err
+    assert core_eval.main(args + ["--effective-depth", "--data-dir", "gpt2_pool", "--lens-tokens", "256"]) == 2
+    assert "--data-dir gpt2_pool holds gpt2 tokens, the checkpoint reads bytes tokens" in capsys.readouterr().err
     pool.manifest["tokenizer"] = "bytes"
     assert core_eval.main(args + ["--out", str(tmp_path / "one.json"), "--effective-depth", "--data-dir", "unused",
                            "--lens-tokens", "256"]) == 0
