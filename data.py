@@ -178,16 +178,12 @@ def _paths(out, split):
     return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
 
 
-def read_json(path):
-    """A JSON file this program wrote, or {} where there is none."""
-    if not os.path.exists(path):
+def read_manifest(data_dir, name="corpus.json"):
+    """A pool's corpus.json (or another JSON file this program wrote there), or {} where there is none."""
+    if not os.path.exists(os.path.join(data_dir, name)):
         return {}
-    with open(path) as f:
+    with open(os.path.join(data_dir, name)) as f:
         return json.load(f)
-
-
-def read_manifest(data_dir):
-    return read_json(os.path.join(data_dir, "corpus.json"))
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
@@ -351,8 +347,7 @@ def load_pool(data_dir, split, verify_hash=False):
 def check_pool_hashes(data_dir):
     """Raise DataError unless every split's token file matches its sha256 in corpus.json. <pool>/verified.json records
     the size, mtime and ctime of each file that matched (any write changes ctime); such a file is not hashed again."""
-    path, records = os.path.join(data_dir, "verified.json"), {}
-    verified = read_json(path)
+    path, records, verified = os.path.join(data_dir, "verified.json"), {}, read_manifest(data_dir, "verified.json")
     for split in SPLITS:
         sha = load_pool(data_dir, split).manifest["splits"][split]["sha256"]
         stat = os.stat(_paths(data_dir, split)[0])
