@@ -89,7 +89,6 @@ class Arm:
     figure2: bool = False                            # drawn in Figure 2 (left) by default (fit.py ladders --out)
 
 
-
 SQRT2 = math.sqrt(2.0)
 PAPER_ARMS = {  # the paper's eight: a fixed set (ladder.sh all, Figures 2-3, the release comparisons)
     "vanilla": Arm(
@@ -345,14 +344,10 @@ def model_overrides(args):
         if "passes" in overrides or "passes_initial" in overrides:
             raise UsageError("--pass-stages sets the passes; drop --passes / --passes-initial")
         overrides.update(passes_initial=args.pass_stages[0], passes=args.pass_stages[-1])
-    if args.arch in ARMS:  # else config_for names the unknown arch
-        check_boundary_knobs(args.arch, overrides)
-    return overrides
-
-
-def check_boundary_knobs(arch, overrides):
-    """Refuse a boundary-operator flag the run would record but not use (config_for switches it off)."""
-    arm, boundary = ARMS[arch], overrides.get("boundary")
+    if args.arch not in ARMS:  # config_for names the unknown arch
+        return overrides
+    # Refuse a boundary-operator flag the run would record but not use (config_for switches it off)
+    arch, arm, boundary = args.arch, ARMS[args.arch], overrides.get("boundary")
     plain, no_injection = arm.mode == "plain", boundary in ("norm_only", "none")
     if plain and boundary is not None:
         raise UsageError(f"--boundary does not apply to {arch}: a plain stack has no boundary operator")
@@ -365,6 +360,7 @@ def check_boundary_knobs(arch, overrides):
         if overrides.get(flag) and (plain or no_injection or overrides.get("alpha", arm.alpha) == 0):
             raise UsageError(f"--{flag.replace('_', '-')} does not apply with "
                              f"{why if plain or no_injection else 'alpha 0'}: nothing is injected")
+    return overrides
 
 
 def preset_from_args(args):

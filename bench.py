@@ -73,17 +73,6 @@ def plan_args(args, arch, steps, batch=None):
     return train.parse_args(argv)
 
 
-def synthetic_training(run_args, device, batch):
-    """train.start_training in one process on SyntheticLoader's batches, nothing written; every parameter N(0, 0.02),
-    so that zero-initialised out-projections make no branch trivially cheap."""
-    plan = train.make_plan(run_args)
-    loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, plan.tokens_per_step // plan.seq_len)
-    training = train.start_training(train.new_run(run_args, plan, batch, 0, 1, device, loader))
-    for p in training.model.parameters():
-        torch.nn.init.normal_(p, std=0.02)
-    return training
-
-
 def timed_step(arm):
     """One more train_step of `arm` (a train.Training) -> its seconds (benchmark_timer synchronises the device)."""
     t0 = benchmark_timer()
@@ -94,14 +83,20 @@ def timed_step(arm):
 
 
 def interleaved_arms(args, device, steps, repeats):
-    """The BENCH_ARMS at one micro-batch per step (--device-batch-size, else the smallest of theirs), a warm-up step
-    each, then `repeats` x `steps` rounds -> (arms, per repetition {arch: median step seconds, "roofline": FLOP/s})."""
+    """The BENCH_ARMS on random tokens (train.py's start, nothing written, every parameter N(0, 0.02): no branch is
+    cheap behind a zero out-projection), one micro-batch per step (--device-batch-size, else the smallest of theirs),
+    and a warm-up step each; then `repeats` x `steps` rounds -> arms, [{arch: median seconds, "roofline": FLOP/s}]."""
     batch = args.device_batch_size or min(
         device_batch_size(train.make_plan(plan_args(args, arch, 1)), 1, device.type) for arch in BENCH_ARMS)
-    arms = {arch: synthetic_training(plan_args(args, arch, 1 + repeats * steps, batch), device, batch)
-            for arch in BENCH_ARMS}
-    for arm in arms.values():
-        timed_step(arm)
+    arms = {}
+    for arch in BENCH_ARMS:
+        run_args = plan_args(args, arch, 1 + repeats * steps, batch)
+        plan = train.make_plan(run_args)
+        loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, batch)
+        arms[arch] = train.start_training(train.new_run(run_args, plan, batch, 0, 1, device, loader))
+        for p in arms[arch].model.parameters():
+            torch.nn.init.normal_(p, std=0.02)
+        timed_step(arms[arch])
     repetitions = []
     for rep in range(repeats):
         samples = {name: [] for name in (*BENCH_ARMS, "roofline")}

@@ -93,8 +93,7 @@ class ModelShape:
 # Every "model" knob of Arm (passes, alpha, boundary_gate, ...) is a field of ModelConfig under its own name, with the
 # arm's value: a new knob is one Arm field, and the model reads cfg.NAME.
 ModelConfig = make_dataclass("ModelConfig", [(f.name, f.type, field(default=f.default))
-                                             for f in knob_fields(Arm, "model")],
-                             bases=(ModelShape,), kw_only=True)
+                                             for f in knob_fields(Arm, "model")], bases=(ModelShape,), kw_only=True)
 
 
 def embedding_dtype(device):
@@ -121,10 +120,7 @@ class Attention(nn.Module):
     def __init__(self, cfg):
         super().__init__()
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
-        self.c_q = nn.Linear(cfg.width, cfg.width, bias=False)
-        self.c_k = nn.Linear(cfg.width, cfg.width, bias=False)
-        self.c_v = nn.Linear(cfg.width, cfg.width, bias=False)
-        self.c_proj = nn.Linear(cfg.width, cfg.width, bias=False)
+        self.c_q, self.c_k, self.c_v, self.c_proj = (nn.Linear(cfg.width, cfg.width, bias=False) for _ in range(4))
         self.attention = "auto"  # GPT(attention=...), GPT.set_attention
 
     def forward(self, x, cos, sin, attn_mask=None):
@@ -141,8 +137,7 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg):
         super().__init__()
-        self.c_gate = nn.Linear(cfg.width, cfg.mlp_hidden, bias=False)
-        self.c_fc = nn.Linear(cfg.width, cfg.mlp_hidden, bias=False)
+        self.c_gate, self.c_fc = (nn.Linear(cfg.width, cfg.mlp_hidden, bias=False) for _ in range(2))
         self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.width, bias=False)
 
     def forward(self, x):
@@ -209,15 +204,9 @@ class GPT(nn.Module):
         for gate in self.boundary_gates:  # at alpha: the gated operator starts as the arm's fixed one
             gate.fill_(self.cfg.alpha)
 
-    def prelude_blocks(self):
-        return self.transformer.h[:self.cfg.n_prelude]
-
     def core_blocks(self, pass_index):
         start = self.cfg.n_prelude + (pass_index * self.cfg.n_core if self.cfg.mode == "untied" else 0)
         return self.transformer.h[start:start + self.cfg.n_core]
-
-    def coda_blocks(self):
-        return self.transformer.h[len(self.transformer.h) - self.cfg.n_coda:]
 
     def check_passes(self, k):  # a tied core runs any number of passes, untied cores at most the ones allocated
         most = dict(plain=1, untied=self.cfg.passes).get(self.cfg.mode, math.inf)
@@ -298,7 +287,7 @@ class GPT(nn.Module):
 
         x = norm(self.transformer.wte(idx)).float()
         keep(x)
-        x = run(self.prelude_blocks(), x)
+        x = run(self.transformer.h[:cfg.n_prelude], x)
         # Boundary operator as the authors' release computes it (docs/recipe.md): the first pass starts from the raw
         # prelude output e, and the operator runs AFTER every pass. The paper's Algorithm 1 writes h0 = 0 and applies
         # Norm(h) + alpha*e BEFORE every pass (and before the coda); the two agree except that there the first pass
@@ -310,7 +299,7 @@ class GPT(nn.Module):
                 x = norm(x)
             if cfg.alpha != 0 and (r < K - 1 or cfg.coda_inject):
                 x = self.inject(x, e, r)
-        return run(self.coda_blocks(), x)
+        return run(self.transformer.h[len(self.transformer.h) - cfg.n_coda:], x)
 
     def inject(self, h, e, r):
         """The injection after pass r: h + alpha*e, or h + g_r*e with learned gates (beyond them, the last one's)."""
@@ -399,10 +388,6 @@ def params_active(cfg, passes):
     return stored_blocks(cfg, passes) * params_per_block(cfg) + 2 * cfg.padded_vocab * cfg.width + gates
 
 
-def params_stored(cfg):
-    return params_active(cfg, cfg.passes)
-
-
 def params_tpp(cfg):
     """N for tokens-per-parameter and LR scaling: the parameters in use at the INITIAL pass count (growth arms)."""
     return params_active(cfg, cfg.passes_initial)
@@ -435,7 +420,7 @@ def describe(c):
         output_multiplier=c.output_multiplier, wte_init_std=c.wte_init_std, uniform_init_scale=c.uniform_init_scale,
         stored_blocks=stored_blocks(c), executed_blocks_initial=executed_blocks(c, K0),
         executed_blocks_final=executed_blocks(c, K), params_per_block=params_per_block(c), params_tpp=params_tpp(c),
-        params_stored=params_stored(c), params_compute_active_initial=params_compute_active(c, K0),
+        params_stored=params_active(c, K), params_compute_active_initial=params_compute_active(c, K0),
         params_compute_active=params_compute_active(c, K), matrix_flops_per_token_initial=matrix_flops_per_token(c, K0),
         matrix_flops_per_token_final=matrix_flops_per_token(c, K), flops_per_token_initial=flops_per_token(c, K0),
         flops_per_token_final=flops_per_token(c, K))

@@ -20,13 +20,11 @@ import torch.nn.functional as F
 from torch.distributed.tensor import DTensor
 
 # Polar-Express coefficients and Muon constants of the authors' release
-POLAR_EXPRESS_COEFFS = (
-    (8.156554524902461, -22.48329292557795, 15.878769915207462),
-    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
-    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
-    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
-    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
-)
+POLAR_EXPRESS_COEFFS = ((8.156554524902461, -22.48329292557795, 15.878769915207462),
+                        (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+                        (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+                        (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+                        (2.3465413258596377, -1.7097828382687081, 0.42323551169305323))
 POLAR_EXPRESS_SAFETY, POLAR_EXPRESS_EPS = 1.02, 1e-6  # X = U / (||U||_F * 1.02 + 1e-6)
 ROW_NORM_MIN = 1e-7  # MuonEq-R: row norms clamped >= this
 SECOND_MOMENT_BETA2 = 0.95  # NorMuon EMA; used as bf16(0.95) = 0.94921875 like the release's fused kernel
@@ -75,17 +73,9 @@ def second_moment_shape(shape):
     return (*shape[:-2], rows, 1) if rows >= cols else (*shape[:-2], 1, cols)
 
 
-def blend(grad, momentum_buffer, momentum):
-    """Muon steps 1-3, row by row, in the parameter dtype: momentum (in place), Nesterov blend, MuonEq-R."""
-    momentum_buffer.lerp_(grad, 1 - momentum)  # Mb <- mu Mb + (1 - mu) G
-    blended = grad.lerp(momentum_buffer, momentum)  # U <- (1 - mu) G + mu Mb
-    return blended / blended.norm(dim=-1, keepdim=True).clamp_min(ROW_NORM_MIN)
-
-
 def orthogonalize(blended, second_moment, polar_express_dtype=torch.bfloat16):
     """Muon steps 4-5 on whole matrices: x = Polar-Express, then NorMuon: S <- beta2 S + (1 - beta2) mean(x^2 over the
-    reduced axis) in place, with beta2 = bf16(0.95) = 0.94921875 (the release's); returns x / sqrt(max(S, 1e-10))
-    rescaled to x's Frobenius norm, in bf16."""
+    reduced axis) in place; returns x / sqrt(max(S, 1e-10)) rescaled to x's Frobenius norm, in bf16."""
     x = polar_express(blended, polar_express_dtype).float()
     reduce_dim = -1 if x.size(-2) >= x.size(-1) else -2
     second_moment.lerp_(x.square().mean(dim=reduce_dim, keepdim=True), 1 - bf16_scalar(SECOND_MOMENT_BETA2))
@@ -95,8 +85,7 @@ def orthogonalize(blended, second_moment, polar_express_dtype=torch.bfloat16):
 
 
 def apply_update(weight, update, lr, weight_decay):
-    """Muon step 7 in place: W <- W - lr*update - lr*wd*W*(update*W >= 0), lr and lr*wd rounded to bf16 (the
-    release's fused kernel)."""
+    """Muon step 7 in place: W <- W - lr*update - lr*wd*W*(update*W >= 0), lr and lr*wd rounded to bf16."""
     update = update.to(weight.dtype)
     decay_mask = update * weight >= 0  # cautious: decay only where the step already shrinks |W|, incl. update == 0
     weight.sub_(update * bf16_scalar(lr) + weight * decay_mask * bf16_scalar(lr * weight_decay))
@@ -144,15 +133,6 @@ def full(t):
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def shard_group(param):
-    """(group, rank, size) of the mesh dimension a DTensor is sharded over; (None, 0, 1) for whole matrices."""
-    dims = [d for d, p in enumerate(param.placements) if p.is_shard()] if isinstance(param, DTensor) else []
-    group = param.device_mesh.get_group(dims[0]) if dims else None
-    if group is None or dist.get_world_size(group) == 1:
-        return None, 0, 1
-    return group, dist.get_rank(group), dist.get_world_size(group)
-
-
 class Muon(torch.optim.Optimizer):
     """The release's Muon variant for 2-D parameters (plain tensors, or FSDP2 DTensors on one mesh); group keys lr,
     weight_decay, momentum. state_dict() holds "state.<param_names[i]>.momentum_buffer" (DCP reshards it),
@@ -163,8 +143,11 @@ class Muon(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum))
         self.params = [p for group in self.param_groups for p in group["params"]]
         self.names = param_names or [str(i) for i in range(len(self.params))]
-        self.group, self.rank, self.world_size = shard_group(self.params[0])
-        self.polar_express_dtype = resolve_polar_express_dtype(polar_express_dtype, local(self.params[0]).device)
+        p0 = self.params[0]  # FSDP2: the process group of the mesh dimension the DTensors are sharded over
+        dims = [d for d, p in enumerate(p0.placements) if p.is_shard()] if isinstance(p0, DTensor) else []
+        self.group = p0.device_mesh.get_group(dims[0]) if dims else None
+        self.rank, self.world_size = (dist.get_rank(self.group), dist.get_world_size(self.group)) if dims else (0, 1)
+        self.polar_express_dtype = resolve_polar_express_dtype(polar_express_dtype, local(p0).device)
         self.index = {p: i for i, p in enumerate(self.params)}
         self.group_of = [group for group in self.param_groups for _ in group["params"]]
         self.owners = assign_owners([p.shape for p in self.params], self.world_size)
@@ -186,10 +169,12 @@ class Muon(torch.optim.Optimizer):
             w = local(params[i])
             w.sub_(w * bf16_scalar(self.lr(i) * self.group_of[i]["weight_decay"]))
         blended = {}
-        for i in moving:  # steps 1-3 on the local rows
-            p = params[i]
+        for i in moving:  # steps 1-3, row by row on the local rows, in the parameter dtype
+            p, mu = params[i], self.group_of[i]["momentum"]
             g = local(p.grad) if p.grad is not None else torch.zeros_like(local(p))
-            blended[i] = blend(g, local(self.state[p]["momentum_buffer"]), self.group_of[i]["momentum"])
+            local(self.state[p]["momentum_buffer"]).lerp_(g, 1 - mu)  # momentum: Mb <- mu Mb + (1 - mu) G
+            u = g.lerp(local(self.state[p]["momentum_buffer"]), mu)  # Nesterov: U <- (1 - mu) G + mu Mb
+            blended[i] = u / u.norm(dim=-1, keepdim=True).clamp_min(ROW_NORM_MIN)  # MuonEq-R
         updates = self._orthogonalized(moving, blended)
         for i in moving:
             apply_update(local(params[i]), updates[i], self.lr(i), self.group_of[i]["weight_decay"])
@@ -199,7 +184,7 @@ class Muon(torch.optim.Optimizer):
         """Steps 4-5 on whole matrices -> {index: this rank's rows of the bf16 update}: one process, a batch per
         shape; sharded, per round (rounds()) each owner gathers its matrix's rows and sends each rank its rows back."""
         params, out = self.params, {}
-        if self.group is None:
+        if self.world_size == 1:
             by_shape = defaultdict(list)
             for i in moving:
                 by_shape[id(self.group_of[i]), tuple(params[i].shape)].append(i)

@@ -91,11 +91,35 @@ def make_plan(args):
         if tokens % seq_len:
             raise UsageError(f"{flag} {tokens} is not a multiple of the sequence length {seq_len}")
 
-    # 3. Growth: the pass stages and the fraction f of the steps before each growth (the paper's rho = 1 - f).
-    stages = pass_stages(args, cfg)
+    # 3. Growth: the pass stages (--pass-stages, the arm's staged growth, or its initial and final passes) and one
+    #    increasing fraction f of the steps before each growth (the paper's rho = 1 - f).
+    staged = ARMS[args.arch].stages
+    if staged and not args.pass_stages and (cfg.passes_initial, cfg.passes) != (staged[0], staged[-1]):
+        raise UsageError(f"{args.arch} grows through the stages {'->'.join(map(str, staged))}: change them with "
+                         "--pass-stages, not --passes or --passes-initial")
+    stages = args.pass_stages or list(staged or sorted({cfg.passes_initial, cfg.passes}))
     growth = len(stages) > 1
-    check_train_knobs(args, cfg, growth, regime)
-    fractions = growth_fractions(args.crossover_fractions, recipe, depth, stages) if growth else []
+    most, arch = max(args.random_passes or [0]), args.arch  # refuse a training flag the run would record, not use
+    for wrong, problem in (
+            (args.crossover_fractions and not growth, f"--crossover-fractions does not apply to {arch}: this run does "
+                                                      "not grow (growth: --passes-initial < --passes, --pass-stages)"),
+            (args.rewarm_steps is not None and not growth, f"--rewarm-steps does not apply to {arch}: no growth"),
+            (most and cfg.mode == "plain",
+             f"--random-passes does not apply to {arch}: a plain stack runs exactly one pass"),
+            (cfg.mode == "untied" and most > cfg.passes,
+             f"--random-passes {most} exceeds the {cfg.passes} cores {arch} allocates"),
+            (args.tpp is not None and regime, "--tpp does not apply with --data-constrained: the token budget sets "
+                                              "the steps"),
+            (args.epochs and not regime, "--epochs does not apply without --data-constrained")):
+        if wrong:
+            raise UsageError(problem)
+    default = recipe.crossover.get(depth, recipe.default_crossover) if growth else None  # staged growth: a tuple
+    fractions = args.crossover_fractions or ([] if default is None else list(default) if isinstance(default, tuple)
+                                             else [default])
+    if len(fractions) != len(stages) - 1 or any(not 0 < f < 1 for f in fractions) or sorted(fractions) != fractions:
+        example = " ".join(f"{(i + 1) / len(stages):.2f}" for i in range(len(stages) - 1))
+        raise UsageError(f"growth {'->'.join(map(str, stages))} needs {len(stages) - 1} increasing "
+                         f"--crossover-fractions in (0, 1), e.g. --crossover-fractions {example}")
 
     # 4. Steps: TPP * N / batch tokens; growth arms match the initial-K matrix-compute budget, with the K=2 step count
     #    left unrounded (App. A.3.2); the data-constrained grid repeats a fixed token budget for its epochs.
@@ -138,60 +162,13 @@ def make_plan(args):
                 warmdown_ratio=recipe.warmdown_ratio, rewarm_steps=recipe.rewarm_steps if growth else 0,
                 data_constrained=args.data_constrained, seed=args.seed, model_config=cfg,
                 scalar_lr=None if recipe.scalar_lr is None else recipe.scalar_lr * lr_scale)
-    # 6. Compute: F(passes at the step) * tokens per step, summed over the steps.
-    return replace(plan, total_flops=total_flops(plan))
-
-
-def check_train_knobs(args, cfg, growth, regime):
-    """Refuse a training flag the run would record but not use."""
-    most, arch = max(args.random_passes or [0]), args.arch
-    for wrong, problem in (
-            (args.crossover_fractions and not growth, f"--crossover-fractions does not apply to {arch}: this run does "
-                                                      "not grow (growth: --passes-initial < --passes, --pass-stages)"),
-            (args.rewarm_steps is not None and not growth, f"--rewarm-steps does not apply to {arch}: no growth"),
-            (most and cfg.mode == "plain",
-             f"--random-passes does not apply to {arch}: a plain stack runs exactly one pass"),
-            (cfg.mode == "untied" and most > cfg.passes,
-             f"--random-passes {most} exceeds the {cfg.passes} cores {arch} allocates"),
-            (args.tpp is not None and regime, "--tpp does not apply with --data-constrained: the token budget sets "
-                                              "the steps"),
-            (args.epochs and not regime, "--epochs does not apply without --data-constrained")):
-        if wrong:
-            raise UsageError(problem)
-
-
-def pass_stages(args, cfg):
-    """The passes of each stage: --pass-stages, else the arm's stages (a staged growth's row), else its initial and
-    final passes."""
-    staged = ARMS[args.arch].stages
-    if staged and not args.pass_stages and (cfg.passes_initial, cfg.passes) != (staged[0], staged[-1]):
-        raise UsageError(f"{args.arch} grows through the stages {'->'.join(map(str, staged))}: change them with "
-                         "--pass-stages, not --passes or --passes-initial")
-    return args.pass_stages or list(staged or sorted({cfg.passes_initial, cfg.passes}))
-
-
-def growth_fractions(flag, recipe, depth, stages):
-    """--crossover-fractions, else the recipe's fraction at this depth; one increasing fraction in (0, 1) per growth."""
-    default = recipe.crossover.get(depth, recipe.default_crossover)  # None: no growth recipe; staged: a tuple
-    fractions = flag or ([] if default is None else list(default) if isinstance(default, tuple) else [default])
-    growths = len(stages) - 1
-    if len(fractions) != growths or any(not 0 < f < 1 for f in fractions) or sorted(fractions) != fractions:
-        example = " ".join(f"{(i + 1) / (growths + 1):.2f}" for i in range(growths))
-        raise UsageError(f"growth {'->'.join(map(str, stages))} needs {growths} increasing --crossover-fractions in "
-                         f"(0, 1), e.g. --crossover-fractions {example}")
-    return fractions
-
-
-def total_flops(plan):
-    """Sum over optimizer steps of F(L_step) * tokens per step (result.json's estimated_training_flops)."""
-    cfg = plan.model_config
+    # 6. Compute (result.json's estimated_training_flops): F(passes at the step) * tokens per step, over the steps.
     if plan.random_passes:
-        per_token = sum(model_lib.flops_per_token(cfg, passes_at(s, plan)) for s in range(plan.steps))
+        per_token = sum(model_lib.flops_per_token(cfg, passes_at(s, plan)) for s in range(steps))
     else:
-        bounds = [0, *plan.crossover_steps, plan.steps]
-        per_token = sum(model_lib.flops_per_token(cfg, k) * (b - a)
-                        for k, a, b in zip(plan.pass_stages, bounds, bounds[1:]))
-    return per_token * plan.tokens_per_step
+        bounds = [0, *crossovers, steps]
+        per_token = sum(model_lib.flops_per_token(cfg, k) * (b - a) for k, a, b in zip(stages, bounds, bounds[1:]))
+    return replace(plan, total_flops=per_token * batch_tokens)
 
 
 def wsd_multiplier(step, steps, warmup, warmdown_ratio):

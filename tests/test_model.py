@@ -88,7 +88,7 @@ def test_cli_json_and_table(capsys):
                        "--boundary", "norm_only", "--no-coda-inject"]) == 0
     out = capsys.readouterr().out
     cfg = config_for("loop_2", 2, width_per_depth=128, vocab_size=257, boundary="norm_only", coda_inject=False)
-    assert f"{'params_stored':32s} {model.params_stored(cfg):,}\n" in out and f"{'alpha':32s} 0.0\n" in out
+    assert f"{'params_stored':32s} {model.params_active(cfg, cfg.passes):,}\n" in out and f"{'alpha':32s} 0.0\n" in out
 
 
 @pytest.mark.parametrize("args", [("--arch", "loop_2",), ("--arch", "loop_2", "--depth", "2", "--passes-initial", "3")])
@@ -171,7 +171,9 @@ def untied_with_equal_cores(tied, passes):
     untied = GPT(dataclasses.replace(tied.cfg, mode="untied", passes=passes, passes_initial=passes))
     untied.transformer.wte.load_state_dict(tied.transformer.wte.state_dict())
     untied.lm_head.load_state_dict(tied.lm_head.state_dict())
-    pairs = [*zip(untied.prelude_blocks(), tied.prelude_blocks()), *zip(untied.coda_blocks(), tied.coda_blocks())]
+    p, q = tied.cfg.n_prelude, tied.cfg.n_coda  # the prelude's and the coda's blocks
+    pairs = [*zip(untied.transformer.h[:p], tied.transformer.h[:p])]
+    pairs += [*zip(untied.transformer.h[::-1][:q], tied.transformer.h[::-1][:q])]
     for dst, src in pairs + [pair for r in range(passes) for pair in zip(untied.core_blocks(r), tied.core_blocks(0))]:
         dst.load_state_dict(src.state_dict())
     return untied
