@@ -10,7 +10,6 @@ and one step of every arm (the order rotated); medians over rounds and repetitio
 numbers depend on the box. The GPU checks of a new cluster are tests: python -m pytest -m gpu -q.
 """
 import os
-import sys
 from statistics import median
 
 from arms import BENCH_PAIRS, PRESETS
@@ -165,7 +164,7 @@ def run(argv):
 
 
 def main(argv=None):
-    return cli_main(run, "bench.py", sys.argv[1:] if argv is None else argv)
+    return cli_main(run, "bench.py", argv)
 
 
 if __name__ == "__main__":

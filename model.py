@@ -121,13 +121,12 @@ class Attention(nn.Module):
         super().__init__()
         self.n_head, self.head_dim = cfg.n_head, cfg.head_dim
         self.c_q, self.c_k, self.c_v, self.c_proj = (nn.Linear(cfg.width, cfg.width, bias=False) for _ in range(4))
-        self.attention = "auto"  # GPT(attention=...), GPT.set_attention
 
     def forward(self, x, cos, sin, attn_mask=None):
         B, T, C = x.shape
         q, k, v = (linear(x).view(B, T, self.n_head, self.head_dim) for linear in (self.c_q, self.c_k, self.c_v))
         q, k = norm(apply_rotary(q, cos, sin)), norm(apply_rotary(k, cos, sin))  # QK-norm after RoPE
-        backends = attention_backends(self.attention, T, causal=attn_mask is None)
+        backends = attention_backends(self.attention, T, causal=attn_mask is None)  # GPT.set_attention's name
         with sdpa_kernel(backends, set_priority=True) if backends else contextlib.nullcontext():  # traced by
             y = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),  # compile
                                                attn_mask=attn_mask, is_causal=attn_mask is None)

@@ -123,13 +123,11 @@ def rounds(indices, shapes, owners, world):
     return out
 
 
-def local(t):
-    """A DTensor's local shard (a view: in-place changes reach the parameter), a plain tensor itself."""
+def local(t):  # a DTensor's local shard (a view: in-place changes reach the parameter), a plain tensor itself
     return t.to_local() if isinstance(t, DTensor) else t
 
 
-def full(t):
-    """A DTensor's whole value on every rank (a collective), a plain tensor itself."""
+def full(t):  # a DTensor's whole value on every rank (a collective), a plain tensor itself
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 

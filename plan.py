@@ -205,13 +205,11 @@ def schedule_notes(plan):
     return notes
 
 
-def stage_index(step, plan):
-    """Which growth stage is in force at an optimizer step (0 before the first growth)."""
+def stage_index(step, plan):  # the growth stage in force at an optimizer step (0 before the first growth)
     return sum(step >= c for c in plan.crossover_steps)
 
 
-def stage_at(step, plan):
-    """The growth stage's pass count in force at an optimizer step."""
+def stage_at(step, plan):  # the pass count of the growth stage in force at an optimizer step
     return plan.pass_stages[stage_index(step, plan)]
 
 

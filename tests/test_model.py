@@ -171,9 +171,8 @@ def untied_with_equal_cores(tied, passes):
     untied = GPT(dataclasses.replace(tied.cfg, mode="untied", passes=passes, passes_initial=passes))
     untied.transformer.wte.load_state_dict(tied.transformer.wte.state_dict())
     untied.lm_head.load_state_dict(tied.lm_head.state_dict())
-    p, q = tied.cfg.n_prelude, tied.cfg.n_coda  # the prelude's and the coda's blocks
-    pairs = [*zip(untied.transformer.h[:p], tied.transformer.h[:p])]
-    pairs += [*zip(untied.transformer.h[::-1][:q], tied.transformer.h[::-1][:q])]
+    h, t, p, q = untied.transformer.h, tied.transformer.h, tied.cfg.n_prelude, tied.cfg.n_coda
+    pairs = [*zip(h[:p], t[:p]), *zip(h[::-1][:q], t[::-1][:q])]  # the prelude's and the coda's blocks
     for dst, src in pairs + [pair for r in range(passes) for pair in zip(untied.core_blocks(r), tied.core_blocks(0))]:
         dst.load_state_dict(src.state_dict())
     return untied

@@ -72,8 +72,7 @@ def test_wsd_schedule_examples():
     # Vanilla d8: S = 1962, W = 40, r = 0.6 -> decay from step 785, 0 on the last step.
     plan = plan_for("--arch", "vanilla", "--depth", "8")
     m = [lr_multiplier(i, plan) for i in range(plan.steps)]
-    assert m[0] == 1 / 40 and m[39] == 1.0 and m[784] == 1.0 and m[785] == 1.0 and m[786] < 1.0
-    assert m[-1] == 0.0
+    assert m[0] == 1 / 40 and m[39] == m[784] == m[785] == 1.0 and m[786] < 1.0 and m[-1] == 0.0
     op1 = plan_for("--arch", "operator_1", "--depth", "8")
     m = [lr_multiplier(i, op1) for i in range(op1.steps)]
     assert m[0] == 1.0 and m[471] == 1.0 and m[472] < 1.0 and m[-1] == 0.0
