@@ -30,8 +30,7 @@ def knob_fields(cls, flag):
     return [f for f in fields(cls) if f.metadata.get("flag") == flag]
 
 
-def knob_type(f):
-    """The argparse type of a knob field (a tuple knob: of each entry)."""
+def knob_type(f):  # the argparse type of a knob field (a tuple knob: of each entry)
     return integer(*f.metadata["range"]) if f.type is int else number(f.metadata["range"])
 
 

@@ -213,9 +213,8 @@ class GPT(nn.Module):
             raise ValueError(f"the {self.cfg.mode} model runs 1 to {most} passes, got {k}")
 
     def set_attention(self, name):
-        for module in self.modules():
-            if isinstance(module, Attention):
-                module.attention = name
+        for block in self.transformer.h:
+            block.attn.attention = name
 
     def set_passes(self, k):
         self.check_passes(k)
