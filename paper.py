@@ -9,7 +9,6 @@ file's Vanilla, multipliers interpolate in log compute without extrapolation, lo
 import collections, csv, json, math, os
 
 import numpy as np
-from scipy import optimize
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError
@@ -56,7 +55,6 @@ def layout_error(path, reads, also=""):
 
 
 def read_layout(path, *layouts):
-    """A release JSON file that must be in one of `layouts`."""
     obj = read_json(path)
     if json_layout(obj) not in layouts:
         raise layout_error(path, layouts)
@@ -64,8 +62,8 @@ def read_layout(path, *layouts):
 
 
 def edu_records(path, obj):
-    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]): every arm's ladder records, and the
-    records beside "arms" and "tasks" (the d26 run: Untied-Grow's unless it names an "arm"), held out of every fit."""
+    """The FineWeb-Edu layout -> (tasks, [(arm, record, origin, held_out)]); records beside "arms" (the d26 run,
+    Untied-Grow's unless it names an "arm") are held out of every fit."""
     if not isinstance(obj["tasks"], list) or not all(isinstance(t, str) for t in obj["tasks"]):
         raise UsageError(f"{path}: 'tasks' must be a list of task names")
     out = [(RELEASE_SERIES.get(a, a), r, f"{path}:arms.{a}[{i}]", False) for a, recs in obj["arms"].items()
@@ -91,8 +89,7 @@ def point(r, x, loss, origin):
 
 
 def release_ladder_rows(path, obj, use_time):
-    """(arm, depth, x, loss, seed, origin) rows of a release ladder file, series renamed by arms.RELEASE_SERIES; x is
-    FLOPs, or seconds with use_time (the file must then hold training hours, and vice versa)."""
+    """(arm, depth, x, loss, seed, origin) rows of a release ladder file; x: FLOPs, or seconds of its hours (use_time)."""
     rows, names = [], {}
     for series, records in obj.items():
         arm = RELEASE_SERIES.get(series, series)
@@ -103,17 +100,16 @@ def release_ladder_rows(path, obj, use_time):
             x, loss, depth = point(r, "compute", "loss", f"{path}: {series}[{i}]")
             rows.append((arm, depth, x, loss, None, f"{path}:{series}[{i}]"))
     hours = max(r[2] for r in rows) < 1e6  # timing.json's training hours
-    if hours != bool(use_time):
-        raise UsageError(f"{path}: compute is in {'training hours' if hours else 'FLOPs'}; "
-                         + ("pass --time to fit it against training time (the floor then comes from --floor-from FLOP ladders, "
-                                     "e.g. the release's ladders.json, or --refit-floor)" if hours else "drop --time (or give "
-                                                                                          "the release's timing.json)"))
+    if hours and not use_time:
+        raise UsageError(f"{path}: compute is in training hours; pass --time to fit it against training time (the floor "
+                         "then comes from --floor-from FLOP ladders, e.g. the release's ladders.json, or --refit-floor)")
+    if use_time and not hours:
+        raise UsageError(f"{path}: compute is in FLOPs; drop --time (or give the release's timing.json)")
     return [(a, d, x * 3600.0 if hours else x, l, s, o) for a, d, x, l, s, o in rows]
 
 
 def series_data(rows):
-    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x, as laws.fit_ladders takes them (one run a point); a
-    depth given twice: an exact repeat kept once with a warning, two different results refused."""
+    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x (laws.fit_ladders); a depth twice: kept once if equal."""
     data, kept = {}, {}
     for row in rows:
         first = kept.setdefault(row[:2], row)
@@ -128,8 +124,7 @@ def series_data(rows):
 
 
 def share_anchor(data, depth):
-    """Figure 16a's shared regression anchor: every arm's point at `depth` takes the mean of the distinct losses
-    measured there (equivalent runs of one plan: their compute must agree)."""
+    """Figure 16a's shared anchor: each arm's point at `depth` takes the mean of the distinct losses measured there."""
     at = {a: int(np.flatnonzero(d["depth"] == depth)[0]) for a, d in data.items() if (d["depth"] == depth).any()}
     if len(at) < 2:
         raise UsageError(f"--shared-anchor {depth}: fewer than two arms have a d{depth} point")
@@ -160,8 +155,10 @@ def floor_of(data, arm=FLOOR_ARM):
 # family's colour told apart by marker, dash and a hollow face; the appendix spells the growth arms "Loop Grow".
 INK, MUTED, GRID = "#22252A", "#68707C", "#DDE1E7"
 #           release key: (label, family arm or colour, marker, line style, hollow)
-VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False), "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
-            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False), "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
+VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
+            "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
+            "dep_nonorm": ("Deep + Inj.", "deep_vanilla", "p", "--", False),
+            "k1_1c2": ("1/C/2", "operator_1", "d", "-", False),
             "dep_noinject": ("Deep + Norm", "deep_vanilla", "v", ":", False),
             "k2_fixed_pc": ("NCI 2/C/3", "loop_2", "*", ":", False),
             "k1_van_recipe": ("Operator-1 Vanilla Recipe", "operator_1", "H", "-", True),
@@ -171,21 +168,22 @@ VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False), "k2_nci":
             "deep_width": ("Deep Vanilla", "deep_vanilla", "h", "-", True),
             "dep_width": ("Untied-2", "untied_2", "D", "-", True),
             # Figure 16a compares Vanilla's recipes: distinct tab10 colours, GLR (van) stays grey
-            "van_constant": ("Constant", "#1f77b4", "x", "-", False), "van_glr_om": ("GLR + OM", "#2ca02c", ">", "-", False),
-            "van_glr_wd": ("GLR + WD", "#ff7f0e", "<", "-", False), "van_const_mup_om": ("muP OM", "#d62728", "v", "-", False),
-            "van_mup_om": ("muP OM + GLR", "#9467bd", "s", "-", False), "van_wdr1": ("WDR1 + GLR", "#e377c2", "P", "-", False),
+            "van_constant": ("Constant", "#1f77b4", "x", "-", False),
+            "van_glr_om": ("GLR + OM", "#2ca02c", ">", "-", False),
+            "van_glr_wd": ("GLR + WD", "#ff7f0e", "<", "-", False),
+            "van_const_mup_om": ("muP OM", "#d62728", "v", "-", False),
+            "van_mup_om": ("muP OM + GLR", "#9467bd", "s", "-", False),
+            "van_wdr1": ("WDR1 + GLR", "#e377c2", "P", "-", False),
             # Figure 16f: the optimizers' colours, width-only hollow
             "muon": ("Muon", "#1f77b4", "o", "-", False), "adam": ("Adam", "#d62728", "s", "-", False)}
 
 
 def look(key, label=None, like=None):
-    """(label, colour, marker, line style, hollow) of a release series key or an arm of the table; like: the key whose
-    colour and marker it takes (Figure 16a's GLR, 16f's optimizers)."""
+    """(label, colour, marker, line style, hollow) of a release series key or an arm; like: the key whose look it takes."""
     arm = RELEASE_SERIES.get(key, key)
     if like or key in VARIANTS:
         name, family, marker, ls, hollow = VARIANTS[like or key]
-        colour = ARMS[family].color if family in ARMS else family
-        return label or name, colour, marker, ls, hollow
+        return label or name, ARMS[family].color if family in ARMS else family, marker, ls, hollow
     if arm in ARMS:
         return label or ARMS[arm].label.replace("-Grow", " Grow"), ARMS[arm].color, ARMS[arm].marker, "-", False
     return label or key, "#3F4752", "o", "--", True  # a series the release does not name: grey, open
@@ -212,9 +210,11 @@ def key(colour, marker="", ls="-", hollow=False, ms=4, lw=1.1):
     return Line2D([], [], color=colour, marker=marker, ls=ls, mfc="white" if hollow else colour, ms=ms, lw=lw)
 
 
-def times(axis, plt):
-    """Multiplier ticks "1×", "1.1×"."""
-    axis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
+def multiplier_axis(ax, plt, **rule):
+    """A multiplier panel: ticks "1×", "1.1×" and a rule at 1."""
+    ax.yaxis.set_major_formatter(plt.matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}×"))
+    ax.axhline(1.0, **(rule or dict(color=GRID, lw=0.9, zorder=0)))
+    ax.set_ylabel("Compute Multiplier")
 
 
 LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
@@ -253,17 +253,16 @@ LADDER_FIGURES = {
 
 
 def release_series(release, name):
-    """A release ladder file, read as fit.py ladders reads it -> {key: dict(x, depth, loss)} sorted by compute (x:
-    FLOPs, or hours in timing.json)."""
+    """A release ladder file as fit.py ladders reads it -> {key: dict(x, depth, loss)} (x: FLOPs, or timing's hours)."""
     obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
-    data, hours = series_data(release_ladder_rows(name + ".json", obj, name == "timing")), name == "timing"
-    return {s: dict(data[RELEASE_SERIES.get(s, s)], x=data[RELEASE_SERIES.get(s, s)]["x"] / (3600.0 if hours else 1))
-            for s in obj}
+    data = series_data(release_ladder_rows(name + ".json", obj, name == "timing"))
+    hours = 3600.0 if name == "timing" else 1.0
+    return {s: dict(data[RELEASE_SERIES.get(s, s)], x=data[RELEASE_SERIES.get(s, s)]["x"] / hours) for s in obj}
 
 
 def ladder_column(release, col):
-    """Fit one column: E (R1 on the file's Vanilla; timing.json: on ladders.json's), each series' exponent (R2, or
-    through the shared anchor) and its multipliers (R3) over its group's reference."""
+    """E (R1 on the file's Vanilla; timing.json: ladders.json's), each series' exponent (R2, or through the shared
+    anchor) and its multipliers (R3) over its group's reference."""
     data, timing, anchor = release_series(release, col["file"]), col["file"] == "timing", col.get("anchor")
     van = release_series(release, "ladders")["van"] if timing else data["van"]
     E, c_ref = fit_free_e(van["x"] / FIT["c_ref"], van["loss"])[2], 1.0 if timing else FIT["c_ref"]
@@ -271,10 +270,10 @@ def ladder_column(release, col):
     if anchor:  # one point at the d8 compute, the mean of the two d8 runs of the plan (Constant and GLR)
         xa = float(data["van"]["x"][data["van"]["depth"] == anchor][0])
         La = float(np.mean([data[k]["loss"][data[k]["depth"] == anchor][0] for k in ("van_constant", "van")]))
-        out["anchor"] = (xa, La)
         for k in [k for _, keys in col["groups"] for k in keys]:
-            d, keep = data[k], data[k]["depth"] > anchor
-            data[k] = dict(x=np.r_[xa, d["x"][keep]], loss=np.r_[La, d["loss"][keep]], depth=np.r_[anchor, d["depth"][keep]])
+            keep = data[k]["depth"] > anchor
+            data[k] = {v: np.r_[a, data[k][v][keep]] for v, a in (("x", xa), ("loss", La), ("depth", anchor))}
+        out["anchor"] = (xa, La)
     for ref, keys in col["groups"]:
         r = data[ref]
         at = r["depth"] >= col.get("ref_depth", FIT["anchor_depth"])
@@ -282,13 +281,12 @@ def ladder_column(release, col):
             d = data[k]
             if anchor:  # Figure 16a: regression of ln(L - E) - ln(L_a - E) on ln(C / C_a) through the anchor
                 lx, y = np.log(d["x"][1:] / xa), np.log(d["loss"][1:] - E) - math.log(La - E)
-                gamma = -float(lx @ y / (lx @ lx))
-                A = (La - E) * (xa / c_ref) ** gamma
+                law = dict(gamma=-float(lx @ y / (lx @ lx)))
+                law["A"] = (La - E) * (xa / c_ref) ** law["gamma"]
             else:
                 law = fit_shared_e(d["x"] / c_ref, d["loss"], E)
-                gamma, A = law["gamma"], law["A"]
             m = matched_multipliers(r["x"][at], r["loss"][at], d["x"], d["loss"], k == ref)
-            out["series"][k] = dict(d, gamma=gamma, A=A, c_ref=c_ref, budgets=r["x"][at], multipliers=m)
+            out["series"][k] = dict(d, gamma=law["gamma"], A=law["A"], c_ref=c_ref, budgets=r["x"][at], multipliers=m)
     return out
 
 
@@ -305,9 +303,8 @@ def ladder_figures(plt, release):
 
 
 def ladder_figure(plt, columns, fits):
-    """The release's ladder panels: per column the reducible loss L - E (log-log, each series' law over its range and
-    its points) and the multipliers over the group's reference (NaN leaves a gap). One column: the two panels side
-    by side; several (Figure 15a): multipliers on top, loss below, one legend above each column."""
+    """Per column the reducible loss L - E (each series' law and points) and the multipliers over the group's
+    reference; one column: side by side; several (Figure 15a): multipliers on top, a legend above each column."""
     n = len(columns)
     width, side, rows = (6.9, 1.65, 2) if n > 1 else (3.45, 3.45 / 2 - 0.65, 1)
     per_row = 2 if n > 1 or columns[0].get("legend") != "pair" else 1
@@ -330,18 +327,16 @@ def ladder_figure(plt, columns, fits):
                 loss_ax.plot(s["x"][own], s["loss"][own] - fit["E"], ls="none", **style)
                 mult_ax.plot(s["budgets"], s["multipliers"], ls=ls, lw=1.1, **style)
             if fit["anchor"]:
-                xa, La = fit["anchor"]
-                loss_ax.plot([xa], [La - fit["E"]], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
-                mult_ax.plot([xa], [1.0], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
-            mult_ax.axhline(1.0, color=GRID, lw=0.9, zorder=0)
+                for ax, y in ((loss_ax, fit["anchor"][1] - fit["E"]), (mult_ax, 1.0)):
+                    ax.plot([fit["anchor"][0]], [y], "o", ms=4, color=ARMS["vanilla"].color, zorder=5)
             loss_ax.set(xscale="log", yscale="log", ylabel="$L - E_{\\mathrm{Van}}$", title="Loss", xlabel=x_label)
-            mult_ax.set(xscale="log", ylabel="Compute Multiplier", title="Multiplier" if n == 1 else col["title"],
-                        xlabel=x_label if n == 1 else "", **{k: col[k] for k in ("ylim", "yticks") if k in col})
-            times(mult_ax.yaxis, plt)
+            mult_ax.set(xscale="log", title="Multiplier" if n == 1 else col["title"], xlabel=x_label if n == 1 else "",
+                        **{k: col[k] for k in ("ylim", "yticks") if k in col})
+            multiplier_axis(mult_ax, plt)
             if n > 1:
                 mult_ax.tick_params(labelbottom=False)
                 mult_ax.sharex(loss_ax)
-            plain_log_axis(loss_ax.yaxis, plt)
+            log_axis(loss_ax.yaxis, plt, plain=True, ticks=())
             for ax in (loss_ax, mult_ax):
                 log_axis(ax.xaxis, plt)
             centre = (0.59 + j * pitch + side / 2) / width if n > 1 else 0.5
@@ -351,14 +346,13 @@ def ladder_figure(plt, columns, fits):
 
 
 def series_look(col, k):
-    label, like = col.get("labels", {}).get(k, (None, None))
-    name, colour, marker, ls, hollow = look(k, label, like)
+    name, colour, marker, ls, hollow = look(k, *col.get("labels", {}).get(k, (None, None)))
     return name, colour, marker, ls, hollow or k in col.get("hollow", ())
 
 
 def legend_entries(col, fit):
-    """(handles, labels) of a column's legend: each series with its exponent ("Vanilla ($C^{-0.1112}$)"), or without
-    (Figure 15a), or per family the width-only and coupled exponents and then the two face keys (Figure 16e-f)."""
+    """(handles, labels): each series with its exponent, or without (Figure 15a), or per family the width-only and
+    coupled exponents and then the two face keys (Figure 16e-f)."""
     exponent = lambda k: f"${fit['unit']}^{{-{fit['series'][k]['gamma']:.4f}}}$"
     if col.get("legend") == "pair":
         (_, width), (_, both) = col["groups"]
@@ -370,23 +364,17 @@ def legend_entries(col, fit):
         lk[0] if col.get("legend") == "plain" else f"{lk[0]} ({exponent(k)})" for k, lk in looks.items()]
 
 
-def log_axis(axis, plt, plain=False):
-    """A log axis in powers of ten (plain decimals with plain=True): labelled decades, or 1-2-5 (1-2-4 under one decade) ticks on shorter ranges;
-    minor ticks unlabelled (their labels collide on short ranges)."""
+def log_axis(axis, plt, plain=False, ticks=None):
+    """A log axis in powers of ten, or plain decimals: labelled decades, 1-2-5 ticks (1-2-4 under a decade) on shorter
+    ranges, or `ticks` (empty: 5 round values); minor ticks unlabelled (their labels collide on short ranges)."""
     lo, hi = sorted(axis.get_view_interval())
     ticker, span = plt.matplotlib.ticker, math.log10(hi / lo)
-    if span < 2:
+    if ticks is not None:
+        axis.set_major_locator(ticker.FixedLocator(ticks) if ticks else ticker.MaxNLocator(5))
+    elif span < 2:
         axis.set_major_locator(ticker.LogLocator(subs=(1.0, 2.0, 4.0) if span < 1 else (1.0, 2.0, 5.0)))
     axis.set_major_formatter(ticker.FormatStrFormatter("%g") if plain else
                              ticker.LogFormatterSciNotation(labelOnlyBase=False))
-    axis.set_minor_formatter(ticker.NullFormatter())
-
-
-def plain_log_axis(axis, plt, ticks=None):
-    """A log axis over a narrow range (reducible loss 0.9-2) with plain decimal ticks: `ticks`, or 5 round values."""
-    ticker = plt.matplotlib.ticker
-    axis.set_major_locator(ticker.FixedLocator(ticks) if ticks else ticker.MaxNLocator(5))
-    axis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     axis.set_minor_formatter(ticker.NullFormatter())
 
 
@@ -427,8 +415,7 @@ def ladder_checks(fig_id, fits):
 
 
 def figure3_checks(release):
-    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms: the check that the readers and the shared
-    floor reproduce the main text -> (exponents, checks, the floor E)."""
+    """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms -> (exponents, checks, the floor E)."""
     fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
                                                                       "k2", "k2_grow", "dep", "dep_grow"])]))
     m = lambda k, i: float(fit["series"][k]["multipliers"][i])
@@ -538,8 +525,7 @@ def grid_ladders(c, mask, by="compute"):
 
 
 def at_budget(ladders, C):
-    """R4: each ladder's loss at budget C, linear in compute between its bracketing models; ladders not spanning C
-    are left out. -> (Ks, losses)."""
+    """R4: each spanning ladder's loss at budget C, linear in compute between its bracketing models -> (Ks, losses)."""
     Ks = [K for K, (x, _, _) in ladders.items() if x[0] <= C <= x[-1]]
     return np.array(Ks, float), np.array([np.interp(C, *ladders[K][:2]) for K in Ks])
 
@@ -571,8 +557,8 @@ def loss_panel(ax, ladders, colours, budgets, budget_colours):
 
 
 def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
-    """At each budget the R4 losses of the K ladders spanning it: quadratic in (log K, log L) with its optimum star
-    (filled inside, hollow at the best measured K otherwise), or (quadratic=False) straight lines. -> optima."""
+    """At each budget the R4 losses of the K ladders spanning it, their quadratic and optimum star (filled inside,
+    hollow at the best measured K), or straight lines (quadratic=False) -> optima."""
     out = []
     for C, bc in zip(budgets, budget_colours):
         Ks, losses = at_budget(ladders, C)
@@ -622,25 +608,22 @@ REGIME_TABLES = {"weight_decay.csv": ["weight_decay"], "regimes.csv": ["regime"]
 
 
 def read_table(path):
-    """One of the release's regime CSVs, known by its header: weight_decay.csv, regimes.csv, architectures.csv
-    (compute -> FLOPs) or hyperparameters.csv -> (columns, its name)."""
+    """A regime table of the release (REGIME_TABLES or hyperparameters.csv), known by its header -> (columns, name)."""
     header = csv_header(path)
     if "knob" in header:
-        return read_csv(path, ["family", "knob", "loops", "multiplier", "loss"], numeric=["loops", "multiplier", "loss"],
-                        positive=["multiplier", "loss"]), "hyperparameters.csv"
-    name = "regimes.csv" if "regime" in header else "architectures.csv" if "architecture" in header else \
-        "weight_decay.csv"
+        cols = ["loops", "multiplier", "loss"]
+        return read_csv(path, ["family", "knob"] + cols, numeric=cols, positive=cols[1:]), "hyperparameters.csv"
+    name = "regimes.csv" if "regime" in header else "architectures.csv" if "architecture" in header else "weight_decay.csv"
     cols = ["compute", "loss", "depth", "loops"]
-    c = read_csv(path, REGIME_TABLES[name] + cols, numeric=cols + (["weight_decay"] if name == "weight_decay.csv" else []),
-                 positive=["compute", "loss"])
+    wd = ["weight_decay"] if name == "weight_decay.csv" else []
+    c = read_csv(path, REGIME_TABLES[name] + cols, numeric=cols + wd, positive=cols[:2])
     if c["compute"].max() < 1e6:  # EFLOP in weight_decay.csv and architectures.csv
         c["compute"] = c["compute"] * 1e18
     return c, name
 
 
 def k1_best(c):
-    """Operator-1 at its best weight decay: per depth the K=1 cell with the lowest loss over every weight decay (ties:
-    the smaller) -> rows (compute, loss, weight decay, depth)."""
+    """Operator-1 at its best weight decay (ties: the smaller) per depth -> rows (compute, loss, weight decay, depth)."""
     rows = []
     for d in sorted(set(c["depth"][c["loops"] == 1])):
         m = np.flatnonzero((c["loops"] == 1) & (c["depth"] == d))
@@ -650,8 +633,7 @@ def k1_best(c):
 
 
 def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic=True, frontier=None):
-    """Figures 21, 22 and 24: per column (title, cells mask of a table) the loss-vs-compute panel, the optima at the
-    budgets and (rows = 3) the difference to K=1 at depths 6-14. -> (figure, optima per column)."""
+    """Figures 21, 22, 24: per column (titles, table, mask) loss vs compute, optima, (rows = 3) L(K) - L(1)."""
     n = len(columns)
     fig, axes = plt.subplots(rows, n, figsize=(width, height * rows + 1.3), squeeze=False)
     bcol = scale(plt, "inferno", 0.12, 0.82, len(budgets))
@@ -721,8 +703,7 @@ def regimes_figures(plt, release):
 
 
 def sensitivity_figure(plt, wd, hp, magma7):
-    """Figure 23: (a) loss against weight decay per K at depths 6-16 (log y, deep panels clipped at the lowest loss
-    + 0.2); (b) loss against each knob's multiple of its centre at depth 8, tied (k) and untied (u), K = 2, 4, 8."""
+    """Figure 23: (a) loss against weight decay per K at depths 6-16; (b) against each knob's multiple at d8."""
     fig = plt.figure(figsize=(14.65, 9.95))
     grid = fig.add_gridspec(3, 6, hspace=0.75, wspace=0.2, left=0.06, right=0.99, top=0.93, bottom=0.07)
     wds = sorted(set(wd["weight_decay"]))
@@ -786,8 +767,7 @@ def read_loop_grid(path):
 
 
 def loop_grid_figures(plt, c):
-    """Figure 2 (right: the loop grid at WD 0.8; Operator-1 at its best WD against scaling the loop count) and
-    Figure 5 (matched-compute cuts, marginal gain, scaling recipes, optimal WD) from the release's loop_grid.csv."""
+    """Figure 2 (right: the loop grid; Operator-1 at its best WD against scaling the loop count) and Figure 5."""
     from matplotlib.legend_handler import HandlerTuple
     magma = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
     k1, wd8, op1 = c["loops"] == 1, np.isclose(c["weight_decay"], 0.8), k1_best(c)
@@ -900,6 +880,7 @@ def fit_sigmoid(nll, acc):
 
 def fit_task_nll(x, nll):
     """App. C.4 (i): task NLL = E + A x^-alpha, five starts, the best plain fit Huber refined -> (E, A, alpha)."""
+    from scipy import optimize
     resid, bounds, E0 = lambda p: p[0] + p[1] * x ** -p[2] - nll, ([0, 0, 0.005], [nll.min() - 1e-8, 50, 2]), nll.min() / 2
     best = min((optimize.least_squares(resid, [E0, max(0.01, (nll.max() - E0) * x.min() ** a), a], bounds=bounds,
                                        max_nfev=30000) for a in (0.05, 0.1, 0.2, 0.4, 0.8)), key=lambda r: r.cost)
@@ -910,10 +891,9 @@ GPT3 = dict(zip(("2.7B", "6.7B", "13B", "175B"), FIT["gpt3_targets"]))  # CORE o
 
 
 def forecast(series, tasks, shared_floor):
-    """App. C.4's forecast of ladders {name: [{compute, val_loss, core_nll, core_accuracy, task_nll, task_accuracy}]}:
-    loss laws (R1 on the first series; the others R2 on its floor with shared_floor, else R1), CORE NLL laws (R1 each)
-    and CORE accuracy: per series and task a power law of task NLL in compute, per task a sigmoid of accuracy on NLL
-    over every record, their mean scaled by the full/filtered ratio r; and each series' GPT-3 crossings."""
+    """App. C.4's forecast of ladders {name: [records]}: loss laws (R1; R2 on the first's floor with shared_floor),
+    CORE NLL laws, CORE accuracy = r x the mean of task sigmoids of task NLL laws; each series' GPT-3 crossings."""
+    from scipy import optimize
     series = {s: sorted(recs, key=lambda r: r["compute"]) for s, recs in series.items()}
     x = {s: column(recs, "compute") / FIT["c_ref"] for s, recs in series.items()}
     laws_ = {k: {s: fit_free_e(x[s], column(recs, k)) for s, recs in series.items()} for k in ("val_loss", "core_nll")}
@@ -944,10 +924,8 @@ PANELS = (("val_loss", "Loss"), ("core_nll", "CORE NLL"), ("core_accuracy", "COR
 
 
 def forecast_panels(axes, fc, looks, size, seen=None):
-    """Figures 4 and 18b: loss, CORE NLL and CORE accuracy against compute per series (looks {series: (name, colour,
-    marker)}): each law solid over the measured range, dashed on to Cmax; the GPT-3 references, each series' crossings
-    (stars) and the first series' crossing compute over the second's. size: (line width, marker size, text size, star
-    size); seen: {panel key: a value the y range must show} (Figure 4's d26 run)."""
+    """Figures 4 and 18b: per series (looks {series: (name, colour, marker)}) each law solid, dashed on to Cmax; the
+    GPT-3 lines and crossings. size: (line, marker, text, star); seen: {panel: a value the y range must show}."""
     lw, ms, text, star = size
     (first, second), cmin, cmax = looks, fc["cmin"], fc["cmax"]
     for ax, (k, title) in zip(axes, PANELS):
@@ -973,8 +951,7 @@ def forecast_panels(axes, fc, looks, size, seen=None):
 
 
 def extrapolation_figure(plt, path):
-    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders of Vanilla and Untied-Grow forecast to the held-out d26 run
-    (the loss floor fitted on Vanilla and shared), with the "1.8x compute" inset."""
+    """Figure 4 (Sec. 4.3): the FineWeb-Edu ladders forecast to the held-out d26 run, with the "1.8x" inset."""
     tasks, records = edu_records(path, read_layout(path, "fineweb_edu"))
     d26 = next(r for _, r, _, held in records if held)
     series = {}
@@ -1038,10 +1015,8 @@ FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wik
 
 
 def corpus_figures(plt, release):
-    """Figures 18a-b and 20 (App. C.1, C.4) from fineweb.json and fineweb_edu.json ({"Vanilla" | "Dep Grow": [{compute,
-    raw: {val_loss, core_loss, core_metric, losses, centered_results}}]}). 18a: per corpus Vanilla and Untied-Grow:
-    loss above Vanilla's free floor with its OLS slope, CORE NLL, CORE accuracy, and the Untied-Grow multiplier at
-    each Vanilla record."""
+    """Figures 18a-b and 20 (App. C.1, C.4) from fineweb.json and fineweb_edu.json. 18a: per corpus loss above
+    Vanilla's floor with OLS slopes, CORE NLL, CORE accuracy, and Untied-Grow's multiplier at Vanilla's records."""
     series = {c: {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted([dict(  # in Figure 4's record keys
         r, val_loss=r["raw"]["val_loss"], core_nll=r["raw"]["core_loss"], core_accuracy=r["raw"]["core_metric"],
         task_nll=r["raw"]["losses"], task_accuracy=r["raw"]["centered_results"]) for r in v], key=lambda r: r["compute"])
@@ -1073,11 +1048,10 @@ def corpus_figures(plt, release):
                 if E:
                     numbers[corpus]["E"] = E
                     ax.set(yscale="log", ylim=(0.8, 2.45))
-                    plain_log_axis(ax.yaxis, plt, (0.8, 1, 1.2, 1.5, 2, 2.4))
+                    log_axis(ax.yaxis, plt, plain=True, ticks=(0.8, 1, 1.2, 1.5, 2, 2.4))
             row[1].sharey(row[0])
-            row[2].axhline(1, color=MUTED, ls="--", lw=0.8)
-            times(row[2].yaxis, plt)
-            row[2].set(title="Compute Multiplier", ylabel="Compute Multiplier")
+            multiplier_axis(row[2], plt, color=MUTED, ls="--", lw=0.8)
+            row[2].set_title("Compute Multiplier")
         for ax, label in zip(axes[-1], ("Compute (FLOPs)", "Compute (FLOPs)", "Vanilla compute (FLOPs)")):
             ax.set(xscale="log", xlabel=label)
         looks = [look(a)[:3] for a in series["fineweb"]] + list(CORPORA.values())  # Vanilla, Untied-Grow, the corpora
@@ -1098,9 +1072,7 @@ def corpus_figures(plt, release):
 
 
 def corpus_forecast_figure(plt, series, tasks):
-    """Figure 18b (App. C.1): Untied-Grow on FineWeb against FineWeb-Edu forecast as in Figure 4: each corpus its own
-    floors, the task sigmoids and the ratio r fitted on both corpora's records; FineWeb's crossing compute of each
-    GPT-3 score over FineWeb-Edu's."""
+    """Figure 18b (App. C.1): Untied-Grow on each corpus forecast as in Figure 4 (own floors, shared sigmoids)."""
     fc = forecast({c: series[c]["untied_grow"] for c in CORPORA}, tasks, shared_floor=False)
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
         fig, axes = plt.subplots(3, 1, figsize=(2.3, 6.5), sharex=True)
@@ -1121,8 +1093,7 @@ def corpus_forecast_figure(plt, series, tasks):
 
 
 def calibration_figure(plt, arms, tasks):
-    """Figure 20 (App. C.4): per task the sigmoid of centred accuracy on task NLL fitted on both arms' records (solid
-    over the measured NLL, dashed beyond) with its RMSE, and the full/filtered CORE ratio r through the origin."""
+    """Figure 20 (App. C.4): per task the sigmoid of accuracy on NLL with its RMSE; the full/filtered CORE ratio r."""
     every, numbers, pink = [r for recs in arms.values() for r in recs], dict(rmse={}), "#e377c2"
     fig, axes = plt.subplots(4, 5, figsize=(6.9, 6.4), sharey=True)
     f, F = (np.array([r[k] for r in every]) for k in ("filtered_accuracy", "full_accuracy"))
@@ -1164,8 +1135,7 @@ DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core
 
 
 def downstream_series(path):
-    """The release's downstream.json: {series: [{compute, loss, depth, metrics {full_core, answer_nll, filtered_core,
-    filtered_core_std}, task_nll {task: answer NLL}}]} (three seeds pooled) -> {arm: records sorted by compute}."""
+    """The release's downstream.json (LAYOUTS) -> {arm: records sorted by compute}."""
     out = {}
     for series, recs in read_layout(path, "downstream").items():
         try:
@@ -1187,10 +1157,9 @@ FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nr
 
 
 def downstream_figures(plt, series, meta):
-    """Figure 19a: per metric (loss, full CORE, CORE answer NLL, filtered CORE ± its seed std) the curves against
-    compute and, below, the multipliers over Vanilla at matched metric (at Vanilla's computes with depth >= 8; Vanilla
-    exactly 1). 19b: CORE answer NLL against validation loss, one line pooled over every checkpoint, and the residuals
-    from it, both axes reversed as the paper draws them. 19c (meta: tasks.json): residual_figure."""
+    """Figure 19a: per metric the curves against compute (loss: each arm's law) and the multipliers over Vanilla at its
+    computes with depth >= 8; 19b: CORE answer NLL on validation loss, one pooled line and the residuals, both axes
+    reversed as the paper draws them; 19c (meta: tasks.json): residual_figure."""
     col = lambda arm, k: np.array([r[k] for r in series[arm]])
     at = col(FLOOR_ARM, "depth") >= FIT["anchor_depth"]
     budgets, multipliers, laws_ = col(FLOOR_ARM, "compute")[at], {}, {}
@@ -1216,9 +1185,8 @@ def downstream_figures(plt, series, meta):
             if metric == "loss":  # every log tick labelled, 2 decimals
                 top.yaxis.set_major_formatter("{x:.2f}")
                 top.yaxis.set_minor_formatter("{x:.2f}")
-            bottom.set(title=title, ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
-            bottom.axhline(1, color=GRID, lw=0.9, zorder=0)
-            times(bottom.yaxis, plt)
+            bottom.set(title=title, xlabel="Compute (FLOPs)")
+            multiplier_axis(bottom, plt)
             bottom.tick_params(axis="x", which="minor", labelbottom=False)  # decades only: the panels are narrow
         fig_a.legend(*axes[0][0].get_legend_handles_labels(), loc="upper center", ncols=4, fontsize=6.5)
         fig_a.tight_layout(rect=(0, 0, 1, 0.9))
@@ -1226,10 +1194,9 @@ def downstream_figures(plt, series, meta):
         loss, nll = (np.concatenate([col(a, k) for a in series]) for k in ("loss", "answer_nll"))
         slope, intercept = np.polyfit(loss, nll, 1)
         for arm in series:
-            name, color, marker = look(arm)[:3]
-            line.plot(col(arm, "loss"), col(arm, "answer_nll"), marker, ms=4, color=color, label=name)
-            resid.plot(col(arm, "loss"), col(arm, "answer_nll") - intercept - slope * col(arm, "loss"), marker, ms=4,
-                       color=color)
+            x, y, (name, color, marker) = col(arm, "loss"), col(arm, "answer_nll"), look(arm)[:3]
+            line.plot(x, y, marker, ms=4, color=color, label=name)
+            resid.plot(x, y - intercept - slope * x, marker, ms=4, color=color)
         ends = loss[[loss.argmin(), loss.argmax()]]
         line.plot(ends, intercept + slope * ends, "--", color=MUTED, lw=0.9, label="Pooled linear fit")
         resid.axhline(0, color=MUTED, ls="--", lw=0.9)
@@ -1240,21 +1207,22 @@ def downstream_figures(plt, series, meta):
             ax.invert_yaxis()
         fig_b.legend(*line.get_legend_handles_labels(), loc="upper center", ncols=2, fontsize=5.5)
         fig_b.tight_layout(rect=(0, 0, 1, 0.85))
+    pooled = dict(slope=float(slope), intercept=float(intercept), points=len(loss))
     return dict(fig19a=(fig_a, dict(multipliers_at_matched=multipliers, loss_laws=laws_), []),
-                fig19b=(fig_b, dict(pooled_line=dict(slope=float(slope), intercept=float(intercept), points=len(loss))),
-                        []), fig19c=residual_figure(plt, series, meta))
+                fig19b=(fig_b, dict(pooled_line=pooled), []), fig19c=residual_figure(plt, series, meta))
 
 
 def residual_figure(plt, series, meta):
-    """Figure 19c: per task (tasks.json order) a Vanilla-only line of task NLL on validation loss; each arm's mean
-    residual from it over its checkpoints whose loss lies in all of the pooled range, then in its lower half."""
-    tasks, van, arms = meta["tasks"], series[FLOOR_ARM], list(series)
+    """Figure 19c: each arm's mean residual from Vanilla's line of task NLL on loss, in the pooled range and its
+    lower half."""
+    tasks, arms = meta["tasks"], list(series)
     loss = np.concatenate([[r["loss"] for r in recs] for recs in series.values()])
-    line = {t: np.polyfit([r["loss"] for r in van], [r["task_nll"][t] for r in van], 1) for t in tasks}
+    line = {t: np.polyfit([r["loss"] for r in series[FLOOR_ARM]], [r["task_nll"][t] for r in series[FLOOR_ARM]], 1)
+            for t in tasks}
     group = {t: i for i, g in enumerate(meta["groups"].values()) for t in g}
     x = np.array([i + 0.8 * group[t] for i, t in enumerate(tasks)])
-    means = {f"{loss.min():.3f}-{top:.3f}": {arm: [float(np.mean([r["task_nll"][t] - np.polyval(line[t], r["loss"]) for r
-                                                                    in recs if loss.min() <= r["loss"] <= top]))
+    means = {f"{loss.min():.3f}-{top:.3f}": {arm: [float(np.mean([r["task_nll"][t] - np.polyval(line[t], r["loss"])
+                                                                  for r in recs if loss.min() <= r["loss"] <= top]))
                                                    for t in tasks] for arm, recs in series.items()}
              for top in (loss.max(), (loss.min() + loss.max()) / 2)}
     values = np.array([v for per in means.values() for v in per.values()])
@@ -1281,8 +1249,6 @@ def residual_figure(plt, series, meta):
         fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig, dict(tasks=tasks, mean_residuals=means), []
 
-
-# every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says (quoted)
 
 # -------------------------------- appendix A: recurrence at 1B tokens, growth timing, token allocation (Figs 8, 10, 13)
 MARKERS = {8: "o", 9: "s", 10: "^", 11: "D", 12: "v"}  # budgets d8-d12, and the anchor depths d8-d10 of growth
