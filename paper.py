@@ -6,7 +6,7 @@ drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json
 number the text states beside ours) and the gallery OUT/README.md. Rules: the floor E is the free-floor fit of the
 file's Vanilla, multipliers interpolate in log compute without extrapolation, loop grids linearly in compute (R4).
 """
-import collections, csv, json, math, os
+import collections, csv, itertools, json, math, os
 
 import numpy as np
 
@@ -33,8 +33,8 @@ def read_json(path):
 LAYOUTS = dict(
     ladders="the release's ladder series {series: [{compute, loss, depth}]} (appendix_ladders/*.json)",
     downstream="the release's downstream.json {series: [{compute, loss, depth, metrics, task_nll}]}",
-    fineweb_edu="the release's FineWeb-Edu ladders {tasks, d26: {record}, arms: {arm: [{depth, compute_flops, val_loss, "
-                "core_nll, core_accuracy, task_nll, task_accuracy}]}}",
+    fineweb_edu="the release's FineWeb-Edu ladders {tasks, d26: {record}, arms: {arm: [{depth, compute_flops, "
+                "val_loss, core_nll, core_accuracy, task_nll, task_accuracy}]}}",
 )
 EDU_HELD_OUT_ARM = "untied_grow"  # the FineWeb-Edu file's d26 record: the 7.4B Untied-Grow run no fit uses (Sec. 4.3)
 
@@ -89,7 +89,7 @@ def point(r, x, loss, origin):
 
 
 def release_ladder_rows(path, obj, use_time):
-    """(arm, depth, x, loss, seed, origin) rows of a release ladder file; x: FLOPs, or seconds of its hours (use_time)."""
+    """(arm, depth, x, loss, seed, origin) rows of a release ladder file; x: FLOPs, or seconds (use_time)."""
     rows, names = [], {}
     for series, records in obj.items():
         arm = RELEASE_SERIES.get(series, series)
@@ -101,15 +101,16 @@ def release_ladder_rows(path, obj, use_time):
             rows.append((arm, depth, x, loss, None, f"{path}:{series}[{i}]"))
     hours = max(r[2] for r in rows) < 1e6  # timing.json's training hours
     if hours and not use_time:
-        raise UsageError(f"{path}: compute is in training hours; pass --time to fit it against training time (the floor "
-                         "then comes from --floor-from FLOP ladders, e.g. the release's ladders.json, or --refit-floor)")
+        raise UsageError(f"{path}: compute is in training hours; pass --time to fit it against training time (the "
+                         "floor then comes from --floor-from FLOP ladders, e.g. the release's ladders.json, or "
+                         "--refit-floor)")
     if use_time and not hours:
         raise UsageError(f"{path}: compute is in FLOPs; drop --time (or give the release's timing.json)")
     return [(a, d, x * 3600.0 if hours else x, l, s, o) for a, d, x, l, s, o in rows]
 
 
 def series_data(rows):
-    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x (laws.fit_ladders); a depth twice: kept once if equal."""
+    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x; a depth given twice: kept once if equal."""
     data, kept = {}, {}
     for row in rows:
         first = kept.setdefault(row[:2], row)
@@ -179,7 +180,7 @@ VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
 
 
 def look(key, label=None, like=None):
-    """(label, colour, marker, line style, hollow) of a release series key or an arm; like: the key whose look it takes."""
+    """(label, colour, marker, line style, hollow) of a release key or an arm; like: the key whose look it takes."""
     arm = RELEASE_SERIES.get(key, key)
     if like or key in VARIANTS:
         name, family, marker, ls, hollow = VARIANTS[like or key]
@@ -227,18 +228,18 @@ REGIMES = "appendix_regimes"
 # reference's budgets start there, 8), anchor (a shared anchor depth, Figure 16a), ylim/yticks of the multiplier
 # panel, title, legend "gamma" | "plain" | "pair" (width-only vs coupled, Figure 16e-f), labels {key: (label, like)}.
 # A series is a release key; E is the free-floor fit (R1) of the file's Vanilla (timing.json: of ladders.json).
+EIGHT = ["van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep", "dep_grow"]  # the eight arms
 FIG15A = dict(file="ladders", legend="plain", ylim=(0.95, 1.36), yticks=(1, 1.1, 1.2, 1.3))
 LADDER_FIGURES = {
     "fig15a": [dict(FIG15A, title="Untied-2", groups=[("van", ["dep", "dep_nci", "dep_nonorm", "dep_noinject",
                                                                "deep_van", "van"])]),
                dict(FIG15A, title="Loop-2", groups=[("van", ["van", "k2", "k2_nci", "k2_fixed_pc"])]),
                dict(FIG15A, title="Operator-1", groups=[("van", ["van", "k1_1c2", "k1_glr"])])],
-    "fig15b": [dict(file="timing", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr", "k2", "k2_grow", "dep",
-                                                    "dep_grow"])])],
+    "fig15b": [dict(file="timing", groups=[("van", EIGHT)])],
     "fig15c": [dict(file="constant", groups=[("van", ["van", "k2", "dep", "k2_grow", "dep_grow"])])],
     "fig16a": [dict(file="ladders", anchor=8, labels={"van": ("GLR", None)},
-                    groups=[("van", ["van_constant", "van", "van_glr_om", "van_glr_wd", "van_const_mup_om", "van_mup_om",
-                                     "van_wdr1"])])],
+                    groups=[("van", ["van_constant", "van", "van_glr_om", "van_glr_wd", "van_const_mup_om",
+                                     "van_mup_om", "van_wdr1"])])],
     "fig16b": [dict(file="ladders", groups=[("van", ["van", "k1_glr", "k1_van_recipe"])])],
     "fig16c": [dict(file="ladders", groups=[("van", ["van", "deep_van", "k1_glr", "deeper_van", "deeper_k1"])])],
     "fig16d": [dict(file="random", ref_depth=6, ylim=(0.73, 1.17), yticks=(0.75, 0.85, 0.95, 1.0, 1.05, 1.15),
@@ -416,13 +417,13 @@ def ladder_checks(fig_id, fits):
 
 def figure3_checks(release):
     """Figure 3's and Sec. 4.2's numbers from ladders.json's eight arms -> (exponents, checks, the floor E)."""
-    fit = ladder_column(release, dict(file="ladders", groups=[("van", ["van", "deep_van", "deep_van_grow", "k1_glr",
-                                                                      "k2", "k2_grow", "dep", "dep_grow"])]))
+    fit = ladder_column(release, dict(file="ladders", groups=[("van", EIGHT)]))
     m = lambda k, i: float(fit["series"][k]["multipliers"][i])
     checks = [stated("shared floor E (Vanilla FLOP ladder)", fit["E"], 1.7064, "Fig. 3 (printed in the panel)")] + [
-        stated(f"{name} multiplier, {('first', 'last')[i]} budget", m(k, i), v, "Sec. 4.2, Fig. 3") for name, k, i, v in (
-            ("Operator-1", "k1_glr", 0, 1.12), ("Operator-1", "k1_glr", -1, 1.25), ("Untied-Grow", "dep_grow", 0, 1.30),
-            ("Untied-Grow", "dep_grow", -1, 1.55), ("Untied-2", "dep", 0, 1.19), ("Untied-2", "dep", -1, 1.34))] + [
+        stated(f"{name} multiplier, {('first', 'last')[i]} budget", m(k, i), v, "Sec. 4.2, Fig. 3")
+        for name, k, i, v in (("Operator-1", "k1_glr", 0, 1.12), ("Operator-1", "k1_glr", -1, 1.25),
+                              ("Untied-Grow", "dep_grow", 0, 1.30), ("Untied-Grow", "dep_grow", -1, 1.55),
+                              ("Untied-2", "dep", 0, 1.19), ("Untied-2", "dep", -1, 1.34))] + [
         stated(f"growth's multiplier over Untied-2, {('first', 'last')[i]} budget", m("dep_grow", i) / m("dep", i), v,
                "Sec. 4.2, Fig. 3") for i, v in ((0, 1.09), (-1, 1.16))]
     return {RELEASE_SERIES[k]: s["gamma"] for k, s in fit["series"].items()}, checks, fit["E"]
@@ -452,7 +453,8 @@ def effective_depth_figure(plt, release):
               for a, v in (("untied_2", 24), ("untied_grow", 36), ("deep_vanilla", 20))]
     checks += [stated(f"multi-epoch KL effective depth at the largest budget, {label}", float(multi[k][-1]), v,
                       "Sec. 6, Fig. 6 (right)", "the text rounds to whole layers ('reaching 18 against 14 layers')")
-               for k, label, v in (("scale_loop_count", "Scale Loop Count", 18), ("operator_1_tuned_wd", "Operator-1", 14))]
+               for k, label, v in (("scale_loop_count", "Scale Loop Count", 18),
+                                   ("operator_1_tuned_wd", "Operator-1", 14))]
     return fig, {a: dict(compute=x, effective_depth=y) for a, (x, y) in curves.items()}, checks
 
 
@@ -485,15 +487,17 @@ def recurrence_figure(plt, release):
         fig.tight_layout(rect=(0, 0, 1, 0.88))
     at8 = lambda s: [n["delta"][n["k"].index(8)] for n in numbers[s]]  # L(8) - L(4): both trained at K = 4
     at5 = sum(n["k"][int(np.argmin(n["delta"]))] == 5 for n in numbers["k2_grow_random"])
-    return fig, numbers, [stated("random-K Loop-Grow, L(8) - L(4), smallest", min(at8("k2_grow_random")), -0.0003,
-                                 "App. B.4", "the text rounds to 1e-4: -0.00034 prints as -0.0003"),
-                          stated("random-K Loop-Grow, L(8) - L(4), largest", max(at8("k2_grow_random")), 0.0028, "App. B.4"),
-                          stated("fixed Loop-Grow, L(8) - L(4), smallest", min(at8("k2_grow")), 0.008, "App. B.4"),
-                          stated("fixed Loop-Grow, L(8) - L(4), largest", max(at8("k2_grow")), 0.042, "App. B.4"),
-                          stated("random-K checkpoints with their minimum at k = 5 (of 7)", at5, 5, "App. B.4")]
+    rounds = "the text rounds to 1e-4: -0.00034 prints as -0.0003"
+    checks = [stated(f"{name} Loop-Grow, L(8) - L(4), {which}", pick(at8(s)), v, "App. B.4", why)
+              for name, s, which, pick, v, why in (("random-K", "k2_grow_random", "smallest", min, -0.0003, rounds),
+                                                   ("random-K", "k2_grow_random", "largest", max, 0.0028, None),
+                                                   ("fixed", "k2_grow", "smallest", min, 0.008, None),
+                                                   ("fixed", "k2_grow", "largest", max, 0.042, None))]
+    return fig, numbers, checks + [stated("random-K checkpoints with their minimum at k = 5 (of 7)", at5, 5,
+                                          "App. B.4")]
 
 
-# ------------------------------------------------------------------------------------- loop grids (R4; Figs 2, 5, 21-24)
+# ----------------------------------------------------------------------------- loop grids (R4; Figs 2, 5, 21-24)
 BUDGETS = np.array(FIT["loop_budgets"])
 FINE_BUDGETS = np.sort(np.r_[BUDGETS, np.sqrt(BUDGETS[:-1] * BUDGETS[1:])])  # the base five and their midpoints
 DEPTH_MARKERS = {4: "X", 6: "o", 8: "s", 10: "^", 12: "D", 14: "P", 16: "v", 18: "<"}
@@ -613,7 +617,7 @@ def read_table(path):
     if "knob" in header:
         cols = ["loops", "multiplier", "loss"]
         return read_csv(path, ["family", "knob"] + cols, numeric=cols, positive=cols[1:]), "hyperparameters.csv"
-    name = "regimes.csv" if "regime" in header else "architectures.csv" if "architecture" in header else "weight_decay.csv"
+    name = next((n for n, cols in REGIME_TABLES.items() if cols[0] in header), "weight_decay.csv")
     cols = ["compute", "loss", "depth", "loops"]
     wd = ["weight_decay"] if name == "weight_decay.csv" else []
     c = read_csv(path, REGIME_TABLES[name] + cols, numeric=cols + wd, positive=cols[:2])
@@ -623,7 +627,7 @@ def read_table(path):
 
 
 def k1_best(c):
-    """Operator-1 at its best weight decay (ties: the smaller) per depth -> rows (compute, loss, weight decay, depth)."""
+    """Operator-1 at its best weight decay (ties: the smaller) -> rows (compute, loss, weight decay, depth)."""
     rows = []
     for d in sorted(set(c["depth"][c["loops"] == 1])):
         m = np.flatnonzero((c["loops"] == 1) & (c["depth"] == d))
@@ -678,22 +682,26 @@ def regimes_figures(plt, release):
         best = {int(d): float(w) for _, _, w, d in k1_best(wd)}
         at_best = np.array([w == best.get(int(d)) for w, d in zip(wd["weight_decay"], wd["depth"])])
         regime = np.array(rg["regime"])
-        cols21 = [(("Fresh data", "Fresh-data optima", "1B difference to K1"), rg, regime == "fresh"),
-                  (("250M × 4 epochs", "250M × 4 optima", "250M × 4 difference to K1"), rg, regime == "replay250m4"),
-                  (("100M × 10 epochs", "100M × 10 optima", "100M × 10 difference to K1"), rg, regime == "replay100m10"),
-                  (("100M × 10, K1-opt. WD", "K1-opt. WD optima", "K1-opt. WD difference to K1"), wd, at_best)]
+        cols21 = [((title, f"{short} optima", f"{delta or short} difference to K1"), table, mask)
+                  for title, short, delta, table, mask in (
+                      ("Fresh data", "Fresh-data", "1B", rg, regime == "fresh"),
+                      ("250M × 4 epochs", "250M × 4", None, rg, regime == "replay250m4"),
+                      ("100M × 10 epochs", "100M × 10", None, rg, regime == "replay100m10"),
+                      ("100M × 10, K1-opt. WD", "K1-opt. WD", None, wd, at_best))]
         fig, opt21 = regime_grid(plt, cols21, 3, 13.8, 2.05, magma7, FINE_BUDGETS)
         figures["fig21"] = (fig, dict(k1_best_weight_decay=best, optima=opt21),
                             [stated(f"best K=1 weight decay at d{d}", best[d], w, "App. D.3")
                              for d, w in DATA_CONSTRAINED["tuned-wd"].weight_decay.items() if d in best])
         wds = sorted(set(wd["weight_decay"]))
-        cols22 = [((f"WD = {w:g}", f"WD = {w:g} optima", f"WD = {w:g}: Δ to K1"), wd, wd["weight_decay"] == w) for w in wds]
+        cols22 = [((f"WD = {w:g}", f"WD = {w:g} optima", f"WD = {w:g}: Δ to K1"), wd, wd["weight_decay"] == w)
+                  for w in wds]
         fig, opt22 = regime_grid(plt, cols22, 3, 14.65, 2.0, magma7, BUDGETS, quadratic=False)
         figures["fig22"] = (fig, dict(losses_at_budgets=opt22), [])
         magma9 = dict(zip((1, 2, 3, 4, 6, 8, 12, 16, 20), scale(plt, "magma", 0.08, 0.82, 9)))
         arch, fam = np.array(ar["architecture"]), np.array(ar["family"])
         cols24 = [((f"{name} scaling", f"{name} optima"), ar, (arch == a) & (fam == f)) for name, a, f in (
-            ("Tied Vanilla", "vanilla", "tied"), ("Untied Vanilla", "vanilla", "untied"), ("Untied-2", "recurrent", "untied"))]
+            ("Tied Vanilla", "vanilla", "tied"), ("Untied Vanilla", "vanilla", "untied"),
+            ("Untied-2", "recurrent", "untied"))]
         tied = np.isclose(wd["weight_decay"], 0.8) & ~((wd["loops"] == 6) & (wd["depth"] == 4))  # from K1 d6 on
         front = lower_envelope(wd["compute"][tied], wd["loss"][tied], log=True)  # the tied boundary-operator frontier
         fig, opt24 = regime_grid(plt, cols24, 2, 10.35, 2.0, magma9, BUDGETS, frontier=front)
@@ -732,7 +740,8 @@ def sensitivity_figure(plt, wd, hp, magma7):
             for K, colour, marker in ((2, "#3d0f71", "o"), (4, "#a1307e", "s"), (8, "#f66e5c", "D")):
                 m = (family == fam) & (knob == kn) & (hp["loops"] == K)
                 if m.any():
-                    ax.plot(hp["multiplier"][m], hp["loss"][m], marker=marker, ms=5, lw=1.6, color=colour, label=f"K={K}")
+                    ax.plot(hp["multiplier"][m], hp["loss"][m], marker=marker, ms=5, lw=1.6, color=colour,
+                            label=f"K={K}")
                     optima[f"{name} {kn} K={K}"] = float(hp["multiplier"][m][np.argmin(hp["loss"][m])])
             ax.axvline(1, color=REGIME_MUTED, ls=":", lw=0.8, alpha=0.85)
             log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
@@ -767,7 +776,8 @@ def read_loop_grid(path):
 
 
 def loop_grid_figures(plt, c):
-    """Figure 2 (right: the loop grid; Operator-1 at its best WD against scaling the loop count) and Figure 5."""
+    """Figure 2 (right: the loop grid; Operator-1 at its best WD against scaling the loop count) and Figure 5 (cuts at
+    matched compute, marginal gain, scaling recipes, and per (K, depth) the WD with the lowest loss)."""
     from matplotlib.legend_handler import HandlerTuple
     magma = dict(zip((1, 2, 3, 4, 6, 8, 12), scale(plt, "magma", 0.08, 0.82, 7)))
     k1, wd8, op1 = c["loops"] == 1, np.isclose(c["weight_decay"], 0.8), k1_best(c)
@@ -778,26 +788,27 @@ def loop_grid_figures(plt, c):
             top.plot(x, loss, "o-", color=magma[K], lw=2.2, ms=6.5, label=str(K))
         top.set(title="Multi-Epoch", ylabel="Loss")
         top.legend(title="Loop count", ncols=7, loc="upper right", fontsize=9, columnspacing=0.6, handlelength=1.2)
-        pool = sel & (c["compute"] >= op1[0, 0])
-        front = clip(lower_envelope(c["compute"][pool & wd8], c["loss"][pool & wd8]), op1[-1, 0])
-        tuned = clip(lower_envelope(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), op1[-1, 0])
+        pool, end = sel & (c["compute"] >= op1[0, 0]), op1[-1, 0]
+        front = clip(lower_envelope(c["compute"][pool & wd8], c["loss"][pool & wd8]), end)
+        tuned = clip(lower_envelope(np.r_[c["compute"][pool], op1[:, 0]], np.r_[c["loss"][pool], op1[:, 1]]), end)
         loops_at = {(x, l): int(K) for x, l, K in zip(c["compute"], c["loss"], c["loops"])}
         keys = bottom.plot(op1[:, 0], op1[:, 1], "o-", color=magma[1], lw=2.2, ms=6.5, label="Operator-1")
         keys += bottom.plot(tuned[:, 0], tuned[:, 1], ls=(0, (4, 2.5)), color=REGIME_MUTED, lw=1.3, zorder=1,
                             label="Scale Loop Count, tuned WD")
-        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):  # each segment in its right end's K colour
-            bottom.plot([x0, x1], [l0, l1], color=magma[loops_at[(x1, l1)]], lw=2.2, label=None if i else "Scale Loop Count")
+        for i, ((x0, l0), (x1, l1)) in enumerate(zip(front[:-1], front[1:])):  # coloured by its right end's K
+            bottom.plot([x0, x1], [l0, l1], color=magma[loops_at[x1, l1]], lw=2.2,
+                        label=None if i else "Scale Loop Count")
         for x, l in front:
-            bottom.plot(x, l, "o", color=magma[loops_at[(x, l)]], ms=6.5)
+            bottom.plot(x, l, "o", color=magma[loops_at[x, l]], ms=6.5)
         target = op1[-1, 1]
         matched = float(np.interp(target, front[::-1, 1], front[::-1, 0]))  # linear in compute on the frontier
-        gain = op1[-1, 0] / matched
+        gain = end / matched
         bottom.plot(matched, target, "x", color=REGIME_MUTED, ms=9)
-        bottom.annotate("", (op1[-1, 0], target), (matched, target), arrowprops=dict(arrowstyle="<->", color=REGIME_INK,
-                                                                                      lw=0.9))
-        bottom.annotate(f"{gain:.1f}× compute\nefficiency gain", (math.sqrt(matched * op1[-1, 0]), target),
-                        xytext=(0, 40), textcoords="offset points", ha="center", fontsize=11,
-                        bbox=dict(boxstyle="round", fc="white", ec="#CCCCCC"))
+        bottom.annotate("", (end, target), (matched, target), arrowprops=dict(arrowstyle="<->", color=REGIME_INK,
+                                                                              lw=0.9))
+        bottom.annotate(f"{gain:.1f}× compute\nefficiency gain", (math.sqrt(matched * end), target), xytext=(0, 40),
+                        textcoords="offset points", ha="center", fontsize=11, bbox=dict(boxstyle="round", fc="white",
+                                                                                        ec="#CCCCCC"))
         bottom.set(xlabel="Compute (FLOPs)", ylabel="Loss", xscale="log", xlim=(0.38e18, 12.5e18))
         bottom.set_xticks([5e17, 1e18, 2e18, 5e18, 1e19], ["$5\\times10^{17}$", "$10^{18}$", "$2\\times10^{18}$",
                                                            "$5\\times10^{18}$", "$10^{19}$"])
@@ -819,17 +830,33 @@ def loop_grid_figures(plt, c):
         axes[1].set(title="Marginal gain", ylabel="$L(K) - L(K{=}1)$", xlabel="Loop count")
         axes[1].legend(title="Depth", ncols=2, fontsize=8, title_fontsize=8)
         best_wd = {int(d): w for _, _, w, d in op1}
-        tuned_cells = six & np.array([np.isclose(w, best_wd.get(int(d), -1)) for w, d in zip(c["weight_decay"],
-                                                                                              c["depth"])])
-        log_front = lambda m: clip(lower_envelope(c["compute"][m], c["loss"][m], log=True), c["compute"][k1 & wd8].max()).T
+        tuned_cells = six & np.isclose(c["weight_decay"], [best_wd.get(int(d), -1) for d in c["depth"]])
+        cap = c["compute"][k1 & wd8].max()
+        log_front = lambda m: clip(lower_envelope(c["compute"][m], c["loss"][m], log=True), cap)
         recipes = [("Operator-1 · 0.8", grid_ladders(c, k1 & wd8)[1][:2]), ("Operator-1 · tuned", op1[:, :2].T),
-                   ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4)))),
-                   ("Scale loops · tuned", log_front(tuned_cells))]
+                   ("Scale loops · 0.8", log_front(six & wd8 & ~((c["loops"] == 6) & (c["depth"] == 4))).T),
+                   ("Scale loops · tuned", log_front(tuned_cells).T)]
         for (label, (x, y)), colour in zip(recipes, scale(plt, "magma", 0.12, 0.78, 4)):
             axes[2].plot(x, y, "o-", color=colour, lw=2.2, ms=5, label=label)
         axes[2].set(title="Scaling recipes", ylabel="Loss", xlabel="Compute (FLOPs)", xscale="log")
         axes[2].legend(title="Strategy · WD", fontsize=8, title_fontsize=8)
-        heat_wd = optimal_wd_panel(plt, axes[3], c, six)
+        ax, colours = axes[3], dict(zip((0.05, 0.2, 0.4, 0.8, 1.2, 1.6), scale(plt, "cividis", 0.08, 0.94, 6)))
+        Ks, depths = (1, 2, 3, 4, 6, 8, 12), sorted(set(c["depth"][six & (c["depth"] <= 14) & (c["depth"] >= 6)]))
+        heat_wd, image = {}, np.ones((len(Ks), len(depths), 3))
+        for (i, K), (j, d) in itertools.product(enumerate(Ks), enumerate(depths)):
+            m = six & (c["loops"] == K) & (c["depth"] == d)
+            w = float(c["weight_decay"][m][np.argmin(c["loss"][m])]) if m.any() else None
+            image[i, j] = plt.matplotlib.colors.to_rgb(colours[w] if w else "#ECEFF3")  # not trained: light grey
+            ax.text(j, i, f"{w:g}" if w else "", ha="center", va="center", size=7.5, color="white" if w and w < 0.8
+                    else "black")
+            if w:
+                heat_wd[f"K{K} d{int(d)}"] = w
+        ax.imshow(image, aspect="auto")
+        ax.set(title="Optimal WD", xlabel="Depth", ylabel="Loop count")
+        ax.set_xticks(range(len(depths)), [f"d{int(d)}" for d in depths])
+        ax.set_yticks(range(len(Ks)), ["Operator-1"] + [f"Loop-{K}" for K in Ks[1:]])
+        ax.tick_params(length=0)
+        ax.grid(False)
         fig5.tight_layout()
     numbers = dict(gain=gain, matched_compute=matched, operator_1_tuned=op1[:, :3].tolist(), cuts=cuts,
                    optimal_wd=heat_wd)
@@ -840,27 +867,6 @@ def loop_grid_figures(plt, c):
                           f"the text rounds ('about {v}')") for which, cut, v in (("smallest", cuts[0], 1.4),
                                                                                   ("largest", cuts[-1], 6.7))]
     return fig2, fig5, numbers, checks
-
-
-def optimal_wd_panel(plt, ax, c, mask):
-    """Figure 5's heat map: per (K, depth) the weight decay with the lowest loss, in its cividis category colour."""
-    colours = dict(zip((0.05, 0.2, 0.4, 0.8, 1.2, 1.6), scale(plt, "cividis", 0.08, 0.94, 6)))
-    Ks, depths = (1, 2, 3, 4, 6, 8, 12), sorted(set(c["depth"][mask & (c["depth"] <= 14) & (c["depth"] >= 6)]))
-    out, image = {}, np.ones((len(Ks), len(depths), 3))
-    for i, K in enumerate(Ks):
-        for j, d in enumerate(depths):
-            m = mask & (c["loops"] == K) & (c["depth"] == d)
-            w = out[f"K{K} d{int(d)}"] = float(c["weight_decay"][m][np.argmin(c["loss"][m])]) if m.any() else None
-            image[i, j] = plt.matplotlib.colors.to_rgb(colours[w] if w else "#ECEFF3")  # not trained: light grey
-            ax.text(j, i, f"{w:g}" if w else "", ha="center", va="center", size=7.5, color="white" if w and w < 0.8
-                    else "black")
-    ax.imshow(image, aspect="auto")
-    ax.set(title="Optimal WD", xlabel="Depth", ylabel="Loop count")
-    ax.set_xticks(range(len(depths)), [f"d{int(d)}" for d in depths])
-    ax.set_yticks(range(len(Ks)), ["Operator-1"] + [f"Loop-{K}" for K in Ks[1:]])
-    ax.tick_params(length=0)
-    ax.grid(False)
-    return {k: w for k, w in out.items() if w}
 
 
 def column(records, k, task=None):
@@ -881,7 +887,8 @@ def fit_sigmoid(nll, acc):
 def fit_task_nll(x, nll):
     """App. C.4 (i): task NLL = E + A x^-alpha, five starts, the best plain fit Huber refined -> (E, A, alpha)."""
     from scipy import optimize
-    resid, bounds, E0 = lambda p: p[0] + p[1] * x ** -p[2] - nll, ([0, 0, 0.005], [nll.min() - 1e-8, 50, 2]), nll.min() / 2
+    resid, bounds = lambda p: p[0] + p[1] * x ** -p[2] - nll, ([0, 0, 0.005], [nll.min() - 1e-8, 50, 2])
+    E0 = nll.min() / 2
     best = min((optimize.least_squares(resid, [E0, max(0.01, (nll.max() - E0) * x.min() ** a), a], bounds=bounds,
                                        max_nfev=30000) for a in (0.05, 0.1, 0.2, 0.4, 0.8)), key=lambda r: r.cost)
     return robust_lsq(resid, best.x, bounds, FIT["nll_min_scale"], max_nfev=30000)
@@ -915,7 +922,8 @@ def forecast(series, tasks, shared_floor):
         A, gamma, E = laws_[key][s]
         return E + A * z ** -gamma
     cross = {(s, n): 10 ** optimize.brentq(lambda lc: curve(s, "core_accuracy", 10 ** lc) - v, 15, 40) for s in series
-             for n, v in GPT3.items() if (curve(s, "core_accuracy", 1e15) - v) * (curve(s, "core_accuracy", 1e40) - v) < 0}
+             for n, v in GPT3.items() if (curve(s, "core_accuracy", 1e15) - v) * (curve(s, "core_accuracy", 1e40) - v)
+             < 0}
     return dict(series=series, x=x, laws=laws_, ratio=ratio, curve=curve, cross=cross,
                 cmin=min(r["compute"] for r in every), cmax=max(cross.values()))
 
@@ -993,7 +1001,7 @@ def extrapolation_figure(plt, path):
         fig.tight_layout()
     numbers = dict(forecast=dict(loss=predicted["val_loss"], core_nll=predicted["core_nll"],
                                  core_accuracy=predicted["core_accuracy"]),
-                   observed={k: d26[k] for k in ("val_loss", "core_nll", "core_accuracy", "core_accuracy_std") if k in d26},
+                   observed={k: d26[k] for k in (*predicted, "core_accuracy_std") if k in d26},
                    E=E, gamma=dict(vanilla=g_v, untied_grow=ug[1]), ratio=fc["ratio"], gain_at_d26=gain(C26),
                    crossings={f"{a} {n}": C for (a, n), C in fc["cross"].items()})
     return fig, numbers, [stated(what, ours, paper, "Sec. 4.3, Fig. 4") for what, ours, paper in (
@@ -1007,11 +1015,13 @@ def extrapolation_figure(plt, path):
 CORPORA = {"fineweb": ("FineWeb", "#2ca02c", "v"), "fineweb_edu": ("FineWeb-Edu", "#1f77b4", "o")}
 CORPUS_ROWS = (("val_loss", "Loss above floor, $L-E$", False), ("core_nll", "CORE NLL", False),
                ("core_accuracy", "CORE Accuracy", True))
+FIG18A_MULTIPLIERS = (1.280, 1.342, 1.390, 1.433, 1.489, 1.536, 1.530)  # FineWeb-Edu, Vanilla d8-d20 (Fig. 18a)
 FIG18A_STATED = [("fineweb", "vanilla", 0.1113), ("fineweb", "untied_grow", 0.1168), ("fineweb_edu", "vanilla", 0.1095),
                  ("fineweb_edu", "untied_grow", 0.1146)]  # App. C.1's exponents; Figure 20's titles and printed RMSEs:
 FIG20_TASKS = dict(zip(("LSAT AR", "ARC Chal.", "ARC Easy", "Dyck", "Ops.", "Wikidata", "COPA", "CoQA", "HellaSwag",
                         "Hella ZS", "Jeopardy", "LAMBADA", "OpenBookQA", "PIQA", "SQuAD", "Winograd", "WinoGrande"),
-                       (.026, .019, .015, .026, .009, .006, .034, .006, .003, .004, .007, .011, .015, .014, .009, .047, .023)))
+                       (.026, .019, .015, .026, .009, .006, .034, .006, .003, .004, .007, .011, .015, .014, .009, .047,
+                        .023)))
 
 
 def corpus_figures(plt, release):
@@ -1019,7 +1029,8 @@ def corpus_figures(plt, release):
     Vanilla's floor with OLS slopes, CORE NLL, CORE accuracy, and Untied-Grow's multiplier at Vanilla's records."""
     series = {c: {dict(Vanilla="vanilla").get(k, "untied_grow"): sorted([dict(  # in Figure 4's record keys
         r, val_loss=r["raw"]["val_loss"], core_nll=r["raw"]["core_loss"], core_accuracy=r["raw"]["core_metric"],
-        task_nll=r["raw"]["losses"], task_accuracy=r["raw"]["centered_results"]) for r in v], key=lambda r: r["compute"])
+        task_nll=r["raw"]["losses"], task_accuracy=r["raw"]["centered_results"]) for r in v],
+        key=lambda r: r["compute"])
         for k, v in read_json(os.path.join(release, LADDERS, f"{c}.json")).items()} for c in CORPORA}
     numbers = {c: {} for c in CORPORA}
     with plt.rc_context(appendix_rc(LADDER_SIZE)):
@@ -1028,7 +1039,8 @@ def corpus_figures(plt, release):
             for ax, (corpus, (cname, ccolour, cmarker)) in zip(row, CORPORA.items()):
                 arms = series[corpus]
                 x = {a: column(recs, "compute") for a, recs in arms.items()}
-                E = fit_free_e(x["vanilla"] / FIT["c_ref"], column(arms["vanilla"], metric))[2] if metric == "val_loss" else 0
+                van, grow = column(arms["vanilla"], metric), column(arms["untied_grow"], metric)
+                E = fit_free_e(x["vanilla"] / FIT["c_ref"], van)[2] if metric == "val_loss" else 0
                 for i, (arm, recs) in enumerate(arms.items()):
                     name, colour, marker = look(arm)[:3]
                     y = column(recs, metric) - E
@@ -1040,9 +1052,8 @@ def corpus_figures(plt, release):
                         ax.plot(cs, np.exp(icpt) * (cs / FIT["c_ref"]) ** slope, color=colour, lw=1.1)
                         ax.text(0.97, 0.95 - 0.115 * i, f"{name}: {slope:.5f}", transform=ax.transAxes, ha="right",
                                 va="top", size=7, color=colour)
-                m = numbers[corpus][f"{metric} multipliers"] = matched_multipliers(
-                    x["vanilla"], column(arms["vanilla"], metric), x["untied_grow"], column(arms["untied_grow"], metric),
-                    False, higher)
+                m = numbers[corpus][f"{metric} multipliers"] = matched_multipliers(x["vanilla"], van, x["untied_grow"],
+                                                                                   grow, False, higher)
                 row[2].plot(x["vanilla"], m, cmarker + "-", ms=4, lw=1.1, color=ccolour, mec="white", mew=0.6)
                 ax.set(title=cname, ylabel=ylabel if corpus == "fineweb" else None)
                 if E:
@@ -1059,11 +1070,12 @@ def corpus_figures(plt, release):
         fig.tight_layout(rect=(0, 0, 1, 0.96))
         tasks = read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"]
         fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"], tasks)
-    checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, "App. C.1, Fig. 18a") for c, e in (("fineweb", 1.7064),
-                                                                                                  ("fineweb_edu", 1.4492))]
-    checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"][0], s, "App. C.1") for c, a, s in FIG18A_STATED]
+    checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, "App. C.1, Fig. 18a")
+              for c, e in (("fineweb", 1.7064), ("fineweb_edu", 1.4492))]
+    checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"][0], s, "App. C.1")
+               for c, a, s in FIG18A_STATED]
     checks += [stated(f"FineWeb-Edu loss multiplier at Vanilla d{d}", m, p, "Fig. 18a") for d, m, p in zip(
-        range(8, 22, 2), numbers["fineweb_edu"]["val_loss multipliers"][1:], (1.280, 1.342, 1.390, 1.433, 1.489, 1.536, 1.530))]
+        range(8, 22, 2), numbers["fineweb_edu"]["val_loss multipliers"][1:], FIG18A_MULTIPLIERS)]
     checks20 = [stated("full/filtered CORE ratio r (FineWeb-Edu)", numbers20["ratio"], 0.86912, "App. C.4")] + [
         stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers20["rmse"][t], 3), p, "Fig. 20")
         for t, p in zip(numbers20["rmse"], FIG20_TASKS.values())]
@@ -1814,9 +1826,8 @@ def recipe_figures(plt, release):
 
 
 CLAIMS = read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "paper_text.json"))
-HELD_BACK = {"fig04": "fineweb_edu_ladders.json", "fig02": "loop_grid.csv", "fig05": "loop_grid.csv",
-             "fig19a": f"{LADDERS}/downstream.json", "fig19b": f"{LADDERS}/downstream.json",
-             "fig19c": f"{LADDERS}/downstream.json"}
+HELD_BACK = dict(fig04="fineweb_edu_ladders.json", fig02="loop_grid.csv", fig05="loop_grid.csv",
+                 **{f"fig19{p}": f"{LADDERS}/downstream.json" for p in "abc"})
 NOT_DRAWN = {"fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here"}
 GALLERY = "README.md"
 
@@ -1841,11 +1852,12 @@ def gallery(manifest):
 
 
 DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
-               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout (Figure "
-               "18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its legend keys "
-               "are markers without lines. Figure 5's inner legends are smaller than the release's (size 10) so that the "
-               "compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. Figure 19a's loss "
-               "laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit without brackets.")
+               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout "
+               "(Figure 18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its "
+               "legend keys are markers without lines. Figure 5's inner legends are smaller than the release's (size 10) so "
+               "that the compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. Figure "
+               "19a's loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit "
+               "without brackets.")
 
 
 def cmd_paper(args):
@@ -1861,8 +1873,8 @@ def cmd_paper(args):
     gammas, checks, E_flops = figure3_checks(release)
     try:
         made = dict(**ladder_figures(plt, release), fig06=effective_depth_figure(plt, release),
-                    fig17=recurrence_figure(plt, release), **regimes_figures(plt, release), **corpus_figures(plt, release),
-                    **growth_figures(plt, release), **recipe_figures(plt, release))
+                    fig17=recurrence_figure(plt, release), **regimes_figures(plt, release),
+                    **corpus_figures(plt, release), **growth_figures(plt, release), **recipe_figures(plt, release))
     except (KeyError, TypeError) as e:
         raise UsageError(f"{release}: a file is not laid out as the release's ({type(e).__name__} {e}); see "
                          "reference/release/SOURCE.md")
@@ -1881,7 +1893,7 @@ def cmd_paper(args):
                for f in CLAIMS if f not in made and f not in {m[:-1] for m in made}}
     manifest = jsonable(dict(release=os.path.normpath(release), floor_E=E_flops, tolerance=TOLERANCE, figures=figures,
                              skipped=skipped))
-    paths = save_figures(args.out, {f"{f}.{ext}": fig for f, (fig, _, _) in made.items() for ext in ("png", "pdf")}, 300)
+    paths = save_figures(args.out, {f"{f}.{e}": fig for f, (fig, _, _) in made.items() for e in ("png", "pdf")}, 300)
     plt.close("all")
     for name, text in ((MANIFEST, json.dumps(manifest, indent=1, allow_nan=False)), (GALLERY, gallery(manifest))):
         with open(os.path.join(args.out, name), "w") as f:
