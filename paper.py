@@ -40,7 +40,6 @@ EDU_HELD_OUT_ARM = "untied_grow"  # the FineWeb-Edu file's d26 record: the 7.4B 
 
 
 def json_layout(obj):
-    """-> "fineweb_edu", "downstream", "ladders" or None."""
     if isinstance(obj, dict) and isinstance(obj.get("arms"), dict) and "tasks" in obj:
         return "fineweb_edu"
     if isinstance(obj, dict) and obj and all(isinstance(v, list) and v and all(  # {series: [{compute, loss, depth}]}
@@ -537,27 +536,12 @@ def at_budget(ladders, C):
 def loop_optimum(Ks, losses):
     """R4: quadratic of log loss on log K; the vertex K* (filled: curvature > 0 and K* strictly inside the measured
     K), else the measured K with the lowest loss. -> (K*, loss there, filled, coefficients or None)."""
-    if len(Ks) >= 3:
-        coef = np.polyfit(np.log(Ks), np.log(losses), 2)
-        if coef[0] > 0 and Ks.min() < math.exp(-coef[1] / (2 * coef[0])) < Ks.max():
-            k = -coef[1] / (2 * coef[0])
-            return math.exp(k), math.exp(np.polyval(coef, k)), True, coef
+    coef = np.polyfit(np.log(Ks), np.log(losses), 2) if len(Ks) >= 3 else None
+    if coef is not None and coef[0] > 0 and Ks.min() < math.exp(-coef[1] / (2 * coef[0])) < Ks.max():
+        k = -coef[1] / (2 * coef[0])
+        return math.exp(k), math.exp(np.polyval(coef, k)), True, coef
     i = int(np.argmin(losses))
-    return float(Ks[i]), float(losses[i]), False, (np.polyfit(np.log(Ks), np.log(losses), 2) if len(Ks) >= 3 else None)
-
-
-def loss_panel(ax, ladders, colours, budgets, budget_colours):
-    """Loss against compute: one line per K through its points (depth markers), dashed verticals at the budgets."""
-    for C, bc in zip(budgets, budget_colours):
-        ax.axvline(C, color=bc, ls=(0, (2, 3)), lw=1.4, alpha=0.72, zorder=0)
-    for K, (x, loss, depth) in ladders.items():
-        ax.plot(x, loss, color=colours[K], lw=1.6, label=f"K={K}")
-        for xi, li, d in zip(x, loss, depth):
-            ax.plot(xi, li, DEPTH_MARKERS.get(d, "o"), ms=5, color=colours[K], mec="white", mew=0.4)
-    log2_axis(ax, [t * 1e18 for t in (0.5, 1, 2, 4, 8)], ["0.5", "1", "2", "4", "8"], (0.38e18, 13e18))
-    ax.set_xlabel("Compute ($\\times10^{18}$ FLOPs)", loc="left")
-    ax.yaxis.set_major_formatter("{x:.2f}")
-    ax.margins(y=0.08)
+    return float(Ks[i]), float(losses[i]), False, coef
 
 
 def optima_panel(ax, ladders, budgets, budget_colours, quadratic=True):
@@ -644,11 +628,19 @@ def regime_grid(plt, columns, rows, width, height, k_colours, budgets, quadratic
     dcol = scale(plt, "viridis", 0.16, 0.78, 7 if quadratic else 5)
     optima = {}
     for j, (titles, c, mask) in enumerate(columns):
-        lad = grid_ladders(c, mask)
-        loss_panel(axes[0][j], lad, k_colours, budgets, bcol)
+        lad, ax = grid_ladders(c, mask), axes[0][j]
+        for C, bc in zip(budgets, bcol):  # loss against compute, one line per K, the budgets dashed
+            ax.axvline(C, color=bc, ls=(0, (2, 3)), lw=1.4, alpha=0.72, zorder=0)
+        for K, (x, loss, depth) in lad.items():
+            ax.plot(x, loss, color=k_colours[K], lw=1.6, label=f"K={K}")
+            for xi, li, d in zip(x, loss, depth):
+                ax.plot(xi, li, DEPTH_MARKERS.get(d, "o"), ms=5, color=k_colours[K], mec="white", mew=0.4)
+        log2_axis(ax, [t * 1e18 for t in (0.5, 1, 2, 4, 8)], ["0.5", "1", "2", "4", "8"], (0.38e18, 13e18))
+        ax.set_xlabel("Compute ($\\times10^{18}$ FLOPs)", loc="left")
+        ax.yaxis.set_major_formatter("{x:.2f}")
+        ax.margins(y=0.08)
         if frontier is not None:
-            axes[0][j].plot(frontier[:, 0], frontier[:, 1], ls=(0, (4, 2)), color=REGIME_INK, lw=1.8, zorder=6,
-                            label="Tied frontier")
+            ax.plot(*frontier.T, ls=(0, (4, 2)), color=REGIME_INK, lw=1.8, zorder=6, label="Tied frontier")
         optima[titles[0]] = optima_panel(axes[1][j], lad, budgets, bcol, quadratic)
         if rows == 3:
             delta_panel(axes[2][j], lad, range(6, 15, 2), dcol[:5] if quadratic else dcol)
@@ -904,11 +896,10 @@ def forecast(series, tasks, shared_floor):
     series = {s: sorted(recs, key=lambda r: r["compute"]) for s, recs in series.items()}
     x = {s: column(recs, "compute") / FIT["c_ref"] for s, recs in series.items()}
     laws_ = {k: {s: fit_free_e(x[s], column(recs, k)) for s, recs in series.items()} for k in ("val_loss", "core_nll")}
-    first, E = next(iter(series)), laws_["val_loss"][next(iter(series))][2]
-    for s, recs in series.items():
-        if shared_floor and s != first:
-            law = fit_shared_e(x[s], column(recs, "val_loss"), E)
-            laws_["val_loss"][s] = (law["A"], law["gamma"], E)
+    E = laws_["val_loss"][next(iter(series))][2]
+    for s, recs in list(series.items())[1:] if shared_floor else []:
+        law = fit_shared_e(x[s], column(recs, "val_loss"), E)
+        laws_["val_loss"][s] = (law["A"], law["gamma"], E)
     every = [r for recs in series.values() for r in recs]
     sig = {t: fit_sigmoid(column(every, "task_nll", t), column(every, "task_accuracy", t)) for t in tasks}
     f, F = np.mean([column(every, "task_accuracy", t) for t in tasks], axis=0), column(every, "core_accuracy")
@@ -999,8 +990,7 @@ def extrapolation_figure(plt, path):
         inset.minorticks_off()
         axes[0].indicate_inset_zoom(inset, edgecolor=REGIME_MUTED)
         fig.tight_layout()
-    numbers = dict(forecast=dict(loss=predicted["val_loss"], core_nll=predicted["core_nll"],
-                                 core_accuracy=predicted["core_accuracy"]),
+    numbers = dict(forecast={k.replace("val_", ""): v for k, v in predicted.items()},
                    observed={k: d26[k] for k in (*predicted, "core_accuracy_std") if k in d26},
                    E=E, gamma=dict(vanilla=g_v, untied_grow=ug[1]), ratio=fc["ratio"], gain_at_d26=gain(C26),
                    crossings={f"{a} {n}": C for (a, n), C in fc["cross"].items()})
@@ -1854,10 +1844,10 @@ def gallery(manifest):
 DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
                "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout "
                "(Figure 18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its "
-               "legend keys are markers without lines. Figure 5's inner legends are smaller than the release's (size 10) so "
-               "that the compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. Figure "
-               "19a's loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names sit "
-               "without brackets.")
+               "legend keys are markers without lines. Figure 5's inner legends are smaller than the release's (size "
+               "10) so that the compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. "
+               "Figure 19a's loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names "
+               "sit without brackets.")
 
 
 def cmd_paper(args):
