@@ -154,6 +154,7 @@ def floor_of(data, arm=FLOOR_ARM):
 # The release's appendix look (paper App. B-D): every arm in its arms-table colour and marker, an ablation in its
 # family's colour told apart by marker, dash and a hollow face; the appendix spells the growth arms "Loop Grow".
 INK, MUTED, GRID = "#22252A", "#68707C", "#DDE1E7"
+LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
 #           release key: (label, family arm or colour, marker, line style, hollow)
 VARIANTS = {"dep_nci": ("No Coda Inj.", "untied_2", "X", "-.", False),
             "k2_nci": ("No Coda Inj.", "loop_2", "X", "--", False),
@@ -217,12 +218,11 @@ def multiplier_axis(ax, plt, **rule):
     ax.set_ylabel("Compute Multiplier")
 
 
-LADDER_SIZE, APPENDIX_SIZE = (8, 9, 8, 7, 7), (9.5, 10.5, 10, 8.5, 8)
-
-
 # ----------------------------------------------------------------------------------------------- ladder figures
 LADDERS = "appendix_ladders"
 REGIMES = "appendix_regimes"
+RECURRENCE_YLIM = dict(k2=(-0.005, 0.06), dep=(-0.1, 2.0), k2_grow=(-0.005, 0.05), k2_grow_random=(-0.002, 0.03),
+                       dep_grow=(-0.1, 2.3))  # Figure 17's fixed limits (Loop-2's k = 1 points fall outside)
 # figure -> columns; a column: release file, groups [(reference key, [series])], and options: ref_depth (the
 # reference's budgets start there, 8), anchor (a shared anchor depth, Figure 16a), ylim/yticks of the multiplier
 # panel, title, legend "gamma" | "plain" | "pair" (width-only vs coupled, Figure 16e-f), labels {key: (label, like)}.
@@ -457,10 +457,6 @@ def effective_depth_figure(plt, release):
     return fig, {a: dict(compute=x, effective_depth=y) for a, (x, y) in curves.items()}, checks
 
 
-RECURRENCE_YLIM = dict(k2=(-0.005, 0.06), dep=(-0.1, 2.0), k2_grow=(-0.005, 0.05), k2_grow_random=(-0.002, 0.03),
-                       dep_grow=(-0.1, 2.3))  # Figure 17's fixed limits (Loop-2's k = 1 points fall outside)
-
-
 def recurrence_figure(plt, release):
     """Figure 17: L(k) - L(K_train) per checkpoint against the evaluation recurrence k, one panel per architecture."""
     obj = read_json(os.path.join(release, LADDERS, "recurrence.json"))
@@ -501,6 +497,10 @@ BUDGETS = np.array(FIT["loop_budgets"])
 FINE_BUDGETS = np.sort(np.r_[BUDGETS, np.sqrt(BUDGETS[:-1] * BUDGETS[1:])])  # the base five and their midpoints
 DEPTH_MARKERS = {4: "X", 6: "o", 8: "s", 10: "^", 12: "D", 14: "P", 16: "v", 18: "<"}
 REGIME_INK, REGIME_MUTED = "#202020", "#666666"
+REGIME_TABLES = {"weight_decay.csv": ["weight_decay"], "regimes.csv": ["regime"],
+                 "architectures.csv": ["architecture", "family"]}
+FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: range(8, 13, 2),
+               12: range(8, 13, 2)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
 
 
 def scale(plt, cmap, lo, hi, n):
@@ -589,10 +589,6 @@ def csv_header(path):
             return {h.strip() for h in next(csv.reader(f), [])}
     except (OSError, UnicodeDecodeError, csv.Error):
         return set()
-
-
-REGIME_TABLES = {"weight_decay.csv": ["weight_decay"], "regimes.csv": ["regime"],
-                 "architectures.csv": ["architecture", "family"]}
 
 
 def read_table(path):
@@ -749,10 +745,6 @@ def sensitivity_figure(plt, wd, hp, magma7):
     return fig, dict(best_measured_multiplier=optima), []
 
 
-FIG2_DEPTHS = {1: range(6, 19), 2: range(6, 17), 3: range(6, 17), 4: range(6, 15), 6: range(4, 15), 8: range(8, 13, 2),
-               12: range(8, 13, 2)}  # Figure 2's loop-grid cells (Loop-8 d14 left out)
-
-
 def clip(front, cap):
     """R4: the frontier's points up to and including the first at or beyond the cap."""
     past = np.flatnonzero(front[:, 0] >= cap)
@@ -887,6 +879,7 @@ def fit_task_nll(x, nll):
 
 
 GPT3 = dict(zip(("2.7B", "6.7B", "13B", "175B"), FIT["gpt3_targets"]))  # CORE of the GPT-3 references
+PANELS = (("val_loss", "Loss"), ("core_nll", "CORE NLL"), ("core_accuracy", "CORE accuracy"))
 
 
 def forecast(series, tasks, shared_floor):
@@ -917,9 +910,6 @@ def forecast(series, tasks, shared_floor):
              < 0}
     return dict(series=series, x=x, laws=laws_, ratio=ratio, curve=curve, cross=cross,
                 cmin=min(r["compute"] for r in every), cmax=max(cross.values()))
-
-
-PANELS = (("val_loss", "Loss"), ("core_nll", "CORE NLL"), ("core_accuracy", "CORE accuracy"))
 
 
 def forecast_panels(axes, fc, looks, size, seen=None):
@@ -1134,6 +1124,10 @@ def calibration_figure(plt, arms, tasks):
 
 
 DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core_std")
+FIG19_METRICS = (("loss", "Loss", False), ("full_core", "CORE accuracy", True), ("answer_nll", "CORE NLL", False),
+                 ("filtered_core", "Filtered tasks", True))
+FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
+                 "Reading\ncomprehension")
 
 
 def downstream_series(path):
@@ -1150,12 +1144,6 @@ def downstream_series(path):
     if FLOOR_ARM not in out:
         raise UsageError(f"{path}: no Vanilla series (van); the multipliers are over Vanilla")
     return out
-
-
-FIG19_METRICS = (("loss", "Loss", False), ("full_core", "CORE accuracy", True), ("answer_nll", "CORE NLL", False),
-                 ("filtered_core", "Filtered tasks", True))
-FIG19C_GROUPS = ("World knowledge", "Symbolic problem\nsolving", "Commonsense\nreasoning", "Language\nunderstanding",
-                 "Reading\ncomprehension")
 
 
 def downstream_figures(plt, series, meta):
@@ -1820,6 +1808,13 @@ HELD_BACK = dict(fig04="fineweb_edu_ladders.json", fig02="loop_grid.csv", fig05=
                  **{f"fig19{p}": f"{LADDERS}/downstream.json" for p in "abc"})
 NOT_DRAWN = {"fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here"}
 GALLERY = "README.md"
+DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
+               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout "
+               "(Figure 18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its "
+               "legend keys are markers without lines. Figure 5's inner legends are smaller than the release's (size "
+               "10) so that the compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. "
+               "Figure 19a's loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names "
+               "sit without brackets.")
 
 
 def gallery(manifest):
@@ -1839,15 +1834,6 @@ def gallery(manifest):
                   + (f" ({r['explanation']})" if "explanation" in r else "") + f" | {r['section']} |" for r in rows]
         lines += [""] * bool(rows)
     return "\n".join(lines + ["## Still different from the release", "", DIFFERENCES, ""])
-
-
-DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
-               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout "
-               "(Figure 18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its "
-               "legend keys are markers without lines. Figure 5's inner legends are smaller than the release's (size "
-               "10) so that the compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. "
-               "Figure 19a's loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names "
-               "sit without brackets.")
 
 
 def cmd_paper(args):
