@@ -1049,18 +1049,14 @@ def corpus_figures(plt, release):
         fig.legend([key(c, m) for _, c, m in looks], [n for n, _, _ in looks], loc="upper center", ncols=4)
         fig.tight_layout(rect=(0, 0, 1, 0.96))
         tasks = read_json(os.path.join(release, LADDERS, "filter.json"))["selected_tasks"]
-        fig20, numbers20 = calibration_figure(plt, series["fineweb_edu"], tasks)
+        fig20 = calibration_figure(plt, series["fineweb_edu"], tasks)
     checks = [stated(f"{c} Vanilla floor E", numbers[c]["E"], e, "App. C.1, Fig. 18a")
               for c, e in (("fineweb", 1.7064), ("fineweb_edu", 1.4492))]
     checks += [stated(f"{c} {a} loss exponent", -numbers[c][f"{a} slope"][0], s, "App. C.1")
                for c, a, s in FIG18A_STATED]
     checks += [stated(f"FineWeb-Edu loss multiplier at Vanilla d{d}", m, p, "Fig. 18a") for d, m, p in zip(
         range(8, 22, 2), numbers["fineweb_edu"]["val_loss multipliers"][1:], FIG18A_MULTIPLIERS)]
-    checks20 = [stated("full/filtered CORE ratio r (FineWeb-Edu)", numbers20["ratio"], 0.86912, "App. C.4")] + [
-        stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers20["rmse"][t], 3), p, "Fig. 20")
-        for t, p in zip(numbers20["rmse"], FIG20_TASKS.values())]
-    return dict(fig18a=(fig, numbers, checks), fig18b=corpus_forecast_figure(plt, series, tasks),
-                fig20=(fig20, numbers20, checks20))
+    return dict(fig18a=(fig, numbers, checks), fig18b=corpus_forecast_figure(plt, series, tasks), fig20=fig20)
 
 
 def corpus_forecast_figure(plt, series, tasks):
@@ -1120,7 +1116,9 @@ def calibration_figure(plt, arms, tasks):
     fig.legend([key(look(a)[1], look(a)[2], ls="") for a in arms] + [key(INK), key(pink)],
                ["Vanilla", "Untied Grow", "Shared sigmoid", "Full/filtered ratio"], loc="upper center", ncols=4)
     fig.tight_layout(rect=(0, 0, 1, 0.95))
-    return fig, numbers
+    return fig, numbers, [stated("full/filtered CORE ratio r (FineWeb-Edu)", r, 0.86912, "App. C.4")] + [
+        stated(f"RMSE {t} (as printed, 3 decimals)", round(numbers["rmse"][t], 3), p, "Fig. 20")
+        for t, p in zip(numbers["rmse"], FIG20_TASKS.values())]
 
 
 DOWNSTREAM_METRICS = ("full_core", "answer_nll", "filtered_core", "filtered_core_std")

@@ -357,7 +357,6 @@ def test_json_a_command_cannot_use_is_one_line_naming_the_layouts(tmp_path, argv
 def test_paper_treats_a_repeated_depth_as_ladders_does(tmp_path, capsys):
     """A depth entry given twice in the release's ladders.json: a different result is refused (it moved the floor
     1.706 -> 1.42, reported only as "unexplained"), an exact repeat kept once with a warning, as in fit.py ladders."""
-    import shutil
     release = tmp_path / "reference"
     shutil.copytree(os.path.join(REPO, "reference"), release)
     path = release / "release" / "appendix_ladders" / "ladders.json"
