@@ -707,7 +707,7 @@ def sensitivity_figure(plt, wd, hp, magma7):
         ax = fig.add_subplot(grid[0, j])
         for K, (w, loss, _) in grid_ladders(wd, wd["depth"] == d, by="weight_decay").items():
             ax.plot(w, loss, "o-", ms=4.3, lw=1.6, color=magma7[K], label=f"K={K}")
-        ax.set_yscale("log")
+        ax.set(yscale="log", title=f"Depth {d}", xlabel="Weight decay")
         ax.margins(y=0.08)
         if d >= 8:  # the top clipped at the lowest loss + 0.2: WD 0.05 at deep models leaves the panel
             ax.set_ylim(wd["loss"][wd["depth"] == d].min() - 0.016, wd["loss"][wd["depth"] == d].min() + 0.2)
@@ -715,7 +715,6 @@ def sensitivity_figure(plt, wd, hp, magma7):
         ax.tick_params(axis="y", which="minor", labelleft=False)
         log2_axis(ax, wds, ["" if w == 1.2 else f"{w:g}" for w in wds], (0.04, 1.8))  # a 1.2 label would collide
         ax.tick_params(axis="x", labelrotation=45)
-        ax.set(title=f"Depth {d}", xlabel="Weight decay")
         if j == 0:
             ax.set_ylabel("Loss")
             ax.legend(ncols=2, loc="upper right", fontsize=7)
@@ -734,8 +733,7 @@ def sensitivity_figure(plt, wd, hp, magma7):
             ax.axvline(1, color=REGIME_MUTED, ls=":", lw=0.8, alpha=0.85)
             log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25x", "0.5x", "1x", "2x", "4x"])
             ax.yaxis.set_major_formatter("{x:.2f}")
-            ax.set(title=kn.upper(), xlabel="Multiple of center")
-            ax.set_ylabel(f"{name}\nLoss" if j == 0 else "")
+            ax.set(title=kn.upper(), xlabel="Multiple of center", ylabel=f"{name}\nLoss" if j == 0 else "")
             ax.tick_params(labelleft=j == 0)
             if i == 0 and j == 0:
                 ax.legend(loc="upper center", fontsize=7)
