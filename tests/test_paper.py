@@ -5,6 +5,8 @@ import csv
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
@@ -17,8 +19,9 @@ import paper
 from refusals import assert_refused, run_in_process
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE = os.path.join(REPO, "reference", "release")
 DEPTHS = (6, 8, 10, 12, 14)
-META = json.load(open(os.path.join(REPO, "reference", "release", "appendix_ladders", "tasks.json")))
+META = json.load(open(os.path.join(RELEASE, "appendix_ladders", "tasks.json")))
 TASKS = META["tasks"]
 
 
@@ -46,6 +49,14 @@ def write(path, obj):
     return str(path)
 
 
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def fit_json(capsys, *argv):
     assert fit.main([str(a) for a in argv] + ["--json"]) == 0
     out = capsys.readouterr()
@@ -58,11 +69,7 @@ def test_release_json_read_as_is_with_project_names(tmp_path, capsys):
     assert set(got["arms"]) == {"vanilla", "loop_2"}
     rows = [dict(arm={"van": "vanilla", "k2": "loop_2"}[s], depth=r["depth"], compute_flops=r["compute"],
                  val_loss=r["loss"]) for s, recs in obj.items() for r in recs]
-    with open(tmp_path / "same.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    same, _ = fit_json(capsys, "ladders", tmp_path / "same.csv")
+    same, _ = fit_json(capsys, "ladders", write_csv(tmp_path / "same.csv", rows))
     assert got["E"] == pytest.approx(same["E"], rel=1e-12)
     assert got["arms"]["loop_2"]["gamma"] == pytest.approx(same["arms"]["loop_2"]["gamma"], rel=1e-12)
     assert got["E"] == pytest.approx(1.7, abs=1e-3)
@@ -105,15 +112,9 @@ def test_eflop_loop_grid_equals_flops(tmp_path, capsys):
     rows = [dict(weight_decay=0.8, loops=K, depth=d, compute=0.3 * K * (d / 6) ** 3,
                  loss=3.3 + 0.6 * (d / 6) ** -1.2 + 0.05 * (K - 1 - 0.4 * d / 6) ** 2 / K)
             for K in (1, 2, 4, 8) for d in (6, 8, 10, 12, 14, 16)]
-    with open(tmp_path / "release.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    with open(tmp_path / "project.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, ["depth", "loops", "weight_decay", "compute_flops", "val_loss"])
-        w.writeheader()
-        w.writerows(dict(depth=r["depth"], loops=r["loops"], weight_decay=0.8, compute_flops=r["compute"] * 1e18,
-                         val_loss=r["loss"]) for r in rows)
+    write_csv(tmp_path / "release.csv", rows)
+    write_csv(tmp_path / "project.csv", [dict(depth=r["depth"], loops=r["loops"], weight_decay=0.8,
+                                              compute_flops=r["compute"] * 1e18, val_loss=r["loss"]) for r in rows])
     assert fit.main(["loops", str(tmp_path / "release.csv"), "--json"]) == 0
     a = capsys.readouterr().out
     assert fit.main(["loops", str(tmp_path / "project.csv"), "--json"]) == 0
@@ -199,7 +200,7 @@ def paper_run(tmp_path_factory):
     figure linted (tests/figlint.py) -> (out folder, manifest, lint problems)."""
     tmp = tmp_path_factory.mktemp("paper")
     release = tmp / "release"
-    shutil.copytree(os.path.join(REPO, "reference", "release"), release)
+    shutil.copytree(RELEASE, release)
     write(release / paper.LADDERS / "downstream.json", downstream_fixture(dip=0.075))
     loop_grid_fixture(release / "loop_grid.csv")
     write(release / "fineweb_edu_ladders.json", fineweb_edu_fixture())
@@ -224,8 +225,6 @@ def test_paper_on_the_release(paper_run):
     for span, per_arm in manifest["figures"]["fig19c"]["numbers"]["mean_residuals"].items():  # Vanilla's own line: 0
         assert np.allclose(per_arm["vanilla"], 0, atol=1e-12) and per_arm["loop_2"] == pytest.approx(
             [0.01 * (i % 3) for i in range(len(TASKS))], abs=1e-9), span  # Loop-2's designed offset per task
-    matched = manifest["figures"]["fig19a"]["numbers"]["multipliers_at_matched"]
-    assert all(per_arm["vanilla"]["multiplier"] == [1.0] * 4 for per_arm in matched.values())
     page = open(out / paper.GALLERY).read()
     for fig_id in paper.CLAIMS:
         assert f"## {fig_id}" in page and paper.CLAIMS[fig_id]["section"] in page
@@ -291,14 +290,10 @@ def test_fig15a_columns_and_rows_are_the_releases():
     cols = paper.LADDER_FIGURES["fig15a"]
     assert [c["title"] for c in cols] == ["Untied-2", "Loop-2", "Operator-1"]
     assert ["deep_van" in c["groups"][0][1] for c in cols] == [True, False, False]
-    fig = paper.ladder_figure(paper.pyplot(), cols, [paper.ladder_column(paper_release(), c) for c in cols])
+    fig = paper.ladder_figure(paper.pyplot(), cols, [paper.ladder_column(RELEASE, c) for c in cols])
     tops = sorted(fig.axes, key=lambda ax: -ax.get_position().y0)[:3]
     assert {ax.get_ylabel() for ax in tops} == {"Compute Multiplier"}
     paper.pyplot().close(fig)
-
-
-def paper_release():
-    return os.path.join(REPO, "reference", "release")
 
 
 def fineweb_edu_fixture():
@@ -376,7 +371,7 @@ def test_paper_treats_a_repeated_depth_as_ladders_does(tmp_path, capsys):
 def loop_grid_fixture(path):
     """The release's loop_grid.csv layout (CRLF, compute in FLOPs) built from weight_decay.csv (the same grid in EFLOP),
     with K=1 runs at WD 1.0 and 1.4 made up (0.002 above the WD-1.2 run) as the layout has them."""
-    rows = list(csv.DictReader(open(os.path.join(paper_release(), paper.REGIMES, "weight_decay.csv"))))
+    rows = list(csv.DictReader(open(os.path.join(RELEASE, paper.REGIMES, "weight_decay.csv"))))
     made_up = [dict(r, weight_decay=w, loss=float(r["loss"]) + 0.002) for r in rows if r["loops"] == "1"
                and r["weight_decay"] == "1.2" for w in ("1.0", "1.4")]
     with open(path, "w", newline="") as f:
@@ -396,7 +391,7 @@ def test_loop_grid_figures_and_optima_per_regime_and_control(paper_run, tmp_path
     loop_grid_fixture(tmp_path / "loop_grid.csv")
     got, _ = fit_json(capsys, "loops", tmp_path / "loop_grid.csv", "--out", tmp_path)
     assert got["gain_fixed_wd"] == pytest.approx(fig5["gain"], rel=1e-9) and (tmp_path / "fig05.png").exists()
-    regimes = os.path.join(paper_release(), paper.REGIMES)
+    regimes = os.path.join(RELEASE, paper.REGIMES)
     got, _ = fit_json(capsys, "loops", os.path.join(regimes, "regimes.csv"))
     assert [round(o["best_loops"], 2) for o in got["optima"]["fresh"]] == [1.17, 1.42, 1.72, 1.70, 1.78, 1.91, 1.91,
                                                                            2.02, 2.13]
@@ -420,3 +415,9 @@ def test_figure4_sets_the_d26_forecast_beside_the_observed_run(paper_run):
     rows = {r["what"]: r for r in fig4["stated"]}
     assert rows["observed d26 CORE (7.4B Untied-Grow)"]["paper"] == 0.3865 and rows["forecast d26 CORE"]["paper"] == 0.384
     assert (paper_run[0] / "fig04.png").exists()
+
+
+def test_fit_help_leaves_scipy_unloaded():
+    """`fit.py --help` answers fast: paper.py imports scipy.optimize only where a fit uses it (issue 47)."""
+    code = "import sys, fit; assert 'scipy.optimize' not in sys.modules, 'fit.py loads scipy.optimize at import'"
+    assert subprocess.run([sys.executable, "-c", code], cwd=REPO).returncode == 0
