@@ -11,7 +11,7 @@ import collections, csv, itertools, json, math, os
 import numpy as np
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
-from common import UsageError
+from common import UsageError, write_text
 from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, lower_envelope,
                   matched_multipliers, note, pyplot, read_csv, robust_lsq, save_figures)
 
@@ -1868,8 +1868,7 @@ def cmd_paper(args):
     paths = save_figures(args.out, {f"{f}.{e}": fig for f, (fig, _, _) in made.items() for e in ("png", "pdf")}, 300)
     plt.close("all")
     for name, text in ((MANIFEST, json.dumps(manifest, indent=1, allow_nan=False)), (GALLERY, gallery(manifest))):
-        with open(os.path.join(args.out, name), "w") as f:
-            f.write(text)
+        write_text(os.path.join(args.out, name), text)
     for fig_id, why in skipped.items():
         print(f"skipped {fig_id}: {why}")
     print(f"wrote {len(paths)} figure files to {args.out}, the numbers beside the paper's in {MANIFEST}, the gallery "
