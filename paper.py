@@ -1300,6 +1300,7 @@ FIG7_PANELS = [("Where should layers be allocated?", "Compute (FLOPs)", "Validat
                ("KL effective depth $L_{\\mathrm{eff}}^{\\mathrm{KL}}$", "Target loop count $K$",
                 "$L_{\\mathrm{eff}}^{\\mathrm{KL}}$"), ("Loop-2 TPP refit", "Initial stored TPP", "Validation loss")]
 AFFINE = {"k2": ("Loop-Grow", 0.902, 0.216), "dep": ("Untied-Grow", 0.883, 0.103)}  # App. A.2.3: TPP law's a, b
+MEAN_6T2C = {("k2", "controls"): 6.39, ("k2", "growth"): 6.97, ("dep", "controls"): 7.43, ("dep", "growth"): 8.97}
 ABLATION = {"tpp8_rho0p30": ("TPP 8, $\\rho=0.30$", "#c3b369", "s"), "tpp6_fitrho": ("TPP 6, fitted $\\rho$", "#2f426d",
             "o"), "tpp6_rho0p30": ("TPP 6, $\\rho=0.30$", "#2f426d", "s")}  # a fixed rho is a hollow square
 FAMILIES = (("loop", "k2"), ("dep", "dep"))  # Figure 9: tpl.json's tied (Loop-2) and untied (Untied-2) families
@@ -1424,14 +1425,13 @@ def growth_timing_figure(plt, growth, counts, arm):
     axes[0][0].set_ylabel("Loss")
     fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [([(key(c, "o"), f"$d={b:g}$") for b, c in bcol.items()], 6)])),
                      h_pad=0.8, w_pad=0.6)
-    name, paper_a, paper_b = AFFINE[arm]
-    return fig, dict(optima=optima, affine_slope=float(a), affine_intercept=float(b)), [
-        stated(f"{name} affine TPP law, slope a", a, paper_a, "App. A.2.3"),
-        stated(f"{name} affine TPP law, intercept b", b, paper_b, "App. A.2.3")]
+    return fig, dict(optima=optima, affine_slope=float(a), affine_intercept=float(b)), [stated(
+        f"{AFFINE[arm][0]} affine TPP law, {what}", float(ours), paper, "App. A.2.3") for what, ours, paper in zip(
+        ("slope a", "intercept b"), (a, b), AFFINE[arm][1:])]
 
 
 def fixed_fraction_figure(plt, diag):
-    """Figure 13: each growth family's sweeps at budget = depth, their vertices and the mean (the ladder's fixed rho)."""
+    """Figure 13: each growth family's sweeps at budget = depth, their vertices and mean (the ladder's fixed rho)."""
     depths = ordered(plt, VIRIDIS, (8, 9, 10))
     fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.95))
     means = {}
@@ -1460,7 +1460,8 @@ def deep_vanilla_grow_figure(plt, dvg):
         optima[d] = rho_fit(ax, rho, loss, colour, ORDER_MARKERS[d], vline=True)
         ax.text(0.97, 0.95, "$\\rho^\\star=%.3f$\n$L^\\star=%.4f$" % optima[d], color=colour, transform=ax.transAxes,
                 ha="right", va="top")
-        ax.set(title=f"$d={d}$", xlabel="Growth fraction ($\\rho$)", xlim=(-0.025, 0.825), xticks=np.linspace(0, 0.8, 5))
+        ax.set(title=f"$d={d}$", xlabel="Growth fraction ($\\rho$)", xlim=(-0.025, 0.825),
+               xticks=np.arange(0, 0.9, 0.2))
         ax.yaxis.set_major_formatter("{x:.3f}")
     axes[0].set_ylabel("Loss")
     fig.tight_layout()
@@ -1497,8 +1498,7 @@ def sweep_panel(plt, ax, cells, x_key, colours):
 
 
 def token_allocation_figure(plt, cells, ablation):
-    """Figure 10d: loss against 6T^2/C with and without growth (Loop-2, Untied-2), and Untied Grow's ablation: the
-    baseline's compute over each ladder's at the baseline's loss (its two runs nearest in log loss, log-log line)."""
+    """Figure 10d: loss against 6T^2/C with and without growth (Loop-2, Untied-2), and Untied Grow's ablation."""
     colours = scale(plt, *INFERNO, 5)
     fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.9))
     means = {arm: sweep_panel(plt, ax, cells[arm], "six_t_squared_over_c", colours) for ax, arm in zip(axes, cells)}
@@ -1530,14 +1530,15 @@ def token_allocation_figure(plt, cells, ablation):
     loss = {(r["ladder"], r["depth"]): r["validation_loss"] for r in ablation}
     change = [loss["tpp8_rho0p30", d] - loss["tpp8_fitrho", d] for d, _, _ in base]
     tpp6 = max(abs(1 - m) for k in ("tpp6_fitrho", "tpp6_rho0p30") for m in out[k])
-    a24, why = "App. A.2.4", "the text gives a bound, not a value"
+    a24 = "App. A.2.4"
     return fig, dict(mean_optimum=means, ablation=dict(depths=[b[0] for b in base], multipliers=out)), [
-        stated(f"mean optimal 6T^2/C, {arm} {part}", means[arm][part], p, a24) for arm, part, p in (
-            ("k2", "controls", 6.39), ("k2", "growth", 6.97), ("dep", "controls", 7.43), ("dep", "growth", 8.97))] + [
+        stated(f"mean optimal 6T^2/C, {arm} {part}", means[arm][part], p, a24)
+        for (arm, part), p in MEAN_6T2C.items()] + [
         stated("loss change from rho = 0.30 instead of the fitted rho, smallest", min(change), -0.0009, a24),
         stated("loss change from rho = 0.30 instead of the fitted rho, largest", max(change), 0.0019, a24,
                "the text rounds to 1e-4: 0.00192 prints as 0.0019"),
-        stated("largest compute change from reusing TPP 6 ('less than about 5%')", tpp6, 0.05, a24, why)]
+        stated("largest compute change from reusing TPP 6 ('less than about 5%')", tpp6, 0.05, a24,
+               "the text gives a bound, not a value")]
 
 
 def fixed_token_panels(plt, scaling_ax, optima_ax, family, budget_colours, coloured_slices=False):
@@ -1587,20 +1588,19 @@ def fixed_token_figure(plt, fresh):
         max(k) for k in k_star.values()), 2, "App. A.2.2", "the text gives a bound, not a value")]
 
 
+def line_through(x, y):
+    """Piecewise linear through the knots (x, y), extended linearly past both ends -> (slopes, function)."""
+    x, y = x[np.argsort(x)], y[np.argsort(x)]
+    s = np.diff(y) / np.diff(x)
+    return s, lambda t: np.interp(t, x, y) + np.minimum(t - x[0], 0) * s[0] + np.maximum(t - x[-1], 0) * s[-1]
+
+
 def allocation_panels(plt, top, bottom, runs, colours):
     """Figure 7, left: loss against compute per depth (markers: core size) with the frontier, and regret to it."""
     from itertools import product
-    log_c, losses = np.log([r["compute"] for r in runs]), np.array([r["loss"] for r in runs])
-
-    def through(chain):  # piecewise linear through the chain's runs, extended linearly past both ends
-        x, y = log_c[list(chain)], losses[list(chain)]
-        s = np.diff(y) / np.diff(x)
-        return s, lambda t: np.interp(t, x, y) + np.minimum(t - x[0], 0) * s[0] + np.maximum(t - x[-1], 0) * s[-1]
-    # the frontier: of the chains of one run per depth (in compute order), the convex ones never above a run, the
-    # tightest (the largest summed prediction over all runs)
-    best_sum = -np.inf
+    log_c, losses, best_sum = np.log([r["compute"] for r in runs]), np.array([r["loss"] for r in runs]), -np.inf
     for chain in product(*[[i for i, r in enumerate(runs) if r["depth"] == d] for d in range(6, 11)]):
-        slopes, at = through(sorted(chain, key=lambda i: log_c[i]))
+        slopes, at = line_through(log_c[list(chain)], losses[list(chain)])  # the tightest convex chain below all runs
         if np.all(np.diff(slopes) >= -1e-12) and np.all(at(log_c) <= losses + 1e-12) and at(log_c).sum() > best_sum:
             best, best_sum, frontier = chain, at(log_c).sum(), at
     vertices = {}
@@ -1625,8 +1625,7 @@ def allocation_panels(plt, top, bottom, runs, colours):
 
 
 def growth_target_panels(top, bottom, targets, lens, colours):
-    """Figure 7, middle right: loss and KL effective depth against the growth target K per budget B (hollow: the
-    fixed-K run, target = B; filled: grown from K=2 to the target)."""
+    """Figure 7, middle right: loss and KL effective depth against the growth target K (hollow: fixed K) per budget."""
     kl_depth, rising = {}, {}
     for r in lens:  # the first block after the KL peak within 2 nats of the final output
         kl = [b["kl_to_final"] for b in r["block_lens"]]
@@ -1642,10 +1641,9 @@ def growth_target_panels(top, bottom, targets, lens, colours):
     top.yaxis.set_major_formatter("{x:.3f}")
     for ax in (top, bottom):
         log2_axis(ax, [2, 3, 4, 6, 8])
-    best = {B: min((r for r in targets if r["budget"] == B), key=lambda r: r["loss"])["target"] for B in (2.5, 3, 3.5, 4)}
-    return dict(kl_effective_depth={f"B{B:g} K{t}": v for (B, t), v in kl_depth.items()}, best_target=best,
-                kl_rising={B: rising[B] for B in best},
-                kl_as_released=all(kl_depth[r["budget"], r["target"]] == r["kl_effective_depth"] for r in lens))
+    best = {B: min((r["loss"], r["target"]) for r in targets if r["budget"] == B)[1] for B in rising if B > 2}
+    return dict(kl_effective_depth={f"B{B:g} K{t}": v for (B, t), v in kl_depth.items()}, best_target=best, kl_rising=
+                rising, kl_as_released=all(kl_depth[r["budget"], r["target"]] == r["kl_effective_depth"] for r in lens))
 
 
 def allocation_figure(plt, release, fresh, loop_grow):
@@ -1677,8 +1675,8 @@ def allocation_figure(plt, release, fresh, loop_grow):
     return fig, numbers, [
         stated("budgets where growing to K=4 gives the lowest loss (of 4)",
                sum(t == 4 for t in target["best_target"].values()), 4, "App. A.2.3"),
-        stated("budgets where a larger target gives a larger KL effective depth (of 4)", sum(target["kl_rising"].values()),
-               4, "App. A.2.3"),
+        stated("budgets where a larger target gives a larger KL effective depth (of 4)",
+               sum(target["kl_rising"][B] for B in target["best_target"]), 4, "App. A.2.3"),
         stated("Loop Grow's refitted initial stored TPP (the mean optimum, rounded)",
                round(numbers["stored_tpp_mean"]["growth"]), 7, "App. A.4.3")]
 
@@ -1699,8 +1697,7 @@ def growth_figures(plt, release):
 
 
 def figure9(plt, release):
-    """Figure 9: per family and anchor, the loss above K=1 against k at each budget (the nearest in log compute), and
-    the bracketed optima (convex, measured minimum inside): TPP and expansion at K* against TPP_K1, power laws."""
+    """Figure 9: the loss above K=1 against k per family, anchor and budget; the optima's TPP and expansion laws."""
     budgets = early(release, "tpl_budgets")
     names = sorted(budgets, key=int)
     log_c = np.log([float(budgets[b]) for b in names])
@@ -1761,9 +1758,8 @@ def figure9(plt, release):
 
 
 def incumbents(rows):
-    """Figure 11: a chain's incumbent loss after each phase -> {slot: loss, None where undefined}; slot -1: the start
-    (round 1's GLR probe), round r's phase i: 11 (r - 1) + i. A one-knob phase keeps its probe unless a setting beats
-    it by ADOPT; schedule and Adam adopt the one knob whose best beats the probe (or the incumbent) by ADOPT."""
+    """Figure 11: a chain's incumbent loss per phase -> {slot: loss or None}, slot -1 the start (round 1's GLR probe),
+    11 (r - 1) + i round r's phase i. Adopted: a setting that beats the probe (or incumbent) by ADOPT, one knob only."""
     by = collections.defaultdict(list)
     for r in rows:
         by[int(r["round"]), r["phase"]].append((float(r["val_loss"]), r["probe"] == "True", r["knob"]))
@@ -1798,17 +1794,15 @@ def figure11(plt, release):
             slots = incumbents([r for r in tune if r["series"] == "chain_" + chain and r["kind"] == "chain"])
             label, colour, arm_marker = look(chain.split("_no_")[0])[:3]
             label, marker = label + " No-Coda-Inj" * bool(marker), marker or arm_marker
-            measured = {s: v for s, v in slots.items() if v is not None}
-            first = [s for s in measured if s < 11]
-            second = first[-1:] + [s for s in measured if s >= 11]  # round 2 starts from round 1's last incumbent
-            for xs in (first, second):
-                ax.plot(xs, [measured[s] for s in xs], marker=marker, ms=5.5, lw=1.3, color=colour)
-            tuned = measured[second[-1]]
+            measured = {s: v for s, v in slots.items() if v is not None}  # round 2 goes on from round 1's last
+            ax.plot(list(measured), list(measured.values()), marker=marker, ms=5.5, lw=1.3, color=colour)
+            last, tuned = max(measured), measured[max(measured)]
             if slots[21] is None:  # the last phase improved with two knobs: the final recipe's run, hollow
                 tuned = finals[final]
-                ax.plot([second[-1], 21], [measured[second[-1]], tuned], marker, ls="-", lw=1.3, ms=5.5, color=colour,
+                ax.plot([last, 21], [measured[last], tuned], marker, ls="-", lw=1.3, ms=5.5, color=colour,
                         mfc="white", mew=1.2, markevery=[1])
-            numbers[label] = dict(incumbents=slots, round1=measured[first[-1]], tuned=tuned, hollow=slots[21] is None)
+            round1 = measured[max(s for s in measured if s < 11)]
+            numbers[label] = dict(incumbents=slots, round1=round1, tuned=tuned, hollow=slots[21] is None)
             entries.append((key(colour, marker, ms=5.5, lw=1.3), label))
         ax.set_xticks(range(-1, 22), ["Initial", *PHASES.values(), *PHASES.values()], rotation=90)
         ax.axvline(10.5, color=MUTED, ls=":", lw=1)
@@ -1904,14 +1898,15 @@ def figure14a(plt, release):
 
 
 def figure14b(plt, release):
-    """Quadratics of ln loss in log2 multiplier; beta (GLR ~ N^-beta): minus the OLS slope of the constant recipe's
-    convex GLR vertices on log2(N_d / N_8) (App. A.4.4), or a growth architecture's adopted beta."""
+    """Figure 14b: quadratics of ln loss in log2 multiplier; beta (GLR ~ N^-beta): minus the OLS slope of the constant
+    recipe's convex GLR vertices on log2(N_d / N_8) (App. A.4.4), or a growth architecture's adopted beta."""
     slices, numbers = early(release, "hyper_slices"), {}
     fig = plt.figure(figsize=(13.8, 5.75))
     axes = grid(fig, 3, 8, 0.7, 0.55, 1.52, 1.3, 0.1, 0.42, sharex=True, sharey="row")
     for (row, half), name in np.ndenumerate(ARCH_ROWS):
         arch, label, vertices = slices[name], look(name.lower().replace(" ", "_"))[0], {}
-        colours, N = dict(zip(sorted(arch["parameters"], key=int), scale(plt, *VIRIDIS, 3))), arch["constant_parameters"]
+        colours = dict(zip(sorted(arch["parameters"], key=int), scale(plt, *VIRIDIS, 3)))
+        N = arch["constant_parameters"]
         for ax, knob in zip(axes[row, 4 * half:], ("glr", "om", "rm", "wd")):
             for recipe, ls, scaled in (("scaled", "-", True), ("constant", "--", False)):
                 for depth, points in ((arch[recipe] or {}).get(knob) or {}).items():
