@@ -1291,6 +1291,8 @@ ORDER_MARKERS = dict(zip(range(8, 15), "os^DvPX"))  # budgets d8-d14 and depths 
 CORE_MARKERS, ANCHOR_MARKERS = dict(zip(range(2, 9), "os^Dv<P")), dict(zip(range(8, 13), "o^sDv"))  # Figs 7, 9
 trimmed = lambda v, _=None: f"{v:.2f}".rstrip("0").rstrip(".")
 same = lambda v: v
+FLOP_TICKS = {5e17: "$5\\times10^{17}$", 1e18: "$10^{18}$", 2e18: "$2\\times10^{18}$", 5e18: "$5\\times10^{18}$",
+              1e19: "$10^{19}$"}
 FIG7_PANELS = [("Where should layers be allocated?", "Compute (FLOPs)", "Validation loss"),
                ("How much recurrence?", "Compute (FLOPs)", "Loss"),
                ("What should recurrence grow to?", "Target loop count $K$", "Validation loss"),
@@ -1358,6 +1360,13 @@ def legend_band(fig, groups, centre=0.5, top=1.0):
                    handlelength=1.8, borderaxespad=0.1)
         top -= (rows * 0.155 + 0.03) / fig.get_figheight()
     return top
+
+
+def flop_axis(ax, ticks):
+    """A log compute axis labelled at `ticks` as the release writes FLOPs."""
+    ax.set_xscale("log")
+    ax.set_xticks(ticks, [FLOP_TICKS[t] for t in ticks])
+    ax.tick_params(axis="x", which="minor", labelbottom=False)
 
 
 def grid(fig, rows, cols, x0, y0, w, h, gap, vgap, **share):
@@ -1560,7 +1569,6 @@ def fixed_token_panels(plt, scaling_ax, optima_ax, family, budget_colours, colou
             draw_quadratic(optima_ax, coef, np.log(Ks), c, star=math.log(k_star), ms=8, lw=1.4)
             optima_ax.plot(Ks, losses, "o", ms=4, color=c)
             optima, shown = optima + [(k_star, l_star)], shown + [*losses, l_star]
-    scaling_ax.set_xscale("log")
     log2_axis(optima_ax, [1, 2, 3, 4, 6], lim=(0.88, 7.55))
     optima_ax.set_ylim(min(shown) - 0.018, max(shown) + 0.018)
     for ax in (scaling_ax, optima_ax):
@@ -1578,10 +1586,10 @@ def fixed_token_figure(plt, fresh):
     for (s_ax, o_ax), family, name in zip((axes[:2], axes[2:]), ("tied", "untied"), ("Loop-2", "Untied-2")):
         optima, (k_keys, d_keys) = fixed_token_panels(plt, s_ax, o_ax, fresh[family], bcol)
         k_star[family] = [o[0] for o in optima]
+        flop_axis(s_ax, list(FLOP_TICKS))
         s_ax.set(title=f"{name} scaling", xlabel="Compute (FLOPs)", ylabel="Loss", xlim=(0.38e18, 10.7e18),
                  box_aspect=1)
         o_ax.set(title=f"{name} optima", xlabel="Recurrence", ylabel="Loss (Interpolated)", box_aspect=1)
-        log_axis(s_ax.xaxis, plt)  # 5e17, 1e18, 2e18, 5e18, 1e19
     c_keys = [(key(c, lw=1.4), f"$C={C / 1e18:.2f}\\times10^{{18}}$") for C, c in zip(BUDGETS, bcol)]
     fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [(k_keys, 5), (d_keys, 8), (c_keys, 5)])), w_pad=1.5)
     return fig, dict(k_star=k_star), [stated("largest K* at 1B tokens ('between one and two passes')", max(
@@ -1615,8 +1623,7 @@ def allocation_panels(plt, top, bottom, runs, colours):
         draw_quadratic(bottom, coef, core / d, colour, same, same, vertices[d], ls=(0, (1, 2)), lw=1.4)
     xs = np.geomspace(np.exp(log_c.min()) / 1.05, np.exp(log_c.max()) * 1.05, 100)
     top.plot(xs, frontier(np.log(xs)), dashes=(4, 3), lw=1.2, alpha=0.7, color="black")
-    top.set_xscale("log")
-    log_axis(top.xaxis, plt)
+    flop_axis(top, [5e17, 1e18, 2e18])
     bottom.axhline(0, color=MUTED, ls="--", lw=0.8)
     bottom.set(xlim=(0.18, 0.82), xticks=np.linspace(0.2, 0.8, 4))
     bottom.xaxis.set_major_formatter("{x:.1f}")
@@ -1660,8 +1667,7 @@ def allocation_figure(plt, release, fresh, loop_grow):
     for ax, (title, x, y) in zip(axes.flat, FIG7_PANELS):
         ax.set(title=title, xlabel=x, ylabel=y)
     axes[0, 3].set(xlim=(-0.012, 0.412), xticks=np.linspace(0, 0.4, 5))
-    log_axis(axes[0, 1].xaxis, plt)
-    axes[0, 1].set_xticks([5e17, 2e18, 1e19])
+    flop_axis(axes[0, 1], [5e17, 2e18, 1e19])
     fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / 5.85), h_pad=1.2, w_pad=0.8)
     dot = lambda c, **kw: key(c, "o", ms=4.5, **kw)
     bands = [[([(key(c, lw=1.3), f"d{d}") for d, c in zip(range(6, 11), viridis5)], 5),
