@@ -1236,50 +1236,111 @@ def residual_figure(plt, series, meta):
     return fig, dict(tasks=tasks, mean_residuals=means), []
 
 
-# -------------------------------- appendix A: recurrence at 1B tokens, growth timing, token allocation (Figs 8, 10, 13)
-MARKERS = {8: "o", 9: "s", 10: "^", 11: "D", 12: "v"}  # budgets d8-d12, and the anchor depths d8-d10 of growth
+# ------------------ appendix A: allocation, recurrence, growth, tuning, recipe sweeps (Figs 7-14, data appendix_early/)
+EARLY = "appendix_early"
+INFERNO, VIRIDIS, MAGMA = ("inferno", 0.12, 0.82), ("viridis", 0.16, 0.78), ("magma", 0.08, 0.82)  # budget, depth, K
+ORDER_MARKERS = dict(zip(range(8, 15), "os^DvPX"))  # budgets d8-d14 and depths d8-d12
+CORE_MARKERS, ANCHOR_MARKERS = dict(zip(range(2, 9), "os^Dv<P")), dict(zip(range(8, 13), "o^sDv"))  # Figs 7, 9
+trimmed = lambda v, _=None: f"{v:.2f}".rstrip("0").rstrip(".")
+same = lambda v: v
 FLOP_TICKS = {5e17: "$5\\times10^{17}$", 1e18: "$10^{18}$", 2e18: "$2\\times10^{18}$", 5e18: "$5\\times10^{18}$",
               1e19: "$10^{19}$"}
-trimmed = lambda v, _=None: f"{v:.2f}".rstrip("0").rstrip(".")
+FIG7_PANELS = [("Where should layers be allocated?", "Compute (FLOPs)", "Validation loss"),
+               ("How much recurrence?", "Compute (FLOPs)", "Loss"),
+               ("What should recurrence grow to?", "Target loop count $K$", "Validation loss"),
+               ("When should we grow?", "$K=4$ training fraction $\\rho$", "Validation loss"),
+               ("Frontier regret", "Core size / physical layers", "Regret to frontier ($\\times 10^{-3}$)"),
+               ("Fixed-compute optima", "Recurrence", "Loss (Interpolated)"),
+               ("KL effective depth $L_{\\mathrm{eff}}^{\\mathrm{KL}}$", "Target loop count $K$",
+                "$L_{\\mathrm{eff}}^{\\mathrm{KL}}$"), ("Loop-2 TPP refit", "Initial stored TPP", "Validation loss")]
+AFFINE = {"k2": ("Loop-Grow", 0.902, 0.216), "dep": ("Untied-Grow", 0.883, 0.103)}  # App. A.2.3: TPP law's a, b
+MEAN_6T2C = {("k2", "controls"): 6.39, ("k2", "growth"): 6.97, ("dep", "controls"): 7.43, ("dep", "growth"): 8.97}
+ABLATION = {"tpp8_rho0p30": ("TPP 8, $\\rho=0.30$", "#c3b369", "s"), "tpp6_fitrho": ("TPP 6, fitted $\\rho$", "#2f426d",
+            "o"), "tpp6_rho0p30": ("TPP 6, $\\rho=0.30$", "#2f426d", "s")}  # a fixed rho is a hollow square
+FAMILIES = (("loop", "k2"), ("dep", "dep"))  # Figure 9: tpl.json's tied (Loop-2) and untied (Untied-2) families
+# Figure 9's relation panels: y, its label and ticks, the laws y = a x^b the text states (Loop-2, Untied-2), equation
+RELATIONS = (("expansion", "$N_{c,K^\\star}/N_{c,1}$", [1, 1.1, 1.2, 1.3, 1.5, 2], ((0.82, 0.15), (0.83, 0.15)), 4),
+             ("TPP", "$\\mathrm{TPP}_{K^\\star}$", [5, 7, 10, 15, 20, 30, 50, 70], ((1.19, 0.85), (1.34, 0.74)), 8))
+ADOPT = 1e-3  # Figure 11: a setting is adopted when it beats the incumbent by 1e-3 (App. A.4.1)
+PHASES = dict(glr="GLR", elrm="ELRM", hlrm="HLRM", rm="RM", om="OM", emb_alpha="$\\alpha_{\\mathrm{emb}}$", wd="WD",
+              wte="WTE", uis="UIS", schedule="Schedule", adam="Adam")
+# Figure 11's chains: tune.json's series "chain_" + key -> (its final recipe's key, a marker other than the arm's); the
+# no-inject and no-norm Untied-2 chains are in the file but not drawn
+CHAINS = {"vanilla": ("van", None), "deep_vanilla": ("van-d11", None), "operator_1": ("k1", None),
+          "loop_2": ("k2", None), "untied_2": ("dep", None), "untied_2_no_coda_inject": ("dep-no-coda-inj", "P"),
+          "loop_2_no_coda_inject": ("k2-no-coda-inj", "*")}
+TPP_ARMS = ("van", "deep_van", "k1", "k2", "dep")  # Figure 12's panels
+ROUNDED_TPP = {"Vanilla": 5, "Operator-1": 6, "Loop-2": 6, "Untied-2": 6}  # the ladders' TPP (App. A.4.2)
+KNOBS = dict(glr="GLR", elrm="ELRM", hlrm="HLRM", om="OM", rm="RM", wd="WD", wte="WTE init std", uis="UIS",
+             warmup="Warmup", wdr="WDR", beta2="Adam $\\beta_2$", eps="Adam $\\epsilon$")  # Figure 14a's panels
+CATEGORICAL = dict(warmup="Warmup steps", wdr="WDR", beta2="$\\beta_2$", eps="$\\epsilon$")  # x: position in the grid
+ARCH_ROWS = (("Van", "K1"), ("K2", "Dep"), ("K2 Grow", "Dep Grow"))  # Figure 14b's rows
+STATED_BETA = {"Vanilla": 0.78, "Operator-1": 0.62, "Loop-2": 0.58, "Untied-2": 0.66}  # Table 8, constant recipe GLR
 
 
-def labelled_key(label, **kw):
-    from matplotlib.lines import Line2D
-    return Line2D([], [], **kw), label
+def early(release, name):
+    return read_json(os.path.join(release, EARLY, name + ".json"))
+
+
+def ordered(plt, colours, keys):
+    """{key: (colour, marker)} on one of the release's ordered scales (INFERNO: budgets, VIRIDIS: depths)."""
+    return {k: (c, ORDER_MARKERS.get(k, "o")) for k, c in zip(keys, scale(plt, *colours, len(keys)))}
+
+
+def quadratic(u, v):
+    """Least-squares quadratic v(u) -> (coefficients, vertex u*, bracketed: convex with u* inside the measured u)."""
+    coef = np.polyfit(u, v, 2)
+    vertex = float(-coef[1] / (2 * coef[0]))
+    return coef, vertex, bool(coef[0] > 0 and min(u) < vertex < max(u))
+
+
+def draw_quadratic(ax, coef, u, colour, x=np.exp, y=np.exp, star=None, star_colour=None, ms=9, **kw):
+    """Quadratic + star: the fit over the measured u at (x(u), y(fit)); a white-edged star at the vertex `star`."""
+    us = np.linspace(min(u), max(u), 200)
+    ax.plot(x(us), y(np.polyval(coef, us)), color=colour, **kw)
+    if star is not None:
+        ax.plot(x(star), y(np.polyval(coef, star)), "*", ms=ms, color=star_colour or colour, mec="white", mew=0.6,
+                zorder=5)
 
 
 def legend_band(fig, groups, centre=0.5, top=1.0):
-    """Figure-level legend groups [(keys, ncols)] stacked from `top` down, centred on `centre` -> the band's bottom."""
-    for keys, ncols in groups:
-        rows = math.ceil(len(keys) / ncols)  # matplotlib fills columns first; the release's entries read row by row
-        keys = [keys[i * ncols + j] for j in range(ncols) for i in range(rows) if i * ncols + j < len(keys)]
-        fig.legend(*zip(*keys), loc="upper center", bbox_to_anchor=(centre, top), ncols=ncols, fontsize=7,
-                   columnspacing=0.9, handlelength=1.8, borderaxespad=0.1)
+    """Frameless figure legends [([(key, label)], ncols)] stacked from `top` down, centred on `centre` -> the bottom."""
+    for entries, ncols in groups:
+        rows = math.ceil(len(entries) / ncols)  # matplotlib fills columns first; the release's entries read by row
+        entries = [entries[i * ncols + j] for j in range(ncols) for i in range(rows) if i * ncols + j < len(entries)]
+        fig.legend(*zip(*entries), loc="upper center", bbox_to_anchor=(centre, top), ncols=ncols, columnspacing=0.9,
+                   handlelength=1.8, borderaxespad=0.1)
         top -= (rows * 0.155 + 0.03) / fig.get_figheight()
     return top
 
 
-def vertex(x, y):
-    """Quadratic y(x) -> (coefficients, vertex): None unless convex with the vertex inside the sweep (bracketed)."""
-    coef = np.polyfit(x, y, 2)
-    v = -coef[1] / (2 * coef[0])
-    return coef, (float(v) if coef[0] > 0 and min(x) < v < max(x) else None)
+def flop_axis(ax, ticks):
+    """A log compute axis labelled at `ticks` as the release writes FLOPs."""
+    ax.set_xscale("log")
+    ax.set_xticks(ticks, [FLOP_TICKS[t] for t in ticks])
+    ax.tick_params(axis="x", which="minor", labelbottom=False)
+
+
+def grid(fig, rows, cols, x0, y0, w, h, gap, vgap, **share):
+    """rows x cols panels of w x h inches, gaps in inches, the block's lower left corner at (x0, y0) inches."""
+    W, H = fig.get_size_inches()
+    return fig.add_gridspec(rows, cols, left=x0 / W, bottom=y0 / H, right=(x0 + cols * w + (cols - 1) * gap) / W,
+                            top=(y0 + rows * h + (rows - 1) * vgap) / H, wspace=gap / w, hspace=vgap / h,
+                            ).subplots(squeeze=False, **share)
 
 
 def rho_fit(ax, rho, loss, colour, marker="o", ls="-", alpha=1.0, vline=False, star=True):
     """Loss against rho, the fraction of tokens after growing K=2 -> 4: runs, quadratic, star -> (rho*, L*) or None."""
-    coef, v = vertex(rho, loss)
-    xs = np.linspace(min(rho), max(rho), 200)
-    ax.plot(xs, np.polyval(coef, xs), ls=ls, lw=1.35, color=colour, alpha=alpha)
+    coef, v, bracketed = quadratic(rho, loss)
+    draw_quadratic(ax, coef, rho, colour, same, same, v if bracketed and star else None, ms=10, ls=ls, lw=1.35,
+                   alpha=alpha)
     ax.plot(rho, loss, marker, ms=4.5, color=colour, mec="white", mew=0.6, ls="none")
-    if v is not None and vline:
+    if bracketed and vline:
         ax.axvline(v, color=colour, ls=":", lw=1.2)
-    if v is not None and star:
-        ax.plot(v, np.polyval(coef, v), "*", ms=10, color=colour, mec="white", mew=0.6, zorder=5)
-    return None if v is None else (v, float(np.polyval(coef, v)))
+    return (v, float(np.polyval(coef, v))) if bracketed else None
 
 
-def growth_series(growth, *cell):  # cell: arm, depth, budget
+def growth_sweep(growth, *cell):  # cell: arm, depth, budget -> (rho, loss, rows) in rho order
     rows = sorted((r for r in growth if (r["arm"], r["depth"], r["budget"]) == cell), key=lambda r: r["rho"])
     return np.array([r["rho"] for r in rows]), np.array([r["loss"] for r in rows]), rows
 
@@ -1287,14 +1348,13 @@ def growth_series(growth, *cell):  # cell: arm, depth, budget
 def growth_timing_figure(plt, growth, counts, arm):
     """Figures 10a (Loop Grow), 10b (Untied Grow): rho sweeps per depth and budget; each optimum's TPP, E and rho*."""
     count = {(c["depth"], c["recurrence"]): c for c in counts if c["mode"] == ("loop" if arm == "k2" else "dep")}
-    bcol = dict(zip((8, 8.5, 9, 9.5, 10, 10.5), scale(plt, "inferno", 0.12, 0.82, 6)))
-    dcol = dict(zip((8, 9, 10), scale(plt, "viridis", 0.16, 0.78, 3)))
+    bcol, depths = dict(zip((8, 8.5, 9, 9.5, 10, 10.5), scale(plt, *INFERNO, 6))), ordered(plt, VIRIDIS, (8, 9, 10))
     fig, axes = plt.subplots(2, 3, figsize=(6.9, 4.75))
     optima = []
-    for ax, d in zip(axes[0], dcol):
+    for ax, d in zip(axes[0], depths):
         gain = count[d, 4]["active"] / count[d, 2]["active"] - 1  # extra compute-active parameters after growth
         for budget in sorted({r["budget"] for r in growth if (r["arm"], r["depth"]) == (arm, d)}):
-            rho, loss, rows = growth_series(growth, arm, d, budget)
+            rho, loss, rows = growth_sweep(growth, arm, d, budget)
             complete = len(rho) == (5 if arm == "dep" and budget == d else 9)
             best = rho_fit(ax, rho, loss, bcol[budget], ls="-" if complete else "--")
             if best and rho[0] == 0:  # the rho = 0 run is the fixed-K=2 control at the same compute
@@ -1306,15 +1366,14 @@ def growth_timing_figure(plt, growth, counts, arm):
     a, b = np.polyfit(x, [o["tpp"] for o in optima], 1)  # the affine law TPP(rho*) = a TPP_K2 + b (App. A.2.3)
     for o in optima:
         o["affine_rho"] = (o["tpp_k2"] / (a * o["tpp_k2"] + b) - 1) / o["gain"]  # what the law implies (App. A.3.2)
-    for d, c in dcol.items():
+    for d, (c, m) in depths.items():
         mine = sorted((o for o in optima if o["depth"] == d), key=lambda o: o["tpp_k2"])
+        at = [o["tpp_k2"] for o in mine]
         for ax, y in zip(axes[1], ("tpp", "expansion", "rho")):
-            ax.plot([o["tpp_k2"] for o in mine], [o[y] for o in mine], color=c, alpha=0.55, lw=1)
-            ax.plot([o["tpp_k2"] for o in mine], [o[y] for o in mine], MARKERS[d], ms=4.5, color=c,
-                    label=f"$d={d}$" if y == "tpp" else None)
-            ax.plot([o["tpp_k2"] for o in mine if not o["complete"]], [o[y] for o in mine if not o["complete"]],
-                    MARKERS[d], ms=4.5, color=c, mfc="white")  # an incomplete sweep's optimum is hollow
-        axes[1][2].plot([o["tpp_k2"] for o in mine], [o["affine_rho"] for o in mine], "*", ms=7, color=INK,
+            ax.plot(at, [o[y] for o in mine], color=c, alpha=0.55, lw=1)
+            ax.scatter(at, [o[y] for o in mine], 20, marker=m, ec=c, fc=[c if o["complete"] else "white" for o in mine],
+                       label=f"$d={d}$" if y == "tpp" else None)  # an incomplete sweep's optimum is hollow
+        axes[1][2].plot(at, [o["affine_rho"] for o in mine], "*", ms=7, color=INK,
                         label="Affine-fit $\\rho^\\star$" if d == 8 else None)
     xs = np.linspace(x.min(), x.max(), 100)
     axes[1][0].plot(xs, a * xs + b, color=INK, lw=1.2, label="Affine fit")
@@ -1325,46 +1384,51 @@ def growth_timing_figure(plt, growth, counts, arm):
         ax.set(title=title, xlabel="$\\mathrm{TPP}_{K2}$", ylabel=y)
         ax.legend(loc="upper left" if title == "TPP" else "lower right", fontsize=6.5)
     axes[0][0].set_ylabel("Loss")
-    top = legend_band(fig, [([labelled_key(f"$d={b:g}$", color=c, marker="o", ms=4) for b, c in bcol.items()], 6)])
-    fig.tight_layout(rect=(0, 0, 1, top), h_pad=0.8, w_pad=0.6)
-    return fig, dict(optima=optima, affine_slope=float(a), affine_intercept=float(b))
+    fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [([(key(c, "o"), f"$d={b:g}$") for b, c in bcol.items()], 6)])),
+                     h_pad=0.8, w_pad=0.6)
+    return fig, dict(optima=optima, affine_slope=float(a), affine_intercept=float(b)), [stated(
+        f"{AFFINE[arm][0]} affine TPP law, {what}", float(ours), paper, "App. A.2.3") for what, ours, paper in zip(
+        ("slope a", "intercept b"), (a, b), AFFINE[arm][1:])]
 
 
 def fixed_fraction_figure(plt, diag):
-    """Figure 13: each growth family's diagonal sweeps, their optima and the mean optimum (the ladder's fixed rho)."""
-    colours = scale(plt, "viridis", 0.16, 0.78, 3)
+    """Figure 13: each growth family's sweeps at budget = depth, their vertices and mean (the ladder's fixed rho)."""
+    depths = ordered(plt, VIRIDIS, (8, 9, 10))
     fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.95))
     means = {}
     for ax, (title, series) in zip(axes, diag.items()):
-        fits = [rho_fit(ax, rho, loss, c, MARKERS[d], alpha=0.75, vline=True, star=False)
-                for (d, (rho, loss)), c in zip(series.items(), colours)]
+        fits = [rho_fit(ax, *s, *depths[d], alpha=0.75, vline=True, star=False) for d, s in series.items()]
         means[title] = float(np.mean([f[0] for f in fits if f]))
         ax.axvline(means[title], color=INK, ls="--", lw=1.1)
         ax.text(0.97, 0.95, f"Mean $\\rho^*={means[title]:.3f}$", transform=ax.transAxes, ha="right", va="top")
         top = 0.8 if title == "Deep Vanilla Grow" else 0.4
-        ax.set(xlim=(-0.03 * top, 1.03 * top), xticks=np.linspace(0, top, 5), xlabel="Growth fraction ($\\rho$)")
         lo, hi = min(l.min() for _, l in series.values()), max(l.max() for _, l in series.values())
-        ax.set(title=title, ylim=(lo - 0.06 * (hi - lo), hi + 0.28 * (hi - lo)), box_aspect=1)
+        ax.set(xlim=(-0.03 * top, 1.03 * top), xticks=np.linspace(0, top, 5), xlabel="Growth fraction ($\\rho$)",
+               title=title, ylim=(lo - 0.06 * (hi - lo), hi + 0.28 * (hi - lo)), box_aspect=1)
         ax.yaxis.set_major_locator(plt.matplotlib.ticker.MultipleLocator(0.05))
     axes[0].set_ylabel("Loss")
-    keys = [labelled_key(f"d{d} budget / model", color=c, marker=MARKERS[d], ms=4.5) for d, c in zip((8, 9, 10), colours)]
+    keys = [(key(c, m, ms=4.5), f"d{d} budget / model") for d, (c, m) in depths.items()]
     fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [(keys, 3)])))
-    return fig, dict(mean_rho_star=means)
+    return fig, dict(mean_rho_star=means), [stated(f"{t} mean rho*", means[t], p, "App. A.4.3") for t, p in (
+        ("Deep Vanilla Grow", 0.544), ("Loop Grow", 0.170), ("Untied Grow", 0.271))]
 
 
 def deep_vanilla_grow_figure(plt, dvg):
     """Figure 10c: Deep Vanilla Grow's rho sweeps at its TPP-6 budgets d8-d10, with rho* and the loss there."""
     fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.5))
     optima = {}
-    for ax, (d, (rho, loss)), colour in zip(axes, dvg.items(), scale(plt, "inferno", 0.12, 0.82, 6)[::2]):
-        optima[d] = rho_fit(ax, rho, loss, colour, MARKERS[d], vline=True)
+    for ax, (d, (rho, loss)), colour in zip(axes, dvg.items(), scale(plt, *INFERNO, 6)[::2]):
+        optima[d] = rho_fit(ax, rho, loss, colour, ORDER_MARKERS[d], vline=True)
         ax.text(0.97, 0.95, "$\\rho^\\star=%.3f$\n$L^\\star=%.4f$" % optima[d], color=colour, transform=ax.transAxes,
                 ha="right", va="top")
-        ax.set(title=f"$d={d}$", xlabel="Growth fraction ($\\rho$)", xlim=(-0.025, 0.825), xticks=np.linspace(0, 0.8, 5))
+        ax.set(title=f"$d={d}$", xlabel="Growth fraction ($\\rho$)", xlim=(-0.025, 0.825),
+               xticks=np.arange(0, 0.9, 0.2))
         ax.yaxis.set_major_formatter("{x:.3f}")
     axes[0].set_ylabel("Loss")
     fig.tight_layout()
-    return fig, dict(rho_star={d: o[0] for d, o in optima.items()}, loss_star={d: o[1] for d, o in optima.items()})
+    return fig, dict(rho_star={d: o[0] for d, o in optima.items()}, loss_star={d: o[1] for d, o in optima.items()}), [
+        stated(f"Deep Vanilla Grow rho* at d{d}", optima[d][0], p, "App. A.2.3") for d, p in zip(optima, (
+            0.556, 0.559, 0.516))]
 
 
 def sweep_panel(plt, ax, cells, x_key, colours):
@@ -1379,12 +1443,10 @@ def sweep_panel(plt, ax, cells, x_key, colours):
                 ax.plot(x, loss, "o", ms=4.5, mfc="none", color=colour, alpha=0.32)
             else:
                 ax.plot(x, loss, "o", ms=4.5, color=colour, mec="white", mew=0.6, zorder=4)
-            coef, v = vertex(np.log(x), np.log(loss)) if len(x) >= 3 else (None, None)
-            optima += [] if v is None else [math.exp(v)]
-            if v is not None and part == "growth":
-                xs = np.geomspace(x.min(), x.max(), 100)
-                ax.plot(xs, np.exp(np.polyval(coef, np.log(xs))), color=colour, lw=1.35)
-                ax.plot(math.exp(v), math.exp(np.polyval(coef, v)), "*", ms=10, color=colour, mec="white", zorder=5)
+            coef, v, bracketed = quadratic(np.log(x), np.log(loss)) if len(x) >= 3 else (None, None, False)
+            optima += [math.exp(v)] * bracketed
+            if bracketed and part == "growth":
+                draw_quadratic(ax, coef, np.log(x), colour, star=v, ms=10, lw=1.35)
         means[part] = float(np.mean(optima))
         ax.axvline(means[part], color=line, ls="--", lw=1.1, alpha=alpha)
         ax.text(means[part] * 1.03, y, f"{word} {means[part]:.2f}", transform=ax.get_xaxis_transform(), va="top",
@@ -1396,316 +1458,365 @@ def sweep_panel(plt, ax, cells, x_key, colours):
     return means
 
 
-ABLATION = {"tpp8_rho0p30": ("TPP 8, $\\rho=0.30$", "#c3b369", "s"), "tpp6_fitrho": ("TPP 6, fitted $\\rho$", "#2f426d",
-            "o"), "tpp6_rho0p30": ("TPP 6, $\\rho=0.30$", "#2f426d", "s")}  # a fixed rho is a hollow square
-
-
-def ablation_panel(ax, rows):
-    """Untied Grow's ablation: compute at the baseline's loss from each ladder's two runs nearest in log loss."""
-    base = sorted((r["depth"], float(r["scheduled_matrix_flops"]), r["validation_loss"]) for r in rows
-                  if r["ladder"] == "tpp8_fitrho" and 6 <= r["depth"] <= 16)
-    out = {}
-    for name, (label, colour, marker) in ABLATION.items():
-        log_loss, log_c = np.log([(r["validation_loss"], float(r["scheduled_matrix_flops"])) for r in rows
-                                  if r["ladder"] == name]).T
-        out[name] = []
-        for _, c_base, l_base in base:
-            i, j = np.argsort(abs(log_loss - math.log(l_base)))[:2]
-            at = log_c[i] + (log_c[j] - log_c[i]) / (log_loss[j] - log_loss[i]) * (math.log(l_base) - log_loss[i])
-            out[name].append(c_base / math.exp(at))
-        ax.plot([b[1] for b in base], out[name], "-" + marker, ms=4.5, color=colour, label=label,
-                mfc="white" if marker == "s" else colour)
-    ax.axhline(1, color=MUTED, ls=":", lw=1)
-    every = [m for v in out.values() for m in v]
-    ax.set(xscale="log", ylim=(min(every) - 0.005, max(every) + 0.025), title="Untied Grow",
-           ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
-    return dict(depths=[b[0] for b in base], multipliers=out)
-
-
 def token_allocation_figure(plt, cells, ablation):
-    """Figure 10d: loss against 6T^2/C with and without growth (Loop-2, Untied-2) and Untied Grow's ablation."""
-    colours = scale(plt, "inferno", 0.12, 0.82, 5)
+    """Figure 10d: loss against 6T^2/C with and without growth (Loop-2, Untied-2), and Untied Grow's ablation."""
+    colours = scale(plt, *INFERNO, 5)
     fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.9))
     means = {arm: sweep_panel(plt, ax, cells[arm], "six_t_squared_over_c", colours) for ax, arm in zip(axes, cells)}
     for ax, title in zip(axes, ("Loop-2", "Untied-2")):
         ax.set(title=title, xlabel="$6T^2/C$", ylim=(min(a.get_ylim()[0] for a in axes[:2]),
                                                      max(a.get_ylim()[1] for a in axes[:2])))
     axes[0].set_ylabel("Loss")
-    numbers = dict(mean_optimum=means, ablation=ablation_panel(axes[2], ablation))
-    keys = [labelled_key(f"$d={b}$", color=c, marker="o", ms=4) for b, c in zip(range(8, 13), colours)] + \
-        [labelled_key("Fixed controls", color=MUTED, ls=":", marker="o", mfc="none", ms=4),
-         labelled_key("Fit + optimum", color=INK, marker="*", ms=7)]
+    base = sorted((r["depth"], float(r["scheduled_matrix_flops"]), r["validation_loss"]) for r in ablation
+                  if r["ladder"] == "tpp8_fitrho" and 6 <= r["depth"] <= 16)
+    out = {}
+    for name, (label, colour, marker) in ABLATION.items():
+        log_loss, log_c = np.log([(r["validation_loss"], float(r["scheduled_matrix_flops"])) for r in ablation
+                                  if r["ladder"] == name]).T
+        out[name] = []
+        for _, c_base, l_base in base:
+            i, j = np.argsort(abs(log_loss - math.log(l_base)))[:2]
+            at = log_c[i] + (log_c[j] - log_c[i]) / (log_loss[j] - log_loss[i]) * (math.log(l_base) - log_loss[i])
+            out[name].append(c_base / math.exp(at))
+        axes[2].plot([b[1] for b in base], out[name], "-" + marker, ms=4.5, color=colour, label=label,
+                     mfc="white" if marker == "s" else colour)
+    axes[2].axhline(1, color=MUTED, ls=":", lw=1)
+    every = [m for v in out.values() for m in v]
+    axes[2].set(xscale="log", ylim=(min(every) - 0.005, max(every) + 0.025), title="Untied Grow",
+                ylabel="Compute Multiplier", xlabel="Compute (FLOPs)")
+    keys = [(key(c, "o"), f"$d={b}$") for b, c in zip(range(8, 13), colours)] + [
+        (key(MUTED, "o", ":", hollow=True), "Fixed controls"), (key(INK, "*", ms=7), "Fit + optimum")]
     legend_band(fig, [(list(zip(*axes[2].get_legend_handles_labels())), 1)], 0.84)
     fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [(keys, 3)], 0.36)))
-    return fig, numbers
+    loss = {(r["ladder"], r["depth"]): r["validation_loss"] for r in ablation}
+    change = [loss["tpp8_rho0p30", d] - loss["tpp8_fitrho", d] for d, _, _ in base]
+    tpp6 = max(abs(1 - m) for k in ("tpp6_fitrho", "tpp6_rho0p30") for m in out[k])
+    a24 = "App. A.2.4"
+    return fig, dict(mean_optimum=means, ablation=dict(depths=[b[0] for b in base], multipliers=out)), [
+        stated(f"mean optimal 6T^2/C, {arm} {part}", means[arm][part], p, a24)
+        for (arm, part), p in MEAN_6T2C.items()] + [
+        stated("loss change from rho = 0.30 instead of the fitted rho, smallest", min(change), -0.0009, a24),
+        stated("loss change from rho = 0.30 instead of the fitted rho, largest", max(change), 0.0019, a24,
+               "the text rounds to 1e-4: 0.00192 prints as 0.0019"),
+        stated("largest compute change from reusing TPP 6 ('less than about 5%')", tpp6, 0.05, a24,
+               "the text gives a bound, not a value")]
 
 
 def fixed_token_panels(plt, scaling_ax, optima_ax, family, budget_colours, coloured_slices=False):
     """1B-token ladders per K with the slices B1-B5; at each, every K's loss (R4) and the K* vertex -> optima, keys."""
     ladders = {int(K): list(zip(*sorted((r["compute"], r["loss"], r["depth"]) for r in rows)))
                for K, rows in family.items()}
-    for C, c in zip(BUDGETS, budget_colours):
-        scaling_ax.axvline(C, ls=(0, (2, 3)), zorder=0, **(dict(color=c, lw=1.6, alpha=0.8) if coloured_slices
-                                                           else dict(color=MUTED, lw=0.8, alpha=0.35)))
-    k_colours = dict(zip(ladders, scale(plt, "magma", 0.08, 0.82, len(ladders))))
+    k_colours = dict(zip(ladders, scale(plt, *MAGMA, len(ladders))))
     for K, (x, loss, depth) in ladders.items():
         scaling_ax.plot(x, loss, color=k_colours[K], lw=1.4)
         for xi, li, d in zip(x, loss, depth):
             scaling_ax.plot(xi, li, DEPTH_MARKERS[d], ms=4.5, color=k_colours[K], mec="white", mew=0.4)
     optima, shown = [], []
     for C, c in zip(BUDGETS, budget_colours):
+        scaling_ax.axvline(C, ls=(0, (2, 3)), zorder=0, **(dict(color=c, lw=1.6, alpha=0.8) if coloured_slices
+                                                           else dict(color=MUTED, lw=0.8, alpha=0.35)))
         Ks, losses = at_budget(ladders, C)
-        if len(Ks) < len(ladders):  # every K must reach the budget
-            continue
-        k_star, l_star, _, coef = loop_optimum(Ks, losses)
-        ks = np.geomspace(Ks.min(), Ks.max(), 200)
-        optima_ax.plot(ks, np.exp(np.polyval(coef, np.log(ks))), color=c, lw=1.4)
-        optima_ax.plot(Ks, losses, "o", ms=4, color=c)
-        optima_ax.plot(k_star, l_star, "*", ms=8, color=c, mec="white", mew=0.5, zorder=5)
-        optima.append((k_star, l_star))
-        shown += [*losses, l_star]
-    scaling_ax.set_xscale("log")
+        if len(Ks) == len(ladders):  # every K must reach the budget
+            k_star, l_star, _, coef = loop_optimum(Ks, losses)
+            draw_quadratic(optima_ax, coef, np.log(Ks), c, star=math.log(k_star), ms=8, lw=1.4)
+            optima_ax.plot(Ks, losses, "o", ms=4, color=c)
+            optima, shown = optima + [(k_star, l_star)], shown + [*losses, l_star]
     log2_axis(optima_ax, [1, 2, 3, 4, 6], lim=(0.88, 7.55))
     optima_ax.set_ylim(min(shown) - 0.018, max(shown) + 0.018)
     for ax in (scaling_ax, optima_ax):
         ax.yaxis.set_major_formatter(trimmed)
     depths = sorted({d for _, _, dd in ladders.values() for d in dd})
-    return optima, ([labelled_key(f"K={K}", color=c, lw=1.4) for K, c in k_colours.items()],
-                    [labelled_key(f"d{d}", color=MUTED, marker=DEPTH_MARKERS[d], ls="none", ms=4.5) for d in depths])
+    return optima, ([(key(c, lw=1.4), f"K={K}") for K, c in k_colours.items()],
+                    [(key(MUTED, DEPTH_MARKERS[d], "none", ms=4.5), f"d{d}") for d in depths])
 
 
 def fixed_token_figure(plt, fresh):
     """Figure 8: tied (Loop-2) and untied (Untied-2) recurrence at 1B tokens; the two share the K=1 ladder."""
-    bcol = scale(plt, "inferno", 0.12, 0.82, 5)
+    bcol = scale(plt, *INFERNO, 5)
     fig, axes = plt.subplots(1, 4, figsize=(13.8, 4.3))
     k_star = {}
     for (s_ax, o_ax), family, name in zip((axes[:2], axes[2:]), ("tied", "untied"), ("Loop-2", "Untied-2")):
         optima, (k_keys, d_keys) = fixed_token_panels(plt, s_ax, o_ax, fresh[family], bcol)
         k_star[family] = [o[0] for o in optima]
+        flop_axis(s_ax, list(FLOP_TICKS))
         s_ax.set(title=f"{name} scaling", xlabel="Compute (FLOPs)", ylabel="Loss", xlim=(0.38e18, 10.7e18),
                  box_aspect=1)
         o_ax.set(title=f"{name} optima", xlabel="Recurrence", ylabel="Loss (Interpolated)", box_aspect=1)
-        s_ax.set_xticks(list(FLOP_TICKS), list(FLOP_TICKS.values()))
-        s_ax.tick_params(axis="x", which="minor", labelbottom=False)
-    c_keys = [labelled_key(f"$C={C / 1e18:.2f}\\times10^{{18}}$", color=c, lw=1.4) for C, c in zip(BUDGETS, bcol)]
+    c_keys = [(key(c, lw=1.4), f"$C={C / 1e18:.2f}\\times10^{{18}}$") for C, c in zip(BUDGETS, bcol)]
     fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [(k_keys, 5), (d_keys, 8), (c_keys, 5)])), w_pad=1.5)
-    return fig, dict(k_star=k_star)
+    return fig, dict(k_star=k_star), [stated("largest K* at 1B tokens ('between one and two passes')", max(
+        max(k) for k in k_star.values()), 2, "App. A.2.2", "the text gives a bound, not a value")]
+
+
+def line_through(x, y):
+    """Piecewise linear through the knots (x, y), extended linearly past both ends -> (slopes, function)."""
+    x, y = x[np.argsort(x)], y[np.argsort(x)]
+    s = np.diff(y) / np.diff(x)
+    return s, lambda t: np.interp(t, x, y) + np.minimum(t - x[0], 0) * s[0] + np.maximum(t - x[-1], 0) * s[-1]
+
+
+def allocation_panels(plt, top, bottom, runs, colours):
+    """Figure 7, left: loss against compute per depth (markers: core size) with the frontier, and regret to it."""
+    from itertools import product
+    log_c, losses, best_sum = np.log([r["compute"] for r in runs]), np.array([r["loss"] for r in runs]), -np.inf
+    for chain in product(*[[i for i, r in enumerate(runs) if r["depth"] == d] for d in range(6, 11)]):
+        slopes, at = line_through(log_c[list(chain)], losses[list(chain)])  # the tightest convex chain below all runs
+        if np.all(np.diff(slopes) >= -1e-12) and np.all(at(log_c) <= losses + 1e-12) and at(log_c).sum() > best_sum:
+            best, best_sum, frontier = chain, at(log_c).sum(), at
+    vertices = {}
+    for d, colour in zip(range(6, 11), colours):
+        c, loss, core = np.array(sorted((r["compute"], r["loss"], d - r["shell"]) for r in runs if r["depth"] == d)).T
+        top.plot(c, loss, color=colour, lw=1.3)
+        for ci, li, k in zip(c, loss, core):
+            top.plot(ci, li, CORE_MARKERS[k], ms=4.8, color=colour, mec="white", mew=0.4)
+        regret = 1e3 * (loss - frontier(np.log(c)))
+        coef, vertices[d], _ = quadratic(core / d, regret)
+        bottom.plot(core / d, regret, "o", ms=3.5, color=colour)
+        draw_quadratic(bottom, coef, core / d, colour, same, same, vertices[d], ls=(0, (1, 2)), lw=1.4)
+    xs = np.geomspace(np.exp(log_c.min()) / 1.05, np.exp(log_c.max()) * 1.05, 100)
+    top.plot(xs, frontier(np.log(xs)), dashes=(4, 3), lw=1.2, alpha=0.7, color="black")
+    flop_axis(top, [5e17, 1e18, 2e18])
+    bottom.axhline(0, color=MUTED, ls="--", lw=0.8)
+    bottom.set(xlim=(0.18, 0.82), xticks=np.linspace(0.2, 0.8, 4))
+    bottom.xaxis.set_major_formatter("{x:.1f}")
+    return dict(frontier_cores={runs[i]["depth"]: runs[i]["depth"] - runs[i]["shell"] for i in best},
+                regret_vertex=vertices)
+
+
+def growth_target_panels(top, bottom, targets, lens, colours):
+    """Figure 7, middle right: loss and KL effective depth against the growth target K (hollow: fixed K) per budget."""
+    kl_depth, rising = {}, {}
+    for r in lens:  # the first block after the KL peak within 2 nats of the final output
+        kl = [b["kl_to_final"] for b in r["block_lens"]]
+        kl_depth[r["budget"], r["target"]] = next(j for j in range(int(np.argmax(kl)) + 1, len(kl)) if kl[j] < 2)
+    for B, colour in zip((2, 2.5, 3, 3.5, 4), colours):
+        k, loss = zip(*sorted((r["target"], r["loss"]) for r in targets if r["budget"] == B))
+        rising[B] = bool(np.all(np.diff([kl_depth[B, t] for t in k]) > 0))
+        for ax, y in ((top, loss), (bottom, [kl_depth[B, t] for t in k])):
+            ax.plot(k, y, color=colour, lw=2)
+            ax.plot(k[k[0] == B:], y[k[0] == B:], "o", ms=5, color=colour, mec="white", mew=0.5, zorder=4)
+            ax.plot(k[:k[0] == B], y[:k[0] == B], "o", ms=5, color=colour, mfc="white", mew=2, zorder=4)
+    top.axhline(next(r["loss"] for r in targets if r["budget"] == 2), color=MUTED, ls=":", lw=1)
+    top.yaxis.set_major_formatter("{x:.3f}")
+    for ax in (top, bottom):
+        log2_axis(ax, [2, 3, 4, 6, 8])
+    best = {B: min((r["loss"], r["target"]) for r in targets if r["budget"] == B)[1] for B in rising if B > 2}
+    return dict(kl_effective_depth={f"B{B:g} K{t}": v for (B, t), v in kl_depth.items()}, best_target=best, kl_rising=
+                rising, kl_as_released=all(kl_depth[r["budget"], r["target"]] == r["kl_effective_depth"] for r in lens))
+
+
+def allocation_figure(plt, release, fresh, loop_grow):
+    """Figure 7, a column per decision: block allocation, recurrence, growth target, growth timing and its TPP."""
+    fig, axes = plt.subplots(2, 4, figsize=(10.35, 5.85))
+    viridis5, inferno5 = scale(plt, *VIRIDIS, 5), scale(plt, *INFERNO, 5)
+    numbers = dict(allocation=allocation_panels(plt, *axes[:, 0], early(release, "shell"), viridis5))
+    optima, (k_keys, d_keys) = fixed_token_panels(plt, *axes[:, 1], fresh["tied"], inferno5, coloured_slices=True)
+    target = numbers["growth_target"] = growth_target_panels(*axes[:, 2], early(release, "grow_targets"),
+                                                             early(release, "grow_lens"), inferno5)
+    numbers.update(stored_tpp_mean=sweep_panel(plt, axes[1, 3], early(release, "stored_tpp"), "tpp", inferno5),
+                   loop_grow_rho_star={d: rho_fit(axes[0, 3], rho, loss, c)[0]
+                                       for (d, (rho, loss)), c in zip(loop_grow.items(), inferno5)})
+    for ax, (title, x, y) in zip(axes.flat, FIG7_PANELS):
+        ax.set(title=title, xlabel=x, ylabel=y)
+    axes[0, 3].set(xlim=(-0.012, 0.412), xticks=np.linspace(0, 0.4, 5))
+    flop_axis(axes[0, 1], [5e17, 2e18, 1e19])
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.75 / 5.85), h_pad=1.2, w_pad=0.8)
+    dot = lambda c, **kw: key(c, "o", ms=4.5, **kw)
+    bands = [[([(key(c, lw=1.3), f"d{d}") for d, c in zip(range(6, 11), viridis5)], 5),
+              ([(key(MUTED, m, "none", ms=4.5), f"C={k}") for k, m in CORE_MARKERS.items()], 4)],
+             [(k_keys, 5), (d_keys, 4), ([(key(MUTED, ls=(0, (2, 3))), "compute slice")], 1)],
+             [([(dot(c, lw=2), f"$B={B:g}$") for B, c in zip((2, 2.5, 3, 3.5, 4), inferno5)], 3),
+              ([(dot(MUTED, ls="none", hollow=True), "fixed K")], 1)],
+             [([(dot(c), f"d{b}") for b, c in zip(range(8, 13), inferno5)], 3)]]
+    for ax, groups in zip(axes[0], bands):
+        legend_band(fig, groups, (ax.get_position().x0 + ax.get_position().x1) / 2)
+    return fig, numbers, [
+        stated("budgets where growing to K=4 gives the lowest loss (of 4)",
+               sum(t == 4 for t in target["best_target"].values()), 4, "App. A.2.3"),
+        stated("budgets where a larger target gives a larger KL effective depth (of 4)",
+               sum(target["kl_rising"][B] for B in target["best_target"]), 4, "App. A.2.3"),
+        stated("Loop Grow's refitted initial stored TPP (the mean optimum, rounded)",
+               round(numbers["stored_tpp_mean"]["growth"]), 7, "App. A.4.3")]
 
 
 def growth_figures(plt, release):
-    """Figures 8, 10a-d and 13 from appendix_early/ -> {id: (figure, numbers, the text's numbers beside ours)}."""
-    fresh, growth, counts, ablation, deepvan, tokens = (
-        read_json(os.path.join(release, "appendix_early", name + ".json"))
-        for name in ("fresh_data", "growth", "counts", "ablation", "deepvan_growth", "token_allocation"))
+    """Figures 7, 8, 10a-d and 13 from appendix_early/ -> {id: (figure, numbers, the text's numbers beside ours)}."""
+    fresh, growth, counts = early(release, "fresh_data"), early(release, "growth"), early(release, "counts")
+    deepvan = early(release, "deepvan_growth")
     dvg = {d: tuple(np.array([r[k] for r in deepvan if r["depth"] == d]) for k in ("rho", "loss")) for d in (8, 9, 10)}
-    diag = {"Deep Vanilla Grow": dvg, **{title: {d: growth_series(growth, arm, d, d)[:2] for d in (8, 9, 10)}  # budget
+    diag = {"Deep Vanilla Grow": dvg, **{title: {d: growth_sweep(growth, arm, d, d)[:2] for d in (8, 9, 10)}  # budget
                                         for title, arm in (("Loop Grow", "k2"), ("Untied Grow", "dep"))}}  # = depth
-    with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
-        out = {"fig08": fixed_token_figure(plt, fresh), "fig10a": growth_timing_figure(plt, growth, counts, "k2"),
-               "fig10b": growth_timing_figure(plt, growth, counts, "dep"),
-               "fig10c": deep_vanilla_grow_figure(plt, diag["Deep Vanilla Grow"]),
-               "fig10d": token_allocation_figure(plt, tokens, ablation),
-               "fig13": fixed_fraction_figure(plt, diag)}
-    n = {fig_id: numbers for fig_id, (_, numbers) in out.items()}
-    a23, a24, bound = "App. A.2.3", "App. A.2.4", "the text gives a bound, not a value"
-    loss = {(r["ladder"], r["depth"]): r["validation_loss"] for r in ablation}
-    change = [loss["tpp8_rho0p30", d] - loss["tpp8_fitrho", d] for d in n["fig10d"]["ablation"]["depths"]]
-    tpp6 = max(abs(1 - m) for k in ("tpp6_fitrho", "tpp6_rho0p30") for m in n["fig10d"]["ablation"]["multipliers"][k])
-    checks = {"fig08": [stated("largest K* at 1B tokens ('between one and two passes')",
-                               max(max(k) for k in n["fig08"]["k_star"].values()), 2, "App. A.2.2", bound)],
-              "fig10c": [stated(f"Deep Vanilla Grow rho* at d{d}", n["fig10c"]["rho_star"][d], p, a23)
-                         for d, p in ((8, 0.556), (9, 0.559), (10, 0.516))],
-              "fig10d": [stated(f"mean optimal 6T^2/C, {arm} {part}", n["fig10d"]["mean_optimum"][arm][part], p, a24)
-                         for arm, part, p in (("k2", "controls", 6.39), ("k2", "growth", 6.97),
-                                              ("dep", "controls", 7.43), ("dep", "growth", 8.97))] + [
-                  stated("loss change from rho = 0.30 instead of the fitted rho, smallest", min(change), -0.0009, a24),
-                  stated("loss change from rho = 0.30 instead of the fitted rho, largest", max(change), 0.0019, a24,
-                         "the text rounds to 1e-4: 0.00192 prints as 0.0019"),
-                  stated("largest compute change from reusing TPP 6 ('less than about 5%')", tpp6, 0.05, a24, bound)],
-              "fig13": [stated(f"{t} mean rho*", n["fig13"]["mean_rho_star"][t], p, "App. A.4.3")
-                        for t, p in (("Deep Vanilla Grow", 0.544), ("Loop Grow", 0.170), ("Untied Grow", 0.271))]}
-    for fig_id, name, a, b in (("fig10a", "Loop-Grow", 0.902, 0.216), ("fig10b", "Untied-Grow", 0.883, 0.103)):
-        checks[fig_id] = [stated(f"{name} affine TPP law, slope a", n[fig_id]["affine_slope"], a, a23),
-                          stated(f"{name} affine TPP law, intercept b", n[fig_id]["affine_intercept"], b, a23)]
-    return {fig_id: (fig, numbers, checks[fig_id]) for fig_id, (fig, numbers) in out.items()}
+    with plt.rc_context(appendix_rc(APPENDIX_SIZE[:4] + (7,))):  # the release's legends here are size 7
+        return dict(fig07=allocation_figure(plt, release, fresh, diag["Loop Grow"]),
+                    fig08=fixed_token_figure(plt, fresh), fig10a=growth_timing_figure(plt, growth, counts, "k2"),
+                    fig10b=growth_timing_figure(plt, growth, counts, "dep"), fig10c=deep_vanilla_grow_figure(plt, dvg),
+                    fig10d=token_allocation_figure(plt, early(release, "token_allocation"), early(release, "ablation")),
+                    fig13=fixed_fraction_figure(plt, diag))
 
 
-# -------------------------------------------- appendix A: recurrence margins, TPP bowls, recipe sweeps (Figs 9, 12, 14)
-EARLY = "appendix_early"
-ORDER_MARKERS = dict(zip(range(8, 15), "os^DvPX"))  # budgets d8-d14 and depths d8-d12 (Figs 9, 12, 14)
+def figure9(plt, release):
+    """Figure 9: the loss above K=1 against k per family, anchor and budget; the optima's TPP and expansion laws."""
+    budgets = early(release, "tpl_budgets")
+    names = sorted(budgets, key=int)
+    log_c = np.log([float(budgets[b]) for b in names])
+    sweeps = collections.defaultdict(list)
+    for r in sorted(early(release, "tpl"), key=lambda r: r["k"]):
+        sweeps[r["family"], r["anchor"], int(names[np.argmin(abs(log_c - math.log(r["C"])))])].append(r)
+    anchors, look_of = sorted({a for _, a, _ in sweeps}), ordered(plt, INFERNO, sorted(map(int, budgets)))
+    fig = plt.figure(figsize=(13.8, 4.62))
+    margin = grid(fig, 2, len(anchors), 0.75, 0.55, 1.52, 1.52, 0.12, 0.42, sharex=True, sharey="row")
+    relation = grid(fig, 2, 2, 9.75, 0.55, 1.52, 1.52, 0.62, 0.42, sharex="col")
+    optima, numbers, checks = collections.defaultdict(list), dict(not_bracketed=[]), []
+    for (family, anchor, budget), rows in sorted(sweeps.items()):
+        if len(rows) < 3:
+            continue
+        k, L, tpp, nc = (np.array([r[f] for r in rows], float) for f in ("k", "L", "tpp", "Nc"))
+        coef, v, bracketed = quadratic(np.log(k), np.log(L))
+        bracketed = bracketed and 0 < np.argmin(L) < len(L) - 1
+        (c, m), ax = look_of[budget], margin[int(family == "dep"), anchors.index(anchor)]
+        rel = lambda u: 1000 * (np.exp(u) - L[0])  # loss above k = 1, in 1e-3
+        ax.plot(k, rel(np.log(L)), marker=m, ms=4.5, lw=1.4, color=c, mfc=c if bracketed else "white")
+        if coef[0] > 0:
+            draw_quadratic(ax, coef, np.log(k), c, y=rel, alpha=0.75, lw=1.2, star=v if bracketed else None)
+        if bracketed:  # TPP at K* by log-log interpolation over k, N_c at K* linearly
+            optima[family].append((anchor, tpp[0], np.interp(math.exp(v), k, nc) / nc[0],
+                                   math.exp(np.interp(v, np.log(k), np.log(tpp)))))
+        else:
+            numbers["not_bracketed"].append(f"{family} d{anchor}/B{budget}")
+    for row, (family, arm) in enumerate(FAMILIES):
+        name, colour = look(arm)[:2]
+        for ax, anchor in zip(margin[row], anchors):
+            ax.axhline(0, color=INK, lw=1.1, alpha=0.6)
+            log2_axis(ax, [1, 2, 3, 4, 6])
+            ax.set(title=f"{name} · d{anchor}", ylim=(None, min(ax.get_ylim()[1], 50)))
+        at, x, *ys = map(np.array, zip(*optima[family]))
+        for ax, y, (what, label, ticks, paper_laws, equation) in zip(relation[row], ys, RELATIONS):
+            for anchor in anchors:  # an anchor's optima, in budget order (rising TPP_K1)
+                ax.plot(x[at == anchor], y[at == anchor], ls="--", alpha=0.4, color=colour)
+                ax.plot(x[at == anchor], y[at == anchor], ANCHOR_MARKERS[anchor], ms=5, color=colour, mec="white")
+            b, log_a = np.polyfit(np.log(x), np.log(y), 1)  # the power law y = a x^b, OLS in log-log
+            r2 = 1 - np.sum((np.log(y) - log_a - b * np.log(x)) ** 2) / np.sum((np.log(y) - np.log(y).mean()) ** 2)
+            ax.plot(np.sort(x), math.exp(log_a) * np.sort(x) ** b, color=INK, lw=1.3)
+            ax.text(0.04, 0.96, f"$y = {math.exp(log_a):.2f} x^{{{b:.2f}}}$\n$R^2 = {r2:.3f}$", va="top",
+                    transform=ax.transAxes, color=MUTED, fontsize=8.5)
+            log2_axis(ax, [7, 15, 30, 70])
+            ticks = [t for t in ticks if y.min() / 1.15 < t < y.max() * 1.15]
+            ax.set(yscale="log", yticks=ticks, yticklabels=[f"{t:g}" for t in ticks], ylabel=label,
+                   title=f"{name} {what}")
+            ax.tick_params(axis="y", which="minor", labelleft=False)
+            numbers[f"{name} {what}"] = dict(a=math.exp(log_a), b=b, r2=r2, points=len(x))
+            checks += [stated(f"{name} {what} {v}", ours, paper, f"App. A, Eq. {equation}", "rounded in the text")
+                       for v, ours, paper in zip("ab", (math.exp(log_a), b), paper_laws[row])]
+    fig.supxlabel("Recurrence", x=(0.75 + 2.5 * 1.52 + 2 * 0.12) / 13.8, y=0.01, fontsize=10)
+    fig.text((9.75 + 1.52 + 0.31) / 13.8, 0.01, "$\\mathrm{TPP}_{K1}$", ha="center", va="bottom", fontsize=10)
+    fig.supylabel("Loss $-$ K1 loss ($10^{-3}$)", x=0.005, fontsize=10)
+    legend_band(fig, [([(key(*look_of[b]), f"Budget d{b}") for b in look_of]
+                       + [(key(MUTED, ANCHOR_MARKERS[a], "none"), f"Anchor d{a}") for a in anchors], 12)])
+    return fig, numbers, checks
 
 
-def ordered(plt, cmap, lo, hi, keys):
-    """{key: (colour, marker)} on one of the release's ordered scales (budgets: inferno, depths: viridis)."""
-    return {k: (c, ORDER_MARKERS[k]) for k, c in zip(keys, scale(plt, cmap, lo, hi, len(keys)))}
+def incumbents(rows):
+    """Figure 11: a chain's incumbent loss per phase -> {slot: loss or None}, slot -1 the start (round 1's GLR probe),
+    11 (r - 1) + i round r's phase i. Adopted: a setting that beats the probe (or incumbent) by ADOPT, one knob only."""
+    by = collections.defaultdict(list)
+    for r in rows:
+        by[int(r["round"]), r["phase"]].append((float(r["val_loss"]), r["probe"] == "True", r["knob"]))
+    current = next(loss for loss, probe, _ in by[1, "glr"] if probe)
+    out = {-1: current}
+    for slot, (rnd, phase) in enumerate((rnd, phase) for rnd in (1, 2) for phase in PHASES):
+        runs = by.get((rnd, phase))
+        if not runs:  # Vanilla and Deep Vanilla have no injection weight to tune
+            continue
+        probe = [loss for loss, is_probe, _ in runs if is_probe]
+        if phase in ("schedule", "adam"):
+            base = probe[0] if probe else current
+            best = {knob: min(l for l, p, k in runs if k == knob and not p) for _, p, knob in runs if not p}
+            adopted = [b for b in best.values() if base - b > ADOPT]
+            current = base if not adopted else adopted[0] if len(adopted) == 1 else None  # two: stacking untested
+        else:
+            low = min(loss for loss, _, _ in runs)
+            current = probe[0] if probe[0] - low <= ADOPT else low
+        out[slot] = current
+    return out
 
 
-def parabola(u, v):
-    """Least-squares quadratic v(u) -> (coefficients, vertex u*, convex)."""
-    coef = np.polyfit(u, v, 2)
-    return coef, -coef[1] / (2 * coef[0]), bool(coef[0] > 0)
+def figure11(plt, release):
+    """Each architecture's tuning chain at d8: the incumbent loss after every phase of two rounds (App. A.4.1)."""
+    tune = early(release, "tune")
+    finals = {r["arm"]: float(r["val_loss"]) for r in tune if r["kind"] == "final"}
+    numbers, entries = {}, []
+    with plt.rc_context(appendix_rc((10.5, 11.5, 11, 9.5, 9.5))):
+        fig = plt.figure(figsize=(5.0, 5.45))
+        ax = grid(fig, 1, 1, 0.8, 1.15, 4.05, 3.2, 0, 0)[0, 0]
+        for chain, (final, marker) in CHAINS.items():
+            slots = incumbents([r for r in tune if r["series"] == "chain_" + chain and r["kind"] == "chain"])
+            label, colour, arm_marker = look(chain.split("_no_")[0])[:3]
+            label, marker = label + " No-Coda-Inj" * bool(marker), marker or arm_marker
+            measured = {s: v for s, v in slots.items() if v is not None}  # round 2 goes on from round 1's last
+            ax.plot(list(measured), list(measured.values()), marker=marker, ms=5.5, lw=1.3, color=colour)
+            last, tuned = max(measured), measured[max(measured)]
+            if slots[21] is None:  # the last phase improved with two knobs: the final recipe's run, hollow
+                tuned = finals[final]
+                ax.plot([last, 21], [measured[last], tuned], marker, ls="-", lw=1.3, ms=5.5, color=colour,
+                        mfc="white", mew=1.2, markevery=[1])
+            round1 = measured[max(s for s in measured if s < 11)]
+            numbers[label] = dict(incumbents=slots, round1=round1, tuned=tuned, hollow=slots[21] is None)
+            entries.append((key(colour, marker, ms=5.5, lw=1.3), label))
+        ax.set_xticks(range(-1, 22), ["Initial", *PHASES.values(), *PHASES.values()], rotation=90)
+        ax.axvline(10.5, color=MUTED, ls=":", lw=1)
+        ax.xaxis.grid(False)
+        top = ax.secondary_xaxis("top")
+        top.set_xticks([5, 16], ["Round 1", "Round 2"])
+        top.tick_params(length=0)
+        ax.set(xlabel="Hyperparameter", ylabel="Loss", title="Chain tuning", xlim=(-1.6, 21.6))
+        legend_band(fig, [(entries, 3)])
+    best = numbers["Untied-2"]["tuned"]
+    return fig, numbers, [
+        stated("chains whose second round ends below their first (of 7)",
+               sum(n["tuned"] < n["round1"] for n in numbers.values()), 7, "App. A.4.1, Figure 11"),
+        stated("chains tuned to a higher loss than Untied-2 (of 6)", sum(n["tuned"] > best for n in numbers.values()),
+               6, "App. A.4.1, Table 4")]
 
 
-def draw_parabola(ax, coef, u, colour, x=np.exp, y=np.exp, star=None, star_colour=None, ms=9, **kw):
-    """Quadratic + star: the fit over the measured u range at (x(u), y(fit)); a white-edged star at the vertex u*."""
-    us = np.linspace(min(u), max(u), 200)
-    ax.plot(x(us), y(np.polyval(coef, us)), color=colour, **kw)
-    if star is not None:
-        ax.plot(x(star), y(np.polyval(coef, star)), "*", ms=ms, color=star_colour or colour, mec="white", mew=0.6)
-
-
-def log_ticks(ax, which, ticks, minor=()):
-    """A log axis with %g labels at `ticks` and unlabelled minor ticks at `minor` only."""
-    getattr(ax, f"set_{which}scale")("log")
-    getattr(ax, f"set_{which}ticks")(ticks, [f"{t:g}" for t in ticks])
-    getattr(ax, f"set_{which}ticks")(minor, [""] * len(minor), minor=True)
-
-
-def loss_axis(ax, lim):
+def log_loss_axis(ax, lim):
     """The appendix log-loss axis: every major and minor tick labelled with 2 decimals."""
     ax.set(yscale="log", ylim=lim)
     ax.yaxis.set_major_formatter("{x:.2f}")
     ax.yaxis.set_minor_formatter("{x:.2f}")
 
 
-def grid(fig, rows, cols, x0, y0, w, h, gap, vgap, **share):
-    """rows x cols panels of w x h inches, gaps in inches, the block's lower left corner at (x0, y0) inches."""
-    W, H = fig.get_size_inches()
-    return fig.add_gridspec(rows, cols, left=x0 / W, bottom=y0 / H, right=(x0 + cols * w + (cols - 1) * gap) / W,
-                            top=(y0 + rows * h + (rows - 1) * vgap) / H, wspace=gap / w, hspace=vgap / h,
-                            ).subplots(squeeze=False, **share)
-
-
-def top_legend(fig, entries, ncols):
-    """The appendix legend: a band above the panels, centred, no frame; entries (colour, marker, line style, label)."""
-    from matplotlib.lines import Line2D
-    fig.legend([Line2D([], [], color=c, marker=m, ls=ls, ms=5, lw=1.2) for c, m, ls, _ in entries],
-               [e[3] for e in entries], loc="upper center", bbox_to_anchor=(0.5, 1.0), ncols=ncols, handlelength=1.8)
-
-# ------------------------------------------------------------------------------ Figure 9: recurrence at fixed size
-FAMILIES = (("loop", "k2"), ("dep", "dep"))  # tpl.json's tied (Loop-2) and untied (Untied-2) families
-ANCHOR_MARKERS = dict(zip(range(8, 13), "o^sDv"))
-# relation panels: y, its label and ticks, the laws y = a x^b the text states for (Loop-2, Untied-2), its equation
-RELATIONS = (("expansion", "$N_{c,K^\\star}/N_{c,1}$", [1, 1.1, 1.2, 1.3, 1.5, 2], ((0.82, 0.15), (0.83, 0.15)), 4),
-             ("TPP", "$\\mathrm{TPP}_{K^\\star}$", [5, 7, 10, 15, 20, 30, 50, 70], ((1.19, 0.85), (1.34, 0.74)), 8))
-
-
-def recurrence_sweeps(tpl, budgets):
-    """{(family, anchor, budget nearest in log compute): sweep over k, its quadratic of log L in log k and, if bracketed
-    (convex, measured minimum inside), the optimum: TPP_K1, TPP at K* (log-log in k), N_c(K*) / N_c(1) (linear)}."""
-    names = sorted(budgets, key=int)
-    log_c = np.log([float(budgets[b]) for b in names])
-    groups = collections.defaultdict(list)
-    for r in sorted(tpl, key=lambda r: r["k"]):
-        groups[r["family"], r["anchor"], int(names[np.argmin(abs(log_c - math.log(r["C"])))])].append(r)
-    sweeps = {}
-    for g, rs in sorted(groups.items()):
-        k, L, tpp, nc = (np.array([r[f] for r in rs], float) for f in ("k", "L", "tpp", "Nc"))
-        if len(rs) >= 3:
-            coef, v, convex = parabola(np.log(k), np.log(L))
-            inside = convex and 0 < np.argmin(L) < len(L) - 1 and k[0] < math.exp(v) < k[-1]
-            sweeps[g] = dict(k=k, L=L, coef=coef, vertex=v, convex=convex, optimum=inside and dict(
-                tpp_k1=tpp[0], TPP=math.exp(np.interp(v, np.log(k), np.log(tpp))),
-                expansion=np.interp(math.exp(v), k, nc) / nc[0]))
-    return sweeps
-
-
-def figure9(plt, release):
-    budgets = read_json(os.path.join(release, EARLY, "tpl_budgets.json"))
-    sweeps = recurrence_sweeps(read_json(os.path.join(release, EARLY, "tpl.json")), budgets)
-    anchors = sorted({a for _, a, _ in sweeps})
-    look_of = ordered(plt, "inferno", 0.12, 0.82, sorted(map(int, budgets)))
-    numbers, checks = dict(not_bracketed=[f"{f} d{a}/B{b}" for (f, a, b), s in sweeps.items() if not s["optimum"]]), []
-    with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
-        fig = plt.figure(figsize=(13.8, 4.62))
-        margin = grid(fig, 2, len(anchors), 0.75, 0.55, 1.52, 1.52, 0.12, 0.42, sharex=True, sharey="row")
-        relation = grid(fig, 2, 2, 9.75, 0.55, 1.52, 1.52, 0.62, 0.42, sharex="col")
-        for row, (family, arm) in enumerate(FAMILIES):
-            name, colour = look(arm)[:2]
-            for ax, anchor in zip(margin[row], anchors):
-                for (f, a, budget), s in sweeps.items():
-                    if (f, a) != (family, anchor):
-                        continue
-                    c, m = look_of[budget]
-                    rel = lambda v, L1=s["L"][0]: 1000 * (np.exp(v) - L1)  # loss above k = 1, in 1e-3
-                    face = c if s["optimum"] else "white"
-                    ax.plot(s["k"], rel(np.log(s["L"])), marker=m, ms=4.5, lw=1.4, color=c, mfc=face)
-                    if s["convex"]:
-                        draw_parabola(ax, s["coef"], np.log(s["k"]), c, y=rel, alpha=0.75, lw=1.2,
-                                      star=s["vertex"] if s["optimum"] else None)
-                ax.axhline(0, color=INK, lw=1.1, alpha=0.6)
-                log_ticks(ax, "x", [1, 2, 3, 4, 6])
-                ax.set(title=f"{name} · d{anchor}", ylim=(None, min(ax.get_ylim()[1], 50)))
-            optima = [(a, s["optimum"]) for (f, a, _), s in sweeps.items() if f == family and s["optimum"]]
-            x, at = np.array([o["tpp_k1"] for _, o in optima]), np.array([a for a, _ in optima])
-            for ax, (what, label, ticks, paper_laws, equation) in zip(relation[row], RELATIONS):
-                y = np.array([o[what] for _, o in optima])
-                for anchor in anchors:  # an anchor's optima, in budget order (rising TPP_K1)
-                    ax.plot(x[at == anchor], y[at == anchor], ls="--", alpha=0.4, color=colour)
-                    ax.plot(x[at == anchor], y[at == anchor], ANCHOR_MARKERS[anchor], ms=5, color=colour, mec="white")
-                b, log_a = np.polyfit(np.log(x), np.log(y), 1)  # the power law y = a x^b, OLS in log-log
-                r2 = 1 - np.sum((np.log(y) - log_a - b * np.log(x)) ** 2) / np.sum((np.log(y) - np.log(y).mean()) ** 2)
-                ax.plot(np.sort(x), math.exp(log_a) * np.sort(x) ** b, color=INK, lw=1.3)
-                ax.text(0.04, 0.96, f"$y = {math.exp(log_a):.2f} x^{{{b:.2f}}}$\n$R^2 = {r2:.3f}$", va="top",
-                        transform=ax.transAxes, color=MUTED, fontsize=8.5)
-                log_ticks(ax, "x", [7, 15, 30, 70], [5, 10, 20, 50, 100])
-                log_ticks(ax, "y", [t for t in ticks if y.min() / 1.15 < t < y.max() * 1.15])
-                ax.set(ylabel=label, title=f"{name} {what}")
-                numbers[f"{name} {what}"] = dict(a=math.exp(log_a), b=b, r2=r2, points=len(x))
-                checks += [stated(f"{name} {what} {v}", ours, paper, f"App. A, Eq. {equation}", "rounded in the text")
-                           for v, ours, paper in zip("ab", (math.exp(log_a), b), paper_laws[row])]
-        fig.supxlabel("Recurrence", x=(0.75 + 2.5 * 1.52 + 2 * 0.12) / 13.8, y=0.01, fontsize=10)
-        fig.text((9.75 + 1.52 + 0.31) / 13.8, 0.01, "$\\mathrm{TPP}_{K1}$", ha="center", va="bottom", fontsize=10)
-        fig.supylabel("Loss $-$ K1 loss ($10^{-3}$)", x=0.005, fontsize=10)
-        top_legend(fig, [(*look_of[b], "-", f"Budget d{b}") for b in look_of]
-                   + [(MUTED, ANCHOR_MARKERS[a], "none", f"Anchor d{a}") for a in anchors], 12)
-    return fig, numbers, checks
-
-# ------------------------------------------------------------------------------------ Figure 12: iso-compute TPP bowls
-TPP_ARMS = ("van", "deep_van", "k1", "k2", "dep")
-ROUNDED_TPP = {"Vanilla": 5, "Operator-1": 6, "Loop-2": 6, "Untied-2": 6}  # the ladders' TPP (App. A.4.2)
-
-
 def figure12(plt, release):
     """Per arm and budget a quadratic of log L in log TPP over five models: its vertex, the optimal TPP (App. A.4.2)."""
-    rows = read_json(os.path.join(release, EARLY, "tpp.json"))
+    rows = early(release, "tpp")
     tpps, losses = np.array([(r["tpp"], r["L"]) for r in rows]).T
-    look_of = ordered(plt, "inferno", 0.12, 0.82, sorted({r["budget"] for r in rows}))
-    numbers = {}
-    with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
-        fig = plt.figure(figsize=(6.9, 2.2))
-        axes = grid(fig, 1, 5, 0.62, 0.42, 1.18, 1.18, 0.07, 0, sharey=True)[0]
-        for ax, arm in zip(axes, TPP_ARMS):
-            vertices = []
-            for b, (c, m) in look_of.items():
-                u, L = np.array([(np.log(r["tpp"]), r["L"]) for r in rows if r["arm"] == arm and r["budget"] == b]).T
-                coef, v, _ = parabola(u, np.log(L))
-                ax.plot(np.exp(u), L, m, ms=3.5, color=c)
-                draw_parabola(ax, coef, u, c, alpha=0.75, lw=1.1)
-                ax.axvline(math.exp(v), color=c, ls=":", lw=0.9)
-                vertices.append(math.exp(v))
-            ax.axvline(np.mean(vertices), color=INK, ls="--", lw=1.0)
-            ax.text(0.96, 0.95, f"$\\overline{{\\mathrm{{TPP}}^*}}={np.mean(vertices):.2f}$", transform=ax.transAxes,
-                    ha="right", va="top", fontsize=7.5)
-            log_ticks(ax, "x", [2, 5, 10, 20])
-            loss_axis(ax, (losses.min() / 1.01, losses.max() * (losses.max() / losses.min()) ** 0.45))
-            ax.set(xlim=(tpps.min() / 1.1, tpps.max() * 1.1), title=look(arm)[0], xlabel="TPP")
-            numbers[look(arm)[0]] = dict(vertices=vertices, mean_tpp=float(np.mean(vertices)))
-        axes[0].set_ylabel("Loss")
-        top_legend(fig, [(*look_of[b], "-", f"d{b} budget") for b in look_of], 5)
-    checks = [stated(f"{name}: rounded mean TPP* (its ladder's TPP)", round(numbers[name]["mean_tpp"]), paper,
-                     "App. A.4.2") for name, paper in ROUNDED_TPP.items()]
-    return fig, numbers, checks
-
-# ------------------------------------------------------------------------------- Figure 14a: one-dimensional sweeps
-KNOBS = dict(glr="GLR", elrm="ELRM", hlrm="HLRM", om="OM", rm="RM", wd="WD", wte="WTE init std", uis="UIS",
-             warmup="Warmup", wdr="WDR", beta2="Adam $\\beta_2$", eps="Adam $\\epsilon$")
-CATEGORICAL = dict(warmup="Warmup steps", wdr="WDR", beta2="$\\beta_2$", eps="$\\epsilon$")  # x: position in the grid
+    look_of, numbers = ordered(plt, INFERNO, sorted({r["budget"] for r in rows})), {}
+    fig = plt.figure(figsize=(6.9, 2.2))
+    axes = grid(fig, 1, 5, 0.62, 0.42, 1.18, 1.18, 0.07, 0, sharey=True)[0]
+    for ax, arm in zip(axes, TPP_ARMS):
+        vertices = []
+        for b, (c, m) in look_of.items():
+            u, L = np.array([(np.log(r["tpp"]), r["L"]) for r in rows if r["arm"] == arm and r["budget"] == b]).T
+            coef, v, _ = quadratic(u, np.log(L))
+            ax.plot(np.exp(u), L, m, ms=3.5, color=c)
+            draw_quadratic(ax, coef, u, c, alpha=0.75, lw=1.1)
+            ax.axvline(math.exp(v), color=c, ls=":", lw=0.9)
+            vertices.append(math.exp(v))
+        ax.axvline(np.mean(vertices), color=INK, ls="--", lw=1.0)
+        ax.text(0.96, 0.95, f"$\\overline{{\\mathrm{{TPP}}^*}}={np.mean(vertices):.2f}$", transform=ax.transAxes,
+                ha="right", va="top", fontsize=7.5)
+        log2_axis(ax, [2, 5, 10, 20])
+        log_loss_axis(ax, (losses.min() / 1.01, losses.max() * (losses.max() / losses.min()) ** 0.45))
+        ax.set(xlim=(tpps.min() / 1.1, tpps.max() * 1.1), title=look(arm)[0], xlabel="TPP")
+        numbers[look(arm)[0]] = dict(vertices=vertices, mean_tpp=float(np.mean(vertices)))
+    axes[0].set_ylabel("Loss")
+    legend_band(fig, [([(key(*look_of[b]), f"d{b} budget") for b in look_of], 5)])
+    return fig, numbers, [stated(f"{name}: rounded mean TPP* (its ladder's TPP)", round(numbers[name]["mean_tpp"]),
+                                 paper, "App. A.4.2") for name, paper in ROUNDED_TPP.items()]
 
 
 def figure14a(plt, release):
     """Each (knob, depth) slice: the knob's runs at that depth and the depth's centre run (the fixed recipe)."""
-    rows = read_json(os.path.join(release, EARLY, "hyper1d.json"))
+    rows = early(release, "hyper1d")
     centres = {int(r["depth"]): r for r in rows if not r["knob"]}
     slices = collections.defaultdict(dict)
     for r in rows:
@@ -1713,92 +1824,86 @@ def figure14a(plt, release):
             slices[r["knob"], int(r["depth"])][float(r[r["knob"]])] = float(r["val_loss"])
     for (knob, depth), points in slices.items():
         points[float(centres[depth][knob])] = float(centres[depth]["val_loss"])
-    look_of = ordered(plt, "viridis", 0.16, 0.78, sorted(centres))
+    look_of = ordered(plt, VIRIDIS, sorted(centres))
     losses = [loss for points in slices.values() for loss in points.values()]
     centre = {d: float(r["val_loss"]) for d, r in centres.items()}  # the fixed recipe's loss at each depth
     lo, hi = min(losses), min(max(losses), max(centre.values()) + 0.25)
     ylim = (lo - 0.04 * (hi - lo), hi + 0.04 * (hi - lo))  # no loss lies above it in the release's sweeps
-    with plt.rc_context({**appendix_rc(APPENDIX_SIZE), "ytick.color": "#111111"}):
-        fig = plt.figure(figsize=(10.0, 4.5))
-        for ax, knob in zip(grid(fig, 2, 6, 0.8, 0.5, 1.35, 1.35, 0.2, 0.78, sharey=True).flat, KNOBS):
-            values = sorted({v for (k, _), points in slices.items() if k == knob for v in points})
-            for depth in [d for d in sorted(centres) if (knob, d) in slices]:
-                points = sorted(slices[knob, depth].items())
-                x = [values.index(v) if knob in CATEGORICAL else v / float(centres[depth][knob]) for v, _ in points]
-                c, m = look_of[depth]
-                ax.plot(x, [loss for _, loss in points], marker=m, ms=4, lw=1.2, color=c)
-                ax.axhline(centre[depth], color=c, ls="--", lw=0.9, alpha=0.55)
-            if knob in CATEGORICAL:
-                ax.set(xticks=range(len(values)), xticklabels=[f"{v:g}" for v in values], xlabel=CATEGORICAL[knob],
-                       xlim=(-0.35, len(values) - 0.65))
-            else:
-                log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["¼", "½", "1", "2", "4"], (0.2, 5))
-                ax.set_xlabel("Multiple of center")
-            loss_axis(ax, ylim)
-            ax.set_title(KNOBS[knob])
-        fig.supylabel("Loss", x=0.01, fontsize=10)
-        top_legend(fig, [(*look_of[d], "-", f"d{d}") for d in look_of] + [(MUTED, None, "--", "Fixed recipe")], 6)
+    fig = plt.figure(figsize=(10.0, 4.5))
+    for ax, knob in zip(grid(fig, 2, 6, 0.8, 0.5, 1.35, 1.35, 0.2, 0.78, sharey=True).flat, KNOBS):
+        values = sorted({v for (k, _), points in slices.items() if k == knob for v in points})
+        for depth in [d for d in sorted(centres) if (knob, d) in slices]:
+            points = sorted(slices[knob, depth].items())
+            x = [values.index(v) if knob in CATEGORICAL else v / float(centres[depth][knob]) for v, _ in points]
+            c, m = look_of[depth]
+            ax.plot(x, [loss for _, loss in points], marker=m, ms=4, lw=1.2, color=c)
+            ax.axhline(centre[depth], color=c, ls="--", lw=0.9, alpha=0.55)
+        if knob in CATEGORICAL:
+            ax.set(xticks=range(len(values)), xticklabels=[f"{v:g}" for v in values], xlabel=CATEGORICAL[knob],
+                   xlim=(-0.35, len(values) - 0.65))
+        else:
+            log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["¼", "½", "1", "2", "4"], (0.2, 5))
+            ax.set_xlabel("Multiple of center")
+        log_loss_axis(ax, ylim)
+        ax.tick_params(axis="y", colors="#111111")
+        ax.set_title(KNOBS[knob])
+    fig.supylabel("Loss", x=0.01, fontsize=10)
+    legend_band(fig, [([(key(*look_of[d]), f"d{d}") for d in look_of] + [(key(MUTED, ls="--"), "Fixed recipe")], 6)])
     best_glr = {d: min(slices["glr", d], key=slices["glr", d].get) for d in sorted(centres)}
-    checks = [stated(f"Vanilla's preferred GLR at d{d}", glr, 0.04 if d <= 10 else 0.02, "App. A.4.4")
-              for d, glr in best_glr.items()]
-    return fig, dict(centres=centre, ylim=ylim, points=len(losses), best_glr=best_glr), checks
-
-# ------------------------------------------------------------------------- Figure 14b: recipe slices per architecture
-ARCH_ROWS = (("Van", "K1"), ("K2", "Dep"), ("K2 Grow", "Dep Grow"))
-STATED_BETA = {"Vanilla": 0.78, "Operator-1": 0.62, "Loop-2": 0.58, "Untied-2": 0.66}  # Table 8, constant recipe GLR
+    return fig, dict(centres=centre, ylim=ylim, points=len(losses), best_glr=best_glr), [
+        stated(f"Vanilla's preferred GLR at d{d}", glr, 0.04 if d <= 10 else 0.02, "App. A.4.4")
+        for d, glr in best_glr.items()]
 
 
 def figure14b(plt, release):
-    """Quadratics of ln loss in log2 multiplier; beta (GLR ~ N^-beta): minus the OLS slope of the constant recipe's
-    convex GLR vertices on log2(N_d / N_8) (App. A.4.4), or a growth architecture's adopted beta."""
-    slices = read_json(os.path.join(release, EARLY, "hyper_slices.json"))
-    numbers = {}
-    with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
-        fig = plt.figure(figsize=(13.8, 5.75))
-        axes = grid(fig, 3, 8, 0.7, 0.55, 1.52, 1.3, 0.1, 0.42, sharex=True, sharey="row")
-        for (row, half), name in np.ndenumerate(ARCH_ROWS):
-            arch, label, vertices = slices[name], look(name.lower().replace(" ", "_"))[0], {}
-            N = arch["constant_parameters"]
-            colours = dict(zip(sorted(arch["parameters"], key=int), scale(plt, "viridis", 0.16, 0.78, 3)))
-            for ax, knob in zip(axes[row, 4 * half:], ("glr", "om", "rm", "wd")):
-                for recipe, ls, scaled in (("scaled", "-", True), ("constant", "--", False)):
-                    for depth, points in ((arch[recipe] or {}).get(knob) or {}).items():
-                        m = sorted(points, key=float)
-                        x, loss, c = np.array(m, float), np.array([points[k] for k in m]), colours[depth]
-                        coef, v, convex = parabola(x, np.log(loss))
-                        if recipe == "constant" and knob == "glr" and convex:
-                            vertices[math.log2(N[depth] / N["8"])] = v
-                        if depth == "8" and not scaled:  # the constant recipe's d8 is the scaled recipe's run
-                            continue
-                        ax.plot(2 ** x, loss, "o", ms=3.5, color=c, mfc=c if scaled else "white")
-                        draw_parabola(ax, coef, x, c, x=np.exp2, ls=ls, lw=1.1, star_colour=INK, ms=7,
-                                      star=v if scaled and convex else None)
-                ax.axvline(1, color=MUTED, ls=":", lw=0.9)
-                log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25×", "0.5×", "1×", "2×", "4×"], (2 ** -2.12, 2 ** 2.12))
-                ax.set_title(f"{label} · GLR" if knob == "glr" else knob.upper())
-                ax.yaxis.set_major_formatter("{x:.2f}")
-            beta = -np.polyfit(list(vertices), list(vertices.values()), 1)[0] if vertices else arch["adopted_beta"]
-            numbers[label] = dict(beta=beta, fitted=bool(vertices))
-            first = axes[row, 4 * half]
-            first.text(0.95, 0.94, f"$\\beta={beta:.2f}$", ha="right", va="top", transform=first.transAxes,
-                       bbox=dict(fc="white", ec="none", alpha=0.8))
-            axes[row, 0].set_ylabel("Loss")
-        for ax in axes[2, 1::2]:  # neighbouring panels' end labels would touch
-            ax.tick_params(labelbottom=False)
-        fig.supxlabel("Multiplier", y=0.01, fontsize=10)
-        top_legend(fig, [(c, "o", "none", f"d{d}") for d, c in colours.items()] + [
-            (INK, None, "-", "Scaled recipe"), (INK, None, "--", "Constant"), (INK, "*", "none", "Optimum")], 6)
-    checks = [stated(f"{label}: constant-recipe GLR drift beta", numbers[label]["beta"], paper, "App. A.4.4, Table 8")
-              for label, paper in STATED_BETA.items()]
-    return fig, numbers, checks
+    """Figure 14b: quadratics of ln loss in log2 multiplier; beta (GLR ~ N^-beta): minus the OLS slope of the constant
+    recipe's convex GLR vertices on log2(N_d / N_8) (App. A.4.4), or a growth architecture's adopted beta."""
+    slices, numbers = early(release, "hyper_slices"), {}
+    fig = plt.figure(figsize=(13.8, 5.75))
+    axes = grid(fig, 3, 8, 0.7, 0.55, 1.52, 1.3, 0.1, 0.42, sharex=True, sharey="row")
+    for (row, half), name in np.ndenumerate(ARCH_ROWS):
+        arch, label, vertices = slices[name], look(name.lower().replace(" ", "_"))[0], {}
+        colours = dict(zip(sorted(arch["parameters"], key=int), scale(plt, *VIRIDIS, 3)))
+        N = arch["constant_parameters"]
+        for ax, knob in zip(axes[row, 4 * half:], ("glr", "om", "rm", "wd")):
+            for recipe, ls, scaled in (("scaled", "-", True), ("constant", "--", False)):
+                for depth, points in ((arch[recipe] or {}).get(knob) or {}).items():
+                    m = sorted(points, key=float)
+                    x, loss, c = np.array(m, float), np.array([points[k] for k in m]), colours[depth]
+                    coef, v, _ = quadratic(x, np.log(loss))
+                    if recipe == "constant" and knob == "glr" and coef[0] > 0:
+                        vertices[math.log2(N[depth] / N["8"])] = v
+                    if depth == "8" and not scaled:  # the constant recipe's d8 is the scaled recipe's run
+                        continue
+                    ax.plot(2 ** x, loss, "o", ms=3.5, color=c, mfc=c if scaled else "white")
+                    draw_quadratic(ax, coef, x, c, x=np.exp2, ls=ls, lw=1.1, star_colour=INK, ms=7,
+                                   star=v if scaled and coef[0] > 0 else None)
+            ax.axvline(1, color=MUTED, ls=":", lw=0.9)
+            log2_axis(ax, [0.25, 0.5, 1, 2, 4], ["0.25×", "0.5×", "1×", "2×", "4×"], (2 ** -2.12, 2 ** 2.12))
+            ax.set_title(f"{label} · GLR" if knob == "glr" else knob.upper())
+            ax.yaxis.set_major_formatter("{x:.2f}")
+        beta = -np.polyfit(list(vertices), list(vertices.values()), 1)[0] if vertices else arch["adopted_beta"]
+        numbers[label] = dict(beta=beta, fitted=bool(vertices))
+        axes[row, 4 * half].text(0.95, 0.94, f"$\\beta={beta:.2f}$", ha="right", va="top", bbox=dict(
+            fc="white", ec="none", alpha=0.8), transform=axes[row, 4 * half].transAxes)
+        axes[row, 0].set_ylabel("Loss")
+    for ax in axes[2, 1::2]:  # neighbouring panels' end labels would touch
+        ax.tick_params(labelbottom=False)
+    fig.supxlabel("Multiplier", y=0.01, fontsize=10)
+    legend_band(fig, [([(key(c, "o", "none"), f"d{d}") for d, c in colours.items()] + [
+        (key(INK), "Scaled recipe"), (key(INK, ls="--"), "Constant"), (key(INK, "*", "none", ms=7), "Optimum")], 6)])
+    return fig, numbers, [stated(f"{label}: constant-recipe GLR drift beta", numbers[label]["beta"], paper,
+                                 "App. A.4.4, Table 8") for label, paper in STATED_BETA.items()]
 
 
 def recipe_figures(plt, release):
-    """{fig_id: (figure, numbers, checks)} of Figures 9, 12, 14a and 14b from release/appendix_early/."""
-    return dict(fig09=figure9(plt, release), fig12=figure12(plt, release),
-                fig14a=figure14a(plt, release), fig14b=figure14b(plt, release))
+    """{fig_id: (figure, numbers, checks)} of Figures 9, 11, 12, 14a and 14b from release/appendix_early/."""
+    with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
+        return dict(fig09=figure9(plt, release), fig11=figure11(plt, release), fig12=figure12(plt, release),
+                    fig14a=figure14a(plt, release), fig14b=figure14b(plt, release))
 
 
+# every figure of the paper with data (Figure 1 is a drawing): where the text states it, and what it says (quoted)
 CLAIMS = read_json(os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference", "paper_text.json"))
 HELD_BACK = dict(fig04="fineweb_edu_ladders.json", fig02="loop_grid.csv", fig05="loop_grid.csv",
                  **{f"fig19{p}": f"{LADDERS}/downstream.json" for p in "abc"})
