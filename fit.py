@@ -1,16 +1,14 @@
 """fit.py — the paper's scaling-law fits, compute multipliers and figures, and the watching of train.py runs.
 
   python fit.py ladders reference/fineweb_ladders.csv --out figures --bootstrap 1000   # Figure 3, Figure 2 (left)
-  python fit.py ladders --runs-dir runs/demo                # train.py runs; reference arm: vanilla, or --reference-arm
-  python fit.py runs --runs-dir runs/demo                   # one row per run: state, step, losses, FLOPs, wall time, ETA
-  python fit.py curves --runs-dir runs/demo --x flops       # training and validation curves, one figure per ladder
-  python fit.py report --runs-dir runs/demo                 # report.md of every run and of the ladder (runs, fit, curves)
-  python fit.py downstream --runs-dir runs/demo             # CORE forecast from the runs' eval.json (or a CSV)
+  python fit.py ladders --runs-dir runs/demo      # train.py runs; reference arm: vanilla, or --reference-arm
+  python fit.py runs|curves|report --runs-dir runs/demo     # where each run stands; its curves; report.md
+  python fit.py downstream --runs-dir runs/demo   # CORE forecast from the runs' eval.json (or a CSV)
   python fit.py design plan.jsonl --truth pilot.json --noise 0.002 --design d6-18 --design "d6-18 x3@top2"
-  python fit.py surface grid.csv --form both --sparse-l     # Chinchilla / Skaling L(N, D)
-  python fit.py tpp|growth|lr|loops DATA.csv                # the optimum of a swept recipe knob (App. A.2.3, A.4)
-`python fit.py SUBCOMMAND -h` gives each one's input columns; docs/fits.md explains the fits. A subcommand is one
-cmd_NAME function (its docstring is its -h) plus its lines in build_parser.
+  python fit.py surface grid.csv --form both      # Chinchilla / Skaling L(N, D)
+  python fit.py tpp|growth|lr|loops DATA.csv      # the optimum of a swept recipe knob (App. A.2.3, A.4)
+`python fit.py SUBCOMMAND -h` gives each one's inputs; docs/fits.md explains the fits. A subcommand is one cmd_NAME
+function (its docstring is its -h) plus its lines in build_parser.
 """
 import argparse, contextlib, io, json, math, os, re, sys
 
@@ -21,10 +19,9 @@ import numpy as np
 import paper
 from arms import FIGURE2_ARMS, GPU_PEAK_FLOPS
 from common import Parser, UsageError, cli_main, clock, exit_process, write_text
-from laws import (FIT, FitError, arm_order, bootstrap_ladders, check_one_recipe, check_outputs, compute_optimal,
-                  drop_repeats, fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable,
-                  lower_envelope, mape, note, number, pyplot, quad_vertex, read_csv, save_figures, simulate, style,
-                  summarize)
+from laws import (FIT, arm_order, bootstrap_ladders, check_one_recipe, check_outputs, compute_optimal, drop_repeats,
+                  fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable, lower_envelope, mape,
+                  note, number, pyplot, read_csv, save_figures, simulate, style, summarize)
 
 
 # ---------------------------------------------------------------------------------------------------- run folders
@@ -81,13 +78,14 @@ def release_rows(path, use_time, held):
     return rows
 
 
-def ladder_rows(inputs, runs_dirs, use_time, held):
-    """(arm, depth, x, loss, seed, origin, flags) of every point the inputs give: ladder CSVs, the release's JSON,
-    complete train.py runs (flags: their plans' schedule_notes; the runs of one arm must share one recipe)."""
+def load_ladders(inputs, runs_dirs, use_time, held=None):
+    """Ladder CSVs, the release's JSON and complete train.py runs (one recipe per arm) -> {arm: dict(depth, x, loss,
+    n, reps)} sorted by x (FLOPs, or seconds with --time). Rows of one (arm, depth) with distinct seeds are seed
+    replicates: the point is their mean loss; a repeated row counts once (drop_repeats)."""
     rows, xcol = [], "training_seconds" if use_time else "compute_flops"
     for path in inputs:
         if path.endswith(".json"):
-            rows += [(*row, ()) for row in release_rows(path, use_time, held)]
+            rows += release_rows(path, use_time, [] if held is None else held)
             continue
         need = ["depth", xcol, "val_loss"]
         c = read_csv(path, ["arm", *need], numeric=need + ["seed"], positive=need)
@@ -95,48 +93,29 @@ def ladder_rows(inputs, runs_dirs, use_time, held):
             depth, seed = c["depth"][i], c["seed"][i] if "seed" in c else None
             if depth != int(depth) or seed not in (None, int(seed or 0)):
                 raise UsageError(f"{path}:{line}: depth and seed must be whole numbers")
-            rows.append((c["arm"][i], int(depth), c[xcol][i], c["val_loss"][i], seed, f"{path}:{line}", ()))
+            rows.append((c["arm"][i], int(depth), c[xcol][i], c["val_loss"][i], seed, f"{path}:{line}"))
     runs = complete_runs(runs_dirs) if runs_dirs else []
     for arm in {r["arch"] for _, r in runs}:
         check_one_recipe([run for run in runs if run[1]["arch"] == arm], f"{arm} runs")
     x = "total_training_time_seconds" if use_time else "estimated_training_flops"
-    rows += [(r["arch"], r["depth"], float(r[x]), float(r["final_val_loss"]), (r.get("plan") or {}).get("seed"), d,
-              tuple(r.get("schedule_notes") or ())) for d, r in runs]
+    rows += [(r["arch"], r["depth"], float(r[x]), float(r["final_val_loss"]), (r.get("plan") or {}).get("seed"), d)
+             for d, r in runs]
     if not rows:
         raise UsageError("no ladder points: pass CSV files or --runs-dir")
-    return rows
-
-
-def load_ladders(inputs, runs_dirs, use_time, held=None, exclude_flagged=False):
-    """Inputs -> {arm: dict(depth, x, loss, n, reps, flags)} sorted by x (FLOPs, or seconds with --time). Rows of one
-    (arm, depth) with distinct seeds are seed replicates: the point is their mean loss; an exact repeat counts once."""
-    groups = {}
-    for row in ladder_rows(inputs, runs_dirs, use_time, [] if held is None else held):
-        arm, depth, x, loss, seed, origin, _ = row
-        same = groups.setdefault((arm, depth), {}).setdefault(seed, row)
-        if same is not row and (same[2], same[3]) != (x, loss):
-            raise UsageError(f"{origin} and {same[5]}: two different results for {arm} d{depth}; remove one (seed "
-                             "replicates need a seed column)")
-        if same is not row:
-            note(f"warning: {origin} repeats {same[5]} ({arm} d{depth}) exactly; kept one")
-    points = []
-    for (arm, depth), by_seed in groups.items():
-        rows = list(by_seed.values())
-        x = np.array([r[2] for r in rows])
+    c = drop_repeats({k: list(v) for k, v in zip(("arm", "depth", "x", "loss", "seed", "origin"), zip(*rows))},
+                     ["arm", "depth", "seed"], ["x", "loss"], [r[5] for r in rows])
+    points, data = {}, {}
+    for i, key in enumerate(zip(c["arm"], c["depth"])):
+        points.setdefault(key, []).append(i)
+    for (arm, depth), at in sorted(points.items(), key=lambda p: (arm_order(p[0][0]), c["x"][p[1][0]], p[0][1])):
+        x, reps = np.array([c["x"][i] for i in at]), np.array([c["loss"][i] for i in at])
         if not use_time and np.ptp(x) > FIT["replicate_compute_rtol"] * x.max():
-            raise UsageError(f"{rows[0][5]} and {rows[-1][5]}: replicates of {arm} d{depth} have different compute "
-                             f"({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
-        flags = tuple(dict.fromkeys(f for r in rows for f in r[6]))
-        if exclude_flagged and flags:
-            note(f"--exclude-flagged: leaving out {arm} d{depth} ({'; '.join(flags)})")
-            continue
-        points.append((arm_order(arm), x.mean(), depth, arm, np.array([r[3] for r in rows]), flags))
-    data = {}
-    for _, x, depth, arm, reps, flags in sorted(points, key=lambda p: p[:3]):
-        d = data.setdefault(arm, dict(x=[], depth=[], loss=[], n=[], reps=[], flags=[]))
-        for k, v in (("x", x), ("depth", depth), ("loss", reps.mean()), ("n", len(reps)), ("reps", reps), ("flags", flags)):
+            raise UsageError(f"{c['origin'][at[0]]} and {c['origin'][at[-1]]}: replicates of {arm} d{depth} have different "
+                             f"compute ({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
+        d = data.setdefault(arm, dict(x=[], depth=[], loss=[], n=[], reps=[]))
+        for k, v in (("x", x.mean()), ("depth", depth), ("loss", reps.mean()), ("n", len(reps)), ("reps", reps)):
             d[k].append(v)
-    return {arm: {k: v if k in ("reps", "flags") else np.array(v) for k, v in d.items()} for arm, d in data.items()}
+    return {arm: {k: v if k == "reps" else np.array(v) for k, v in d.items()} for arm, d in data.items()}
 
 
 def pooled_noise(data):
@@ -176,12 +155,6 @@ def reference_arm(arms, named):
                      f"--reference-arm {arms[0]} (arms: {', '.join(arms)})")
 
 
-def default_anchor(depths):
-    """Multipliers from d8 on (the paper), or from the second depth of a shorter ladder (cpu d1 is all warmup)."""
-    depths = sorted(set(int(d) for d in depths))
-    return FIT["anchor_depth"] if max(depths) >= FIT["anchor_depth"] else depths[min(1, len(depths) - 1)]
-
-
 def ladder_floor(args, data, ref):
     """The floor E held fixed, or None (fitted on the reference arm): with --time or another reference arm, Vanilla's
     FLOP-ladder floor (the inputs' or --floor-from's), as the release does, unless --refit-floor."""
@@ -208,20 +181,17 @@ def cmd_ladders(args):
     """Per arm L(C) = E + A (C/1e18)^-gamma with E fitted on the reference arm and shared (arXiv 2609.19107 Sec. 4.2),
 compute multipliers, bootstrap CIs, the per-arm free-E check, forecasts at --extrapolate C (Figure 4), and with --out
 Figure 3 + Figure 2 (left).
-INPUTS: CSV [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)] or the authors' release
-JSON (ladder series, downstream.json, or the FineWeb-Edu ladders, whose d26 record is held out); --runs-dir: train.py
-runs (incomplete ones skipped). The runs of one arm must share the arm's recipe (its row of the arms table and the
-preset, what train.py's flags change) and data pool; what a depth derives is not compared.
-Reference arm: --reference-arm, else vanilla if present, else the only arm. Rows of one (arm, depth) with distinct
-seeds are seed replicates: pooled, their spread is the run-to-run noise sigma (sd of ln val_loss of one run) that
-weights the fits and drives a parametric bootstrap; --noise SIGMA gives it without replicates."""
+INPUTS: CSV [arm, depth, compute_flops, val_loss; optional seed, training_seconds (--time)], the authors' release JSON
+(ladder series, downstream.json, or the FineWeb-Edu ladders, whose d26 record is held out), or --runs-dir: complete
+train.py runs; the runs of one arm must share its recipe (arms table row, preset, data pool).
+Reference arm: --reference-arm, else vanilla, else the only arm. Rows of one (arm, depth) with distinct seeds are seed
+replicates: their spread is the run-to-run noise sigma (sd of ln val_loss of one run) that weights the fits and drives
+a parametric bootstrap; --noise SIGMA gives it without replicates."""
     if args.out:
         check_outputs(args.out)
     marked = []
-    data = load_ladders(args.inputs, args.runs_dir, args.time, marked, args.exclude_flagged)
+    data = load_ladders(args.inputs, args.runs_dir, args.time, marked)
     ref = reference_arm(data, args.reference_arm)
-    if args.figure2_arms and (not args.out or set(args.figure2_arms) - set(data)):
-        raise UsageError(f"--figure2-arms names arms of the inputs ({', '.join(data)}) for Figure 2, drawn with --out")
     held = hold_out(data, (args.holdout or []) + [s for s in dict.fromkeys(marked) if s not in (args.holdout or [])])
     xname, c_ref = ("s", FIT["time_ref"]) if args.time else ("FLOPs", FIT["c_ref"])
     sigma, dof = pooled_noise(data)
@@ -230,8 +200,9 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
         if sigma is not None:
             note(f"--noise {args.noise} replaces the replicates' pooled sigma {sigma:.5f} ({dof} dof)")
         sigma, dof, source = args.noise, 0, "--noise"
-    fit = fit_ladders(data, ref, c_ref, args.anchor_depth or default_anchor(data[ref]["depth"]), sigma,
-                      ladder_floor(args, data, ref))
+    depths = sorted(set(data[ref]["depth"]))  # multipliers from d8 on, or from a shorter ladder's second depth
+    anchor = args.anchor_depth or (FIT["anchor_depth"] if depths[-1] >= FIT["anchor_depth"] else (depths[1:] or depths)[0])
+    fit = fit_ladders(data, ref, c_ref, anchor, sigma, ladder_floor(args, data, ref))
     for warning in fit["warnings"]:
         note(warning)
     fit["noise"] = dict(sigma=sigma, dof=dof, source=source, scale="relative: sd of ln(val_loss) of one run",
@@ -254,17 +225,16 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
         h["forecast_loss"] = forecast(fit["reference_free"], None if h["arm"] == ref else law, h["compute"] / c_ref)[0] \
             if law else np.nan
         h["residual"] = h["loss"] - h["forecast_loss"]
-    paths = ladder_figures(data, fit, args.out, xname, args.figure2_arms) if args.out else []
+    paths = ladder_figures(data, fit, args.out, xname) if args.out else []
     if args.json:
         print(json.dumps(jsonable(dict(fit, x_unit=xname, extrapolate=args.extrapolate, held_out=held)), allow_nan=False))
         return
-    print(ladder_table(fit, xname) + "\n\n" + "\n".join(fit["footing"] + noise_lines(fit)))
-    if args.extrapolate:
-        ci = lambda r, k: (lambda v: f" [{fnum(v[0])}, {fnum(v[1])}]" if v else "")(r.get(f"{k}_ci"))
-        print(f"\nat C = {args.extrapolate:.6g} {xname}: forecast loss L_arm(C); gain C_{ref}(L_arm(C)) / C "
-              f"(Figure 4's definition); pi(C) = C / C_arm(L_{ref}(C)) (shared-E laws)")
+    print(ladder_table(fit, xname))
+    if C:
+        print(f"\nat C = {C:.6g} {xname}: forecast loss L_arm(C); gain C_{ref}(L_arm(C)) / C (Figure 4's definition); "
+              f"pi(C) = C / C_arm(L_{ref}(C)) (shared-E laws)")
         for a, r in fit["arms"].items():
-            print(f"  {a:<18} " + "  ".join(f"{name} {r[k]:.4f}{ci(r, k)}" for name, k in (
+            print(f"  {a:<18} " + "  ".join(f"{name} {r[k]:.4f}{ci_text(r, k)}" for name, k in (
                 ("loss", "forecast_loss"), ("gain", "gain_at_extrapolate"), ("pi", "pi_at_extrapolate"))))
     for h in held:
         print(f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
@@ -272,11 +242,14 @@ weights the fits and drives a parametric bootstrap; --noise SIGMA gives it witho
     print("\n".join(f"wrote {p}" for p in paths))
 
 
+def ci_text(r, key, fmt=".4f"):
+    """' [lo, hi]' of a bootstrap CI, or '' when there is none."""
+    c = r.get(f"{key}_ci")
+    return f" [{fnum(c[0], fmt)}, {fnum(c[1], fmt)}]" if c else ""
+
+
 def ladder_table(fit, xname):
-    """The two ladder tables; a ± or CI that laws.footing withheld reads "unknown"."""
-    def ci(r, key, fmt=".4f"):  # " [lo, hi]" when a bootstrap CI exists
-        c = r.get(f"{key}_ci")
-        return f" [{fnum(c[0], fmt)}, {fnum(c[1], fmt)}]" if c else ""
+    """The two ladder tables and what their intervals rest on; a ± or CI that laws.footing withheld reads "unknown"."""
     pm = lambda r, key, fmt=".4f": fnum(r[key], fmt) if r["intervals_known"] else "unknown"
     E_ci = f"  {FIT['ci']:.0f}% CI [{fit['E_ci'][0]:.4f}, {fit['E_ci'][1]:.4f}]" if fit.get("E_ci") else ""
     E_se = "" if "E_dof" not in fit else f" ± {'unknown' if fit['E_se'] is None else fnum(fit['E_se'])}" + (
@@ -285,49 +258,37 @@ def ladder_table(fit, xname):
     lines = [f"E = {fit['E']:.6f}{E_se}{E_ci} (reference arm {fit['reference_arm']}, C0 = {fit['C0']:.6g} {xname})",
              f"{'arm':<18} {'points':>6} {'dof':>3}  {'gamma ± se [CI]':<33} {'log A@C0':>8} {'mult first':>10}  "
              "mult last [CI]"]
-    flagged = [f"{arm} d{p['depth']}: {'; '.join(p['flags'])}" for arm, r in fit["arms"].items() for p in r["points"]
-               if p["flags"]]
     for arm, r in fit["arms"].items():
-        m, pts = r["multipliers"], r["points"]
-        n_flag = sum(bool(p["flags"]) for p in pts)
-        lines.append(f"{arm:<18} {f'{len(pts)} ({n_flag}*)' if n_flag else len(pts):>6} {r['dof']:>3}  "
-                     f"{r['gamma']:.4f} ± {pm(r, 'gamma_se')}{ci(r, 'gamma'):<17} {r['logA_C0']:>8.4f} "
-                     f"{fnum(m[0]['multiplier'] if m else None, '.3f'):>10}  "
-                     f"{fnum(r['final_multiplier'], '.3f')}{ci(r, 'final_multiplier', '.3f')}")
+        m = r["multipliers"]
+        lines.append(f"{arm:<18} {len(r['points']):>6} {r['dof']:>3}  {r['gamma']:.4f} ± {pm(r, 'gamma_se')}"
+                     f"{ci_text(r, 'gamma'):<17} {r['logA_C0']:>8.4f} {fnum(m[0]['multiplier'] if m else None, '.3f'):>10}"
+                     f"  {fnum(r['final_multiplier'], '.3f')}{ci_text(r, 'final_multiplier', '.3f')}")
     lines += ["", f"{'arm':<18} {'gamma - ref ± se [CI]':<37} {'fitted pi at last [CI]':<24} own free-E fit: gamma, E "
                   f"(flag: E > {FIT['disagree_se']:.0f} se from shared)"]
     for arm, r in fit["arms"].items():
-        dg = f"{r['delta_gamma']:+.4f} ± {pm(r, 'delta_gamma_se')}{ci(r, 'delta_gamma', '+.4f')}"
+        dg = f"{r['delta_gamma']:+.4f} ± {pm(r, 'delta_gamma_se')}{ci_text(r, 'delta_gamma', '+.4f')}"
         free = (f"{r['free_gamma']:.4f} ± {pm(r, 'free_gamma_se')}, {r['free_E']:.3f} ± {pm(r, 'free_E_se', '.3f')}"
                 + (f" (on its bound {r['free_E_bound']})" if r["free_E_bound"] else "")
                 + ("  DISAGREES" if r["free_disagrees"] and r["intervals_known"] else "")) if "free_gamma" in r else "—"
-        pi = f"{r['fitted_final_multiplier']:.3f}{ci(r, 'fitted_final_multiplier', '.3f')}"
+        pi = f"{r['fitted_final_multiplier']:.3f}{ci_text(r, 'fitted_final_multiplier', '.3f')}"
         lines.append(f"{arm:<18} {dg:<37} {pi:<24} {free}")
-    if flagged:
-        lines += ["", "* flagged points (their plans' schedule_notes; --exclude-flagged leaves them out):"]
-        lines += [f"  {f}" for f in flagged]
-    return "\n".join(lines)
-
-
-def noise_lines(fit):
-    """What the standard errors and CIs include, in words."""
     nz, b = fit["noise"], fit.get("bootstrap")
     src = f"pooled from seed replicates, {nz['dof']} dof" if nz["source"] == "replicates" else "given by --noise"
-    lines = ["noise: none given (no seed replicates, no --noise); fits unweighted, gamma ± se from the residuals"
-             if nz["sigma"] is None else f"noise: sigma = {nz['sigma']:.3g} relative (sd of ln L of one run; {src}); "
-             f"fits weighted by it, gamma ± se from it; {nz['replicated_points']} points have replicates"]
-    lines.append(f"se of gamma and of gamma - ref include the shared floor E's uncertainty (refitted on "
-                 f"{fit['reference_arm']}; first order); with E held fixed, gamma's se is --json's gamma_se_given_E")
+    lines += ["", *fit["footing"], "noise: none given (no seed replicates, no --noise); fits unweighted, gamma ± se from "
+              "the residuals" if nz["sigma"] is None else f"noise: sigma = {nz['sigma']:.3g} relative (sd of ln L of one "
+              f"run; {src}); fits weighted by it, gamma ± se from it; {nz['replicated_points']} points have replicates",
+              f"se of gamma and of gamma - ref include the shared floor E's uncertainty (refitted on "
+              f"{fit['reference_arm']}; first order); with E held fixed, gamma's se is --json's gamma_se_given_E"]
     if b:
         lines.append(f"CIs: {b['n']} " + ("parametric resamples re-drawing that noise (they include seed noise)"
                                          if b["includes_seed_noise"] else "resamples of points within each arm (they do "
                                          "not include run-to-run noise; seed replicates or --noise add it)"))
-    return lines
+    return "\n".join(lines)
 
 
-def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
-    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left),
-    as PNG + PDF; a fit whose intervals are unknown (laws.footing) says so on the figure."""
+def ladder_figures(data, fit, out_dir, xname):
+    """Figure 3 (loss vs compute with an inset of the top budgets, multipliers, gamma vs log A) and Figure 2 (left: the
+    arms whose row in the arms table sets figure2), as PNG + PDF; a fit whose intervals are unknown says so on them."""
     plt = pyplot()
     plt.rcParams.update({"font.size": 10, "axes.titlesize": 10, "legend.fontsize": 7.5})
     E, c_ref = fit["E"], fit["c_ref"]
@@ -339,14 +300,10 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
             label, color = style(a)
             r, d = fit["arms"][a], data[a]
             xs = np.geomspace(d["x"].min(), d["x"].max(), 100)
-            flagged = np.array([bool(f) for f in d["flags"]])
             for axis in (ax, inset):
-                axis.plot(d["x"][~flagged], d["loss"][~flagged], "o", ms=3.5, color=color)
-                axis.plot(d["x"][flagged], d["loss"][flagged], "o", ms=4.5, mfc="white", color=color)
+                axis.plot(d["x"], d["loss"], "o", ms=3.5, color=color)
                 axis.plot(xs, E + r["A"] * (xs / c_ref) ** -r["gamma"], "-", lw=1.2, color=color,
                           label=f"{label} (γ={r['gamma']:.3f}, {r['dof']} dof)" if axis is ax else None)
-        if any(f for a in arms for f in data[a]["flags"]):
-            ax.plot([], [], "o", mfc="white", color="gray", label="flagged (schedule_notes)")
         E_se = "" if "E_dof" not in fit else " ± unknown" if fit["E_se"] is None else f" ± {fit['E_se']:.3f}"
         E_bound = f" (on its bound {fit['E_bound']})" if fit.get("E_bound") else ""
         ax.set(xscale="log", xlabel=xlabel, ylabel="validation loss", title=f"shared E = {E:.4f}{E_se}{E_bound}")
@@ -380,18 +337,15 @@ def ladder_figures(data, fit, out_dir, xname, figure2_arms=None):
     axes[2].invert_xaxis()
     axes[2].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig2, axes = plt.subplots(2, 1, figsize=(5.5, 7.5))
-    arms2 = [a for a in figure2_arms or FIGURE2_ARMS if a in fit["arms"]] or arms
+    arms2 = [a for a in FIGURE2_ARMS if a in fit["arms"]] or arms
     loss_panel(axes[0], arms2)
     mult_panel(axes[1], arms2)
     warnings = "\n".join(line for line in fit["footing"] if line.startswith("WARNING"))
     for f in (fig, fig2):
         f.tight_layout(rect=(0, 0.08 if warnings else 0, 1, 1))
         f.text(0.01, 0.01, warnings, color="firebrick", fontsize=7, wrap=True)
-    paths = save_figures(out_dir, {f"{name}.{ext}": f for name, f in (("fig3_ladders", fig), ("fig2_left", fig2))
-                                   for ext in ("png", "pdf")}, dpi=200)
-    plt.close(fig)
-    plt.close(fig2)
-    return paths
+    return save_figures(out_dir, {f"{name}.{ext}": f for name, f in (("fig3_ladders", fig), ("fig2_left", fig2))
+                                  for ext in ("png", "pdf")}, dpi=200)
 
 
 # ---------------------------------------------------------------------------------------------------- watching runs
@@ -419,8 +373,10 @@ def read_trajectory(run_dir):
     return records
 
 
-def run_row(run_dir, result, records):
-    """Where a run stands, every column at the step it reached, with the latest validation at or before it."""
+def read_run(run_dir):
+    """-> (row, trajectory records, result.json): row is where the run stands, every column at the step it reached,
+    with the latest validation at or before it."""
+    result, records = read_result(run_dir) or {}, read_trajectory(run_dir)
     plan, status, held = result.get("plan") or {}, result.get("status"), lock_held(run_dir)
     state = {"complete": "complete", "stopped": "stopped", "interrupted": "stopped"}.get(status, "failed")
     reason = result.get("error")
@@ -442,45 +398,44 @@ def run_row(run_dir, result, records):
                 val_loss=val_loss, val_step=val_step, flops_planned=plan.get("total_flops"),
                 flops=result.get("estimated_training_flops") if finished else at.get("flops"),
                 wall_seconds=at.get("wall_seconds", result.get("wall_seconds")),
-                eta_seconds=at.get("eta_seconds") if state == "running" else None)
+                eta_seconds=at.get("eta_seconds") if state == "running" else None), records, result
 
 
 def read_runs(items):
-    """Every run --runs-dir names -> [(row, trajectory records, result.json)], in the arms table's order, then by depth
-    and folder name; row: run_row."""
-    runs = []
-    for d in run_dirs(items):
-        result, records = read_result(d) or {}, read_trajectory(d)
-        runs.append((run_row(d, result, records), records, result))
-    return sorted(runs, key=lambda run: (arm_order(run[0]["arch"] or ""), run[0]["depth"] or 0, run[0]["run"]))
+    """read_run of every run --runs-dir names, in the arms table's order, then by depth and folder name."""
+    return sorted(map(read_run, run_dirs(items)), key=lambda run: (arm_order(run[0]["arch"] or ""), run[0]["depth"] or 0,
+                                                                   run[0]["run"]))
 
 
 def val_text(row):
     """The latest validation and its step: '2.3456 @50', the start's '5.5512 @0 (start)', or —."""
-    if row["val_loss"] is None:
-        return "—"
-    return f"{row['val_loss']:.4f} @{row['val_step']}" + (" (start)" if row["val_step"] == 0 else "")
+    return "—" if row["val_loss"] is None else f"{row['val_loss']:.4f} @{row['val_step']}" + (
+        " (start)" if row["val_step"] == 0 else "")
 
 
 def hms(seconds):
     return "—" if seconds is None else clock(seconds)
 
 
+def runs_table(rows, link=False):
+    """The runs as a markdown table (fit.py runs prints it; a ladder's report.md holds it, each run linked)."""
+    return markdown_table(["run", "state", "step", "train", "val @ step", "FLOPs done / planned", "wall time", "ETA",
+                           "why"], [(f"[{r['run']}]({r['run']}/report.md)" if link else r["run"], r["state"],
+                                     f"{r['step'] or 0}/{r['steps'] or '?'}", fnum(r["train_loss"]), val_text(r),
+                                     f"{fnum(r['flops'], '.2e')} / {fnum(r['flops_planned'], '.2e')}",
+                                     hms(r["wall_seconds"]), hms(r["eta_seconds"]), r["reason"] or "") for r in rows])
+
+
+def markdown_table(header, rows):
+    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header)] + [f"| {' | '.join(map(str, r))} |" for r in rows]
+
+
 def cmd_runs(args):
-    """One row per train.py run: its state (complete / running / stopped / failed, with the reason; running while a
-train.py holds its train.lock on this host), the step it reached, the train loss there, the latest validation and
-the step it was taken at, FLOPs done / planned, wall time and ETA."""
+    """One row per train.py run: its state (complete / running / stopped / resuming / failed, with the reason;
+running while a train.py holds its train.lock on this host), the step it reached, the train loss there, the latest
+validation and its step, FLOPs done / planned, wall time and ETA."""
     rows = [row for row, _, _ in read_runs(args.runs_dir)]
-    if args.json:
-        print(json.dumps(jsonable(dict(runs=rows)), indent=2))
-        return
-    print(f"{'run':<24} {'state':<9} {'step':>13} {'train':>7} {'val @ step':>20} {'FLOPs done / planned':>21} "
-          f"{'wall time':>10} {'ETA (wall)':>10}")
-    for r in rows:
-        step = f"{r['step'] or 0}/{r['steps'] or '?'}"
-        print(f"{r['run']:<24} {r['state']:<9} {step:>13} {fnum(r['train_loss']):>7} "
-              f"{val_text(r):>20} {fnum(r['flops'], '.2e') + ' / ' + fnum(r['flops_planned'], '.2e'):>21} "
-              f"{hms(r['wall_seconds']):>10} {hms(r['eta_seconds']):>10}" + (f"  {r['reason']}" if r["reason"] else ""))
+    print(json.dumps(jsonable(dict(runs=rows)), indent=2) if args.json else "\n".join(runs_table(rows)))
 
 
 X_AXES = dict(steps=("step", "optimizer step", "linear"), tokens=("tokens", "training tokens", "log"),
@@ -565,21 +520,13 @@ per ladder (the runs' preset), one colour per arm, depth by shade, growth and wa
     runs = [run for run in read_runs(args.runs_dir) if run[1]]
     if not runs:
         raise UsageError(f"no run in {' '.join(args.runs_dir)} has trajectory records yet")
-    written = draw_curves(runs, args.out or os.path.join(args.runs_dir[0], "curves"), args.x)
-    if args.json:
-        print(json.dumps(dict(written=written, runs=[dict(run=r[0]["run"], state=r[0]["state"]) for r in runs])))
-        return
-    print("\n".join(f"wrote {p}" for p in written))
-    print(f"{len(runs)} runs: " + ", ".join(f"{r[0]['run']} ({r[0]['state']})" for r in runs))
+    for p in draw_curves(runs, args.out or os.path.join(args.runs_dir[0], "curves"), args.x):
+        print(f"wrote {p}")
 
 
 REPORT_PLAN = ("arch", "preset", "depth", "width", "n_layer", "params_tpp", "params_stored", "steps", "tokens_per_step",
                "train_tokens", "total_flops", "pass_stages", "crossover_steps", "warmup_steps", "warmdown_ratio",
                "rewarm_steps", "matrix_lr", "embedding_lr", "weight_decay", "optimizer", "seed")
-
-
-def markdown_table(header, rows):
-    return [f"| {' | '.join(header)} |", "|" + "---|" * len(header)] + [f"| {' | '.join(map(str, r))} |" for r in rows]
 
 
 def write_run_report(run_dir, curves=None):
@@ -616,10 +563,9 @@ def write_run_report(run_dir, curves=None):
 
 
 def cmd_report(args):
-    """report.md of a run (--runs-dir RUN: its own, with its curves) or of a ladder (--runs-dir RUNS_DIR: every run's,
-then RUNS_DIR/report.md with the runs table, the ladder fit of the arms with >= 3 complete depths with bootstrap CIs
-and its figures in RUNS_DIR/fit, and the curves in RUNS_DIR/curves). The fit's reference arm follows fit.py ladders'
-rule (--reference-arm, else vanilla, else the only arm)."""
+    """report.md of a run (--runs-dir RUN, with its curves) or of a ladder (--runs-dir RUNS_DIR: every run's, then
+RUNS_DIR/report.md: the runs table, `fit.py ladders` of the arms with >= 3 complete depths (figures in RUNS_DIR/fit)
+and the curves (RUNS_DIR/curves))."""
     runs_dir, plt, table = args.runs_dir[0], pyplot(), None
     runs, written = read_runs([runs_dir]), []
     for run in runs:
@@ -630,15 +576,9 @@ rule (--reference-arm, else vanilla, else the only arm)."""
         written.append(write_run_report(run[0]["path"], "curves.png" if run[1] else None))
     if [run[0]["path"] for run in runs] != [runs_dir]:
         rows = [row for row, _, _ in runs]
-        lines = [f"# Ladder report: {runs_dir}", "", "## Runs", "", *markdown_table(
-            ["run", "state", "step", "val loss @ step", "FLOPs", "wall time", "report"],
-            [(r["run"], r["state"], f"{r['step'] or 0}/{r['steps'] or '?'}", val_text(r), fnum(r["flops"], ".3e"),
-              hms(r["wall_seconds"]), f"[report.md]({r['run']}/report.md)") for r in rows]), "", "## Fit", ""]
-        complete = {}
-        for r in rows:
-            if r["state"] == "complete":
-                complete.setdefault(r["arch"], set()).add(r["depth"])
-        fitted = [a for a, d in complete.items() if len(d) >= 3]
+        lines = [f"# Ladder report: {runs_dir}", "", "## Runs", "", *runs_table(rows, link=True), "", "## Fit", ""]
+        fitted = [a for a in dict.fromkeys(r["arch"] for r in rows)
+                  if len({r["depth"] for r in rows if r["arch"] == a and r["state"] == "complete"}) >= 3]
         argv = ["ladders", "--runs-dir", *[r["path"] for r in rows if r["arch"] in fitted], "--bootstrap",
                 str(args.bootstrap), "--out", os.path.join(runs_dir, "fit")] + \
             (["--reference-arm", args.reference_arm] if args.reference_arm else [])
@@ -657,44 +597,41 @@ rule (--reference-arm, else vanilla, else the only arm)."""
         lines += ["", "## Curves", ""] + [f"![curves](curves/{os.path.basename(p)})" for p in curves if p.endswith(".png")]
         write_text(os.path.join(runs_dir, "report.md"), "\n".join(lines) + "\n")
         written.append(os.path.join(runs_dir, "report.md"))
-    if args.json:
-        print(json.dumps(dict(written=written, fit_table=table)))
-    else:
-        print("\n".join(([table] if table else []) + [f"wrote {p}" for p in written]))
+    print("\n".join(([table] if table else []) + [f"wrote {p}" for p in written]))
 
 
 # ---------------------------------------------------------------------------------------------------- downstream (App. C.4)
 def downstream_columns(args):
     """The measurements -> ({arm, compute_flops, core, nll:<task>, acc:<task>: columns}, tasks): a CSV, the release's
-    FineWeb-Edu ladders or the complete runs with core_eval.py's eval.json."""
+    FineWeb-Edu ladders (its d26 run left out) or the complete runs with core_eval.py's eval.json."""
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the measurements: a DATA file or --runs-dir (runs with core_eval.py's eval.json)")
+    row = lambda arm, C, core, nll, acc: dict(arm=arm, compute_flops=float(C), core=float(core),
+                                              **{f"nll:{t}": float(v) for t, v in nll.items()},
+                                              **{f"acc:{t}": float(v) for t, v in acc.items()})
     if args.data and not args.data.endswith(".json"):
         tasks = [k for k in read_csv(args.data, ["arm", "compute_flops", "core"]) if k[:4] in ("nll:", "acc:")]
         c = read_csv(args.data, [], numeric=["compute_flops", "core", *tasks], key=["arm", "compute_flops"],
                      positive=["compute_flops"] + [k for k in tasks if k.startswith("nll:")])
-    elif args.data:  # the release's FineWeb-Edu ladders, its d26 run left out
-        obj = paper.read_json(args.data)
-        if paper.json_layout(obj) != "fineweb_edu":
-            raise paper.layout_error(args.data, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
-                                     "acc:<task>...] or ")
-        tasks, records = paper.edu_records(args.data, obj)
-        try:
-            c = {k: np.array(v, dtype=None if k == "arm" else float) for k, v in zip(
-                ["arm", "compute_flops", "core"] + [f"{p}:{t}" for p in ("nll", "acc") for t in tasks],
-                zip(*[(arm, r["compute_flops"], r["core_accuracy"], *(r["task_nll"][t] for t in tasks),
-                       *(r["task_accuracy"][t] for t in tasks)) for arm, r, _, held_out in records if not held_out]))}
-        except (KeyError, TypeError, ValueError):
-            raise UsageError(f"{args.data}: every ladder record needs core_accuracy, and task_nll and task_accuracy "
-                             "for every task in 'tasks'")
     else:
-        rows = [dict(arm=r["arch"], compute_flops=r["estimated_training_flops"], core=ev["core_metric"],
-                     **{f"nll:{t}": v for t, v in ev["losses"].items()},
-                     **{f"acc:{t}": v for t, v in ev["centered_results"].items()})
-                for d, r in complete_runs(args.runs_dir) if (ev := read_result(d, "eval.json"))]
-        if not rows:
-            raise UsageError("no complete run with an eval.json: run core_eval.py on their checkpoints first")
-        c = {k: np.array([row[k] for row in rows]) for k in rows[0]}
+        if args.data:
+            obj = paper.read_json(args.data)
+            if paper.json_layout(obj) != "fineweb_edu":
+                raise paper.layout_error(args.data, ("fineweb_edu",), "a CSV [arm, compute_flops, core, nll:<task>..., "
+                                         "acc:<task>...] or ")
+            tasks, records = paper.edu_records(args.data, obj)
+            try:
+                rows = [row(arm, r["compute_flops"], r["core_accuracy"], {t: r["task_nll"][t] for t in tasks},
+                            {t: r["task_accuracy"][t] for t in tasks}) for arm, r, _, held_out in records if not held_out]
+            except (KeyError, TypeError, ValueError):
+                raise UsageError(f"{args.data}: every ladder record needs core_accuracy, and task_nll and "
+                                 "task_accuracy for every task in 'tasks'")
+        else:
+            rows = [row(r["arch"], r["estimated_training_flops"], ev["core_metric"], ev["losses"], ev["centered_results"])
+                    for d, r in complete_runs(args.runs_dir) if (ev := read_result(d, "eval.json"))]
+            if not rows:
+                raise UsageError("no complete run with an eval.json: run core_eval.py on their checkpoints first")
+        c = {k: np.array([r[k] for r in rows]) for k in rows[0]}
     tasks = [k[4:] for k in c if k.startswith("nll:") and f"acc:{k[4:]}" in c]
     if lone := next((k for k in c if k[:4] in ("nll:", "acc:") and k[4:] not in tasks), None):
         raise UsageError(f"{args.data}: column {lone} has no {'acc' if lone[:3] == 'nll' else 'nll'}:{lone[4:]}; a task "
@@ -821,15 +758,10 @@ def arm_delta_gamma(text):
 
 
 def true_laws(args, arms):
-    """{arm: (A, gamma)} and E: the pilot's (--truth) or --E/--gamma/--A; --delta-gamma [ARM=]DG sets an arm's true
-    gamma to the reference's + DG (a bare DG: every planned arm the truth has no law for)."""
-    given = [f"--{k}" for k in ("E", "gamma", "A") if getattr(args, k) is not None]
-    if bool(args.truth) == bool(given) or 0 < len(given) < 3:
-        raise UsageError(f"--truth {args.truth} gives the true curves and {'/'.join(given)} would be ignored" if given
-                         and args.truth else "give the true curves: --truth PILOT.json (fit.py ladders --json) or --E, "
-                         "--gamma and --A")
+    """{arm: (A, gamma)} and E from --truth (a `fit.py ladders --json` output); --delta-gamma [ARM=]DG sets an arm's
+    true gamma to the reference's + DG (a bare DG: every planned arm the truth has no law for)."""
     try:
-        pilot = json.load(open(args.truth)) if args.truth else dict(E=args.E, arms={args.reference_arm: vars(args)})
+        pilot = json.load(open(args.truth))
         E, have = float(pilot["E"]), {a: (float(r["A"]), float(r["gamma"])) for a, r in pilot["arms"].items()}
         assert all(math.isfinite(v) and v > 0 for v in (E, *(v for law in have.values() for v in law)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, AssertionError):
@@ -856,82 +788,48 @@ def cmd_design(args):
 true laws L = E + A (C/1e18)^-gamma and relative run-to-run noise (each run's ln L gets sigma z), fits each as `fit.py
 ladders --noise` does, and reports per design and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the
 E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints, how often the free-E
-fit reads an advantage as a lower floor, and the plan's FLOPs and GPU-hours.
-PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops],
-one seed per run unless a --design says more. True curves: --truth PILOT.json (`fit.py ladders --json`) or --E/--gamma/--A, with --delta-gamma."""
-    if args.out:
-        check_outputs(args.out)
+fit reads an advantage as a lower floor, and the plan's FLOPs and H100-hours.
+PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops], one
+seed per run unless a --design says more. True curves: --truth PILOT.json (`fit.py ladders --json` of a pilot ladder),
+with --delta-gamma for arms it has no law for."""
     plan = read_plan(args.plan)
-    args.reference_arm = reference_arm(dict.fromkeys(a for a, _ in plan), args.reference_arm)
+    ref = args.reference_arm = reference_arm(dict.fromkeys(a for a, _ in plan), args.reference_arm)
     E, laws = true_laws(args, dict.fromkeys(a for a, _ in plan))
-    peak, results = GPU_PEAK_FLOPS[args.gpu.upper()], []
+    peak, results = GPU_PEAK_FLOPS["H100"], []
     for spec in args.design or [""]:
-        arms = apply_design(plan, spec)
+        name, arms = spec or "plan", apply_design(plan, spec)
         if short := [a for a, (_, _, ds) in arms.items() if len(ds) < 3]:
-            raise UsageError(f"design {spec or 'plan'!r}: {short[0]} has fewer than 3 planned depths; a fit needs 3")
+            raise UsageError(f"design {name!r}: {short[0]} has fewer than 3 planned depths; a fit needs 3")
         points = {a: (x / FIT["c_ref"], n) for a, (x, n, _) in arms.items()}
-        draws = simulate(points, laws, E, args.reference_arm, args.noise, args.sims, np.random.default_rng(args.seed),
-                         args.fixed_E)
-        flops = float(sum((x * n).sum() for x, n, _ in arms.values()))
-        summary = summarize(points, laws, E, args.reference_arm, args.noise, draws)
+        draws = simulate(points, laws, E, ref, args.noise, args.sims, np.random.default_rng(args.seed), args.fixed_E)
+        summary = summarize(points, laws, E, ref, args.noise, draws)
         warnings = [f"{a}: only {v['valid']} of {v['sims']} simulated fits converged (< {FIT['design_min_converged']:.0%}"
                     "); its numbers rest on those alone" for a, v in summary.items()
                     if v["valid"] < FIT["design_min_converged"] * v["sims"]]
         for w in warnings:
-            note(f"warning: design {spec or 'plan'!r}: {w}")
-        results.append(dict(design=spec or "plan", runs=int(sum(n.sum() for _, n, _ in arms.values())), flops=flops,
+            note(f"warning: design {name!r}: {w}")
+        flops = float(sum((x * n).sum() for x, n, _ in arms.values()))
+        results.append(dict(design=name, runs=int(sum(n.sum() for _, n, _ in arms.values())), flops=flops,
                             gpu_hours=flops / (peak * args.mfu) / 3600, arms=summary, warnings=warnings,
                             depths={a: dict(zip(map(int, ds), map(int, n))) for a, (_, n, ds) in arms.items()}))
-    out = dict(noise=args.noise, E=E, reference_arm=args.reference_arm, fixed_E=args.fixed_E, sims=args.sims,
-               seed=args.seed, gpu=args.gpu, peak_flops=peak, mfu=args.mfu, designs=results)
-    paths = design_figure(results, args.reference_arm, args.out, args.gpu) if args.out else []
     if args.json:
-        print(json.dumps(jsonable(out), allow_nan=False))
+        print(json.dumps(jsonable(dict(noise=args.noise, E=E, reference_arm=ref, fixed_E=args.fixed_E, sims=args.sims,
+                                       seed=args.seed, mfu=args.mfu, designs=results)), allow_nan=False))
         return
     print(f"sigma = {args.noise:g} relative (sd of ln L of one run); {args.sims} simulated ladders per design; "
-          + ("E known" if args.fixed_E else f"E refitted on {args.reference_arm} in every one")
-          + f"; GPU-hours at {args.mfu:.0%} MFU of {peak:.3g} FLOP/s ({args.gpu}). fits: converged/asked, every number "
-          "rests on the converged; spread: the 95% half-width of the estimates; P(det): an estimate beyond it; cover "
-          "(E fix, dg), power: of the analyst's 95% intervals (± 1.96 se, as fit.py ladders prints them); lower E: "
-          "the arm's own free-E fit rejects the shared E for a lower one")
+          + ("E known" if args.fixed_E else f"E refitted on {ref} in every one") + f"; H100-hours at {args.mfu:.0%} "
+          "MFU. fits: converged/asked, every number rests on the converged; spread: the 95% half-width of the "
+          "estimates; P(det): an estimate beyond it; cover (E fix, dg), power: of the analyst's 95% intervals (± 1.96 "
+          "se, as fit.py ladders prints them); lower E: the arm's own free-E fit rejects the shared E for a lower one")
+    width = lambda fmt: int(fmt.strip("+")[0])
     for r in results:
         print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours\n  "
-              f"{'arm':<18} {'fits':>9}" + "".join(f" {name:>{int(fmt.strip('+')[0])}}" for name, _, fmt in DESIGN_COLUMNS))
+              f"{'arm':<18} {'fits':>9}" + "".join(f" {name:>{width(fmt)}}" for name, _, fmt in DESIGN_COLUMNS))
         for a, v in r["arms"].items():  # the reference arm has no delta columns: —
-            fits = f"{v['valid']}/{v['sims']}"
-            print(f"  {a:<18} {fits:>9}" + "".join(f" {fnum(v.get(key), fmt):>{int(fmt.strip('+')[0])}}"
-                                                    for _, key, fmt in DESIGN_COLUMNS))
+            print(f"  {a:<18} {str(v['valid']) + '/' + str(v['sims']):>9}"
+                  + "".join(f" {fnum(v.get(key), fmt):>{width(fmt)}}" for _, key, fmt in DESIGN_COLUMNS))
         for w in r["warnings"]:
             print(f"  WARNING: {w}")
-    for p in paths:
-        print(f"wrote {p}")
-
-
-def design_figure(results, ref_arm, out_dir, gpu):
-    """Expected CI half-width of gamma and of gamma - gamma_ref against each design's GPU-hours."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    keys = ("gamma_ci_halfwidth", "delta_gamma_ci_halfwidth")
-    for a, v in results[0]["arms"].items():
-        label, color = style(a)
-        for ax, key in zip(axes, keys):
-            if key in v:
-                ax.plot(*zip(*sorted((r["gpu_hours"], r["arms"][a][key]) for r in results)), "o-", color=color,
-                        label=label)
-        if a != ref_arm:
-            axes[1].axhline(abs(v["delta_gamma_true"]), color=color, ls=":", lw=1)
-    for r in results:
-        for ax, key in zip(axes, keys):
-            ax.annotate(r["design"], (r["gpu_hours"], max(v[key] for v in r["arms"].values() if key in v)), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")
-    axes[0].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel="expected 95% CI half-width of γ")
-    axes[1].set(xscale="log", xlabel=f"plan GPU-hours ({gpu})", ylabel=f"expected 95% CI half-width of γ − γ_{ref_arm}",
-                title="dotted: each arm's true |Δγ|")
-    axes[0].legend(frameon=False, fontsize=8)
-    fig.tight_layout()
-    paths = save_figures(out_dir, {f"design_ci_vs_compute.{ext}": fig for ext in ("png", "pdf")}, dpi=150)
-    plt.close(fig)
-    return paths
 
 
 # ---------------------------------------------------------------------------------------------------- surface
@@ -946,52 +844,48 @@ rows; D is used where both are given."""
         raise UsageError(f"{args.data}: need a D or a compute column besides N and loss")
     N, L = c["N"], c["loss"]
     D = c["D"] if "D" in c else c["compute"] / (6 * N)
-    order = np.argsort(-L, kind="stable")[:args.drop_highest]  # e.g. Hoffmann et al. drop the 5 highest-loss runs
-    dropped = [dict(line=c["_line"][i], N=N[i], D=D[i], loss=L[i]) for i in order]
-    keep = ~np.isin(np.arange(len(L)), order)
-    N, D, L = N[keep], D[keep], L[keep]
     if len(L) < 7:
-        raise UsageError(f"{args.data}: need >= 7 rows to fit, have {len(L)}" + (" after --drop-highest" if dropped else ""))
+        raise UsageError(f"{args.data}: need >= 7 rows to fit, have {len(L)}")
     forms = ["chinchilla", "skaling"] if args.form == "both" else [args.form]
     delta = {f: args.delta or FIT["surface_delta"][f] for f in forms}
     C = 6 * N * D
     budgets = args.budgets or list(10.0 ** np.arange(math.floor(np.log10(C.min())), math.ceil(np.log10(C.max())) + 1))
-    out = dict(delta=delta, dropped=dropped, forms={})
+    out, lines = dict(delta=delta, forms={}), [f"{len(L)} points"]
     for form in forms:
         p = fit_surface(N, D, L, form, delta[form], args.hops, args.seed)
         r = out["forms"][form] = dict(params=p, mape_all=mape(p, N, D, L), optimal=[compute_optimal(p, b) for b in budgets],
                                       ratio_exponent=(p["alpha"] - p["beta"]) / (p["alpha"] + p["beta"]))
-        if args.sparse_l:
-            sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
-            ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
-            r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]))
-    lines = [f"{len(L)} points" + (f"; dropped the {len(dropped)} highest-loss rows (lines "
-                                   f"{', '.join(str(d['line']) for d in dropped)})" if dropped else "")]
-    for form, r in out["forms"].items():
-        p = r["params"]
         lines += [f"\n{form} (Huber delta {delta[form]:g} on ln L): E={p['E']:.4f} A={p['A']:.4g} alpha={p['alpha']:.4f} "
                   f"B={p['B']:.4g} beta={p['beta']:.4f} k={p['k']:.4f}  MAPE(all)={r['mape_all']:.3f}%",
                   f"  D*/N* ~ C^{r['ratio_exponent']:+.3f}"] + [
             f"  C={o['compute']:.3g}: N*={o['N']:.4g} D*={o['D']:.4g} D*/N*={o['ratio']:.2f} L*={o['loss']:.4f}"
             for o in r["optimal"]]
-        if "sparse_l" in r:
-            lines.append(f"  L-shaped subset ({r['sparse_l']['n_fit']} points): MAPE on the rest "
-                         f"{r['sparse_l']['mape_rest']:.3f}%")
+        if args.sparse_l:
+            sub = np.isclose(N, N.min(), rtol=1e-9) | np.isclose(D, D.min(), rtol=1e-9)
+            ps = fit_surface(N[sub], D[sub], L[sub], form, delta[form], args.hops, args.seed)
+            r["sparse_l"] = dict(n_fit=int(sub.sum()), params=ps, mape_rest=mape(ps, N[~sub], D[~sub], L[~sub]))
+            lines.append(f"  L-shaped subset ({sub.sum()} points): MAPE on the rest {r['sparse_l']['mape_rest']:.3f}%")
     emit(args, out, lines)
 
 
 # ---------------------------------------------------------------------------------------------------- sweeps
-def grouped_vertices(keys, x, y, label):
-    """quad_vertex of each group of rows with one key -> {key: vertex}; label(key) names a group in the notes."""
+def sweep_optima(c, group, knob, log):
+    """The vertex of a least-squares quadratic of val_loss in `knob` (both in logs with log=True) per group of rows that
+    share the `group` columns -> {group values: (knob*, loss*)}; a group without an interior minimum is skipped."""
+    keys, f = list(zip(*(c[g] for g in group))), np.log if log else np.asarray
     out = {}
     for key in dict.fromkeys(keys):
         m = np.array([k == key for k in keys])
-        try:
-            out[key] = quad_vertex(x[m], y[m])
-            if not out[key][2]:
-                note(f"{label(key)}: vertex outside the swept range (extrapolated)")
-        except FitError as e:
-            note(f"{label(key)}: {e}; skipped")
+        where = ", ".join(f"{g} {v:.4g}" if isinstance(v, float) else f"{g} {v}" for g, v in zip(group, key))
+        x, y = f(c[knob][m]), f(c["val_loss"][m])
+        c2, c1, c0 = np.polyfit(x, y, 2) if len(np.unique(x)) >= 3 else (0, 0, 0)
+        if c2 <= 0:
+            note(f"{where}: no interior minimum (needs >= 3 distinct values and curvature > 0); skipped")
+            continue
+        xv, yv = -c1 / (2 * c2), c0 - c1 ** 2 / (4 * c2)
+        if not x.min() <= xv <= x.max():
+            note(f"{where}: vertex outside the swept range (extrapolated)")
+        out[key] = (math.exp(xv), math.exp(yv)) if log else (xv, yv)
     if not out:
         raise UsageError("no group of rows could be fitted (each needs >= 3 distinct values with a minimum)")
     return out
@@ -1006,15 +900,14 @@ def cmd_tpp(args):
 val_loss], several tpp per budget."""
     from scipy import stats
     cols = ["compute_flops", "tpp", "val_loss"]
-    c = read_csv(args.data, cols, numeric=cols, positive=cols, key=["compute_flops", "tpp"])
-    v = grouped_vertices(list(c["compute_flops"]), np.log(c["tpp"]), np.log(c["val_loss"]), lambda C: f"budget {C:.4g}")
-    out = dict(budgets=[dict(compute=k, tpp=math.exp(xv), loss=math.exp(yv), inside=ins) for k, (xv, yv, ins) in v.items()])
-    tpps = np.array([b["tpp"] for b in out["budgets"]])
+    v = sweep_optima(read_csv(args.data, cols, numeric=cols, positive=cols, key=cols[:2]), cols[:1], "tpp", log=True)
+    out = dict(budgets=[dict(compute=k[0], tpp=t, loss=loss) for k, (t, loss) in v.items()])
+    tpps = np.array([t for t, _ in v.values()])
     out["mean_tpp"] = float(tpps.mean())
     lines = [f"C={b['compute']:.4g}: TPP*={b['tpp']:.3f} loss*={b['loss']:.4f}" for b in out["budgets"]]
     lines.append(f"mean TPP* = {out['mean_tpp']:.3f}")
     if len(v) >= 3:  # scale-shift test: log TPP* = a + beta log C, two-sided p of beta = 0
-        reg = stats.linregress(np.log(list(v)), np.log(tpps))
+        reg = stats.linregress(np.log([k[0] for k in v]), np.log(tpps))
         out["scale_shift"] = dict(beta=reg.slope, beta_se=reg.stderr, p_value=reg.pvalue)
         lines.append(f"scale shift beta = {reg.slope:+.4f} ± {reg.stderr:.4f} (p = {reg.pvalue:.3f})")
     emit(args, out, lines)
@@ -1025,10 +918,9 @@ def cmd_growth(args):
 compute_flops, rho, val_loss], rho (the share of steps after growth) in [0, 1]."""
     cols = ["depth", "compute_flops", "rho", "val_loss"]
     c = read_csv(args.data, cols, numeric=cols, positive=["depth", "compute_flops", "val_loss"], fraction=["rho"],
-                 key=["depth", "compute_flops", "rho"])
-    v = grouped_vertices([(int(d), C) for d, C in zip(c["depth"], c["compute_flops"])], c["rho"], c["val_loss"],
-                         lambda k: f"d{k[0]} C={k[1]:.4g}")
-    out = dict(groups=[dict(depth=k[0], compute=k[1], rho=xv, loss=yv, inside=ins) for k, (xv, yv, ins) in v.items()])
+                 key=cols[:3])
+    out = dict(groups=[dict(depth=int(d), compute=C, rho=rho, loss=loss)
+                       for (d, C), (rho, loss) in sweep_optima(c, cols[:2], "rho", log=False).items()])
     out["mean_rho"] = float(np.mean([g["rho"] for g in out["groups"]]))
     out["rho"] = round(out["mean_rho"], 1)  # A.4.3: average the fitted optima and round to one decimal
     emit(args, out, [f"d{g['depth']} C={g['compute']:.4g}: rho*={g['rho']:.3f} loss*={g['loss']:.4f}"
@@ -1041,48 +933,28 @@ def cmd_lr(args):
     from scipy import stats
     cols = ["params", "value", "val_loss"]
     c = read_csv(args.data, cols, numeric=cols, positive=cols, key=["hparam", "params", "value"])
-    hp = np.array(c.get("hparam", ["lr"] * len(c["params"])))
+    c.setdefault("hparam", ["lr"] * len(c["params"]))
+    v = sweep_optima(c, ["hparam", "params"], "value", log=True)
     out, lines = {}, []
-    for h in dict.fromkeys(hp):
-        m = hp == h
-        v = grouped_vertices(list(c["params"][m]), np.log(c["value"][m]), np.log(c["val_loss"][m]),
-                             lambda n: f"{h} N={n:.4g}")
-        sizes = np.array(sorted(v))
+    for h in dict.fromkeys(h for h, _ in v):
+        sizes = np.array(sorted(n for g, n in v if g == h))
         if len(sizes) < 2:
             note(f"{h}: fewer than 2 sizes with an optimum; no drift exponent")
             continue
-        opt = np.array([v[s][0] for s in sizes])
+        opt = np.log([v[h, n][0] for n in sizes])
         reg = stats.linregress(np.log(sizes), opt)
-        out[h] = dict(optima=[dict(params=s, value=math.exp(o)) for s, o in zip(sizes, opt)], beta=reg.slope,
+        out[h] = dict(optima=[dict(params=n, value=math.exp(o)) for n, o in zip(sizes, opt)], beta=reg.slope,
                       beta_se=reg.stderr if len(sizes) > 2 else np.nan,
                       anchor=dict(params=sizes[0], value=math.exp(reg.intercept + reg.slope * math.log(sizes[0]))))
         lines.append(f"{h}: optimum ∝ N^{reg.slope:+.3f} ± {fnum(out[h]['beta_se'], '.3f')}; "
-                     + ", ".join(f"N={s:.3g}: {math.exp(o):.4g}" for s, o in zip(sizes, opt)))
+                     + ", ".join(f"N={n:.3g}: {math.exp(o):.4g}" for n, o in zip(sizes, opt)))
     if not out:
         raise UsageError(f"{args.data}: no hyperparameter has optima at 2 sizes")
     emit(args, out, lines)
 
 
 # ---------------------------------------------------------------------------------------------------- loops (Figures 2 right, 5)
-LOOP_COLUMNS = ["depth", "loops", "weight_decay", "compute", "loss"]
 LOOP_GRID_VARIED = ("passes", "passes_initial", "weight_decay")  # what the grid's runs vary beside the depth
-
-
-def loop_grid_from_runs(runs_dirs):
-    """The loop grid of train.py --data-constrained runs (ladder.sh operator_1 --preset data-constrained): compute
-    without attention, as in the paper's loop_grid.csv; the runs must share one recipe but for what the grid varies."""
-    runs = complete_runs(runs_dirs)
-    for d, r in runs:
-        if not r["plan"].get("data_constrained"):
-            raise UsageError(f"{d} is not a loop-grid run (its plan's data_constrained is "
-                             f"{r['plan'].get('data_constrained')!r}); fit.py loops reads train.py --data-constrained runs")
-    if not runs:
-        raise UsageError(f"{' '.join(runs_dirs)}: no complete train.py runs")
-    check_one_recipe(runs, "loop-grid runs", LOOP_GRID_VARIED, ("train_token_limit",))
-    rows = [(r["plan"]["depth"], r["plan"]["passes_final"], r["plan"]["weight_decay"], r["estimated_matrix_flops"],
-             r["final_val_loss"]) for _, r in runs]
-    return drop_repeats({n: np.array(col, dtype=float) for n, col in zip(LOOP_COLUMNS, zip(*rows))},
-                        ["depth", "loops", "weight_decay"], LOOP_COLUMNS, [d for d, _ in runs])
 
 
 def loop_optima(ladders, budgets, need=1):
@@ -1101,12 +973,26 @@ def loop_optima(ladders, budgets, need=1):
 def cmd_loops(args):
     """The loop grid (Figures 2 right, 5): at weight decay --wd, the loss of each loop count K at each budget
 (interpolated between depths), the optimal K* from a quadratic in log K, and the compute Operator-1 (K = 1, its weight
-decay tuned per depth) needs over the loop frontier. The release's regimes.csv and architectures.csv: K* per budget of
-each regime or control (Figures 21, 24); hyperparameters.csv: each knob's best multiple (Figure 23b)."""
+decay tuned per depth) needs over the loop frontier. The grid: a CSV, or --runs-dir: train.py --data-constrained runs
+(ladder.sh operator_1 --preset data-constrained; one recipe but for what the grid varies). The release's regimes.csv
+and architectures.csv: K* per budget of each regime or control (Figures 21, 24); hyperparameters.csv: each knob's
+best multiple (Figure 23b)."""
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the loop grid: a CSV or --runs-dir (train.py --data-constrained runs)")
     if args.runs_dir:
-        c = loop_grid_from_runs(args.runs_dir)
+        runs = complete_runs(args.runs_dir)
+        for d, r in runs:
+            if not r["plan"].get("data_constrained"):
+                raise UsageError(f"{d} is not a loop-grid run (its plan's data_constrained is "
+                                 f"{r['plan'].get('data_constrained')!r}); fit.py loops reads --data-constrained runs")
+        if not runs:
+            raise UsageError(f"{' '.join(args.runs_dir)}: no complete train.py runs")
+        check_one_recipe(runs, "loop-grid runs", LOOP_GRID_VARIED, ("train_token_limit",))
+        names = ["depth", "loops", "weight_decay", "compute", "loss"]  # compute without attention, as loop_grid.csv
+        rows = [(r["plan"]["depth"], r["plan"]["passes_final"], r["plan"]["weight_decay"], r["estimated_matrix_flops"],
+                 r["final_val_loss"]) for _, r in runs]
+        c = drop_repeats({n: np.array(col, dtype=float) for n, col in zip(names, zip(*rows))}, names[:3], names,
+                         [d for d, _ in runs])
     elif paper.csv_header(args.data) & {"compute", "knob"}:  # the release's tables
         c, name = paper.read_table(args.data)
         if name == "hyperparameters.csv":
@@ -1174,7 +1060,8 @@ def build_parser():
         s = sub.add_parser(func.__name__[4:], help=helptext, description=func.__doc__,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         s.set_defaults(func=func)
-        s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        if func not in (cmd_curves, cmd_report, paper.cmd_paper):  # those write files
+            s.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         if "runs" in common:
             s.add_argument("--runs-dir", nargs="+", metavar="DIR", default=[], required="required" in common,
                            help="train.py run folders or folders of them (ladder.sh's RUNS_DIR)")
@@ -1185,25 +1072,19 @@ def build_parser():
 
     arg = add(cmd_ladders, "per-arm power laws, multipliers, forecasts, figures", "runs", "reference")
     arg("inputs", nargs="*", metavar="CSV|JSON", help="ladder tables (see above)")
-    arg("--anchor-depth", type=number(int, 1), help="multipliers from this depth on; C0 = its compute (default 8, "
-        "or the second depth of a shorter ladder)")
-    arg("--out", help="write Figure 3 and Figure 2 (left) as PNG + PDF into this folder (default: none)")
-    arg("--figure2-arms", nargs="+", metavar="ARM", help="the arms of Figure 2 (left) (default: the arms table's)")
+    arg("--anchor-depth", type=number(int, 1), help="multipliers from this depth on (default 8, or a shorter "
+        "ladder's second depth)")
+    arg("--out", help="write Figure 3 and Figure 2 (left) into this folder (default: none)")
     arg("--bootstrap", type=resamples, help=f"resamples for CIs (default 0, {FIT['default_extrapolate_boot']} with "
         "--extrapolate)")
     arg("--seed", type=seed, default=0, help="bootstrap seed")
     arg("--time", action="store_true", help="training time (s) instead of FLOPs on the x axis")
-    arg("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on (vanilla's), "
-        "e.g. the release's ladders.json for its timing.json")
+    arg("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on (vanilla's)")
     arg("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use")
-    arg("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="one anchor at this depth shared by every arm, "
-        "the mean of the equivalent runs (Figure 16a: 8)")
-    arg("--extrapolate", type=positive, metavar="C", help="per arm at compute C: forecast loss, gain C_ref(L_arm(C))/C "
-        "(Figure 4) and pi(C), with CIs")
+    arg("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="one anchor depth for every arm (Fig. 16a: 8)")
+    arg("--extrapolate", type=positive, metavar="C", help="forecast loss, gain (Figure 4) and pi at compute C")
     arg("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave points out of the fit, print their forecast")
-    arg("--exclude-flagged", action="store_true", help="leave out the points whose plans carry schedule_notes (*)")
     arg("--noise", type=noise, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one run)")
-
     add(cmd_runs, "a table of train.py runs and where each stands", "runs", "required")
     arg = add(cmd_curves, "training and validation curves of train.py runs", "runs", "required")
     arg("--out", help="folder for curves_PRESET_X.{png,pdf} (default: the first --runs-dir's curves/)")
@@ -1211,38 +1092,26 @@ def build_parser():
     arg = add(cmd_report, "report.md of a run or of a ladder (its runs, fit and figures)", "reference")
     arg("--runs-dir", nargs=1, required=True, metavar="DIR", help="a run folder or a folder of runs")
     arg("--bootstrap", type=resamples, default=200, help="resamples for the fit's CIs (default 200)")
-
     arg = add(cmd_downstream, "CORE forecast (App. C.4)", "runs", "reference")
     arg("data", nargs="?", metavar="DATA", help="CSV or the release's FineWeb-Edu ladders JSON")
-    arg("--targets", type=noise, nargs="+", default=list(FIT["gpt3_targets"]), help="CORE scores in (0, 1) to find "
-        "the compute for (GPT-3's four)")
+    arg("--targets", type=noise, nargs="+", default=list(FIT["gpt3_targets"]), help="CORE scores to find the compute "
+        "for (default: GPT-3's four)")
     arg("--at", type=positive, nargs="*", default=[], help="compute budgets to forecast CORE at")
-
     arg = add(cmd_design, "simulate planned ladders: CI widths, detection power, GPU-hours", "reference")
     arg("plan", nargs="+", help="train.py --dry-run JSON lines ('-' = stdin) or CSV of planned computes")
-    arg("--noise", type=noise, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln val_loss of "
-        "one run), e.g. what fit.py ladders pools from seed replicates")
-    arg("--truth", metavar="PILOT.json", help="true curves: a `fit.py ladders --json` output")
-    arg("--E", type=positive, help="true floor (with --gamma, --A: every arm's curve)")
-    arg("--gamma", type=positive)
-    arg("--A", type=positive, help="true A at C = 1e18 FLOPs")
+    arg("--noise", type=noise, metavar="SIGMA", required=True, help="relative run-to-run noise (sd of ln val_loss)")
+    arg("--truth", metavar="PILOT.json", required=True, help="true curves: a `fit.py ladders --json` output")
     arg("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="ARM's true gamma = the "
-        "reference's + DG; a bare DG: every arm without a law in the truth (repeatable)")
+        "reference's + DG; a bare DG: every arm the truth has no law for")
     arg("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
     arg("--sims", type=number(int, 20, 100_000), default=400, help="simulated ladders per design")
     arg("--seed", type=seed, default=0)
-    arg("--fixed-E", action="store_true", help="fit gamma with the true E known (no E refit)")
-    arg("--gpu", choices=["h100", "h200", "a100", "b200"], default="h100", help="peak bf16 FLOP/s for GPU-hours")
-    arg("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="model FLOPs utilisation (0.4)")
-    arg("--out", help="write design_ci_vs_compute.{png,pdf} into this folder (default: none)")
-
+    arg("--fixed-E", action="store_true", help="fit gamma with the true E known")
+    arg("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="H100 model FLOPs utilisation (0.4)")
     arg = add(cmd_surface, "Chinchilla / Skaling L(N, D) fits")
     arg("data")
     arg("--form", choices=["chinchilla", "skaling", "both"], default="both")
-    arg("--delta", type=positive, help=f"Huber delta on ln L (default {FIT['surface_delta']['chinchilla']:g} "
-        f"Chinchilla, {FIT['surface_delta']['skaling']:g} Skaling)")
-    arg("--drop-highest", type=number(int, 0), default=0, metavar="N", help="drop the N highest-loss rows (Hoffmann "
-        "et al. drop 5)")
+    arg("--delta", type=positive, help="Huber delta on ln L (default per form: 1e-3 Chinchilla, 0.05 Skaling)")
     arg("--hops", type=resamples, default=100, help="basin-hopping iterations")
     arg("--sparse-l", action="store_true", help="also fit on the L-shaped subset (min N or min D)")
     arg("--budgets", type=positive, nargs="+", help="compute budgets for N*(C), D*(C)")
@@ -1252,11 +1121,9 @@ def build_parser():
     add(cmd_lr, "hyperparameter drift exponent")("data")
     arg = add(cmd_loops, "optimal loop count and frontiers", "runs")
     arg("data", nargs="?", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
-        "attention, as the release's loop_grid.csv), or the release's weight_decay.csv, regimes.csv, architectures.csv "
-        "or hyperparameters.csv; or --runs-dir: train.py --data-constrained runs")
+        "attention), or the release's weight_decay, regimes, architectures or hyperparameters CSV")
     arg("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default 0.8)")
-    arg("--budgets", type=positive, nargs="+", help="compute budgets (FLOPs; default the release's five, "
-        + ", ".join(f"{b:.6e}" for b in FIT["loop_budgets"]) + ")")
+    arg("--budgets", type=positive, nargs="+", help="compute budgets (FLOPs; default the release's five)")
     arg("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
     arg = add(paper.cmd_paper, "every paper figure from the authors' released measurements, with a manifest")
     arg("release", help="the release folder as reference/ holds it")

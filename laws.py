@@ -15,10 +15,8 @@ FIT = dict(
     huber_k=1.345, mad_to_sigma=0.67448975, min_f_scale=1e-6,  # robust refit f_scale = max(k MAD/0.6745, min)
     anchor_depth=8,                     # multipliers at the reference arm's budgets with depth >= 8; C0 at d8
     disagree_se=2.0,                    # flag an arm whose own free-E fit puts E > 2 stderrs from the shared E
-    design_min_converged=0.8,           # fit.py design warns when fewer than 80% of an arm's simulated fits converge
-    extrapolate_warn=10.0,              # warn when --extrapolate C is 10x beyond the measured computes (either way)
     min_dof=2,                          # residual degrees of freedom below which a fit's ± and CIs are not printed
-    ci=95.0, default_extrapolate_boot=200,
+    ci=95.0, default_extrapolate_boot=200, extrapolate_warn=10.0, design_min_converged=0.8,
     replicate_compute_rtol=1e-6,        # seed replicates of one (arm, depth) must share the planned FLOPs
     inset_span=5.0,                     # Figure inset shows the top factor-5 of compute (2e19..1e20 on the paper)
     nll_min_scale=0.002, sigmoid_min_scale=0.005,  # App. C.4 Huber f_scale floors
@@ -94,7 +92,7 @@ def drop_repeats(cols, key, compare, origins):
         k = tuple(cols[c][i] for c in key)
         if k in first:
             j = first[k]
-            what = ", ".join(f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in zip(key, k))
+            what = ", ".join(f"{c} {v:g}" if isinstance(v, float) else f"{c} {v}" for c, v in zip(key, k) if v is not None)
             if any(cols[c][i] != cols[c][j] for c in compare):
                 raise UsageError(f"{origin} and {origins[j]}: two different results for {what}; remove one")
             note(f"warning: {origin} repeats {origins[j]} ({what}) exactly; kept one")
@@ -104,7 +102,7 @@ def drop_repeats(cols, key, compare, origins):
     return {c: [v[i] for i in keep] if isinstance(v, list) else v[np.array(keep, dtype=int)] for c, v in cols.items()}
 
 
-def check_outputs(out_dir, names=()):
+def check_outputs(out_dir):
     """--out must name a folder (made when missing); what fit.py writes there replaces its own earlier outputs."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise UsageError(f"--out {out_dir} is a file, not a folder; pass a folder")
@@ -143,21 +141,19 @@ def jsonable(obj):
 
 def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
     """argparse type: a whole (int) or finite (float) number in [lo, hi] (open ends with open_lo/open_hi)."""
-    what = "a whole number" if kind is int else "a finite number"
-    if hi is not None:
-        what += f" in {'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}"
-    elif lo is not None:
-        what += f" {'>' if open_lo else '>='} {lo:g}"
+    what = ("a whole number" if kind is int else "a finite number") + (
+        f" in {'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}" if hi is not None else
+        f" {'>' if open_lo else '>='} {lo:g}" if lo is not None else "")
 
     def parse(text):
         try:
             v = kind(text)
         except ValueError:
             v = math.nan
-        if not (math.isfinite(v) and (lo is None or v > lo or v == lo and not open_lo)
-                and (hi is None or v < hi or v == hi and not open_hi)):
-            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-        return v
+        if math.isfinite(v) and (lo is None or v > lo or v == lo and not open_lo) and \
+                (hi is None or v < hi or v == hi and not open_hi):
+            return v
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return parse
 
 
@@ -287,13 +283,12 @@ def compute_at_loss(x, loss, target):
     return best
 
 
-def matched_multipliers(ref_x, ref_values, x, values, is_reference, higher_better=False):
+def matched_multipliers(ref_x, ref_values, x, values, is_reference):
     """The compute multiplier at each reference budget: budget / the smallest compute at which the arm's measured
     series reaches the reference's value there (NaN where none does). The reference arm is 1.0 by definition."""
     if is_reference:
         return np.ones(len(ref_x))
-    sign = -1.0 if higher_better else 1.0
-    return np.array([b / compute_at_loss(x, sign * np.asarray(values), sign * t) for b, t in zip(ref_x, ref_values)])
+    return np.array([b / compute_at_loss(x, np.asarray(values), t) for b, t in zip(ref_x, ref_values)])
 
 
 def fitted_multiplier(ref, arm, x):
@@ -354,8 +349,8 @@ def fit_ladders(data, ref_arm, c_ref, anchor_depth=FIT["anchor_depth"], sigma=No
             out["warnings"].append(f"arm {arm}: no improving bracket at {len(budgets) - len(res['multipliers'])} of "
                                    f"{len(budgets)} reference budgets; those multipliers are missing")
         res["final_multiplier"] = res["multipliers"][-1]["multiplier"] if res["multipliers"] else np.nan
-        res["points"] = [dict(depth=int(dp), compute=c, loss=l, n=int(k), flags=list(f)) for dp, c, l, k, f in
-                         zip(d["depth"], d["x"], d["loss"], d["n"], d.get("flags", [()] * len(x)))]
+        res["points"] = [dict(depth=int(dp), compute=c, loss=l, n=int(k)) for dp, c, l, k in
+                         zip(d["depth"], d["x"], d["loss"], d["n"])]
         res["dof"] = len(x) - 2  # the shared-E law's residual degrees of freedom: A and gamma
         if E_known is None:
             try:
@@ -614,18 +609,7 @@ def mape(p, N, D, L):
     return float(100 * np.mean(np.abs(surface_predict(p, N, D) - L) / L)) if len(L) else np.nan
 
 
-# ---------------------------------------------------------------------------------------------------- sweeps, frontiers
-def quad_vertex(x, y):
-    """Vertex of a least-squares quadratic y(x) -> (x*, y*, inside the measured range?)."""
-    if len(np.unique(x)) < 3:
-        raise FitError(f"fewer than 3 distinct points ({len(np.unique(x))})")
-    c2, c1, c0 = np.polyfit(x, y, 2)
-    if c2 <= 0:
-        raise FitError("no interior minimum (curvature <= 0)")
-    xv = -c1 / (2 * c2)
-    return xv, c0 - c1 ** 2 / (4 * c2), bool(x.min() <= xv <= x.max())
-
-
+# ---------------------------------------------------------------------------------------------------- frontiers
 def lower_envelope(x, y, log=False):
     """The compute frontier: the Pareto points (new loss minima in compute order), then their lower convex hull, in
     (compute, loss), or in (log compute, loss) with log=True -> an (n, 2) array of (compute, loss); (0, 2) if empty."""

@@ -148,7 +148,7 @@ def test_one_cli_grammar_across_the_scripts(capsys):
         flags = flags_in_help(main, argv, capsys)
         for synonym, canonical in SAME_THING.items():
             assert synonym not in flags or canonical in flags, f"{name} has {synonym} but not {canonical}"
-    for argv in (["curves", "--runs-dir", "x"], ["ladders", "x"], ["design", "x", "--noise", "0.1"]):
+    for argv in (["curves", "--runs-dir", "x"], ["ladders", "x"], ["loops", "x"]):
         assert fit.build_parser().parse_args(argv).out is None  # optional, a stated default
     for script, parser in dict(bench=bench.build_parser(), core_eval=core_eval.build_parser(), data=data.build_parser(),
                                fit=fit.build_parser(), model=model.build_parser(), train=train.build_parser()).items():
