@@ -18,10 +18,10 @@ import numpy as np
 
 import paper
 from arms import FIGURE2_ARMS, GPU_PEAK_FLOPS
-from common import Parser, UsageError, cli_main, clock, exit_process, write_text
+from common import Parser, UsageError, cli_main, clock, exit_process, integer, number, write_text
 from laws import (FIT, arm_order, bootstrap_ladders, check_one_recipe, check_outputs, compute_optimal, drop_repeats,
                   fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable, lower_envelope, mape,
-                  note, number, pyplot, read_csv, save_figures, simulate, style, summarize)
+                  note, pyplot, read_csv, save_figures, simulate, style, summarize)
 
 
 # ---------------------------------------------------------------------------------------------------- run folders
@@ -60,8 +60,7 @@ def complete_runs(items):
 # ---------------------------------------------------------------------------------------------------- ladders
 def release_rows(path, use_time, held):
     """The release's ladder JSON (paper.release_ladder_rows), or its FineWeb-Edu ladders, d26 added to `held`."""
-    obj = paper.read_json(path)
-    layout = paper.json_layout(obj)
+    layout = paper.json_layout(obj := paper.read_json(path))
     if layout in ("ladders", "downstream"):
         return paper.release_ladder_rows(path, obj, use_time)
     if layout != "fineweb_edu":
@@ -225,21 +224,16 @@ a parametric bootstrap; --noise SIGMA gives it without replicates."""
         h["forecast_loss"] = forecast(fit["reference_free"], None if h["arm"] == ref else law, h["compute"] / c_ref)[0] \
             if law else np.nan
         h["residual"] = h["loss"] - h["forecast_loss"]
-    paths = ladder_figures(data, fit, args.out, xname) if args.out else []
-    if args.json:
-        print(json.dumps(jsonable(dict(fit, x_unit=xname, extrapolate=args.extrapolate, held_out=held)), allow_nan=False))
-        return
-    print(ladder_table(fit, xname))
+    lines = [ladder_table(fit, xname)]
     if C:
-        print(f"\nat C = {C:.6g} {xname}: forecast loss L_arm(C); gain C_{ref}(L_arm(C)) / C (Figure 4's definition); "
-              f"pi(C) = C / C_arm(L_{ref}(C)) (shared-E laws)")
-        for a, r in fit["arms"].items():
-            print(f"  {a:<18} " + "  ".join(f"{name} {r[k]:.4f}{ci_text(r, k)}" for name, k in (
-                ("loss", "forecast_loss"), ("gain", "gain_at_extrapolate"), ("pi", "pi_at_extrapolate"))))
-    for h in held:
-        print(f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
-              f"{fnum(h['forecast_loss'])}, residual {fnum(h['residual'], '+.4f')}")
-    print("\n".join(f"wrote {p}" for p in paths))
+        lines.append(f"\nat C = {C:.6g} {xname}: forecast loss L_arm(C); gain C_{ref}(L_arm(C)) / C (Figure 4's "
+                     f"definition); pi(C) = C / C_arm(L_{ref}(C)) (shared-E laws)")
+        lines += [f"  {a:<18} " + "  ".join(f"{name} {r[k]:.4f}{ci_text(r, k)}" for name, k in (
+            ("loss", "forecast_loss"), ("gain", "gain_at_extrapolate"), ("pi", "pi_at_extrapolate"))) for a, r in fit["arms"].items()]
+    lines += [f"held out {h['arm']} d{h['depth']} ({h['compute']:.4g} {xname}): loss {h['loss']:.4f}, forecast "
+              f"{fnum(h['forecast_loss'])}, residual {fnum(h['residual'], '+.4f')}" for h in held]
+    lines += [f"wrote {p}" for p in (ladder_figures(data, fit, args.out, xname) if args.out else [])]
+    emit(args, dict(fit, x_unit=xname, extrapolate=args.extrapolate, held_out=held), lines)
 
 
 def ci_text(r, key, fmt=".4f"):
@@ -455,18 +449,15 @@ def curves_figure(plt, runs, x_axis):
     from matplotlib.colors import to_rgb
     key, label, scale = X_AXES[x_axis]
     fig, (ax_train, ax_val) = plt.subplots(1, 2, figsize=(13, 5), sharex=True)
-    depths, names = {}, {}
-    for row, _, _ in runs:
-        depths.setdefault(row["arch"], set()).add(row["depth"])
-        names.setdefault((row["arch"], row["depth"]), []).append(row["run"])
     for row, records, result in runs:
         arm, depth = row["arch"], row["depth"]
-        rank, n = sorted(depths[arm]).index(depth), len(depths[arm])
+        depths = sorted({r["depth"] for r, _, _ in runs if r["arch"] == arm})
+        rank, n = depths.index(depth), len(depths)
         lift = 0.75 * (n - 1 - rank) / (n - 1) if n > 1 else 0.0  # the deepest full, the shallowest 75 % white
         colour = tuple(c + (1 - c) * lift for c in to_rgb(style(arm)[1] if arm else "#777777"))
         if not (points := [r for r in records if r.get(key) is not None]):
             continue
-        twins = names[(arm, depth)]
+        twins = [r["run"] for r, _, _ in runs if (r["arch"], r["depth"]) == (arm, depth)]
         name = f"{style(arm)[0] if arm else row['run']} d{depth}" + (f" ({row['run']})" if len(twins) > 1 else "") \
             + ("" if row["state"] == "complete" else f" [{row['state']}]")
         line = dict(color=colour, ls=("-", ":", "-.")[twins.index(row["run"]) % 3] if row["state"] == "complete" else "--")
@@ -566,14 +557,10 @@ def cmd_report(args):
     """report.md of a run (--runs-dir RUN, with its curves) or of a ladder (--runs-dir RUNS_DIR: every run's, then
 RUNS_DIR/report.md: the runs table, `fit.py ladders` of the arms with >= 3 complete depths (figures in RUNS_DIR/fit)
 and the curves (RUNS_DIR/curves))."""
-    runs_dir, plt, table = args.runs_dir[0], pyplot(), None
-    runs, written = read_runs([runs_dir]), []
+    runs_dir, table, runs, written = args.runs_dir[0], None, read_runs(args.runs_dir), []
     for run in runs:
-        if run[1]:
-            fig = curves_figure(plt, [run], "steps")
-            save_figures(run[0]["path"], {"curves.png": fig}, dpi=80)
-            plt.close(fig)
-        written.append(write_run_report(run[0]["path"], "curves.png" if run[1] else None))
+        curves = draw_curves([run], run[0]["path"], "steps")  # none for a run without trajectory records yet
+        written.append(write_run_report(run[0]["path"], os.path.basename(curves[0]) if curves else None))
     if [run[0]["path"] for run in runs] != [runs_dir]:
         rows = [row for row, _, _ in runs]
         lines = [f"# Ladder report: {runs_dir}", "", "## Runs", "", *runs_table(rows, link=True), "", "## Fit", ""]
@@ -644,8 +631,7 @@ def downstream_columns(args):
 def cmd_downstream(args):
     """CORE forecast (App. C.4): per task NLL = E + A C^-alpha per arm, centered accuracy = sigmoid of the NLL, CORE =
 r x the mean accuracy; the compute each arm needs for --targets, CORE --at budgets. DATA: a CSV [arm, compute_flops,
-core, nll:<task>..., acc:<task>... (centered accuracy)], one row per checkpoint, or the release's FineWeb-Edu ladders
-JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.json."""
+core, nll:<task>..., acc:<task>...] or the release's FineWeb-Edu ladders JSON; or --runs-dir (with eval.json)."""
     from scipy import optimize
     c, tasks = downstream_columns(args)
     ref = reference_arm(dict.fromkeys(c["arm"]), args.reference_arm)
@@ -688,11 +674,11 @@ JSON (d26 not fitted); or --runs-dir: train.py runs with core_eval.py's eval.jso
 DESIGN_FORMS = "'d6-18' (depths 6..18), 'x3' (3 seeds everywhere), 'x3@top2' (at each arm's 2 largest depths), " \
                "'x3@16,18' (at those depths), combined as 'd6-18 x3@top2'"
 MAX_SEEDS = 100  # seeds per planned point in a design spec
-DESIGN_COLUMNS = (("gamma", "gamma_true", "7.4f"), ("spread", "gamma_ci_halfwidth", "7.4f"),
-                  ("se|E", "gamma_se_known_E", "8.5f"), ("dgamma", "delta_gamma_true", "+8.4f"),
-                  ("spread", "delta_gamma_ci_halfwidth", "7.4f"), ("P(det)", "detect_probability", "6.2f"),
-                  ("cover", "gamma_coverage", "6.3f"), ("E fix", "gamma_coverage_given_E", "6.3f"),
-                  ("cov dg", "delta_gamma_coverage", "6.3f"), ("power", "power", "6.2f"), ("lower E", "lower_floor", "7.2f"))
+DESIGN_COLUMNS = (("gamma", "gamma_true", ".4f"), ("spread", "gamma_ci_halfwidth", ".4f"),
+                  ("se, E known", "gamma_se_known_E", ".5f"), ("dgamma", "delta_gamma_true", "+.4f"),
+                  ("spread", "delta_gamma_ci_halfwidth", ".4f"), ("P(det)", "detect_probability", ".2f"),
+                  ("cover", "gamma_coverage", ".3f"), ("E fix", "gamma_coverage_given_E", ".3f"),
+                  ("cov dg", "delta_gamma_coverage", ".3f"), ("power", "power", ".2f"), ("lower E", "lower_floor", ".2f"))
 
 
 def read_plan(paths):
@@ -754,7 +740,7 @@ def apply_design(plan, spec):
 def arm_delta_gamma(text):
     """--delta-gamma [ARM=]DG -> (ARM or "", DG), DG a finite number in (-1, 1)."""
     arm, _, value = text.rpartition("=")
-    return arm, number(float, -1, 1, True, True)(value)
+    return arm, number("(-1, 1)")(value)
 
 
 def true_laws(args, arms):
@@ -784,14 +770,13 @@ def true_laws(args, arms):
 
 
 def cmd_design(args):
-    """How many depths and seeds a ladder needs, before GPU-hours are spent: simulates the planned ladders under assumed
-true laws L = E + A (C/1e18)^-gamma and relative run-to-run noise (each run's ln L gets sigma z), fits each as `fit.py
-ladders --noise` does, and reports per design and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the
-E-known standard error, P(detect), the coverage and power of the intervals fit.py ladders prints, how often the free-E
-fit reads an advantage as a lower floor, and the plan's FLOPs and H100-hours.
-PLAN: train.py --dry-run JSON lines [arch, depth, total_flops] ('-' = stdin) or a CSV [arm, depth, compute_flops], one
-seed per run unless a --design says more. True curves: --truth PILOT.json (`fit.py ladders --json` of a pilot ladder),
-with --delta-gamma for arms it has no law for."""
+    """How many depths and seeds a ladder needs, before GPU-hours are spent: simulates the planned ladders under the
+true laws of --truth (`fit.py ladders --json` of a pilot; --delta-gamma for the arms it has no law for) and relative
+run-to-run noise (each run's ln L gets sigma z), fits each as `fit.py ladders --noise` does, and reports per design
+and arm the 95 % CI half-width of gamma and of gamma - gamma_ref, the E-known standard error, P(detect), the coverage
+and power of the intervals fit.py ladders prints, how often the free-E fit reads an advantage as a lower floor, and
+the plan's FLOPs and H100-hours. PLAN: train.py --dry-run JSON lines ('-' = stdin) or a CSV [arm, depth,
+compute_flops], one seed per run unless a --design says more."""
     plan = read_plan(args.plan)
     ref = args.reference_arm = reference_arm(dict.fromkeys(a for a, _ in plan), args.reference_arm)
     E, laws = true_laws(args, dict.fromkeys(a for a, _ in plan))
@@ -816,20 +801,15 @@ with --delta-gamma for arms it has no law for."""
         print(json.dumps(jsonable(dict(noise=args.noise, E=E, reference_arm=ref, fixed_E=args.fixed_E, sims=args.sims,
                                        seed=args.seed, mfu=args.mfu, designs=results)), allow_nan=False))
         return
-    print(f"sigma = {args.noise:g} relative (sd of ln L of one run); {args.sims} simulated ladders per design; "
-          + ("E known" if args.fixed_E else f"E refitted on {ref} in every one") + f"; H100-hours at {args.mfu:.0%} "
-          "MFU. fits: converged/asked, every number rests on the converged; spread: the 95% half-width of the "
-          "estimates; P(det): an estimate beyond it; cover (E fix, dg), power: of the analyst's 95% intervals (± 1.96 "
-          "se, as fit.py ladders prints them); lower E: the arm's own free-E fit rejects the shared E for a lower one")
-    width = lambda fmt: int(fmt.strip("+")[0])
-    for r in results:
-        print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours\n  "
-              f"{'arm':<18} {'fits':>9}" + "".join(f" {name:>{width(fmt)}}" for name, _, fmt in DESIGN_COLUMNS))
-        for a, v in r["arms"].items():  # the reference arm has no delta columns: —
-            print(f"  {a:<18} {str(v['valid']) + '/' + str(v['sims']):>9}"
-                  + "".join(f" {fnum(v.get(key), fmt):>{width(fmt)}}" for _, key, fmt in DESIGN_COLUMNS))
-        for w in r["warnings"]:
-            print(f"  WARNING: {w}")
+    print(f"sigma = {args.noise:g} relative; {args.sims} simulated ladders per design; " + ("E known" if args.fixed_E
+          else f"E refitted on {ref}") + f"; H100-hours at {args.mfu:.0%} MFU. fits: converged/asked; spread: 95% "
+          "half-width of the estimates; P(det): an estimate beyond it; cover (E fix, dg), power: of the analyst's 95% "
+          "intervals; lower E: the arm's own free-E fit rejects the shared E for a lower one")
+    for r in results:  # the reference arm has no delta columns: —
+        print(f"\n{r['design']}: {r['runs']} runs, {r['flops']:.3e} FLOPs, {r['gpu_hours']:,.0f} GPU-hours", *markdown_table(
+            ["arm", "fits", *(name for name, _, _ in DESIGN_COLUMNS)], [(a, f"{v['valid']}/{v['sims']}", *(
+                fnum(v.get(key), fmt) for _, key, fmt in DESIGN_COLUMNS)) for a, v in r["arms"].items()]),
+              *(f"WARNING: {w}" for w in r["warnings"]), sep="\n")
 
 
 # ---------------------------------------------------------------------------------------------------- surface
@@ -972,11 +952,10 @@ def loop_optima(ladders, budgets, need=1):
 
 def cmd_loops(args):
     """The loop grid (Figures 2 right, 5): at weight decay --wd, the loss of each loop count K at each budget
-(interpolated between depths), the optimal K* from a quadratic in log K, and the compute Operator-1 (K = 1, its weight
-decay tuned per depth) needs over the loop frontier. The grid: a CSV, or --runs-dir: train.py --data-constrained runs
-(ladder.sh operator_1 --preset data-constrained; one recipe but for what the grid varies). The release's regimes.csv
-and architectures.csv: K* per budget of each regime or control (Figures 21, 24); hyperparameters.csv: each knob's
-best multiple (Figure 23b)."""
+(interpolated between depths), the optimal K* from a quadratic in log K, and the compute Operator-1 (K = 1, weight
+decay tuned per depth) needs over the loop frontier. The grid: a CSV or train.py --data-constrained runs (one recipe).
+The release's regimes.csv, architectures.csv: K* per regime or control (Figures 21, 24); hyperparameters.csv: each
+knob's best multiple (Figure 23b)."""
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the loop grid: a CSV or --runs-dir (train.py --data-constrained runs)")
     if args.runs_dir:
@@ -1053,8 +1032,8 @@ best multiple (Figure 23b)."""
 def build_parser():
     p = Parser(prog="fit.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
-    positive, resamples, seed = number(float, 0, open_lo=True), number(int, 0, 100_000), number(int, 0)
-    noise = number(float, 0, 1, True, True)  # relative noise: sd of ln(val_loss) of one run
+    positive, resamples, seed, depth = number("(0, inf)"), integer(0, 100_000), integer(0, 2 ** 32 - 1), integer(1, 999)
+    noise = number("(0, 1)")  # relative noise: sd of ln(val_loss) of one run
 
     def add(func, helptext, *common):
         s = sub.add_parser(func.__name__[4:], help=helptext, description=func.__doc__,
@@ -1072,7 +1051,7 @@ def build_parser():
 
     arg = add(cmd_ladders, "per-arm power laws, multipliers, forecasts, figures", "runs", "reference")
     arg("inputs", nargs="*", metavar="CSV|JSON", help="ladder tables (see above)")
-    arg("--anchor-depth", type=number(int, 1), help="multipliers from this depth on (default 8, or a shorter "
+    arg("--anchor-depth", type=depth, help="multipliers from this depth on (default 8, or a shorter "
         "ladder's second depth)")
     arg("--out", help="write Figure 3 and Figure 2 (left) into this folder (default: none)")
     arg("--bootstrap", type=resamples, help=f"resamples for CIs (default 0, {FIT['default_extrapolate_boot']} with "
@@ -1081,7 +1060,7 @@ def build_parser():
     arg("--time", action="store_true", help="training time (s) instead of FLOPs on the x axis")
     arg("--floor-from", nargs="+", metavar="CSV|JSON", help="FLOP ladders to fit the shared floor on (vanilla's)")
     arg("--refit-floor", action="store_true", help="fit the floor on the reference arm on the axis in use")
-    arg("--shared-anchor", type=number(int, 1), metavar="DEPTH", help="one anchor depth for every arm (Fig. 16a: 8)")
+    arg("--shared-anchor", type=depth, metavar="DEPTH", help="one anchor depth for every arm (Fig. 16a: 8)")
     arg("--extrapolate", type=positive, metavar="C", help="forecast loss, gain (Figure 4) and pi at compute C")
     arg("--holdout", nargs="+", metavar="ARM:DEPTH", help="leave points out of the fit, print their forecast")
     arg("--noise", type=noise, metavar="SIGMA", help="relative run-to-run noise (sd of ln val_loss of one run)")
@@ -1104,10 +1083,10 @@ def build_parser():
     arg("--delta-gamma", type=arm_delta_gamma, action="append", metavar="[ARM=]DG", help="ARM's true gamma = the "
         "reference's + DG; a bare DG: every arm the truth has no law for")
     arg("--design", action="append", metavar="SPEC", help=f"repeatable: {DESIGN_FORMS}")
-    arg("--sims", type=number(int, 20, 100_000), default=400, help="simulated ladders per design")
+    arg("--sims", type=integer(20, 100_000), default=400, help="simulated ladders per design")
     arg("--seed", type=seed, default=0)
     arg("--fixed-E", action="store_true", help="fit gamma with the true E known")
-    arg("--mfu", type=number(float, 0, 1, open_lo=True), default=0.4, help="H100 model FLOPs utilisation (0.4)")
+    arg("--mfu", type=number("(0, 1]"), default=0.4, help="H100 model FLOPs utilisation (0.4)")
     arg = add(cmd_surface, "Chinchilla / Skaling L(N, D) fits")
     arg("data")
     arg("--form", choices=["chinchilla", "skaling", "both"], default="both")
@@ -1122,7 +1101,7 @@ def build_parser():
     arg = add(cmd_loops, "optimal loop count and frontiers", "runs")
     arg("data", nargs="?", help="GRID.csv [depth, loops, weight_decay, compute_flops, val_loss] (compute without "
         "attention), or the release's weight_decay, regimes, architectures or hyperparameters CSV")
-    arg("--wd", type=number(float, 0), default=0.8, help="the weight decay of the loop curves (default 0.8)")
+    arg("--wd", type=number("[0, inf)"), default=0.8, help="the weight decay of the loop curves (default 0.8)")
     arg("--budgets", type=positive, nargs="+", help="compute budgets (FLOPs; default the release's five)")
     arg("--out", help="draw Figures 2 (right) and 5 of the loop grid into this folder (default: none)")
     arg = add(paper.cmd_paper, "every paper figure from the authors' released measurements, with a manifest")

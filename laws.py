@@ -1,7 +1,7 @@
 """laws.py — the math under fit.py: L(C) = E + A (C/1e18)^-gamma ladder fits (E from the reference arm's free-E fit,
 shared by every arm; arXiv 2609.19107 Sec. 4.2), compute multipliers, forecasts, the bootstrap, the design simulator,
 the Chinchilla/Skaling L(N, D) surface, and the CSV reader. `python fit.py` is the command line."""
-import argparse, csv, json, math, os, sys, zlib
+import csv, json, math, os, sys, zlib
 from dataclasses import fields
 
 import numpy as np
@@ -31,9 +31,8 @@ UNKNOWN_ARM_COLOURS = ("#aec7e8", "#ffbb78", "#98df8a", "#ff9896", "#c5b0d5", "#
 
 def style(arm):
     """(label, colour) of an arm in every figure: its row of the arms table, else its name and a light shade."""
-    if arm in ARMS:
-        return ARMS[arm].label, ARMS[arm].color
-    return arm, UNKNOWN_ARM_COLOURS[zlib.crc32(arm.encode()) % len(UNKNOWN_ARM_COLOURS)]
+    shade = UNKNOWN_ARM_COLOURS[zlib.crc32(arm.encode()) % len(UNKNOWN_ARM_COLOURS)]
+    return (ARMS[arm].label, ARMS[arm].color) if arm in ARMS else (arm, shade)
 
 
 def arm_order(arm):
@@ -137,24 +136,6 @@ def jsonable(obj):
     if isinstance(obj, (float, np.floating)):
         return float(obj) if np.isfinite(obj) else None
     return obj.item() if isinstance(obj, np.generic) else obj
-
-
-def number(kind, lo=None, hi=None, open_lo=False, open_hi=False):
-    """argparse type: a whole (int) or finite (float) number in [lo, hi] (open ends with open_lo/open_hi)."""
-    what = ("a whole number" if kind is int else "a finite number") + (
-        f" in {'(' if open_lo else '['}{lo:g}, {hi:g}{')' if open_hi else ']'}" if hi is not None else
-        f" {'>' if open_lo else '>='} {lo:g}" if lo is not None else "")
-
-    def parse(text):
-        try:
-            v = kind(text)
-        except ValueError:
-            v = math.nan
-        if math.isfinite(v) and (lo is None or v > lo or v == lo and not open_lo) and \
-                (hi is None or v < hi or v == hi and not open_hi):
-            return v
-        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
-    return parse
 
 
 # The recipe of a ladder: what the arms table's row and the preset set (every flag of train.py that changes one is a
