@@ -396,6 +396,12 @@ def floor_uncertainty(fit, data, sigma, known):
                        delta_gamma_se=math.sqrt(max(se ** 2 + s ** 2 * V_EE - 2 * s * V_gE + V_gg, 0.0)))
 
 
+def central(v):
+    """The central FIT["ci"] % range [lo, hi] of the finite values of v (NaNs with fewer than two)."""
+    v, tail = v[np.isfinite(v)], (100 - FIT["ci"]) / 2
+    return [float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))] if len(v) > 1 else [np.nan, np.nan]
+
+
 def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
     """CIs by refitting n re-drawn data sets: E on the reference arm, then every arm's gamma, its interpolated final
     multiplier, pi(C) and, at --extrapolate, the forecast loss and gain.
@@ -403,13 +409,11 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
     stays its measured value). noise=(sigma, dof): parametric — keep every point and re-draw its run-to-run noise,
     ln L* = ln L + s z / sqrt(n_i), with s^2 = sigma^2 chi2_dof / dof when sigma was estimated from replicates (dof > 0)
     and s = sigma for a given --noise; fits are weighted by sigma and targets are the re-drawn reference losses."""
-    rng = np.random.default_rng(seed)
-    arms, c_ref, ref_arm = list(fit["arms"]), fit["c_ref"], fit["reference_arm"]
-    budget = fit["budgets"][-1]
-    sigma = noise[0] if noise else None
+    rng, sigma = np.random.default_rng(seed), noise[0] if noise else None
+    arms, c_ref, ref_arm, budget = list(fit["arms"]), fit["c_ref"], fit["reference_arm"], fit["budgets"][-1]
     pi_at = np.array([budget] + ([extrapolate] if extrapolate else [])) / c_ref
-    keys = ("gamma", "final", "pi", "forecast", "gain")
-    draws = {a: {k: np.full((n, len(pi_at)) if k == "pi" else n, np.nan) for k in keys} for a in arms}
+    draws = {a: {k: np.full((n, len(pi_at)) if k == "pi" else n, np.nan) for k in ("gamma", "final", "pi", "forecast",
+                                                                                  "gain")} for a in arms}
     E_draws = np.full(n, np.nan)
     for b in range(n):
         if noise is None:
@@ -427,8 +431,7 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
         except FitError:
             continue
         E_draws[b], laws = E, {}
-        for a in arms:
-            p = pts[a]
+        for a, p in pts.items():
             try:
                 laws[a] = fit_shared_e(p["x"] / c_ref, p["loss"], E, point_sd(p, sigma))
             except FitError:
@@ -441,21 +444,16 @@ def bootstrap_ladders(data, fit, n, seed, extrapolate=None, noise=None):
         if ref_arm in laws:
             for a in laws:
                 draws[a]["pi"][b] = fitted_multiplier(laws[ref_arm], laws[a], pi_at)
-    tail = (100 - FIT["ci"]) / 2
-
-    def ci(v):
-        v = v[np.isfinite(v)]
-        return [float(np.percentile(v, tail)), float(np.percentile(v, 100 - tail))] if len(v) > 1 else [np.nan, np.nan]
     for a in arms:
-        g = draws[a]["gamma"]
+        d, g = draws[a], draws[a]["gamma"]
         fit["arms"][a].update(gamma_boot_se=float(np.std(g[np.isfinite(g)])) if np.isfinite(g).sum() > 1 else np.nan,
-                              gamma_ci=ci(g), bootstrap_valid=int(np.isfinite(g).sum()),
-                              delta_gamma_ci=ci(g - draws[ref_arm]["gamma"]), final_multiplier_ci=ci(draws[a]["final"]),
-                              fitted_final_multiplier_ci=ci(draws[a]["pi"][:, 0]))
+                              gamma_ci=central(g), bootstrap_valid=int(np.isfinite(g).sum()),
+                              delta_gamma_ci=central(g - draws[ref_arm]["gamma"]), final_multiplier_ci=central(d["final"]),
+                              fitted_final_multiplier_ci=central(d["pi"][:, 0]))
         if extrapolate:
-            fit["arms"][a].update(pi_at_extrapolate_ci=ci(draws[a]["pi"][:, 1]),
-                                  forecast_loss_ci=ci(draws[a]["forecast"]), gain_at_extrapolate_ci=ci(draws[a]["gain"]))
-    fit.update(E_ci=ci(E_draws), bootstrap=dict(n=n, seed=seed, ci=FIT["ci"], kind="noise" if noise else "points",
+            fit["arms"][a].update(pi_at_extrapolate_ci=central(d["pi"][:, 1]), forecast_loss_ci=central(d["forecast"]),
+                                  gain_at_extrapolate_ci=central(d["gain"]))
+    fit.update(E_ci=central(E_draws), bootstrap=dict(n=n, seed=seed, ci=FIT["ci"], kind="noise" if noise else "points",
                                                 includes_seed_noise=bool(noise)))
 
 
@@ -503,7 +501,7 @@ def summarize(points, laws, E, ref_arm, sigma, draws):
     detect_probability is the oracle's power: the share of estimates beyond the spread's half-width."""
     from scipy import stats
     z = stats.norm.ppf(0.5 + FIT["ci"] / 200)
-    q = lambda v: (np.nanpercentile(v, 100 - (100 - FIT["ci"]) / 2) - np.nanpercentile(v, (100 - FIT["ci"]) / 2)) / 2
+    q = lambda v: (central(v)[1] - central(v)[0]) / 2
     arms = {}
     for a, (x, n) in points.items():
         d, g_true = draws[a], laws[a][1]
