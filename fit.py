@@ -684,28 +684,28 @@ DESIGN_COLUMNS = (("gamma", "gamma_true", ".4f"), ("spread", "gamma_ci_halfwidth
 def read_plan(paths):
     """Planned runs: train.py --dry-run JSON lines ('-' = stdin) or a CSV [arm, depth, compute_flops] (a ladder's
     table: its runs as the plan) -> {(arm, depth): compute_flops}."""
-    plan = {}
+    plan, records = {}, []
     for path in paths:
         if path.endswith(".csv"):
             c = read_csv(path, ["arm", "depth", "compute_flops"], numeric=["depth", "compute_flops"])
-            records = [(f"{path}:{line}", dict(arch=a, depth=int(d) if d % 1 == 0 else d, total_flops=x))
-                       for a, d, x, line in zip(c["arm"], c["depth"], c["compute_flops"], c["_line"])]
-        else:
-            try:
-                lines = (sys.stdin if path == "-" else open(path)).read().splitlines()
-            except OSError as e:
-                raise UsageError(f"cannot read {path}: {e.strerror}")
-            records = [(f"{path}:{i}", line) for i, line in enumerate(lines, 1) if line.strip()]
-        for where, r in records:
-            try:
-                r = json.loads(r) if isinstance(r, str) else r
-                assert isinstance(r["arch"], str) and type(r["depth"]) is int and r["depth"] > 0 \
-                    and math.isfinite(r["total_flops"]) and r["total_flops"] > 0
-            except (ValueError, KeyError, TypeError, AssertionError):
-                raise UsageError(f"{where}: not a train.py --dry-run plan (a JSON object with arch, a whole depth > 0 "
-                                 "and total_flops > 0 per line) nor a CSV row [arm, depth, compute_flops]")
-            if plan.setdefault((r["arch"], r["depth"]), r["total_flops"]) != r["total_flops"]:
-                raise UsageError(f"{where}: a second, different plan for {r['arch']} d{r['depth']}; remove one")
+            records += [(f"{path}:{line}", dict(arch=a, depth=int(d) if d % 1 == 0 else d, total_flops=x))
+                        for a, d, x, line in zip(c["arm"], c["depth"], c["compute_flops"], c["_line"])]
+            continue
+        try:
+            lines = (sys.stdin if path == "-" else open(path)).read().splitlines()
+        except OSError as e:
+            raise UsageError(f"cannot read {path}: {e.strerror}")
+        records += [(f"{path}:{i}", line) for i, line in enumerate(lines, 1) if line.strip()]
+    for where, r in records:
+        try:
+            r = json.loads(r) if isinstance(r, str) else r
+            assert isinstance(r["arch"], str) and type(r["depth"]) is int and r["depth"] > 0 \
+                and math.isfinite(r["total_flops"]) and r["total_flops"] > 0
+        except (ValueError, KeyError, TypeError, AssertionError):
+            raise UsageError(f"{where}: not a train.py --dry-run plan (a JSON object with arch, a whole depth > 0 "
+                             "and total_flops > 0 per line) nor a CSV row [arm, depth, compute_flops]")
+        if plan.setdefault((r["arch"], r["depth"]), r["total_flops"]) != r["total_flops"]:
+            raise UsageError(f"{where}: a second, different plan for {r['arch']} d{r['depth']}; remove one")
     if not plan:
         raise UsageError(f"{' '.join(paths)}: no planned runs")
     return plan
