@@ -264,12 +264,13 @@ def compute_at_loss(x, loss, target):
     return best
 
 
-def matched_multipliers(ref_x, ref_values, x, values, is_reference):
+def matched_multipliers(ref_x, ref_values, x, values, is_reference, higher_better=False):
     """The compute multiplier at each reference budget: budget / the smallest compute at which the arm's measured
     series reaches the reference's value there (NaN where none does). The reference arm is 1.0 by definition."""
     if is_reference:
         return np.ones(len(ref_x))
-    return np.array([b / compute_at_loss(x, np.asarray(values), t) for b, t in zip(ref_x, ref_values)])
+    sign = -1.0 if higher_better else 1.0
+    return np.array([b / compute_at_loss(x, sign * np.asarray(values), sign * t) for b, t in zip(ref_x, ref_values)])
 
 
 def fitted_multiplier(ref, arm, x):
