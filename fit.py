@@ -47,14 +47,11 @@ def read_result(run_dir, name="result.json"):
 
 def complete_runs(items):
     """[(run folder, result.json)] of the complete runs --runs-dir names; the others are named and skipped."""
-    runs = []
-    for d in run_dirs(items):
-        r = read_result(d) or {}
-        if r.get("status") == "complete":
-            runs.append((d, r))
-        else:
+    runs = [(d, read_result(d) or {}) for d in run_dirs(items)]
+    for d, r in runs:
+        if r.get("status") != "complete":
             note(f"skipping {d}: status {r.get('status')!r}, not complete")
-    return runs
+    return [(d, r) for d, r in runs if r.get("status") == "complete"]
 
 
 # ---------------------------------------------------------------------------------------------------- ladders
