@@ -1264,11 +1264,11 @@ RELATIONS = (("expansion", "$N_{c,K^\\star}/N_{c,1}$", [1, 1.1, 1.2, 1.3, 1.5, 2
 ADOPT = 1e-3  # Figure 11: a setting is adopted when it beats the incumbent by 1e-3 (App. A.4.1)
 PHASES = dict(glr="GLR", elrm="ELRM", hlrm="HLRM", rm="RM", om="OM", emb_alpha="$\\alpha_{\\mathrm{emb}}$", wd="WD",
               wte="WTE", uis="UIS", schedule="Schedule", adam="Adam")
-# Figure 11's chains: tune.json's series "chain_" + key -> (its final recipe's key, a marker other than the arm's); the
+# Figure 11's chains: tune.json's series "chain_<arm>" -> (its final recipe's key, a marker other than the arm's); the
 # no-inject and no-norm Untied-2 chains are in the file but not drawn
-CHAINS = {"vanilla": ("van", None), "deep_vanilla": ("van-d11", None), "operator_1": ("k1", None),
-          "loop_2": ("k2", None), "untied_2": ("dep", None), "untied_2_no_coda_inject": ("dep-no-coda-inj", "P"),
-          "loop_2_no_coda_inject": ("k2-no-coda-inj", "*")}
+CHAINS = {"chain_vanilla": ("van", None), "chain_deep_vanilla": ("van-d11", None), "chain_operator_1": ("k1", None),
+          "chain_loop_2": ("k2", None), "chain_untied_2": ("dep", None), "chain_untied_2_no_coda_inject":
+          ("dep-no-coda-inj", "P"), "chain_loop_2_no_coda_inject": ("k2-no-coda-inj", "*")}
 TPP_ARMS = ("van", "deep_van", "k1", "k2", "dep")  # Figure 12's panels
 ROUNDED_TPP = {"Vanilla": 5, "Operator-1": 6, "Loop-2": 6, "Untied-2": 6}  # the ladders' TPP (App. A.4.2)
 KNOBS = dict(glr="GLR", elrm="ELRM", hlrm="HLRM", om="OM", rm="RM", wd="WD", wte="WTE init std", uis="UIS",
@@ -1749,8 +1749,8 @@ def figure11(plt, release):
         fig = plt.figure(figsize=(5.0, 5.45))
         ax = grid(fig, 1, 1, 0.8, 1.15, 4.05, 3.2, 0, 0)[0, 0]
         for chain, (final, marker) in CHAINS.items():
-            slots = incumbents([r for r in tune if r["series"] == "chain_" + chain and r["kind"] == "chain"])
-            label, colour, arm_marker = look(chain.split("_no_")[0])[:3]
+            slots = incumbents([r for r in tune if r["series"] == chain and r["kind"] == "chain"])
+            label, colour, arm_marker = look(chain.removeprefix("chain_").split("_no_")[0])[:3]
             label, marker = label + " No-Coda-Inj" * bool(marker), marker or arm_marker
             measured = {s: v for s, v in slots.items() if v is not None}  # round 2 goes on from round 1's last
             ax.plot(list(measured), list(measured.values()), marker=marker, ms=5.5, lw=1.3, color=colour)
