@@ -208,7 +208,6 @@ USER_ARMS = {
 check_user_arms(USER_ARMS)
 ARMS = {**PAPER_ARMS, **USER_ARMS}
 FIGURE2_ARMS = tuple(name for name, arm in ARMS.items() if arm.figure2)
-BENCH_PAIRS = (("operator_1", "vanilla"), ("untied_2", "loop_2"))  # bench.py: the operator's and untying's cost
 DEMO_ARMS = ("vanilla", "operator_1", "untied_grow")  # bash ladder.sh demo: their cpu ladders, then the fit
 CPU_LADDER_DEPTHS = (1, 2, 3, 4)                      # every arm's ladder at the cpu preset (train.ladder_runs)
 

@@ -17,7 +17,6 @@ import common
 import core_eval
 import model
 import train
-from bench import SyntheticLoader
 from test_model import attention_backend_run
 from test_core_eval import write_bundle
 from test_parallel import agrees, distance
@@ -98,12 +97,23 @@ def test_core_scores_on_pytorchs_default_attention(gpu_run, tmp_path, capsys):
     show(capsys, f"CORE on default attention ({kernel}): {scores['core_metric']:.4f}")
 
 
+class RandomTokens:
+    """A loader of uniform random token ids (seeded per step): a step's cost without a pool."""
+    steps_per_epoch = 10 ** 9
+
+    def __init__(self, vocab_size, seq_len, batch_seqs):
+        self.shape, self.vocab_size = (batch_seqs, seq_len + 1), vocab_size
+
+    def batch(self, step, rank, world):
+        return 1, torch.randint(0, self.vocab_size, self.shape, generator=torch.Generator().manual_seed(step))
+
+
 def test_mfu_and_peak_memory_of_a_d12_step(capsys):
     """The paper's d12 vanilla shape compiled in bf16: 3 warm-up steps, then 5 timed."""
     args = train.parse_args(["--arch", "vanilla", "--depth", "12", "--total-batch-tokens", str(32 * 2048),
                              "--device-batch-size", "16", "--device", "cuda"])
     plan, device = train.make_plan(args), torch.device("cuda")
-    loader = SyntheticLoader(plan.model_config.vocab_size, plan.seq_len, 32)
+    loader = RandomTokens(plan.model_config.vocab_size, plan.seq_len, 32)
     training = train.start_training(train.new_run(args, plan, 16, 0, 1, device, loader))
     for step in range(8):
         if step == 3:

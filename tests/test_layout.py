@@ -139,8 +139,8 @@ def test_one_cli_grammar_across_the_scripts(capsys):
     """The same thing has the same flag in every script: `--depth`, `--seed`, `--out`, `--runs-dir` (a plural or other
     spelling only beside it, as an alias); fit.py's --out is optional wherever it writes figures of runs; ladder.sh
     takes train.py's names too."""
-    import bench, core_eval, data, fit, model, train
-    parsers = {"train.py": (train.main, []), "bench.py": (bench.main, []), "core_eval.py": (core_eval.main, []),
+    import core_eval, data, fit, model, train
+    parsers = {"train.py": (train.main, []), "core_eval.py": (core_eval.main, []),
                "model.py": (model.main, [])}
     subcommands = next(a for a in fit.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
     parsers.update({f"fit.py {sub}": (fit.main, [sub]) for sub in subcommands})
@@ -150,7 +150,7 @@ def test_one_cli_grammar_across_the_scripts(capsys):
             assert synonym not in flags or canonical in flags, f"{name} has {synonym} but not {canonical}"
     for argv in (["curves", "--runs-dir", "x"], ["ladders", "x"], ["loops", "x"]):
         assert fit.build_parser().parse_args(argv).out is None  # optional, a stated default
-    for script, parser in dict(bench=bench.build_parser(), core_eval=core_eval.build_parser(), data=data.build_parser(),
+    for script, parser in dict(core_eval=core_eval.build_parser(), data=data.build_parser(),
                                fit=fit.build_parser(), model=model.build_parser(), train=train.build_parser()).items():
         for prog, options in options_of(parser):
             out = options.get("--out")
@@ -163,7 +163,7 @@ def test_one_cli_grammar_across_the_scripts(capsys):
 
 HEAVY_MODULES = ("torch", "scipy", "pyarrow", "tiktoken")
 # the scripts that load torch (1.5-3 s on 2 cores) -> a bad value in front of --help
-FAST_HELP = {"train.py": ["--depth", "0"], "bench.py": ["--depth", "0"], "core_eval.py": ["--passes", "0"],
+FAST_HELP = {"train.py": ["--depth", "0"], "core_eval.py": ["--passes", "0"],
              "data.py": ["prepare", "--workers", "0"], "model.py": ["--depth", "0"]}
 
 

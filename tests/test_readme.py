@@ -14,9 +14,9 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SCRIPTS = ("train.py", "model.py", "data.py", "core_eval.py", "fit.py", "bench.py")
+SCRIPTS = ("train.py", "model.py", "data.py", "core_eval.py", "fit.py")
 SUBCOMMANDS = {"fit.py": ("ladders", "downstream", "design", "surface", "tpp", "growth", "lr", "loops", "paper", "runs", "curves", "report"),
-               "data.py": ("prepare", "verify", "bench")}
+               "data.py": ("prepare", "verify")}
 COMMAND = re.compile(r"(?:[A-Z_]+=\S+ )*(?:python (?:%s)|bash ladder\.sh)[^`\n#]*" % "|".join(map(re.escape, SCRIPTS)))
 
 
