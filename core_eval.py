@@ -42,8 +42,7 @@ def build_parser():
     p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
     p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=64, help="rows per forward, longest first (1: "
                    "one row per forward, no padding: the reference path; more: the same scores, faster)")
-    p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes);\n"
-                   "an existing file is replaced only by an evaluation of the same checkpoint")
+    p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
     p.add_argument("--data-dir", help="token pool with a val split (for --effective-depth)")
@@ -429,22 +428,9 @@ def run(argv):
         raise UsageError(f"--seed names a seed twice ({' '.join(map(str, args.seed))}); give each once")
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
-    if not os.path.isdir(args.checkpoint):
-        raise UsageError(f"--checkpoint {args.checkpoint} is no folder: pass a train.py run folder, its checkpoints "
-                         "folder or one step folder")
-    out_path = args.out or default_out(args.checkpoint, args.passes)  # replaces only a result of this checkpoint
+    out_path = args.out or default_out(args.checkpoint, args.passes)
     if not os.path.isdir(os.path.dirname(os.path.abspath(out_path))) or os.path.isdir(out_path):
         raise UsageError(f"--out {out_path}: not a file name in an existing folder")
-    try:
-        with open(out_path) as f:
-            previous = json.load(f).get("checkpoint")
-    except FileNotFoundError:
-        previous = os.path.abspath(args.checkpoint)
-    except (OSError, ValueError, AttributeError):  # not JSON, or not an object
-        previous = None
-    if previous != os.path.abspath(args.checkpoint):
-        raise UsageError(f"--out {out_path} exists and is not core_eval's result for this checkpoint; pass another "
-                         "--out (or move that file)")
     (rank, world_size, device), t0 = setup_distributed(), time.time()
     net, record = load_model(args.checkpoint, device, args.passes)
     enc = data.get_tokenizer(record.get("tokenizer", "gpt2"))
@@ -459,7 +445,7 @@ def run(argv):
         try:
             pool = data.load_pool(args.data_dir, "val")
             windows = data.val_windows(pool, max_len, args.lens_tokens)
-        except data.DataError as e:
+        except UsageError as e:
             raise UsageError(f"--effective-depth: {e}") from None
         if pool.manifest.get("tokenizer") != record.get("tokenizer"):
             raise UsageError(f"--data-dir {args.data_dir} holds {pool.manifest.get('tokenizer')} tokens, the "

@@ -33,10 +33,6 @@ EPOCH_SEED_STRIDE, STAGE_SEED_STRIDE = 1_000_003, 101   # loader seeds: seed + e
 SPLITS = ("train", "val")
 
 
-class DataError(UsageError):
-    """A problem with the inputs or a pool; the message is one line that says what to do."""
-
-
 def build_parser():
     parser = Parser(prog="data.py", description="Token pools: prepare, verify.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -73,7 +69,7 @@ def get_tokenizer(name):
     try:
         return tiktoken.get_encoding(name)
     except Exception as e:  # tiktoken fetches the vocab over the network; any failure means "not available"
-        raise DataError(f"cannot load tiktoken's {name} vocabulary ({type(e).__name__}); it is downloaded on first "
+        raise UsageError(f"cannot load tiktoken's {name} vocabulary ({type(e).__name__}); it is downloaded on first "
                         f"use, so run once with internet access or use --tokenizer bytes") from None
 
 
@@ -107,10 +103,10 @@ def list_sources(corpus, files_glob=None):
                     recipe["repo"], path_in_repo=folder, revision=recipe["revision"], repo_type="dataset")
                 files = sorted((e for e in entries if e.path.endswith(".parquet")), key=lambda e: e.path)
             except Exception as e:  # huggingface_hub's HTTP and connection errors: no network, endpoint or login
-                raise DataError(f"cannot list {recipe['repo']}@{recipe['revision']}/{folder} ({type(e).__name__}: "
+                raise UsageError(f"cannot list {recipe['repo']}@{recipe['revision']}/{folder} ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0]}); check the network, $HF_ENDPOINT and $HF_TOKEN") from None
             if not files:
-                raise DataError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
+                raise UsageError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
             return [dict(name=e.path, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
         train = listing(recipe["train_dir"])
         val, train = (listing(recipe["val_dir"]), train) if recipe["val_dir"] else (train[:1], train[1:])
@@ -125,9 +121,9 @@ def list_sources(corpus, files_glob=None):
     paths = sorted(os.path.abspath(p) for p in glob.glob(files_glob, recursive=True) if os.path.isfile(p))
     bad = [p for p in paths if not p.endswith((".txt", ".jsonl", ".parquet"))]
     if bad:
-        raise DataError(f"unsupported file {bad[0]}; --files must match only .txt, .jsonl or .parquet files")
+        raise UsageError(f"unsupported file {bad[0]}; --files must match only .txt, .jsonl or .parquet files")
     if not paths:
-        raise DataError(f"--files {files_glob!r} matches no files")
+        raise UsageError(f"--files {files_glob!r} matches no files")
     return [dict(name=p, path=p, split="by-doc") for p in paths]
 
 
@@ -139,11 +135,11 @@ def fetch(source, corpus, workdir):
         path = hf_hub_download(recipe["repo"], source["name"], repo_type="dataset", revision=recipe["revision"],
                                local_dir=workdir, endpoint=os.environ.get("HF_ENDPOINT"))
     except Exception as e:  # huggingface_hub's HTTP and connection errors
-        raise DataError(f"cannot download {source['name']} ({type(e).__name__}: {str(e).splitlines()[0]}); re-run "
+        raise UsageError(f"cannot download {source['name']} ({type(e).__name__}: {str(e).splitlines()[0]}); re-run "
                         "the same command to resume") from None
     if source["sha256"] and sha256_file(path) != source["sha256"]:
         os.remove(path)
-        raise DataError(f"{source['name']} does not match its sha256 in the Hub's listing; re-run to download again")
+        raise UsageError(f"{source['name']} does not match its sha256 in the Hub's listing; re-run to download again")
     return path
 
 
@@ -154,7 +150,7 @@ def read_texts(path):
             for batch in pq.ParquetFile(path).iter_batches(columns=["text"], batch_size=1024):
                 yield from batch.column(0).to_pylist()
         except (KeyError, ValueError, OSError) as e:  # pyarrow reports a missing column / bad file this way
-            raise DataError(f"cannot read a 'text' column from {path}: {e}".splitlines()[0]) from None
+            raise UsageError(f"cannot read a 'text' column from {path}: {e}".splitlines()[0]) from None
     elif path.endswith(".jsonl"):
         with open(path, "rb") as f:  # binary: lines end at \n only, so line numbers are the editor's
             for line_no, line in enumerate(f, 1):
@@ -163,7 +159,7 @@ def read_texts(path):
                         text = json.loads(line)["text"]  # UTF-8 (a decode error is a ValueError)
                         assert isinstance(text, str)
                     except (ValueError, KeyError, TypeError, AssertionError):
-                        raise DataError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string") from None
+                        raise UsageError(f"{path}:{line_no}: not a UTF-8 JSON object with a 'text' string") from None
                     yield text
     else:
         try:
@@ -171,18 +167,18 @@ def read_texts(path):
                 yield f.read()
         except UnicodeDecodeError:  # the stdlib ships a few deliberately non-UTF-8 test files; skip them
             if not path.endswith(".py"):
-                raise DataError(f"{path} is not UTF-8 text") from None
+                raise UsageError(f"{path} is not UTF-8 text") from None
 
 
 def _paths(out, split):
     return os.path.join(out, f"{split}.bin"), os.path.join(out, f"{split}.docs.bin")
 
 
-def read_manifest(data_dir, name="corpus.json"):
-    """A pool's corpus.json (or another JSON file this program wrote there), or {} where there is none."""
-    if not os.path.exists(os.path.join(data_dir, name)):
+def read_manifest(data_dir):
+    """A pool's corpus.json, or {} where there is none."""
+    if not os.path.exists(os.path.join(data_dir, "corpus.json")):
         return {}
-    with open(os.path.join(data_dir, name)) as f:
+    with open(os.path.join(data_dir, "corpus.json")) as f:
         return json.load(f)
 
 
@@ -191,7 +187,7 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
     created only where nothing else is and never overwritten by other settings; corpus.json records the counts after
     the last recorded source, and a resumed prepare truncates the files back to them. Returns the manifest."""
     if (corpus == "files") != bool(files_glob):
-        raise DataError("--files GLOB is required with --corpus files and only allowed there "
+        raise UsageError("--files GLOB is required with --corpus files and only allowed there "
                         "(e.g. --files 'texts/**/*.jsonl')")
     recipe, enc = CORPORA[corpus], get_tokenizer(tokenizer)  # fail early (gpt2 offline) before anything downloads
     identity = {"stdlib": dict(root=sysconfig.get_paths()["stdlib"], python=sys.version.split()[0]),
@@ -203,15 +199,15 @@ def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, f
         os.makedirs(out, exist_ok=True)
         lock = open(os.path.join(out, "prepare.lock"), "a")
     except OSError as e:
-        raise DataError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
+        raise UsageError(f"cannot write to --out {out}: {e.strerror}; choose a writable directory") from None
     with lock:  # of two prepares of one pool started together, the second waits here, then finds it complete
         fcntl.flock(lock, fcntl.LOCK_EX)
         old = read_manifest(out)
         if not old and set(os.listdir(out)) - {"prepare.lock"}:
-            raise DataError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
+            raise UsageError(f"{out} is not empty and holds no pool (no corpus.json); use a new or empty --out")
         differ = [k for k, v in settings.items() if old and old.get(k) != v]
         if differ:
-            raise DataError(f"{out} holds {'a complete' if old.get('status') == 'complete' else 'an unfinished'} "
+            raise UsageError(f"{out} holds {'a complete' if old.get('status') == 'complete' else 'an unfinished'} "
                             f"pool with other settings ({', '.join(differ)}); use another --out or delete it first")
         if old.get("status") == "complete":
             print(f"{out}: pool already complete", file=sys.stderr)
@@ -315,7 +311,7 @@ def write_pool(corpus, out, manifest, sources, workers):
                     os.remove(os.path.join(workdir, src["name"]))  # a consumed download
         tokenise_pending()
         if sum(count.values()) == sum(docs.values()):  # BOS only
-            raise DataError(f"the sources of {out} hold no text (every document is empty); point --files at "
+            raise UsageError(f"the sources of {out} hold no text (every document is empty); point --files at "
                             "non-empty .txt/.jsonl/.parquet files")
         record(len(sources), complete=True)
     shutil.rmtree(workdir, ignore_errors=True)
@@ -329,53 +325,19 @@ Pool = collections.namedtuple("Pool", "tokens doc_starts manifest split")
 
 
 def load_pool(data_dir, split, verify_hash=False):
-    """Memory-map one split of a complete pool; a missing, unfinished or corrupt pool is a DataError."""
+    """Memory-map one split of a complete pool; a missing, unfinished or corrupt pool is a UsageError."""
     manifest = read_manifest(data_dir)
     if not manifest:
-        raise DataError(f"no pool in {data_dir} (no corpus.json); run: python data.py prepare --out {data_dir} ...")
+        raise UsageError(f"no pool in {data_dir} (no corpus.json); run: python data.py prepare --out {data_dir} ...")
     if manifest.get("status") != "complete":
-        raise DataError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
+        raise UsageError(f"pool {data_dir} is incomplete; re-run the same prepare command to finish it")
     info, (tokens_path, docs_path) = manifest["splits"][split], _paths(data_dir, split)
     if verify_hash and sha256_file(tokens_path) != info["sha256"]:
-        raise DataError(f"{tokens_path} does not match its sha256 in corpus.json; the pool is corrupt, delete "
+        raise UsageError(f"{tokens_path} does not match its sha256 in corpus.json; the pool is corrupt, delete "
                         f"{data_dir} and prepare it again")
     mm = lambda path, dtype, n: np.memmap(path, dtype=dtype, mode="r", shape=(n,)) if n else np.zeros(0, dtype)
     return Pool(mm(tokens_path, np.uint16, info["token_count"]), mm(docs_path, np.int64, info["doc_count"]), manifest,
                 split)
-
-
-def check_pool_hashes(data_dir):
-    """Raise DataError unless every split's token file matches its sha256 in corpus.json. <pool>/verified.json records
-    the size, mtime and ctime of each file that matched (any write changes ctime); such a file is not hashed again."""
-    path, records, verified = os.path.join(data_dir, "verified.json"), {}, read_manifest(data_dir, "verified.json")
-    for split in SPLITS:
-        sha = load_pool(data_dir, split).manifest["splits"][split]["sha256"]
-        stat = os.stat(_paths(data_dir, split)[0])
-        records[split] = [stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, sha]
-        if verified.get(split) != records[split]:
-            load_pool(data_dir, split, verify_hash=True)
-    if records != verified and os.access(data_dir, os.W_OK):  # a read-only pool is hashed again next time
-        write_json(path, records)
-
-
-def ensure_pool(data_dir, corpus="stdlib", tokenizer="bytes"):
-    """Prepare `data_dir` unless it holds a complete pool (train.py --preset cpu, for its default folder)."""
-    if read_manifest(data_dir).get("status") != "complete":
-        prepare(corpus, data_dir, tokenizer=tokenizer)
-    return data_dir
-
-
-def check_token_range(data_dir, pool, vocab_size, n_tokens=None, chunk=1 << 26):
-    """Every token id among the first n_tokens (all by default) is < vocab_size (a pool of another tokenizer would
-    otherwise surface as an IndexError inside a training step). Every rank reads the same ids: all stop alike."""
-    n = len(pool.tokens) if n_tokens is None else min(int(n_tokens), len(pool.tokens))
-    for start in range(0, n, chunk):
-        block = np.asarray(pool.tokens[start:min(start + chunk, n)])
-        if block.max() >= vocab_size:
-            bad = start + int(np.argmax(block >= vocab_size))
-            raise DataError(f"{_paths(data_dir, pool.split)[0]} holds token id {int(pool.tokens[bad])} >= vocab size "
-                            f"{vocab_size} at position {bad:,}; the pool is corrupt or of another tokenizer (python "
-                            f"data.py verify {data_dir})")
 
 
 class TrainLoader:
@@ -390,15 +352,13 @@ class TrainLoader:
         self.doc_lengths = np.diff(np.append(self.doc_starts, n))  # the prefix's last document may be truncated
         self.n_windows, self.steps_per_epoch = n // self.window, n // self.window // batch_seqs
         if self.steps_per_epoch == 0:
-            raise DataError(f"{n:,} tokens make {self.n_windows} windows of {self.window}, fewer than one batch of "
+            raise UsageError(f"{n:,} tokens make {self.n_windows} windows of {self.window}, fewer than one batch of "
                             f"{batch_seqs}; use a larger pool or token limit, or a smaller batch")
         self.tokens_per_epoch = self.steps_per_epoch * batch_seqs * seq_len
         self._epoch = None
 
     def batch(self, step, rank=0, world_size=1):
         """(epoch, LongTensor[batch_seqs // world_size, seq_len + 1]): rank's contiguous slice of step's batch."""
-        if self.batch_seqs % world_size:
-            raise ValueError(f"batch_seqs {self.batch_seqs} is not divisible by world_size {world_size}")
         epoch = step // self.steps_per_epoch + 1
         if self._epoch != epoch:  # this epoch's document order, stream offsets and window order
             seed = lambda stage: (self.seed + epoch * EPOCH_SEED_STRIDE + stage * STAGE_SEED_STRIDE) % (2 ** 63 - 1)
@@ -428,7 +388,7 @@ def val_windows(pool, seq_len, target_tokens):
     n = target_tokens // seq_len
     need = n * (seq_len + 1)
     if n == 0 or need > len(pool.tokens):
-        raise DataError(f"validation needs {need:,} tokens ({n} windows of {seq_len + 1}) but the {pool.split} "
+        raise UsageError(f"validation needs {need:,} tokens ({n} windows of {seq_len + 1}) but the {pool.split} "
                         f"pool has {len(pool.tokens):,}; lower the validation token target")
     return torch.from_numpy(np.asarray(pool.tokens[:need], dtype=np.int64)).view(n, seq_len + 1)
 

@@ -524,11 +524,20 @@ def open_run(args, plan):
             print(f"{run_dir} is already complete; nothing to do")
         return None
     batch = device_batch_size(plan, world, device.type, args.device_batch_size)  # before any data work
-    if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir:  # only the default folder is prepared
-        data.ensure_pool(data_dir, corpus=preset.corpus, tokenizer=plan.tokenizer)
+    if rank == 0 and plan.preset == "cpu" and data_dir == preset.data_dir and \
+            data.read_manifest(data_dir).get("status") != "complete":  # only the default folder is prepared
+        data.prepare(preset.corpus, data_dir, tokenizer=plan.tokenizer)
     if world > 1:
         dist.barrier()
-    train_pool, val_pool = data.load_pool(data_dir, "train"), data.load_pool(data_dir, "val")
+    error = None  # the token files against their sha256 in corpus.json: local rank 0 hashes (a pool copy per node)
+    try:
+        verify = not args.no_verify and int(os.environ.get("LOCAL_RANK", "0")) == 0
+        train_pool, val_pool = (data.load_pool(data_dir, split, verify_hash=verify) for split in ("train", "val"))
+    except UsageError as e:
+        error = str(e)
+    errors = [e for e in gather(error) if e]
+    if errors:
+        raise UsageError(errors[0])
     identity = lambda pool: {k: v.get("sha256") for k, v in (pool or {}).get("splits", {}).items()}  # noqa: E731
     if identity(result.get("data_manifest")) not in ({}, identity(train_pool.manifest)):  # a moved pool is the same
         raise UsageError(f"{run_dir} was trained on the pool {result.get('data_dir')!r}, not on {data_dir} (other "
@@ -536,18 +545,6 @@ def open_run(args, plan):
     if train_pool.manifest.get("tokenizer") != plan.tokenizer:
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
-    vocab = plan.model_config.vocab_size  # the token ids this run reads are < vocab (a flipped byte is caught here)
-    data.check_token_range(data_dir, train_pool, vocab, plan.train_token_limit)
-    data.check_token_range(data_dir, val_pool, vocab, (plan.val_tokens // plan.seq_len) * (plan.seq_len + 1))
-    error = None  # the token files against their sha256 in corpus.json: local rank 0 hashes (a pool copy per node)
-    if not args.no_verify and int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        try:
-            data.check_pool_hashes(data_dir)
-        except data.DataError as e:
-            error = f"{e} (--no-verify skips this check)"
-    errors = [e for e in gather(error) if e]
-    if errors:
-        raise UsageError(errors[0])
     pool = {k: v for k, v in train_pool.manifest.items() if k != "sources"}  # result.json's record of the pool
     pool["splits"] = {name: dict(info, sha256_checked=not args.no_verify) for name, info in pool["splits"].items()}
     loader = data.TrainLoader(train_pool, plan.seq_len, plan.tokens_per_step // plan.seq_len,

@@ -394,26 +394,17 @@ def test_passes_for_tied_models(monkeypatch):
         core_eval.load_model("vanilla", CPU, passes=2)
 
 
-def test_out_defaults_to_the_run_folder_and_never_replaces_another_checkpoints_result(tmp_path, tiny, ckpt, capsys,
-                                                                                     monkeypatch):
+def test_out_defaults_to_the_run_folder(tmp_path, tiny, ckpt):
     run = tiny["run"]
     for given in (run, f"{run}/checkpoints", f"{run}/checkpoints/000010"):
         assert core_eval.default_out(given, None) == os.path.join(run, "eval.json")
     assert core_eval.default_out(run, 3) == os.path.join(run, "eval_passes3.json")
     out = tmp_path / "e.json"
-    args = ["--checkpoint", ckpt, "--bundle-dir", tiny["bundle"], "--seed", "0", "--max-per-task", "3", "--out",
-            str(out)]
-    out.write_text("{}")  # not core_eval's: kept
-    assert core_eval.main(args) == 2 and out.read_text() == "{}"
-    assert "is not core_eval's result for this checkpoint" in capsys.readouterr().err
-    out.unlink()
-    assert core_eval.main(args) == 0
-    assert core_eval.main(args[:-1] + [str(out), "--seed", "1"]) == 0  # a repeat on this checkpoint replaces it
+    out.write_text("{}")  # an output file: replaced
+    assert core_eval.main(["--checkpoint", ckpt, "--bundle-dir", tiny["bundle"], "--seed", "1", "--max-per-task", "3",
+                           "--out", str(out)]) == 0
     first = json.loads(out.read_text())
     assert first["seeds"] == [1] and first["checkpoint"] == os.path.abspath(ckpt) and first["step"] == 7
-    fake_checkpoints(monkeypatch, {str(tmp_path): tiny["net"]})
-    assert core_eval.main(["--checkpoint", str(tmp_path)] + args[2:]) == 2 and json.loads(out.read_text()) == first
-    assert "not core_eval's result for this checkpoint" in capsys.readouterr().err
 
 
 TORCHRUN_MAIN = """import sys, torch
