@@ -41,6 +41,9 @@ def cli_main(run, prog, argv=None):
         code = 141
     finally:
         signal.signal(signal.SIGTERM, previous)
+        dist = sys.modules.get("torch.distributed")  # a script that joined torchrun's process group leaves it
+        if dist and dist.is_initialized():
+            dist.destroy_process_group()
     return 0 if code is None else code
 
 
@@ -90,15 +93,6 @@ def env_integer(name, default, low, high):
 MAX_PROCESSES_PER_NODE, MAX_NODES = 1024, 65536  # NPROC_PER_NODE, NNODES (ladder.sh declares the same ranges)
 
 
-def ranks_per_node(world):
-    """torchrun's LOCAL_WORLD_SIZE (unset: one node of `world`), a divisor of the world size."""
-    per_node = env_integer("LOCAL_WORLD_SIZE", world, 1, MAX_PROCESSES_PER_NODE)
-    if world % per_node:
-        raise UsageError(f"LOCAL_WORLD_SIZE={per_node} does not divide the world size {world}: every node must run "
-                         "as many processes (torchrun --nproc_per_node)")
-    return per_node
-
-
 def exit_process(code):
     """Exit; under torchrun with several ranks via os._exit: gloo can abort at interpreter shutdown (pytorch#190489)."""
     if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
@@ -143,24 +137,6 @@ def keep_freed_cpu_memory():
     return False
 
 
-def memory_in_use(device):
-    """Peak memory since the previous call, which resets it. CUDA: the caching allocator's peaks and what the device
-    holds outside it (context, NCCL); CPU: the resident set and its peak (reset through clear_refs)."""
-    import torch
-    if device.type == "cuda":
-        free, total = torch.cuda.mem_get_info(device)
-        out = dict(max_memory_allocated=torch.cuda.max_memory_allocated(device),
-                   max_memory_reserved=torch.cuda.max_memory_reserved(device), device_used=total - free,
-                   outside_allocator=total - free - torch.cuda.memory_reserved(device))
-        torch.cuda.reset_peak_memory_stats(device)
-        return out
-    with open("/proc/self/status") as f:
-        kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmHWM", "VmRSS")}
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current resident set
-    return dict(max_rss=kib["VmHWM"] * 1024, rss=kib["VmRSS"] * 1024)
-
-
 DIST_TIMEOUT_MINUTES = 30  # NCCL's default 10 can pass while ranks build, load and compile a large model
 
 
@@ -178,7 +154,10 @@ def torchrun_env():
                          "with torchrun, or set them")
     if world > 1:
         env_integer("MASTER_PORT", None, 1, 65535)
-        ranks_per_node(world)
+        per_node = env_integer("LOCAL_WORLD_SIZE", world, 1, MAX_PROCESSES_PER_NODE)
+        if world % per_node:
+            raise UsageError(f"LOCAL_WORLD_SIZE={per_node} does not divide the world size {world}: every node must "
+                             "run as many processes (torchrun --nproc_per_node)")
     return world, env_integer("RANK", 0, 0, world - 1), env_integer("LOCAL_RANK", 0, 0, MAX_PROCESSES_PER_NODE - 1)
 
 
@@ -202,16 +181,6 @@ def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
                                 timeout=datetime.timedelta(minutes=timeout_minutes))
     return rank, world, device
-
-
-def cli_main_distributed(run, prog, argv=None):
-    """cli_main for a script that may join a torchrun process group; the group is left on the way out."""
-    import torch.distributed as dist
-    try:
-        return cli_main(run, prog, argv)
-    finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
 
 
 def free_port():

@@ -14,8 +14,8 @@ import argparse, csv, hashlib, json, math, os, random, sys, tempfile, time, urll
 from statistics import fmean
 
 from arms import MAX_PASSES, SEEDS
-from common import (Parser, UsageError, answer_help, autocast, cli_main_distributed, exit_process, integer, number,
-                    setup_distributed, sha256_file, write_json)
+from common import (Parser, UsageError, answer_help, autocast, exit_process, integer, number, setup_distributed,
+                    sha256_file, write_json)
 
 EVAL = dict(
     bundle_fingerprint="e908e4e0e145860290d46fb37c5d1bad52bbf22da843073ff0e6b6f624250e52",  # all 77 bundle files
@@ -481,7 +481,7 @@ def run(argv):
 
 
 def main(argv=None):
-    return cli_main_distributed(run, "core_eval.py", argv)
+    return cli_main(run, "core_eval.py", argv)
 
 
 if __name__ == "__main__":

@@ -178,9 +178,8 @@ from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 import data
 import model as model_lib
 import muon
-from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Interrupted, cli_main_distributed, clock, exit_process,
-                    memory_in_use, raise_interrupted, ranks_per_node, setup_distributed, torchrun_env, uses_cuda,
-                    write_json, write_text)
+from common import (MAX_NODES, MAX_PROCESSES_PER_NODE, Interrupted, clock, exit_process, raise_interrupted,
+                    setup_distributed, torchrun_env, uses_cuda, write_json, write_text)
 from plan import device_batch_size, lr_multiplier, make_plan, passes_at, schedule_notes, stage_at, stage_index
 
 warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
@@ -306,6 +305,23 @@ def autocast(model):
     """bf16 autocast where the model computes in bf16 (its embedding's dtype), none in fp32."""
     dtype = model.transformer.wte.weight.dtype
     return torch.autocast(model.lm_head.weight.device.type, dtype=dtype, enabled=dtype != torch.float32)
+
+
+def memory_in_use(device):
+    """Peak memory since the previous call, which resets it. CUDA: the caching allocator's peaks and what the device
+    holds outside it (context, NCCL); CPU: the resident set and its peak (reset through clear_refs)."""
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        out = dict(max_memory_allocated=torch.cuda.max_memory_allocated(device),
+                   max_memory_reserved=torch.cuda.max_memory_reserved(device), device_used=total - free,
+                   outside_allocator=total - free - torch.cuda.memory_reserved(device))
+        torch.cuda.reset_peak_memory_stats(device)
+        return out
+    with open("/proc/self/status") as f:
+        kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmHWM", "VmRSS")}
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # reset VmHWM to the current resident set
+    return dict(max_rss=kib["VmHWM"] * 1024, rss=kib["VmRSS"] * 1024)
 
 
 def gather(obj):
@@ -560,7 +576,7 @@ def new_run(args, plan, batch, rank, world, device, loader, run_dir="", resume_f
     peak = gpu_peak_flops(device, args.peak_flops)
     return types.SimpleNamespace(
         plan=plan, args=args, rank=rank, master=rank == 0, world=world, device=device, loader=loader,
-        per_node=ranks_per_node(world) if world > 1 else 1,  # the mesh's shard dimension
+        per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),  # the mesh's shard dimension
         micro_batches=(batch,) * len(plan.pass_stages),  # sequences per micro-batch in each pass stage
         memory=memory_record(plan, batch, world), peak_flops=peak * world if peak else None,  # all ranks', for MFU
         environment=dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
@@ -990,7 +1006,7 @@ def main(argv=None):
         return cli_main(ladder_dry_run, "train.py", argv[1:])
     if argv[:1] == ["--ladder"]:
         return cli_main(print_ladder, "train.py", argv[1:])
-    return cli_main_distributed(run_command, "train.py", argv)
+    return cli_main(run_command, "train.py", argv)
 
 
 if __name__ == "__main__":
