@@ -188,9 +188,3 @@ def free_port():
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         return listener.getsockname()[1]
-
-
-def autocast(device):
-    """bf16 autocast on CUDA; plain fp32 on CPU."""
-    import torch
-    return torch.autocast("cuda", torch.bfloat16) if device.type == "cuda" else torch.autocast("cpu", enabled=False)

@@ -14,7 +14,7 @@ import argparse, csv, hashlib, json, math, os, random, sys, tempfile, time, urll
 from statistics import fmean
 
 from arms import MAX_PASSES, SEEDS
-from common import (Parser, UsageError, answer_help, autocast, exit_process, integer, number, setup_distributed,
+from common import (Parser, UsageError, answer_help, cli_main, exit_process, integer, number, setup_distributed,
                     sha256_file, write_json)
 
 EVAL = dict(
@@ -271,7 +271,7 @@ def score_examples(net, examples, bos, byte_lengths, device, rows_per_forward=64
             x[i, :len(row)] = torch.tensor(row)
             positions += range(i * T + first[e, r] - 1, i * T + len(row) - 1)
             targets += row[first[e, r]:]
-        with autocast(device):
+        with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):
             h = net.residual_stream(x.to(device))
             logits = net.decode(h.flatten(0, 1)[torch.tensor(positions, device=device)]).float()
         targets = torch.tensor(targets, device=device)
@@ -334,7 +334,7 @@ METRICS = dict(
     bpbs=lambda scores: fmean(s["answer_nats"] / (math.log(2) * s["answer_bytes"]) if s["answer_bytes"] else math.nan
                              for s in scores),                  # answer bits per byte (null where an answer has none)
     examples=len,                                               # examples scored
-    clipped=lambda scores: sum(s["clipped"] for s in scores),    # examples scored on a cropped answer (see build_example)
+    clipped=lambda scores: sum(s["clipped"] for s in scores),    # scored on a cropped answer (see build_example)
 )
 
 
@@ -379,7 +379,7 @@ def kl_effective_depth(net, windows, threshold, device):
     """-> (first block after the KL peak with KL(final || lens) <= threshold, per-block KL averaged over tokens)."""
     sums = 0
     for window in windows:
-        with autocast(device):
+        with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):
             logits, hidden = net(window[:-1].unsqueeze(0).to(device), return_hidden=True)
             final = F.log_softmax(logits.float(), dim=-1)
             # the logit lens: the final norm and unembedding applied after each executed block

@@ -10,8 +10,8 @@ of each BOS) and `corpus.json` (settings, counts, sha256, progress: the same com
 files: a sha1 hash bucket (1 in 50) of the file names or texts. TrainLoader: what step s sees depends only on
 (seed, s), never on the world size or micro-batch size, so a resume on any number of processes continues at the step.
 """
-import collections, contextlib, fcntl, glob, hashlib, json, multiprocessing, multiprocessing.dummy, os, shutil, signal, sys
-import sysconfig, time
+import collections, contextlib, fcntl, glob, hashlib, json, multiprocessing, multiprocessing.dummy, os, shutil, signal
+import sys, sysconfig, time
 
 from common import Parser, UsageError, answer_help, cli_main, exit_process, integer, sha256_file, write_json
 
@@ -105,8 +105,6 @@ def list_sources(corpus, files_glob=None):
             except Exception as e:  # huggingface_hub's HTTP and connection errors: no network, endpoint or login
                 raise UsageError(f"cannot list {recipe['repo']}@{recipe['revision']}/{folder} ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0]}); check the network, $HF_ENDPOINT and $HF_TOKEN") from None
-            if not files:
-                raise UsageError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
             return [dict(name=e.path, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
         train = listing(recipe["train_dir"])
         val, train = (listing(recipe["val_dir"]), train) if recipe["val_dir"] else (train[:1], train[1:])

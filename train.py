@@ -13,8 +13,7 @@ stage, halved until it fits.
 
 Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, report.md, checkpoints/step_N/ (DCP folders; the
 last is renamed checkpoints/final, what core_eval.py reads). --resume continues from the newest complete checkpoint.
-Exit codes: 2 bad flags or inputs, 3 non-finite loss (the last good checkpoint is kept), 130/143 stopped by
-SIGINT/SIGTERM (after a checkpoint at the next logged step; result.json says "stopped").
+Exit codes and the error policy: docs/reliability.md.
 """
 import argparse
 import os
@@ -365,11 +364,9 @@ def grow(model, optimizers, passes):
     return overwritten
 
 
-# --- Checkpoints, the torchtitan way. RUN/checkpoints/step_000120/ is one: DCP writes every rank's shards of the
-# model and optimizers (and reshards on load: any number of processes resumes it), rank 0 meta.json (RunState, plan,
-# RNG state). A save writes step_N.tmp, renamed once DCP's .metadata (written last) is there: a step_N or final/ (the
-# last step's, renamed) with .metadata is complete, the newest complete one wins, and none is deleted before a newer
-# complete one exists.
+# --- Checkpoints, the torchtitan way (docs/reliability.md): RUN/checkpoints/step_000120/ holds DCP's shards of the
+# model and optimizers (resharded on load: any number of processes resumes it) and rank 0's meta.json. A save writes
+# step_N.tmp, renamed once DCP's .metadata (written last) is there; the newest complete folder wins.
 
 KEEP = 2  # complete checkpoints kept: the newest and the one before it (in case the newest turns out bad)
 
@@ -487,9 +484,8 @@ def run_lock(args):
     try:
         os.makedirs(run_dir, exist_ok=True)
     except OSError as e:
-        file = next((p for p in (run_dir, args.runs_dir) if os.path.isfile(p)), None)
-        raise UsageError((f"{file} is a file, not a directory" if file else f"cannot create the run folder "
-                          f"{run_dir} ({e.strerror})") + "; pass another --runs-dir or --run-name") from None
+        raise UsageError(f"cannot create the run folder {run_dir} ({e.strerror}); pass another --runs-dir or "
+                         "--run-name") from None
     lock = open(os.path.join(run_dir, "train.lock"), "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -839,13 +835,10 @@ def wandb_record(record):
     """flops and tokens as they are, validations as val/X, the rest as train/X."""
     out = {f"train/scalars/{k}": v for k, v in record.get("scalars", {}).items()}
     for k, v in record.items():
-        if k in ("flops", "tokens"):
-            out[k] = v
-        elif k.startswith("val_") or k.endswith("_after_growth"):
-            out["val/" + k.removeprefix("val_")] = v
-        elif k not in ("scalars", "step"):
-            out["train/" + k] = v
-    return {k: v for k, v in out.items() if v is not None}
+        val = k.startswith("val_") or k.endswith("_after_growth")
+        if k not in ("scalars", "step") and v is not None:
+            out[k if k in ("flops", "tokens") else "val/" + k.removeprefix("val_") if val else "train/" + k] = v
+    return out
 
 
 # --- The training loop
