@@ -399,11 +399,7 @@ def effective_depth(curve, threshold):
 def load_model(checkpoint, device, passes=None):
     """The weights of a train.py checkpoint (never optimizer state) on `device`, at `passes` (default: its own);
     attention on PyTorch's own SDPA choice (CORE's lengths are arbitrary: arms.ATTENTION_BACKENDS)."""
-    try:
-        net, record = load_checkpoint_model(checkpoint)
-    except (ValueError, OSError) as e:
-        raise UsageError(f"--checkpoint {checkpoint}: {str(e).splitlines()[0] if str(e) else type(e).__name__} "
-                         "(a train.py run folder, its checkpoints folder or a step folder)") from None
+    net, record = load_checkpoint_model(checkpoint)
     net.to(device).eval().set_attention("default")
     try:
         net.set_passes(passes or net.active_passes)

@@ -3,7 +3,6 @@
     python data.py prepare --corpus stdlib --tokenizer bytes --out data/stdlib   # offline, < 1 min
     python data.py prepare --corpus fineweb --out data/fineweb                   # GPT-2 tokens, downloads FineWeb
     python data.py prepare --corpus files --files 'corpus/**/*.jsonl' --tokenizer bytes --out data/mine
-    python data.py verify data/stdlib          # check a pool's token files against their sha256
 
 A pool holds per split `<split>.bin` (uint16 tokens, each document [BOS] + tokens), `<split>.docs.bin` (int64 offset
 of each BOS) and `corpus.json` (settings, counts, sha256, progress: the same command resumes). Validation of stdlib and
@@ -34,7 +33,7 @@ SPLITS = ("train", "val")
 
 
 def build_parser():
-    parser = Parser(prog="data.py", description="Token pools: prepare, verify.")
+    parser = Parser(prog="data.py", description="Token pools: prepare.")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("prepare", help="tokenise a corpus into a pool directory")
     p.add_argument("--corpus", required=True, choices=CORPORA)
@@ -45,7 +44,6 @@ def build_parser():
     p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
     p.add_argument("--workers", type=integer(1, 1024), help="tokeniser processes (default: all CPUs)")
     p.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a complete pool")
-    sub.add_parser("verify", help="check a pool's token files against their sha256").add_argument("out", help="pool")
     return parser
 
 
@@ -105,6 +103,8 @@ def list_sources(corpus, files_glob=None):
             except Exception as e:  # huggingface_hub's HTTP and connection errors: no network, endpoint or login
                 raise UsageError(f"cannot list {recipe['repo']}@{recipe['revision']}/{folder} ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0]}); check the network, $HF_ENDPOINT and $HF_TOKEN") from None
+            if not files:
+                raise UsageError(f"no parquet files under {recipe['repo']}@{recipe['revision']}/{folder}")
             return [dict(name=e.path, sha256=e.lfs.sha256 if e.lfs else None) for e in files]
         train = listing(recipe["train_dir"])
         val, train = (listing(recipe["val_dir"]), train) if recipe["val_dir"] else (train[:1], train[1:])
@@ -352,7 +352,6 @@ class TrainLoader:
         if self.steps_per_epoch == 0:
             raise UsageError(f"{n:,} tokens make {self.n_windows} windows of {self.window}, fewer than one batch of "
                             f"{batch_seqs}; use a larger pool or token limit, or a smaller batch")
-        self.tokens_per_epoch = self.steps_per_epoch * batch_seqs * seq_len
         self._epoch = None
 
     def batch(self, step, rank=0, world_size=1):
@@ -393,11 +392,6 @@ def val_windows(pool, seq_len, target_tokens):
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    if args.command == "verify":
-        for split in SPLITS:
-            pool = load_pool(args.out, split, verify_hash=True)
-            print(f"{args.out} {split}: {len(pool.tokens):,} tokens, {len(pool.doc_starts):,} docs, sha256 ok")
-        return
     out = args.out or os.path.join("data", args.corpus)
     if args.if_missing and read_manifest(out).get("status") == "complete":
         return print(f"{out}: a complete pool exists; nothing to do", file=sys.stderr)

@@ -405,7 +405,8 @@ def load_checkpoint_model(path, device="cpu"):
     found = [path] if os.path.isfile(os.path.join(path, ".metadata")) else \
         complete_checkpoints(path) or complete_checkpoints(os.path.join(path, "checkpoints"))
     if not found:
-        raise ValueError(f"{path} holds no complete train.py checkpoint (a folder with DCP's .metadata)")
+        raise UsageError(f"{path} holds no complete train.py checkpoint (a folder with DCP's .metadata): pass a run "
+                         "folder, its checkpoints folder or one step folder")
     record = read_json(os.path.join(found[-1], "meta.json"))["weights"]
     model = model_lib.GPT(model_lib.ModelConfig(**record["model_config"]), device=device, draw_weights=False)
     dcp.load(dict(model=model.state_dict()), checkpoint_id=found[-1], no_dist=True)

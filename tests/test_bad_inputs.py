@@ -222,7 +222,7 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("out-is-a-directory", dict(bundle_files(), **{"eval.json/x": "x"}), EVAL, "not a file name in an existing folder"),
     ("effective-depth-pool-missing", bundle_files(), [*EVAL, "--effective-depth", "--data-dir", "{d}/nopool"],
      "--effective-depth: no pool in"),
-    ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "--checkpoint {d}/nope: {d}/nope holds no complete"),
+    ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "{d}/nope holds no complete train.py checkpoint"),
     ("bundle-without-core-yaml", {"b/notes.txt": "x"}, EVAL, "is not a readable CORE bundle"),
     ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
     ("unknown-task-type", bundle_files(spec=dict(label="t", dataset_uri="t.jsonl", num_fewshot=[0],

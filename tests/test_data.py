@@ -289,7 +289,7 @@ def test_loader_matches_the_release_packing_and_resumes_at_any_step():
     pool = synthetic_pool()
     loader = data.TrainLoader(pool, seq_len=16, batch_seqs=8, token_limit=len(pool.tokens) - 100)
     steps = loader.steps_per_epoch
-    assert steps == (len(pool.tokens) - 100) // 17 // 8 and loader.tokens_per_epoch == steps * 8 * 16
+    assert steps == (len(pool.tokens) - 100) // 17 // 8
     for epoch in (2, 1):  # epoch 2 first: a fresh loader (a resumed run) starts anywhere
         expected = reference_epoch(pool, 16, 8, epoch, token_limit=len(pool.tokens) - 100)
         got = [loader.batch((epoch - 1) * steps + s) for s in range(steps)]
@@ -318,7 +318,6 @@ def test_loader_release_numbers_for_the_data_constrained_pool():
     starts = np.arange(0, 150_000_000, 1_000_000, dtype=np.int64)
     loader = data.TrainLoader(data.Pool(tokens, starts, {}, "train"), 2048, 256, token_limit=100_000_000)
     assert loader.n_windows == 48_804 and loader.steps_per_epoch == 190
-    assert loader.tokens_per_epoch == 99_614_720 and 10 * loader.steps_per_epoch == 1_900
     with pytest.raises(data.UsageError, match="fewer than one batch"):
         data.TrainLoader(data.Pool(tokens[:1000], starts[:1], {}, "train"), 2048, 256)
 
@@ -333,19 +332,17 @@ def test_val_windows_in_file_order_with_exact_token_count():
         data.val_windows(pool, 64, len(pool.tokens))
 
 
-# --- Verify (bad input: tests/test_bad_inputs.py)
-
-def test_verify_finds_a_flipped_token(tmp_path, capsys):
+def test_the_hash_finds_a_flipped_token(tmp_path):
     make_local_files(tmp_path / "in")
     out = str(tmp_path / "pool")
     assert data.main(["prepare", "--corpus", "files", "--files", str(tmp_path / "in" / "**" / "*.*"), "--tokenizer",
                       "bytes", "--out", out]) == 0
-    assert data.main(["verify", out]) == 0 and "train: " in capsys.readouterr().out
     with open(os.path.join(out, "train.bin"), "r+b") as f:   # one flipped token
         f.seek(10)
         f.write(b"\xff\xff")
     data.load_pool(out, "train")                             # memory-mapped as it is ...
-    main_error(capsys, ["verify", out], "train.bin does not match its sha256")  # ... the hash tells
+    with pytest.raises(data.UsageError, match="train.bin does not match its sha256"):  # ... the hash tells
+        data.load_pool(out, "train", verify_hash=True)
 
 
 def test_two_prepares_of_one_pool_started_together_both_get_the_pool(tmp_path, capsys):

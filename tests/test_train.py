@@ -273,7 +273,7 @@ def test_load_checkpoint_model_reads_a_run_its_checkpoints_or_one_step_folder(fu
     for path in (full, ckpt):
         assert all(torch.equal(weights(ckpt / "final")[k], v) for k, v in weights(path).items())
     assert any(not torch.equal(weights(ckpt / "final")[k], v) for k, v in weights(ckpt / "step_000012").items())
-    with pytest.raises(ValueError, match="holds no complete train.py checkpoint"):
+    with pytest.raises(train.UsageError, match="holds no complete train.py checkpoint"):
         train.load_checkpoint_model(str(tmp_path))
 
 
