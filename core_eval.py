@@ -10,7 +10,7 @@ App. C.2 (docs/recipe.md, "CORE"). A new per-task metric is one entry of METRICS
 Without --bundle-dir the bundle is downloaded once into .cache/eval_bundle, extracted with zipfile and installed only
 if its content matches the paper's fingerprint.
 """
-import argparse, csv, hashlib, json, math, os, random, sys, tempfile, time, urllib.request, zipfile
+import argparse, csv, hashlib, json, math, os, random, re, sys, tempfile, time, urllib.request, zipfile
 from statistics import fmean
 
 from arms import MAX_PASSES, SEEDS
@@ -40,8 +40,7 @@ def build_parser():
     p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=[0, 1, 2], help="few-shot seed(s)")
     p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")
     p.add_argument("--passes", type=integer(1, MAX_PASSES), help="evaluate at K passes (default: the checkpoint's)")
-    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=64, help="rows per forward, longest first (1: "
-                   "one row per forward, no padding: the reference path; more: the same scores, faster)")
+    p.add_argument("--batch-size", type=integer(1, 2 ** 20), default=64, help="rows per forward (1: reference path)")
     p.add_argument("--out", help="output JSON (default: <run folder>/eval.json, or eval_passesK.json with --passes)")
     p.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     p.add_argument("--effective-depth", action="store_true", help="also compute the logit-lens KL effective depth")
@@ -61,7 +60,7 @@ import torch.nn.functional as F
 import yaml
 
 import data
-from train import load_checkpoint_model
+from train import each_once, load_checkpoint_model
 
 # --- The CORE bundle: every row of every task is checked before any task runs (a bad row is one line: file:line)
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),  # task type ->
@@ -155,12 +154,12 @@ def read_task_items(label, task_type, path):
                 item = json.loads(line)  # UTF-8 (a decode error is a ValueError)
                 values = [item[k] for k in fields]
                 assert all(isinstance(t, str) for v in values for t in (v if isinstance(v, list) else [v]))
-                options = item.get("choices", item.get("context_options"))
-                assert task_type == "language_modeling" or type(item["gold"]) is int and 0 <= item["gold"] < len(options)
+                gold, options = item.get("gold"), item.get("choices", item.get("context_options"))
+                assert task_type == "language_modeling" or type(gold) is int and 0 <= gold < len(options)
             except (ValueError, KeyError, TypeError, AssertionError):
-                gold = "" if task_type == "language_modeling" else ", gold an index into the options"
+                hint = "" if task_type == "language_modeling" else ", gold an index into the options"
                 raise UsageError(f"task {label}: {path}:{line_no}: not a {task_type} row (a JSON object with "
-                                 f"{' and '.join(fields)} as text{gold})") from None
+                                 f"{' and '.join(fields)} as text{hint})") from None
             items.append(item)
     if not items:
         raise UsageError(f"task {label}: {path} is empty")
@@ -410,18 +409,13 @@ def load_model(checkpoint, device, passes=None):
 
 def default_out(checkpoint, passes):
     """eval.json (eval_passesK.json) in the checkpoint's run folder: runs/NAME from runs/NAME[/checkpoints[/STEP]]."""
-    path = os.path.abspath(checkpoint)
-    if os.path.basename(os.path.dirname(path)) == "checkpoints":
-        path = os.path.dirname(path)
-    if os.path.basename(path) == "checkpoints":
-        path = os.path.dirname(path)
+    path = re.sub(r"/checkpoints(/[^/]+)?$", "", os.path.abspath(checkpoint))
     return os.path.join(path, "eval.json" if passes is None else f"eval_passes{passes}.json")
 
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    if len(set(args.seed)) < len(args.seed):  # a repeated seed would count twice in the mean over seeds
-        raise UsageError(f"--seed names a seed twice ({' '.join(map(str, args.seed))}); give each once")
+    each_once("--seed", args.seed)  # a repeated seed would count twice in the mean over seeds
     if args.effective_depth and not args.data_dir:
         raise UsageError("--effective-depth needs --data-dir (a token pool with a val split)")
     out_path = args.out or default_out(args.checkpoint, args.passes)

@@ -44,9 +44,8 @@ def build_parser():
     run.add_argument("--stop-after", type=integer(1, MAX_STEPS), help="stop after N steps without changing the plan")
     run.add_argument("--save-every", type=integer(0, MAX_STEPS), help="checkpoint every N steps (0: only at the end)")
     run.add_argument("--log-every", type=integer(1, MAX_STEPS), help="print (fetch the losses) every N steps")
-    run.add_argument("--eval-every", type=integer(0, MAX_STEPS),
-                     help="validate every N steps (0: only at the start, the end, each epoch and around a growth); "
-                          f"default: at most {EVAL_COMPUTE_SHARE:.0%}% of the training compute")
+    run.add_argument("--eval-every", type=integer(0, MAX_STEPS), help="validate every N steps (0: at the start, end, "
+                     f"each epoch, around a growth); default: <= {EVAL_COMPUTE_SHARE:.0%}% of the training compute")
     run.add_argument("--wandb", metavar="PROJECT", help="also log to wandb (env WANDB_PROJECT)")
     run.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     run.add_argument("--resume-or-start", action="store_true", help="--resume, or step 0 without a checkpoint")

@@ -208,7 +208,7 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
      "argument --max-per-task: must be a whole number in [1, 1000000000], got '0'"),
     ("kl-threshold-negative", bundle_files(), [*EVAL, "--kl-threshold=-1"],
      "argument --kl-threshold: must be a finite number in (0, inf)"),
-    ("seed-twice", bundle_files(), [*EVAL, "--seed", "0", "0"], "--seed names a seed twice"),
+    ("seed-twice", bundle_files(), [*EVAL, "--seed", "0", "0"], "--seed names 0 twice; give each value once"),
     ("gold-out-of-range", bundle_files([GOOD_ROW, json.dumps(dict(query="q", choices=["x", "y"], gold=7))]), EVAL,
      "task t: {d}/b/eval_data/t.jsonl:2: not a multiple_choice row (a JSON object with query and choices as text, "
      "gold an index into the options)"),
