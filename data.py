@@ -43,7 +43,6 @@ def build_parser():
     p.add_argument("--tokenizer", default="gpt2", choices=("gpt2", "bytes"), help="gpt2 (default) | bytes (offline)")
     p.add_argument("--files", help="glob of .txt/.jsonl/.parquet files for --corpus files")
     p.add_argument("--workers", type=integer(1, 1024), help="tokeniser processes (default: all CPUs)")
-    p.add_argument("--if-missing", action="store_true", help="do nothing if --out already holds a complete pool")
     return parser
 
 
@@ -126,15 +125,11 @@ def list_sources(corpus, files_glob=None):
 
 
 def fetch(source, corpus, workdir):
-    """Download one Hub file at the pinned revision (huggingface_hub resumes a cut download) and check its sha256."""
+    """Download one Hub file at the pinned revision and check its sha256 (re-running prepare resumes a cut download)."""
     recipe = CORPORA[corpus]
     print(f"downloading {source['name']}", file=sys.stderr)
-    try:
-        path = hf_hub_download(recipe["repo"], source["name"], repo_type="dataset", revision=recipe["revision"],
-                               local_dir=workdir, endpoint=os.environ.get("HF_ENDPOINT"))
-    except Exception as e:  # huggingface_hub's HTTP and connection errors
-        raise UsageError(f"cannot download {source['name']} ({type(e).__name__}: {str(e).splitlines()[0]}); re-run "
-                        "the same command to resume") from None
+    path = hf_hub_download(recipe["repo"], source["name"], repo_type="dataset", revision=recipe["revision"],
+                           local_dir=workdir, endpoint=os.environ.get("HF_ENDPOINT"))  # its errors are its own
     if source["sha256"] and sha256_file(path) != source["sha256"]:
         os.remove(path)
         raise UsageError(f"{source['name']} does not match its sha256 in the Hub's listing; re-run to download again")
@@ -392,10 +387,8 @@ def val_windows(pool, seq_len, target_tokens):
 
 def run(argv):
     args = build_parser().parse_args(argv)
-    out = args.out or os.path.join("data", args.corpus)
-    if args.if_missing and read_manifest(out).get("status") == "complete":
-        return print(f"{out}: a complete pool exists; nothing to do", file=sys.stderr)
-    prepare(args.corpus, out, args.tokenizer, args.train_tokens, args.val_tokens, args.files, args.workers)
+    prepare(args.corpus, args.out or os.path.join("data", args.corpus), args.tokenizer, args.train_tokens,
+            args.val_tokens, args.files, args.workers)
 
 
 def main(argv=None):

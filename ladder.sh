@@ -199,7 +199,7 @@ fi
 
 if [ "$target" = demo ] && [ "$dry_run" = 0 ]; then
     export DATA_DIR="${DATA_DIR:-data/stdlib}"
-    py data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR" --if-missing
+    py data.py prepare --corpus stdlib --tokenizer bytes --out "$DATA_DIR"
 fi
 
 if [ "$dry_run" = 1 ]; then

@@ -306,19 +306,15 @@ def autocast(model):
 
 
 def memory_in_use(device):
-    """Peak memory since the previous call, which resets it. CUDA: the caching allocator's peaks and what the device
-    holds outside it (context, NCCL); CPU: the resident set and its peak (reset through clear_refs)."""
+    """This process's peak memory. CUDA: the caching allocator's peaks and what the device holds outside it (context,
+    NCCL); CPU: the resident set and its peak."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
-        out = dict(max_memory_allocated=torch.cuda.max_memory_allocated(device),
-                   max_memory_reserved=torch.cuda.max_memory_reserved(device), device_used=total - free,
-                   outside_allocator=total - free - torch.cuda.memory_reserved(device))
-        torch.cuda.reset_peak_memory_stats(device)
-        return out
+        return dict(max_memory_allocated=torch.cuda.max_memory_allocated(device),
+                    max_memory_reserved=torch.cuda.max_memory_reserved(device), device_used=total - free,
+                    outside_allocator=total - free - torch.cuda.memory_reserved(device))
     with open("/proc/self/status") as f:
         kib = {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f) if k in ("VmHWM", "VmRSS")}
-    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # reset VmHWM to the current resident set
     return dict(max_rss=kib["VmHWM"] * 1024, rss=kib["VmRSS"] * 1024)
 
 

@@ -146,7 +146,6 @@ DATA_CASES = [
      ["prepare", "--corpus", "files", "--files", "{d}/in/*.jsonl", "--tokenizer", "bytes", "--workers", "1",
       "--out", "{d}/out"], "a.jsonl:2: not a UTF-8 JSON object"),
     ("negative-budget", {}, [*PREP, "--train-tokens=-5", "--out", "{d}/p"], "--train-tokens: must be a whole number"),
-    ("verify-missing-pool", {}, ["verify", "{d}/nothing"], "no pool in"),
     ("unknown-corpus", {}, ["prepare", "--corpus", "wikipedia", "--out", "{d}/x"], "invalid choice"),
     ("no-corpus", {}, ["prepare", "--out", "{d}/x"], "--corpus"),
     ("files-match-nothing", {}, ["prepare", "--corpus", "files", "--files", "{d}/no/*", *PREP[3:5], "--out", "{d}/x"],

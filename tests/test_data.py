@@ -183,8 +183,6 @@ def test_prepare_stdlib_small_budget(tmp_path, capsys):
     assert data.main(args + ["200000"]) == 0
     assert "already complete" in capsys.readouterr().err
     main_error(capsys, args + ["300000"], "other settings")     # a finished pool is never overwritten
-    assert data.main(args + ["300000", "--if-missing"]) == 0     # scripts: keep whatever complete pool is there
-    assert "nothing to do" in capsys.readouterr().err
     assert data.load_pool(out, "train").manifest == train.manifest
 
 
