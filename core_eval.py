@@ -68,8 +68,7 @@ ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_option
 
 
 def ensure_bundle(bundle_dir, url, rank=0, world_size=1):
-    """Use bundle_dir if it exists, else (rank 0, the others wait) download the zip, extract it (zipfile keeps
-    members inside the target), check the content fingerprint, and only then rename it into place."""
+    """bundle_dir, else (rank 0) the zip from `url` extracted, its content fingerprint checked, renamed into place."""
     parent = os.path.dirname(os.path.abspath(bundle_dir))
     if rank == 0 and not os.path.exists(bundle_dir):
         os.makedirs(parent, exist_ok=True)
@@ -432,11 +431,8 @@ def run(argv):
                          f"{EVAL['bundle_fingerprint']}; re-download it (delete the folder) or remove extra files")
     max_len = net.cfg.seq_len
     if args.effective_depth:  # the validation windows, loaded (and checked) before the CORE evaluation starts
-        try:
-            pool = data.load_pool(args.data_dir, "val")
-            windows = data.val_windows(pool, max_len, args.lens_tokens)
-        except UsageError as e:
-            raise UsageError(f"--effective-depth: {e}") from None
+        pool = data.load_pool(args.data_dir, "val")
+        windows = data.val_windows(pool, max_len, args.lens_tokens)
         if pool.manifest.get("tokenizer") != record.get("tokenizer"):
             raise UsageError(f"--data-dir {args.data_dir} holds {pool.manifest.get('tokenizer')} tokens, the "
                              f"checkpoint reads {record.get('tokenizer')} tokens; pass a pool of its tokenizer")

@@ -380,8 +380,8 @@ def val_windows(pool, seq_len, target_tokens):
     n = target_tokens // seq_len
     need = n * (seq_len + 1)
     if n == 0 or need > len(pool.tokens):
-        raise UsageError(f"validation needs {need:,} tokens ({n} windows of {seq_len + 1}) but the {pool.split} "
-                        f"pool has {len(pool.tokens):,}; lower the validation token target")
+        raise UsageError(f"validation needs {need:,} tokens ({n} windows of {seq_len + 1}) but the {pool.split} pool "
+                         f"has {len(pool.tokens):,}; ask for fewer (train.py --val-tokens, core_eval.py --lens-tokens)")
     return torch.from_numpy(np.asarray(pool.tokens[:need], dtype=np.int64)).view(n, seq_len + 1)
 
 

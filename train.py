@@ -306,8 +306,7 @@ def autocast(model):
 
 
 def memory_in_use(device):
-    """This process's peak memory. CUDA: the caching allocator's peaks and what the device holds outside it (context,
-    NCCL); CPU: the resident set and its peak."""
+    """This process's peak memory: CUDA's allocator peaks and what the GPU holds outside it; the CPU's resident set."""
     if device.type == "cuda":
         free, total = torch.cuda.mem_get_info(device)
         return dict(max_memory_allocated=torch.cuda.max_memory_allocated(device),
@@ -395,8 +394,7 @@ def complete_checkpoints(ckpt_dir):
 
 
 def load_checkpoint_model(path, device="cpu"):
-    """A GPT from the checkpoint `path`, or the newest complete one in `path` (a checkpoints folder) or in
-    path/checkpoints (a run folder) -> (model in eval mode, meta.json's weights record)."""
+    """(GPT in eval mode, its weights record) of checkpoint `path`, or of the newest in a checkpoints or run folder."""
     found = [path] if os.path.isfile(os.path.join(path, ".metadata")) else \
         complete_checkpoints(path) or complete_checkpoints(os.path.join(path, "checkpoints"))
     if not found:
@@ -476,18 +474,17 @@ def run_lock(args):
     """One writer per run: rank 0 holds a flock on RUN/train.lock for its life -> the lock file (or None)."""
     if torchrun_env()[1] != 0:
         return None
-    run_dir = args.run_dir
     try:
-        os.makedirs(run_dir, exist_ok=True)
+        os.makedirs(args.run_dir, exist_ok=True)
     except OSError as e:
-        raise UsageError(f"cannot create the run folder {run_dir} ({e.strerror}); pass another --runs-dir or "
+        raise UsageError(f"cannot create the run folder {args.run_dir} ({e.strerror}); pass another --runs-dir or "
                          "--run-name") from None
-    lock = open(os.path.join(run_dir, "train.lock"), "a+")
+    lock = open(os.path.join(args.run_dir, "train.lock"), "a+")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.seek(0)
-        raise UsageError(f"{run_dir} is being written by another train.py ({lock.read().strip() or 'starting'}); "
+        raise UsageError(f"{args.run_dir} is being written by another train.py ({lock.read().strip() or 'starting'}); "
                          "wait for it to finish or stop it first") from None
     lock.truncate(0)
     lock.write(f"PID {os.getpid()} on {os.uname().nodename}\n")
@@ -565,7 +562,7 @@ def open_run(args, plan):
 
 def new_run(args, plan, batch, rank, world, device, loader, run_dir="", resume_from=None, **data):
     """A run's fixed context in this process (bench.py's runs have no folder, data or val)."""
-    peak = gpu_peak_flops(device, args.peak_flops)
+    peak, ckpt_dir = gpu_peak_flops(device, args.peak_flops), os.path.join(run_dir, "checkpoints")
     return types.SimpleNamespace(
         plan=plan, args=args, rank=rank, master=rank == 0, world=world, device=device, loader=loader,
         per_node=int(os.environ.get("LOCAL_WORLD_SIZE", world)),  # the mesh's shard dimension
@@ -574,8 +571,7 @@ def new_run(args, plan, batch, rank, world, device, loader, run_dir="", resume_f
         environment=dict(python=sys.version.split()[0], torch=torch.__version__, cuda=torch.version.cuda,
                          device=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                          compiled=use_compile(args, device), attention_backend=args.attention_backend),
-        run_dir=run_dir, ckpt_dir=os.path.join(run_dir, "checkpoints"),
-        final=os.path.join(run_dir, "checkpoints", "final"),
+        run_dir=run_dir, ckpt_dir=ckpt_dir, final=os.path.join(ckpt_dir, "final"),
         resume_from=resume_from, **data)  # resume_from: the checkpoint folder this invocation continues from
 
 
@@ -617,8 +613,7 @@ def probe_micro_batch(run, model):
 
 
 def start_training(run):
-    """The model at the plan's seed, sharded, probed, with its optimizers, restored, compiled -> a Training: run,
-    model, optimizers, state (a RunState), grad_norm (the last measured step's: train_step(measure=True))."""
+    """The model seeded, sharded, probed, restored, compiled -> Training: run, model, optimizers, state, grad_norm."""
     plan, args = run.plan, run.args
     torch.manual_seed(plan.seed)
     dtype = getattr(torch, args.compute_dtype or ("bfloat16" if run.device.type == "cuda" else "float32"))

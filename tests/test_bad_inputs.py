@@ -169,8 +169,9 @@ def checkpoint(tmp_path_factory, monkeypatch):
     tests)."""
     import model
     net = model.GPT(model.config_for("vanilla", 1, width_per_depth=16, head_dim=16, seq_len=64, vocab_size=257))
-    path = tmp_path_factory.mktemp("run")
-    monkeypatch.setattr(core_eval, "load_checkpoint_model", lambda p: (net, dict(tokenizer="bytes", step=0)))
+    path, real = tmp_path_factory.mktemp("run"), core_eval.load_checkpoint_model  # real: for another folder
+    monkeypatch.setattr(core_eval, "load_checkpoint_model",
+                        lambda p: (net, dict(tokenizer="bytes", step=0)) if p == str(path) else real(p))
     return str(path)
 
 
@@ -220,7 +221,7 @@ CORE_EVAL_CASES = [  # (id, files, argv, message): all refused before any exampl
     ("bad-json-line", bundle_files([GOOD_ROW, "", GOOD_ROW, "{not json"]), EVAL, "t.jsonl:4: not a multiple_choice"),
     ("out-is-a-directory", dict(bundle_files(), **{"eval.json/x": "x"}), EVAL, "not a file name in an existing folder"),
     ("effective-depth-pool-missing", bundle_files(), [*EVAL, "--effective-depth", "--data-dir", "{d}/nopool"],
-     "--effective-depth: no pool in"),
+     "no pool in"),
     ("checkpoint-missing", bundle_files(), ["--checkpoint", "{d}/nope", *EVAL[2:]], "{d}/nope holds no complete train.py checkpoint"),
     ("bundle-without-core-yaml", {"b/notes.txt": "x"}, EVAL, "is not a readable CORE bundle"),
     ("effective-depth-without-data-dir", bundle_files(), [*EVAL, "--effective-depth"], "needs --data-dir"),
