@@ -1,6 +1,5 @@
-"""What the scripts share: one-line errors and flag types, atomic writes, and a run's process setup (torchrun process
-group, device, CPU allocator). Importable without torch (arms.py and fit.py are torch-free). A script's main is
-`cli_main(run, "x.py", argv)`: a UsageError (Parser's bad flags too) becomes "x.py: error: <one line>", exit 2.
+"""What the scripts share, importable without torch: `cli_main(run, "x.py", argv)` (a UsageError, Parser's bad flags
+too, becomes one line "x.py: error: ...", exit 2), flag types, atomic writes, a run's process setup (torchrun, device).
 """
 import argparse, contextlib, ctypes, datetime, hashlib, json, math, os, signal, socket, sys
 

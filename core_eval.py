@@ -6,9 +6,6 @@ App. C.2 (docs/recipe.md, "CORE"). A new per-task metric is one entry of METRICS
     python core_eval.py --checkpoint CKPT --bundle-dir my/eval_bundle --max-per-task 100 --seed 0
     torchrun --nproc_per_node 8 core_eval.py --checkpoint CKPT                       # examples sharded over ranks
     python core_eval.py --checkpoint CKPT --effective-depth --data-dir data/stdlib  # + KL effective depth
-
-Without --bundle-dir the bundle is downloaded once into .cache/eval_bundle, extracted with zipfile and installed only
-if its content matches the paper's fingerprint.
 """
 import argparse, csv, hashlib, json, math, os, random, re, sys, tempfile, time, urllib.request, zipfile
 from statistics import fmean
@@ -35,7 +32,7 @@ def build_parser():
     p = Parser(prog="core_eval.py", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--checkpoint", required=True, help="a train.py run folder, its checkpoints folder or a step folder")
     p.add_argument("--bundle-dir", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".cache",
-                   "eval_bundle"), help="extracted CORE bundle (downloaded here if absent)")
+                   "eval_bundle"), help="extracted CORE bundle (absent: downloaded, fingerprint-checked)")
     p.add_argument("--bundle-url", default="https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip")
     p.add_argument("--seed", type=integer(*SEEDS), nargs="+", default=[0, 1, 2], help="few-shot seed(s)")
     p.add_argument("--max-per-task", type=integer(1, 10 ** 9), help="keep the first N shuffled examples of each task")

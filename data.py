@@ -169,16 +169,14 @@ def _paths(out, split):
 
 def read_manifest(data_dir):
     """A pool's corpus.json, or {} where there is none."""
-    if not os.path.exists(os.path.join(data_dir, "corpus.json")):
-        return {}
-    with open(os.path.join(data_dir, "corpus.json")) as f:
+    with contextlib.suppress(FileNotFoundError), open(os.path.join(data_dir, "corpus.json")) as f:
         return json.load(f)
+    return {}
 
 
 def prepare(corpus, out, tokenizer="gpt2", train_tokens=None, val_tokens=None, files_glob=None, workers=None):
-    """Build or resume the pool in `out`: source after source, both splits within their token budgets. A pool is
-    created only where nothing else is and never overwritten by other settings; corpus.json records the counts after
-    the last recorded source, and a resumed prepare truncates the files back to them. Returns the manifest."""
+    """Build or resume the pool in `out` (never over anything else) source by source, within the token budgets; a
+    resume truncates the files back to the counts corpus.json recorded after the last recorded source. -> manifest"""
     if (corpus == "files") != bool(files_glob):
         raise UsageError("--files GLOB is required with --corpus files and only allowed there "
                         "(e.g. --files 'texts/**/*.jsonl')")

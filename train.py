@@ -155,6 +155,7 @@ import contextlib
 import csv
 import datetime
 import fcntl
+import importlib.util
 import json
 import math
 import shutil
@@ -291,12 +292,6 @@ def shard_model(model, mesh):
     fully_shard(model, mesh=mesh, mp_policy=policy, ignored_params=replicated)
     for p in replicated:
         p.register_post_accumulate_grad_hook(lambda p: dist.all_reduce(p.grad.div_(dist.get_world_size())))
-
-
-def sync_micro_batch(model, last):
-    """HSDP: the all-reduce across nodes on the step's last micro-batch only (the reduce-scatter runs on each)."""
-    if isinstance(model, FSDPModule):
-        model.set_requires_all_reduce(last)
 
 
 def autocast(model):
@@ -697,7 +692,8 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     micros = windows.split(run.micro_batches[stage_index(step, plan)])
     step_loss = torch.zeros((), device=run.device)
     for k, micro in enumerate(micros):
-        sync_micro_batch(model, last=k == len(micros) - 1)
+        if isinstance(model, FSDPModule):  # HSDP: the all-reduce across nodes on the last micro-batch only
+            model.set_requires_all_reduce(k == len(micros) - 1)  # (the reduce-scatter runs on each)
         micro = micro.to(run.device, non_blocking=True)
         with autocast(model):
             loss = model(micro[:, :-1], targets=micro[:, 1:])
@@ -762,10 +758,7 @@ class Progress:
             write_text(path, "".join(open(path).readlines()[:state.step] if os.path.exists(path) else []))
             self.trajectory = open(path, "a")
         if project and run.master:  # a wandb run per run, named LADDER/RUN, grouped by ladder; a resume continues it
-            try:
-                import wandb
-            except ImportError:
-                raise UsageError("--wandb needs the wandb package: pip install wandb (or drop --wandb)") from None
+            import wandb
             id_path = os.path.join(run.run_dir, "wandb_id")
             ladder = os.path.basename(os.path.dirname(os.path.abspath(run.run_dir)))
             run_id = open(id_path).read().strip() if os.path.exists(id_path) else os.urandom(4).hex()
@@ -974,6 +967,8 @@ def run_command(argv):
         args.depth = depth
         plans.append(make_plan(args))
         model_lib.check_arm(plans[-1].model_config, args.optimizer)
+    if not args.dry_run and (args.wandb or os.environ.get("WANDB_PROJECT")) and not importlib.util.find_spec("wandb"):
+        raise UsageError("--wandb needs the wandb package: pip install wandb (or drop --wandb)")
     if not args.dry_run:
         with run_lock(args) or contextlib.nullcontext():
             return train(args, plans[0])

@@ -89,7 +89,8 @@ def inject(defect, rank, monkeypatch):
             i: muon.orthogonalize(blended[i], torch.zeros(muon.second_moment_shape(blended[i].shape)),
                                   self.polar_express_dtype) for i in moving})
     if defect == "hsdp_no_all_reduce":  # HSDP never all-reduces across the nodes
-        monkeypatch.setattr(train, "sync_micro_batch", lambda model, last: model.set_requires_all_reduce(False))
+        real = train.FSDPModule.set_requires_all_reduce
+        monkeypatch.setattr(train.FSDPModule, "set_requires_all_reduce", lambda self, _, **kw: real(self, False, **kw))
     if defect == "growth_on_rank_0" and rank != 0:  # the stacking copy runs on rank 0 only
         grow = train.model_lib.GPT.grow
 
