@@ -40,9 +40,10 @@ def cli_main(run, prog, argv=None):
         code = 141
     finally:
         signal.signal(signal.SIGTERM, previous)
-        dist = sys.modules.get("torch.distributed")  # a script that joined torchrun's process group leaves it
-        if dist and dist.is_initialized():
-            dist.destroy_process_group()
+        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # a torchrun rank leaves its process group
+            import torch.distributed as dist
+            if dist.is_initialized():
+                dist.destroy_process_group()
     return 0 if code is None else code
 
 

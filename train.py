@@ -15,9 +15,7 @@ Outputs go to <runs-dir>/<run-name>/: result.json, trajectory.jsonl, report.md, 
 last is renamed checkpoints/final, what core_eval.py reads). --resume continues from the newest complete checkpoint.
 Exit codes and the error policy: docs/reliability.md.
 """
-import argparse
-import os
-import sys
+import argparse, os, sys
 
 from arms import (ARMS, ATTENTION_BACKENDS, CPU_ATTENTION_BACKENDS, CPU_LADDER_DEPTHS, DATA_CONSTRAINED,
                   DATA_CONSTRAINED_LOOPS, DEMO_ARMS, EVAL_COMPUTE_SHARE, GPU_PEAK_FLOPS, MAX_DEPTH, MAX_PASSES,
@@ -151,18 +149,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--ladder"]:  # torch-free: ladd
 if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
     answer_help(build_parser)  # before torch loads
 
-import contextlib
-import csv
-import datetime
-import fcntl
-import importlib.util
-import json
-import math
-import shutil
-import signal
-import time
-import types
-import warnings
+import contextlib, csv, datetime, fcntl, json, math, shutil, signal, time, types, warnings
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy
@@ -967,9 +954,12 @@ def run_command(argv):
         args.depth = depth
         plans.append(make_plan(args))
         model_lib.check_arm(plans[-1].model_config, args.optimizer)
-    if not args.dry_run and (args.wandb or os.environ.get("WANDB_PROJECT")) and not importlib.util.find_spec("wandb"):
-        raise UsageError("--wandb needs the wandb package: pip install wandb (or drop --wandb)")
     if not args.dry_run:
+        if args.wandb or os.environ.get("WANDB_PROJECT"):  # a missing package: one line, before the run folder exists
+            try:
+                import wandb  # noqa: F401
+            except ImportError:
+                raise UsageError("--wandb needs the wandb package: pip install wandb (or drop --wandb)") from None
         with run_lock(args) or contextlib.nullcontext():
             return train(args, plans[0])
     for plan in plans:  # the plan, its first micro-batch and GPU-hours

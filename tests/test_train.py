@@ -505,6 +505,7 @@ def test_wandb_offline_logs_the_plan_the_records_and_the_result_and_resumes_the_
 def test_wandb_without_the_package_is_one_line(pool, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "wandb", None)  # `import wandb` raises ImportError
     assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "x", "--wandb", "p", steps=2)) == 2
+    assert not (tmp_path / "x").exists()  # refused before the run folder is made
     monkeypatch.setenv("WANDB_PROJECT", "p")
     assert train.main(tiny(pool, tmp_path, "vanilla", "--run-name", "y", steps=2)) == 2
     err = capsys.readouterr().err.strip().splitlines()
