@@ -33,7 +33,7 @@ def build_parser():
     p.add_argument("--depth", type=integer(1, MAX_DEPTH), nargs="+", required=True, help="several only with --dry-run")
     p.add_argument("--preset", choices=list(PRESETS), default="paper", help="paper or cpu")
     p.add_argument("--dry-run", action="store_true", help="print the plan (JSON, with GPU-hours) per depth and exit")
-    run = p.add_argument_group("the run")  # bench.py refuses these
+    run = p.add_argument_group("the run")
     run.add_argument("--steps", type=integer(1, MAX_STEPS), help="override the derived step count")
     run.add_argument("--run-name", help="default ARCH_dDEPTH")
     run.add_argument("--runs-dir", default=os.environ.get("RUNS_DIR", "runs"))
@@ -543,7 +543,7 @@ def open_run(args, plan):
 
 
 def new_run(args, plan, batch, rank, world, device, loader, run_dir="", resume_from=None, **data):
-    """A run's fixed context in this process (bench.py's runs have no folder, data or val)."""
+    """A run's fixed context in this process (tests/test_gpu.py's runs have no folder, data or val)."""
     peak, ckpt_dir = gpu_peak_flops(device, args.peak_flops), os.path.join(run_dir, "checkpoints")
     return types.SimpleNamespace(
         plan=plan, args=args, rank=rank, master=rank == 0, world=world, device=device, loader=loader,
@@ -660,7 +660,7 @@ def grow_if_due(run, model, optimizers, state):
     return False
 
 
-def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False):
+def train_step(training, measure=False):
     """One optimizer step -> (mean loss over ranks, left on the device; passes; epoch; LR multiplier)."""
     run, model, optimizers, state = training.run, training.model, training.optimizers, training.state
     step, plan = state.step, run.plan
@@ -689,9 +689,8 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     if measure:  # the L2 norm of the rank-averaged gradient the optimizers step on (nothing is clipped)
         grads = [p.grad for p in model.parameters() if p.grad is not None]
         training.grad_norm = muon.full(torch.nn.utils.get_total_norm(grads)).float()
-    with optimizer_timer:
-        for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
-            opt.step()
+    for opt in optimizers:  # a matrix without a gradient (a dormant core) gets Muon's zero-gradient step
+        opt.step()
     model.zero_grad(set_to_none=True)
     if run.world > 1:
         dist.all_reduce(step_loss)
@@ -699,18 +698,13 @@ def train_step(training, optimizer_timer=contextlib.nullcontext(), measure=False
     return step_loss, passes, epoch, lrm
 
 
-def count_step(run, state, passes, seconds=None):
-    """Advance the counters by one step; with its seconds (bench.py) -> its MFU (None off CUDA)."""
+def count_step(run, state, passes):
+    """Advance the counters by one step."""
     cfg, tokens = run.plan.model_config, run.plan.tokens_per_step
-    flops_per_token = model_lib.flops_per_token(cfg, passes)
     state.step += 1
-    state.flops += flops_per_token * tokens
+    state.flops += model_lib.flops_per_token(cfg, passes) * tokens
     state.matrix_flops += model_lib.matrix_flops_per_token(cfg, passes) * tokens
     state.tokens += tokens
-    if seconds is None:
-        return None
-    state.train_seconds += seconds
-    return flops_per_token * (tokens / seconds) / run.peak_flops if run.peak_flops else None
 
 
 # --- The loop's records: result.json, trajectory.jsonl, the progress line, wandb
