@@ -252,10 +252,10 @@ def test_ladder_stopped_killed_resumed_and_rerun(pool, tmp_path):
     with open(d2 / "trajectory.jsonl") as f:
         assert [json.loads(line)["step"] for line in f] == list(range(1, STEPS + 1))
     assert json.loads((d2 / "result.json").read_text())["status"] == "complete"
-    assert (d2 / "report.md").exists() and (d2 / "curves.png").exists()
+    assert (d2 / "report.md").exists() and (d2 / "curves_cpu_steps.png").exists()
     report = (runs / "report.md").read_text()  # the ladder's: its runs, no fit from 2 depths, the curves
     assert f"report: {runs}/report.md" in r.stdout and "No fit: no arm has 3 complete depths" in report
-    assert "[report.md](vanilla_d2/report.md)" in report and "![curves](curves/curves_cpu_steps.png)" in report
+    assert "[vanilla_d2](vanilla_d2/report.md)" in report and "![curves](curves/curves_cpu_steps.png)" in report
     # idempotent: a complete ladder run again launches nothing and rewrites no run
     stamp = os.path.getmtime(d2 / "result.json")
     again = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", env=dict(RUNS_DIR=str(runs)))
