@@ -47,7 +47,8 @@ def build_parser():
     run.add_argument("--wandb", metavar="PROJECT", help="also log to wandb (env WANDB_PROJECT)")
     run.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint")
     run.add_argument("--resume-or-start", action="store_true", help="--resume, or step 0 without a checkpoint")
-    run.add_argument("--no-verify", action="store_true", help="skip the pool's sha256 check against corpus.json")
+    run.add_argument("--verify", action="store_true", help="hash the pool's token files against corpus.json first "
+                     "(minutes for a FineWeb pool; do it once after copying a pool)")
     run.add_argument("--dist-timeout", type=number("[1, 1440]"), default=DIST_TIMEOUT_MINUTES, metavar="MINUTES",
                      help=f"how long a collective waits for the slowest rank (default {DIST_TIMEOUT_MINUTES})")
     device = p.add_argument_group("device")
@@ -518,7 +519,7 @@ def open_run(args, plan):
         dist.barrier()
     error = None  # the token files against their sha256 in corpus.json: local rank 0 hashes (a pool copy per node)
     try:
-        verify = not args.no_verify and int(os.environ.get("LOCAL_RANK", "0")) == 0
+        verify = args.verify and int(os.environ.get("LOCAL_RANK", "0")) == 0
         train_pool, val_pool = (data.load_pool(data_dir, split, verify_hash=verify) for split in ("train", "val"))
     except UsageError as e:
         error = str(e)
@@ -533,7 +534,7 @@ def open_run(args, plan):
         raise UsageError(f"{data_dir} was tokenized with {train_pool.manifest.get('tokenizer')!r} but the plan "
                          f"uses {plan.tokenizer!r}; pass --tokenizer or another --data-dir")
     pool = {k: v for k, v in train_pool.manifest.items() if k != "sources"}  # result.json's record of the pool
-    pool["splits"] = {name: dict(info, sha256_checked=not args.no_verify) for name, info in pool["splits"].items()}
+    pool["splits"] = {name: dict(info, sha256_checked=args.verify) for name, info in pool["splits"].items()}
     loader = data.TrainLoader(train_pool, plan.seq_len, plan.tokens_per_step // plan.seq_len,
                               token_limit=plan.train_token_limit, seed=plan.seed)
     token_bytes = torch.as_tensor(data.token_byte_lengths(data.get_tokenizer(plan.tokenizer)), device=device)

@@ -22,12 +22,13 @@ def flip(pool, in_vocabulary):
         f.write(bytes([(old[0] + 1) % 256, 0]) if in_vocabulary else b"\xff\xff")
 
 
-def test_train_refuses_a_pool_corrupted_within_the_vocabulary_unless_no_verify_which_result_json_records(
+def test_train_with_verify_refuses_a_pool_corrupted_within_the_vocabulary_and_result_json_records_the_check(
         tmp_path, pool_copy):
     flip(pool_copy, in_vocabulary=True)  # every token id still valid: only the hash tells
-    assert_refused("train.py", RUN, tmp_path, "train.bin does not match its sha256", runner=run_in_process)
+    assert_refused("train.py", [*RUN, "--verify"], tmp_path, "train.bin does not match its sha256",
+                   runner=run_in_process)
     assert not (tmp_path / "runs" / "r" / "result.json").exists()
-    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1", "--no-verify"]]
+    argv = [a.replace("{d}", str(tmp_path)) for a in [*RUN, "--stop-after", "1"]]
     assert run_in_process("train.py", argv)[0] == 0
     result = json.loads((tmp_path / "runs" / "r" / "result.json").read_text())
     assert [s["sha256_checked"] for s in result["data_manifest"]["splits"].values()] == [False, False]
@@ -98,7 +99,7 @@ def tiny_run_argv(pool, *extra):
 def stopped_run(pool, tmp_path_factory):
     """A run stopped after step 2: its checkpoint is checkpoints/step_000002."""
     d = str(tmp_path_factory.mktemp("stopped"))
-    argv = [a.replace("{d}", d) for a in tiny_run_argv(pool, "--stop-after", "2")]
+    argv = [a.replace("{d}", d) for a in tiny_run_argv(pool, "--stop-after", "2", "--verify")]
     assert run_in_process("train.py", argv)[0] == 0
     return os.path.join(d, "runs", "r")
 

@@ -81,9 +81,9 @@ def test_help_seed_replicates_and_demo_dry_runs(tmp_path):
     r = ladder("-h")
     assert r.returncode == 0 and r.stdout.startswith("usage: bash ladder.sh") and not r.stderr
     r = ladder("vanilla", "--preset", "cpu", "--depth", "1", "2", "3", "--seed", "0", "1", "2",
-               "--replicate-depths", "2", "3", "--dry-run", "--", "--tpp", "3", "--no-verify")
+               "--replicate-depths", "2", "3", "--dry-run", "--", "--tpp", "3", "--verify")
     assert r.returncode == 0, r.stderr
-    assert all(line.endswith(" --tpp 3 --no-verify") for line in launched(r.stdout))  # flags the ladder does not set
+    assert all(line.endswith(" --tpp 3 --verify") for line in launched(r.stdout))  # flags the ladder does not set
     names = [re.search(r"--run-name (\S+)", line).group(1) + " " + re.search(r"--seed (\d+)", line).group(1)
              for line in launched(r.stdout)]
     assert names == ["vanilla_d1_s0 0"] + [f"vanilla_d{d}_s{s} {s}" for d in (2, 3) for s in range(3)]
