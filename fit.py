@@ -20,8 +20,8 @@ import paper
 from arms import FIGURE2_ARMS, GPU_PEAK_FLOPS
 from common import Parser, UsageError, cli_main, clock, exit_process, integer, number, write_text
 from laws import (FIT, arm_order, bootstrap_ladders, check_one_recipe, check_outputs, compute_optimal, drop_repeats,
-                  fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable, lower_envelope, mape,
-                  note, pyplot, read_csv, save_figures, simulate, style, summarize)
+                  fit_ladders, fit_surface, fitted_multiplier, fnum, footing, forecast, jsonable, ladder_data,
+                  lower_envelope, mape, note, pyplot, read_csv, save_figures, simulate, style, summarize)
 
 
 # ---------------------------------------------------------------------------------------------------- run folders
@@ -75,9 +75,8 @@ def release_rows(path, use_time, held):
 
 
 def load_ladders(inputs, runs_dirs, use_time, held=None):
-    """Ladder CSVs, the release's JSON and complete train.py runs (one recipe per arm) -> {arm: dict(depth, x, loss,
-    n, reps)} sorted by x (FLOPs, or seconds with --time). Rows of one (arm, depth) with distinct seeds are seed
-    replicates: the point is their mean loss; a repeated row counts once (drop_repeats)."""
+    """Ladder CSVs, the release's JSON and complete train.py runs (one recipe per arm) -> laws.ladder_data (x: FLOPs,
+    or seconds with --time)."""
     rows, xcol = [], "training_seconds" if use_time else "compute_flops"
     for path in inputs:
         if path.endswith(".json"):
@@ -98,20 +97,7 @@ def load_ladders(inputs, runs_dirs, use_time, held=None):
              for d, r in runs]
     if not rows:
         raise UsageError("no ladder points: pass CSV files or --runs-dir")
-    c = drop_repeats({k: list(v) for k, v in zip(("arm", "depth", "x", "loss", "seed", "origin"), zip(*rows))},
-                     ["arm", "depth", "seed"], ["x", "loss"], [r[5] for r in rows])
-    points, data = {}, {}
-    for i, key in enumerate(zip(c["arm"], c["depth"])):
-        points.setdefault(key, []).append(i)
-    for (arm, depth), at in sorted(points.items(), key=lambda p: (arm_order(p[0][0]), c["x"][p[1][0]], p[0][1])):
-        x, reps = np.array([c["x"][i] for i in at]), np.array([c["loss"][i] for i in at])
-        if not use_time and np.ptp(x) > FIT["replicate_compute_rtol"] * x.max():
-            raise UsageError(f"{c['origin'][at[0]]} and {c['origin'][at[-1]]}: replicates of {arm} d{depth} have different "
-                             f"compute ({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
-        d = data.setdefault(arm, dict(x=[], depth=[], loss=[], n=[], reps=[]))
-        for k, v in (("x", x.mean()), ("depth", depth), ("loss", reps.mean()), ("n", len(reps)), ("reps", reps)):
-            d[k].append(v)
-    return {arm: {k: v if k == "reps" else np.array(v) for k, v in d.items()} for arm, d in data.items()}
+    return ladder_data(rows, same_compute=not use_time)
 
 
 def pooled_noise(data):

@@ -101,6 +101,26 @@ def drop_repeats(cols, key, compare, origins):
     return {c: [v[i] for i in keep] if isinstance(v, list) else v[np.array(keep, dtype=int)] for c, v in cols.items()}
 
 
+def ladder_data(rows, same_compute=True):
+    """Ladder rows (arm, depth, x, loss, seed, origin) -> {arm: dict(x, depth, loss, n, reps)} sorted by x. Rows of one
+    (arm, depth) with distinct seeds are seed replicates (of one compute, unless not same_compute): the point is their
+    mean loss; a repeated row counts once (drop_repeats)."""
+    c = drop_repeats({k: list(v) for k, v in zip(("arm", "depth", "x", "loss", "seed", "origin"), zip(*rows))},
+                     ["arm", "depth", "seed"], ["x", "loss"], [r[5] for r in rows])
+    points, data = {}, {}
+    for i, key in enumerate(zip(c["arm"], c["depth"])):
+        points.setdefault(key, []).append(i)
+    for (arm, depth), at in sorted(points.items(), key=lambda p: (arm_order(p[0][0]), c["x"][p[1][0]], p[0][1])):
+        x, reps = np.array([c["x"][i] for i in at]), np.array([c["loss"][i] for i in at])
+        if same_compute and np.ptp(x) > FIT["replicate_compute_rtol"] * x.max():
+            raise UsageError(f"{c['origin'][at[0]]} and {c['origin'][at[-1]]}: replicates of {arm} d{depth} have "
+                             f"different compute ({x.min():.6g} vs {x.max():.6g}); they are not runs of one plan")
+        d = data.setdefault(arm, dict(x=[], depth=[], loss=[], n=[], reps=[]))
+        for k, v in (("x", x.mean()), ("depth", depth), ("loss", reps.mean()), ("n", len(reps)), ("reps", reps)):
+            d[k].append(v)
+    return {arm: {k: v if k == "reps" else np.array(v) for k, v in d.items()} for arm, d in data.items()}
+
+
 def check_outputs(out_dir):
     """--out must name a folder (made when missing); what fit.py writes there replaces its own earlier outputs."""
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):

@@ -12,8 +12,8 @@ import numpy as np
 
 from arms import ARMS, DATA_CONSTRAINED, RELEASE_SERIES
 from common import UsageError, write_text
-from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, lower_envelope,
-                  matched_multipliers, note, pyplot, read_csv, robust_lsq, save_figures)
+from laws import (FIT, FitError, check_outputs, fit_free_e, fit_shared_e, jsonable, ladder_data, lower_envelope,
+                  matched_multipliers, pyplot, read_csv, robust_lsq, save_figures)
 
 FLOOR_ARM = "vanilla"                        # the release fits the shared floor on Vanilla's FLOP ladder
 TOLERANCE = 0.01                             # manifest: a stated number further than 1 % from ours needs a reason
@@ -106,21 +106,6 @@ def release_ladder_rows(path, obj, use_time):
     if use_time and not hours:
         raise UsageError(f"{path}: compute is in FLOPs; drop --time (or give the release's timing.json)")
     return [(a, d, x * 3600.0 if hours else x, l, s, o) for a, d, x, l, s, o in rows]
-
-
-def series_data(rows):
-    """Rows -> {arm: dict(x, depth, loss, n, reps)} sorted by x; a depth given twice: kept once if equal."""
-    data, kept = {}, {}
-    for row in rows:
-        first = kept.setdefault(row[:2], row)
-        if first is not row and (first[2], first[3]) != (row[2], row[3]):
-            raise UsageError(f"{row[5]} and {first[5]}: two different results for {row[0]} d{row[1]}; remove one")
-        if first is not row:
-            note(f"warning: {row[5]} repeats {first[5]} ({row[0]} d{row[1]}) exactly; kept one")
-    for arm in dict.fromkeys(r[0] for r in kept.values()):
-        x, depth, loss = map(np.array, zip(*sorted((r[2], r[1], r[3]) for r in kept.values() if r[0] == arm)))
-        data[arm] = dict(x=x, depth=depth, loss=loss, n=np.ones(len(x), int), reps=[np.array([v]) for v in loss])
-    return data
 
 
 def share_anchor(data, depth):
@@ -255,7 +240,7 @@ LADDER_FIGURES = {
 def release_series(release, name):
     """A release ladder file as fit.py ladders reads it -> {key: dict(x, depth, loss)} (x: FLOPs, or timing's hours)."""
     obj = read_layout(os.path.join(release, LADDERS, name + ".json"), "ladders")
-    data = series_data(release_ladder_rows(name + ".json", obj, name == "timing"))
+    data = ladder_data(release_ladder_rows(name + ".json", obj, name == "timing"))
     hours = 3600.0 if name == "timing" else 1.0
     return {s: dict(data[RELEASE_SERIES.get(s, s)], x=data[RELEASE_SERIES.get(s, s)]["x"] / hours) for s in obj}
 

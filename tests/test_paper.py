@@ -79,7 +79,7 @@ def test_hours_with_time_keep_the_flop_floor(tmp_path, capsys):
     flops = write(tmp_path / "ladders.json", release_ladders())
     hours = write(tmp_path / "timing.json", release_ladders(hours=True))  # hours grow slower than FLOPs
     got, err = fit_json(capsys, "ladders", hours, "--time", "--floor-from", flops)
-    E_flops = paper.floor_of(paper.series_data(paper.release_ladder_rows("x", json.load(open(flops)), False)))
+    E_flops = paper.floor_of(laws.ladder_data(paper.release_ladder_rows("x", json.load(open(flops)), False)))
     assert got["E"] == pytest.approx(E_flops, rel=1e-12) and "held fixed" in err
     first = got["arms"]["vanilla"]["points"][0]
     assert first["compute"] == pytest.approx(release_ladders(hours=True)["van"][0]["compute"] * 3600)
@@ -360,12 +360,12 @@ def test_paper_treats_a_repeated_depth_as_ladders_does(tmp_path, capsys):
     first = ladders[series][0]
     path.write_text(json.dumps(dict(ladders, **{series: ladders[series] + [dict(first, loss=first["loss"] + 0.05)]})))
     assert fit.main(["paper", str(release), "--out", str(tmp_path / "out")]) == 2
-    assert "two different results for vanilla d" in capsys.readouterr().err
+    assert "two different results for arm vanilla, depth" in capsys.readouterr().err
     rows = paper.release_ladder_rows("l.json", dict(ladders, **{series: ladders[series] + [first]}), False)
     once = paper.release_ladder_rows("l.json", ladders, False)
-    data = paper.series_data(rows)
+    data = laws.ladder_data(rows)
     assert "exactly; kept one" in capsys.readouterr().err
-    assert all(np.array_equal(data["vanilla"][k], paper.series_data(once)["vanilla"][k]) for k in ("x", "loss"))
+    assert all(np.array_equal(data["vanilla"][k], laws.ladder_data(once)["vanilla"][k]) for k in ("x", "loss"))
 
 
 def loop_grid_fixture(path):
