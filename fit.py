@@ -833,21 +833,21 @@ rows; D is used where both are given."""
 
 # ---------------------------------------------------------------------------------------------------- sweeps
 def sweep_optima(c, group, knob, log):
-    """The vertex of a least-squares quadratic of val_loss in `knob` (both in logs with log=True) per group of rows that
-    share the `group` columns -> {group values: (knob*, loss*)}; a group without an interior minimum is skipped."""
+    """The vertex of paper.quadratic of val_loss in `knob` (both in logs with log=True) per group of rows sharing the
+    `group` columns -> {group values: (knob*, loss*)}; a group without an interior minimum is skipped."""
     keys, f = list(zip(*(c[g] for g in group))), np.log if log else np.asarray
     out = {}
     for key in dict.fromkeys(keys):
         m = np.array([k == key for k in keys])
         where = ", ".join(f"{g} {v:.4g}" if isinstance(v, float) else f"{g} {v}" for g, v in zip(group, key))
         x, y = f(c[knob][m]), f(c["val_loss"][m])
-        c2, c1, c0 = np.polyfit(x, y, 2) if len(np.unique(x)) >= 3 else (0, 0, 0)
-        if c2 <= 0:
+        coef, xv, inside = paper.quadratic(x, y) if len(np.unique(x)) >= 3 else ((0,), None, False)
+        if coef[0] <= 0:
             note(f"{where}: no interior minimum (needs >= 3 distinct values and curvature > 0); skipped")
             continue
-        xv, yv = -c1 / (2 * c2), c0 - c1 ** 2 / (4 * c2)
-        if not x.min() <= xv <= x.max():
+        if not inside:
             note(f"{where}: vertex outside the swept range (extrapolated)")
+        yv = float(np.polyval(coef, xv))
         out[key] = (math.exp(xv), math.exp(yv)) if log else (xv, yv)
     if not out:
         raise UsageError("no group of rows could be fitted (each needs >= 3 distinct values with a minimum)")

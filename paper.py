@@ -518,12 +518,18 @@ def at_budget(ladders, C):
     return np.array(Ks, float), np.array([np.interp(C, *ladders[K][:2]) for K in Ks])
 
 
+def quadratic(u, v):
+    """Least-squares quadratic v(u) -> (coefficients, vertex u*, bracketed: convex with u* inside the measured u)."""
+    coef = np.polyfit(u, v, 2)
+    vertex = float(-coef[1] / (2 * coef[0]))
+    return coef, vertex, bool(coef[0] > 0 and min(u) < vertex < max(u))
+
+
 def loop_optimum(Ks, losses):
     """R4: quadratic of log loss on log K; the vertex K* (filled: curvature > 0 and K* strictly inside the measured
     K), else the measured K with the lowest loss. -> (K*, loss there, filled, coefficients or None)."""
-    coef = np.polyfit(np.log(Ks), np.log(losses), 2) if len(Ks) >= 3 else None
-    if coef is not None and coef[0] > 0 and Ks.min() < math.exp(-coef[1] / (2 * coef[0])) < Ks.max():
-        k = -coef[1] / (2 * coef[0])
+    coef, k, filled = quadratic(np.log(Ks), np.log(losses)) if len(Ks) >= 3 else (None, None, False)
+    if filled:
         return math.exp(k), math.exp(np.polyval(coef, k)), True, coef
     i = int(np.argmin(losses))
     return float(Ks[i]), float(losses[i]), False, coef
@@ -1270,13 +1276,6 @@ def early(release, name):
 def ordered(plt, colours, keys):
     """{key: (colour, marker)} on one of the release's ordered scales (INFERNO: budgets, VIRIDIS: depths)."""
     return {k: (c, ORDER_MARKERS.get(k, "o")) for k, c in zip(keys, scale(plt, *colours, len(keys)))}
-
-
-def quadratic(u, v):
-    """Least-squares quadratic v(u) -> (coefficients, vertex u*, bracketed: convex with u* inside the measured u)."""
-    coef = np.polyfit(u, v, 2)
-    vertex = float(-coef[1] / (2 * coef[0]))
-    return coef, vertex, bool(coef[0] > 0 and min(u) < vertex < max(u))
 
 
 def draw_quadratic(ax, coef, u, colour, x=np.exp, y=np.exp, star=None, star_colour=None, ms=9, **kw):
