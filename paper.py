@@ -1232,8 +1232,6 @@ EARLY = "appendix_early"
 INFERNO, VIRIDIS, MAGMA = ("inferno", 0.12, 0.82), ("viridis", 0.16, 0.78), ("magma", 0.08, 0.82)  # budget, depth, K
 ORDER_MARKERS = dict(zip(range(8, 15), "os^DvPX"))  # budgets d8-d14 and depths d8-d12
 CORE_MARKERS, ANCHOR_MARKERS = dict(zip(range(2, 9), "os^Dv<P")), dict(zip(range(8, 13), "o^sDv"))  # Figs 7, 9
-trimmed = lambda v, _=None: f"{v:.2f}".rstrip("0").rstrip(".")
-same = lambda v: v
 FLOP_TICKS = {5e17: "$5\\times10^{17}$", 1e18: "$10^{18}$", 2e18: "$2\\times10^{18}$", 5e18: "$5\\times10^{18}$",
               1e19: "$10^{19}$"}
 FIG7_PANELS = [("Where should layers be allocated?", "Compute (FLOPs)", "Validation loss"),
@@ -1316,8 +1314,8 @@ def grid(fig, rows, cols, x0, y0, w, h, gap, vgap, **share):
 def rho_fit(ax, rho, loss, colour, marker="o", ls="-", alpha=1.0, vline=False, star=True):
     """Loss against rho, the fraction of tokens after growing K=2 -> 4: runs, quadratic, star -> (rho*, L*) or None."""
     coef, v, bracketed = quadratic(rho, loss)
-    draw_quadratic(ax, coef, rho, colour, same, same, v if bracketed and star else None, ms=10, ls=ls, lw=1.35,
-                   alpha=alpha)
+    draw_quadratic(ax, coef, rho, colour, np.asarray, np.asarray, v if bracketed and star else None, ms=10, ls=ls,
+                   lw=1.35, alpha=alpha)
     ax.plot(rho, loss, marker, ms=4.5, color=colour, mec="white", mew=0.6, ls="none")
     if bracketed and vline:
         ax.axvline(v, color=colour, ls=":", lw=1.2)
@@ -1375,8 +1373,9 @@ def growth_timing_figure(plt, growth, counts, arm):
         ("slope a", "intercept b"), (a, b), AFFINE[arm][1:])]
 
 
-def fixed_fraction_figure(plt, diag):
-    """Figure 13: each growth family's sweeps at budget = depth, their vertices and mean (the ladder's fixed rho)."""
+def fixed_fraction_figures(plt, diag):
+    """Figure 13: each growth family's sweeps at budget = depth, their vertices and mean (the ladder's fixed rho); and
+    Figure 10c: Deep Vanilla Grow's sweeps alone, with rho* and the loss there."""
     depths = ordered(plt, VIRIDIS, (8, 9, 10))
     fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.95))
     means = {}
@@ -1393,15 +1392,9 @@ def fixed_fraction_figure(plt, diag):
     axes[0].set_ylabel("Loss")
     keys = [(key(c, m, ms=4.5), f"d{d} budget / model") for d, (c, m) in depths.items()]
     fig.tight_layout(rect=(0, 0, 1, legend_band(fig, [(keys, 3)])))
-    return fig, dict(mean_rho_star=means), [stated(f"{t} mean rho*", means[t], p, "App. A.4.3") for t, p in (
-        ("Deep Vanilla Grow", 0.544), ("Loop Grow", 0.170), ("Untied Grow", 0.271))]
-
-
-def deep_vanilla_grow_figure(plt, dvg):
-    """Figure 10c: Deep Vanilla Grow's rho sweeps at its TPP-6 budgets d8-d10, with rho* and the loss there."""
-    fig, axes = plt.subplots(1, 3, figsize=(6.9, 2.5))
+    fig10c, axes = plt.subplots(1, 3, figsize=(6.9, 2.5))
     optima = {}
-    for ax, (d, (rho, loss)), colour in zip(axes, dvg.items(), scale(plt, *INFERNO, 6)[::2]):
+    for ax, (d, (rho, loss)), colour in zip(axes, diag["Deep Vanilla Grow"].items(), scale(plt, *INFERNO, 6)[::2]):
         optima[d] = rho_fit(ax, rho, loss, colour, ORDER_MARKERS[d], vline=True)
         ax.text(0.97, 0.95, "$\\rho^\\star=%.3f$\n$L^\\star=%.4f$" % optima[d], color=colour, transform=ax.transAxes,
                 ha="right", va="top")
@@ -1409,10 +1402,14 @@ def deep_vanilla_grow_figure(plt, dvg):
                xticks=np.arange(0, 0.9, 0.2))
         ax.yaxis.set_major_formatter("{x:.3f}")
     axes[0].set_ylabel("Loss")
-    fig.tight_layout()
-    return fig, dict(rho_star={d: o[0] for d, o in optima.items()}, loss_star={d: o[1] for d, o in optima.items()}), [
-        stated(f"Deep Vanilla Grow rho* at d{d}", optima[d][0], p, "App. A.2.3") for d, p in zip(optima, (
-            0.556, 0.559, 0.516))]
+    fig10c.tight_layout()
+    rho_star, loss_star = ({d: o[i] for d, o in optima.items()} for i in (0, 1))
+    return dict(fig10c=(fig10c, dict(rho_star=rho_star, loss_star=loss_star), [
+                    stated(f"Deep Vanilla Grow rho* at d{d}", rho_star[d], p, "App. A.2.3")
+                    for d, p in zip(rho_star, (0.556, 0.559, 0.516))]),
+                fig13=(fig, dict(mean_rho_star=means), [
+                    stated(f"{t} mean rho*", means[t], p, "App. A.4.3")
+                    for t, p in (("Deep Vanilla Grow", 0.544), ("Loop Grow", 0.170), ("Untied Grow", 0.271))]))
 
 
 def sweep_panel(plt, ax, cells, x_key, colours):
@@ -1508,7 +1505,7 @@ def fixed_token_panels(plt, scaling_ax, optima_ax, family, budget_colours, colou
     log2_axis(optima_ax, [1, 2, 3, 4, 6], lim=(0.88, 7.55))
     optima_ax.set_ylim(min(shown) - 0.018, max(shown) + 0.018)
     for ax in (scaling_ax, optima_ax):
-        ax.yaxis.set_major_formatter(trimmed)
+        ax.yaxis.set_major_formatter(lambda v, _: f"{v:.2f}".rstrip("0").rstrip("."))
     depths = sorted({d for _, _, dd in ladders.values() for d in dd})
     return optima, ([(key(c, lw=1.4), f"K={K}") for K, c in k_colours.items()],
                     [(key(MUTED, DEPTH_MARKERS[d], "none", ms=4.5), f"d{d}") for d in depths])
@@ -1556,7 +1553,7 @@ def allocation_panels(plt, top, bottom, runs, colours):
         regret = 1e3 * (loss - frontier(np.log(c)))
         coef, vertices[d], _ = quadratic(core / d, regret)
         bottom.plot(core / d, regret, "o", ms=3.5, color=colour)
-        draw_quadratic(bottom, coef, core / d, colour, same, same, vertices[d], ls=(0, (1, 2)), lw=1.4)
+        draw_quadratic(bottom, coef, core / d, colour, np.asarray, np.asarray, vertices[d], ls=(0, (1, 2)), lw=1.4)
     xs = np.geomspace(np.exp(log_c.min()) / 1.05, np.exp(log_c.max()) * 1.05, 100)
     top.plot(xs, frontier(np.log(xs)), dashes=(4, 3), lw=1.2, alpha=0.7, color="black")
     flop_axis(top, [5e17, 1e18, 2e18])
@@ -1569,10 +1566,7 @@ def allocation_panels(plt, top, bottom, runs, colours):
 
 def growth_target_panels(top, bottom, targets, lens, colours):
     """Figure 7, middle right: loss and KL effective depth against the growth target K (hollow: fixed K) per budget."""
-    kl_depth, rising = {}, {}
-    for r in lens:  # the first block after the KL peak within 2 nats of the final output
-        kl = [b["kl_to_final"] for b in r["block_lens"]]
-        kl_depth[r["budget"], r["target"]] = next(j for j in range(int(np.argmax(kl)) + 1, len(kl)) if kl[j] < 2)
+    kl_depth, rising = {(r["budget"], r["target"]): r["kl_effective_depth"] for r in lens}, {}
     for B, colour in zip((2, 2.5, 3, 3.5, 4), colours):
         k, loss = zip(*sorted((r["target"], r["loss"]) for r in targets if r["budget"] == B))
         rising[B] = bool(np.all(np.diff([kl_depth[B, t] for t in k]) > 0))
@@ -1585,8 +1579,8 @@ def growth_target_panels(top, bottom, targets, lens, colours):
     for ax in (top, bottom):
         log2_axis(ax, [2, 3, 4, 6, 8])
     best = {B: min((r["loss"], r["target"]) for r in targets if r["budget"] == B)[1] for B in rising if B > 2}
-    return dict(kl_effective_depth={f"B{B:g} K{t}": v for (B, t), v in kl_depth.items()}, best_target=best, kl_rising=
-                rising, kl_as_released=all(kl_depth[r["budget"], r["target"]] == r["kl_effective_depth"] for r in lens))
+    return dict(kl_effective_depth={f"B{B:g} K{t}": v for (B, t), v in kl_depth.items()}, best_target=best,
+                kl_rising=rising)
 
 
 def allocation_figure(plt, release, fresh, loop_grow):
@@ -1633,9 +1627,8 @@ def growth_figures(plt, release):
     with plt.rc_context(appendix_rc(APPENDIX_SIZE[:4] + (7,))):  # the release's legends here are size 7
         return dict(fig07=allocation_figure(plt, release, fresh, diag["Loop Grow"]),
                     fig08=fixed_token_figure(plt, fresh), fig10a=growth_timing_figure(plt, growth, counts, "k2"),
-                    fig10b=growth_timing_figure(plt, growth, counts, "dep"), fig10c=deep_vanilla_grow_figure(plt, dvg),
-                    fig10d=token_allocation_figure(plt, early(release, "token_allocation"), early(release, "ablation")),
-                    fig13=fixed_fraction_figure(plt, diag))
+                    fig10b=growth_timing_figure(plt, growth, counts, "dep"), **fixed_fraction_figures(plt, diag),
+                    fig10d=token_allocation_figure(plt, early(release, "token_allocation"), early(release, "ablation")))
 
 
 def figure9(plt, release):

@@ -5,7 +5,7 @@ import functools, json, os, shutil
 import numpy as np
 import pytest
 
-import figlint, laws, paper
+import core_eval, figlint, laws, paper
 
 RELEASE_DIR = os.path.join(os.path.dirname(os.path.abspath(paper.__file__)), "reference", "release")
 
@@ -49,7 +49,8 @@ def test_the_figures_carry_the_release_and_text_numbers_and_pass_the_lint(drawn)
     assert differences(drawn) == []
     assert {f: figlint.problems(fig, appendix=True) for f, (fig, _, _) in drawn.items()} == {f: [] for f in drawn}
     assert [c["what"] for _, _, checks in drawn.values() for c in checks if c.get("explanation") == "unexplained"] == []
-    assert drawn["fig07"][1]["growth_target"]["kl_as_released"]
+    assert all(r["kl_effective_depth"] == core_eval.effective_depth([b["kl_to_final"] for b in r["block_lens"][1:]], 2)
+               for r in paper.early(RELEASE_DIR, "grow_lens"))  # the release's KL depth is core_eval's (0: embedding)
     assert [len(drawn[f][1]["optima"]) for f in ("fig10a", "fig10b")] == [15, 9]  # bracketed optima per arm
     fig9, fig11, fig12, fig14a, fig14b = (drawn[f][1] for f in ("fig09", "fig11", "fig12", "fig14a", "fig14b"))
     for law, a, b, r2, points in (("Loop-2 expansion", 0.82, 0.15, 0.959, 17), ("Loop-2 TPP", 1.19, 0.85, 0.998, 17),
