@@ -981,13 +981,12 @@ knob's best multiple (Figure 23b)."""
         raise UsageError(f"{args.data}: no budget could be fitted at weight decay {args.wd:g}: each needs >= 3 loop "
                          f"counts whose runs span it; pass --budgets inside the grid")
     op1 = []  # Operator-1 (K = 1) at the best weight decay per depth
-    for d in sorted(set(c["depth"][c["loops"] == 1])):
-        m = (c["loops"] == 1) & (c["depth"] == d)
-        i, wds = np.argmin(c["loss"][m]), c["weight_decay"][m]
-        op1.append(dict(compute=c["compute"][m][i], loss=c["loss"][m][i], depth=d, weight_decay=wds[i],
-                        wd_at_grid_edge=bool(len(set(wds)) > 1 and wds[i] in (wds.min(), wds.max()))))
+    for C, loss, w, d in paper.k1_best(c):
+        wds = c["weight_decay"][(c["loops"] == 1) & (c["depth"] == d)]
+        op1.append(dict(compute=C, loss=loss, depth=d, weight_decay=w,
+                        wd_at_grid_edge=bool(len(set(wds)) > 1 and w in (wds.min(), wds.max()))))
         if op1[-1]["wd_at_grid_edge"]:
-            note(f"warning: Operator-1's best weight decay is at the edge of the swept grid at d{d:g} (WD {wds[i]:g} of "
+            note(f"warning: Operator-1's best weight decay is at the edge of the swept grid at d{d:g} (WD {w:g} of "
                  f"{wds.min():g}..{wds.max():g}): the tuned optimum may lie beyond the grid, and so the gains below")
     lines = [f"C={b['compute']:.3g}: K*={b['best_loops']:.2f} loss*={b['best_loss']:.4f}"
              + (f" gap to K=1 {b['gap_to_k1']:.4f}" if "gap_to_k1" in b else "") for b in out["budgets"]]
