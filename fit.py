@@ -955,7 +955,7 @@ knob's best multiple (Figure 23b)."""
                  r["final_val_loss"]) for _, r in runs]
         c = drop_repeats({n: np.array(col, dtype=float) for n, col in zip(names, zip(*rows))}, names[:3], names,
                          [d for d, _ in runs])
-    elif paper.csv_header(args.data) & {"compute", "knob"}:  # the release's tables
+    elif set(read_csv(args.data, [])) & {"compute", "knob"}:  # the release's tables
         c, name = paper.read_table(args.data)
         if name == "hyperparameters.csv":
             best = {f"{f} {k} K={K:g}": float(c["multiplier"][m][np.argmin(c["loss"][m])])

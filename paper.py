@@ -6,7 +6,7 @@ drawn when present) and writes each figure as PNG + PDF, OUT/paper_manifest.json
 number the text states beside ours) and the gallery OUT/README.md. Rules: the floor E is the free-floor fit of the
 file's Vanilla, multipliers interpolate in log compute without extrapolation, loop grids linearly in compute (R4).
 """
-import collections, csv, itertools, json, math, os
+import collections, itertools, json, math, os
 
 import numpy as np
 
@@ -573,18 +573,9 @@ def delta_panel(ax, ladders, depths, colours):
     ax.set_xlabel("Recurrence")
 
 
-def csv_header(path):
-    """A CSV's column names (none if it cannot be read: its reader says why)."""
-    try:
-        with open(path, newline="") as f:
-            return {h.strip() for h in next(csv.reader(f), [])}
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return set()
-
-
 def read_table(path):
     """A regime table of the release (REGIME_TABLES or hyperparameters.csv), known by its header -> (columns, name)."""
-    header = csv_header(path)
+    header = set(read_csv(path, []))
     if "knob" in header:
         cols = ["loops", "multiplier", "loss"]
         return read_csv(path, ["family", "knob"] + cols, numeric=cols, positive=cols[1:]), "hyperparameters.csv"
@@ -1617,20 +1608,6 @@ def allocation_figure(plt, release, fresh, loop_grow):
                round(numbers["stored_tpp_mean"]["growth"]), 7, "App. A.4.3")]
 
 
-def growth_figures(plt, release):
-    """Figures 7, 8, 10a-d and 13 from appendix_early/ -> {id: (figure, numbers, the text's numbers beside ours)}."""
-    fresh, growth, counts = early(release, "fresh_data"), early(release, "growth"), early(release, "counts")
-    deepvan = early(release, "deepvan_growth")
-    dvg = {d: tuple(np.array([r[k] for r in deepvan if r["depth"] == d]) for k in ("rho", "loss")) for d in (8, 9, 10)}
-    diag = {"Deep Vanilla Grow": dvg, **{title: {d: growth_sweep(growth, arm, d, d)[:2] for d in (8, 9, 10)}  # budget
-                                        for title, arm in (("Loop Grow", "k2"), ("Untied Grow", "dep"))}}  # = depth
-    with plt.rc_context(appendix_rc(APPENDIX_SIZE[:4] + (7,))):  # the release's legends here are size 7
-        return dict(fig07=allocation_figure(plt, release, fresh, diag["Loop Grow"]),
-                    fig08=fixed_token_figure(plt, fresh), fig10a=growth_timing_figure(plt, growth, counts, "k2"),
-                    fig10b=growth_timing_figure(plt, growth, counts, "dep"), **fixed_fraction_figures(plt, diag),
-                    fig10d=token_allocation_figure(plt, early(release, "token_allocation"), early(release, "ablation")))
-
-
 def figure9(plt, release):
     """Figure 9: the loss above K=1 against k per family, anchor and budget; the optima's TPP and expansion laws."""
     budgets = early(release, "tpl_budgets")
@@ -1873,10 +1850,21 @@ def figure14b(plt, release):
                                  "App. A.4.4, Table 8") for label, paper in STATED_BETA.items()]
 
 
-def recipe_figures(plt, release):
-    """{fig_id: (figure, numbers, checks)} of Figures 9, 11, 12, 14a and 14b from release/appendix_early/."""
+def early_figures(plt, release):
+    """Figures 7-14 from appendix_early/ -> {id: (figure, numbers, the text's numbers beside ours)}."""
+    fresh, growth, counts = early(release, "fresh_data"), early(release, "growth"), early(release, "counts")
+    deepvan = early(release, "deepvan_growth")
+    dvg = {d: tuple(np.array([r[k] for r in deepvan if r["depth"] == d]) for k in ("rho", "loss")) for d in (8, 9, 10)}
+    diag = {"Deep Vanilla Grow": dvg, **{title: {d: growth_sweep(growth, arm, d, d)[:2] for d in (8, 9, 10)}  # budget
+                                        for title, arm in (("Loop Grow", "k2"), ("Untied Grow", "dep"))}}  # = depth
+    with plt.rc_context(appendix_rc(APPENDIX_SIZE[:4] + (7,))):  # the release's legends here are size 7
+        figures = dict(fig07=allocation_figure(plt, release, fresh, diag["Loop Grow"]),
+                       fig08=fixed_token_figure(plt, fresh), fig10a=growth_timing_figure(plt, growth, counts, "k2"),
+                       fig10b=growth_timing_figure(plt, growth, counts, "dep"), **fixed_fraction_figures(plt, diag),
+                       fig10d=token_allocation_figure(plt, early(release, "token_allocation"),
+                                                      early(release, "ablation")))
     with plt.rc_context(appendix_rc(APPENDIX_SIZE)):
-        return dict(fig09=figure9(plt, release), fig11=figure11(plt, release), fig12=figure12(plt, release),
+        return dict(figures, fig09=figure9(plt, release), fig11=figure11(plt, release), fig12=figure12(plt, release),
                     fig14a=figure14a(plt, release), fig14b=figure14b(plt, release))
 
 
@@ -1928,7 +1916,7 @@ def cmd_paper(args):
     try:
         made = dict(**ladder_figures(plt, release), fig06=effective_depth_figure(plt, release),
                     fig17=recurrence_figure(plt, release), **regimes_figures(plt, release),
-                    **corpus_figures(plt, release), **growth_figures(plt, release), **recipe_figures(plt, release))
+                    **corpus_figures(plt, release), **early_figures(plt, release))
     except (KeyError, TypeError) as e:
         raise UsageError(f"{release}: a file is not laid out as the release's ({type(e).__name__} {e}); see "
                          "reference/release/SOURCE.md")

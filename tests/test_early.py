@@ -42,7 +42,7 @@ def differences(drawn):
 @pytest.fixture(scope="module")
 def drawn():
     plt = laws.pyplot()
-    return {**paper.growth_figures(plt, RELEASE_DIR), **paper.recipe_figures(plt, RELEASE_DIR)}
+    return paper.early_figures(plt, RELEASE_DIR)
 
 
 def test_the_figures_carry_the_release_and_text_numbers_and_pass_the_lint(drawn):
@@ -74,7 +74,7 @@ def test_a_perturbed_run_moves_the_numbers(tmp_path):
     growth = json.load(open(tmp_path / "appendix_early" / "growth.json"))  # Loop Grow's d8 at rho 0.4: 0.01 worse
     json.dump([dict(r, loss=r["loss"] + 0.01) if (r["arm"], r["depth"], r["budget"], r["rho"]) == ("k2", 8, 8.0, 0.4)
                else r for r in growth], open(tmp_path / "appendix_early" / "growth.json", "w"))
-    moved = differences(paper.growth_figures(laws.pyplot(), tmp_path))
+    moved = differences(paper.early_figures(laws.pyplot(), tmp_path))
     assert {m.split()[0] for m in moved} == {"fig07", "fig10a", "fig13"}, moved
 
 
