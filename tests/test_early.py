@@ -41,8 +41,7 @@ def differences(drawn):
 
 @pytest.fixture(scope="module")
 def drawn():
-    plt = laws.pyplot()
-    return paper.early_figures(plt, RELEASE_DIR)
+    return paper.early_figures(laws.pyplot(), RELEASE_DIR)
 
 
 def test_the_figures_carry_the_release_and_text_numbers_and_pass_the_lint(drawn):
