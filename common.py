@@ -1,7 +1,7 @@
 """What the scripts share, importable without torch: `cli_main(run, "x.py", argv)` (a UsageError, Parser's bad flags
 too, becomes one line "x.py: error: ...", exit 2), flag types, atomic writes, a run's process setup (torchrun, device).
 """
-import argparse, contextlib, ctypes, datetime, hashlib, json, math, os, signal, socket, sys
+import argparse, contextlib, ctypes, datetime, hashlib, json, math, os, signal, sys
 
 
 class UsageError(Exception):
@@ -181,10 +181,3 @@ def setup_distributed(device_flag="auto", timeout_minutes=DIST_TIMEOUT_MINUTES):
         dist.init_process_group("nccl" if use_cuda else "gloo", device_id=device if use_cuda else None,
                                 timeout=datetime.timedelta(minutes=timeout_minutes))
     return rank, world, device
-
-
-def free_port():
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        return listener.getsockname()[1]

@@ -25,8 +25,9 @@ def pytest_configure(config):
 @pytest.fixture
 def free_port():
     """A free TCP port on 127.0.0.1 for torch.distributed rendezvous."""
-    import common
-    return common.free_port()
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        return listener.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,6 @@ import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import arms
-import common
 import mix_arm
 import model
 import train
@@ -297,7 +296,7 @@ def test_every_growing_arm_on_2_processes_trains_as_one_and_resumes_exactly(pool
     arm's losses equal one process's, trained here meanwhile; the resumed run ends on the uninterrupted one exactly."""
     args = {arch: tiny_run(pool, tmp_path, arch, "--resume-or-start", steps=8, depth=1) for arch in GROWING}
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--max-restarts", "1",
-              "--master_addr", "127.0.0.1", "--master_port", str(common.free_port()), "tests/mix_arm.py"]
+              "--standalone", "tests/mix_arm.py"]
     for run in [a + ["--run-name", f"{arch}_2"] for arch, a in args.items()]:
         launch += [*run, "--next"]
     launch += [*args[mix_arm.NAME], "--run-name", "cut", "--save-every", "2"]

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 
-import common
 import core_eval
 import model
 import train
@@ -35,8 +34,8 @@ def show(capsys, line):
 
 def train_py(args, gpus=1, wait=True):
     launch = [sys.executable, "train.py"] if gpus == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(gpus), "--master_port",
-        str(common.free_port()), "train.py"]
+        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(gpus), "--standalone",
+        "train.py"]
     proc = subprocess.Popen(launch + args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     if not wait:
