@@ -103,8 +103,9 @@ def exit_process(code):
 
 
 def clock(seconds):
-    s = round(seconds)
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
+    """H:MM:SS, or — for no time."""
+    s = None if seconds is None else round(seconds)
+    return "—" if s is None else f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
 
 def write_text(path, text):

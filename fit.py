@@ -390,17 +390,13 @@ def val_text(row):
         " (start)" if row["val_step"] == 0 else "")
 
 
-def hms(seconds):
-    return "—" if seconds is None else clock(seconds)
-
-
 def runs_table(rows, link=False):
     """The runs as a markdown table (fit.py runs prints it; a ladder's report.md holds it, each run linked)."""
     return markdown_table(["run", "state", "step", "train", "val @ step", "FLOPs done / planned", "wall time", "ETA",
                            "why"], [(f"[{r['run']}]({r['run']}/report.md)" if link else r["run"], r["state"],
                                      f"{r['step'] or 0}/{r['steps'] or '?'}", fnum(r["train_loss"]), val_text(r),
                                      f"{fnum(r['flops'], '.2e')} / {fnum(r['flops_planned'], '.2e')}",
-                                     hms(r["wall_seconds"]), hms(r["eta_seconds"]), r["reason"] or "") for r in rows])
+                                     clock(r["wall_seconds"]), clock(r["eta_seconds"]), r["reason"] or "") for r in rows])
 
 
 def markdown_table(header, rows):
@@ -527,9 +523,9 @@ def write_run_report(run_dir, curves=None):
              f"Not evaluated (`python core_eval.py --checkpoint {os.path.join(run_dir, 'checkpoints', 'final')}`).",
              "", "## Timings", "", *markdown_table(["", ""], [
                  ("training time (wall time less validations and checkpoints)",
-                  hms(result.get("total_training_time_seconds"))),
-                 ("validation time", hms(result.get("eval_seconds"))),
-                 ("wall time (resumes added up)", hms(row["wall_seconds"])),
+                  clock(result.get("total_training_time_seconds"))),
+                 ("validation time", clock(result.get("eval_seconds"))),
+                 ("wall time (resumes added up)", clock(row["wall_seconds"])),
                  ("training tokens / s", fnum(result.get("tokens_per_second"), ",.0f")),
                  ("FLOPs done", fnum(row["flops"], ".4g"))])]
     write_text(os.path.join(run_dir, "report.md"), "\n".join(lines) + "\n")

@@ -1874,13 +1874,13 @@ HELD_BACK = dict(fig04="fineweb_edu_ladders.json", fig02="loop_grid.csv", fig05=
                  **{f"fig19{p}": f"{LADDERS}/downstream.json" for p in "abc"})
 NOT_DRAWN = {"fig03": "drawn by `fit.py ladders --out` (figures/fig3_ladders.png); its numbers are checked here"}
 GALLERY = "README.md"
-DIFFERENCES = ("Figure 2 here is the release's right half (multi-epoch); its single-epoch half is drawn by `fit.py "
-               "ladders --out` (as Figure 3). Panel sizes and legend bands approximate the release's inch layout "
-               "(Figure 18b: square panels by aspect inside tight_layout). Figure 4's inset has no ticks and its "
-               "legend keys are markers without lines. Figure 5's inner legends are smaller than the release's (size "
-               "10) so that the compute key fits its panel, and its marginal-gain panel keeps matplotlib's y margins. "
-               "Figure 19a's loss laws start from a 600-value floor grid (the release: 400); Figure 19c's group names "
-               "sit without brackets.")
+DIFFERENCES = ("Panel sizes and legend bands approximate the release's inch layout (Figure 18b: square panels by "
+               "aspect). Figure 2 is the release's right half (its left half: `fit.py ladders --out`). Figure 4's inset "
+               "has no ticks, its legend keys no lines. Figure 5's inner legends are smaller than the release's 10 pt "
+               "and its marginal-gain panel keeps matplotlib's y margins. Figure 7's regret quadratics span each "
+               "depth's measured core fractions; Figure 9's minor ticks are matplotlib's; Figure 11 draws Operator-1 "
+               "with the arms table's pentagon (the release: a square). Figure 19a's loss laws start from a 600-value "
+               "floor grid (the release: 400); Figure 19c's group names have no brackets.")
 
 
 def gallery(manifest):

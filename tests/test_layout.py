@@ -12,7 +12,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPTS = {os.path.basename(path)[:-3]: path for path in sorted(glob.glob(os.path.join(ROOT, "*.py")))}
-MAX_PRODUCT_LINES = 8_039  # a ratchet: lower it when the product shrinks, never raise it
+MAX_PRODUCT_LINES = 7_000  # a ratchet: lower it when the product shrinks, never raise it
 
 
 def parsed(name):
