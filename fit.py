@@ -937,6 +937,8 @@ The release's regimes.csv, architectures.csv: K* per regime or control (Figures 
 knob's best multiple (Figure 23b)."""
     if bool(args.data) == bool(args.runs_dir):
         raise UsageError("give the loop grid: a CSV or --runs-dir (train.py --data-constrained runs)")
+    if args.out:
+        check_outputs(args.out)
     if args.runs_dir:
         runs = complete_runs(args.runs_dir)
         for d, r in runs:

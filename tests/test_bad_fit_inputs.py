@@ -242,6 +242,11 @@ def run_in_process_with_stdout(script, argv):
     return code, (err.getvalue(), out.getvalue())
 
 
+def test_loops_out_that_is_a_file_is_one_line(tmp_path):
+    assert_refused("fit.py", ["loops", "{d}/g.csv", "--budgets", "8e17", "--out", "{d}/out"], tmp_path,
+                   "is a file, not a folder", {"g.csv": loop_grid_csv(), "out": "x"}, runner=run_in_process)
+
+
 def test_class4_fit_loops_runs_repeated_and_wd_edge_flagged(tmp_path, capsys):
     import fit
     grid = loop_grid_csv(best_wd=lambda d: 1.6 if d == 10 else 0.8)  # d10's tuned optimum sits at the grid's end
