@@ -499,10 +499,10 @@ REPORT_PLAN = ("arch", "preset", "depth", "width", "n_layer", "params_tpp", "par
                "rewarm_steps", "matrix_lr", "embedding_lr", "weight_decay", "optimizer", "seed")
 
 
-def write_run_report(run_dir, curves=None):
+def write_run_report(run_dir, curves=None, run=None):
     """RUN/report.md (train.py at a run's end, fit.py report) of one run: plan, environment, curves, validations,
-    CORE (eval.json) and timings, replaced whole. -> its path."""
-    (row, _, result), = read_runs([run_dir])
+    CORE (eval.json) and timings, replaced whole; run: read_runs' entry of it, if read already. -> its path."""
+    (row, _, result), = [run] if run else read_runs([run_dir])
     plan = result.get("plan") or {}
     num = lambda v: f"{v:.6g}" if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
     env = dict(result.get("environment") or {}, world_size=result.get("world_size"), data_dir=result.get("data_dir"))
@@ -539,7 +539,7 @@ and the curves (RUNS_DIR/curves))."""
     runs_dir, table, runs, written = args.runs_dir[0], None, read_runs(args.runs_dir), []
     for run in runs:
         curves = draw_curves([run], run[0]["path"], "steps")  # none for a run without trajectory records yet
-        written.append(write_run_report(run[0]["path"], os.path.basename(curves[0]) if curves else None))
+        written.append(write_run_report(run[0]["path"], os.path.basename(curves[0]) if curves else None, run))
     if [run[0]["path"] for run in runs] != [runs_dir]:
         rows = [row for row, _, _ in runs]
         lines = [f"# Ladder report: {runs_dir}", "", "## Runs", "", *runs_table(rows, link=True), "", "## Fit", ""]
@@ -777,9 +777,8 @@ compute_flops], one seed per run unless a --design says more."""
                             gpu_hours=flops / (peak * args.mfu) / 3600, arms=summary, warnings=warnings,
                             depths={a: dict(zip(map(int, ds), map(int, n))) for a, (_, n, ds) in arms.items()}))
     if args.json:
-        print(json.dumps(jsonable(dict(noise=args.noise, E=E, reference_arm=ref, fixed_E=args.fixed_E, sims=args.sims,
-                                       seed=args.seed, mfu=args.mfu, designs=results)), allow_nan=False))
-        return
+        return emit(args, dict(noise=args.noise, E=E, reference_arm=ref, fixed_E=args.fixed_E, sims=args.sims,
+                               seed=args.seed, mfu=args.mfu, designs=results), [])
     print(f"sigma = {args.noise:g} relative; {args.sims} simulated ladders per design; " + ("E known" if args.fixed_E
           else f"E refitted on {ref}") + f"; H100-hours at {args.mfu:.0%} MFU. fits: converged/asked; spread: 95% "
           "half-width of the estimates; P(det): an estimate beyond it; cover (E fix, dg), power: of the analyst's 95% "
