@@ -57,7 +57,7 @@ import torch.nn.functional as F
 import yaml
 
 import data
-from train import each_once, load_checkpoint_model
+from train import each_once, gather, load_checkpoint_model
 
 # --- The CORE bundle: every row of every task is checked before any task runs (a bad row is one line: file:line)
 ITEM_FIELDS = dict(multiple_choice=("query", "choices"), schema=("context_options", "continuation"),  # task type ->
@@ -308,8 +308,7 @@ def evaluate_tasks(net, enc, tasks, seeds, max_per_task, max_len, device, rows_p
                     print(f"\r{label:<34} {s * len(mine) + len(results)}/{len(run_seeds) * len(mine)} examples "
                           f"(rank 0)  {time.time() - t0:6.1f}s", end="", file=sys.stderr, flush=True)
             if world_size > 1:  # rank r scored examples r, r + world_size, ...
-                gathered = [None] * world_size
-                dist.all_gather_object(gathered, results)
+                gathered = gather(results)
                 results = [gathered[i % world_size][i // world_size] for i in range(len(items))]
             per_seed[seed] = results
         if rank == 0:
