@@ -221,6 +221,7 @@ def write_pool(corpus, out, manifest, sources, workers):
     budget, workdir, val_every = manifest["budgets"], os.path.join(out, "downloads"), CORPORA[corpus].get("val_every")
     count = {s: manifest["splits"][s]["token_count"] for s in SPLITS}
     docs = {s: manifest["splits"][s]["doc_count"] for s in SPLITS}
+    paths = {s: _paths(out, s) for s in SPLITS}  # (tokens, document starts) of each split
     files, val_signatures, pending, chars, t0 = {}, None, [], 0, time.time()  # pending: (split, text) to tokenise
     # FineWeb de-dup: a train document whose first 64 body tokens are a val document's is dropped
     signature = lambda tokens: hashlib.sha1(np.asarray(tokens[1:1 + SIGNATURE_TOKENS], dtype="<u4").tobytes()).digest()
@@ -234,14 +235,14 @@ def write_pool(corpus, out, manifest, sources, workers):
             if val_signatures is None:  # val sources come first, so val is complete here
                 for f in files.values():
                     f.flush()
-                val, starts = (np.fromfile(p, dtype) for p, dtype in zip(_paths(out, "val"), (np.uint16, np.int64)))
+                val, starts = (np.fromfile(p, dtype) for p, dtype in zip(paths["val"], (np.uint16, np.int64)))
                 val_signatures = {signature(val[a:b]) for a, b in zip(starts, [*starts[1:], len(val)])}
             if signature(tokens) in val_signatures:
                 manifest["dedup_skipped_docs"] += 1
                 return
         tokens = tokens if budget[split] is None else tokens[:budget[split] - count[split]]  # the last is truncated
-        files[_paths(out, split)[0]].write(tokens.tobytes())
-        files[_paths(out, split)[1]].write(np.int64(count[split]).tobytes())
+        files[paths[split][0]].write(tokens.tobytes())
+        files[paths[split][1]].write(np.int64(count[split]).tobytes())
         count[split], docs[split] = count[split] + len(tokens), docs[split] + 1
 
     def tokenise_pending():  # on the workers, appended in order
@@ -259,13 +260,13 @@ def write_pool(corpus, out, manifest, sources, workers):
         for s in SPLITS:
             manifest["splits"][s].update(token_count=count[s], doc_count=docs[s])
             if complete:
-                manifest["splits"][s]["sha256"] = sha256_file(_paths(out, s)[0])
+                manifest["splits"][s]["sha256"] = sha256_file(paths[s][0])
         manifest.update(sources_done=sources_done, status="complete" if complete else "running")
         write_json(os.path.join(out, "corpus.json"), manifest)
 
     with contextlib.ExitStack() as stack:
         for s in SPLITS:
-            for path, size in zip(_paths(out, s), (2 * count[s], 8 * docs[s])):
+            for path, size in zip(paths[s], (2 * count[s], 8 * docs[s])):
                 files[path] = stack.enter_context(open(path, "ab"))
                 files[path].truncate(size)  # drop anything written after the last record
         if workers > 1:  # spawn, not fork: a fork of a process running torch's threads can hang
