@@ -150,7 +150,7 @@ if __name__ == "__main__" and sys.argv[1:2] == ["--ladder"]:  # torch-free: ladd
 if __name__ == "__main__" and sys.argv[1:2] != ["--ladder-dry-run"]:
     answer_help(build_parser)  # before torch loads
 
-import contextlib, csv, datetime, fcntl, json, math, shutil, signal, time, types, warnings
+import contextlib, csv, datetime, fcntl, functools, json, math, shutil, signal, time, types, warnings
 from dataclasses import asdict, dataclass, field, fields
 
 import numpy
@@ -205,11 +205,12 @@ def ladder_dry_run(argv):
           f"GPUs/node x {args.nodes} nodes: ~{hours / world:,.1f} hours")
 
 
+@functools.cache  # read once per process: a ladder's dry run prices every run with it
 def release_mfu_by_width():
     """{width: mean MFU of the release's timed runs (Fig. 15b)}: measured, not modelled."""
     reference = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference")
-    flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"])
-             for row in csv.DictReader(open(os.path.join(reference, "fineweb_ladders.csv")))}
+    with open(os.path.join(reference, "fineweb_ladders.csv")) as f:
+        flops = {(row["arm"], int(row["depth"])): float(row["compute_flops"]) for row in csv.DictReader(f)}
     by_width = {}
     for series, points in read_json(os.path.join(reference, "release", "appendix_ladders", "timing.json")).items():
         for p in points:
