@@ -1150,9 +1150,8 @@ def downstream_figures(plt, series, meta):
                 bottom.plot(budgets, m, marker + "-", ms=3.5, lw=0.9, color=color)
             top.set(xscale="log", yscale="log" if metric == "loss" else "linear", title=title,
                     ylabel="CORE accuracy" if higher else title)
-            if metric == "loss":  # every log tick labelled, 2 decimals
-                top.yaxis.set_major_formatter("{x:.2f}")
-                top.yaxis.set_minor_formatter("{x:.2f}")
+            if metric == "loss":
+                log_loss_axis(top, None)
             bottom.set(title=title, xlabel="Compute (FLOPs)")
             multiplier_axis(bottom, plt)
             bottom.tick_params(axis="x", which="minor", labelbottom=False)  # decades only: the panels are narrow
@@ -1527,11 +1526,10 @@ def line_through(x, y):
     return s, lambda t: np.interp(t, x, y) + np.minimum(t - x[0], 0) * s[0] + np.maximum(t - x[-1], 0) * s[-1]
 
 
-def allocation_panels(plt, top, bottom, runs, colours):
+def allocation_panels(top, bottom, runs, colours):
     """Figure 7, left: loss against compute per depth (markers: core size) with the frontier, and regret to it."""
-    from itertools import product
     log_c, losses, best_sum = np.log([r["compute"] for r in runs]), np.array([r["loss"] for r in runs]), -np.inf
-    for chain in product(*[[i for i, r in enumerate(runs) if r["depth"] == d] for d in range(6, 11)]):
+    for chain in itertools.product(*[[i for i, r in enumerate(runs) if r["depth"] == d] for d in range(6, 11)]):
         slopes, at = line_through(log_c[list(chain)], losses[list(chain)])  # the tightest convex chain below all runs
         if np.all(np.diff(slopes) >= -1e-12) and np.all(at(log_c) <= losses + 1e-12) and at(log_c).sum() > best_sum:
             best, best_sum, frontier = chain, at(log_c).sum(), at
@@ -1578,7 +1576,7 @@ def allocation_figure(plt, release, fresh, loop_grow):
     """Figure 7, a column per decision: block allocation, recurrence, growth target, growth timing and its TPP."""
     fig, axes = plt.subplots(2, 4, figsize=(10.35, 5.85))
     viridis5, inferno5 = scale(plt, *VIRIDIS, 5), scale(plt, *INFERNO, 5)
-    numbers = dict(allocation=allocation_panels(plt, *axes[:, 0], early(release, "shell"), viridis5))
+    numbers = dict(allocation=allocation_panels(*axes[:, 0], early(release, "shell"), viridis5))
     optima, (k_keys, d_keys) = fixed_token_panels(plt, *axes[:, 1], fresh["tied"], inferno5, coloured_slices=True)
     target = numbers["growth_target"] = growth_target_panels(*axes[:, 2], early(release, "grow_targets"),
                                                              early(release, "grow_lens"), inferno5)
@@ -1733,7 +1731,7 @@ def figure11(plt, release):
 
 
 def log_loss_axis(ax, lim):
-    """The appendix log-loss axis: every major and minor tick labelled with 2 decimals."""
+    """The appendix log-loss axis: every major and minor tick labelled with 2 decimals (lim None: as it is)."""
     ax.set(yscale="log", ylim=lim)
     ax.yaxis.set_major_formatter("{x:.2f}")
     ax.yaxis.set_minor_formatter("{x:.2f}")
@@ -1920,10 +1918,10 @@ def cmd_paper(args):
     except (KeyError, TypeError) as e:
         raise UsageError(f"{release}: a file is not laid out as the release's ({type(e).__name__} {e}); see "
                          "reference/release/SOURCE.md")
-    if "fineweb_edu_ladders.json" in held:
-        made["fig04"] = extrapolation_figure(plt, held["fineweb_edu_ladders.json"])
-    if "loop_grid.csv" in held:
-        fig2, fig5, numbers, checks5 = loop_grid_figures(plt, read_loop_grid(held["loop_grid.csv"]))
+    if HELD_BACK["fig04"] in held:
+        made["fig04"] = extrapolation_figure(plt, held[HELD_BACK["fig04"]])
+    if HELD_BACK["fig02"] in held:
+        fig2, fig5, numbers, checks5 = loop_grid_figures(plt, read_loop_grid(held[HELD_BACK["fig02"]]))
         made.update(fig02=(fig2, dict(gain=numbers["gain"]), checks5[:1]), fig05=(fig5, numbers, checks5[1:]))
     if HELD_BACK["fig19a"] in held:
         made.update(downstream_figures(plt, downstream_series(held[HELD_BACK["fig19a"]]),
